@@ -1,0 +1,263 @@
+/* ir.c — the IR: graphs, tensors, nodes, attributes, and the op table.
+ * Tensor names are looked up through an open-addressing hash (import of a
+ * 2,500-layer model must stay linear). */
+#include "snc.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+const OpInfo op_info[] = {
+#define OP_INFO(id, onnx, mi, xi, mo, xo, cost, shape, grad, emit, flops) \
+  {#id, onnx, mi, xi, mo, xo, cost, shape, grad, emit, flops},
+    SNC_OPS(OP_INFO)
+#undef OP_INFO
+};
+_Static_assert(sizeof op_info / sizeof op_info[0] == OP_COUNT, "op table out of step");
+
+const char *op_name(OpKind op) {
+  if ((int)op < 0 || op >= OP_COUNT) return "?";
+  return op_info[op].onnx[0] ? op_info[op].onnx : op_info[op].name;
+}
+
+int op_from_onnx(const char *op_type) {
+  for (int i = 0; i < OP_COUNT; i++)
+    if (op_info[i].onnx[0] && strcmp(op_info[i].onnx, op_type) == 0) return i;
+  return -1;
+}
+
+/* Stand-ins for table columns an op does not have. */
+void shape_internal(Graph *g, Node *n) {
+  (void)g;
+  internal_error(__FILE__, __LINE__, "shape function called for internal op %s", op_name(n->op));
+}
+void grad_none(Graph *g, int node) {
+  node_error(&g->n[node], "no gradient is defined for this op");
+}
+void emit_none(Emit *e, const Graph *g, const Node *n) {
+  (void)e, (void)g;
+  internal_error(__FILE__, __LINE__, "no emitter for op %s", op_name(n->op));
+}
+
+int dtype_size(int dt) {
+  switch (dt) {
+  case DT_FLOAT: case DT_INT32: case DT_UINT32: return 4;
+  case DT_INT64: case DT_UINT64: case DT_DOUBLE: return 8;
+  case DT_UINT8: case DT_INT8: case DT_BOOL: return 1;
+  case DT_UINT16: case DT_INT16: case DT_FLOAT16: case DT_BFLOAT16: return 2;
+  default: return 0;
+  }
+}
+
+const char *dtype_name(int dt) {
+  switch (dt) {
+  case DT_FLOAT: return "float32"; case DT_UINT8: return "uint8"; case DT_INT8: return "int8";
+  case DT_UINT16: return "uint16"; case DT_INT16: return "int16"; case DT_INT32: return "int32";
+  case DT_INT64: return "int64"; case DT_STRING: return "string"; case DT_BOOL: return "bool";
+  case DT_FLOAT16: return "float16"; case DT_DOUBLE: return "float64";
+  case DT_UINT32: return "uint32"; case DT_UINT64: return "uint64"; case DT_BFLOAT16: return "bfloat16";
+  default: return "undefined";
+  }
+}
+
+const char *tensor_kind_name(TensorKind k) {
+  static const char *names[] = {"activation", "input", "label", "param", "state", "const",
+                                "grad", "param-grad", "optimizer", "aux", "loss", "workspace"};
+  return (unsigned)k < sizeof names / sizeof names[0] ? names[k] : "?";
+}
+
+const char *step_kind_name(StepKind k) {
+  static const char *names[] = {"forward", "loss", "backward", "update", "recompute",
+                                "offload", "prefetch", "eval"};
+  return (unsigned)k < sizeof names / sizeof names[0] ? names[k] : "?";
+}
+
+static const char *policy_names[] = {"none", "liveness", "recompute", "offload",
+                                     "superneurons", "auto"};
+const char *policy_name(Policy p) { return policy_names[p]; }
+int policy_parse(const char *s) {
+  for (int i = 0; i < (int)(sizeof policy_names / sizeof policy_names[0]); i++)
+    if (strcmp(s, policy_names[i]) == 0) return i;
+  return -1;
+}
+
+int64_t tensor_numel(const Tensor *t) {
+  int64_t n = 1;
+  for (int i = 0; i < t->rank; i++) n = mul_checked(n, t->dims[i], t->name);
+  return n;
+}
+
+int64_t tensor_bytes(const Tensor *t) {
+  int s = dtype_size(t->dtype);
+  return mul_checked(tensor_numel(t), s ? s : 4, t->name);
+}
+
+const char *shape_str(const Tensor *t) {
+  static char buf[8][160];
+  static int k;
+  char *s = buf[k++ & 7];
+  int o = snprintf(s, 160, "(");
+  for (int i = 0; i < t->rank && o < 140; i++)
+    o += snprintf(s + o, 160 - o, "%s%lld", i ? ", " : "", (long long)t->dims[i]);
+  snprintf(s + o, 160 - o, ")");
+  return s;
+}
+
+void tensor_set_shape(Tensor *t, int rank, const int64_t *dims) {
+  snc_assert(rank >= 0 && rank <= MAX_RANK);
+  t->rank = rank;
+  for (int i = 0; i < rank; i++) t->dims[i] = dims[i];
+}
+
+/* ---- name hash (per graph; kept beside it) ---- */
+
+typedef struct NameMap {
+  const Graph *g;
+  int *slot;             // tensor index + 1, 0 empty
+  int cap;               // power of two
+  int used;
+} NameMap;
+
+static NameMap *maps;
+static int nmaps, capmaps;
+
+static NameMap *map_of(const Graph *g) {
+  for (int i = 0; i < nmaps; i++)
+    if (maps[i].g == g) return &maps[i];
+  xgrow((void **)&maps, &capmaps, nmaps + 1, sizeof *maps);
+  maps[nmaps] = (NameMap){g, xcalloc(64, sizeof(int)), 64, 0};
+  return &maps[nmaps++];
+}
+
+static uint64_t name_hash(const char *s) { return hash_bytes(0, s, strlen(s)); }
+
+static void map_insert(NameMap *m, const Graph *g, int t) {
+  if (2 * (m->used + 1) > m->cap) {
+    int ncap = m->cap * 2;
+    int *ns = xcalloc((size_t)ncap, sizeof(int));
+    for (int i = 0; i < m->cap; i++)
+      if (m->slot[i]) {
+        uint64_t h = name_hash(g->t[m->slot[i] - 1].name) & (uint64_t)(ncap - 1);
+        while (ns[h]) h = (h + 1) & (uint64_t)(ncap - 1);
+        ns[h] = m->slot[i];
+      }
+    free(m->slot);
+    m->slot = ns;
+    m->cap = ncap;
+  }
+  uint64_t h = name_hash(g->t[t].name) & (uint64_t)(m->cap - 1);
+  while (m->slot[h]) h = (h + 1) & (uint64_t)(m->cap - 1);
+  m->slot[h] = t + 1;
+  m->used++;
+}
+
+int graph_find_tensor(const Graph *g, const char *name) {
+  NameMap *m = map_of(g);
+  uint64_t h = name_hash(name) & (uint64_t)(m->cap - 1);
+  while (m->slot[h]) {
+    if (strcmp(g->t[m->slot[h] - 1].name, name) == 0) return m->slot[h] - 1;
+    h = (h + 1) & (uint64_t)(m->cap - 1);
+  }
+  return -1;
+}
+
+Graph *graph_new(const char *path) {
+  Graph *g = xcalloc(1, sizeof *g);
+  g->path = path;
+  g->input = g->output = g->label = g->loss = -1;
+  return g;
+}
+
+int graph_add_tensor(Graph *g, const char *name, int dtype, TensorKind kind) {
+  xgrow((void **)&g->t, &g->capt, g->nt + 1, sizeof *g->t);
+  int i = g->nt++;
+  g->t[i] = (Tensor){.name = xstrdup(name), .dtype = dtype, .rank = -1, .kind = kind,
+                     .producer = -1, .grad = -1, .grad_of = -1};
+  map_insert(map_of(g), g, i);
+  return i;
+}
+
+int graph_add_node(Graph *g, OpKind op, const char *name, int nin, const int *in, int nout,
+                   const int *out) {
+  xgrow((void **)&g->n, &g->capn, g->nn + 1, sizeof *g->n);
+  int i = g->nn++;
+  Node *n = &g->n[i];
+  *n = (Node){.name = xstrdup(name ? name : ""), .op = op, .nin = nin, .nout = nout,
+              .fwd = -1};
+  n->in = xmalloc(sizeof(int) * (size_t)(nin ? nin : 1));
+  n->out = xmalloc(sizeof(int) * (size_t)(nout ? nout : 1));
+  if (nin) memcpy(n->in, in, sizeof(int) * (size_t)nin);
+  if (nout) memcpy(n->out, out, sizeof(int) * (size_t)nout);
+  return i;
+}
+
+/* ---- attributes ---- */
+
+const Attr *attr_find(const Node *n, const char *name) {
+  for (int i = 0; i < n->nattr; i++)
+    if (strcmp(n->attrs[i].name, name) == 0) return &n->attrs[i];
+  return NULL;
+}
+
+int64_t attr_int(const Node *n, const char *name, int64_t dflt) {
+  const Attr *a = attr_find(n, name);
+  if (!a) return dflt;
+  if (a->type != AT_INT) node_error(n, "attribute '%s' must be an int", name);
+  return a->i;
+}
+
+float attr_float(const Node *n, const char *name, float dflt) {
+  const Attr *a = attr_find(n, name);
+  if (!a) return dflt;
+  if (a->type == AT_INT) return (float)a->i;
+  if (a->type != AT_FLOAT) node_error(n, "attribute '%s' must be a float", name);
+  return a->f;
+}
+
+const char *attr_string(const Node *n, const char *name, const char *dflt) {
+  const Attr *a = attr_find(n, name);
+  if (!a) return dflt;
+  if (a->type != AT_STRING) node_error(n, "attribute '%s' must be a string", name);
+  return a->s;
+}
+
+int attr_ints(const Node *n, const char *name, const int64_t **v) {
+  const Attr *a = attr_find(n, name);
+  *v = NULL;
+  if (!a) return 0;
+  if (a->type != AT_INTS) node_error(n, "attribute '%s' must be a list of ints", name);
+  *v = a->ints;
+  return a->n;
+}
+
+int const_ints(const Graph *g, const Node *n, int input, int64_t *out, int max) {
+  if (input >= n->nin || n->in[input] < 0) node_error(n, "input %d is missing", input);
+  const Tensor *t = &g->t[n->in[input]];
+  if (!t->data || (t->kind != TK_CONST))
+    node_error(n, "input %d ('%s') must be a constant (an initializer or a Constant node)",
+               input, t->name);
+  if (t->dtype != DT_INT64 && t->dtype != DT_INT32)
+    node_error(n, "input %d ('%s') must be int64 or int32, not %s", input, t->name,
+               dtype_name(t->dtype));
+  if (t->ndata > max) node_error(n, "input %d ('%s') has %lld values, at most %d allowed",
+                                 input, t->name, (long long)t->ndata, max);
+  for (int64_t i = 0; i < t->ndata; i++)
+    out[i] = t->dtype == DT_INT64 ? ((const int64_t *)t->data)[i]
+                                  : ((const int32_t *)t->data)[i];
+  return (int)t->ndata;
+}
+
+float const_float(const Graph *g, const Node *n, int input, float dflt) {
+  if (input >= n->nin || n->in[input] < 0) return dflt;
+  const Tensor *t = &g->t[n->in[input]];
+  if (!t->data || t->kind != TK_CONST || t->ndata != 1)
+    node_error(n, "input %d ('%s') must be a constant scalar", input, t->name);
+  switch (t->dtype) {
+  case DT_FLOAT: return ((const float *)t->data)[0];
+  case DT_DOUBLE: return (float)((const double *)t->data)[0];
+  case DT_INT64: return (float)((const int64_t *)t->data)[0];
+  case DT_INT32: return (float)((const int32_t *)t->data)[0];
+  case DT_BOOL: case DT_UINT8: return (float)((const uint8_t *)t->data)[0];
+  default: node_error(n, "input %d ('%s') has unsupported dtype %s", input, t->name,
+                      dtype_name(t->dtype));
+  }
+}

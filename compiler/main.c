@@ -1,0 +1,208 @@
+/* main.c — the snc driver: parses the command line and calls the passes in
+ * order. The whole pipeline is visible in compile_model() below. */
+#include "snc.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static const char usage_text[] =
+    "usage:\n"
+    "  snc inspect MODEL.onnx [--batch N] [--input NAME] [--json]\n"
+    "  snc plan    MODEL.onnx --batch N [--policy P] [--budget SIZE] [--device PROFILE]\n"
+    "                         [--json FILE] [--html FILE] [--dump PASS] [--input NAME]\n"
+    "  snc plan    --diff A.json B.json\n"
+    "  snc compile MODEL.onnx -o DIR --batch N [--target cpu|cuda] [--policy P]\n"
+    "                         [--budget SIZE] [--device PROFILE] [--loss softmax-ce|mse]\n"
+    "                         [--optimizer sgd|adam|adamw] [--lr X] [--momentum X]\n"
+    "                         [--weight-decay X] [--input NAME]\n"
+    "  snc max-batch MODEL.onnx --budget SIZE [--policy P] [--device PROFILE]\n"
+    "\n"
+    "policies: none liveness recompute offload superneurons auto (default)\n"
+    "passes for --dump: route liveness recompute offload offsets\n";
+
+static noreturn void usage(const char *fmt, const char *arg) {
+  fprintf(stderr, "snc: error: ");
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, "\n%s", usage_text);
+  exit(EXIT_USAGE);
+}
+
+typedef struct Args {
+  const char *cmd, *model, *out_dir, *input, *json, *html, *dump, *target, *device;
+  const char *diff_a, *diff_b;
+  int batch;
+  bool json_flag;
+  PlanOpts plan;
+  TrainOpts train;
+} Args;
+
+static const char *need_value(int argc, char **argv, int *i) {
+  if (*i + 1 >= argc) usage("%s needs a value", argv[*i]);
+  return argv[++*i];
+}
+
+static float parse_float(const char *flag, const char *s) {
+  char *end;
+  float v = strtof(s, &end);
+  if (end == s || *end) usage("bad number for %s", flag);
+  return v;
+}
+
+static void parse_args(Args *a, int argc, char **argv) {
+  *a = (Args){.target = "cpu", .device = NULL};
+  a->plan.policy = POL_AUTO;
+  a->train = (TrainOpts){.loss = LOSS_SOFTMAX_CE, .optim = OPTIM_SGD, .lr = 0.01f,
+                         .momentum = 0.9f, .weight_decay = 0.0f, .beta1 = 0.9f,
+                         .beta2 = 0.999f, .eps = 1e-8f};
+  if (argc < 2) usage("%s", "no command given");
+  a->cmd = argv[1];
+  if (strcmp(a->cmd, "-h") == 0 || strcmp(a->cmd, "--help") == 0) {
+    fputs(usage_text, stdout);
+    exit(0);
+  }
+  if (strcmp(a->cmd, "inspect") && strcmp(a->cmd, "plan") && strcmp(a->cmd, "compile") &&
+      strcmp(a->cmd, "max-batch"))
+    usage("unknown command '%s'", a->cmd);
+  bool wd_set = false;
+  for (int i = 2; i < argc; i++) {
+    const char *s = argv[i];
+    if (strcmp(s, "--batch") == 0) {
+      const char *v = need_value(argc, argv, &i);
+      char *end;
+      long b = strtol(v, &end, 10);
+      if (*end || b < 1 || b > 1000000) usage("--batch must be an integer from 1 to 1000000, not '%s'", v);
+      a->batch = (int)b;
+    } else if (strcmp(s, "--input") == 0) a->input = need_value(argc, argv, &i);
+    else if (strcmp(s, "--json") == 0) {
+      if (strcmp(a->cmd, "inspect") == 0) a->json_flag = true;
+      else a->json = need_value(argc, argv, &i);
+    } else if (strcmp(s, "--html") == 0) a->html = need_value(argc, argv, &i);
+    else if (strcmp(s, "--dump") == 0) a->dump = need_value(argc, argv, &i);
+    else if (strcmp(s, "-o") == 0) a->out_dir = need_value(argc, argv, &i);
+    else if (strcmp(s, "--target") == 0) {
+      a->target = need_value(argc, argv, &i);
+      if (strcmp(a->target, "cpu") && strcmp(a->target, "cuda"))
+        usage("--target must be cpu or cuda, not '%s'", a->target);
+    } else if (strcmp(s, "--policy") == 0) {
+      const char *v = need_value(argc, argv, &i);
+      int p = policy_parse(v);
+      if (p < 0) usage("unknown policy '%s'", v);
+      a->plan.policy = (Policy)p;
+    } else if (strcmp(s, "--budget") == 0) {
+      const char *v = need_value(argc, argv, &i);
+      a->plan.budget = parse_size(v);
+      if (a->plan.budget <= 0) usage("bad size for --budget: '%s' (e.g. 12GiB, 500MB, 1048576)", v);
+    } else if (strcmp(s, "--device") == 0) a->device = need_value(argc, argv, &i);
+    else if (strcmp(s, "--loss") == 0) {
+      const char *v = need_value(argc, argv, &i);
+      if (strcmp(v, "softmax-ce") == 0) a->train.loss = LOSS_SOFTMAX_CE;
+      else if (strcmp(v, "mse") == 0) a->train.loss = LOSS_MSE;
+      else usage("--loss must be softmax-ce or mse, not '%s'", v);
+    } else if (strcmp(s, "--optimizer") == 0) {
+      const char *v = need_value(argc, argv, &i);
+      if (strcmp(v, "sgd") == 0) a->train.optim = OPTIM_SGD;
+      else if (strcmp(v, "adam") == 0) a->train.optim = OPTIM_ADAM;
+      else if (strcmp(v, "adamw") == 0) a->train.optim = OPTIM_ADAMW;
+      else usage("--optimizer must be sgd, adam or adamw, not '%s'", v);
+    } else if (strcmp(s, "--lr") == 0) a->train.lr = parse_float(s, need_value(argc, argv, &i));
+    else if (strcmp(s, "--momentum") == 0) a->train.momentum = parse_float(s, need_value(argc, argv, &i));
+    else if (strcmp(s, "--weight-decay") == 0) {
+      a->train.weight_decay = parse_float(s, need_value(argc, argv, &i));
+      wd_set = true;
+    } else if (strcmp(s, "--diff") == 0) {
+      a->diff_a = need_value(argc, argv, &i);
+      a->diff_b = need_value(argc, argv, &i);
+    } else if (s[0] == '-') usage("unknown flag '%s'", s);
+    else if (!a->model) a->model = s;
+    else usage("unexpected argument '%s'", s);
+  }
+  /* AdamW's default decay, as torch.optim.AdamW. */
+  if (a->train.optim == OPTIM_ADAMW && !wd_set) a->train.weight_decay = 0.01f;
+  a->plan.device = a->device ? a->device : (strcmp(a->target, "cpu") == 0 && strcmp(a->cmd, "compile") == 0 ? "cpu" : "h200");
+  if (a->diff_a) return;
+  if (!a->model) usage("%s needs a model file", a->cmd);
+  if (strcmp(a->cmd, "compile") == 0 && !a->out_dir) usage("%s", "compile needs -o DIR");
+  if ((strcmp(a->cmd, "compile") == 0 || strcmp(a->cmd, "plan") == 0) && !a->batch)
+    usage("%s needs --batch N", a->cmd);
+  if (strcmp(a->cmd, "max-batch") == 0 && !a->plan.budget) usage("%s", "max-batch needs --budget SIZE");
+}
+
+static Graph *load(const Args *a, int batch) {
+  err_file = a->model;
+  Graph *g = onnx_import(a->model, a->input);
+  shape_infer(g, batch);
+  return g;
+}
+
+static FILE *open_out(const char *path) {
+  if (strcmp(path, "-") == 0) return stdout;
+  FILE *f = fopen(path, "w");
+  if (!f) fatal(EXIT_BADINPUT, "cannot write '%s'", path);
+  return f;
+}
+
+static void close_out(FILE *f, const char *path) {
+  if (f == stdout) { fflush(f); return; }
+  if (ferror(f) | fclose(f)) fatal(EXIT_BADINPUT, "error writing '%s'", path);
+}
+
+static Plan *plan_model(const Args *a, Graph *g) {
+  train_build(g, &a->train);
+  return plan_build(g, &a->plan);
+}
+
+static int cmd_inspect(const Args *a) {
+  Graph *g = load(a, a->batch);
+  if (a->json_flag) inspect_json(g, stdout);
+  else inspect_print(g, stdout);
+  return 0;
+}
+
+static int cmd_plan(const Args *a) {
+  if (a->diff_a) return plan_diff(a->diff_a, a->diff_b, stdout);
+  Graph *g = load(a, a->batch);
+  Plan *pl = plan_model(a, g);
+  if (a->dump) plan_dump(g, pl, a->dump, stdout);
+  else plan_print_text(g, pl, stdout);
+  if (a->json) {
+    FILE *f = open_out(a->json);
+    plan_print_json(g, pl, f);
+    close_out(f, a->json);
+  }
+  if (a->html) {
+    FILE *f = open_out(a->html);
+    plan_print_html(g, pl, f);
+    close_out(f, a->html);
+  }
+  return 0;
+}
+
+static int cmd_compile(const Args *a) {
+  Graph *g = load(a, a->batch);
+  Plan *pl = plan_model(a, g);
+  EmitOpts eo = {.target = a->target, .model_path = a->model, .train = &a->train};
+  emit_program(g, pl, &eo, a->out_dir);
+  plan_print_summary(g, pl, stdout);
+  printf("snc: wrote %s/train.c, plan.txt, plan.json, build.ninja; build with: ninja -C %s\n",
+         a->out_dir, a->out_dir);
+  return 0;
+}
+
+static int cmd_max_batch(const Args *a) {
+  err_file = a->model;
+  int b = plan_max_batch(a->model, a->input, &a->train, &a->plan);
+  if (b <= 0) fatal(EXIT_BADINPUT, "not even batch 1 fits in %s under policy %s",
+                    fmt_bytes(a->plan.budget), policy_name(a->plan.policy));
+  printf("%d\n", b);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  Args a;
+  parse_args(&a, argc, argv);
+  if (strcmp(a.cmd, "inspect") == 0) return cmd_inspect(&a);
+  if (strcmp(a.cmd, "plan") == 0) return cmd_plan(&a);
+  if (strcmp(a.cmd, "compile") == 0) return cmd_compile(&a);
+  return cmd_max_batch(&a);
+}

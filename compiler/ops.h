@@ -1,0 +1,75 @@
+/* ops.h — the op table, declared once.
+ *
+ * One line per op generates the OpKind enum, the name table and the property
+ * table in ir.c (op_info[]). Columns:
+ *   id        OP_<id> in the enum
+ *   onnx      ONNX op_type ("" for ops snc creates itself)
+ *   in, out   arity: min..max inputs, min..max outputs (optional inputs may be -1)
+ *   cost      COST_EXPENSIVE: its output is a recomputation checkpoint;
+ *             COST_CHEAP: recomputed from checkpoints; COST_FREE: a view/copy
+ *   shape     shape function (shape.c): output shapes + node params;
+ *             shape_internal for ops snc creates (autodiff gives their shapes)
+ *   grad      gradient builder (autodiff.c); grad_none: not differentiable
+ *   emit      emitter (emit_ops.c): prints the params and the runtime call
+ *   flops     forward FLOP count (flops.c)
+ *
+ * Keep ONNX ops first and internal ops after OP_FIRST_INTERNAL.
+ */
+/*  id              onnx                    in    out   cost            shape             grad             emit                flops */
+#define SNC_OPS(OP) \
+  OP(CONV,          "Conv",                 2,3,  1,1,  COST_EXPENSIVE, shape_conv,       grad_conv,       emit_conv,          flops_conv) \
+  OP(BATCHNORM,     "BatchNormalization",   5,5,  1,5,  COST_CHEAP,     shape_batchnorm,  grad_batchnorm,  emit_batchnorm,     flops_elementwise) \
+  OP(RELU,          "Relu",                 1,1,  1,1,  COST_CHEAP,     shape_same,       grad_unary,      emit_unary,         flops_elementwise) \
+  OP(LEAKYRELU,     "LeakyRelu",            1,1,  1,1,  COST_CHEAP,     shape_same,       grad_unary,      emit_unary,         flops_elementwise) \
+  OP(SIGMOID,       "Sigmoid",              1,1,  1,1,  COST_CHEAP,     shape_same,       grad_unary,      emit_unary,         flops_elementwise) \
+  OP(TANH,          "Tanh",                 1,1,  1,1,  COST_CHEAP,     shape_same,       grad_unary,      emit_unary,         flops_elementwise) \
+  OP(CLIP,          "Clip",                 1,3,  1,1,  COST_CHEAP,     shape_clip,       grad_unary,      emit_unary,         flops_elementwise) \
+  OP(MAXPOOL,       "MaxPool",              1,1,  1,2,  COST_CHEAP,     shape_pool,       grad_maxpool,    emit_maxpool,       flops_pool) \
+  OP(AVGPOOL,       "AveragePool",          1,1,  1,1,  COST_CHEAP,     shape_pool,       grad_avgpool,    emit_avgpool,       flops_pool) \
+  OP(GLOBALAVGPOOL, "GlobalAveragePool",    1,1,  1,1,  COST_CHEAP,     shape_pool,       grad_avgpool,    emit_avgpool,       flops_pool) \
+  OP(LRN,           "LRN",                  1,1,  1,1,  COST_CHEAP,     shape_lrn,        grad_lrn,        emit_lrn,           flops_lrn) \
+  OP(FLATTEN,       "Flatten",              1,1,  1,1,  COST_FREE,      shape_flatten,    grad_reshape,    emit_copy,          flops_zero) \
+  OP(RESHAPE,       "Reshape",              2,2,  1,1,  COST_FREE,      shape_reshape,    grad_reshape,    emit_copy,          flops_zero) \
+  OP(GEMM,          "Gemm",                 2,3,  1,1,  COST_EXPENSIVE, shape_gemm,       grad_gemm,       emit_gemm,          flops_gemm) \
+  OP(MATMUL,        "MatMul",               2,2,  1,1,  COST_EXPENSIVE, shape_matmul,     grad_matmul,     emit_matmul,        flops_matmul) \
+  OP(ADD,           "Add",                  2,2,  1,1,  COST_CHEAP,     shape_binary,     grad_binary,     emit_binary,        flops_elementwise) \
+  OP(SUB,           "Sub",                  2,2,  1,1,  COST_CHEAP,     shape_binary,     grad_binary,     emit_binary,        flops_elementwise) \
+  OP(MUL,           "Mul",                  2,2,  1,1,  COST_CHEAP,     shape_binary,     grad_binary,     emit_binary,        flops_elementwise) \
+  OP(DIV,           "Div",                  2,2,  1,1,  COST_CHEAP,     shape_binary,     grad_binary,     emit_binary,        flops_elementwise) \
+  OP(CONCAT,        "Concat",               1,-1, 1,1,  COST_CHEAP,     shape_concat,     grad_concat,     emit_concat,        flops_zero) \
+  OP(SPLIT,         "Split",                1,2,  1,-1, COST_CHEAP,     shape_split,      grad_split,      emit_split,         flops_zero) \
+  OP(SLICE,         "Slice",                1,5,  1,1,  COST_CHEAP,     shape_slice,      grad_slice,      emit_slice,         flops_zero) \
+  OP(TRANSPOSE,     "Transpose",            1,1,  1,1,  COST_CHEAP,     shape_transpose,  grad_transpose,  emit_transpose,     flops_zero) \
+  OP(PAD,           "Pad",                  1,3,  1,1,  COST_CHEAP,     shape_pad,        grad_pad,        emit_pad,           flops_zero) \
+  OP(DROPOUT,       "Dropout",              1,3,  1,2,  COST_CHEAP,     shape_dropout,    grad_dropout,    emit_dropout,       flops_elementwise) \
+  OP(SOFTMAX,       "Softmax",              1,1,  1,1,  COST_CHEAP,     shape_softmax,    grad_softmax,    emit_softmax,       flops_elementwise) \
+  OP(REDUCEMEAN,    "ReduceMean",           1,2,  1,1,  COST_CHEAP,     shape_reducemean, grad_reducemean, emit_reducemean,    flops_elementwise) \
+  OP(IDENTITY,      "Identity",             1,1,  1,1,  COST_FREE,      shape_same,       grad_reshape,    emit_copy,          flops_zero) \
+  OP(CONSTANT,      "Constant",             0,0,  1,1,  COST_FREE,      shape_constant,   grad_none,       emit_none,                   flops_zero) \
+  /* ---- internal ops: created by autodiff and the planner ---- */ \
+  OP(CONV_BWD_DATA,   "",  2,2, 1,1, COST_EXPENSIVE, shape_internal, grad_none, emit_conv_bwd_data,   flops_conv_bwd) \
+  OP(CONV_BWD_FILTER, "",  2,2, 1,1, COST_EXPENSIVE, shape_internal, grad_none, emit_conv_bwd_filter, flops_conv_bwd) \
+  OP(CONV_BWD_BIAS,   "",  1,1, 1,1, COST_CHEAP, shape_internal, grad_none, emit_conv_bwd_bias,   flops_in) \
+  OP(BN_BWD,          "",  5,5, 3,3, COST_CHEAP, shape_internal, grad_none, emit_bn_bwd,          flops_in) \
+  OP(BN_SAVED,        "",  5,5, 1,1, COST_CHEAP, shape_internal, grad_none, emit_bn_saved,        flops_in) \
+  OP(BN_INFER,        "",  5,5, 1,1, COST_CHEAP, shape_internal, grad_none, emit_bn_infer,        flops_in) \
+  OP(UNARY_BWD,       "",  2,2, 1,1, COST_CHEAP, shape_internal, grad_none, emit_unary_bwd,       flops_in) \
+  OP(MAXPOOL_BWD,     "",  2,2, 1,1, COST_CHEAP, shape_internal, grad_none, emit_maxpool_bwd,     flops_in) \
+  OP(AVGPOOL_BWD,     "",  1,1, 1,1, COST_CHEAP, shape_internal, grad_none, emit_avgpool_bwd,     flops_in) \
+  OP(LRN_BWD,         "",  3,3, 1,1, COST_CHEAP, shape_internal, grad_none, emit_lrn_bwd,         flops_in) \
+  OP(BINARY_BWD,      "",  3,3, 1,2, COST_CHEAP, shape_internal, grad_none, emit_binary_bwd,      flops_in) \
+  OP(MATMUL_RAW,      "",  2,2, 1,1, COST_EXPENSIVE, shape_internal, grad_none, emit_matmul_raw,      flops_matmul_raw) \
+  OP(BIAS_BWD,        "",  1,1, 1,1, COST_CHEAP, shape_internal, grad_none, emit_bias_bwd,        flops_in) \
+  OP(REDUCE,          "",  1,1, 1,1, COST_CHEAP, shape_internal, grad_none, emit_reduce,          flops_in) \
+  OP(EXPAND,          "",  1,1, 1,1, COST_CHEAP, shape_internal, grad_none, emit_expand,          flops_out) \
+  OP(SLICE_BWD,       "",  1,1, 1,1, COST_CHEAP, shape_internal, grad_none, emit_slice_bwd,       flops_zero) \
+  OP(PAD_BWD,         "",  1,1, 1,1, COST_CHEAP, shape_internal, grad_none, emit_pad_bwd,         flops_zero) \
+  OP(SOFTMAX_BWD,     "",  2,2, 1,1, COST_CHEAP, shape_internal, grad_none, emit_softmax_bwd,     flops_in) \
+  OP(DROPOUT_BWD,     "",  1,1, 1,1, COST_CHEAP, shape_internal, grad_none, emit_dropout_bwd,     flops_in) \
+  OP(ACCUMULATE,      "",  2,2, 1,1, COST_CHEAP, shape_internal, grad_none, emit_accumulate,      flops_in) \
+  OP(SOFTMAX_CE,      "",  2,2, 1,1, COST_CHEAP, shape_internal, grad_none, emit_softmax_ce,      flops_in) \
+  OP(SOFTMAX_CE_BWD,  "",  2,2, 1,1, COST_CHEAP, shape_internal, grad_none, emit_softmax_ce_bwd,  flops_in) \
+  OP(MSE,             "",  2,2, 1,1, COST_CHEAP, shape_internal, grad_none, emit_mse,             flops_in) \
+  OP(MSE_BWD,         "",  2,2, 1,1, COST_CHEAP, shape_internal, grad_none, emit_mse_bwd,         flops_in) \
+  OP(SGD,             "",  2,3, 1,2, COST_CHEAP, shape_internal, grad_none, emit_sgd,             flops_in) \
+  OP(ADAM,            "",  4,4, 1,3, COST_CHEAP, shape_internal, grad_none, emit_adam,            flops_in)

@@ -1,0 +1,360 @@
+/* snc.h — the compiler's one internal header: the IR, the op table, and a
+ * section per pass (each .c file's public functions).
+ *
+ * Pipeline (main.c):
+ *   g = onnx_import(path)           import.c     ONNX protobuf -> IR (forward graph)
+ *   shape_infer(g, batch)            shape.c      dims of every tensor, node params
+ *   train_build(g, &opts)            autodiff.c   loss, backward, optimizer updates
+ *   r = route_build(g)               route.c      one linear list of steps
+ *   plan_build(g, r, &popts)         plan.c       liveness, recompute, offload, offsets
+ *   emit_program(g, r, dir)          emit.c       train.c, plan.*, build.ninja
+ */
+#ifndef SNC_H
+#define SNC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdnoreturn.h>
+
+#include "../runtime/snrt.h"
+
+#define MAX_RANK SNRT_MAX_RANK
+
+/* ------------------------------------------------------------------ util.c */
+
+/* Exit codes (INTERFACE.md). */
+enum { EXIT_USAGE = 1, EXIT_BADINPUT = 2, EXIT_INTERNAL = 3 };
+
+/* The file named in error messages (set by the driver). */
+extern const char *err_file;
+
+/* "snc: error: FILE: <msg>" and exit(code). */
+noreturn void fatal(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Bad input about a node: "snc: error: FILE: <msg> (node 'NAME', op OP)", exit 2. */
+typedef struct Node Node;
+noreturn void node_error(const Node *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+noreturn void internal_error(const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+#define unreachable() internal_error(__FILE__, __LINE__, "unreachable")
+#define snc_assert(x) ((x) ? (void)0 : internal_error(__FILE__, __LINE__, "assertion failed: %s", #x))
+
+void *xmalloc(size_t n);
+void *xcalloc(size_t n, size_t size);
+void *xrealloc(void *p, size_t n);
+char *xstrdup(const char *s);
+char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Grow *arr (of *cap elements of size `size`) to hold at least `need`. */
+void xgrow(void **arr, int *cap, int need, size_t size);
+/* a*b with an "absurd size" error instead of overflow (limit: 2^48). */
+int64_t mul_checked(int64_t a, int64_t b, const char *what);
+/* Parse "123", "64MiB", "1.5GB"...; -1 if malformed. */
+int64_t parse_size(const char *s);
+/* "12.3 MiB" into a static rotating buffer. */
+const char *fmt_bytes(int64_t b);
+uint64_t hash_bytes(uint64_t h, const void *p, size_t n);
+
+/* ------------------------------------------------------------------ IR (ir.c) */
+
+#include "ops.h"
+
+typedef enum {
+#define OP_ENUM(id, ...) OP_##id,
+  SNC_OPS(OP_ENUM)
+#undef OP_ENUM
+  OP_COUNT
+} OpKind;
+
+/* ONNX TensorProto.DataType codes, used as they are. */
+enum { DT_UNDEF = 0, DT_FLOAT = 1, DT_UINT8 = 2, DT_INT8 = 3, DT_UINT16 = 4, DT_INT16 = 5,
+       DT_INT32 = 6, DT_INT64 = 7, DT_STRING = 8, DT_BOOL = 9, DT_FLOAT16 = 10,
+       DT_DOUBLE = 11, DT_UINT32 = 12, DT_UINT64 = 13, DT_BFLOAT16 = 16 };
+int dtype_size(int dtype);           /* 0 for unknown/unsupported */
+const char *dtype_name(int dtype);
+
+typedef enum {
+  TK_ACT,        // forward activation (intermediate or output)
+  TK_INPUT,      // the data input
+  TK_LABEL,      // labels / targets (added by autodiff)
+  TK_PARAM,      // trainable parameter
+  TK_STATE,      // non-trainable persistent state (BN running mean/var)
+  TK_CONST,      // constant: shape tensors, Clip bounds, folded Constant nodes
+  TK_GRAD,       // gradient of an activation
+  TK_PGRAD,      // gradient of a parameter
+  TK_OPT,        // optimizer state (momentum, Adam moments)
+  TK_AUX,        // saved forward by-product needed by backward (BN mean/invstd)
+  TK_LOSS,       // the scalar loss
+  TK_WORKSPACE,  // scratch for one step (conv im2col / cuDNN workspace)
+} TensorKind;
+const char *tensor_kind_name(TensorKind k);
+
+typedef struct Tensor {
+  char *name;              // ONNX name, or a derived name ("conv1.weight.grad")
+  int dtype;               // DT_*
+  int rank;                // -1 until shape inference
+  int64_t dims[MAX_RANK];
+  TensorKind kind;
+  void *data;              // initial/constant value in dtype (NULL if none)
+  int64_t ndata;           // elements in data
+  int producer;            // node writing it (-1: none: input, param, const)
+  int grad;                // its gradient tensor (-1: none)
+  int grad_of;             // for gradients: the tensor it is the gradient of
+  bool is_output;          // a graph output
+  bool has_init;           // initializer present (parameters: initial value given)
+  int64_t fan_in;          // parameters without initializer: for PyTorch's default init
+  int init;                // SNRT_INIT_* for parameters/state (set by autodiff)
+} Tensor;
+
+int64_t tensor_numel(const Tensor *t);
+int64_t tensor_bytes(const Tensor *t);
+const char *shape_str(const Tensor *t);     /* "(32, 64, 56, 56)", rotating buffer */
+
+/* ONNX AttributeProto.AttributeType codes. */
+enum { AT_UNDEF = 0, AT_FLOAT = 1, AT_INT = 2, AT_STRING = 3, AT_TENSOR = 4, AT_GRAPH = 5,
+       AT_FLOATS = 6, AT_INTS = 7, AT_STRINGS = 8 };
+
+typedef struct Attr {
+  char *name;
+  int type;                // AT_*
+  float f;
+  int64_t i;
+  char *s;
+  int n;                   // elements in ints/floats
+  int64_t *ints;
+  float *floats;
+  int tensor;              // AT_TENSOR: index of a TK_CONST tensor in the graph
+} Attr;
+
+typedef enum { PH_FORWARD, PH_LOSS, PH_BACKWARD, PH_UPDATE, PH_EVAL } Phase;
+
+struct Node {
+  char *name;              // ONNX node name (or derived: "conv1/bwd_data")
+  OpKind op;
+  int nin, nout;
+  int *in;                 // tensor indices; -1: an absent optional input
+  int *out;
+  int nattr;
+  Attr *attrs;
+  Phase phase;
+  int fwd;                 // generated nodes: the forward node they derive from (-1)
+  void *p;                 // op parameters (an snrt_*_t from snrt.h), set by shape.c/autodiff.c
+  int aux;                 // op-specific small integer (e.g. unary kind, softmax axis)
+};
+
+typedef struct Graph {
+  const char *path;        // model file
+  char *name;              // graph name
+  int64_t opset;           // default-domain opset
+  Tensor *t;
+  int nt, capt;
+  Node *n;
+  int nn, capn;
+  int input;               // the data input tensor
+  int output;              // the model output (logits), the first graph output
+  int label;               // labels (autodiff), -1 before
+  int loss;                // loss (autodiff), -1 before
+  int batch;               // batch size after shape inference
+  int nfwd;                // nodes [0, nfwd) are the forward graph (topologically sorted)
+} Graph;
+
+Graph *graph_new(const char *path);
+int graph_add_tensor(Graph *g, const char *name, int dtype, TensorKind kind);
+int graph_find_tensor(const Graph *g, const char *name);   /* -1 if absent; hashed */
+/* Appends a node; `in`/`out` are copied. Returns its index. Pointers into g->n
+ * may move. */
+int graph_add_node(Graph *g, OpKind op, const char *name, int nin, const int *in,
+                   int nout, const int *out);
+void tensor_set_shape(Tensor *t, int rank, const int64_t *dims);
+
+const Attr *attr_find(const Node *n, const char *name);
+int64_t attr_int(const Node *n, const char *name, int64_t dflt);
+float attr_float(const Node *n, const char *name, float dflt);
+const char *attr_string(const Node *n, const char *name, const char *dflt);
+/* ints attribute: returns count (0 if absent) and sets *v. */
+int attr_ints(const Node *n, const char *name, const int64_t **v);
+
+/* Values of a constant int tensor input (Reshape shape, Slice starts...):
+ * returns count, or node_error when the input is not a known constant. */
+int const_ints(const Graph *g, const Node *n, int input, int64_t *out, int max);
+/* A constant float scalar input (Clip min/max, Dropout ratio); dflt if absent. */
+float const_float(const Graph *g, const Node *n, int input, float dflt);
+
+/* ------------------------------------------------------------------ op table (ir.c) */
+
+enum { COST_FREE, COST_CHEAP, COST_EXPENSIVE };
+
+typedef struct Emit Emit;
+typedef void ShapeFn(Graph *g, Node *n);
+typedef void GradFn(Graph *g, int node);              /* appends backward nodes */
+typedef void EmitFn(Emit *e, const Graph *g, const Node *n);
+typedef double FlopFn(const Graph *g, const Node *n);
+
+typedef struct OpInfo {
+  const char *name;        // enum name without OP_ ("CONV")
+  const char *onnx;        // ONNX op_type, "" for internal ops
+  int min_in, max_in;      // max -1: unbounded
+  int min_out, max_out;
+  int cost;                // COST_*
+  ShapeFn *shape;
+  GradFn *grad;
+  EmitFn *emit;
+  FlopFn *flops;
+} OpInfo;
+
+extern const OpInfo op_info[];
+const char *op_name(OpKind op);        /* ONNX name, or internal name */
+int op_from_onnx(const char *op_type); /* -1 if unsupported */
+
+/* ------------------------------------------------------------------ import.c */
+
+/* Reads an ONNX model (and external data beside it), builds the forward IR:
+ * tensors with kinds (input/param/state/const/act), nodes with attributes,
+ * Constant nodes folded into TK_CONST tensors, nodes topologically sorted.
+ * `input_name` picks the data input (NULL: the first graph input without an
+ * initializer). Errors: fatal(EXIT_BADINPUT, ...). */
+Graph *onnx_import(const char *path, const char *input_name);
+
+/* ------------------------------------------------------------------ shape.c */
+
+/* Replaces the data input's leading dimension by `batch` (if > 0) and infers
+ * every tensor's shape and every node's params (node->p). */
+void shape_infer(Graph *g, int batch);
+
+/* ------------------------------------------------------------------ flops.c */
+
+double graph_forward_flops(const Graph *g);
+
+/* ------------------------------------------------------------------ inspect.c */
+
+void inspect_print(const Graph *g, FILE *f);
+void inspect_json(const Graph *g, FILE *f);
+
+/* ------------------------------------------------------------------ autodiff.c */
+
+typedef enum { LOSS_SOFTMAX_CE, LOSS_MSE } LossKind;
+typedef enum { OPTIM_SGD, OPTIM_ADAM, OPTIM_ADAMW } OptimKind;
+
+typedef struct TrainOpts {
+  LossKind loss;
+  OptimKind optim;
+  float lr, momentum, weight_decay;
+  float beta1, beta2, eps;
+} TrainOpts;
+
+/* Appends to the forward graph: labels, the loss, the backward nodes (with
+ * gradient accumulation for fan-out), and one optimizer update per parameter.
+ * Also builds the eval graph (forward with inference semantics) as nodes of
+ * phase PH_EVAL. */
+void train_build(Graph *g, const TrainOpts *o);
+
+/* ------------------------------------------------------------------ route.c */
+
+typedef enum { SK_FORWARD, SK_LOSS, SK_BACKWARD, SK_UPDATE, SK_RECOMPUTE, SK_OFFLOAD,
+               SK_PREFETCH, SK_EVAL } StepKind;
+const char *step_kind_name(StepKind k);
+
+/* One step of the schedule: a node to run (or a copy to issue). */
+typedef struct Step {
+  StepKind kind;
+  int node;                // node index (-1 for copies)
+  int tensor;              // offload/prefetch: the tensor copied
+  int *in, *out;           // instance indices read / written (see plan.h Instance)
+  int nin, nout;
+} Step;
+
+typedef struct Route {
+  Step *s;
+  int ns, caps;
+  int train_steps;         // steps [0, train_steps) are the training step
+} Route;
+
+Route *route_build(const Graph *g);
+void route_dump(const Graph *g, const Route *r, FILE *f);
+
+/* ------------------------------------------------------------------ plan.c etc. */
+
+typedef enum { POL_NONE, POL_LIVENESS, POL_RECOMPUTE, POL_OFFLOAD, POL_SUPERNEURONS,
+               POL_AUTO } Policy;
+const char *policy_name(Policy p);
+int policy_parse(const char *s);       /* -1 if unknown */
+
+/* One buffer in the device arena: a tensor, or a second instance of it (a
+ * recomputed or prefetched copy). Lifetime in steps, inclusive. */
+typedef struct Instance {
+  int tensor;              // IR tensor
+  int64_t bytes;           // rounded up to SNRT_ALIGN
+  int first, last;         // first step that writes it, last step that reads it
+  int64_t offset;          // device arena offset (-1: not on the device)
+  int64_t host_offset;     // pinned host arena offset (-1: none)
+  bool persistent;         // resident for the whole program (params, opt state...)
+} Instance;
+
+typedef struct PlanOpts {
+  Policy policy;
+  int64_t budget;          // bytes (0: the device profile's memory)
+  const char *device;      // device profile name
+} PlanOpts;
+
+typedef struct Plan {
+  PlanOpts opts;
+  int batch;
+  Route *route;            // steps; Step.in/out are instance indices
+  Instance *inst;
+  int ninst, capinst;
+  int *tensor_inst;        // per tensor: its primary instance (-1: none)
+  int64_t arena_bytes;     // device arena size
+  int64_t persistent_bytes;
+  int64_t host_bytes;
+  int64_t peak_live_bytes; // max over steps of live instance bytes, before packing
+  int64_t layer_peak_bytes;
+  int64_t baseline_bytes;  // the none policy's arena
+  double recompute_flops, offload_bytes, est_step_seconds, step_flops;
+  int64_t *live_bytes;     // per step
+  int64_t *high_water;     // per step: highest arena byte in use
+} Plan;
+
+/* plan.c: runs the planning passes for the policy. */
+Plan *plan_build(Graph *g, const PlanOpts *o);
+/* liveness.c */
+void liveness_compute(const Graph *g, Plan *pl);
+void liveness_dump(const Graph *g, const Plan *pl, FILE *f);
+/* offsets.c: greedy interval packing; returns the arena size. */
+int64_t offsets_assign(Plan *pl, bool share);
+void offsets_dump(const Graph *g, const Plan *pl, FILE *f);
+/* Brute-force check: no two instances whose lifetimes overlap share bytes.
+ * Returns the number of violations (printed to f if non-NULL). */
+int offsets_check(const Graph *g, const Plan *pl, FILE *f);
+/* --dump PASS: route | liveness | recompute | offload | offsets */
+void plan_dump(const Graph *g, const Plan *pl, const char *pass, FILE *f);
+/* Largest batch whose plan fits o->budget (0 if none). */
+int plan_max_batch(const char *model, const char *input, const TrainOpts *t, const PlanOpts *o);
+/* plan_print.c */
+void plan_print_text(const Graph *g, const Plan *pl, FILE *f);
+void plan_print_summary(const Graph *g, const Plan *pl, FILE *f);
+void plan_print_json(const Graph *g, const Plan *pl, FILE *f);
+/* plan_html.c */
+void plan_print_html(const Graph *g, const Plan *pl, FILE *f);
+/* plan_diff.c: returns the exit code */
+int plan_diff(const char *a_json, const char *b_json, FILE *f);
+
+/* ------------------------------------------------------------------ emit.c */
+
+typedef struct EmitOpts {
+  const char *target;      // "cpu" | "cuda"
+  const char *model_path;  // the source model (copied into DIR)
+  const char *snc_root;    // repository root (for runtime headers and libraries)
+  const TrainOpts *train;
+} EmitOpts;
+
+void emit_program(const Graph *g, const Plan *pl, const EmitOpts *o, const char *dir);
+
+/* Declarations of every op's functions, from the table. Columns an op does
+ * not have name a stand-in (shape_internal, grad_none, emit_none) that fails
+ * clearly if it is ever called. */
+#define DECL_OP_FNS(id, onnx, a, b, c, d, cost, shape, grad, emit, flops) \
+  ShapeFn shape; GradFn grad; EmitFn emit; FlopFn flops;
+SNC_OPS(DECL_OP_FNS)
+#undef DECL_OP_FNS
+
+#endif /* SNC_H */

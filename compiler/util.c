@@ -1,0 +1,144 @@
+/* util.c — errors, checked allocation, sizes, hashing.
+ * Every failure of the compiler goes through fatal()/node_error() (bad input,
+ * exit 2; usage, exit 1) or internal_error() (a bug in snc, exit 3). */
+#include "snc.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *err_file;
+
+noreturn void fatal(int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "snc: error: ");
+  if (err_file && code == EXIT_BADINPUT) fprintf(stderr, "%s: ", err_file);
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n");
+  va_end(ap);
+  exit(code);
+}
+
+noreturn void node_error(const Node *n, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "snc: error: ");
+  if (err_file) fprintf(stderr, "%s: ", err_file);
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, " (node '%s', op %s)\n", n->name ? n->name : "", op_name(n->op));
+  va_end(ap);
+  exit(EXIT_BADINPUT);
+}
+
+noreturn void internal_error(const char *file, int line, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "snc: internal error at %s:%d: ", file, line);
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, " (please report this with the model)\n");
+  va_end(ap);
+  exit(EXIT_INTERNAL);
+}
+
+static noreturn void out_of_memory(size_t n) {
+  fatal(EXIT_BADINPUT, "out of memory allocating %zu bytes", n);
+}
+
+void *xmalloc(size_t n) {
+  void *p = malloc(n ? n : 1);
+  if (!p) out_of_memory(n);
+  return p;
+}
+
+void *xcalloc(size_t n, size_t size) {
+  void *p = calloc(n ? n : 1, size ? size : 1);
+  if (!p) out_of_memory(n * size);
+  return p;
+}
+
+void *xrealloc(void *p, size_t n) {
+  p = realloc(p, n ? n : 1);
+  if (!p) out_of_memory(n);
+  return p;
+}
+
+char *xstrdup(const char *s) {
+  size_t n = strlen(s) + 1;
+  return memcpy(xmalloc(n), s, n);
+}
+
+char *xasprintf(const char *fmt, ...) {
+  va_list ap, ap2;
+  va_start(ap, fmt);
+  va_copy(ap2, ap);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  char *s = xmalloc((size_t)n + 1);
+  vsnprintf(s, (size_t)n + 1, fmt, ap2);
+  va_end(ap2);
+  return s;
+}
+
+void xgrow(void **arr, int *cap, int need, size_t size) {
+  if (need <= *cap) return;
+  int c = *cap ? *cap : 8;
+  while (c < need) {
+    if (c > (1 << 29)) fatal(EXIT_BADINPUT, "too many elements (%d)", need);
+    c *= 2;
+  }
+  *arr = xrealloc(*arr, (size_t)c * size);
+  *cap = c;
+}
+
+#define ABSURD ((int64_t)1 << 48)
+
+int64_t mul_checked(int64_t a, int64_t b, const char *what) {
+  if (a < 0 || b < 0) fatal(EXIT_BADINPUT, "negative size in %s", what);
+  if (a != 0 && b > ABSURD / a) fatal(EXIT_BADINPUT, "absurd size in %s (over 2^48)", what);
+  return a * b;
+}
+
+int64_t parse_size(const char *s) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (end == s || errno || !(v >= 0) || v > 1e18) return -1;
+  while (isspace((unsigned char)*end)) end++;
+  static const struct { const char *suffix; double mult; } units[] = {
+      {"", 1},         {"B", 1},         {"KiB", 1024.0}, {"MiB", 1048576.0},
+      {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}, {"KB", 1e3}, {"MB", 1e6},
+      {"GB", 1e9},     {"TB", 1e12},     {"K", 1024.0},   {"M", 1048576.0},
+      {"G", 1073741824.0},
+  };
+  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+    if (strcmp(end, units[i].suffix) == 0) {
+      double b = v * units[i].mult;
+      if (b > 9e18) return -1;
+      return (int64_t)llround(b);
+    }
+  return -1;
+}
+
+const char *fmt_bytes(int64_t b) {
+  static char buf[8][32];
+  static int k;
+  char *s = buf[k++ & 7];
+  double v = (double)b;
+  if (b < 1024) snprintf(s, 32, "%lld B", (long long)b);
+  else if (v < 1048576.0) snprintf(s, 32, "%.1f KiB", v / 1024.0);
+  else if (v < 1073741824.0) snprintf(s, 32, "%.1f MiB", v / 1048576.0);
+  else snprintf(s, 32, "%.2f GiB", v / 1073741824.0);
+  return s;
+}
+
+/* FNV-1a, 64-bit. */
+uint64_t hash_bytes(uint64_t h, const void *p, size_t n) {
+  const unsigned char *c = p;
+  if (!h) h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 1099511628211ull;
+  return h;
+}

@@ -1,0 +1,242 @@
+#!/usr/bin/env python3
+"""configure.py — writes build.ninja for snc (Python standard library only).
+
+    ./configure.py [--install-deps] [--install-test-deps] [--cuda auto|on|off]
+                   [--sanitize address,undefined] [--werror] [--builddir DIR]
+
+Sources are found by listing the folders (compiler/*.c, runtime/cpu/*.c,
+runtime/cuda/*.cu, tests/unit/*.c); build.ninja re-runs this script when
+configure.py changes or a file is added to one of those folders.
+"""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+# Debian packages. Building and the main job need DEPS; the tests add TEST_DEPS.
+DEPS = ["gcc", "ninja-build", "protobuf-c-compiler", "libprotobuf-c-dev",
+        "libopenblas-dev", "zlib1g-dev", "dataset-fashion-mnist", "python3"]
+TEST_DEPS = ["python3-torch", "python3-torchvision", "python3-onnx", "python3-numpy",
+             "python3-pytest", "clang", "chromium"]
+
+
+def missing_packages(pkgs):
+    missing = []
+    for p in pkgs:
+        r = subprocess.run(["dpkg-query", "-W", "-f=${Status}", p],
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        if "install ok installed" not in r.stdout:
+            missing.append(p)
+    return missing
+
+
+def install(pkgs):
+    """apt-get install what is missing; quiet and quick when nothing is."""
+    missing = missing_packages(pkgs)
+    if not missing:
+        return
+    print("configure: installing " + " ".join(missing), flush=True)
+    sudo = [] if os.geteuid() == 0 else ["sudo"]
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    subprocess.run(sudo + ["apt-get", "update", "-qq"], check=True, env=env)
+    subprocess.run(sudo + ["apt-get", "install", "-y", "-qq", "--no-install-recommends"]
+                   + missing, check=True, env=env, stdout=subprocess.DEVNULL)
+
+
+class Writer:
+    """A small ninja file writer."""
+
+    def __init__(self, path):
+        self.f = open(path, "w")
+
+    def comment(self, text):
+        self.f.write("# " + text + "\n")
+
+    def variable(self, key, value):
+        self.f.write("%s = %s\n" % (key, value))
+
+    def rule(self, name, command, description=None, depfile=None, generator=False,
+             pool=None, restat=False):
+        self.f.write("rule %s\n  command = %s\n" % (name, command))
+        if description:
+            self.f.write("  description = %s\n" % description)
+        if depfile:
+            self.f.write("  depfile = %s\n  deps = gcc\n" % depfile)
+        if generator:
+            self.f.write("  generator = 1\n")
+        if pool:
+            self.f.write("  pool = %s\n" % pool)
+        if restat:
+            self.f.write("  restat = 1\n")
+
+    def build(self, outputs, rule, inputs=(), implicit=(), order_only=(), variables=None):
+        outputs = [outputs] if isinstance(outputs, str) else outputs
+        inputs = [inputs] if isinstance(inputs, str) else inputs
+        line = "build %s: %s" % (" ".join(outputs), rule)
+        if inputs:
+            line += " " + " ".join(inputs)
+        if implicit:
+            line += " | " + " ".join(implicit)
+        if order_only:
+            line += " || " + " ".join(order_only)
+        self.f.write(line + "\n")
+        for k, v in (variables or {}).items():
+            self.f.write("  %s = %s\n" % (k, v))
+        return outputs
+
+    def default(self, targets):
+        self.f.write("default %s\n" % " ".join(targets))
+
+    def close(self):
+        self.f.close()
+
+
+def listdir(folder, ext):
+    d = os.path.join(ROOT, folder)
+    if not os.path.isdir(d):
+        return []
+    return sorted(os.path.join(folder, f) for f in os.listdir(d) if f.endswith(ext))
+
+
+def probe_cuda(mode):
+    """Returns (nvcc, cuda_home) or (None, None) with a warning."""
+    if mode == "off":
+        return None, None
+    home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+    nvcc = shutil.which("nvcc") or (os.path.join(home, "bin", "nvcc")
+                                   if os.path.exists(os.path.join(home, "bin", "nvcc")) else None)
+    cudnn = os.path.exists(os.path.join(home, "include", "cudnn.h"))
+    if nvcc and cudnn:
+        return nvcc, home
+    why = "nvcc not found" if not nvcc else "cudnn.h not found under %s/include" % home
+    if mode == "on":
+        sys.exit("configure: error: --cuda on, but %s" % why)
+    print("configure: warning: %s; skipping the CUDA runtime (build/libsnrt_cuda.a)" % why)
+    return None, None
+
+
+def cpu_flags():
+    try:
+        info = open("/proc/cpuinfo").read()
+    except OSError:
+        return ""
+    if " avx2 " in info and " fma " in info:
+        return "-mavx2 -mfma"
+    return ""
+
+
+def main():
+    ap = argparse.ArgumentParser(description="Write build.ninja for snc.")
+    ap.add_argument("--install-deps", action="store_true",
+                    help="apt-get the Debian packages building and the main job need")
+    ap.add_argument("--install-test-deps", action="store_true",
+                    help="also the packages only the tests need (PyTorch, ONNX, pytest, clang, chromium)")
+    ap.add_argument("--cuda", choices=["auto", "on", "off"], default="auto",
+                    help="build the CUDA runtime (auto: where nvcc and cuDNN are found)")
+    ap.add_argument("--sanitize", default="",
+                    help="build snc and the CPU runtime with -fsanitize=LIST (e.g. address,undefined)")
+    ap.add_argument("--werror", action="store_true", help="treat warnings as errors (the test build)")
+    args = ap.parse_args()
+
+    if args.install_deps or args.install_test_deps:
+        install(DEPS + (TEST_DEPS if args.install_test_deps else []))
+
+    os.chdir(ROOT)
+    nvcc, cuda_home = probe_cuda(args.cuda)
+    argv = " ".join(sys.argv[1:])
+    argv = " ".join(a for a in sys.argv[1:] if not a.startswith("--install"))
+
+    w = Writer("build.ninja")
+    w.comment("Written by configure.py %s; do not edit." % argv)
+    w.variable("ninja_required_version", "1.10")
+    w.variable("builddir", "build")
+    warn = "-Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter"
+    if args.werror:
+        warn += " -Werror"
+    san = "-fsanitize=%s -fno-omit-frame-pointer" % args.sanitize if args.sanitize else ""
+    w.variable("cc", os.environ.get("CC", "gcc"))
+    w.variable("cflags", "-std=c11 -D_GNU_SOURCE -O2 -g %s %s -Ibuild/gen" % (warn, san))
+    w.variable("rtflags", "-std=c11 -D_GNU_SOURCE -O3 -g -fopenmp %s %s %s -Ibuild/gen -Iruntime"
+               % (cpu_flags(), warn, san))
+    w.variable("ldflags", san)
+    w.variable("python", "/usr/bin/python3")
+
+    w.rule("configure", "./configure.py %s" % argv, "CONFIGURE", generator=True)
+    w.rule("protoc", "protoc-c --c_out=build/gen --proto_path=schemas $in", "PROTOC $in",
+           restat=True)
+    w.rule("cc", "$cc -MMD -MF $out.d $cflags -c $in -o $out", "CC $out", depfile="$out.d")
+    w.rule("rtcc", "$cc -MMD -MF $out.d $rtflags -c $in -o $out", "CC $out", depfile="$out.d")
+    w.rule("link", "$cc $ldflags -o $out $in $libs", "LINK $out")
+    w.rule("ar", "rm -f $out && ar crs $out $in", "AR $out")
+    w.rule("run", "$cmd", "$desc", pool="console")
+
+    w.build("build.ninja", "configure",
+            implicit=["configure.py", "compiler", "runtime/common", "runtime/cpu", "runtime/cuda", "tests/unit"])
+
+    # ONNX schema, compiled by protoc-c.
+    gen = w.build(["build/gen/onnx.pb-c.c", "build/gen/onnx.pb-c.h"], "protoc",
+                  "schemas/onnx.proto")
+    pb_obj = w.build("build/obj/onnx.pb-c.o", "cc", "build/gen/onnx.pb-c.c")[0]
+
+    # The compiler.
+    objs = [pb_obj]
+    for src in listdir("compiler", ".c"):
+        objs += w.build("build/obj/%s.o" % src[:-2], "cc", src, order_only=gen)
+    snc = w.build("build/snc", "link", objs, variables={"libs": "-lprotobuf-c -lz -lm"})
+    snc_objs = [o for o in objs if not o.endswith("/main.o")]
+    w.build("build/libsnc.a", "ar", snc_objs)
+
+    # The CPU runtime.
+    common = []
+    for src in listdir("runtime/common", ".c"):
+        common += w.build("build/obj/%s.o" % src[:-2], "rtcc", src, order_only=gen)
+    rt = [pb_obj] + common
+    for src in listdir("runtime/cpu", ".c"):
+        rt += w.build("build/obj/%s.o" % src[:-2], "rtcc", src, order_only=gen)
+    cpu_lib = w.build("build/libsnrt_cpu.a", "ar", rt)
+    targets = snc + cpu_lib + ["build/libsnc.a"]
+
+    # The CUDA runtime (compiled, never run, on machines without a GPU).
+    cuda_srcs = listdir("runtime/cuda", ".cu") + listdir("runtime/cuda", ".c")
+    if nvcc and cuda_srcs:
+        w.variable("nvcc", nvcc)
+        w.variable("nvccflags", "-O3 -std=c++17 -Iruntime -Ibuild/gen -I%s/include "
+                   "-arch=sm_90 -Xcompiler -fPIC" % cuda_home)
+        w.rule("nvcc", "$nvcc -MD -MF $out.d $nvccflags -c $in -o $out", "NVCC $out",
+               depfile="$out.d")
+        cobjs = [pb_obj] + common
+        for src in cuda_srcs:
+            if src.endswith(".cu"):
+                cobjs += w.build("build/obj/%s.o" % src[:-3], "nvcc", src, order_only=gen)
+            else:
+                cobjs += w.build("build/obj/%s.o" % src[:-2], "rtcc", src, order_only=gen)
+        targets += w.build("build/libsnrt_cuda.a", "ar", cobjs)
+
+    # C unit tests: each tests/unit/test_X.c links against the compiler objects
+    # (everything but main) and the CPU runtime.
+    tests = []
+    for src in listdir("tests/unit", ".c"):
+        name = os.path.basename(src)[:-2]
+        obj = w.build("build/obj/%s.o" % src[:-2], "rtcc", src, order_only=gen)
+        tests += w.build("build/tests/%s" % name, "link", obj + ["build/libsnc.a"] + cpu_lib,
+                         variables={"libs": "-fopenmp -lopenblas -lprotobuf-c -lz -lm -lpthread"})
+    w.build("tests", "phony", tests)
+
+    w.build("test", "run", implicit=targets + tests,
+            variables={"cmd": "$python -m pytest -q -p no:cacheprovider tests",
+                       "desc": "TEST"})
+    w.build("demo", "run", implicit=targets,
+            variables={"cmd": "sh examples/demo.sh", "desc": "DEMO"})
+    w.build("generated", "run", implicit=targets,
+            variables={"cmd": "$python generated/regenerate.py", "desc": "GENERATED"})
+    w.build("all", "phony", targets)
+    w.default(targets)
+    w.close()
+    print("configure: wrote build.ninja (cuda runtime: %s)" % ("yes" if nvcc and cuda_srcs else "no"))
+
+
+if __name__ == "__main__":
+    main()

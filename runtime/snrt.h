@@ -1,0 +1,405 @@
+/* snrt.h — the one API an emitted snc program calls.
+ *
+ * What it is: the contract between the compiler (which emits train.c) and the
+ * runtimes (runtime/cpu: C kernels over OpenBLAS with an emulated device arena;
+ * runtime/cuda: cuDNN/cuBLAS and our kernels). The same emitted train.c links
+ * against either one.
+ *
+ * What it is not: a framework. There is no allocator, no graph, no dispatch.
+ * Every pointer handed to a kernel lies inside the device arena at an offset the
+ * compiler planned; every shape and stride is a compile-time constant in a
+ * parameter struct declared `static const` in train.c.
+ *
+ * The parameter structs below are also used by the compiler (shape inference
+ * fills them, the emitter prints them), so this header is plain C11 with no
+ * runtime dependencies.
+ *
+ * Conventions: tensors are float32, NCHW, contiguous. Kernels that produce a
+ * gradient overwrite their output (never accumulate) unless the struct says
+ * `accumulate`. All sizes are element counts unless named *_bytes.
+ */
+#ifndef SNRT_H
+#define SNRT_H
+
+#include <stdint.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SNRT_MAX_RANK 8
+#define SNRT_ALIGN 256          /* every arena offset is a multiple of this */
+#define SNRT_ABI_VERSION 1
+
+/* ---------------------------------------------------------------------------
+ * Parameter structs (filled by snc's shape inference, printed by its emitter)
+ * ------------------------------------------------------------------------- */
+
+/* 2-D convolution, NCHW, weights (k, c/group, kh, kw). Bottom/right padding is
+ * implied by oh/ow. */
+typedef struct snrt_conv_t {
+  int n, c, h, w;        /* input */
+  int k, oh, ow;         /* output channels and spatial size */
+  int kh, kw;            /* kernel */
+  int sh, sw;            /* strides */
+  int pt, pl;            /* top and left padding */
+  int dh, dw;            /* dilations */
+  int group;             /* groups (c and k divisible by it) */
+  int ws_images;         /* CPU: images per im2col chunk (workspace sizing) */
+  int64_t ws_bytes;      /* workspace the plan gave this step (bytes) */
+} snrt_conv_t;
+
+/* Max/average pooling, NCHW. pb/pr are the bottom/right padding (needed for
+ * the count_include_pad divisor, which never counts positions past them). */
+typedef struct snrt_pool_t {
+  int n, c, h, w;
+  int oh, ow;
+  int kh, kw, sh, sw;
+  int pt, pl, pb, pr;
+  int dh, dw;            /* dilations (max pool only; 1 otherwise) */
+  int count_include_pad; /* average pool only */
+} snrt_pool_t;
+
+/* BatchNormalization over (n, hw) per channel c. ONNX momentum convention:
+ * running = running * momentum + batch * (1 - momentum); the running variance
+ * is updated with the unbiased batch variance (as PyTorch does). */
+typedef struct snrt_bn_t {
+  int n, c;
+  int64_t hw;
+  float eps, momentum;
+} snrt_bn_t;
+
+/* Local response normalization across channels (ONNX LRN). */
+typedef struct snrt_lrn_t {
+  int n, c;
+  int64_t hw;
+  int size;
+  float alpha, beta, bias;
+} snrt_lrn_t;
+
+enum snrt_unary_kind {
+  SNRT_RELU, SNRT_LEAKY_RELU, SNRT_SIGMOID, SNRT_TANH, SNRT_CLIP,
+};
+
+/* Elementwise activation. LeakyRelu uses alpha; Clip uses [lo, hi]. */
+typedef struct snrt_unary_t {
+  int64_t n;
+  int kind;              /* enum snrt_unary_kind */
+  float alpha;
+  float lo, hi;
+} snrt_unary_t;
+
+enum snrt_binary_kind { SNRT_ADD, SNRT_SUB, SNRT_MUL, SNRT_DIV };
+
+/* Broadcasting elementwise binary op y = a OP b. The output has `rank` dims
+ * `dims`; sa/sb are the element strides of a and b in that index space (0 on
+ * a broadcast dimension). Backward computes da and/or db (either may be NULL),
+ * summing over the dimensions where that operand was broadcast. */
+typedef struct snrt_binary_t {
+  int kind;              /* enum snrt_binary_kind */
+  int rank;
+  int64_t n;             /* output elements */
+  int64_t dims[SNRT_MAX_RANK];
+  int64_t sa[SNRT_MAX_RANK];
+  int64_t sb[SNRT_MAX_RANK];
+  int64_t na, nb;        /* elements of a and of b */
+} snrt_binary_t;
+
+/* Reduce-sum a "big" tensor into a "small" one that broadcasts to it, times
+ * scale (ReduceMean forward: scale = 1/count; gradient of a broadcast), and
+ * its dual, expand: big[i] = scale * small[broadcast(i)]. ss are the strides
+ * of the small tensor in the big index space (0 where it broadcasts). */
+typedef struct snrt_reduce_t {
+  int rank;
+  int64_t n_big, n_small;
+  int64_t dims[SNRT_MAX_RANK];   /* big shape */
+  int64_t ss[SNRT_MAX_RANK];     /* small strides in big index space */
+  float scale;
+} snrt_reduce_t;
+
+/* Batched matrix product Y[b] = alpha * op(A[b]) op(B[b]) + beta * Y[b],
+ * row-major. op(A) is (m, k), op(B) is (k, n). Batch strides of 0 broadcast
+ * an operand. beta = 1 accumulates into Y. */
+typedef struct snrt_mm_t {
+  int64_t batch, m, n, k;
+  int trans_a, trans_b;
+  float alpha, beta;
+  int64_t stride_a, stride_b, stride_y;  /* elements between batch items */
+} snrt_mm_t;
+
+/* Add a bias that broadcasts to a (rows, cols) matrix: y[r][c] += scale * b[...]
+ * with b indexed by bias_kind. Backward reduces dy the other way. */
+enum snrt_bias_kind { SNRT_BIAS_SCALAR, SNRT_BIAS_ROW /* b[c], len cols */,
+                      SNRT_BIAS_COL /* b[r], len rows */, SNRT_BIAS_FULL };
+typedef struct snrt_bias_t {
+  int64_t rows, cols;
+  int kind;              /* enum snrt_bias_kind */
+  float scale;
+} snrt_bias_t;
+
+/* Concat along an axis / Split along an axis: outer = product of the dims
+ * before the axis; chunk[i] = (axis length of part i) * (product of dims after
+ * the axis). Split writes each part (NULL parts are skipped); concat reads. */
+typedef struct snrt_concat_t {
+  int parts;
+  int64_t outer;
+  const int64_t *chunk;  /* parts entries */
+} snrt_concat_t;
+
+/* Slice with positive or negative steps: out[i] = in[start + i*step] per dim.
+ * Backward (scatter) zero-fills dx and writes dy at the sliced positions. */
+typedef struct snrt_slice_t {
+  int rank;
+  int64_t n_in, n_out;
+  int64_t in_dims[SNRT_MAX_RANK];
+  int64_t out_dims[SNRT_MAX_RANK];
+  int64_t start[SNRT_MAX_RANK];
+  int64_t step[SNRT_MAX_RANK];
+} snrt_slice_t;
+
+/* Constant padding: out = value everywhere, in copied at offset `before`.
+ * Negative pads crop. Backward crops dy into dx. */
+typedef struct snrt_pad_t {
+  int rank;
+  int64_t n_in, n_out;
+  int64_t in_dims[SNRT_MAX_RANK];
+  int64_t out_dims[SNRT_MAX_RANK];
+  int64_t before[SNRT_MAX_RANK];
+  float value;
+} snrt_pad_t;
+
+/* Transpose: out dims[i] = in_dims[perm[i]]. */
+typedef struct snrt_transpose_t {
+  int rank;
+  int64_t n;
+  int64_t in_dims[SNRT_MAX_RANK];
+  int perm[SNRT_MAX_RANK];
+} snrt_transpose_t;
+
+/* Softmax over the middle index of (outer, len, inner). */
+typedef struct snrt_softmax_t {
+  int64_t outer, len, inner;
+} snrt_softmax_t;
+
+/* Dropout. The mask of element i is a pure function of (seed, step, id, i),
+ * so backward (and recomputation) regenerate it instead of storing it.
+ * Kept elements are scaled by 1/(1-ratio). */
+typedef struct snrt_dropout_t {
+  int64_t n;
+  float ratio;
+  uint32_t id;           /* a number unique to this dropout in the model */
+} snrt_dropout_t;
+
+/* Losses over logits (n, classes). Softmax cross-entropy takes int32 labels;
+ * mse takes float targets of the logits' shape. Both average over the batch
+ * (mse over every element, as torch.nn.MSELoss). */
+typedef struct snrt_loss_t {
+  int n, classes;
+} snrt_loss_t;
+
+/* Optimizer updates. The learning rate comes from the context (--lr); `param`
+ * is the index in the model's tensor table (for --dump-grads and logging). */
+typedef struct snrt_sgd_t {
+  int64_t n;
+  float momentum, weight_decay, dampening;
+  int nesterov;
+  int param;
+} snrt_sgd_t;
+
+typedef struct snrt_adam_t {
+  int64_t n;
+  float beta1, beta2, eps, weight_decay;
+  int decoupled;         /* 1: AdamW */
+  int param;
+} snrt_adam_t;
+
+/* ---------------------------------------------------------------------------
+ * The model descriptor: emitted by snc into train.c, read by the runtime's
+ * main loop (flags, data, checkpoints, metrics, export).
+ * ------------------------------------------------------------------------- */
+
+enum snrt_tensor_kind {
+  SNRT_T_INPUT,          /* data batch, written by the loader before each step */
+  SNRT_T_LABEL,          /* labels (int32) or mse targets (float) */
+  SNRT_T_PARAM,          /* trainable parameter (persistent) */
+  SNRT_T_STATE,          /* non-trainable state, e.g. BN running mean/var */
+  SNRT_T_OPT,            /* optimizer state (momentum, Adam moments) */
+  SNRT_T_LOSS,           /* the scalar loss, valid after the step */
+  SNRT_T_LOGITS,         /* model output, valid after an eval step */
+  SNRT_T_GRAD,           /* parameter gradient (transient; see --dump-grads) */
+};
+
+enum snrt_init {
+  SNRT_INIT_NONE,        /* written by the program (inputs, grads...) */
+  SNRT_INIT_FILE,        /* params.bin at file_offset */
+  SNRT_INIT_ZERO,
+  SNRT_INIT_ONE,
+  SNRT_INIT_KAIMING,     /* PyTorch's default weight init: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) */
+  SNRT_INIT_BIAS,        /* PyTorch's default bias init: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) */
+};
+
+enum snrt_dtype { SNRT_F32 = 1, SNRT_I32 = 6 };
+
+typedef struct snrt_tensor {
+  const char *name;      /* ONNX name (for files: sanitized to [A-Za-z0-9._-]) */
+  int kind;              /* enum snrt_tensor_kind */
+  int dtype;             /* enum snrt_dtype */
+  int rank;
+  int64_t dims[SNRT_MAX_RANK];
+  int64_t nbytes;
+  int64_t offset;        /* device arena offset; -1 where not resident (offloaded) */
+  int64_t host_offset;   /* pinned host arena offset; -1 where none */
+  int init;              /* enum snrt_init */
+  int64_t fan_in;        /* for KAIMING and BIAS */
+  int64_t file_offset;   /* for FILE: byte offset in params.bin */
+  int grad;              /* PARAM: index of its GRAD entry (-1 if none) */
+  int opt[2];            /* PARAM: indices of its optimizer state (-1 if none) */
+} snrt_tensor;
+
+enum snrt_loss_kind { SNRT_LOSS_SOFTMAX_CE, SNRT_LOSS_MSE };
+enum snrt_opt_kind { SNRT_OPT_SGD, SNRT_OPT_ADAM, SNRT_OPT_ADAMW };
+
+typedef struct snrt_ctx snrt_ctx;
+
+typedef struct snrt_model {
+  const char *name;          /* model file name */
+  uint64_t fingerprint;      /* hash of model + plan: checkpoints must match */
+  int batch;
+  int64_t arena_bytes;       /* device arena: exactly this many bytes */
+  int64_t host_bytes;        /* pinned host arena */
+  int ntensors;
+  const snrt_tensor *tensors;
+  int input, label, loss, logits;   /* indices into tensors */
+  int classes;               /* logits' second dimension */
+  int loss_kind;             /* enum snrt_loss_kind */
+  int opt_kind;              /* enum snrt_opt_kind */
+  float lr;                  /* default learning rate (--lr overrides) */
+  const char *policy;        /* plan policy name, for --metrics */
+  void (*train_step)(snrt_ctx *c);  /* forward, loss, backward, updates */
+  void (*eval_step)(snrt_ctx *c);   /* forward with inference semantics */
+} snrt_model;
+
+/* Defined by the emitted train.c. */
+extern const snrt_model snrt_the_model;
+
+/* ---------------------------------------------------------------------------
+ * Context: what a step needs at run time.
+ * ------------------------------------------------------------------------- */
+
+char *snrt_arena(snrt_ctx *c);        /* device arena base */
+float snrt_lr(snrt_ctx *c);           /* current learning rate */
+int64_t snrt_step(snrt_ctx *c);       /* 0-based index of the step being run */
+uint64_t snrt_seed(snrt_ctx *c);
+
+/* Poison mode (--poison): fill [off, off+bytes) with NaN when its tensor dies.
+ * A no-op otherwise. */
+void snrt_dead(snrt_ctx *c, int64_t off, int64_t bytes);
+
+/* Called by the update kernels with each parameter's final gradient before
+ * it is applied (records it when --dump-grads is on). */
+void snrt_grad_ready(snrt_ctx *c, int param, const float *g, int64_t n);
+
+/* Unified tensor pool: asynchronous copies on the copy engine and events.
+ * `after` is the event the copy waits for first (-1: none). */
+void snrt_offload(snrt_ctx *c, int64_t host_off, int64_t dev_off, int64_t bytes, int event);
+void snrt_prefetch(snrt_ctx *c, int64_t dev_off, int64_t host_off, int64_t bytes, int event);
+void snrt_wait(snrt_ctx *c, int event);  /* compute waits until `event` completed */
+
+/* ---------------------------------------------------------------------------
+ * Kernels. Inputs are const; outputs are overwritten.
+ * ------------------------------------------------------------------------- */
+
+void snrt_conv_fwd(snrt_ctx *c, const snrt_conv_t *p, const float *x, const float *w,
+                   const float *b /* NULL: no bias */, float *y, float *ws);
+void snrt_conv_bwd_data(snrt_ctx *c, const snrt_conv_t *p, const float *dy, const float *w,
+                        float *dx, float *ws);
+void snrt_conv_bwd_filter(snrt_ctx *c, const snrt_conv_t *p, const float *x, const float *dy,
+                          float *dw, float *ws);
+void snrt_conv_bwd_bias(snrt_ctx *c, const snrt_conv_t *p, const float *dy, float *db);
+
+void snrt_maxpool_fwd(snrt_ctx *c, const snrt_pool_t *p, const float *x, float *y);
+void snrt_maxpool_bwd(snrt_ctx *c, const snrt_pool_t *p, const float *x, const float *dy, float *dx);
+void snrt_avgpool_fwd(snrt_ctx *c, const snrt_pool_t *p, const float *x, float *y);
+void snrt_avgpool_bwd(snrt_ctx *c, const snrt_pool_t *p, const float *dy, float *dx);
+
+/* Batch statistics (training): writes y, saved mean and saved 1/sqrt(var+eps),
+ * and updates the running statistics in place. */
+void snrt_bn_fwd_train(snrt_ctx *c, const snrt_bn_t *p, const float *x, const float *scale,
+                       const float *bias, float *rmean, float *rvar, float *y,
+                       float *smean, float *sinvstd);
+/* Recomputation: the same y from the saved statistics; running stats untouched. */
+void snrt_bn_fwd_saved(snrt_ctx *c, const snrt_bn_t *p, const float *x, const float *scale,
+                       const float *bias, const float *smean, const float *sinvstd, float *y);
+/* Inference: running statistics. */
+void snrt_bn_fwd_infer(snrt_ctx *c, const snrt_bn_t *p, const float *x, const float *scale,
+                       const float *bias, const float *rmean, const float *rvar, float *y);
+void snrt_bn_bwd(snrt_ctx *c, const snrt_bn_t *p, const float *x, const float *dy,
+                 const float *scale, const float *smean, const float *sinvstd,
+                 float *dx, float *dscale, float *dbias);
+
+void snrt_lrn_fwd(snrt_ctx *c, const snrt_lrn_t *p, const float *x, float *y);
+void snrt_lrn_bwd(snrt_ctx *c, const snrt_lrn_t *p, const float *x, const float *y,
+                  const float *dy, float *dx);
+
+void snrt_unary_fwd(snrt_ctx *c, const snrt_unary_t *p, const float *x, float *y);
+/* Uses x for LeakyRelu/Clip/Relu, y for Sigmoid/Tanh (either may be passed). */
+void snrt_unary_bwd(snrt_ctx *c, const snrt_unary_t *p, const float *x, const float *y,
+                    const float *dy, float *dx);
+
+void snrt_binary_fwd(snrt_ctx *c, const snrt_binary_t *p, const float *a, const float *b, float *y);
+void snrt_binary_bwd(snrt_ctx *c, const snrt_binary_t *p, const float *a, const float *b,
+                     const float *dy, float *da, float *db);
+
+void snrt_reduce(snrt_ctx *c, const snrt_reduce_t *p, const float *big, float *small);
+void snrt_expand(snrt_ctx *c, const snrt_reduce_t *p, const float *small, float *big);
+
+void snrt_matmul(snrt_ctx *c, const snrt_mm_t *p, const float *a, const float *b, float *y);
+void snrt_bias_fwd(snrt_ctx *c, const snrt_bias_t *p, const float *b, float *y);
+void snrt_bias_bwd(snrt_ctx *c, const snrt_bias_t *p, const float *dy, float *db);
+
+void snrt_concat(snrt_ctx *c, const snrt_concat_t *p, const float *const *in, float *y);
+void snrt_split(snrt_ctx *c, const snrt_concat_t *p, const float *x, float *const *out);
+void snrt_slice_fwd(snrt_ctx *c, const snrt_slice_t *p, const float *x, float *y);
+void snrt_slice_bwd(snrt_ctx *c, const snrt_slice_t *p, const float *dy, float *dx);
+void snrt_pad_fwd(snrt_ctx *c, const snrt_pad_t *p, const float *x, float *y);
+void snrt_pad_bwd(snrt_ctx *c, const snrt_pad_t *p, const float *dy, float *dx);
+void snrt_transpose(snrt_ctx *c, const snrt_transpose_t *p, const float *x, float *y);
+
+void snrt_softmax_fwd(snrt_ctx *c, const snrt_softmax_t *p, const float *x, float *y);
+void snrt_softmax_bwd(snrt_ctx *c, const snrt_softmax_t *p, const float *y, const float *dy, float *dx);
+
+void snrt_dropout_fwd(snrt_ctx *c, const snrt_dropout_t *p, const float *x, float *y);
+void snrt_dropout_bwd(snrt_ctx *c, const snrt_dropout_t *p, const float *dy, float *dx);
+
+void snrt_copy(snrt_ctx *c, int64_t bytes, const void *src, void *dst);
+void snrt_fill(snrt_ctx *c, int64_t n, float value, float *y);
+void snrt_add(snrt_ctx *c, int64_t n, const float *a, const float *b, float *y);  /* y = a + b */
+
+/* loss = mean over the batch; writes one float. */
+void snrt_softmax_ce_fwd(snrt_ctx *c, const snrt_loss_t *p, const float *logits,
+                         const int32_t *labels, float *loss);
+void snrt_softmax_ce_bwd(snrt_ctx *c, const snrt_loss_t *p, const float *logits,
+                         const int32_t *labels, float *dlogits);
+void snrt_mse_fwd(snrt_ctx *c, const snrt_loss_t *p, const float *out, const float *target, float *loss);
+void snrt_mse_bwd(snrt_ctx *c, const snrt_loss_t *p, const float *out, const float *target, float *dout);
+
+/* PyTorch semantics (torch.optim.SGD, Adam, AdamW); buffers start at zero. */
+void snrt_sgd(snrt_ctx *c, const snrt_sgd_t *p, float *w, const float *g, float *mom);
+void snrt_adam(snrt_ctx *c, const snrt_adam_t *p, float *w, const float *g, float *m, float *v);
+
+/* The counter-based generator shared by every runtime: a uniform float in
+ * [0, 1) from (seed, step, id, i). Pure, so masks can be regenerated. */
+static inline float snrt_uniform(uint64_t seed, uint64_t step, uint32_t id, uint64_t i) {
+  uint64_t z = seed * 0x9E3779B97F4A7C15ull ^ (step + 0x632BE59BD9B4E019ull) * 0xBF58476D1CE4E5B9ull;
+  z ^= ((uint64_t)id << 40) ^ i * 0x94D049BB133111EBull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return (float)(z >> 40) * (1.0f / 16777216.0f);
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SNRT_H */

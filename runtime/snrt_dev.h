@@ -1,0 +1,46 @@
+/* snrt_dev.h — internal to the runtimes: the context, and the small device
+ * layer that runtime/common (flags, data, training loop, checkpoints, export)
+ * uses so that it runs unchanged on the CPU and on CUDA.
+ *
+ * runtime/cpu/device.c implements the device layer with malloc and a copy
+ * engine thread; runtime/cuda/device.cu with cudaMalloc, streams and events.
+ * Kernels (snrt.h) are implemented per runtime. Not part of the emitted
+ * program's API. */
+#ifndef SNRT_DEV_H
+#define SNRT_DEV_H
+
+#include "snrt.h"
+#include <stdbool.h>
+
+struct snrt_ctx {
+  const snrt_model *m;
+  char *arena;               /* device arena (exactly m->arena_bytes) */
+  char *host;                /* pinned host arena (m->host_bytes) */
+  float lr;
+  int64_t step;              /* global step index (continues across --resume) */
+  uint64_t seed;
+  bool poison;               /* --poison */
+  bool dump_grads;           /* capture gradients in snrt_grad_ready */
+  float **grad_copy;         /* per tensor index: host copy of its gradient (dump) */
+  int threads;
+  void *dev;                 /* device-layer private state */
+};
+
+/* Allocates the arenas; on failure prints what was asked and what to do, and
+ * exits with code 4. */
+void snrt_dev_init(snrt_ctx *c);
+void snrt_dev_free(snrt_ctx *c);
+/* Synchronous copies between host memory and the device arena. */
+void snrt_dev_upload(snrt_ctx *c, int64_t dev_off, const void *src, int64_t bytes);
+void snrt_dev_download(snrt_ctx *c, void *dst, int64_t dev_off, int64_t bytes);
+/* Waits for all device work (compute and copies). */
+void snrt_dev_sync(snrt_ctx *c);
+/* Fill bytes at dev_off with NaN (poison mode). */
+void snrt_dev_poison(snrt_ctx *c, int64_t dev_off, int64_t bytes);
+/* "cpu (2 threads, OpenBLAS)" / "NVIDIA H200 (cuDNN 9.x)" */
+const char *snrt_dev_describe(snrt_ctx *c);
+
+/* Exit codes of the emitted program (INTERFACE.md). */
+enum { SNRT_EXIT_USAGE = 1, SNRT_EXIT_DATA = 2, SNRT_EXIT_NAN = 3, SNRT_EXIT_DEVICE = 4 };
+
+#endif
