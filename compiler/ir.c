@@ -261,3 +261,13 @@ float const_float(const Graph *g, const Node *n, int input, float dflt) {
                       dtype_name(t->dtype));
   }
 }
+
+int64_t node_workspace_bytes(const Graph *g, const Node *n) {
+  (void)g;
+  switch (n->op) {
+  case OP_CONV: case OP_CONV_BWD_DATA: case OP_CONV_BWD_FILTER:
+    return n->p ? snrt_conv_ws_bytes((const snrt_conv_t *)n->p) : 0;
+  default:
+    return 0;
+  }
+}

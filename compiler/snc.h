@@ -180,6 +180,26 @@ int const_ints(const Graph *g, const Node *n, int input, int64_t *out, int max);
 /* A constant float scalar input (Clip min/max, Dropout ratio); dflt if absent. */
 float const_float(const Graph *g, const Node *n, int input, float dflt);
 
+/* Node params (node->p) by op, set by shape.c (forward ops) or autodiff.c:
+ *   CONV, CONV_BWD_*            snrt_conv_t        BATCHNORM, BN_*     snrt_bn_t
+ *   RELU..CLIP, UNARY_BWD       snrt_unary_t       *POOL*, *POOL_BWD  snrt_pool_t
+ *   LRN, LRN_BWD                snrt_lrn_t         GEMM               GemmParams
+ *   MATMUL, MATMUL_RAW          snrt_mm_t          BIAS_BWD           snrt_bias_t
+ *   ADD..DIV, BINARY_BWD        snrt_binary_t      CONCAT, SPLIT      snrt_concat_t
+ *   SLICE, SLICE_BWD            snrt_slice_t       TRANSPOSE          snrt_transpose_t
+ *   PAD, PAD_BWD                snrt_pad_t         DROPOUT(_BWD)      snrt_dropout_t
+ *   SOFTMAX(_BWD)               snrt_softmax_t     REDUCEMEAN, REDUCE, EXPAND  snrt_reduce_t
+ *   SOFTMAX_CE*, MSE*           snrt_loss_t        SGD / ADAM         snrt_sgd_t / snrt_adam_t
+ *   FLATTEN, RESHAPE, IDENTITY, ACCUMULATE, CONSTANT: NULL (a copy / y = a + b). */
+typedef struct GemmParams {
+  snrt_mm_t mm;            // Y = alpha * op(A) op(B)   (batch 1)
+  snrt_bias_t bias;        // Y += beta * C, C broadcast to (M, N)
+  bool has_c;
+} GemmParams;
+
+/* Scratch bytes a node needs for its step (conv im2col / cuDNN); 0 for most. */
+int64_t node_workspace_bytes(const Graph *g, const Node *n);
+
 /* ------------------------------------------------------------------ op table (ir.c) */
 
 enum { COST_FREE, COST_CHEAP, COST_EXPENSIVE };

@@ -50,6 +50,17 @@ typedef struct snrt_conv_t {
   int64_t ws_bytes;      /* workspace the plan gave this step (bytes) */
 } snrt_conv_t;
 
+/* Workspace of a CPU conv step (forward, backward-data or backward-filter):
+ * an im2col buffer for ws_images images at a time; none for a 1x1, stride-1,
+ * unpadded conv, whose input already is its column matrix. The compiler plans
+ * exactly this many bytes; the CPU kernels use no other scratch memory. */
+static inline int64_t snrt_conv_ws_bytes(const snrt_conv_t *p) {
+  if (p->kh == 1 && p->kw == 1 && p->sh == 1 && p->sw == 1 && p->pt == 0 && p->pl == 0 &&
+      p->oh == p->h && p->ow == p->w)
+    return 0;
+  return (int64_t)p->ws_images * (p->c / p->group) * p->kh * p->kw * p->oh * p->ow * 4;
+}
+
 /* Max/average pooling, NCHW. pb/pr are the bottom/right padding (needed for
  * the count_include_pad divisor, which never counts positions past them). */
 typedef struct snrt_pool_t {
