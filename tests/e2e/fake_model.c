@@ -12,7 +12,7 @@
  * backward pass needs it (a missing wait shows up as NaN with --poison).
  *
  * What it is not: a kernel test. Build flags: -DFAKE_BATCH=N, -DFAKE_FP=X
- * (fingerprint), -DFAKE_HIDDEN=N. */
+ * (fingerprint), -DFAKE_HIDDEN=N, -DFAKE_EXTRA=BYTES. */
 #include "snrt.h"
 
 #include <math.h>
@@ -23,6 +23,9 @@
 #endif
 #ifndef FAKE_FP
 #define FAKE_FP 0x5eed1234abcd0001ull
+#endif
+#ifndef FAKE_EXTRA
+#define FAKE_EXTRA 0   /* bytes added to the arena (allocation-failure test) */
 #endif
 #ifndef FAKE_HIDDEN
 #define FAKE_HIDDEN 64
@@ -196,7 +199,7 @@ const snrt_model snrt_the_model = {
     .name = "fake_mlp.onnx",
     .fingerprint = FAKE_FP,
     .batch = B,
-    .arena_bytes = ARENA,
+    .arena_bytes = (int64_t)ARENA + FAKE_EXTRA,
     .host_bytes = B * H * 4,
     .ntensors = (int)(sizeof tensors / sizeof tensors[0]),
     .tensors = tensors,
