@@ -361,3 +361,23 @@ def test_threadsanitizer_clean(env, tmp_path):
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120,
                        env=dict(os.environ, TSAN_OPTIONS="halt_on_error=1 exitcode=66"))
     assert r.returncode == 0 and "ThreadSanitizer" not in r.stderr, r.stderr[-3000:]
+
+
+def test_eval_each_epoch_and_epochs_flag(env, tmp_path):
+    """960 samples = 15 batches of 64 per epoch: --epochs 2 runs 30 steps and
+    evaluates twice; the partial last eval batch still counts every sample."""
+    exe, data = env["exe"], env["npy"]
+    r = run(exe, "--data", data, "--epochs", 2, "--eval", data, "--metrics", tmp_path / "m.json",
+            "--log-every", 5)
+    assert r.returncode == 0, r.stderr
+    assert "epoch 1: test accuracy" in r.stdout and "epoch 2: test accuracy" in r.stdout
+    m = json.load(open(tmp_path / "m.json"))
+    assert m["steps"] == 30 and m["epochs"] == 2
+    # Accuracy is a multiple of 1/960: all 960 samples counted, none twice.
+    assert abs(m["test_accuracy"] * 960 - round(m["test_accuracy"] * 960)) < 1e-6
+    # Resuming with the same --epochs finishes nothing more.
+    r = run(exe, "--data", data, "--epochs", 1, "--steps", 20, "--save", tmp_path / "ck")
+    assert r.returncode == 0 and "step 15/15" in r.stdout
+    m2 = tmp_path / "m2.json"
+    r = run(exe, "--data", data, "--epochs", 2, "--resume", tmp_path / "ck", "--metrics", m2)
+    assert r.returncode == 0 and json.load(open(m2))["steps"] == 15
