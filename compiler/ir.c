@@ -163,7 +163,7 @@ int graph_find_tensor(const Graph *g, const char *name) {
 Graph *graph_new(const char *path) {
   Graph *g = xcalloc(1, sizeof *g);
   g->path = path;
-  g->input = g->output = g->label = g->loss = -1;
+  g->input = g->output = g->label = g->loss = g->eval_output = -1;
   return g;
 }
 
