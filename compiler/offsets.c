@@ -31,10 +31,10 @@
  * instances (tests/test_plan.py times the deep ResNet). The result is exactly
  * the greedy rule above; only the search is faster.
  *
- * offsets_check is independent of all this: sort by first step and compare
- * each instance with every later-starting one that overlaps it in time
- * (O(n log n + overlapping pairs)); persistent instances are checked against
- * each other and the rest through their offset-sorted union. */
+ * offsets_check is independent of all this: a sweep over steps with the
+ * active instances indexed by offset (O(n log n)); the unit test also checks
+ * the packer against a naive quadratic greedy and the checker against
+ * deliberately broken plans. */
 #include "snc.h"
 
 #include <stdlib.h>
@@ -204,6 +204,13 @@ static int cmp_first(const void *x, const void *y, void *ctx) {
   return (i > j) - (i < j);
 }
 
+static int cmp_last(const void *x, const void *y, void *ctx) {
+  const Instance *inst = ctx;
+  int i = *(const int *)x, j = *(const int *)y;
+  if (inst[i].last != inst[j].last) return inst[i].last < inst[j].last ? -1 : 1;
+  return (i > j) - (i < j);
+}
+
 static int cmp_offset(const void *x, const void *y, void *ctx) {
   const Instance *inst = ctx;
   int i = *(const int *)x, j = *(const int *)y;
@@ -211,69 +218,114 @@ static int cmp_offset(const void *x, const void *y, void *ctx) {
   return (i > j) - (i < j);
 }
 
-static int violation(const Graph *g, const Plan *pl, int i, int j, int nv, FILE *f) {
-  if (f && nv < 20) {
-    const Instance *a = &pl->inst[i], *b = &pl->inst[j];
-    fprintf(f, "overlap: '%s' [%lld, %lld) steps %d-%d and '%s' [%lld, %lld) steps %d-%d\n",
-            g ? plan_inst_name(g, pl, i) : "?", (long long)a->offset,
-            (long long)(a->offset + a->bytes), a->first, a->last,
-            g ? plan_inst_name(g, pl, j) : "?", (long long)b->offset,
-            (long long)(b->offset + b->bytes), b->first, b->last);
-  }
-  return nv + 1;
+static int cmp_i64(const void *x, const void *y) {
+  int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
+  return (a > b) - (a < b);
 }
 
+/* Active set over offset ranks: per rank, how many active instances start
+ * there and the largest end among them; sums and maxima up a segment tree. */
+typedef struct Active { int P; int *cnt; int64_t *mx; int64_t *key; int nkey; } Active;
+
+static int rank_of(const Active *a, int64_t off) {   // first key >= off
+  int lo = 0, hi = a->nkey;
+  while (lo < hi) {
+    int mid = (lo + hi) / 2;
+    if (a->key[mid] < off) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+static void act_set(Active *a, int r, int dc, int64_t end) {
+  int v = r + a->P;
+  a->cnt[v] += dc;
+  if (dc > 0 && end > a->mx[v]) a->mx[v] = end;
+  if (a->cnt[v] == 0) a->mx[v] = 0;
+  for (v >>= 1; v >= 1; v >>= 1) {
+    a->cnt[v] = a->cnt[2 * v] + a->cnt[2 * v + 1];
+    a->mx[v] = a->mx[2 * v] > a->mx[2 * v + 1] ? a->mx[2 * v] : a->mx[2 * v + 1];
+  }
+}
+
+static void act_query(const Active *a, int l, int r, int *cnt, int64_t *mx) {  // ranks [l, r)
+  *cnt = 0, *mx = 0;
+  for (l += a->P, r += a->P; l < r; l >>= 1, r >>= 1) {
+    if (l & 1) { *cnt += a->cnt[l]; if (a->mx[l] > *mx) *mx = a->mx[l]; l++; }
+    if (r & 1) { --r; *cnt += a->cnt[r]; if (a->mx[r] > *mx) *mx = a->mx[r]; }
+  }
+}
+
+static const char *nm(const Graph *g, const Plan *pl, int i) {
+  return g ? plan_inst_name(g, pl, i) : "?";
+}
+
+/* Sweep over steps: before step t starts its instances, those whose last step
+ * is before t leave the active set. An instance collides with an active one
+ * iff an active one starts inside [offset, end), or one starting below it
+ * ends above offset. Each overlapping pair is found when its later-starting
+ * member enters, so a correct plan reports 0 and a wrong one at least 1 (the
+ * count is exact while violations do not stack on one region). O(n log n). */
 int offsets_check(const Graph *g, const Plan *pl, FILE *f) {
-  int nv = 0, np = 0, nt = 0;
-  int *pers = xmalloc(sizeof(int) * (size_t)(pl->ninst + 1));
-  int *tr = xmalloc(sizeof(int) * (size_t)(pl->ninst + 1));
+  int nv = 0, n = 0;
+  int *byfirst = xmalloc(sizeof(int) * (size_t)(pl->ninst + 1));
+  int *bylast = xmalloc(sizeof(int) * (size_t)(pl->ninst + 1));
+  Active a = {.P = 1};
+  a.key = xmalloc(sizeof(int64_t) * (size_t)(pl->ninst + 1));
   for (int i = 0; i < pl->ninst; i++) {
     const Instance *in = &pl->inst[i];
-    if (in->offset < 0) continue;      // not on the device
+    if (in->offset < 0 || !in->bytes) continue;   // not on the device / empty
     if (in->offset % SNRT_ALIGN || in->offset + in->bytes > pl->arena_bytes) {
       if (f && nv < 20)
-        fprintf(f, "misplaced: '%s' at %lld (+%lld) in an arena of %lld\n",
-                g ? plan_inst_name(g, pl, i) : "?", (long long)in->offset,
-                (long long)in->bytes, (long long)pl->arena_bytes);
+        fprintf(f, "misplaced: '%s' at %lld (+%lld) in an arena of %lld\n", nm(g, pl, i),
+                (long long)in->offset, (long long)in->bytes, (long long)pl->arena_bytes);
       nv++;
     }
-    if (in->persistent) pers[np++] = i;
-    else tr[nt++] = i;
+    byfirst[n] = bylast[n] = i;
+    a.key[n++] = in->offset;
   }
-  /* Persistent: all alive together; sorted by offset, neighbours suffice for
-   * detection, and the union lets the others binary-search against them. */
-  qsort_r(pers, (size_t)np, sizeof *pers, cmp_offset, pl->inst);
-  RList u = {0};
-  for (int k = 0; k < np; k++) {
-    const Instance *a = &pl->inst[pers[k]];
-    if (k && pl->inst[pers[k - 1]].offset + pl->inst[pers[k - 1]].bytes > a->offset)
-      nv = violation(g, pl, pers[k - 1], pers[k], nv, f);
-    rl_insert(&u, a->offset, a->offset + a->bytes);
-  }
-  for (int k = 0; k < nt; k++) {
-    const Instance *a = &pl->inst[tr[k]];
-    if (!a->bytes) continue;
-    int i = rl_search(&u, a->offset);
-    if (i < u.n && u.r[i].lo < a->offset + a->bytes) {
-      if (f && nv < 20)
-        fprintf(f, "overlap: '%s' [%lld, %lld) meets persistent memory [%lld, %lld)\n",
-                g ? plan_inst_name(g, pl, tr[k]) : "?", (long long)a->offset,
-                (long long)(a->offset + a->bytes), (long long)u.r[i].lo, (long long)u.r[i].hi);
+  qsort(a.key, (size_t)n, sizeof *a.key, cmp_i64);
+  for (int i = 0; i < n; i++)
+    if (!a.nkey || a.key[a.nkey - 1] != a.key[i]) a.key[a.nkey++] = a.key[i];
+  while (a.P < a.nkey) a.P <<= 1;
+  a.cnt = xcalloc(2 * (size_t)a.P, sizeof *a.cnt);
+  a.mx = xcalloc(2 * (size_t)a.P, sizeof *a.mx);
+  qsort_r(byfirst, (size_t)n, sizeof *byfirst, cmp_first, pl->inst);
+  qsort_r(bylast, (size_t)n, sizeof *bylast, cmp_last, pl->inst);
+  for (int k = 0, d = 0; k < n; k++) {
+    const Instance *in = &pl->inst[byfirst[k]];
+    for (; d < n && pl->inst[bylast[d]].last < in->first; d++)
+      act_set(&a, rank_of(&a, pl->inst[bylast[d]].offset), -1, 0);
+    int64_t lo = in->offset, hi = in->offset + in->bytes;
+    int rlo = rank_of(&a, lo), rhi = rank_of(&a, hi), c1, c2;
+    int64_t m1, m2;
+    act_query(&a, rlo, rhi, &c1, &m1);  // active ones starting inside [lo, hi)
+    act_query(&a, 0, rlo, &c2, &m2);    // active ones starting below lo
+    if (c1 > 0 || m2 > lo) {
+      if (f && nv < 20) {
+        /* Name the other party: a linear scan, at most 20 times. */
+        int other = -1;
+        for (int j = 0; j < pl->ninst && other < 0; j++) {
+          const Instance *b = &pl->inst[j];
+          if (j != byfirst[k] && b->offset >= 0 && b->bytes && b->first <= in->first &&
+              b->last >= in->first && b->offset < hi && lo < b->offset + b->bytes)
+            other = j;
+        }
+        fprintf(f, "overlap: '%s' [%lld, %lld) steps %d-%d", nm(g, pl, byfirst[k]),
+                (long long)lo, (long long)hi, in->first, in->last);
+        if (other >= 0)
+          fprintf(f, " and '%s' [%lld, %lld) steps %d-%d", nm(g, pl, other),
+                  (long long)pl->inst[other].offset,
+                  (long long)(pl->inst[other].offset + pl->inst[other].bytes),
+                  pl->inst[other].first, pl->inst[other].last);
+        fputc('\n', f);
+      }
       nv++;
     }
-  }
-  qsort_r(tr, (size_t)nt, sizeof *tr, cmp_first, pl->inst);
-  for (int k = 0; k < nt; k++) {
-    const Instance *a = &pl->inst[tr[k]];
-    for (int m = k + 1; m < nt && pl->inst[tr[m]].first <= a->last; m++) {
-      const Instance *b = &pl->inst[tr[m]];
-      if (a->offset < b->offset + b->bytes && b->offset < a->offset + a->bytes && a->bytes &&
-          b->bytes)
-        nv = violation(g, pl, tr[k], tr[m], nv, f);
-    }
+    act_set(&a, rlo, +1, hi);
   }
   if (f && nv > 20) fprintf(f, "... %d violations in all\n", nv);
-  free(u.r), free(pers), free(tr);
+  free(byfirst), free(bylast), free(a.key), free(a.cnt), free(a.mx);
   return nv;
 }
 
