@@ -156,7 +156,7 @@ typedef struct Graph {
   int loss;                // loss (autodiff), -1 before
   int batch;               // batch size after shape inference
   int nfwd;                // nodes [0, nfwd) are the forward graph (topologically sorted)
-  int eval_output;         // the eval pass's model output (set by autodiff; -1 before)
+  int eval_output;         // the eval graph's copy of `output` (autodiff), -1 before
 } Graph;
 
 Graph *graph_new(const char *path);
@@ -280,9 +280,9 @@ typedef struct Step {
   StepKind kind;
   int node;                // node index (-1 for copies)
   int tensor;              // offload/prefetch: the tensor copied
-  int *in, *out;           // instance indices read / written (see plan.h Instance)
+  int *in, *out;           // instance indices aligned with node->in/out (-1: none/const)
   int nin, nout;
-  int ws;                  // its workspace instance (-1: none); set by liveness
+  int ws;                  // workspace instance of this step (-1: none)
 } Step;
 
 typedef struct Route {
