@@ -205,7 +205,7 @@ int64_t node_workspace_bytes(const Graph *g, const Node *n);
 
 enum { COST_FREE, COST_CHEAP, COST_EXPENSIVE };
 
-typedef struct Emit Emit;
+typedef struct Emit Emit;      /* emit.h */
 typedef void ShapeFn(Graph *g, Node *n);
 typedef void GradFn(Graph *g, int node);              /* appends backward nodes */
 typedef void EmitFn(Emit *e, const Graph *g, const Node *n);

@@ -1,0 +1,32 @@
+/* emit.h — shared by emit.c (the program: files, tensor table, step loop)
+ * and emit_ops.c (one emitter per op, printing its params and its call). */
+#ifndef EMIT_H
+#define EMIT_H
+
+#include "snc.h"
+
+struct Emit {
+  FILE *f;                 // the step functions being written
+  FILE *decl;              // parameter declarations (printed above the steps)
+  const Graph *g;
+  const Plan *pl;
+  const Step *st;          // the step being emitted
+  int step;                // its index
+  int *table;              // IR tensor -> index in the model's tensor table (-1)
+  const void **pkeys;      // params already declared (deduplicated by pointer)
+  char **pnames;
+  int np, capp;
+  int nparams;             // counter for P<n> names
+};
+
+/* "F(0x1200)" for node input k / output k at the current step, "NULL" if absent. */
+const char *emit_in(Emit *e, int k);
+const char *emit_out(Emit *e, int k);
+const char *emit_ws(Emit *e);
+/* Declares `static const TYPE Pn = {...};` once per params pointer; returns
+ * "&Pn". `body` is the initializer text (without braces). */
+const char *emit_params(Emit *e, const void *key, const char *type, const char *body);
+/* A float literal that survives printing (inf, nan, exact round trip). */
+const char *emit_float(float v);
+
+#endif

@@ -1,0 +1,58 @@
+"""snc_harness.py — shared helpers for the end-to-end tests: paths, running
+snc and compiled programs, exporting PyTorch models, reading .npy dumps.
+
+The independent reference in these tests is PyTorch (Debian's python3-torch,
+CPU): the same ONNX weights, inputs and labels go through torch and through
+the program snc emits.
+"""
+import os
+import subprocess
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SNC = os.path.join(ROOT, "build", "snc")
+FASHION = "/usr/share/datasets/fashion-mnist"
+
+
+def run(cmd, timeout=600, check=True, **kw):
+    """Runs a command, returns CompletedProcess; on failure raises with output."""
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       timeout=timeout, **kw)
+    if check and r.returncode != 0:
+        raise AssertionError("command failed (%d): %s\nstdout:\n%s\nstderr:\n%s"
+                             % (r.returncode, " ".join(cmd), r.stdout[-4000:], r.stderr[-4000:]))
+    return r
+
+
+def compile_model(onnx_path, out_dir, batch, *flags):
+    """snc compile + ninja; returns the program's path."""
+    run([SNC, "compile", onnx_path, "-o", out_dir, "--batch", str(batch)] + list(flags))
+    run(["ninja", "-C", out_dir], timeout=900)
+    return os.path.join(out_dir, "train")
+
+
+def sanitize(name):
+    return "".join(c if (c.isalnum() or c in "._-") else "_" for c in name)
+
+
+def load_dump(folder, name):
+    return np.load(os.path.join(folder, sanitize(name) + ".npy"))
+
+
+def export(model, x, path, opset=13):
+    """Exports a torch model in training mode with its weights as initializers."""
+    import torch
+    model.train()
+    torch.onnx.export(model, x, path, opset_version=opset,
+                      training=torch.onnx.TrainingMode.TRAINING,
+                      do_constant_folding=False, input_names=["input"], output_names=["output"])
+
+
+def rel_err(a, b):
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    denom = np.linalg.norm(b.ravel())
+    if denom == 0:
+        return float(np.linalg.norm(a.ravel()))
+    return float(np.linalg.norm((a - b).ravel()) / denom)

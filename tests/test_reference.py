@@ -1,0 +1,181 @@
+"""The compiled program against PyTorch (issue 3's heart).
+
+For each model: export it with its weights, load the exported initializers
+back into the torch model (so both sides start from the same bytes, BN
+statistics included), run one training step in torch and in the program snc
+emits on the same batch and labels, and compare the loss (1e-5 relative) and
+every parameter gradient (||g - g_ref|| / ||g_ref|| <= 1e-4). Then parameters
+(and BN running statistics) after 3 SGD-momentum steps and after 3 Adam steps.
+"""
+import copy
+import os
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from snc_harness import compile_model, export, load_dump, rel_err, run  # noqa: E402
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+F = torch.nn.functional
+
+GRAD_TOL = 1e-4
+LOSS_TOL = 1e-5
+
+
+class EdgeConvNet(nn.Module):
+    """Conv edge cases: asymmetric padding, groups, dilation, stride, depthwise,
+    ceil-mode pools (windows starting in padding), count_include_pad, LRN."""
+
+    def __init__(self, classes=7):
+        super().__init__()
+        self.pad = nn.ZeroPad2d((1, 2, 0, 1))
+        self.c1 = nn.Conv2d(4, 8, 3, stride=2, dilation=2, groups=2, bias=True)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.dw = nn.Conv2d(8, 8, 3, padding=1, groups=8, bias=False)
+        self.mp = nn.MaxPool2d(3, stride=2, padding=1, ceil_mode=True)
+        self.lrn = nn.LocalResponseNorm(3, alpha=1e-2, beta=0.75, k=1.5)
+        self.c2 = nn.Conv2d(8, 6, 1)
+        self.ap = nn.AvgPool2d(3, stride=2, padding=1, ceil_mode=True, count_include_pad=False)
+        self.ap2 = nn.AvgPool2d(2, stride=1, padding=1, count_include_pad=True)
+        self.fc = nn.Linear(6 * 3 * 3, classes)
+
+    def forward(self, x):
+        x = F.leaky_relu(self.bn1(self.c1(self.pad(x))), 0.1)
+        x = torch.sigmoid(self.dw(x)) * 2.0
+        x = self.mp(x)
+        x = self.lrn(x)
+        x = torch.tanh(self.c2(x))
+        x = self.ap2(self.ap(x))
+        return self.fc(torch.flatten(x, 1))
+
+
+class BranchNet(nn.Module):
+    """Fan-out, residual add, concat, split, slice, transpose, broadcasting
+    arithmetic with parameters, softmax, reduce-mean, clip, matmul, dropout."""
+
+    def __init__(self, classes=5):
+        super().__init__()
+        self.c0 = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.ca = nn.Conv2d(4, 4, 3, padding=1)
+        self.cb = nn.Conv2d(4, 4, 1)
+        self.scale = nn.Parameter(torch.rand(1, 8, 1, 1) + 0.5)
+        self.shift = nn.Parameter(torch.randn(8, 1, 1) * 0.1)
+        self.w = nn.Parameter(torch.randn(8, 6) * 0.3)
+        self.drop = nn.Dropout(0.0)
+        self.fc = nn.Linear(6 * 4, classes)
+
+    def forward(self, x):
+        x = F.relu6(self.bn(self.c0(x)))
+        a, b = torch.split(x, 4, dim=1)
+        y = torch.cat([self.ca(a) + a, self.cb(b) * b], dim=1)
+        y = y * self.scale - self.shift
+        y = y / (1.5 + torch.sigmoid(y))
+        y = y[:, :, 1:5, 0:8:2]                        # Slice, with a step
+        m = y.mean(dim=(2,), keepdim=False)             # ReduceMean -> (n, 8, 4)
+        m = m.transpose(1, 2)                           # (n, 4, 8)
+        m = torch.clamp(m, -2.0, 3.0)
+        s = torch.softmax(m, dim=-1) + m                # fan-out of m
+        z = s @ self.w                                  # MatMul with a parameter, (n, 4, 6)
+        z = self.drop(z)
+        return self.fc(torch.flatten(z, 1))
+
+
+def onnx_state(path):
+    import onnx
+    from onnx import numpy_helper
+    m = onnx.load(path)
+    return {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+
+
+def load_exported(model, path):
+    """Copies the exported initializers into the torch model; every parameter
+    and buffer the graph uses must be found (or the comparison is meaningless)."""
+    init = onnx_state(path)
+    sd = model.state_dict()
+    missing = [k for k, v in model.named_parameters() if k not in init]
+    assert not missing, "parameters not exported under their names: %s" % missing
+    with torch.no_grad():
+        for k, v in sd.items():
+            if k in init:
+                v.copy_(torch.from_numpy(np.array(init[k])).to(v.dtype))
+    return set(init)
+
+
+def prepare(model, shape, classes, batch, tmp, opset=13, seed=0):
+    torch.manual_seed(seed)
+    x = torch.randn(batch, *shape)
+    y = torch.randint(0, classes, (batch,))
+    onnx_path = str(tmp / "model.onnx")
+    export(copy.deepcopy(model), x, onnx_path, opset=opset)
+    load_exported(model, onnx_path)
+    np.save(tmp / "x.npy", x.numpy())
+    np.save(tmp / "y.npy", y.numpy().astype(np.int64))
+    return x, y, onnx_path
+
+
+def program_step(prog, tmp, steps, *extra):
+    out = tmp / ("dump%d" % steps)
+    run([prog, "--data", "npy:%s,%s" % (tmp / "x.npy", tmp / "y.npy"), "--steps", str(steps),
+         "--dump-grads", str(out), "--dump-params", str(out)] + list(extra))
+    return out
+
+
+CASES = {
+    "edge_conv": (lambda: EdgeConvNet(), (4, 15, 14), 7, 3),
+    "branches": (lambda: BranchNet(), (3, 8, 8), 5, 4),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_one_step_gradients(name, tmp_path):
+    make, shape, classes, batch = CASES[name]
+    torch.manual_seed(1)
+    model = make()
+    x, y, onnx_path = prepare(model, shape, classes, batch, tmp_path)
+    prog = compile_model(onnx_path, str(tmp_path / "prog"), batch, "--policy", "none")
+
+    model.train()
+    model.zero_grad()
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+
+    dump = program_step(prog, tmp_path, 1)
+    ours = float(np.load(dump / "loss.npy").ravel()[0])
+    assert abs(ours - loss.item()) <= LOSS_TOL * max(1.0, abs(loss.item())), (ours, loss.item())
+    worst = 0.0
+    for pname, p in model.named_parameters():
+        e = rel_err(load_dump(dump, pname), p.grad.numpy())
+        worst = max(worst, e)
+        assert e <= GRAD_TOL, "%s: gradient of %s off by %.3g" % (name, pname, e)
+    print("%s: loss %.6f vs %.6f, worst gradient error %.3g" % (name, ours, loss.item(), worst))
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("optim", ["sgd", "adam"])
+def test_three_steps_parameters(name, optim, tmp_path):
+    make, shape, classes, batch = CASES[name]
+    torch.manual_seed(1)
+    model = make()
+    x, y, onnx_path = prepare(model, shape, classes, batch, tmp_path)
+    lr = 0.05 if optim == "sgd" else 1e-3
+    prog = compile_model(onnx_path, str(tmp_path / "prog"), batch, "--policy", "none",
+                         "--optimizer", optim, "--lr", str(lr))
+    model.train()
+    if optim == "sgd":
+        opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    else:
+        opt = torch.optim.Adam(model.parameters(), lr=lr)
+    for _ in range(3):
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+    dump = program_step(prog, tmp_path, 3)
+    for pname, v in model.state_dict().items():
+        if pname.endswith("num_batches_tracked"):
+            continue
+        e = rel_err(load_dump(dump, pname), v.numpy())
+        assert e <= GRAD_TOL, "%s/%s: %s after 3 steps off by %.3g" % (name, optim, pname, e)
