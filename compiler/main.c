@@ -8,7 +8,7 @@
 
 static const char usage_text[] =
     "usage:\n"
-    "  snc inspect MODEL.onnx [--batch N] [--input NAME] [--json]\n"
+    "  snc inspect MODEL.onnx [--batch N] [--input NAME] [--json] [--dump import]\n"
     "  snc plan    MODEL.onnx --batch N [--policy P] [--budget SIZE] [--device PROFILE]\n"
     "                         [--json FILE] [--html FILE] [--dump PASS] [--input NAME]\n"
     "  snc plan    --diff A.json B.json\n"
@@ -19,7 +19,7 @@ static const char usage_text[] =
     "  snc max-batch MODEL.onnx --budget SIZE [--policy P] [--device PROFILE]\n"
     "\n"
     "policies: none liveness recompute offload superneurons auto (default)\n"
-    "passes for --dump: route liveness recompute offload offsets\n";
+    "passes for --dump: import (inspect); route liveness recompute offload offsets (plan)\n";
 
 static noreturn void usage(const char *fmt, const char *arg) {
   fprintf(stderr, "snc: error: ");
@@ -153,6 +153,13 @@ static Plan *plan_model(const Args *a, Graph *g) {
 }
 
 static int cmd_inspect(const Args *a) {
+  if (a->dump) {
+    /* Import alone: its debug view, before shape inference. */
+    if (strcmp(a->dump, "import")) usage("inspect --dump takes 'import', not '%s'", a->dump);
+    err_file = a->model;
+    import_dump(onnx_import(a->model, a->input), stdout);
+    return 0;
+  }
   Graph *g = load(a, a->batch);
   if (a->json_flag) inspect_json(g, stdout);
   else inspect_print(g, stdout);

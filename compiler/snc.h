@@ -235,6 +235,10 @@ int op_from_onnx(const char *op_type); /* -1 if unsupported */
  * `input_name` picks the data input (NULL: the first graph input without an
  * initializer). Errors: fatal(EXIT_BADINPUT, ...). */
 Graph *onnx_import(const char *path, const char *input_name);
+/* The import pass's debug view (`snc inspect MODEL --dump import`): every
+ * tensor (kind, dtype, declared shape, init) and node (inputs, outputs,
+ * attributes) as import leaves them, before shape inference. (import_dump.c) */
+void import_dump(const Graph *g, FILE *f);
 
 /* ------------------------------------------------------------------ shape.c */
 
