@@ -50,6 +50,9 @@ static Plan *build(Graph *g, const PlanOpts *o) {
   pl->route = route_build(g);
   liveness_compute(g, pl);
   offsets_assign(pl, pl->planned != POL_NONE);
+  /* The checker is O(n log n): every plan snc produces is verified. */
+  if (offsets_check(g, pl, stderr))
+    internal_error(__FILE__, __LINE__, "the offset plan has overlapping instances");
   estimate(g, pl, dev);
   return pl;
 }

@@ -2,7 +2,7 @@
  *
  * Text: a summary (policy, batch, device, arena, persistent, peak live, layer
  * peak, baseline, ratio, estimated step time), then one row per step: index,
- * kind, op, live MiB, arena high water MiB, node ('*' marks the peak step).
+ * kind, op, live MiB, arena high water MiB, node (the peak step marked).
  * JSON: every key INTERFACE.md lists for plan.json, plus the instances
  * (tensor, kind, bytes, lifetime, offset) for the HTML view and plan diffs;
  * schemas/plan.schema.json describes it.
@@ -70,8 +70,9 @@ void plan_print_text(const Graph *g, const Plan *pl, FILE *f) {
     const char *op = st->node >= 0 ? op_name(g->n[st->node].op) : "copy";
     const char *node = st->node >= 0 ? g->n[st->node].name
                        : st->tensor >= 0 ? g->t[st->tensor].name : "-";
-    fprintf(f, "%7d  %-9s %-18s %11.1f %11.1f %c%s\n", s, step_kind_name(st->kind), op,
-            mib(pl->live_bytes[s]), mib(pl->high_water[s]), s == peak ? '*' : ' ', node);
+    fprintf(f, "%7d  %-9s %-18s %11.1f %11.1f  %s%s\n", s, step_kind_name(st->kind), op,
+            mib(pl->live_bytes[s]), mib(pl->high_water[s]), node,
+            s == peak ? "   <- peak live" : "");
   }
 }
 
