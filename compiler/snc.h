@@ -306,9 +306,10 @@ const char *policy_name(Policy p);
 int policy_parse(const char *s);       /* -1 if unknown */
 
 /* One buffer in the device arena: a tensor, or a second instance of it (a
- * recomputed or prefetched copy). Lifetime in steps, inclusive. */
+ * recomputed or prefetched copy), or a step's workspace. Lifetime in steps,
+ * inclusive. */
 typedef struct Instance {
-  int tensor;              // IR tensor
+  int tensor;              // IR tensor (-1: a workspace; its step is `first`)
   int64_t bytes;           // rounded up to SNRT_ALIGN
   int first, last;         // first step that writes it, last step that reads it
   int64_t offset;          // device arena offset (-1: not on the device)
@@ -324,6 +325,8 @@ typedef struct PlanOpts {
 
 typedef struct Plan {
   PlanOpts opts;
+  Policy planned;          // the policy actually planned (opts.policy, or the fallback)
+  int64_t budget;          // the budget planned for (opts.budget, or the device's memory)
   int batch;
   Route *route;            // steps; Step.in/out are instance indices
   Instance *inst;
@@ -340,10 +343,27 @@ typedef struct Plan {
   int64_t *high_water;     // per step: highest arena byte in use
 } Plan;
 
+/* devices.c: device profiles (the table mirrors schemas/devices.json). */
+typedef struct DeviceProfile {
+  const char *name;
+  double flops;            // FP32 FLOP/s
+  double mem_bw;           // device memory bytes/s
+  double link_bw;          // host <-> device bytes/s (pinned)
+  int64_t mem_bytes;       // device memory
+} DeviceProfile;
+extern const DeviceProfile device_profiles[];
+extern const int device_profile_count;
+/* The named profile; a usage error (exit 1) naming the known ones if absent. */
+const DeviceProfile *device_find(const char *name);
+
 /* plan.c: runs the planning passes for the policy. */
 Plan *plan_build(Graph *g, const PlanOpts *o);
-/* liveness.c */
+/* liveness.c: one instance per arena tensor plus one per conv workspace;
+ * fills Step.in/out/ws and the per-step statistics (live_bytes...). */
 void liveness_compute(const Graph *g, Plan *pl);
+/* An instance's name (its tensor's, or "NODE/workspace") and kind name. */
+const char *plan_inst_name(const Graph *g, const Plan *pl, int inst);
+const char *plan_inst_kind(const Graph *g, const Plan *pl, int inst);
 void liveness_dump(const Graph *g, const Plan *pl, FILE *f);
 /* offsets.c: greedy interval packing; returns the arena size. */
 int64_t offsets_assign(Plan *pl, bool share);

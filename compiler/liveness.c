@@ -1,0 +1,183 @@
+/* liveness.c — which bytes must exist at which step.
+ *
+ * Requires: pl->route (route_build), tensor shapes (shape_infer/autodiff).
+ * Provides: pl->inst (one primary instance per arena tensor, then one per
+ * workspace), pl->tensor_inst, Step.in/out/ws as instance indices, and the
+ * per-step statistics that do not depend on offsets: live_bytes,
+ * peak_live_bytes, layer_peak_bytes, persistent_bytes, baseline_bytes.
+ *
+ * Lifetimes (steps, inclusive):
+ *   TK_PARAM, TK_STATE, TK_OPT  persistent: the whole program (eval included)
+ *   TK_INPUT, TK_LABEL          written by the loader before step 0: [0, last reader]
+ *   TK_LOSS                     [producer, end of the training steps] (read by the runtime)
+ *   g->eval_output              [producer, last step] (read by the runtime after eval)
+ *   anything else               [first writer, last reader]; written but never read:
+ *                               its producing step only
+ *   workspace of step s         [s, s]
+ * TK_CONST tensors take no arena space (the emitter folds them into the code).
+ *
+ * Not here: offsets (offsets.c), recomputation or offload (second instances).
+ * Cost: O(steps + tensors + sum of node arities). */
+#include "snc.h"
+
+#include <limits.h>
+#include <stdlib.h>
+
+static int64_t align_up(int64_t b) { return (b + SNRT_ALIGN - 1) / SNRT_ALIGN * SNRT_ALIGN; }
+
+static bool is_persistent(TensorKind k) { return k == TK_PARAM || k == TK_STATE || k == TK_OPT; }
+
+static int add_inst(Plan *pl, int tensor, int64_t bytes, int first, int last, bool persistent) {
+  xgrow((void **)&pl->inst, &pl->capinst, pl->ninst + 1, sizeof *pl->inst);
+  pl->inst[pl->ninst] = (Instance){.tensor = tensor, .bytes = align_up(bytes), .first = first,
+                                   .last = last, .offset = -1, .host_offset = -1,
+                                   .persistent = persistent};
+  return pl->ninst++;
+}
+
+const char *plan_inst_name(const Graph *g, const Plan *pl, int i) {
+  const Instance *in = &pl->inst[i];
+  if (in->tensor >= 0) return g->t[in->tensor].name;
+  static char buf[4][300];
+  static int k;
+  char *s = buf[k++ & 3];
+  const Step *st = &pl->route->s[in->first];
+  snprintf(s, sizeof buf[0], "%s/workspace", st->node >= 0 ? g->n[st->node].name : "?");
+  return s;
+}
+
+const char *plan_inst_kind(const Graph *g, const Plan *pl, int i) {
+  const Instance *in = &pl->inst[i];
+  return in->tensor >= 0 ? tensor_kind_name(g->t[in->tensor].kind) : "workspace";
+}
+
+/* Step statistics: live bytes by a difference array, layer peak by stamping
+ * each step's distinct instances. */
+static void step_stats(Plan *pl) {
+  const Route *r = pl->route;
+  int T = r->ns;
+  int64_t *diff = xcalloc((size_t)T + 1, sizeof *diff);
+  pl->persistent_bytes = pl->baseline_bytes = 0;
+  for (int i = 0; i < pl->ninst; i++) {
+    const Instance *in = &pl->inst[i];
+    pl->baseline_bytes += in->bytes;
+    if (in->persistent) pl->persistent_bytes += in->bytes;
+    diff[in->first] += in->bytes;
+    diff[in->last + 1] -= in->bytes;
+  }
+  free(pl->live_bytes);
+  pl->live_bytes = xcalloc((size_t)(T ? T : 1), sizeof *pl->live_bytes);
+  pl->peak_live_bytes = pl->persistent_bytes;
+  int64_t run = 0;
+  for (int s = 0; s < T; s++) {
+    run += diff[s];
+    pl->live_bytes[s] = run;
+    if (run > pl->peak_live_bytes) pl->peak_live_bytes = run;
+  }
+  free(diff);
+
+  int *stamp = xmalloc(sizeof(int) * (size_t)(pl->ninst ? pl->ninst : 1));
+  for (int i = 0; i < pl->ninst; i++) stamp[i] = -1;
+  pl->layer_peak_bytes = pl->persistent_bytes;
+  for (int s = 0; s < T; s++) {
+    const Step *st = &r->s[s];
+    int64_t need = pl->persistent_bytes;
+    for (int k = 0; k < st->nin + st->nout + 1; k++) {
+      int i = k < st->nin ? st->in[k] : k < st->nin + st->nout ? st->out[k - st->nin] : st->ws;
+      if (i < 0 || stamp[i] == s || pl->inst[i].persistent) continue;
+      stamp[i] = s;
+      need += pl->inst[i].bytes;
+    }
+    if (need > pl->layer_peak_bytes) pl->layer_peak_bytes = need;
+  }
+  free(stamp);
+}
+
+void liveness_compute(const Graph *g, Plan *pl) {
+  Route *r = pl->route;
+  int T = r->ns;
+  int *firstw = xmalloc(sizeof(int) * (size_t)(g->nt ? g->nt : 1));
+  int *firstr = xmalloc(sizeof(int) * (size_t)(g->nt ? g->nt : 1));
+  int *lastr = xmalloc(sizeof(int) * (size_t)(g->nt ? g->nt : 1));
+  for (int t = 0; t < g->nt; t++) firstw[t] = firstr[t] = INT_MAX, lastr[t] = -1;
+  for (int s = 0; s < T; s++) {
+    const Step *st = &r->s[s];
+    if (st->node < 0) continue;
+    const Node *n = &g->n[st->node];
+    for (int k = 0; k < n->nin; k++) {
+      int t = n->in[k];
+      if (t < 0 || g->t[t].kind == TK_CONST) continue;
+      if (s < firstr[t]) firstr[t] = s;
+      lastr[t] = s;
+    }
+    for (int k = 0; k < n->nout; k++) {
+      int t = n->out[k];
+      if (t < 0) continue;
+      if (g->t[t].kind == TK_CONST)
+        node_error(n, "writes the constant '%s'", g->t[t].name);
+      if (s < firstw[t]) firstw[t] = s;
+    }
+  }
+
+  free(pl->tensor_inst);
+  pl->tensor_inst = xmalloc(sizeof(int) * (size_t)(g->nt ? g->nt : 1));
+  pl->ninst = 0;
+  for (int t = 0; t < g->nt; t++) {
+    const Tensor *x = &g->t[t];
+    pl->tensor_inst[t] = -1;
+    bool used = firstw[t] != INT_MAX || lastr[t] >= 0;
+    bool loaded = x->kind == TK_INPUT || x->kind == TK_LABEL;
+    if (x->kind == TK_CONST || (!used && !(loaded && (t == g->input || t == g->label))))
+      continue;
+    if (x->rank < 0) internal_error(__FILE__, __LINE__, "tensor '%s' has no shape", x->name);
+    int first, last;
+    if (is_persistent(x->kind)) {
+      first = 0, last = T - 1;
+    } else if (loaded) {
+      first = 0, last = lastr[t] > 0 ? lastr[t] : 0;
+    } else {
+      if (firstw[t] == INT_MAX)
+        internal_error(__FILE__, __LINE__, "tensor '%s' (%s) is read but never written",
+                       x->name, tensor_kind_name(x->kind));
+      if (firstr[t] < firstw[t])
+        internal_error(__FILE__, __LINE__, "tensor '%s' is read at step %d before it is written at step %d",
+                       x->name, firstr[t], firstw[t]);
+      first = firstw[t];
+      last = lastr[t] > first ? lastr[t] : first;
+      if (x->kind == TK_LOSS && last < r->train_steps - 1) last = r->train_steps - 1;
+      if (t == g->eval_output) last = T - 1;
+    }
+    pl->tensor_inst[t] = add_inst(pl, t, tensor_bytes(x), first, last, is_persistent(x->kind));
+  }
+  free(firstw);
+  free(firstr);
+  free(lastr);
+
+  for (int s = 0; s < T; s++) {
+    Step *st = &r->s[s];
+    if (st->node < 0) continue;
+    const Node *n = &g->n[st->node];
+    snc_assert(st->nin == n->nin && st->nout == n->nout);
+    for (int k = 0; k < n->nin; k++)
+      st->in[k] = n->in[k] < 0 ? -1 : pl->tensor_inst[n->in[k]];
+    for (int k = 0; k < n->nout; k++)
+      st->out[k] = n->out[k] < 0 ? -1 : pl->tensor_inst[n->out[k]];
+    int64_t ws = node_workspace_bytes(g, n);
+    st->ws = ws > 0 ? add_inst(pl, -1, ws, s, s, false) : -1;
+  }
+  step_stats(pl);
+}
+
+void liveness_dump(const Graph *g, const Plan *pl, FILE *f) {
+  fprintf(f, "liveness: %d instances over %d steps; persistent %s, peak live %s\n",
+          pl->ninst, pl->route->ns, fmt_bytes(pl->persistent_bytes),
+          fmt_bytes(pl->peak_live_bytes));
+  fprintf(f, "%7s  %-10s %12s %7s %7s  %s\n", "inst", "kind", "bytes", "first", "last", "tensor");
+  for (int i = 0; i < pl->ninst; i++) {
+    const Instance *in = &pl->inst[i];
+    fprintf(f, "%7d  %-10s %12lld ", i, plan_inst_kind(g, pl, i), (long long)in->bytes);
+    if (in->persistent) fprintf(f, "%15s", "persistent");
+    else fprintf(f, "%7d %7d", in->first, in->last);
+    fprintf(f, "  %s\n", plan_inst_name(g, pl, i));
+  }
+}

@@ -1,0 +1,153 @@
+/* plan_print.c — the plan for people (text) and for programs (plan.json).
+ *
+ * Text: a summary (policy, batch, device, arena, persistent, peak live, layer
+ * peak, baseline, ratio, estimated step time), then one row per step: index,
+ * kind, op, live MiB, arena high water MiB, node (the peak step marked).
+ * JSON: every key INTERFACE.md lists for plan.json, plus the instances
+ * (tensor, kind, bytes, lifetime, offset) for the HTML view and plan diffs;
+ * schemas/plan.schema.json describes it.
+ *
+ * Not here: the HTML page (plan_html.c) or diffs (plan_diff.c). */
+#include "snc.h"
+
+#include <math.h>
+
+static double mib(int64_t b) { return (double)b / 1048576.0; }
+
+/* The honest line for policies not implemented yet (NULL when none). */
+static const char *fallback_note(const Plan *pl) {
+  if (pl->planned == pl->opts.policy) return NULL;
+  return "recomputation and offload are not implemented yet: this is the liveness plan";
+}
+
+static void fmt_time(char *buf, size_t n, double s) {
+  if (s >= 1) snprintf(buf, n, "%.2f s", s);
+  else if (s >= 1e-3) snprintf(buf, n, "%.2f ms", s * 1e3);
+  else snprintf(buf, n, "%.1f us", s * 1e6);
+}
+
+void plan_print_summary(const Graph *g, const Plan *pl, FILE *f) {
+  const char *note = fallback_note(pl);
+  fprintf(f, "plan: %s, policy %s", g->name && g->name[0] ? g->name : g->path,
+          policy_name(pl->opts.policy));
+  if (note) fprintf(f, " (planned as %s)", policy_name(pl->planned));
+  fprintf(f, ", batch %d, device %s\n", pl->batch, pl->opts.device);
+  if (note) fprintf(f, "  note: policy %s: %s\n", policy_name(pl->opts.policy), note);
+  fprintf(f, "  arena           %12s   (%lld bytes; budget %s)\n", fmt_bytes(pl->arena_bytes),
+          (long long)pl->arena_bytes, fmt_bytes(pl->budget));
+  fprintf(f, "  persistent      %12s   (parameters, state, optimizer)\n",
+          fmt_bytes(pl->persistent_bytes));
+  fprintf(f, "  peak live       %12s   (max over steps of live bytes, before packing)\n",
+          fmt_bytes(pl->peak_live_bytes));
+  fprintf(f, "  layer peak      %12s   (max over steps of what one step alone needs)\n",
+          fmt_bytes(pl->layer_peak_bytes));
+  fprintf(f, "  baseline        %12s   (policy none: every tensor its own region)\n",
+          fmt_bytes(pl->baseline_bytes));
+  fprintf(f, "  host            %12s\n", fmt_bytes(pl->host_bytes));
+  fprintf(f, "  arena/baseline  %12.3f\n",
+          pl->baseline_bytes ? (double)pl->arena_bytes / (double)pl->baseline_bytes : 0.0);
+  fprintf(f, "  arena/peak live %12.3f\n",
+          pl->peak_live_bytes ? (double)pl->arena_bytes / (double)pl->peak_live_bytes : 0.0);
+  char t[32];
+  fmt_time(t, sizeof t, pl->est_step_seconds);
+  fprintf(f, "  est. step       %12s   (%.3g GFLOP; max(compute, memory) per step on %s)\n", t,
+          pl->step_flops / 1e9, pl->opts.device);
+  fprintf(f, "  steps           %12d   (%d training, %d eval; %d instances)\n", pl->route->ns,
+          pl->route->train_steps, pl->route->ns - pl->route->train_steps, pl->ninst);
+}
+
+void plan_print_text(const Graph *g, const Plan *pl, FILE *f) {
+  plan_print_summary(g, pl, f);
+  const Route *r = pl->route;
+  int peak = 0;
+  for (int s = 1; s < r->ns; s++)
+    if (pl->live_bytes[s] > pl->live_bytes[peak]) peak = s;
+  fprintf(f, "\n%7s  %-9s %-18s %11s %11s  %s\n", "step", "kind", "op", "live MiB",
+          "arena MiB", "node");
+  for (int s = 0; s < r->ns; s++) {
+    const Step *st = &r->s[s];
+    if (s == r->train_steps) fprintf(f, "%7s  -- eval (inference semantics) --\n", "");
+    const char *op = st->node >= 0 ? op_name(g->n[st->node].op) : "copy";
+    const char *node = st->node >= 0 ? g->n[st->node].name
+                       : st->tensor >= 0 ? g->t[st->tensor].name : "-";
+    fprintf(f, "%7d  %-9s %-18s %11.1f %11.1f  %s%s\n", s, step_kind_name(st->kind), op,
+            mib(pl->live_bytes[s]), mib(pl->high_water[s]), node,
+            s == peak ? "   <- peak live" : "");
+  }
+}
+
+/* ---- JSON ---- */
+
+static void json_str(FILE *f, const char *s) {
+  fputc('"', f);
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
+    else if (*p < 0x20) fprintf(f, "\\u%04x", *p);
+    else fputc(*p, f);
+  }
+  fputc('"', f);
+}
+
+static void json_num(FILE *f, double v) {
+  if (!isfinite(v)) v = 0;             // JSON has no NaN/Inf; the cost model never makes them
+  fprintf(f, "%.17g", v);
+}
+
+static void json_insts(FILE *f, const int *v, int n) {
+  fputc('[', f);
+  for (int i = 0; i < n; i++) fprintf(f, "%s%d", i ? ", " : "", v[i]);
+  fputc(']', f);
+}
+
+void plan_print_json(const Graph *g, const Plan *pl, FILE *f) {
+  const Route *r = pl->route;
+  const char *note = fallback_note(pl);
+  fprintf(f, "{\n  \"version\": 1,\n  \"model\": ");
+  json_str(f, g->name && g->name[0] ? g->name : g->path ? g->path : "");
+  fprintf(f, ",\n  \"policy\": \"%s\",\n  \"planned_policy\": \"%s\",\n  \"note\": ",
+          policy_name(pl->opts.policy), policy_name(pl->planned));
+  if (note) json_str(f, note);
+  else fprintf(f, "null");
+  fprintf(f, ",\n  \"batch\": %d,\n  \"device\": ", pl->batch);
+  json_str(f, pl->opts.device);
+  fprintf(f, ",\n  \"budget_bytes\": %lld,\n  \"arena_bytes\": %lld,\n  \"persistent_bytes\": %lld,\n"
+          "  \"host_bytes\": %lld,\n  \"peak_live_bytes\": %lld,\n  \"layer_peak_bytes\": %lld,\n"
+          "  \"baseline_bytes\": %lld,\n  \"recompute_flops\": ",
+          (long long)pl->budget, (long long)pl->arena_bytes, (long long)pl->persistent_bytes,
+          (long long)pl->host_bytes, (long long)pl->peak_live_bytes,
+          (long long)pl->layer_peak_bytes, (long long)pl->baseline_bytes);
+  json_num(f, pl->recompute_flops);
+  fprintf(f, ",\n  \"offload_bytes\": ");
+  json_num(f, pl->offload_bytes);
+  fprintf(f, ",\n  \"est_step_seconds\": ");
+  json_num(f, pl->est_step_seconds);
+  fprintf(f, ",\n  \"step_flops\": ");
+  json_num(f, pl->step_flops);
+  fprintf(f, ",\n  \"train_steps\": %d,\n  \"steps\": [", r->train_steps);
+  for (int s = 0; s < r->ns; s++) {
+    const Step *st = &r->s[s];
+    fprintf(f, "%s\n    {\"index\": %d, \"kind\": \"%s\", \"op\": ", s ? "," : "", s,
+            step_kind_name(st->kind));
+    json_str(f, st->node >= 0 ? op_name(g->n[st->node].op) : "copy");
+    fprintf(f, ", \"node\": ");
+    json_str(f, st->node >= 0 ? g->n[st->node].name : st->tensor >= 0 ? g->t[st->tensor].name : "");
+    fprintf(f, ", \"live_bytes\": %lld, \"high_water_bytes\": %lld, \"inputs\": ",
+            (long long)pl->live_bytes[s], (long long)pl->high_water[s]);
+    json_insts(f, st->in, st->nin);
+    fprintf(f, ", \"outputs\": ");
+    json_insts(f, st->out, st->nout);
+    if (st->ws >= 0) fprintf(f, ", \"workspace\": %d}", st->ws);
+    else fprintf(f, ", \"workspace\": null}");
+  }
+  fprintf(f, "\n  ],\n  \"instances\": [");
+  for (int i = 0; i < pl->ninst; i++) {
+    const Instance *in = &pl->inst[i];
+    fprintf(f, "%s\n    {\"index\": %d, \"tensor\": ", i ? "," : "", i);
+    json_str(f, plan_inst_name(g, pl, i));
+    fprintf(f, ", \"kind\": \"%s\", \"bytes\": %lld, \"first\": %d, \"last\": %d, "
+            "\"offset\": %lld, \"host_offset\": %lld, \"persistent\": %s}",
+            plan_inst_kind(g, pl, i), (long long)in->bytes, in->first, in->last,
+            (long long)in->offset, (long long)in->host_offset, in->persistent ? "true" : "false");
+  }
+  fprintf(f, "\n  ]\n}\n");
+}

@@ -1,0 +1,78 @@
+/* route.c — the execution route: one linear list of steps.
+ *
+ * Requires: a training graph from train_build(): g->n holds the forward nodes
+ * (PH_FORWARD, topologically sorted), the loss (PH_LOSS), backward nodes in an
+ * execution order (PH_BACKWARD), optimizer updates each right after its
+ * gradient is final (PH_UPDATE), then the eval pass (PH_EVAL). The node order
+ * IS the route, so this pass only copies it: training steps are the non-eval
+ * nodes in order, eval steps follow (Route.train_steps marks the split).
+ *
+ * Provides: Route with one Step per node. Step.in/out are allocated (aligned
+ * with node->in/out) and set to -1; liveness_compute fills them with instance
+ * indices, and Step.ws with the step's workspace instance. Later passes
+ * (recompute, offload) insert steps of their own.
+ *
+ * Not here: any reordering. Autodiff owns the order; we check only that eval
+ * nodes do not read what training nodes have not written (done in liveness). */
+#include "snc.h"
+
+#include <string.h>
+
+static StepKind kind_of_phase(Phase ph) {
+  switch (ph) {
+  case PH_FORWARD: return SK_FORWARD;
+  case PH_LOSS: return SK_LOSS;
+  case PH_BACKWARD: return SK_BACKWARD;
+  case PH_UPDATE: return SK_UPDATE;
+  case PH_EVAL: return SK_EVAL;
+  }
+  unreachable();
+}
+
+static void add_step(Route *r, const Node *n, int node) {
+  xgrow((void **)&r->s, &r->caps, r->ns + 1, sizeof *r->s);
+  Step *s = &r->s[r->ns++];
+  *s = (Step){.kind = kind_of_phase(n->phase), .node = node, .tensor = -1,
+              .nin = n->nin, .nout = n->nout, .ws = -1};
+  s->in = xmalloc(sizeof(int) * (size_t)(n->nin ? n->nin : 1));
+  s->out = xmalloc(sizeof(int) * (size_t)(n->nout ? n->nout : 1));
+  for (int i = 0; i < n->nin; i++) s->in[i] = -1;
+  for (int i = 0; i < n->nout; i++) s->out[i] = -1;
+}
+
+Route *route_build(const Graph *g) {
+  Route *r = xcalloc(1, sizeof *r);
+  /* Two passes keep eval after training even if autodiff interleaved them. */
+  for (int i = 0; i < g->nn; i++)
+    if (g->n[i].phase != PH_EVAL) add_step(r, &g->n[i], i);
+  r->train_steps = r->ns;
+  for (int i = 0; i < g->nn; i++)
+    if (g->n[i].phase == PH_EVAL) add_step(r, &g->n[i], i);
+  return r;
+}
+
+static void dump_names(const Graph *g, const int *t, int n, FILE *f) {
+  for (int i = 0; i < n; i++)
+    fprintf(f, "%s%s", i ? ", " : "", t[i] < 0 ? "-" : g->t[t[i]].name);
+}
+
+/* One line per step: index, kind, op, node, and the tensors it reads and
+ * writes (by name, from the node: the route does not depend on liveness). */
+void route_dump(const Graph *g, const Route *r, FILE *f) {
+  fprintf(f, "route: %d steps (%d training, %d eval)\n", r->ns, r->train_steps,
+          r->ns - r->train_steps);
+  for (int i = 0; i < r->ns; i++) {
+    const Step *s = &r->s[i];
+    fprintf(f, "%6d  %-9s ", i, step_kind_name(s->kind));
+    if (s->node < 0) {
+      fprintf(f, "%-16s %s\n", "copy", s->tensor >= 0 ? g->t[s->tensor].name : "-");
+      continue;
+    }
+    const Node *n = &g->n[s->node];
+    fprintf(f, "%-16s %s  (", op_name(n->op), n->name);
+    dump_names(g, n->in, n->nin, f);
+    fprintf(f, ") -> (");
+    dump_names(g, n->out, n->nout, f);
+    fprintf(f, ")\n");
+  }
+}
