@@ -237,6 +237,7 @@ static void test_bn(void) {
   memcpy(rv0, s.rv, sizeof rv0);
   float *y = buf(nx), *y2 = buf(nx), *r = rbuf(nx, 0), *dx = buf(nx), *dsc = buf(C), *dbi = buf(C);
   double ref[60];
+  for (int64_t i = 0; i < nx; i++) r[i] += 0.7f;  /* mean(dy) != 0 exercises every term of dx */
   snrt_bn_fwd_train(&ctx, &s.p, s.x, s.sc, s.bi, s.rm, s.rv, y, s.sm, s.si);
   for (int ch = 0; ch < C; ch++) {
     double m = 0, v = 0;
