@@ -431,9 +431,26 @@ static void add_eval(Graph *g) {
   free(map);
 }
 
+/* Constants a kernel reads as data (not folded into params) live in the arena,
+ * loaded once like parameters. */
+static void mark_constant_data(Graph *g) {
+  for (int i = 0; i < g->nfwd; i++) {
+    const Node *n = &g->n[i];
+    for (int k = 0; k < n->nin; k++) {
+      Tensor *t = n->in[k] >= 0 ? &g->t[n->in[k]] : NULL;
+      if (!t || t->kind != TK_CONST || !op_slot_is_data(n->op, k)) continue;
+      if (t->dtype != DT_FLOAT || !t->data)
+        node_error(n, "input %d ('%s') is a %s constant; snc's kernels read float32 data here",
+                   k, t->name, dtype_name(t->dtype));
+      t->kind = TK_CONSTVAL;
+    }
+  }
+}
+
 void train_build(Graph *g, const TrainOpts *o) {
   opts = o;
   rewrite_training_outputs(g);
+  mark_constant_data(g);
   if (g->output < 0) fatal(EXIT_BADINPUT, "the model has no output");
 
   /* Which tensors need gradients: parameters and whatever depends on one. */

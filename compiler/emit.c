@@ -171,6 +171,7 @@ static const char *table_kind(const Graph *g, int t) {
   case TK_OPT: return "SNRT_T_OPT";
   case TK_LOSS: return "SNRT_T_LOSS";
   case TK_PGRAD: return "SNRT_T_GRAD";
+  case TK_CONSTVAL: return "SNRT_T_CONST";
   default: internal_error(__FILE__, __LINE__, "tensor '%s' in the model table", g->t[t].name);
   }
 }
@@ -325,7 +326,8 @@ void emit_program(const Graph *g, const Plan *pl, const EmitOpts *o, const char 
       for (int k = 0; k < 2; k++) table_add(&tb, map, opt_of[2 * t + k]);
     }
   for (int t = 0; t < g->nt; t++)
-    if (g->t[t].kind == TK_STATE && pl->tensor_inst[t] >= 0) table_add(&tb, map, t);
+    if ((g->t[t].kind == TK_STATE || g->t[t].kind == TK_CONSTVAL) && pl->tensor_inst[t] >= 0)
+      table_add(&tb, map, t);
 
   /* params.bin: initial values of parameters and state with initializers. */
   FILE *pf = create(dir, "params.bin", "wb");
@@ -334,7 +336,8 @@ void emit_program(const Graph *g, const Plan *pl, const EmitOpts *o, const char 
   for (int i = 0; i < tb.n; i++) {
     const Tensor *t = &g->t[tb.t[i]];
     file_off[i] = -1;
-    if ((t->kind == TK_PARAM || t->kind == TK_STATE) && t->has_init && t->data) {
+    if ((t->kind == TK_PARAM || t->kind == TK_STATE || t->kind == TK_CONSTVAL) && t->data &&
+        (t->has_init || t->kind == TK_CONSTVAL)) {
       int64_t bytes = tensor_bytes(t);
       if (fwrite(t->data, 1, (size_t)bytes, pf) != (size_t)bytes)
         fatal(EXIT_BADINPUT, "error writing '%s/params.bin'", dir);

@@ -19,6 +19,14 @@ const char *op_name(OpKind op) {
   return op_info[op].onnx[0] ? op_info[op].onnx : op_info[op].name;
 }
 
+bool op_slot_is_data(OpKind op, int k) {
+  switch (op) {
+  case OP_RESHAPE: case OP_SPLIT: case OP_REDUCEMEAN: return k == 0;
+  case OP_SLICE: case OP_PAD: case OP_CLIP: case OP_DROPOUT: return k == 0;
+  default: return true;
+  }
+}
+
 int op_from_onnx(const char *op_type) {
   for (int i = 0; i < OP_COUNT; i++)
     if (op_info[i].onnx[0] && strcmp(op_info[i].onnx, op_type) == 0) return i;
@@ -61,7 +69,8 @@ const char *dtype_name(int dt) {
 
 const char *tensor_kind_name(TensorKind k) {
   static const char *names[] = {"activation", "input", "label", "param", "state", "const",
-                                "grad", "param-grad", "optimizer", "aux", "loss", "workspace"};
+                                "grad", "param-grad", "optimizer", "aux", "loss", "workspace",
+                                "constant-data"};
   return (unsigned)k < sizeof names / sizeof names[0] ? names[k] : "?";
 }
 

@@ -25,7 +25,9 @@
 
 static int64_t align_up(int64_t b) { return (b + SNRT_ALIGN - 1) / SNRT_ALIGN * SNRT_ALIGN; }
 
-static bool is_persistent(TensorKind k) { return k == TK_PARAM || k == TK_STATE || k == TK_OPT; }
+static bool is_persistent(TensorKind k) {
+  return k == TK_PARAM || k == TK_STATE || k == TK_OPT || k == TK_CONSTVAL;
+}
 
 static int add_inst(Plan *pl, int tensor, int64_t bytes, int first, int last, bool persistent) {
   xgrow((void **)&pl->inst, &pl->capinst, pl->ninst + 1, sizeof *pl->inst);

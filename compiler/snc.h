@@ -86,6 +86,7 @@ typedef enum {
   TK_AUX,        // saved forward by-product needed by backward (BN mean/invstd)
   TK_LOSS,       // the scalar loss
   TK_WORKSPACE,  // scratch for one step (conv im2col / cuDNN workspace)
+  TK_CONSTVAL,   // a constant read as data by a kernel (Mul by 2.0...): lives in the arena
 } TensorKind;
 const char *tensor_kind_name(TensorKind k);
 
@@ -225,6 +226,10 @@ typedef struct OpInfo {
 
 extern const OpInfo op_info[];
 const char *op_name(OpKind op);        /* ONNX name, or internal name */
+/* False for inputs that shape inference folds into the node's params
+ * (Reshape's shape, Slice's starts..., Pad's pads, Clip's bounds, Dropout's
+ * ratio, Split's sizes, ReduceMean's axes); true for data the kernel reads. */
+bool op_slot_is_data(OpKind op, int k);
 int op_from_onnx(const char *op_type); /* -1 if unsupported */
 
 /* ------------------------------------------------------------------ import.c */

@@ -239,6 +239,7 @@ enum snrt_tensor_kind {
   SNRT_T_LOSS,           /* the scalar loss, valid after the step */
   SNRT_T_LOGITS,         /* model output, valid after an eval step */
   SNRT_T_GRAD,           /* parameter gradient (transient; see --dump-grads) */
+  SNRT_T_CONST,          /* a constant operand, loaded once (not saved, not exported) */
 };
 
 enum snrt_init {

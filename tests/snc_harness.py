@@ -56,3 +56,15 @@ def rel_err(a, b):
     if denom == 0:
         return float(np.linalg.norm(a.ravel()))
     return float(np.linalg.norm((a - b).ravel()) / denom)
+
+
+def grad_err(ours, ref, zero=1e-4):
+    """||g - g_ref|| / ||g_ref||. Where the reference gradient is (nearly) zero,
+    e.g. the bias of a conv followed by BatchNorm, whose exact gradient is 0
+    and whose computed one is rounding noise, a relative error is meaningless:
+    below ||g_ref|| = zero the difference is measured against `zero` instead,
+    so a 1e-4 bound then means ||g - g_ref|| <= 1e-8."""
+    ref = np.asarray(ref, dtype=np.float64)
+    d = np.linalg.norm((np.asarray(ours, dtype=np.float64) - ref).ravel())
+    n = np.linalg.norm(ref.ravel())
+    return float(d / n) if n >= zero else float(d / zero)
