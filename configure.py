@@ -203,8 +203,17 @@ def main():
     cuda_srcs = listdir("runtime/cuda", ".cu") + listdir("runtime/cuda", ".c")
     if nvcc and cuda_srcs:
         w.variable("nvcc", nvcc)
-        w.variable("nvccflags", "-O3 -std=c++17 -Iruntime -Ibuild/gen -I%s/include "
-                   "-arch=sm_90 -Xcompiler -fPIC" % cuda_home)
+        # A fat binary: SASS for A100 (sm_80) and H100/H200 (sm_90), plus
+        # compute_90 PTX that newer GPUs JIT-compile. -Werror=all-warnings and
+        # -Xcompiler -Wall keep the CUDA runtime as warning-clean as the C.
+        werr = " -Werror=all-warnings" if args.werror else ""
+        w.variable("nvccflags", "-O3 -std=c++17 -lineinfo -Iruntime -Ibuild/gen -I%s/include "
+                   "-gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 "
+                   "-gencode arch=compute_90,code=compute_90 "
+                   "-Xcompiler -fPIC,-Wall,-Wextra,-Wno-unused-parameter%s" % (cuda_home, werr))
+        # What a program linked with build/libsnrt_cuda.a needs (the emitter
+        # and tests/test_cuda_build.py use the same list).
+        w.variable("cudalibs", "-L%s/lib64 -lcudnn -lcublas -lcudart -lpthread -lm" % cuda_home)
         w.rule("nvcc", "$nvcc -MD -MF $out.d $nvccflags -c $in -o $out", "NVCC $out",
                depfile="$out.d")
         cobjs = [pb_obj] + common
