@@ -213,7 +213,8 @@ def main():
                    "-Xcompiler -fPIC,-Wall,-Wextra,-Wno-unused-parameter%s" % (cuda_home, werr))
         # What a program linked with build/libsnrt_cuda.a needs (the emitter
         # and tests/test_cuda_build.py use the same list).
-        w.variable("cudalibs", "-L%s/lib64 -lcudnn -lcublas -lcudart -lpthread -lm" % cuda_home)
+        w.variable("cudalibs", "-L%s/lib64 -lcudnn -lcublas -lcudart -lprotobuf-c -lz -lgomp "
+                   "-lpthread -lm" % cuda_home)
         w.rule("nvcc", "$nvcc -MD -MF $out.d $nvccflags -c $in -o $out", "NVCC $out",
                depfile="$out.d")
         cobjs = [pb_obj] + common

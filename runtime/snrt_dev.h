@@ -12,6 +12,10 @@
 #include "snrt.h"
 #include <stdbool.h>
 
+#ifdef __cplusplus
+extern "C" {  /* runtime/cuda defines these in C++ (nvcc) files */
+#endif
+
 struct snrt_ctx {
   const snrt_model *m;
   char *arena;               /* device arena (exactly m->arena_bytes) */
@@ -53,4 +57,7 @@ void snrt_dev_run_step(snrt_ctx *c, void (*fn)(snrt_ctx *c));
 /* Exit codes of the emitted program (INTERFACE.md). */
 enum { SNRT_EXIT_USAGE = 1, SNRT_EXIT_DATA = 2, SNRT_EXIT_NAN = 3, SNRT_EXIT_DEVICE = 4 };
 
+#ifdef __cplusplus
+}
+#endif
 #endif
