@@ -239,7 +239,7 @@ void snrt_dead(snrt_ctx *c, int64_t off, int64_t bytes) {
 }
 
 void snrt_grad_ready(snrt_ctx *c, int param, const float *g, int64_t n) {
-  if (!c->dump_grads) return;
+  if (!c->dump_grads || param < 0 || param >= c->m->ntensors) return;
   if (!c->grad_copy) {
     c->grad_copy = (float **)calloc((size_t)c->m->ntensors, sizeof(float *));
     if (!c->grad_copy) snrt_cu_fail("calloc", "out of host memory", __FILE__, __LINE__);
@@ -301,6 +301,7 @@ void snrt_prefetch(snrt_ctx *c, int64_t dev_off, int64_t host_off, int64_t bytes
 }
 
 void snrt_wait(snrt_ctx *c, int event) {
+  if (event < 0) return;  /* no event: as the CPU runtime */
   CUDA_CHECK(cudaStreamWaitEvent(snrt_cu(c)->compute, plan_event(c, event), 0));
 }
 
