@@ -108,10 +108,13 @@ def probe_cuda(mode):
     home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
     nvcc = shutil.which("nvcc") or (os.path.join(home, "bin", "nvcc")
                                    if os.path.exists(os.path.join(home, "bin", "nvcc")) else None)
-    cudnn = os.path.exists(os.path.join(home, "include", "cudnn.h"))
+    # cuDNN/cuBLAS may live outside the toolkit (PyTorch's pip wheels):
+    # CUDNN_HOME / CUBLAS_HOME name folders with include/ and lib/.
+    cudnn_home = os.environ.get("CUDNN_HOME", home)
+    cudnn = os.path.exists(os.path.join(cudnn_home, "include", "cudnn.h"))
     if nvcc and cudnn:
         return nvcc, home
-    why = "nvcc not found" if not nvcc else "cudnn.h not found under %s/include" % home
+    why = "nvcc not found" if not nvcc else "cudnn.h not found under %s/include" % cudnn_home
     if mode == "on":
         sys.exit("configure: error: --cuda on, but %s" % why)
     print("configure: warning: %s; skipping the CUDA runtime (build/libsnrt_cuda.a)" % why)
@@ -205,8 +208,24 @@ def main():
     cuda_srcs = listdir("runtime/cuda", ".cu") + listdir("runtime/cuda", ".c")
     if nvcc and cuda_srcs:
         w.variable("nvcc", nvcc)
-        w.variable("nvccflags", "-O3 -std=c++17 -Iruntime -Ibuild/gen -I%s/include "
-                   "-arch=sm_90 -Xcompiler -fPIC" % cuda_home)
+        # A fat binary: SASS for A100 (sm_80) and H100/H200 (sm_90), plus
+        # compute_90 PTX that newer GPUs JIT-compile. -Werror=all-warnings and
+        # -Xcompiler -Wall keep the CUDA runtime as warning-clean as the C.
+        werr = " -Werror=all-warnings" if args.werror else ""
+        extra_inc, extra_lib = "", ""
+        for var in ("CUDNN_HOME", "CUBLAS_HOME"):
+            d = os.environ.get(var)
+            if d:
+                extra_inc += " -I%s/include" % d
+                extra_lib += " -L{0}/lib -Xlinker -rpath={0}/lib".format(d)
+        w.variable("nvccflags", "-O3 -std=c++17 -lineinfo -Iruntime -Ibuild/gen%s -I%s/include "
+                   "-gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 "
+                   "-gencode arch=compute_90,code=compute_90 "
+                   "-Xcompiler -fPIC,-Wall,-Wextra,-Wno-unused-parameter%s" % (extra_inc, cuda_home, werr))
+        # What a program linked with build/libsnrt_cuda.a needs (the emitter
+        # and tests/test_cuda_build.py use the same list).
+        w.variable("cudalibs", "%s -L%s/lib64 -lcudnn -lcublas -lcudart -lprotobuf-c -lz -lgomp "
+                   "-lpthread -lm" % (extra_lib.strip(), cuda_home))
         w.rule("nvcc", "$nvcc -MD -MF $out.d $nvccflags -c $in -o $out", "NVCC $out",
                depfile="$out.d")
         cobjs = [pb_obj] + common

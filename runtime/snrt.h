@@ -400,9 +400,17 @@ void snrt_mse_bwd(snrt_ctx *c, const snrt_loss_t *p, const float *out, const flo
 void snrt_sgd(snrt_ctx *c, const snrt_sgd_t *p, float *w, const float *g, float *mom);
 void snrt_adam(snrt_ctx *c, const snrt_adam_t *p, float *w, const float *g, float *m, float *v);
 
+/* SNRT_HD marks the few inline helpers that CUDA kernels call too (nvcc
+ * compiles them for host and device); it is empty for a C compiler. */
+#ifdef __CUDACC__
+#define SNRT_HD __host__ __device__
+#else
+#define SNRT_HD
+#endif
+
 /* The counter-based generator shared by every runtime: a uniform float in
  * [0, 1) from (seed, step, id, i). Pure, so masks can be regenerated. */
-static inline float snrt_uniform(uint64_t seed, uint64_t step, uint32_t id, uint64_t i) {
+static inline SNRT_HD float snrt_uniform(uint64_t seed, uint64_t step, uint32_t id, uint64_t i) {
   uint64_t z = seed * 0x9E3779B97F4A7C15ull ^ (step + 0x632BE59BD9B4E019ull) * 0xBF58476D1CE4E5B9ull;
   z ^= ((uint64_t)id << 40) ^ i * 0x94D049BB133111EBull;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;

@@ -12,6 +12,10 @@
 #include "snrt.h"
 #include <stdbool.h>
 
+#ifdef __cplusplus
+extern "C" {  /* runtime/cuda defines these in C++ (nvcc) files */
+#endif
+
 struct snrt_ctx {
   const snrt_model *m;
   char *arena;               /* device arena (exactly m->arena_bytes) */
@@ -39,8 +43,21 @@ void snrt_dev_sync(snrt_ctx *c);
 void snrt_dev_poison(snrt_ctx *c, int64_t dev_off, int64_t bytes);
 /* "cpu (2 threads, OpenBLAS)" / "NVIDIA H200 (cuDNN 9.x)" */
 const char *snrt_dev_describe(snrt_ctx *c);
+/* Runs one step fn(c) (the model's train_step or eval_step) on the device.
+ * CPU: just fn(c). CUDA: the first call of a given fn runs eagerly (warm-up:
+ * cuDNN algorithm search, lazy module loading); the second is captured into a
+ * CUDA graph, which that call and every later one replay. Kernels read lr,
+ * step and seed from a small device buffer refreshed before each replay, so a
+ * changing --lr schedule or step counter needs no re-capture. Set
+ * SNRT_CUDA_GRAPH=0 to run every step eagerly; steps with dump_grads on always
+ * run eagerly. Returns when the work is queued, not finished (sync with
+ * snrt_dev_sync or a download). */
+void snrt_dev_run_step(snrt_ctx *c, void (*fn)(snrt_ctx *c));
 
 /* Exit codes of the emitted program (INTERFACE.md). */
 enum { SNRT_EXIT_USAGE = 1, SNRT_EXIT_DATA = 2, SNRT_EXIT_NAN = 3, SNRT_EXIT_DEVICE = 4 };
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -1,0 +1,234 @@
+/* conv.cu — convolution on the GPU with cuDNN's (v9, legacy) convolution API:
+ * forward, backward-data, backward-filter; bias forward with cudnnAddTensor and
+ * bias backward with our own deterministic channel sum.
+ *
+ * What it is: descriptor and algorithm caching around cuDNN. The parameter
+ * structs are `static const` in the emitted program, so their address is a
+ * stable key: descriptors are built once per struct, and each direction's
+ * algorithm is chosen once, at its first call (the warm-up step, never inside
+ * a CUDA graph capture), as the fastest one cudnnFind*AlgorithmEx measures
+ * with the workspace the plan gave that step (p->ws_bytes at `ws`).
+ *
+ * What it is not: a fallback for convolutions cuDNN cannot express. cuDNN
+ * pads symmetrically; where the ONNX pads are asymmetric in a way that
+ * changes the output size (e.g. SAME_UPPER with an even kernel), the first
+ * call stops with a clear error naming the shape.
+ *
+ * Math: TF32 tensor cores are allowed (CUDNN_DEFAULT_MATH, which permits TF32
+ * on Ampere and later) unless SNRT_TF32=0 (CUDNN_FMA_MATH: plain FP32).
+ * SNRT_DETERMINISTIC=1 keeps only algorithms cuDNN reports deterministic. */
+#include "cuda_rt.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+enum { DIR_FWD, DIR_BWD_DATA, DIR_BWD_FILTER, DIR_COUNT };
+
+typedef struct conv_entry {
+  const snrt_conv_t *p;      /* key */
+  cudnnTensorDescriptor_t x, y, b;
+  cudnnFilterDescriptor_t w;
+  cudnnConvolutionDescriptor_t conv;
+  bool chosen[DIR_COUNT];
+  int algo[DIR_COUNT];       /* cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t */
+  size_t ws[DIR_COUNT];      /* workspace the algorithm needs */
+  cudnnMathType_t math[DIR_COUNT];
+} conv_entry;
+
+/* Open addressing on the struct's address; grows at half full. One table per
+ * process (one device). Slow algorithms are fine: a model has < 1000 convs. */
+static conv_entry **tab;
+static size_t tab_cap, tab_len;
+
+static size_t hash_ptr(const void *p, size_t cap) {
+  uintptr_t v = (uintptr_t)p;
+  v ^= v >> 17;
+  v *= 0x9E3779B97F4A7C15ull;
+  return (size_t)(v >> 20) & (cap - 1);
+}
+
+static void tab_insert(conv_entry *e) {
+  size_t i = hash_ptr(e->p, tab_cap);
+  while (tab[i]) i = (i + 1) & (tab_cap - 1);
+  tab[i] = e;
+}
+
+static conv_entry *tab_find(const snrt_conv_t *p) {
+  if (!tab_cap) return NULL;
+  for (size_t i = hash_ptr(p, tab_cap);; i = (i + 1) & (tab_cap - 1)) {
+    if (!tab[i]) return NULL;
+    if (tab[i]->p == p) return tab[i];
+  }
+}
+
+static void conv_fail(const snrt_conv_t *p, const char *why) {
+  fprintf(stderr,
+          "snrt: error: convolution x(%d,%d,%d,%d) w(%d,%d,%d,%d) stride %dx%d pad %d,%d "
+          "dilation %dx%d group %d -> y(%d,%d,%d,%d): %s\n",
+          p->n, p->c, p->h, p->w, p->k, p->c / (p->group ? p->group : 1), p->kh, p->kw, p->sh,
+          p->sw, p->pt, p->pl, p->dh, p->dw, p->group, p->n, p->k, p->oh, p->ow, why);
+  exit(SNRT_EXIT_DEVICE);
+}
+
+static conv_entry *conv_get(snrt_ctx *c, const snrt_conv_t *p) {
+  conv_entry *e = tab_find(p);
+  if (e) return e;
+  if (snrt_cu(c)->capturing)
+    conv_fail(p, "first seen during CUDA graph capture (internal error: the warm-up step "
+                 "should have run it)");
+  if (2 * (tab_len + 1) > tab_cap) {
+    size_t old_cap = tab_cap;
+    conv_entry **old = tab;
+    tab_cap = tab_cap ? 2 * tab_cap : 256;
+    tab = (conv_entry **)calloc(tab_cap, sizeof *tab);
+    if (!tab) snrt_cu_fail("calloc", "out of host memory", __FILE__, __LINE__);
+    for (size_t i = 0; i < old_cap; i++)
+      if (old[i]) tab_insert(old[i]);
+    free(old);
+  }
+  e = (conv_entry *)calloc(1, sizeof *e);
+  if (!e) snrt_cu_fail("calloc", "out of host memory", __FILE__, __LINE__);
+  e->p = p;
+  int g = p->group > 0 ? p->group : 1;
+  CUDNN_CHECK(cudnnCreateTensorDescriptor(&e->x));
+  CUDNN_CHECK(cudnnCreateTensorDescriptor(&e->y));
+  CUDNN_CHECK(cudnnCreateTensorDescriptor(&e->b));
+  CUDNN_CHECK(cudnnCreateFilterDescriptor(&e->w));
+  CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&e->conv));
+  CUDNN_CHECK(cudnnSetTensor4dDescriptor(e->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, p->n, p->c,
+                                         p->h, p->w));
+  CUDNN_CHECK(cudnnSetTensor4dDescriptor(e->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, p->n, p->k,
+                                         p->oh, p->ow));
+  CUDNN_CHECK(cudnnSetTensor4dDescriptor(e->b, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, p->k, 1, 1));
+  CUDNN_CHECK(cudnnSetFilter4dDescriptor(e->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, p->k,
+                                         p->c / g, p->kh, p->kw));
+  CUDNN_CHECK(cudnnSetConvolution2dDescriptor(e->conv, p->pt, p->pl, p->sh, p->sw, p->dh, p->dw,
+                                              CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+  CUDNN_CHECK(cudnnSetConvolutionGroupCount(e->conv, g));
+  /* cuDNN pads bottom/right like top/left: the output size must agree. */
+  int on, ok, ooh, oow;
+  CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(e->conv, e->x, e->w, &on, &ok, &ooh, &oow));
+  if (on != p->n || ok != p->k || ooh != p->oh || oow != p->ow) {
+    char why[200];
+    snprintf(why, sizeof why,
+             "asymmetric padding (cuDNN pads symmetrically and would give %dx%d): not supported "
+             "by the CUDA runtime; pad explicitly in the model or use --target cpu", ooh, oow);
+    conv_fail(p, why);
+  }
+  tab_insert(e);
+  tab_len++;
+  return e;
+}
+
+static cudnnMathType_t base_math(snrt_ctx *c) {
+  return snrt_cu(c)->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+}
+
+/* Among Find's results (fastest first), the first that ran, fits, does not
+ * down-convert to FP16, and (if asked) is deterministic. */
+template <class Perf>
+static int pick(snrt_ctx *c, const snrt_conv_t *p, const Perf *r, int n, size_t limit,
+                conv_entry *e, int dir, const char *what) {
+  for (int i = 0; i < n; i++) {
+    if (r[i].status != CUDNN_STATUS_SUCCESS || r[i].memory > limit) continue;
+    if (r[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
+    if (snrt_cu(c)->deterministic && r[i].determinism != CUDNN_DETERMINISTIC) continue;
+    e->ws[dir] = r[i].memory;
+    e->math[dir] = snrt_cu(c)->tf32 ? r[i].mathType : CUDNN_FMA_MATH;
+    e->chosen[dir] = true;
+    return (int)r[i].algo;
+  }
+  char why[160];
+  snprintf(why, sizeof why, "no cuDNN %s algorithm fits the %lld-byte workspace the plan gave%s",
+           what, (long long)limit, snrt_cu(c)->deterministic ? " (SNRT_DETERMINISTIC=1)" : "");
+  conv_fail(p, why);
+  return 0;
+}
+
+static size_t ws_limit(const snrt_conv_t *p, const float *ws) {
+  return ws && p->ws_bytes > 0 ? (size_t)p->ws_bytes : 0;
+}
+
+static const float one = 1.0f, zero = 0.0f;
+
+void snrt_conv_fwd(snrt_ctx *c, const snrt_conv_t *p, const float *x, const float *w,
+                   const float *b, float *y, float *ws) {
+  conv_entry *e = conv_get(c, p);
+  cudnnHandle_t h = snrt_cu(c)->cudnn;
+  size_t lim = ws_limit(p, ws);
+  if (!e->chosen[DIR_FWD]) {
+    /* Find runs each candidate and writes y, which the call below overwrites. */
+    cudnnConvolutionFwdAlgoPerf_t r[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    int n = 0;
+    CUDNN_CHECK(cudnnSetConvolutionMathType(e->conv, base_math(c)));
+    CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, e->x, x, e->w, w, e->conv, e->y, y,
+                                                       CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, r,
+                                                       ws, lim));
+    e->algo[DIR_FWD] = pick(c, p, r, n, lim, e, DIR_FWD, "forward");
+  }
+  CUDNN_CHECK(cudnnSetConvolutionMathType(e->conv, e->math[DIR_FWD]));
+  CUDNN_CHECK(cudnnConvolutionForward(h, &one, e->x, x, e->w, w, e->conv,
+                                      (cudnnConvolutionFwdAlgo_t)e->algo[DIR_FWD], ws,
+                                      e->ws[DIR_FWD], &zero, e->y, y));
+  if (b) CUDNN_CHECK(cudnnAddTensor(h, &one, e->b, b, &one, e->y, y));
+}
+
+void snrt_conv_bwd_data(snrt_ctx *c, const snrt_conv_t *p, const float *dy, const float *w,
+                        float *dx, float *ws) {
+  conv_entry *e = conv_get(c, p);
+  cudnnHandle_t h = snrt_cu(c)->cudnn;
+  size_t lim = ws_limit(p, ws);
+  if (!e->chosen[DIR_BWD_DATA]) {
+    cudnnConvolutionBwdDataAlgoPerf_t r[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    int n = 0;
+    CUDNN_CHECK(cudnnSetConvolutionMathType(e->conv, base_math(c)));
+    CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
+        h, e->w, w, e->y, dy, e->conv, e->x, dx, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, r,
+        ws, lim));
+    e->algo[DIR_BWD_DATA] = pick(c, p, r, n, lim, e, DIR_BWD_DATA, "backward-data");
+  }
+  CUDNN_CHECK(cudnnSetConvolutionMathType(e->conv, e->math[DIR_BWD_DATA]));
+  CUDNN_CHECK(cudnnConvolutionBackwardData(h, &one, e->w, w, e->y, dy, e->conv,
+                                           (cudnnConvolutionBwdDataAlgo_t)e->algo[DIR_BWD_DATA],
+                                           ws, e->ws[DIR_BWD_DATA], &zero, e->x, dx));
+}
+
+void snrt_conv_bwd_filter(snrt_ctx *c, const snrt_conv_t *p, const float *x, const float *dy,
+                          float *dw, float *ws) {
+  conv_entry *e = conv_get(c, p);
+  cudnnHandle_t h = snrt_cu(c)->cudnn;
+  size_t lim = ws_limit(p, ws);
+  if (!e->chosen[DIR_BWD_FILTER]) {
+    cudnnConvolutionBwdFilterAlgoPerf_t r[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    int n = 0;
+    CUDNN_CHECK(cudnnSetConvolutionMathType(e->conv, base_math(c)));
+    CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+        h, e->x, x, e->y, dy, e->conv, e->w, dw, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, r,
+        ws, lim));
+    e->algo[DIR_BWD_FILTER] = pick(c, p, r, n, lim, e, DIR_BWD_FILTER, "backward-filter");
+  }
+  CUDNN_CHECK(cudnnSetConvolutionMathType(e->conv, e->math[DIR_BWD_FILTER]));
+  CUDNN_CHECK(cudnnConvolutionBackwardFilter(
+      h, &one, e->x, x, e->y, dy, e->conv, (cudnnConvolutionBwdFilterAlgo_t)e->algo[DIR_BWD_FILTER],
+      ws, e->ws[DIR_BWD_FILTER], &zero, e->w, dw));
+}
+
+/* db[k] = sum over n and (oh, ow) of dy: one block per channel, fixed order. */
+__global__ void k_chan_sum(int n, int k, int64_t hw, const float *dy, float *db) {
+  for (int ch = blockIdx.x; ch < k; ch += gridDim.x) {
+    float s = 0.0f;
+    for (int64_t i = threadIdx.x; i < (int64_t)n * hw; i += blockDim.x) {
+      int64_t img = i / hw, j = i % hw;
+      s += dy[(img * k + ch) * hw + j];
+    }
+    s = snrt_block_sum(s);
+    if (threadIdx.x == 0) db[ch] = s;
+  }
+}
+
+void snrt_conv_bwd_bias(snrt_ctx *c, const snrt_conv_t *p, const float *dy, float *db) {
+  if (p->k <= 0) return;
+  unsigned blocks = p->k > 65535 ? 65535 : (unsigned)p->k;
+  k_chan_sum<<<blocks, 512, 0, snrt_cu_stream(c)>>>(p->n, p->k, (int64_t)p->oh * p->ow, dy, db);
+  SNRT_LAUNCH_CHECK();
+}

@@ -1,0 +1,146 @@
+/* cuda_rt.h — internal to runtime/cuda: the CUDA device state behind
+ * snrt_ctx.dev, the error-checking macros, and launch helpers shared by the
+ * kernel files.
+ *
+ * What it is: the glue every .cu file of the CUDA runtime includes. What it is
+ * not: an API for the emitted program (that is snrt.h) or for runtime/common
+ * (that is snrt_dev.h). C++ (nvcc) only.
+ *
+ * Every CUDA, cuDNN and cuBLAS call goes through CUDA_CHECK / CUDNN_CHECK /
+ * CUBLAS_CHECK: on failure they print the call, the library's error string and
+ * file:line, and exit with SNRT_EXIT_DEVICE (4). Every kernel launch is
+ * followed by SNRT_LAUNCH_CHECK(). */
+#ifndef SNRT_CUDA_RT_H
+#define SNRT_CUDA_RT_H
+
+#include "snrt_dev.h"
+
+#include <cuda_runtime.h>
+#include <cublas_v2.h>
+#include <cudnn.h>
+
+/* Values that change from step to step, read by kernels from device memory
+ * (never passed by value) so that a captured CUDA graph stays valid when they
+ * change: the host refreshes them before each step or replay. */
+typedef struct snrt_cuda_vars {
+  float lr;
+  int64_t step;
+  uint64_t seed;
+} snrt_cuda_vars;
+
+/* One captured step function (train_step, eval_step). */
+typedef struct snrt_cuda_graph {
+  void (*fn)(snrt_ctx *c);
+  int runs;                  /* eager runs so far (1: warmed up) */
+  cudaGraphExec_t exec;      /* NULL until captured */
+} snrt_cuda_graph;
+
+typedef struct snrt_cuda {
+  int device;
+  cudaDeviceProp prop;
+  cudaStream_t compute;      /* every kernel, cuDNN and cuBLAS call */
+  cudaStream_t d2h, h2d;     /* offload and prefetch copies */
+  cudaEvent_t issue_d2h, issue_h2d;  /* compute position at a copy's issue */
+  cudaEvent_t join_d2h, join_h2d;    /* end-of-step joins of the copy streams */
+  cudaEvent_t *events;       /* the plan's events, created on first use */
+  int nevents;
+  cudnnHandle_t cudnn;
+  cublasHandle_t cublas;
+  void *cublas_ws;           /* cuBLAS workspace (fixed, so graphs never allocate) */
+  size_t cublas_ws_bytes;
+  snrt_cuda_vars *dvars;     /* device copy of the per-step values */
+  snrt_cuda_vars hvars;      /* what dvars holds (valid if hvars_ok) */
+  bool hvars_ok;
+  bool tf32;                 /* TF32 tensor cores for conv and GEMM (SNRT_TF32=0: off) */
+  bool deterministic;        /* SNRT_DETERMINISTIC=1: only deterministic cuDNN algorithms */
+  bool graphs;               /* SNRT_CUDA_GRAPH=0: off */
+  bool capturing;            /* inside a stream capture */
+  bool used_d2h, used_h2d;   /* a copy was queued on that stream this step */
+  snrt_cuda_graph graph[4];
+  char describe[256];
+} snrt_cuda;
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* Prints "snrt: error: WHAT failed: MSG (FILE:LINE)" (plus a hint during graph
+ * capture) and exits with SNRT_EXIT_DEVICE. */
+__attribute__((noreturn)) void snrt_cu_fail(const char *what, const char *msg,
+                                            const char *file, int line);
+#ifdef __cplusplus
+}
+#endif
+
+#define CUDA_CHECK(call)                                                        \
+  do {                                                                          \
+    cudaError_t e_ = (call);                                                    \
+    if (e_ != cudaSuccess) snrt_cu_fail(#call, cudaGetErrorString(e_), __FILE__, __LINE__); \
+  } while (0)
+#define CUDNN_CHECK(call)                                                       \
+  do {                                                                          \
+    cudnnStatus_t s_ = (call);                                                  \
+    if (s_ != CUDNN_STATUS_SUCCESS) snrt_cu_fail(#call, cudnnGetErrorString(s_), __FILE__, __LINE__); \
+  } while (0)
+#define CUBLAS_CHECK(call)                                                      \
+  do {                                                                          \
+    cublasStatus_t s_ = (call);                                                 \
+    if (s_ != CUBLAS_STATUS_SUCCESS) snrt_cu_fail(#call, cublasGetStatusString(s_), __FILE__, __LINE__); \
+  } while (0)
+/* A launch error (bad configuration) shows at once; an execution error shows
+ * at the next checked synchronizing call. */
+#define SNRT_LAUNCH_CHECK() CUDA_CHECK(cudaGetLastError())
+
+static inline snrt_cuda *snrt_cu(snrt_ctx *c) { return (snrt_cuda *)c->dev; }
+static inline cudaStream_t snrt_cu_stream(snrt_ctx *c) { return snrt_cu(c)->compute; }
+
+/* The device copy of lr/step/seed, refreshed from c if it changed (outside a
+ * capture; snrt_dev_run_step refreshes it before a replay). */
+const snrt_cuda_vars *snrt_cu_vars(snrt_ctx *c);
+
+/* Grid size for a grid-stride loop over n items. */
+#define SNRT_THREADS 256
+static inline unsigned snrt_cu_blocks(int64_t n) {
+  int64_t b = (n + SNRT_THREADS - 1) / SNRT_THREADS;
+  if (b < 1) b = 1;
+  if (b > 65536) b = 65536;
+  return (unsigned)b;
+}
+
+/* Grid-stride loop over [0, n) with 64-bit indices. */
+#define SNRT_FOR(i, n)                                                          \
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);    \
+       i += (int64_t)gridDim.x * blockDim.x)
+
+/* Fill n floats with v on the compute stream (poison, zeroing). */
+void snrt_cu_fill(snrt_ctx *c, float *y, int64_t n, float v);
+
+#ifdef __CUDACC__
+/* Sum of v over the block (blockDim.x a multiple of 32, at most 1024); every
+ * thread gets the result. Fixed order: deterministic. */
+__device__ __forceinline__ float snrt_block_sum(float v) {
+  __shared__ float part[32];
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();  /* part[] may still be read by a previous call */
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  int nw = (blockDim.x + 31) >> 5;
+  v = lane < nw ? part[lane] : 0.0f;
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float snrt_block_max(float v) {
+  __shared__ float part[32];
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  int nw = (blockDim.x + 31) >> 5;
+  v = lane < nw ? part[lane] : -INFINITY;
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+#endif
+
+#endif /* SNRT_CUDA_RT_H */

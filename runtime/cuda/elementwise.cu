@@ -1,0 +1,368 @@
+/* elementwise.cu — CUDA kernels for elementwise and broadcast ops of snrt.h:
+ * fill/copy/add, activations, broadcasting binary ops and their backward
+ * reductions, reduce/expand, bias, dropout.
+ *
+ * What it is: straightforward grid-stride kernels on the compute stream.
+ * What it is not: tuned (no vectorized loads); the heavy work of a step is in
+ * cuDNN and cuBLAS.
+ *
+ * Reductions (gradients of broadcast operands, ReduceSum/Mean, bias
+ * gradients) never use float atomics: each output element is summed by one
+ * thread or one block in a fixed order, so results are deterministic. */
+#include "cuda_rt.h"
+
+#include <string.h>
+
+/* ---- fill, copy, add ---------------------------------------------------- */
+
+__global__ void k_fill(float *y, int64_t n, float v) {
+  SNRT_FOR(i, n) y[i] = v;
+}
+
+void snrt_cu_fill(snrt_ctx *c, float *y, int64_t n, float v) {
+  if (n <= 0) return;
+  k_fill<<<snrt_cu_blocks(n), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(y, n, v);
+  SNRT_LAUNCH_CHECK();
+}
+
+void snrt_fill(snrt_ctx *c, int64_t n, float value, float *y) { snrt_cu_fill(c, y, n, value); }
+
+void snrt_copy(snrt_ctx *c, int64_t bytes, const void *src, void *dst) {
+  if (bytes <= 0 || src == dst) return;
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyDeviceToDevice,
+                             snrt_cu_stream(c)));
+}
+
+__global__ void k_add(int64_t n, const float *a, const float *b, float *y) {
+  SNRT_FOR(i, n) y[i] = a[i] + b[i];
+}
+
+void snrt_add(snrt_ctx *c, int64_t n, const float *a, const float *b, float *y) {
+  if (n <= 0) return;
+  k_add<<<snrt_cu_blocks(n), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(n, a, b, y);
+  SNRT_LAUNCH_CHECK();
+}
+
+/* ---- activations --------------------------------------------------------- */
+
+__global__ void k_unary_fwd(snrt_unary_t p, const float *x, float *y) {
+  SNRT_FOR(i, p.n) {
+    float v = x[i];
+    switch (p.kind) {
+    case SNRT_RELU: v = v > 0.0f ? v : 0.0f; break;
+    case SNRT_LEAKY_RELU: v = v > 0.0f ? v : p.alpha * v; break;
+    case SNRT_SIGMOID: v = 1.0f / (1.0f + expf(-v)); break;
+    case SNRT_TANH: v = tanhf(v); break;
+    case SNRT_CLIP: v = fminf(fmaxf(v, p.lo), p.hi); break;
+    }
+    y[i] = v;
+  }
+}
+
+/* Gradients as PyTorch defines them: relu/leaky pass where x > 0; clamp
+ * passes where lo <= x <= hi. Where only y is given, the same tests on y
+ * (equivalent for relu and leaky relu with alpha > 0). */
+__global__ void k_unary_bwd(snrt_unary_t p, const float *x, const float *y, const float *dy,
+                            float *dx) {
+  SNRT_FOR(i, p.n) {
+    float g = dy[i], d;
+    switch (p.kind) {
+    case SNRT_RELU: d = (x ? x[i] : y[i]) > 0.0f ? g : 0.0f; break;
+    case SNRT_LEAKY_RELU: d = (x ? x[i] : y[i]) > 0.0f ? g : p.alpha * g; break;
+    case SNRT_SIGMOID: {
+      float s = y ? y[i] : 1.0f / (1.0f + expf(-x[i]));
+      d = g * s * (1.0f - s);
+      break;
+    }
+    case SNRT_TANH: {
+      float t = y ? y[i] : tanhf(x[i]);
+      d = g * (1.0f - t * t);
+      break;
+    }
+    case SNRT_CLIP: {
+      float v = x ? x[i] : y[i];
+      d = (v >= p.lo && v <= p.hi) ? g : 0.0f;
+      break;
+    }
+    default: d = g;
+    }
+    dx[i] = d;
+  }
+}
+
+void snrt_unary_fwd(snrt_ctx *c, const snrt_unary_t *p, const float *x, float *y) {
+  if (p->n <= 0) return;
+  k_unary_fwd<<<snrt_cu_blocks(p->n), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(*p, x, y);
+  SNRT_LAUNCH_CHECK();
+}
+
+void snrt_unary_bwd(snrt_ctx *c, const snrt_unary_t *p, const float *x, const float *y,
+                    const float *dy, float *dx) {
+  if (p->n <= 0) return;
+  k_unary_bwd<<<snrt_cu_blocks(p->n), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(*p, x, y, dy, dx);
+  SNRT_LAUNCH_CHECK();
+}
+
+/* ---- broadcast reduction machinery --------------------------------------- */
+
+/* Sum a "big" contiguous index space into a "small" tensor: the big dims are
+ * split into kept dims (the small tensor has them) and reduced dims (it
+ * broadcasts there). kd/kb/ks: kept dims, their big strides, their small
+ * strides; rd/rb: reduced dims and big strides. */
+typedef struct red_t {
+  int nk, nr;
+  int64_t kd[SNRT_MAX_RANK], kb[SNRT_MAX_RANK], ks[SNRT_MAX_RANK];
+  int64_t rd[SNRT_MAX_RANK], rb[SNRT_MAX_RANK];
+  int64_t nsmall, count;     /* kept elements; big elements per kept element */
+} red_t;
+
+static red_t make_red(int rank, const int64_t *dims, const int64_t *ss) {
+  red_t r;
+  memset(&r, 0, sizeof r);
+  int64_t bs[SNRT_MAX_RANK], s = 1;
+  for (int d = rank - 1; d >= 0; d--) bs[d] = s, s *= dims[d];
+  r.nsmall = r.count = 1;
+  for (int d = 0; d < rank; d++) {
+    if (dims[d] == 1) continue;
+    if (ss[d] == 0) {
+      r.rd[r.nr] = dims[d], r.rb[r.nr] = bs[d], r.nr++;
+      r.count *= dims[d];
+    } else {
+      r.kd[r.nk] = dims[d], r.kb[r.nk] = bs[d], r.ks[r.nk] = ss[d], r.nk++;
+      r.nsmall *= dims[d];
+    }
+  }
+  return r;
+}
+
+/* Big offset and small offset of kept element j. */
+__device__ __forceinline__ void red_kept(const red_t &r, int64_t j, int64_t *big, int64_t *small) {
+  int64_t b = 0, s = 0;
+  for (int d = r.nk - 1; d >= 0; d--) {
+    int64_t q = j % r.kd[d];
+    j /= r.kd[d];
+    b += q * r.kb[d];
+    s += q * r.ks[d];
+  }
+  *big = b;
+  *small = s;
+}
+
+__device__ __forceinline__ int64_t red_reduced(const red_t &r, int64_t k) {
+  int64_t b = 0;
+  for (int d = r.nr - 1; d >= 0; d--) {
+    b += (k % r.rd[d]) * r.rb[d];
+    k /= r.rd[d];
+  }
+  return b;
+}
+
+/* Few big elements per output: one thread per output. */
+template <class F>
+__global__ void k_red_thread(red_t r, F f, float *out) {
+  SNRT_FOR(j, r.nsmall) {
+    int64_t base, so;
+    red_kept(r, j, &base, &so);
+    float s = 0.0f;
+    for (int64_t k = 0; k < r.count; k++) s += f(base + red_reduced(r, k));
+    out[so] = s;
+  }
+}
+
+/* Many: one block per output, a fixed-order block sum. */
+template <class F>
+__global__ void k_red_block(red_t r, F f, float *out) {
+  for (int64_t j = blockIdx.x; j < r.nsmall; j += gridDim.x) {
+    int64_t base, so;
+    red_kept(r, j, &base, &so);
+    float s = 0.0f;
+    for (int64_t k = threadIdx.x; k < r.count; k += blockDim.x) s += f(base + red_reduced(r, k));
+    s = snrt_block_sum(s);
+    if (threadIdx.x == 0) out[so] = s;
+  }
+}
+
+template <class F>
+static void launch_red(snrt_ctx *c, const red_t &r, F f, float *out) {
+  if (r.nsmall <= 0) return;
+  if (r.count < 128) {
+    k_red_thread<<<snrt_cu_blocks(r.nsmall), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(r, f, out);
+  } else {
+    unsigned blocks = r.nsmall > 65536 ? 65536 : (unsigned)r.nsmall;
+    k_red_block<<<blocks, SNRT_THREADS, 0, snrt_cu_stream(c)>>>(r, f, out);
+  }
+  SNRT_LAUNCH_CHECK();
+}
+
+/* ---- broadcasting binary ops --------------------------------------------- */
+
+__device__ __forceinline__ void bin_offsets(const snrt_binary_t &p, int64_t i, int64_t *oa,
+                                            int64_t *ob) {
+  int64_t a = 0, b = 0;
+  for (int d = p.rank - 1; d >= 0; d--) {
+    int64_t q = i % p.dims[d];
+    i /= p.dims[d];
+    a += q * p.sa[d];
+    b += q * p.sb[d];
+  }
+  *oa = a;
+  *ob = b;
+}
+
+__device__ __forceinline__ float bin_op(int kind, float a, float b) {
+  switch (kind) {
+  case SNRT_ADD: return a + b;
+  case SNRT_SUB: return a - b;
+  case SNRT_MUL: return a * b;
+  default: return a / b;
+  }
+}
+
+__global__ void k_binary_same(snrt_binary_t p, const float *a, const float *b, float *y) {
+  SNRT_FOR(i, p.n) y[i] = bin_op(p.kind, a[i], b[i]);
+}
+
+__global__ void k_binary_bcast(snrt_binary_t p, const float *a, const float *b, float *y) {
+  SNRT_FOR(i, p.n) {
+    int64_t oa, ob;
+    bin_offsets(p, i, &oa, &ob);
+    y[i] = bin_op(p.kind, a[oa], b[ob]);
+  }
+}
+
+void snrt_binary_fwd(snrt_ctx *c, const snrt_binary_t *p, const float *a, const float *b,
+                     float *y) {
+  if (p->n <= 0) return;
+  if (p->na == p->n && p->nb == p->n)
+    k_binary_same<<<snrt_cu_blocks(p->n), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(*p, a, b, y);
+  else
+    k_binary_bcast<<<snrt_cu_blocks(p->n), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(*p, a, b, y);
+  SNRT_LAUNCH_CHECK();
+}
+
+/* d(a OP b)/da * dy (which = 0) or d/db * dy (which = 1) at output index i. */
+struct BinGrad {
+  snrt_binary_t p;
+  const float *a, *b, *dy;
+  int which;
+  __device__ float operator()(int64_t i) const {
+    int64_t oa, ob;
+    bin_offsets(p, i, &oa, &ob);
+    float g = dy[i];
+    switch (p.kind) {
+    case SNRT_ADD: return g;
+    case SNRT_SUB: return which ? -g : g;
+    case SNRT_MUL: return which ? g * a[oa] : g * b[ob];
+    default: {
+      float bv = b[ob];
+      return which ? -g * a[oa] / (bv * bv) : g / bv;
+    }
+    }
+  }
+};
+
+void snrt_binary_bwd(snrt_ctx *c, const snrt_binary_t *p, const float *a, const float *b,
+                     const float *dy, float *da, float *db) {
+  if (p->n <= 0) return;
+  if (da) {
+    BinGrad f = {*p, a, b, dy, 0};
+    launch_red(c, make_red(p->rank, p->dims, p->sa), f, da);
+  }
+  if (db) {
+    BinGrad f = {*p, a, b, dy, 1};
+    launch_red(c, make_red(p->rank, p->dims, p->sb), f, db);
+  }
+}
+
+/* ---- reduce / expand ------------------------------------------------------ */
+
+struct ScaledRead {
+  const float *x;
+  float scale;
+  __device__ float operator()(int64_t i) const { return x[i] * scale; }
+};
+
+void snrt_reduce(snrt_ctx *c, const snrt_reduce_t *p, const float *big, float *small) {
+  ScaledRead f = {big, p->scale};
+  launch_red(c, make_red(p->rank, p->dims, p->ss), f, small);
+}
+
+__global__ void k_expand(snrt_reduce_t p, const float *small, float *big) {
+  SNRT_FOR(i, p.n_big) {
+    int64_t k = i, o = 0;
+    for (int d = p.rank - 1; d >= 0; d--) {
+      o += (k % p.dims[d]) * p.ss[d];
+      k /= p.dims[d];
+    }
+    big[i] = p.scale * small[o];
+  }
+}
+
+void snrt_expand(snrt_ctx *c, const snrt_reduce_t *p, const float *small, float *big) {
+  if (p->n_big <= 0) return;
+  k_expand<<<snrt_cu_blocks(p->n_big), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(*p, small, big);
+  SNRT_LAUNCH_CHECK();
+}
+
+/* ---- bias ------------------------------------------------------------------ */
+
+__global__ void k_bias_fwd(snrt_bias_t p, const float *b, float *y) {
+  SNRT_FOR(i, p.rows * p.cols) {
+    int64_t bi = 0;
+    switch (p.kind) {
+    case SNRT_BIAS_ROW: bi = i % p.cols; break;
+    case SNRT_BIAS_COL: bi = i / p.cols; break;
+    case SNRT_BIAS_FULL: bi = i; break;
+    default: bi = 0;
+    }
+    y[i] += p.scale * b[bi];
+  }
+}
+
+void snrt_bias_fwd(snrt_ctx *c, const snrt_bias_t *p, const float *b, float *y) {
+  int64_t n = p->rows * p->cols;
+  if (n <= 0) return;
+  k_bias_fwd<<<snrt_cu_blocks(n), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(*p, b, y);
+  SNRT_LAUNCH_CHECK();
+}
+
+/* db = scale * (dy summed the other way): the gradient of y += scale * b. */
+void snrt_bias_bwd(snrt_ctx *c, const snrt_bias_t *p, const float *dy, float *db) {
+  int64_t dims[2] = {p->rows, p->cols}, ss[2];
+  switch (p->kind) {
+  case SNRT_BIAS_ROW: ss[0] = 0, ss[1] = 1; break;
+  case SNRT_BIAS_COL: ss[0] = 1, ss[1] = 0; break;
+  case SNRT_BIAS_FULL: ss[0] = p->cols, ss[1] = 1; break;
+  default: ss[0] = ss[1] = 0;
+  }
+  ScaledRead f = {dy, p->scale};
+  launch_red(c, make_red(2, dims, ss), f, db);
+}
+
+/* ---- dropout ---------------------------------------------------------------- */
+
+/* Element i is kept iff snrt_uniform(seed, step, id, i) >= ratio: the same
+ * test as the CPU runtime, so both runtimes draw the same mask. */
+__global__ void k_dropout(snrt_dropout_t p, const snrt_cuda_vars *v, const float *x, float *y) {
+  uint64_t seed = v->seed, step = (uint64_t)v->step;
+  float scale = 1.0f / (1.0f - p.ratio);
+  SNRT_FOR(i, p.n) {
+    bool keep = snrt_uniform(seed, step, p.id, (uint64_t)i) >= p.ratio;
+    y[i] = keep ? x[i] * scale : 0.0f;
+  }
+}
+
+void snrt_dropout_fwd(snrt_ctx *c, const snrt_dropout_t *p, const float *x, float *y) {
+  if (p->n <= 0) return;
+  if (p->ratio <= 0.0f) {
+    snrt_copy(c, p->n * 4, x, y);
+    return;
+  }
+  k_dropout<<<snrt_cu_blocks(p->n), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(*p, snrt_cu_vars(c), x, y);
+  SNRT_LAUNCH_CHECK();
+}
+
+/* The mask is regenerated: backward is the same function of dy. */
+void snrt_dropout_bwd(snrt_ctx *c, const snrt_dropout_t *p, const float *dy, float *dx) {
+  snrt_dropout_fwd(c, p, dy, dx);
+}

@@ -1,0 +1,211 @@
+/* loss.cu — softmax, the losses and the optimizer updates.
+ *
+ * What it is: softmax over (outer, len, inner) with one block per row; the
+ * softmax cross-entropy and MSE losses (mean over the batch, one block, fixed
+ * order: deterministic); SGD and Adam/AdamW with torch.optim's semantics.
+ * The learning rate and step come from the device copy of snrt_cuda_vars, so
+ * a captured CUDA graph stays right when they change.
+ * What it is not: fused with the layers around it. */
+#include "cuda_rt.h"
+
+#define ROW_THREADS 128
+
+/* ---- softmax ------------------------------------------------------------------ */
+
+__global__ void k_softmax_fwd(snrt_softmax_t p, const float *x, float *y) {
+  for (int64_t r = blockIdx.x; r < p.outer * p.inner; r += gridDim.x) {
+    int64_t base = r / p.inner * p.len * p.inner + r % p.inner;
+    float mx = -INFINITY;
+    for (int64_t j = threadIdx.x; j < p.len; j += blockDim.x) mx = fmaxf(mx, x[base + j * p.inner]);
+    mx = snrt_block_max(mx);
+    float s = 0.0f;
+    for (int64_t j = threadIdx.x; j < p.len; j += blockDim.x) s += expf(x[base + j * p.inner] - mx);
+    s = snrt_block_sum(s);
+    for (int64_t j = threadIdx.x; j < p.len; j += blockDim.x)
+      y[base + j * p.inner] = expf(x[base + j * p.inner] - mx) / s;
+  }
+}
+
+/* dx = y * (dy - sum(dy * y)) */
+__global__ void k_softmax_bwd(snrt_softmax_t p, const float *y, const float *dy, float *dx) {
+  for (int64_t r = blockIdx.x; r < p.outer * p.inner; r += gridDim.x) {
+    int64_t base = r / p.inner * p.len * p.inner + r % p.inner;
+    float s = 0.0f;
+    for (int64_t j = threadIdx.x; j < p.len; j += blockDim.x) {
+      int64_t o = base + j * p.inner;
+      s += dy[o] * y[o];
+    }
+    s = snrt_block_sum(s);
+    for (int64_t j = threadIdx.x; j < p.len; j += blockDim.x) {
+      int64_t o = base + j * p.inner;
+      dx[o] = y[o] * (dy[o] - s);
+    }
+  }
+}
+
+static unsigned row_blocks(int64_t rows) {
+  return rows > 65535 ? 65535u : (unsigned)(rows > 0 ? rows : 1);
+}
+
+void snrt_softmax_fwd(snrt_ctx *c, const snrt_softmax_t *p, const float *x, float *y) {
+  if (p->outer * p->inner * p->len <= 0) return;
+  k_softmax_fwd<<<row_blocks(p->outer * p->inner), ROW_THREADS, 0, snrt_cu_stream(c)>>>(*p, x, y);
+  SNRT_LAUNCH_CHECK();
+}
+
+void snrt_softmax_bwd(snrt_ctx *c, const snrt_softmax_t *p, const float *y, const float *dy,
+                      float *dx) {
+  if (p->outer * p->inner * p->len <= 0) return;
+  k_softmax_bwd<<<row_blocks(p->outer * p->inner), ROW_THREADS, 0, snrt_cu_stream(c)>>>(*p, y, dy,
+                                                                                        dx);
+  SNRT_LAUNCH_CHECK();
+}
+
+/* ---- softmax cross-entropy ------------------------------------------------------- */
+
+/* loss = mean over rows of logsumexp(row) - row[label]. One block; warp w
+ * takes rows w, w + nwarps, ...: a fixed order. A label outside [0, classes)
+ * makes the loss NaN (the main loop then stops with exit code 3). */
+__global__ void k_ce_fwd(snrt_loss_t p, const float *logits, const int32_t *labels, float *loss) {
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  float acc = 0.0f;
+  for (int r = warp; r < p.n; r += nw) {
+    const float *x = logits + (int64_t)r * p.classes;
+    float mx = -INFINITY;
+    for (int j = lane; j < p.classes; j += 32) mx = fmaxf(mx, x[j]);
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    float s = 0.0f;
+    for (int j = lane; j < p.classes; j += 32) s += expf(x[j] - mx);
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    int lab = labels[r];
+    float lx = (lab >= 0 && lab < p.classes) ? x[lab] : __int_as_float(0x7fc00000);
+    if (lane == 0) acc += logf(s) + mx - lx;
+  }
+  if (lane != 0) acc = 0.0f;
+  acc = snrt_block_sum(acc);
+  if (threadIdx.x == 0) *loss = acc / (float)p.n;
+}
+
+__global__ void k_ce_bwd(snrt_loss_t p, const float *logits, const int32_t *labels, float *dl) {
+  for (int r = blockIdx.x; r < p.n; r += gridDim.x) {
+    const float *x = logits + (int64_t)r * p.classes;
+    float *d = dl + (int64_t)r * p.classes;
+    float mx = -INFINITY;
+    for (int j = threadIdx.x; j < p.classes; j += blockDim.x) mx = fmaxf(mx, x[j]);
+    mx = snrt_block_max(mx);
+    float s = 0.0f;
+    for (int j = threadIdx.x; j < p.classes; j += blockDim.x) s += expf(x[j] - mx);
+    s = snrt_block_sum(s);
+    int lab = labels[r];
+    float inv_n = 1.0f / (float)p.n;
+    for (int j = threadIdx.x; j < p.classes; j += blockDim.x)
+      d[j] = (expf(x[j] - mx) / s - (j == lab ? 1.0f : 0.0f)) * inv_n;
+  }
+}
+
+void snrt_softmax_ce_fwd(snrt_ctx *c, const snrt_loss_t *p, const float *logits,
+                         const int32_t *labels, float *loss) {
+  k_ce_fwd<<<1, 1024, 0, snrt_cu_stream(c)>>>(*p, logits, labels, loss);
+  SNRT_LAUNCH_CHECK();
+}
+
+void snrt_softmax_ce_bwd(snrt_ctx *c, const snrt_loss_t *p, const float *logits,
+                         const int32_t *labels, float *dlogits) {
+  if (p->n <= 0) return;
+  k_ce_bwd<<<row_blocks(p->n), ROW_THREADS, 0, snrt_cu_stream(c)>>>(*p, logits, labels, dlogits);
+  SNRT_LAUNCH_CHECK();
+}
+
+/* ---- mean squared error (torch.nn.MSELoss: mean over every element) -------------- */
+
+__global__ void k_mse_fwd(int64_t n, const float *out, const float *target, float *loss) {
+  float s = 0.0f;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    float d = out[i] - target[i];
+    s += d * d;
+  }
+  s = snrt_block_sum(s);
+  if (threadIdx.x == 0) *loss = s / (float)n;
+}
+
+__global__ void k_mse_bwd(int64_t n, const float *out, const float *target, float *dout) {
+  float f = 2.0f / (float)n;
+  SNRT_FOR(i, n) dout[i] = f * (out[i] - target[i]);
+}
+
+void snrt_mse_fwd(snrt_ctx *c, const snrt_loss_t *p, const float *out, const float *target,
+                  float *loss) {
+  k_mse_fwd<<<1, 1024, 0, snrt_cu_stream(c)>>>((int64_t)p->n * p->classes, out, target, loss);
+  SNRT_LAUNCH_CHECK();
+}
+
+void snrt_mse_bwd(snrt_ctx *c, const snrt_loss_t *p, const float *out, const float *target,
+                  float *dout) {
+  int64_t n = (int64_t)p->n * p->classes;
+  if (n <= 0) return;
+  k_mse_bwd<<<snrt_cu_blocks(n), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(n, out, target, dout);
+  SNRT_LAUNCH_CHECK();
+}
+
+/* ---- optimizers ------------------------------------------------------------------- */
+
+/* torch.optim.SGD: g += wd * w; with momentum, buf = g at the first step
+ * (step 0), else buf = momentum * buf + (1 - dampening) * g; nesterov uses
+ * g + momentum * buf; w -= lr * that. */
+__global__ void k_sgd(snrt_sgd_t p, const snrt_cuda_vars *v, float *w, const float *g,
+                      float *mom) {
+  float lr = v->lr;
+  bool first = v->step == 0;
+  SNRT_FOR(i, p.n) {
+    float d = g[i];
+    if (p.weight_decay != 0.0f) d += p.weight_decay * w[i];
+    if (p.momentum != 0.0f && mom) {
+      float b = first ? d : p.momentum * mom[i] + (1.0f - p.dampening) * d;
+      mom[i] = b;
+      d = p.nesterov ? d + p.momentum * b : b;
+    }
+    w[i] -= lr * d;
+  }
+}
+
+void snrt_sgd(snrt_ctx *c, const snrt_sgd_t *p, float *w, const float *g, float *mom) {
+  snrt_grad_ready(c, p->param, g, p->n);
+  if (p->n <= 0) return;
+  k_sgd<<<snrt_cu_blocks(p->n), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(*p, snrt_cu_vars(c), w, g,
+                                                                       mom);
+  SNRT_LAUNCH_CHECK();
+}
+
+/* torch.optim.Adam / AdamW at step t = step + 1: decoupled: w *= 1 - lr*wd,
+ * else g += wd * w; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+ * w -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps). */
+__global__ void k_adam(snrt_adam_t p, const snrt_cuda_vars *vars, float *w, const float *g,
+                       float *m, float *v) {
+  float lr = vars->lr;
+  double t = (double)(vars->step + 1);
+  float bc1 = (float)(1.0 - pow((double)p.beta1, t));
+  float bc2s = (float)sqrt(1.0 - pow((double)p.beta2, t));
+  float step_size = lr / bc1;
+  SNRT_FOR(i, p.n) {
+    float d = g[i], wi = w[i];
+    if (p.weight_decay != 0.0f) {
+      if (p.decoupled)
+        wi *= 1.0f - lr * p.weight_decay;
+      else
+        d += p.weight_decay * wi;
+    }
+    float mi = p.beta1 * m[i] + (1.0f - p.beta1) * d;
+    float vi = p.beta2 * v[i] + (1.0f - p.beta2) * d * d;
+    m[i] = mi;
+    v[i] = vi;
+    w[i] = wi - step_size * mi / (sqrtf(vi) / bc2s + p.eps);
+  }
+}
+
+void snrt_adam(snrt_ctx *c, const snrt_adam_t *p, float *w, const float *g, float *m, float *v) {
+  snrt_grad_ready(c, p->param, g, p->n);
+  if (p->n <= 0) return;
+  k_adam<<<snrt_cu_blocks(p->n), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(*p, snrt_cu_vars(c), w, g,
+                                                                        m, v);
+  SNRT_LAUNCH_CHECK();
+}

@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""torchref.py — the PyTorch side of tests/gpu/run.sh.
+
+    torchref.py export  MODEL RES BATCH DIR   torchvision MODEL -> DIR/model.onnx,
+                                              DIR/x.npy, DIR/y.npy (fixed seed)
+    torchref.py grads   DIR DEVICE            one training step of the same model in
+                                              PyTorch (TF32 off): DIR/ref/<name>.npy, loss.npy
+    torchref.py compare REF_DIR GOT_DIR       worst relative gradient error (prints JSON;
+                                              exit 1 when a tensor is missing or > --tol)
+    torchref.py onnx    MODEL RES PATH        torchvision MODEL (1000 classes) -> PATH
+    torchref.py bench   MODEL RES BATCH STEPS eager PyTorch training img/s and peak memory
+                                              on cuda (TF32 as the snc program: on unless
+                                              SNRT_TF32=0); prints JSON
+
+What it is: an independent reference (PyTorch) for the emitted program; the
+model's weights travel in the ONNX initializers, so both start equal.
+What it is not: a test by itself; run.sh runs the steps and prints the table.
+"""
+import json
+import os
+import re
+import sys
+import time
+
+
+def sanitize(name):
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name)
+
+
+def build(model, res, classes=10):
+    import torch
+    import torchvision
+    torch.manual_seed(0)
+    m = getattr(torchvision.models, model)(num_classes=classes)
+    return m
+
+
+def export_onnx(m, x, path):
+    """Training-mode export without constant folding: an eval-mode export
+    folds each BatchNormalization into the conv before it (even with
+    do_constant_folding=False), which would leave snc nothing to train and
+    rename the weights. Here every parameter stays an initializer named as in
+    the state dict (the names of the --dump-grads files); BN nodes carry
+    their optional training outputs, which snc ignores."""
+    import torch
+    torch.onnx.export(m, x, path, input_names=["input"], output_names=["logits"],
+                      do_constant_folding=False, opset_version=13,
+                      training=torch.onnx.TrainingMode.TRAINING)
+
+
+def cmd_export(model, res, batch, out):
+    import numpy as np
+    import torch
+    res, batch = int(res), int(batch)
+    os.makedirs(out, exist_ok=True)
+    m = build(model, res)
+    m.train()
+    x = torch.randn(batch, 3, res, res, generator=torch.Generator().manual_seed(1))
+    y = torch.randint(0, 10, (batch,), generator=torch.Generator().manual_seed(2))
+    export_onnx(m, x, os.path.join(out, "model.onnx"))
+    torch.save(m.state_dict(), os.path.join(out, "state.pt"))
+    np.save(os.path.join(out, "x.npy"), x.numpy().astype(np.float32))
+    np.save(os.path.join(out, "y.npy"), y.numpy().astype(np.int32))
+    with open(os.path.join(out, "meta.json"), "w") as f:
+        json.dump({"model": model, "res": res, "batch": batch}, f)
+
+
+def no_tf32():
+    import torch
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+
+
+def cmd_grads(d, device):
+    import numpy as np
+    import torch
+    meta = json.load(open(os.path.join(d, "meta.json")))
+    no_tf32()
+    m = build(meta["model"], meta["res"])
+    m.load_state_dict(torch.load(os.path.join(d, "state.pt")))
+    m.to(device).train()
+    x = torch.from_numpy(np.load(os.path.join(d, "x.npy"))).to(device)
+    y = torch.from_numpy(np.load(os.path.join(d, "y.npy")).astype(np.int64)).to(device)
+    loss = torch.nn.functional.cross_entropy(m(x), y)
+    loss.backward()
+    ref = os.path.join(d, "ref")
+    os.makedirs(ref, exist_ok=True)
+    np.save(os.path.join(ref, "loss.npy"), np.array([loss.item()], dtype=np.float32))
+    for name, p in m.named_parameters():
+        np.save(os.path.join(ref, sanitize(name) + ".npy"), p.grad.detach().cpu().numpy())
+
+
+def cmd_compare(ref, got, tol=1e-3):
+    """Relative error of each tensor: max |got - ref| / max(max |ref|, 1e-6)."""
+    import numpy as np
+    worst, worst_name, missing, n = 0.0, None, [], 0
+    for f in sorted(os.listdir(ref)):
+        if not f.endswith(".npy"):
+            continue
+        r = np.load(os.path.join(ref, f)).astype(np.float64).ravel()
+        p = os.path.join(got, f)
+        if not os.path.exists(p):
+            missing.append(f)
+            continue
+        g = np.load(p).astype(np.float64).ravel()
+        if g.shape != r.shape:
+            missing.append(f + " (shape)")
+            continue
+        err = float(np.max(np.abs(g - r)) / max(float(np.max(np.abs(r))), 1e-6)) if r.size else 0.0
+        if not np.isfinite(err):
+            err = float("inf")
+        n += 1
+        if err >= worst:
+            worst, worst_name = err, f[:-4]
+    ok = not missing and n > 0 and worst <= tol
+    print(json.dumps({"tensors": n, "worst": worst, "worst_tensor": worst_name,
+                      "missing": missing, "ok": ok}))
+    return 0 if ok else 1
+
+
+def cmd_bench(model, res, batch, steps):
+    import torch
+    res, batch, steps = int(res), int(batch), int(steps)
+    tf32 = os.environ.get("SNRT_TF32", "1") != "0"
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.backends.cudnn.benchmark = True
+    m = build(model, res, classes=1000).cuda().train()
+    opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn(batch, 3, res, res, device="cuda")
+    y = torch.randint(0, 1000, (batch,), device="cuda")
+    torch.cuda.reset_peak_memory_stats()
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(m(x), y).backward()
+        opt.step()
+
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(steps):
+        step()
+    torch.cuda.synchronize()
+    dt = time.perf_counter() - t
+    print(json.dumps({"images_per_s": batch * steps / dt,
+                      "peak_bytes": torch.cuda.max_memory_allocated(), "tf32": tf32}))
+
+
+def main(argv):
+    if len(argv) < 2:
+        sys.exit(__doc__)
+    cmd, args = argv[1], argv[2:]
+    if cmd == "export" and len(args) == 4:
+        return cmd_export(*args)
+    if cmd == "grads" and len(args) == 2:
+        return cmd_grads(*args)
+    if cmd == "compare" and len(args) in (2, 3):
+        return cmd_compare(args[0], args[1], float(args[2]) if len(args) == 3 else 1e-3)
+    if cmd == "onnx" and len(args) == 3:
+        import torch
+        m = build(args[0], int(args[1]), classes=1000).train()
+        return export_onnx(m, torch.randn(1, 3, int(args[1]), int(args[1])), args[2])
+    if cmd == "bench" and len(args) == 4:
+        return cmd_bench(*args)
+    sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv) or 0)
