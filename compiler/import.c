@@ -551,6 +551,22 @@ static Graph *prune(Graph *g) {
   }
   h->input = tmap[g->input];
   h->output = tmap[g->output];
+  /* Free what h did not take: node arrays (h has copies), dead nodes'
+   * attributes, dropped tensors. g itself stays allocated, because ir.c keys
+   * its name maps by graph address and a new graph must not reuse it. */
+  for (int i = 0; i < g->nn; i++) {
+    Node *n = &g->n[i];
+    if (!live[i]) {
+      for (int j = 0; j < n->nattr; j++)
+        free(n->attrs[j].name), free(n->attrs[j].s), free(n->attrs[j].ints), free(n->attrs[j].floats);
+      free(n->attrs);
+    }
+    free(n->name), free(n->in), free(n->out);
+  }
+  for (int t = 0; t < g->nt; t++)
+    if (tmap[t] < 0) free(g->t[t].name), free(g->t[t].data);
+  free(g->t), free(g->n);
+  g->t = NULL, g->n = NULL, g->nt = g->nn = 0;
   free(tmap), free(stack), free(live);
   return h;
 }
@@ -707,11 +723,7 @@ Graph *onnx_import(const char *path, const char *input_name) {
   free(dir);
 
   topo_sort(g);
-  Graph *h = prune(g);
-  /* g's tensors moved into h; g itself stays allocated, because ir.c keys its
-   * name maps by graph address and a new graph must not reuse it. */
-  free(g->t), free(g->n);
-  g = h;
+  g = prune(g);
   bool used = false;
   for (int i = 0; i < g->nn && !used; i++)
     for (int j = 0; j < g->n[i].nin; j++) used |= g->n[i].in[j] == g->input;

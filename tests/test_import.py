@@ -409,3 +409,27 @@ def test_names_with_control_characters(tmp_path):
              helper.make_node("Relu", ["a\nb"], ["y"], name="r2")]
     e = snc_error("inspect", save(tmp_path, nodes, [vi("x", [1])], [vi("y", [1])]), "--dump", "import")
     assert "a\\x0ab" in e
+
+
+def test_large_graph_imports_in_linear_time(tmp_path):
+    # 50,000 nodes listed in reverse order, plus one initializer per 10 nodes:
+    # a quadratic step anywhere (name lookup, sorting, pruning) would take
+    # minutes here instead of well under a second.
+    import time
+    n = 50000
+    nodes, inits = [], []
+    for i in range(n):
+        src = "x" if i == 0 else "t%d" % (i - 1)
+        dst = "y" if i == n - 1 else "t%d" % i
+        if i % 10 == 5:
+            inits.append(numpy_helper.from_array(np.ones(4, np.float32), "w%d" % i))
+            nodes.append(helper.make_node("Add", [src, "w%d" % i], [dst], name="n%d" % i))
+        else:
+            nodes.append(helper.make_node("Relu", [src], [dst], name="n%d" % i))
+    nodes.reverse()
+    p = save(tmp_path, nodes, [vi("x", [1, 4])], [vi("y", [1, 4])], inits)
+    t0 = time.time()
+    head, t, nd = dump_import(p)
+    assert time.time() - t0 < 10
+    assert "nodes=%d" % n in head and nd[0]["name"] == "n0" and nd[-1]["name"] == "n%d" % (n - 1)
+    assert t["w5"]["kind"] == "param" and t["w5"]["producer"] is None
