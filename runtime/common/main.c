@@ -339,7 +339,7 @@ int main(int argc, char **argv) {
     snrt_dev_upload(&c, in->offset, x, in->nbytes);
     snrt_dev_upload(&c, lt->offset, y, lt->nbytes);
     rt_loader_release(ld);
-    m->train_step(&c);
+    snrt_dev_run_step(&c, m->train_step);
     snrt_dev_sync(&c);
     snrt_dev_download(&c, &loss, m->tensors[m->loss].offset, 4);
     if (!isfinite(loss)) {
