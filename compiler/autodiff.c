@@ -50,7 +50,9 @@ static int new_tensor(Graph *g, const char *base, TensorKind k, int dtype, int r
 
 static int tensor_like(Graph *g, int like, const char *suffix, TensorKind k) {
   char *base = xasprintf("%s%s", g->t[like].name, suffix);
-  int t = new_tensor(g, base, k, DT_FLOAT, g->t[like].rank, g->t[like].dims);
+  int64_t dims[MAX_RANK];   /* copied: adding a tensor may move g->t */
+  memcpy(dims, g->t[like].dims, sizeof dims);
+  int t = new_tensor(g, base, k, DT_FLOAT, g->t[like].rank, dims);
   free(base);
   return t;
 }
