@@ -173,8 +173,10 @@ def main():
     w.rule("ar", "rm -f $out && ar crs $out $in", "AR $out")
     w.rule("run", "$cmd", "$desc", pool="console")
 
-    w.build("build.ninja", "configure",
-            implicit=["configure.py", "compiler", "runtime/common", "runtime/cpu", "runtime/cuda", "tests/unit"])
+    # Re-run when configure.py changes or a file is added to a source folder.
+    watched = [d for d in ["compiler", "runtime/common", "runtime/cpu", "runtime/cuda", "tests/unit"]
+               if os.path.isdir(d)]
+    w.build("build.ninja", "configure", implicit=["configure.py"] + watched)
 
     # ONNX schema, compiled by protoc-c.
     gen = w.build(["build/gen/onnx.pb-c.c", "build/gen/onnx.pb-c.h"], "protoc",

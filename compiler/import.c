@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* Reading the file. 4 GiB is twice protobuf's own message limit; bigger
  * models keep their weights in external data. */
@@ -28,6 +29,9 @@
 static unsigned char *read_file(const char *path, size_t *len) {
   FILE *f = fopen(path, "rb");
   if (!f) fatal(EXIT_BADINPUT, "cannot open the model: %s", strerror(errno));
+  struct stat st;
+  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode))
+    fatal(EXIT_BADINPUT, "cannot read the model: not a regular file");
   if (fseeko(f, 0, SEEK_END) != 0) fatal(EXIT_BADINPUT, "cannot read the model: %s", strerror(errno));
   int64_t size = ftello(f);
   if (size < 0) fatal(EXIT_BADINPUT, "cannot read the model: %s", strerror(errno));

@@ -152,9 +152,11 @@ int imp_tensor_from_proto(Graph *g, const SncOnnx__TensorProto *tp, const char *
   int rank;
   int64_t dims[MAX_RANK];
   imp_tensor_dims(tp, name, &rank, dims);
+  char *what = xasprintf("tensor '%s'", imp_esc(name));  // for mul_checked's message
   int64_t numel = 1;
-  for (int i = 0; i < rank; i++) numel = mul_checked(numel, dims[i], name);
-  int64_t bytes = mul_checked(numel, dtype_size(dtype), name);
+  for (int i = 0; i < rank; i++) numel = mul_checked(numel, dims[i], what);
+  int64_t bytes = mul_checked(numel, dtype_size(dtype), what);
+  free(what);
 
   void *data;
   if (tp->has_data_location && tp->data_location == SNC_ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) {

@@ -179,3 +179,43 @@ def test_three_steps_parameters(name, optim, tmp_path):
             continue
         e = rel_err(load_dump(dump, pname), v.numpy())
         assert e <= GRAD_TOL, "%s/%s: %s after 3 steps off by %.3g" % (name, optim, pname, e)
+
+
+# ---- the eight torchvision models (examples/export_torchvision.py builds them)
+
+TORCHVISION = {"alexnet": 64, "vgg16": 32, "resnet18": 32, "resnet50": 32, "googlenet": 32,
+               "inception_v3": 75, "densenet121": 32, "mobilenet_v2": 32}
+
+
+def torchvision_model(name, size):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                    "examples"))
+    from export_torchvision import build
+    model, _ = build(name, size)
+    for m in model.modules():          # the reference runs with dropout off
+        if isinstance(m, nn.Dropout):
+            m.p = 0.0
+    return model
+
+
+@pytest.mark.parametrize("name", sorted(TORCHVISION))
+def test_torchvision_gradients(name, tmp_path):
+    size = TORCHVISION[name]
+    model = torchvision_model(name, size)
+    batch = 2
+    x, y, onnx_path = prepare(model, (3, size, size), 1000, batch, tmp_path)
+    prog = compile_model(onnx_path, str(tmp_path / "prog"), batch, "--policy", "none")
+    model.train()
+    model.zero_grad()
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    dump = program_step(prog, tmp_path, 1)
+    ours = float(np.load(dump / "loss.npy").ravel()[0])
+    assert abs(ours - loss.item()) <= LOSS_TOL * max(1.0, abs(loss.item())), (ours, loss.item())
+    worst, where = 0.0, ""
+    for pname, p in model.named_parameters():
+        e = rel_err(load_dump(dump, pname), p.grad.numpy())
+        if e > worst:
+            worst, where = e, pname
+        assert e <= GRAD_TOL, "%s: gradient of %s off by %.3g" % (name, pname, e)
+    print("%s: loss %.6f vs %.6f, worst gradient error %.3g (%s)" % (name, ours, loss.item(), worst, where))

@@ -1,0 +1,206 @@
+/* checkpoint.c — --save and --resume.
+ *
+ * What it is: one file holding every persistent tensor (parameters, state
+ * such as BN running statistics, optimizer state) and the position in
+ * training (global step, which also drives dropout masks and Adam's bias
+ * correction; epoch and batch within it, which with the seed fix the data
+ * order). Layout, little-endian:
+ *
+ *   0  "SNRTCKPT"   8  u32 version   12 u32 0   16 u64 FNV-1a of bytes 24..end
+ *   24 u64 bytes after 24   32 u64 fingerprint   40 i32 batch   44 i32 count
+ *   48 i64 step   56 i64 epoch   64 i64 pos   72 u64 seed
+ *   80 count x { u32 name length, name, i64 nbytes, data }
+ *
+ * Saving writes FILE.tmp, fsyncs it and renames it over FILE, so a crash or a
+ * full disk leaves the previous checkpoint intact. Loading refuses a file
+ * that is truncated, corrupted (checksum), or from another model or batch.
+ *
+ * What it is not: export to ONNX (export.c). */
+#include "rt.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define CKPT_MAGIC "SNRTCKPT"
+#define CKPT_VERSION 1u
+#define CKPT_HEADER 80
+
+static uint64_t fnv1a(const uint8_t *p, size_t n) {
+  uint64_t h = 0xCBF29CE484222325ull;
+  for (size_t i = 0; i < n; i++) {
+    h ^= p[i];
+    h *= 0x100000001B3ull;
+  }
+  return h;
+}
+
+static bool persistent(const snrt_tensor *t) {
+  return t->kind == SNRT_T_PARAM || t->kind == SNRT_T_STATE || t->kind == SNRT_T_OPT;
+}
+
+int rt_write_atomic(const char *path, const void *buf, size_t n) {
+  size_t plen = strlen(path);
+  char *tmp = rt_xmalloc(plen + 5);
+  memcpy(tmp, path, plen);
+  memcpy(tmp + plen, ".tmp", 5);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) {
+    int e = errno;
+    free(tmp);
+    errno = e;
+    return -1;
+  }
+  const char *p = buf;
+  size_t left = n;
+  while (left > 0) {
+    ssize_t w = write(fd, p, left);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      goto fail;
+    }
+    p += w;
+    left -= (size_t)w;
+  }
+  if (fsync(fd) != 0) goto fail;
+  if (close(fd) != 0) {
+    fd = -1;
+    goto fail;
+  }
+  fd = -1;
+  if (rename(tmp, path) != 0) goto fail;
+  free(tmp);
+  return 0;
+fail:;
+  int e = errno;
+  if (fd >= 0) close(fd);
+  unlink(tmp);
+  free(tmp);
+  errno = e;
+  return -1;
+}
+
+static void put(uint8_t **p, const void *v, size_t n) {
+  memcpy(*p, v, n);
+  *p += n;
+}
+
+void rt_checkpoint_save(snrt_ctx *c, const char *path, const rt_position *pos) {
+  const snrt_model *m = c->m;
+  size_t size = CKPT_HEADER;
+  int32_t count = 0;
+  for (int i = 0; i < m->ntensors; i++) {
+    const snrt_tensor *t = &m->tensors[i];
+    if (!persistent(t)) continue;
+    size += 4 + strlen(t->name) + 8 + (size_t)t->nbytes;
+    count++;
+  }
+  uint8_t *buf = rt_xmalloc(size);
+  uint8_t *p = buf;
+  uint32_t version = CKPT_VERSION, zero = 0;
+  uint64_t sum = 0, len = size - 24;
+  int32_t batch = m->batch;
+  put(&p, CKPT_MAGIC, 8);
+  put(&p, &version, 4);
+  put(&p, &zero, 4);
+  put(&p, &sum, 8);
+  put(&p, &len, 8);
+  put(&p, &m->fingerprint, 8);
+  put(&p, &batch, 4);
+  put(&p, &count, 4);
+  put(&p, &pos->step, 8);
+  put(&p, &pos->epoch, 8);
+  put(&p, &pos->pos, 8);
+  put(&p, &pos->seed, 8);
+  for (int i = 0; i < m->ntensors; i++) {
+    const snrt_tensor *t = &m->tensors[i];
+    if (!persistent(t)) continue;
+    uint32_t nl = (uint32_t)strlen(t->name);
+    put(&p, &nl, 4);
+    put(&p, t->name, nl);
+    put(&p, &t->nbytes, 8);
+    rt_tensor_read(c, i, p);
+    p += t->nbytes;
+  }
+  sum = fnv1a(buf + 24, size - 24);
+  memcpy(buf + 16, &sum, 8);
+  if (rt_write_atomic(path, buf, size) != 0)
+    rt_fail(SNRT_EXIT_DATA, "cannot save checkpoint %s: %s (the previous checkpoint, if any, is kept)",
+            path, strerror(errno));
+  free(buf);
+}
+
+static void get(const uint8_t **p, void *v, size_t n) {
+  memcpy(v, *p, n);
+  *p += n;
+}
+
+void rt_checkpoint_load(snrt_ctx *c, const char *path, rt_position *pos) {
+  const snrt_model *m = c->m;
+  FILE *f = fopen(path, "rb");
+  if (!f) rt_fail(SNRT_EXIT_DATA, "cannot open checkpoint %s: %s", path, strerror(errno));
+  if (fseeko(f, 0, SEEK_END) != 0) rt_fail(SNRT_EXIT_DATA, "cannot read checkpoint %s: %s", path, strerror(errno));
+  off_t size = ftello(f);
+  rewind(f);
+  if (size < 0) rt_fail(SNRT_EXIT_DATA, "cannot read checkpoint %s: %s", path, strerror(errno));
+  uint8_t *buf = rt_xmalloc((size_t)size + 1);
+  if (fread(buf, 1, (size_t)size, f) != (size_t)size)
+    rt_fail(SNRT_EXIT_DATA, "cannot read checkpoint %s", path);
+  fclose(f);
+  if (size < 8 || memcmp(buf, CKPT_MAGIC, 8) != 0)
+    rt_fail(SNRT_EXIT_DATA, "%s is not an snc checkpoint (bad magic)", path);
+  if (size < CKPT_HEADER) rt_fail(SNRT_EXIT_DATA, "checkpoint %s is truncated (%lld bytes)", path, (long long)size);
+  const uint8_t *p = buf + 8;
+  uint32_t version, zero;
+  uint64_t sum, len, fp;
+  int32_t batch, count;
+  get(&p, &version, 4);
+  get(&p, &zero, 4);
+  get(&p, &sum, 8);
+  get(&p, &len, 8);
+  if (version != CKPT_VERSION)
+    rt_fail(SNRT_EXIT_DATA, "checkpoint %s has format version %u; this program reads version %u",
+            path, version, CKPT_VERSION);
+  if (len != (uint64_t)size - 24)
+    rt_fail(SNRT_EXIT_DATA, "checkpoint %s is truncated or padded: %lld bytes, its header says %llu",
+            path, (long long)size, (unsigned long long)(len + 24));
+  if (fnv1a(buf + 24, (size_t)size - 24) != sum)
+    rt_fail(SNRT_EXIT_DATA, "checkpoint %s is corrupted (checksum mismatch)", path);
+  get(&p, &fp, 8);
+  get(&p, &batch, 4);
+  get(&p, &count, 4);
+  if (batch != m->batch)
+    rt_fail(SNRT_EXIT_DATA, "checkpoint %s was saved with batch %d; this program was compiled for batch %d",
+            path, batch, m->batch);
+  if (fp != m->fingerprint)
+    rt_fail(SNRT_EXIT_DATA, "checkpoint %s was saved by another model or plan (fingerprint %016llx, this program %016llx)",
+            path, (unsigned long long)fp, (unsigned long long)m->fingerprint);
+  get(&p, &pos->step, 8);
+  get(&p, &pos->epoch, 8);
+  get(&p, &pos->pos, 8);
+  get(&p, &pos->seed, 8);
+  const uint8_t *end = buf + size;
+  int32_t seen = 0;
+  for (int i = 0; i < m->ntensors; i++) {
+    const snrt_tensor *t = &m->tensors[i];
+    if (!persistent(t)) continue;
+    uint32_t nl;
+    int64_t nb;
+    if (seen >= count || end - p < 4) goto mismatch;
+    get(&p, &nl, 4);
+    if ((uint64_t)(end - p) < (uint64_t)nl + 8 || nl != strlen(t->name) || memcmp(p, t->name, nl)) goto mismatch;
+    p += nl;
+    get(&p, &nb, 8);
+    if (nb != t->nbytes || end - p < nb) goto mismatch;
+    rt_tensor_write(c, i, p);
+    p += nb;
+    seen++;
+  }
+  if (seen != count || p != end) goto mismatch;
+  free(buf);
+  return;
+mismatch:
+  rt_fail(SNRT_EXIT_DATA, "checkpoint %s does not match this model's tensors (tensor %d differs)", path, seen);
+}

@@ -1,0 +1,324 @@
+/* data.c — training and evaluation data: IDX (raw or gzip), NPY, synthetic.
+ *
+ * What it is: loads a whole data set into host memory once (uint8 images stay
+ * uint8, 4x smaller than floats), checks it against the model (sample size,
+ * label range) and hands out samples as normalized floats. Every problem a
+ * user can cause (missing, truncated or malformed file, size mismatch, label
+ * out of range) is one line naming the file, exit code 2.
+ *
+ * What it is not: batching, shuffling or the loader thread (loader.c). */
+#include "rt.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+struct rt_data {
+  int64_t n;                     /* samples */
+  int64_t elems;                 /* values per sample */
+  uint8_t *u8;                   /* images, uint8 (scaled by 1/255), or */
+  float *f32;                    /* images, float32; both NULL: synthetic */
+  int32_t *labels;               /* n class indices (NULL: synthetic) */
+  uint64_t seed;                 /* synthetic */
+  int classes;
+  int channels;                  /* for per-channel normalization */
+  int64_t plane;                 /* elems / channels */
+  float mean[32], inv_std[32];   /* per channel; identity when not given */
+};
+
+/* ---- reading files ---------------------------------------------------------- */
+
+/* Whole file (gzip or not: zlib reads plain files transparently). */
+static uint8_t *read_file(const char *path, int64_t *len) {
+  gzFile f = gzopen(path, "rb");
+  if (!f) rt_fail(SNRT_EXIT_DATA, "cannot open %s: %s", path, errno ? strerror(errno) : "out of memory");
+  gzbuffer(f, 1 << 17);
+  int64_t cap = 1 << 20, n = 0;
+  uint8_t *buf = rt_xmalloc((size_t)cap);
+  for (;;) {
+    if (n == cap) {
+      cap *= 2;
+      uint8_t *nb = realloc(buf, (size_t)cap);
+      if (!nb) rt_fail(SNRT_EXIT_DEVICE, "out of memory reading %s", path);
+      buf = nb;
+    }
+    unsigned want = (unsigned)((cap - n) > (1 << 30) ? (1 << 30) : (cap - n));
+    int got = gzread(f, buf + n, want);
+    if (got < 0) {
+      int err;
+      const char *msg = gzerror(f, &err);
+      rt_fail(SNRT_EXIT_DATA, "%s is truncated or corrupt (%s)", path, msg);
+    }
+    if (got == 0) break;
+    n += got;
+  }
+  int err;
+  const char *msg = gzerror(f, &err);
+  if (err != Z_OK && err != Z_STREAM_END)
+    rt_fail(SNRT_EXIT_DATA, "%s is truncated or corrupt (%s)", path, msg);
+  gzclose(f);
+  *len = n;
+  return buf;
+}
+
+static uint32_t be32(const uint8_t *p) {
+  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* A parsed array: dims and raw little-endian (or byte) data. */
+typedef struct array {
+  int rank;
+  int64_t dims[8];
+  int64_t count;                 /* product of dims */
+  char type;                     /* 'u' uint8, 'f' float32, 'i' int32, 'l' int64 */
+  uint8_t *file;                 /* whole file (owns the memory) */
+  const uint8_t *data;
+} array;
+
+static int type_size(char t) {
+  return t == 'u' ? 1 : t == 'l' ? 8 : 4;
+}
+
+static void check_size(const char *path, array *a, int64_t have) {
+  int64_t need = a->count * type_size(a->type);
+  if (have < need)
+    rt_fail(SNRT_EXIT_DATA, "%s is truncated: %lld bytes of data, its header promises %lld",
+            path, (long long)have, (long long)need);
+}
+
+static array read_idx(const char *path) {
+  array a = {0};
+  int64_t len;
+  a.file = read_file(path, &len);
+  const uint8_t *p = a.file;
+  if (len < 4 || p[0] || p[1]) rt_fail(SNRT_EXIT_DATA, "%s is not an IDX file (bad magic)", path);
+  switch (p[2]) {
+  case 0x08: a.type = 'u'; break;
+  case 0x0C: a.type = 'i'; break;
+  case 0x0D: a.type = 'f'; break;
+  default: rt_fail(SNRT_EXIT_DATA, "%s: IDX element type 0x%02x is not supported (uint8, int32, float32 are)", path, p[2]);
+  }
+  a.rank = p[3];
+  if (a.rank < 1 || a.rank > 8) rt_fail(SNRT_EXIT_DATA, "%s: IDX rank %d is not supported", path, a.rank);
+  if (len < 4 + 4 * a.rank) rt_fail(SNRT_EXIT_DATA, "%s is truncated (in its header)", path);
+  a.count = 1;
+  for (int i = 0; i < a.rank; i++) {
+    a.dims[i] = be32(p + 4 + 4 * i);
+    if (a.dims[i] > ((int64_t)1 << 40) / (a.count ? a.count : 1))
+      rt_fail(SNRT_EXIT_DATA, "%s: dimensions too large", path);
+    a.count *= a.dims[i];
+  }
+  a.data = p + 4 + 4 * a.rank;
+  check_size(path, &a, len - (4 + 4 * a.rank));
+  /* IDX is big-endian: swap multi-byte elements in place. */
+  if (a.type != 'u') {
+    uint8_t *d = (uint8_t *)a.data;
+    for (int64_t i = 0; i < a.count; i++) {
+      uint32_t v = be32(d + 4 * i);
+      memcpy(d + 4 * i, &v, 4);
+    }
+  }
+  return a;
+}
+
+static array read_npy(const char *path) {
+  array a = {0};
+  int64_t len;
+  a.file = read_file(path, &len);
+  const uint8_t *p = a.file;
+  if (len < 10 || memcmp(p, "\x93NUMPY", 6) != 0) rt_fail(SNRT_EXIT_DATA, "%s is not a .npy file (bad magic)", path);
+  int64_t hlen, hstart;
+  if (p[6] == 1) {
+    hlen = p[8] | p[9] << 8;
+    hstart = 10;
+  } else {
+    if (len < 12) rt_fail(SNRT_EXIT_DATA, "%s is truncated (in its header)", path);
+    hlen = (int64_t)p[8] | (int64_t)p[9] << 8 | (int64_t)p[10] << 16 | (int64_t)p[11] << 24;
+    hstart = 12;
+  }
+  if (hstart + hlen > len) rt_fail(SNRT_EXIT_DATA, "%s is truncated (in its header)", path);
+  char *h = rt_xmalloc((size_t)hlen + 1);
+  memcpy(h, p + hstart, (size_t)hlen);
+  h[hlen] = 0;
+  const char *d = strstr(h, "'descr'");
+  const char *fo = strstr(h, "'fortran_order'");
+  const char *sh = strstr(h, "'shape'");
+  if (!d || !fo || !sh) rt_fail(SNRT_EXIT_DATA, "%s: malformed .npy header", path);
+  d = strchr(d + 7, '\'');
+  if (!d) rt_fail(SNRT_EXIT_DATA, "%s: malformed .npy header", path);
+  d++;
+  if (!strncmp(d, "<f4'", 4)) a.type = 'f';
+  else if (!strncmp(d, "|u1'", 4) || !strncmp(d, "<u1'", 4)) a.type = 'u';
+  else if (!strncmp(d, "<i4'", 4)) a.type = 'i';
+  else if (!strncmp(d, "<i8'", 4)) a.type = 'l';
+  else {
+    const char *e = strchr(d, '\'');
+    rt_fail(SNRT_EXIT_DATA, "%s: dtype '%.*s' is not supported (float32, uint8, int32, int64 are)",
+            path, e ? (int)(e - d) : 8, d);
+  }
+  const char *fv = strchr(fo + 15, ':');
+  while (fv && (*fv == ':' || *fv == ' ')) fv++;
+  if (fv && !strncmp(fv, "True", 4))
+    rt_fail(SNRT_EXIT_DATA, "%s: Fortran-ordered arrays are not supported", path);
+  const char *s = strchr(sh, '(');
+  if (!s) rt_fail(SNRT_EXIT_DATA, "%s: malformed .npy shape", path);
+  s++;
+  a.count = 1;
+  while (*s && *s != ')') {
+    while (*s == ' ' || *s == ',') s++;
+    if (*s == ')') break;
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || v < 0 || a.rank == 8) rt_fail(SNRT_EXIT_DATA, "%s: malformed .npy shape", path);
+    a.dims[a.rank++] = v;
+    if (v > 0 && a.count > ((int64_t)1 << 40) / v) rt_fail(SNRT_EXIT_DATA, "%s: dimensions too large", path);
+    a.count *= v;
+    s = end;
+  }
+  free(h);
+  if (a.rank == 0) rt_fail(SNRT_EXIT_DATA, "%s: a scalar is not a data set", path);
+  a.data = p + hstart + hlen;
+  check_size(path, &a, len - hstart - hlen);
+  return a;
+}
+
+/* ---- checking against the model ------------------------------------------- */
+
+static void dims_str(char *buf, size_t n, const int64_t *dims, int rank) {
+  size_t k = 0;
+  buf[0] = 0;
+  for (int i = 0; i < rank && k < n; i++)
+    k += (size_t)snprintf(buf + k, n - k, "%s%lld", i ? "x" : "", (long long)dims[i]);
+}
+
+static void set_images(rt_data *d, const char *path, array *a, const snrt_tensor *in) {
+  int64_t per = a->dims[0] ? a->count / a->dims[0] : 0;
+  if (per != d->elems) {
+    char have[128], want[128];
+    dims_str(have, sizeof have, a->dims + 1, a->rank - 1);
+    dims_str(want, sizeof want, in->dims + 1, in->rank - 1);
+    rt_fail(SNRT_EXIT_DATA, "%s: images are %s (%lld values each); the model's input '%s' takes %s (%lld)",
+            path, a->rank > 1 ? have : "scalars", (long long)per, in->name, want, (long long)d->elems);
+  }
+  d->n = a->dims[0];
+  if (a->type == 'u') {
+    d->u8 = a->file;
+    memmove(d->u8, a->data, (size_t)a->count);
+  } else if (a->type == 'f') {
+    d->f32 = (float *)a->file;
+    memmove(d->f32, a->data, (size_t)a->count * 4);
+  } else {
+    rt_fail(SNRT_EXIT_DATA, "%s: images must be uint8 or float32", path);
+  }
+}
+
+static void set_labels(rt_data *d, const char *path, array *a, const char *images) {
+  if (a->rank != 1 && !(a->rank == 2 && a->dims[1] == 1))
+    rt_fail(SNRT_EXIT_DATA, "%s: labels must be a vector of class indices (rank %d given)", path, a->rank);
+  if (a->dims[0] != d->n)
+    rt_fail(SNRT_EXIT_DATA, "%s has %lld labels but %s has %lld images", path,
+            (long long)a->dims[0], images, (long long)d->n);
+  d->labels = rt_xmalloc(sizeof(int32_t) * (size_t)(d->n ? d->n : 1));
+  for (int64_t i = 0; i < d->n; i++) {
+    int64_t v;
+    if (a->type == 'u') v = a->data[i];
+    else if (a->type == 'i') { int32_t t; memcpy(&t, a->data + 4 * i, 4); v = t; }
+    else if (a->type == 'l') memcpy(&v, a->data + 8 * i, 8);
+    else rt_fail(SNRT_EXIT_DATA, "%s: labels must be integers (uint8, int32, int64), not float", path);
+    if (v < 0 || v >= d->classes)
+      rt_fail(SNRT_EXIT_DATA, "%s: label %lld at index %lld is outside the model's %d classes [0, %d)",
+              path, (long long)v, (long long)i, d->classes, d->classes);
+    d->labels[i] = (int32_t)v;
+  }
+  free(a->file);
+}
+
+static void set_norm(rt_data *d, const snrt_tensor *in, const rt_opts *o) {
+  d->channels = in->rank == 4 ? (int)in->dims[1] : 1;
+  if (d->channels < 1 || d->channels > 32 || (o->nnorm != 2 && o->nnorm != 2 * d->channels)) d->channels = 1;
+  d->plane = d->elems / d->channels;
+  for (int ch = 0; ch < 32; ch++) {
+    d->mean[ch] = 0;
+    d->inv_std[ch] = 1;
+  }
+  if (o->nnorm == 2) {
+    for (int ch = 0; ch < 32; ch++) {
+      d->mean[ch] = o->norm[0];
+      d->inv_std[ch] = 1.0f / o->norm[1];
+    }
+  } else if (o->nnorm == 2 * d->channels) {
+    for (int ch = 0; ch < d->channels; ch++) {
+      d->mean[ch] = o->norm[ch];
+      d->inv_std[ch] = 1.0f / o->norm[d->channels + ch];
+    }
+  } else if (o->nnorm) {
+    rt_fail(SNRT_EXIT_USAGE, "--normalize takes MEAN,STD or %d means then %d deviations", d->channels, d->channels);
+  }
+}
+
+rt_data *rt_data_load(const char *spec, const snrt_model *m, uint64_t seed, const rt_opts *o) {
+  const snrt_tensor *in = &m->tensors[m->input];
+  rt_data *d = calloc(1, sizeof *d);
+  if (!d) rt_fail(SNRT_EXIT_DEVICE, "out of memory");
+  d->elems = in->nbytes / 4 / m->batch;
+  d->classes = m->classes;
+  d->seed = seed;
+  set_norm(d, in, o);
+  if (!strcmp(spec, "synthetic")) {
+    d->n = (int64_t)m->batch * 64;
+    return d;
+  }
+  bool idx = !strncmp(spec, "idx:", 4), npy = !strncmp(spec, "npy:", 4);
+  const char *comma = strchr(spec, ',');
+  if ((!idx && !npy) || !comma || comma == spec + 4 || !comma[1])
+    rt_fail(SNRT_EXIT_USAGE, "data must be synthetic, idx:IMAGES,LABELS or npy:X.npy,Y.npy, not '%s'", spec);
+  char *images = strndup(spec + 4, (size_t)(comma - spec - 4));
+  const char *labels = comma + 1;
+  array a = idx ? read_idx(images) : read_npy(images);
+  set_images(d, images, &a, in);
+  array b = idx ? read_idx(labels) : read_npy(labels);
+  set_labels(d, labels, &b, images);
+  free(images);
+  return d;
+}
+
+void rt_data_free(rt_data *d) {
+  if (!d) return;
+  free(d->u8);
+  free(d->f32);
+  free(d->labels);
+  free(d);
+}
+
+int64_t rt_data_count(const rt_data *d) {
+  return d->n;
+}
+
+void rt_data_sample(const rt_data *d, int64_t i, float *x, int32_t *label) {
+  int64_t e = d->elems;
+  if (d->u8) {
+    const uint8_t *s = d->u8 + i * e;
+    for (int64_t j = 0; j < e; j++) x[j] = s[j] * (1.0f / 255.0f);
+  } else if (d->f32) {
+    memcpy(x, d->f32 + i * e, sizeof(float) * (size_t)e);
+  } else {
+    /* Synthetic: noise plus a bright band whose position is the class, so a
+     * model can learn it and the loss visibly falls. */
+    int32_t y = (int32_t)(snrt_uniform(d->seed, 0xFFFFFFFFFFFF1000ull, 7, (uint64_t)i) * d->classes);
+    if (y >= d->classes) y = d->classes - 1;
+    for (int64_t j = 0; j < e; j++) {
+      float v = 0.5f * snrt_uniform(d->seed, 0xFFFFFFFFFFFF2000ull, 9, (uint64_t)(i * e + j));
+      if (j * d->classes / e == y) v += 0.5f;
+      x[j] = v;
+    }
+    *label = y;
+  }
+  if (d->labels) *label = d->labels[i];
+  for (int ch = 0; ch < d->channels; ch++) {
+    float mu = d->mean[ch], is = d->inv_std[ch];
+    if (mu == 0 && is == 1) continue;
+    float *p = x + ch * d->plane;
+    for (int64_t j = 0; j < d->plane; j++) p[j] = (p[j] - mu) * is;
+  }
+}

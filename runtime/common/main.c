@@ -1,0 +1,419 @@
+/* main.c — the emitted program's main(): flags, the training loop, evaluation.
+ *
+ * What it is: everything around the compiled step. It parses the flags of
+ * INTERFACE.md ("The emitted program"), loads data, initializes or resumes the
+ * model's tensors, then per step uploads a batch into the input and label
+ * tensors, calls snrt_the_model.train_step, checks the loss, logs progress
+ * and saves checkpoints; at the end of each epoch (and of the run) it
+ * evaluates with eval_step. SIGINT/SIGTERM finish the current step, save
+ * (with --save) and exit 0.
+ *
+ * What it is not: the step itself (the emitted train.c) or memory (the device
+ * layer, snrt_dev.h). It touches the arena only through the device layer, so
+ * it is the same on the CPU and on CUDA. */
+#include "rt.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+const char *rt_prog = "train";
+
+static const char usage_text[] =
+    "usage: %s [options]\n"
+    "  --data synthetic | idx:IMAGES,LABELS | npy:X.npy,Y.npy   training data (IDX raw or .gz)\n"
+    "  --eval idx:IMAGES,LABELS | npy:X.npy,Y.npy   test loss and accuracy after each epoch\n"
+    "  --steps N          steps to run in this invocation\n"
+    "  --epochs N         train until the end of epoch N (counted across --resume; default 1\n"
+    "                     when --steps is not given)\n"
+    "  --lr X             learning rate (default: the one compiled in)\n"
+    "  --seed S           initial values, data order and dropout (default 0)\n"
+    "  --log-every N      progress every N steps (default 100)\n"
+    "  --normalize M,S    (x - M) / S on every channel; or M1,..,MC,S1,..,SC per channel\n"
+    "  --save FILE        checkpoint at the end (atomic, checksummed)\n"
+    "  --save-every N     also every N steps\n"
+    "  --resume FILE      continue exactly where FILE left off\n"
+    "  --export-onnx FILE the model with its trained values as initializers\n"
+    "  --dump-grads DIR   gradients of the last step, DIR/<name>.npy, and DIR/loss.npy\n"
+    "  --dump-params DIR  parameters and state after the last step, DIR/<name>.npy\n"
+    "  --metrics FILE     JSON summary of the run\n"
+    "  --poison           fill each arena region with NaN when its tensor dies\n"
+    "  --threads N        CPU threads (default: all cores)\n"
+    "exit codes: 0 ok, 1 usage, 2 bad data, file or checkpoint, 3 loss became NaN/Inf,\n"
+    "            4 device or memory error\n";
+
+void rt_fail(int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fflush(stdout);
+  fprintf(stderr, "%s: error: ", rt_prog);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  exit(code);
+}
+
+void rt_warn(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fflush(stdout);
+  fprintf(stderr, "%s: warning: ", rt_prog);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+}
+
+void *rt_xmalloc(size_t n) {
+  void *p = malloc(n ? n : 1);
+  if (!p) rt_fail(SNRT_EXIT_DEVICE, "out of host memory (%zu bytes)", n);
+  return p;
+}
+
+const char *rt_exe_dir(void) {
+  static char dir[PATH_MAX];
+  if (!dir[0]) {
+    ssize_t n = readlink("/proc/self/exe", dir, sizeof dir - 1);
+    if (n <= 0) {
+      strcpy(dir, ".");
+    } else {
+      dir[n] = 0;
+      char *slash = strrchr(dir, '/');
+      if (slash == dir) dir[1] = 0;
+      else if (slash) *slash = 0;
+      else strcpy(dir, ".");
+    }
+  }
+  return dir;
+}
+
+/* ---- flags ----------------------------------------------------------------- */
+
+static noreturn void usage_error(const char *fmt, const char *arg) {
+  fprintf(stderr, "%s: error: ", rt_prog);
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, " (see --help)\n");
+  exit(SNRT_EXIT_USAGE);
+}
+
+static const char *value(int argc, char **argv, int *i) {
+  if (*i + 1 >= argc) usage_error("%s needs a value", argv[*i]);
+  return argv[++*i];
+}
+
+static int64_t parse_int(const char *flag, const char *s, int64_t lo) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (end == s || *end || errno || v < lo) {
+    fprintf(stderr, "%s: error: %s needs an integer >= %lld, not '%s' (see --help)\n", rt_prog, flag,
+            (long long)lo, s);
+    exit(SNRT_EXIT_USAGE);
+  }
+  return v;
+}
+
+static void parse_args(rt_opts *o, int argc, char **argv) {
+  *o = (rt_opts){.data = "synthetic", .steps = -1, .epochs = -1, .log_every = 100};
+  for (int i = 1; i < argc; i++) {
+    const char *s = argv[i];
+    if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
+      printf(usage_text, rt_prog);
+      exit(0);
+    } else if (!strcmp(s, "--data")) o->data = value(argc, argv, &i);
+    else if (!strcmp(s, "--eval")) o->eval = value(argc, argv, &i);
+    else if (!strcmp(s, "--steps")) o->steps = parse_int(s, value(argc, argv, &i), 0);
+    else if (!strcmp(s, "--epochs")) o->epochs = parse_int(s, value(argc, argv, &i), 0);
+    else if (!strcmp(s, "--seed")) o->seed = (uint64_t)parse_int(s, value(argc, argv, &i), 0);
+    else if (!strcmp(s, "--log-every")) o->log_every = parse_int(s, value(argc, argv, &i), 1);
+    else if (!strcmp(s, "--save-every")) o->save_every = parse_int(s, value(argc, argv, &i), 1);
+    else if (!strcmp(s, "--threads")) o->threads = (int)parse_int(s, value(argc, argv, &i), 1);
+    else if (!strcmp(s, "--save")) o->save = value(argc, argv, &i);
+    else if (!strcmp(s, "--resume")) o->resume = value(argc, argv, &i);
+    else if (!strcmp(s, "--export-onnx")) o->export_onnx = value(argc, argv, &i);
+    else if (!strcmp(s, "--dump-grads")) o->dump_grads = value(argc, argv, &i);
+    else if (!strcmp(s, "--dump-params")) o->dump_params = value(argc, argv, &i);
+    else if (!strcmp(s, "--metrics")) o->metrics = value(argc, argv, &i);
+    else if (!strcmp(s, "--poison")) o->poison = true;
+    else if (!strcmp(s, "--lr")) {
+      const char *v = value(argc, argv, &i);
+      char *end;
+      o->lr = strtof(v, &end);
+      if (end == v || *end || !(o->lr >= 0) || isinf(o->lr)) usage_error("--lr needs a number >= 0, not '%s'", v);
+      o->lr_set = true;
+    } else if (!strcmp(s, "--normalize")) {
+      const char *v = value(argc, argv, &i);
+      const char *p = v;
+      o->nnorm = 0;
+      while (*p) {
+        char *end;
+        float x = strtof(p, &end);
+        if (end == p || o->nnorm == 64) usage_error("--normalize takes MEAN,STD (numbers), not '%s'", v);
+        o->norm[o->nnorm++] = x;
+        p = end;
+        if (*p == ',') p++;
+        else if (*p) usage_error("--normalize takes MEAN,STD (numbers), not '%s'", v);
+      }
+      if (o->nnorm < 2 || o->nnorm % 2) usage_error("--normalize takes MEAN,STD pairs, not '%s'", v);
+      for (int k = o->nnorm / 2; k < o->nnorm; k++)
+        if (!(o->norm[k] > 0)) usage_error("--normalize: deviations must be > 0 in '%s'", v);
+    } else usage_error("unknown option '%s'", s);
+  }
+  if (o->steps < 0 && o->epochs < 0) o->epochs = 1;
+}
+
+/* ---- signals ---------------------------------------------------------------- */
+
+static volatile sig_atomic_t stop_signal;
+
+static void on_signal(int sig) {
+  if (stop_signal) _exit(128 + sig);   /* a second ^C: stop now */
+  stop_signal = sig;
+}
+
+/* ---- evaluation -------------------------------------------------------------- */
+
+typedef struct eval_result {
+  double accuracy, loss;
+} eval_result;
+
+/* The whole set in batches of the compiled size; the last batch is padded
+ * with zeros and only its real samples count. */
+static bool evaluate(snrt_ctx *c, const rt_data *d, eval_result *r) {
+  const snrt_model *m = c->m;
+  const snrt_tensor *in = &m->tensors[m->input], *lg = &m->tensors[m->logits];
+  int B = m->batch;
+  int64_t elems = in->nbytes / 4 / B, per = lg->nbytes / 4 / B, n = rt_data_count(d);
+  float *x = rt_xmalloc((size_t)in->nbytes);
+  float *logits = rt_xmalloc((size_t)lg->nbytes);
+  int32_t *lab = rt_xmalloc(sizeof(int32_t) * (size_t)B);
+  void *y = rt_xmalloc((size_t)rt_label_bytes(m));
+  int64_t correct = 0;
+  double loss = 0;
+  int64_t done = 0;
+  for (int64_t start = 0; start < n && !stop_signal; start += B) {
+    int rows = (int)(n - start < B ? n - start : B);
+    for (int i = 0; i < rows; i++) rt_data_sample(d, start + i, x + i * elems, &lab[i]);
+    memset(x + rows * elems, 0, sizeof(float) * (size_t)((B - rows) * elems));
+    for (int i = rows; i < B; i++) lab[i] = 0;
+    snrt_dev_upload(c, in->offset, x, in->nbytes);
+    rt_encode_labels(m, lab, B, y);
+    snrt_dev_upload(c, m->tensors[m->label].offset, y, rt_label_bytes(m));
+    m->eval_step(c);
+    snrt_dev_sync(c);
+    snrt_dev_download(c, logits, lg->offset, lg->nbytes);
+    for (int i = 0; i < rows; i++) {
+      const float *l = logits + i * per;
+      int best = 0;
+      for (int k = 1; k < m->classes; k++)
+        if (l[k] > l[best]) best = k;
+      correct += best == lab[i];
+      if (m->loss_kind == SNRT_LOSS_MSE) {
+        double s = 0;
+        for (int k = 0; k < per; k++) {
+          double e = l[k] - (k == lab[i] ? 1.0 : 0.0);
+          s += e * e;
+        }
+        loss += s / per;
+      } else {
+        double mx = l[0], s = 0;
+        for (int k = 1; k < m->classes; k++) mx = l[k] > mx ? l[k] : mx;
+        for (int k = 0; k < m->classes; k++) s += exp(l[k] - mx);
+        loss += mx + log(s) - l[lab[i]];
+      }
+    }
+    done += rows;
+  }
+  free(x);
+  free(logits);
+  free(lab);
+  free(y);
+  if (done < n) return false;   /* interrupted */
+  r->accuracy = n ? (double)correct / n : 0;
+  r->loss = n ? loss / n : 0;
+  return true;
+}
+
+/* ---- progress ----------------------------------------------------------------- */
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void fmt_time(char *buf, size_t n, double s) {
+  if (!(s >= 0) || s > 1e7) {
+    snprintf(buf, n, "?");
+    return;
+  }
+  long t = (long)(s + 0.5);
+  if (t >= 3600) snprintf(buf, n, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+  else snprintf(buf, n, "%ld:%02ld", t / 60, t % 60);
+}
+
+/* ---- the run ------------------------------------------------------------------ */
+
+int main(int argc, char **argv) {
+  const char *slash = argc > 0 ? strrchr(argv[0], '/') : NULL;
+  if (argc > 0) rt_prog = slash ? slash + 1 : argv[0];
+  rt_opts o;
+  parse_args(&o, argc, argv);
+  const snrt_model *m = &snrt_the_model;
+  if (m->batch < 1 || m->input < 0 || m->input >= m->ntensors || m->label < 0 ||
+      m->label >= m->ntensors || m->loss < 0 || m->loss >= m->ntensors || m->logits < 0 ||
+      m->logits >= m->ntensors)
+    rt_fail(SNRT_EXIT_DATA, "the compiled model descriptor is inconsistent (input/label/loss/logits)");
+
+  snrt_ctx c = {.m = m, .lr = o.lr_set ? o.lr : m->lr, .seed = o.seed, .poison = o.poison,
+                .dump_grads = o.dump_grads != NULL, .threads = o.threads};
+  rt_position pos = {.step = 0, .epoch = 0, .pos = 0, .seed = o.seed};
+  rt_data *train = rt_data_load(o.data, m, o.seed, &o);
+  rt_data *test = o.eval ? rt_data_load(o.eval, m, o.seed, &o) : NULL;
+  int64_t nb = rt_data_count(train) / m->batch;
+  if (nb < 1)
+    rt_fail(SNRT_EXIT_DATA, "%s has %lld samples, fewer than one batch of %d", o.data,
+            (long long)rt_data_count(train), m->batch);
+
+  snrt_dev_init(&c);
+  c.grad_copy = calloc((size_t)m->ntensors, sizeof(float *));
+  if (!c.grad_copy) rt_fail(SNRT_EXIT_DEVICE, "out of host memory");
+  rt_init_tensors(&c);
+  if (o.resume) {
+    rt_checkpoint_load(&c, o.resume, &pos);
+    if (pos.seed != o.seed) {
+      /* The seed fixes the data order and dropout: the checkpoint's wins. */
+      c.seed = pos.seed;
+      /* Synthetic data is a function of the seed too. */
+      rt_data_free(train);
+      train = rt_data_load(o.data, m, c.seed, &o);
+    }
+    if (pos.pos >= nb)
+      rt_fail(SNRT_EXIT_DATA, "checkpoint %s is at batch %lld of its epoch, but %s has only %lld batches",
+              o.resume, (long long)pos.pos, o.data, (long long)nb);
+    c.step = pos.step;
+  }
+
+  printf("%s: %s, batch %d, arena %.2f MiB (policy %s), host arena %.2f MiB, %s\n", rt_prog,
+         m->name ? m->name : "model", m->batch, m->arena_bytes / 1048576.0,
+         m->policy ? m->policy : "?", m->host_bytes / 1048576.0, snrt_dev_describe(&c));
+  if (o.resume)
+    printf("%s: resumed from %s at step %lld (epoch %lld, batch %lld)\n", rt_prog, o.resume,
+           (long long)pos.step, (long long)pos.epoch + 1, (long long)pos.pos);
+  fflush(stdout);
+
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+
+  /* How many steps this invocation runs: --steps, and the end of --epochs. */
+  int64_t todo = INT64_MAX;
+  if (o.steps >= 0) todo = o.steps;
+  if (o.epochs >= 0) {
+    int64_t left = (o.epochs - pos.epoch) * nb - pos.pos;
+    if (left < 0) left = 0;
+    if (left < todo) todo = left;
+  }
+
+  const snrt_tensor *in = &m->tensors[m->input], *lt = &m->tensors[m->label];
+  rt_loader *ld = todo > 0 ? rt_loader_start(train, m, c.seed, pos.epoch, pos.pos) : NULL;
+  bool tty = isatty(STDOUT_FILENO);
+  rt_metrics mt = {.threads = c.threads, .train_loss = NAN};
+  eval_result ev = {0, 0};
+  bool evaluated_last = false;
+  double t0 = now(), t3 = t0, last_draw = 0;
+  int64_t done = 0;
+  float loss = NAN;
+  while (done < todo && !stop_signal) {
+    const float *x;
+    const void *y;
+    rt_loader_next(ld, &x, &y);
+    snrt_dev_upload(&c, in->offset, x, in->nbytes);
+    snrt_dev_upload(&c, lt->offset, y, lt->nbytes);
+    rt_loader_release(ld);
+    m->train_step(&c);
+    snrt_dev_sync(&c);
+    snrt_dev_download(&c, &loss, m->tensors[m->loss].offset, 4);
+    if (!isfinite(loss)) {
+      if (tty) putchar('\n');
+      rt_fail(SNRT_EXIT_NAN, "the loss became %s at step %lld (epoch %lld); stopping%s%s%s", isnan(loss) ? "NaN" : "Inf",
+              (long long)pos.step + 1, (long long)pos.epoch + 1,
+              o.save ? " (the last good checkpoint " : "", o.save ? o.save : "", o.save ? " is kept)" : "");
+    }
+    c.step++;
+    pos.step++;
+    done++;
+    bool epoch_end = ++pos.pos == nb;
+    if (epoch_end) {
+      pos.pos = 0;
+      pos.epoch++;
+    }
+    if (done == 3) t3 = now();
+    mt.train_loss = loss;
+    double t = now();
+    bool last = done == todo;
+    if (tty ? (t - last_draw > 0.25 || last || epoch_end || done % o.log_every == 0)
+            : (done % o.log_every == 0 || last)) {
+      double rate = done > 3 && t > t3 ? (done - 3) * m->batch / (t - t3) : done * m->batch / (t - t0);
+      char eta[32] = "?";
+      if (todo != INT64_MAX) fmt_time(eta, sizeof eta, (todo - done) * m->batch / rate);
+      printf("%sepoch %lld step %lld/%lld loss %.4f %.0f img/s ETA %s%s", tty ? "\r\033[K" : "",
+             (long long)(epoch_end ? pos.epoch : pos.epoch + 1), (long long)(epoch_end ? nb : pos.pos),
+             (long long)nb, loss, rate, eta, tty ? "" : "\n");
+      fflush(stdout);
+      last_draw = t;
+    }
+    if (o.save && o.save_every && pos.step % o.save_every == 0) rt_checkpoint_save(&c, o.save, &pos);
+    evaluated_last = false;
+    if (epoch_end && test) {
+      if (evaluate(&c, test, &ev)) {
+        printf("%sepoch %lld: test accuracy %.4f, test loss %.4f\n", tty ? "\r\033[K" : "",
+               (long long)pos.epoch, ev.accuracy, ev.loss);
+        fflush(stdout);
+        evaluated_last = true;
+      }
+    }
+  }
+  double t_end = now();
+  if (tty && done) putchar('\n');
+  rt_loader_stop(ld);
+  if (stop_signal)
+    printf("%s: stopped by %s after step %lld%s%s\n", rt_prog, stop_signal == SIGINT ? "SIGINT" : "SIGTERM",
+           (long long)pos.step, o.save ? "; saving " : "", o.save ? o.save : "");
+  else if (test && !evaluated_last && evaluate(&c, test, &ev)) {
+    printf("%s: test accuracy %.4f, test loss %.4f\n", rt_prog, ev.accuracy, ev.loss);
+    evaluated_last = true;
+  }
+  fflush(stdout);
+
+  if (o.save) rt_checkpoint_save(&c, o.save, &pos);
+  if (o.dump_params) rt_dump_params(&c, o.dump_params);
+  if (o.dump_grads && done > 0) rt_dump_grads(&c, o.dump_grads, loss);
+  if (o.export_onnx) rt_export_onnx(&c, o.export_onnx);
+  if (o.metrics) {
+    mt.steps = done;
+    mt.global_step = pos.step;
+    mt.epochs = pos.epoch + (double)pos.pos / nb;
+    mt.has_eval = evaluated_last;
+    mt.test_accuracy = ev.accuracy;
+    mt.test_loss = ev.loss;
+    if (done > 3 && t_end > t3) mt.images_per_s = (done - 3) * (double)m->batch / (t_end - t3);
+    else if (done > 0 && t_end > t0) mt.images_per_s = done * (double)m->batch / (t_end - t0);
+    mt.threads = c.threads;
+    rt_metrics_write(&c, o.metrics, &mt);
+  }
+  for (int i = 0; i < m->ntensors; i++) free(c.grad_copy[i]);
+  free(c.grad_copy);
+  snrt_dev_free(&c);
+  rt_data_free(train);
+  rt_data_free(test);
+  return 0;
+}

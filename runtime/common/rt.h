@@ -1,0 +1,129 @@
+/* rt.h — internal to runtime/common: the pieces of the emitted program's main
+ * loop (flags, parameter init, data, checkpoints, npy, metrics, export) and
+ * what they share. Not seen by the emitted train.c (that sees only snrt.h) nor
+ * by the device layers (they see snrt_dev.h).
+ *
+ * Every function here that meets a user error prints one line
+ * "PROG: error: ..." and exits with the code INTERFACE.md gives. */
+#ifndef SNRT_RT_H
+#define SNRT_RT_H
+
+#include "snrt_dev.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdnoreturn.h>
+
+/* ---- main.c: options and errors ---------------------------------------- */
+
+typedef struct rt_opts {
+  const char *data, *eval;        /* --data / --eval specs */
+  int64_t steps;                  /* --steps (-1: not given) */
+  int64_t epochs;                 /* --epochs (-1: not given) */
+  float lr;
+  bool lr_set;
+  uint64_t seed;
+  int64_t log_every;
+  const char *save, *resume, *export_onnx, *dump_grads, *dump_params, *metrics;
+  int64_t save_every;             /* 0: only at the end */
+  bool poison;
+  int threads;                    /* 0: all cores */
+  int nnorm;                      /* --normalize values: 2 (all channels) or 2*C */
+  float norm[64];
+} rt_opts;
+
+extern const char *rt_prog;       /* basename of argv[0], prefix of every message */
+
+noreturn void rt_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void rt_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void *rt_xmalloc(size_t n);       /* exits 4 when memory runs out */
+
+/* Directory holding the running executable (for params.bin and model.onnx). */
+const char *rt_exe_dir(void);
+
+/* Host copies of a persistent tensor: through the device layer when it lives
+ * in the arena, from the host arena when the plan keeps it offloaded. */
+void rt_tensor_read(snrt_ctx *c, int t, void *dst);
+void rt_tensor_write(snrt_ctx *c, int t, const void *src);
+int64_t rt_tensor_elems(const snrt_tensor *t);
+
+/* ---- init.c -------------------------------------------------------------- */
+
+/* Writes every tensor's initial value (params.bin, PyTorch's default inits,
+ * zero optimizer state). */
+void rt_init_tensors(snrt_ctx *c);
+
+/* ---- data.c -------------------------------------------------------------- */
+
+typedef struct rt_data rt_data;
+typedef struct rt_loader rt_loader;
+
+/* Loads "synthetic", "idx:IMAGES,LABELS" or "npy:X,Y" and checks it against
+ * the model's input shape and classes. */
+rt_data *rt_data_load(const char *spec, const snrt_model *m, uint64_t seed, const rt_opts *o);
+void rt_data_free(rt_data *d);
+int64_t rt_data_count(const rt_data *d);
+/* Sample i into x (float, model input sample size, normalized) and its class. */
+void rt_data_sample(const rt_data *d, int64_t i, float *x, int32_t *label);
+
+/* The loader thread: batches of the model's size in the shuffled order of
+ * (seed, epoch), starting at (epoch, pos), one batch prefetched ahead. */
+rt_loader *rt_loader_start(const rt_data *d, const snrt_model *m, uint64_t seed,
+                           int64_t epoch, int64_t pos);
+/* Blocks until the next batch is ready; the pointers stay valid until
+ * rt_loader_release. y is int32 labels, or one-hot floats for mse. */
+void rt_loader_next(rt_loader *l, const float **x, const void **y);
+void rt_loader_release(rt_loader *l);
+void rt_loader_stop(rt_loader *l);
+/* Bytes of the host batch buffers of the label tensor (int32 or one-hot). */
+int64_t rt_label_bytes(const snrt_model *m);
+/* Writes the labels of n samples as the label tensor wants them. */
+void rt_encode_labels(const snrt_model *m, const int32_t *labels, int n, void *y);
+
+/* ---- checkpoint.c -------------------------------------------------------- */
+
+typedef struct rt_position {
+  int64_t step;                   /* global step count done */
+  int64_t epoch;                  /* 0-based epoch of the next batch */
+  int64_t pos;                    /* next batch within that epoch */
+  uint64_t seed;
+} rt_position;
+
+/* Atomic write: FILE.tmp, fsync, rename. Returns 0, or -1 with errno set and
+ * the tmp file removed (the old FILE untouched). */
+int rt_write_atomic(const char *path, const void *buf, size_t n);
+/* Exits 2 when the save fails (the previous checkpoint is kept). */
+void rt_checkpoint_save(snrt_ctx *c, const char *path, const rt_position *p);
+/* Exits 2 on a missing, corrupted or mismatched checkpoint. */
+void rt_checkpoint_load(snrt_ctx *c, const char *path, rt_position *p);
+
+/* ---- npy.c ---------------------------------------------------------------- */
+
+/* Writes float32 data of the given shape (rank 0: a scalar). Exits 2 on error. */
+void rt_npy_write(const char *path, const float *data, int rank, const int64_t *dims);
+/* DIR/<sanitized name>.npy into buf (size PATH_MAX). */
+void rt_npy_path(char *buf, size_t n, const char *dir, const char *name);
+void rt_mkdir_p(const char *dir);   /* exits 2 when it cannot */
+void rt_dump_params(snrt_ctx *c, const char *dir);
+void rt_dump_grads(snrt_ctx *c, const char *dir, float loss);
+
+/* ---- metrics.c ------------------------------------------------------------ */
+
+typedef struct rt_metrics {
+  int64_t steps, global_step, epochs_done;
+  double epochs;                  /* fractional epochs at the end */
+  double train_loss;
+  bool has_eval;
+  double test_accuracy, test_loss;
+  double images_per_s;
+  int threads;
+} rt_metrics;
+
+void rt_metrics_write(const snrt_ctx *c, const char *path, const rt_metrics *mt);
+
+/* ---- export.c ------------------------------------------------------------- */
+
+void rt_export_onnx(snrt_ctx *c, const char *path);
+
+#endif

@@ -1,0 +1,389 @@
+/* k_conv.c — 2-D convolution on the CPU: forward, backward-data,
+ * backward-filter and bias gradient, with groups, strides, dilations and
+ * top/left pads (bottom/right implied by oh/ow), PyTorch semantics in float32.
+ *
+ * How: im2col of a chunk of images into ONE column matrix (rows: cg*kh*kw,
+ * columns: images x oh*ow), so one OpenBLAS sgemm covers many images (the
+ * deep layers of a 32x32 ResNet have oh*ow = 1..16, where per-image GEMMs
+ * would be hopeless). The only scratch memory is the planned workspace
+ * `ws` of snrt_conv_ws_bytes(p) bytes (room for ws_images images' columns).
+ * The kernel splits it itself: columns for `nb` images plus a (kg x nb*ohw)
+ * staging matrix that re-lays the GEMM's (channel, image, pixel) result into
+ * NCHW, with nb = ws / ((ckk + kg) * ohw). When fewer than 2 images fit that
+ * way it falls back to one GEMM per image over the column block (no staging).
+ *
+ * Special cases: a 1x1 stride-1 unpadded conv needs no im2col (ws is NULL);
+ * a conv with one input channel per group (depthwise, or a 1-channel first
+ * layer) runs as direct loops, which beat GEMMs with M = 1.
+ *
+ * Not here: algorithm selection by timing (the CPU has one algorithm per
+ * case), Winograd/FFT. Determinism: GEMMs run on the calling thread's OpenBLAS
+ * (which splits M/N, never K, for a fixed thread count); every other loop gives
+ * each output plane or channel to one thread. */
+#include "kern.h"
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef struct conv_geo {
+  int cg, kg, khw;     /* input/output channels per group, taps */
+  int64_t hw, ohw, ckk;/* input plane, output plane, column rows (cg*kh*kw) */
+  int one;             /* 1x1 stride-1 unpadded: x is its own column matrix */
+  int nb;              /* images per chunk */
+  int batched;         /* 1: one GEMM per chunk via the staging matrix */
+  float *col, *tmp;    /* parts of ws */
+} conv_geo;
+
+static conv_geo conv_geo_of(const snrt_conv_t *p, float *ws) {
+  conv_geo q;
+  q.cg = p->c / p->group;
+  q.kg = p->k / p->group;
+  q.khw = p->kh * p->kw;
+  q.hw = (int64_t)p->h * p->w;
+  q.ohw = (int64_t)p->oh * p->ow;
+  q.ckk = (int64_t)q.cg * q.khw;
+  q.col = ws;
+  q.tmp = NULL;
+  q.nb = 0;
+  q.batched = 0;
+  int64_t wsf = snrt_conv_ws_bytes(p) / 4;
+  q.one = p->kh == 1 && p->kw == 1 && p->sh == 1 && p->sw == 1 && p->pt == 0 && p->pl == 0 &&
+          p->oh == p->h && p->ow == p->w;
+  if (q.one || q.cg == 1)
+    return q;
+  if (!ws || wsf < q.ckk * q.ohw) {
+    fprintf(stderr, "snrt: internal error: conv workspace of %lld bytes is too small "
+            "(ws_images %d)\n", (long long)wsf * 4, p->ws_images);
+    abort();
+  }
+  int64_t nbb = wsf / ((q.ckk + q.kg) * q.ohw);
+  if (nbb >= 2) {
+    q.batched = 1;
+    q.nb = (int)kern_min(nbb, p->n);
+    q.tmp = ws + q.ckk * q.nb * q.ohw;
+  } else {
+    q.nb = (int)kern_min(wsf / (q.ckk * q.ohw), p->n);
+  }
+  return q;
+}
+
+/* Valid output columns [*o0, *o1) for a tap whose input column is
+ * ox*sw + off: those with 0 <= ox*sw + off < w. */
+static inline void conv_range(int off, int sw, int w, int ow, int *o0, int *o1) {
+  int64_t a = kern_cdiv(-off, sw), b = kern_cdiv(w - off, sw);
+  a = kern_max(0, kern_min(a, ow));
+  b = kern_max(a, kern_min(b, ow));
+  *o0 = (int)a;
+  *o1 = (int)b;
+}
+
+/* col[r][img*ohw + oy*ow + ox] for the images [i0, i0+nb) of group g. */
+static void im2col(const snrt_conv_t *p, const conv_geo *q, const float *x, int i0, int nb,
+                   int g, float *col) {
+  const int64_t L = nb * q->ohw;
+#pragma omp parallel for collapse(2) schedule(static) if (q->ckk * L > KERN_PAR_MIN)
+  for (int64_t r = 0; r < q->ckk; r++)
+    for (int img = 0; img < nb; img++) {
+      int ci = (int)(r / q->khw), kk = (int)(r % q->khw), ki = kk / p->kw, kj = kk % p->kw;
+      const float *xp = x + ((int64_t)(i0 + img) * p->c + g * q->cg + ci) * q->hw;
+      float *cp = col + r * L + img * q->ohw;
+      int offx = kj * p->dw - p->pl, ox0, ox1;
+      conv_range(offx, p->sw, p->w, p->ow, &ox0, &ox1);
+      for (int oy = 0; oy < p->oh; oy++) {
+        int iy = oy * p->sh - p->pt + ki * p->dh;
+        float *row = cp + (int64_t)oy * p->ow;
+        if (iy < 0 || iy >= p->h) {
+          memset(row, 0, sizeof(float) * p->ow);
+          continue;
+        }
+        const float *xr = xp + (int64_t)iy * p->w + offx;
+        for (int ox = 0; ox < ox0; ox++) row[ox] = 0;
+        if (p->sw == 1)
+          memcpy(row + ox0, xr + ox0, sizeof(float) * (ox1 - ox0));
+        else
+          for (int ox = ox0; ox < ox1; ox++) row[ox] = xr[(int64_t)ox * p->sw];
+        for (int ox = ox1; ox < p->ow; ox++) row[ox] = 0;
+      }
+    }
+}
+
+/* dx planes of images [i0, i0+nb), group g = sum of the columns that read them. */
+static void col2im(const snrt_conv_t *p, const conv_geo *q, const float *col, int i0, int nb,
+                   int g, float *dx) {
+  const int64_t L = nb * q->ohw;
+#pragma omp parallel for collapse(2) schedule(static) if (q->ckk * L > KERN_PAR_MIN)
+  for (int img = 0; img < nb; img++)
+    for (int ci = 0; ci < q->cg; ci++) {
+      float *dp = dx + ((int64_t)(i0 + img) * p->c + g * q->cg + ci) * q->hw;
+      memset(dp, 0, sizeof(float) * q->hw);
+      for (int ki = 0; ki < p->kh; ki++)
+        for (int kj = 0; kj < p->kw; kj++) {
+          int64_t r = (int64_t)ci * q->khw + ki * p->kw + kj;
+          const float *cp = col + r * L + img * q->ohw;
+          int offx = kj * p->dw - p->pl, ox0, ox1;
+          conv_range(offx, p->sw, p->w, p->ow, &ox0, &ox1);
+          for (int oy = 0; oy < p->oh; oy++) {
+            int iy = oy * p->sh - p->pt + ki * p->dh;
+            if (iy < 0 || iy >= p->h) continue;
+            float *dr = dp + (int64_t)iy * p->w + offx;
+            const float *cr = cp + (int64_t)oy * p->ow;
+            if (p->sw == 1)
+              for (int ox = ox0; ox < ox1; ox++) dr[ox] += cr[ox];
+            else
+              for (int ox = ox0; ox < ox1; ox++) dr[(int64_t)ox * p->sw] += cr[ox];
+          }
+        }
+    }
+}
+
+/* Staging matrix tmp (kg x nb*ohw) <-> NCHW planes of group g. */
+static void stage_to_nchw(const snrt_conv_t *p, const conv_geo *q, const float *tmp, int i0,
+                          int nb, int g, const float *b, float *y) {
+  const int64_t L = nb * q->ohw;
+#pragma omp parallel for collapse(2) schedule(static) if (q->kg * L > KERN_PAR_MIN)
+  for (int img = 0; img < nb; img++)
+    for (int k = 0; k < q->kg; k++) {
+      float *yp = y + ((int64_t)(i0 + img) * p->k + g * q->kg + k) * q->ohw;
+      const float *tp = tmp + k * L + img * q->ohw;
+      float bv = b ? b[g * q->kg + k] : 0.0f;
+      for (int64_t j = 0; j < q->ohw; j++) yp[j] = tp[j] + bv;
+    }
+}
+
+static void nchw_to_stage(const snrt_conv_t *p, const conv_geo *q, const float *dy, int i0,
+                          int nb, int g, float *tmp) {
+  const int64_t L = nb * q->ohw;
+#pragma omp parallel for collapse(2) schedule(static) if (q->kg * L > KERN_PAR_MIN)
+  for (int img = 0; img < nb; img++)
+    for (int k = 0; k < q->kg; k++)
+      memcpy(tmp + k * L + img * q->ohw,
+             dy + ((int64_t)(i0 + img) * p->k + g * q->kg + k) * q->ohw,
+             sizeof(float) * q->ohw);
+}
+
+static void add_bias(const snrt_conv_t *p, const conv_geo *q, const float *b, float *y) {
+#pragma omp parallel for collapse(2) schedule(static) if ((int64_t)p->n * p->k * q->ohw > KERN_PAR_MIN)
+  for (int img = 0; img < p->n; img++)
+    for (int k = 0; k < p->k; k++) {
+      float *yp = y + ((int64_t)img * p->k + k) * q->ohw, bv = b[k];
+      for (int64_t j = 0; j < q->ohw; j++) yp[j] += bv;
+    }
+}
+
+/* ---- direct loops for one input channel per group ---------------------- */
+
+static void direct_fwd(const snrt_conv_t *p, const conv_geo *q, const float *x, const float *w,
+                       const float *b, float *y) {
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int img = 0; img < p->n; img++)
+    for (int k = 0; k < p->k; k++) {
+      float *yp = y + ((int64_t)img * p->k + k) * q->ohw;
+      const float *xp = x + ((int64_t)img * p->c + k / q->kg) * q->hw;
+      float bv = b ? b[k] : 0.0f;
+      for (int64_t j = 0; j < q->ohw; j++) yp[j] = bv;
+      for (int ki = 0; ki < p->kh; ki++)
+        for (int kj = 0; kj < p->kw; kj++) {
+          float wv = w[(int64_t)k * q->khw + ki * p->kw + kj];
+          int offx = kj * p->dw - p->pl, ox0, ox1;
+          conv_range(offx, p->sw, p->w, p->ow, &ox0, &ox1);
+          for (int oy = 0; oy < p->oh; oy++) {
+            int iy = oy * p->sh - p->pt + ki * p->dh;
+            if (iy < 0 || iy >= p->h) continue;
+            const float *xr = xp + (int64_t)iy * p->w + offx;
+            float *yr = yp + (int64_t)oy * p->ow;
+            if (p->sw == 1)
+              for (int ox = ox0; ox < ox1; ox++) yr[ox] += wv * xr[ox];
+            else
+              for (int ox = ox0; ox < ox1; ox++) yr[ox] += wv * xr[(int64_t)ox * p->sw];
+          }
+        }
+    }
+}
+
+static void direct_bwd_data(const snrt_conv_t *p, const conv_geo *q, const float *dy,
+                            const float *w, float *dx) {
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int img = 0; img < p->n; img++)
+    for (int ci = 0; ci < p->c; ci++) {
+      float *dp = dx + ((int64_t)img * p->c + ci) * q->hw;
+      memset(dp, 0, sizeof(float) * q->hw);
+      for (int k = ci * q->kg; k < (ci + 1) * q->kg; k++) {
+        const float *yp = dy + ((int64_t)img * p->k + k) * q->ohw;
+        for (int ki = 0; ki < p->kh; ki++)
+          for (int kj = 0; kj < p->kw; kj++) {
+            float wv = w[(int64_t)k * q->khw + ki * p->kw + kj];
+            int offx = kj * p->dw - p->pl, ox0, ox1;
+            conv_range(offx, p->sw, p->w, p->ow, &ox0, &ox1);
+            for (int oy = 0; oy < p->oh; oy++) {
+              int iy = oy * p->sh - p->pt + ki * p->dh;
+              if (iy < 0 || iy >= p->h) continue;
+              float *dr = dp + (int64_t)iy * p->w + offx;
+              const float *yr = yp + (int64_t)oy * p->ow;
+              if (p->sw == 1)
+                for (int ox = ox0; ox < ox1; ox++) dr[ox] += wv * yr[ox];
+              else
+                for (int ox = ox0; ox < ox1; ox++) dr[(int64_t)ox * p->sw] += wv * yr[ox];
+            }
+          }
+      }
+    }
+}
+
+static void direct_bwd_filter(const snrt_conv_t *p, const conv_geo *q, const float *x,
+                              const float *dy, float *dw) {
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int k = 0; k < p->k; k++)
+    for (int t = 0; t < q->khw; t++) {
+      int ki = t / p->kw, kj = t % p->kw;
+      int offx = kj * p->dw - p->pl, ox0, ox1;
+      conv_range(offx, p->sw, p->w, p->ow, &ox0, &ox1);
+      double s = 0;
+      for (int img = 0; img < p->n; img++) {
+        const float *xp = x + ((int64_t)img * p->c + k / q->kg) * q->hw;
+        const float *yp = dy + ((int64_t)img * p->k + k) * q->ohw;
+        for (int oy = 0; oy < p->oh; oy++) {
+          int iy = oy * p->sh - p->pt + ki * p->dh;
+          if (iy < 0 || iy >= p->h) continue;
+          const float *xr = xp + (int64_t)iy * p->w + offx;
+          const float *yr = yp + (int64_t)oy * p->ow;
+          float rs = 0;
+          for (int ox = ox0; ox < ox1; ox++) rs += yr[ox] * xr[(int64_t)ox * p->sw];
+          s += rs;
+        }
+      }
+      dw[(int64_t)k * q->khw + t] = (float)s;
+    }
+}
+
+/* ---- the API ------------------------------------------------------------ */
+
+void snrt_conv_fwd(snrt_ctx *c, const snrt_conv_t *p, const float *x, const float *w,
+                   const float *b, float *y, float *ws) {
+  (void)c;
+  conv_geo q = conv_geo_of(p, ws);
+  if (q.cg == 1) {
+    direct_fwd(p, &q, x, w, b, y);
+    return;
+  }
+  if (q.one) {
+    for (int img = 0; img < p->n; img++)
+      for (int g = 0; g < p->group; g++)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, q.kg, (int)q.hw, q.cg, 1.0f,
+                    w + (int64_t)g * q.kg * q.ckk, (int)q.ckk,
+                    x + ((int64_t)img * p->c + g * q.cg) * q.hw, (int)q.hw, 0.0f,
+                    y + ((int64_t)img * p->k + g * q.kg) * q.ohw, (int)q.ohw);
+    if (b) add_bias(p, &q, b, y);
+    return;
+  }
+  for (int i0 = 0; i0 < p->n; i0 += q.nb) {
+    int cnt = (int)kern_min(q.nb, p->n - i0);
+    int L = (int)(cnt * q.ohw);
+    for (int g = 0; g < p->group; g++) {
+      const float *wg = w + (int64_t)g * q.kg * q.ckk;
+      im2col(p, &q, x, i0, cnt, g, q.col);
+      if (q.batched) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, q.kg, L, (int)q.ckk, 1.0f, wg,
+                    (int)q.ckk, q.col, L, 0.0f, q.tmp, L);
+        stage_to_nchw(p, &q, q.tmp, i0, cnt, g, b, y);
+      } else {
+        for (int img = 0; img < cnt; img++)
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, q.kg, (int)q.ohw, (int)q.ckk,
+                      1.0f, wg, (int)q.ckk, q.col + img * q.ohw, L, 0.0f,
+                      y + ((int64_t)(i0 + img) * p->k + g * q.kg) * q.ohw, (int)q.ohw);
+      }
+    }
+  }
+  if (!q.batched && b) add_bias(p, &q, b, y);
+}
+
+void snrt_conv_bwd_data(snrt_ctx *c, const snrt_conv_t *p, const float *dy, const float *w,
+                        float *dx, float *ws) {
+  (void)c;
+  conv_geo q = conv_geo_of(p, ws);
+  if (q.cg == 1) {
+    direct_bwd_data(p, &q, dy, w, dx);
+    return;
+  }
+  if (q.one) {
+    for (int img = 0; img < p->n; img++)
+      for (int g = 0; g < p->group; g++)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, q.cg, (int)q.hw, q.kg, 1.0f,
+                    w + (int64_t)g * q.kg * q.ckk, (int)q.ckk,
+                    dy + ((int64_t)img * p->k + g * q.kg) * q.ohw, (int)q.ohw, 0.0f,
+                    dx + ((int64_t)img * p->c + g * q.cg) * q.hw, (int)q.hw);
+    return;
+  }
+  for (int i0 = 0; i0 < p->n; i0 += q.nb) {
+    int cnt = (int)kern_min(q.nb, p->n - i0);
+    int L = (int)(cnt * q.ohw);
+    for (int g = 0; g < p->group; g++) {
+      const float *wg = w + (int64_t)g * q.kg * q.ckk;
+      if (q.batched) {
+        nchw_to_stage(p, &q, dy, i0, cnt, g, q.tmp);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)q.ckk, L, q.kg, 1.0f, wg,
+                    (int)q.ckk, q.tmp, L, 0.0f, q.col, L);
+      } else {
+        for (int img = 0; img < cnt; img++)
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)q.ckk, (int)q.ohw, q.kg,
+                      1.0f, wg, (int)q.ckk,
+                      dy + ((int64_t)(i0 + img) * p->k + g * q.kg) * q.ohw, (int)q.ohw, 0.0f,
+                      q.col + img * q.ohw, L);
+      }
+      col2im(p, &q, q.col, i0, cnt, g, dx);
+    }
+  }
+}
+
+void snrt_conv_bwd_filter(snrt_ctx *c, const snrt_conv_t *p, const float *x, const float *dy,
+                          float *dw, float *ws) {
+  (void)c;
+  conv_geo q = conv_geo_of(p, ws);
+  if (q.cg == 1) {
+    direct_bwd_filter(p, &q, x, dy, dw);
+    return;
+  }
+  if (q.one) {
+    for (int g = 0; g < p->group; g++)
+      for (int img = 0; img < p->n; img++)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, q.kg, q.cg, (int)q.hw, 1.0f,
+                    dy + ((int64_t)img * p->k + g * q.kg) * q.ohw, (int)q.ohw,
+                    x + ((int64_t)img * p->c + g * q.cg) * q.hw, (int)q.hw,
+                    img == 0 ? 0.0f : 1.0f, dw + (int64_t)g * q.kg * q.ckk, (int)q.ckk);
+    return;
+  }
+  for (int i0 = 0; i0 < p->n; i0 += q.nb) {
+    int cnt = (int)kern_min(q.nb, p->n - i0);
+    int L = (int)(cnt * q.ohw);
+    for (int g = 0; g < p->group; g++) {
+      float *dwg = dw + (int64_t)g * q.kg * q.ckk;
+      im2col(p, &q, x, i0, cnt, g, q.col);
+      if (q.batched) {
+        nchw_to_stage(p, &q, dy, i0, cnt, g, q.tmp);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, q.kg, (int)q.ckk, L, 1.0f, q.tmp,
+                    L, q.col, L, i0 == 0 ? 0.0f : 1.0f, dwg, (int)q.ckk);
+      } else {
+        for (int img = 0; img < cnt; img++)
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, q.kg, (int)q.ckk, (int)q.ohw,
+                      1.0f, dy + ((int64_t)(i0 + img) * p->k + g * q.kg) * q.ohw, (int)q.ohw,
+                      q.col + img * q.ohw, L, (i0 == 0 && img == 0) ? 0.0f : 1.0f, dwg,
+                      (int)q.ckk);
+      }
+    }
+  }
+}
+
+void snrt_conv_bwd_bias(snrt_ctx *c, const snrt_conv_t *p, const float *dy, float *db) {
+  (void)c;
+  const int64_t ohw = (int64_t)p->oh * p->ow;
+#pragma omp parallel for schedule(static) if ((int64_t)p->n * p->k * ohw > KERN_PAR_MIN)
+  for (int k = 0; k < p->k; k++) {
+    double s = 0;
+    for (int img = 0; img < p->n; img++) {
+      const float *yp = dy + ((int64_t)img * p->k + k) * ohw;
+      float rs = 0;
+      for (int64_t j = 0; j < ohw; j++) rs += yp[j];
+      s += rs;
+    }
+    db[k] = (float)s;
+  }
+}

@@ -1,0 +1,127 @@
+/* k_pool.c — max and average pooling (and GlobalAveragePool, which is an
+ * average pool whose window is the whole plane), forward and backward, NCHW.
+ *
+ * Semantics are PyTorch's: max pool scans its window row by row and keeps the
+ * first maximum (a later value replaces it only if strictly greater, or NaN),
+ * so backward routes the gradient to that same element (recomputed from x:
+ * no index tensor is stored). Average pool divides by the window clipped to
+ * the padded input (never past pb/pr) when count_include_pad, else by the
+ * window clipped to the input; ceil_mode windows are simply clipped.
+ *
+ * Not here: indices output of MaxPool (not in our op set). Each (image,
+ * channel) plane belongs to one thread, so results are deterministic. */
+#include "kern.h"
+
+/* First maximum of the window of output (oy, ox); -1 when the window holds no
+ * input element. */
+static inline int64_t max_index(const snrt_pool_t *p, const float *xp, int oy, int ox) {
+  int64_t best_i = -1;
+  float best = -INFINITY;
+  int hs = oy * p->sh - p->pt, ws = ox * p->sw - p->pl;
+  for (int ki = 0; ki < p->kh; ki++) {
+    int iy = hs + ki * p->dh;
+    if (iy < 0 || iy >= p->h) continue;
+    for (int kj = 0; kj < p->kw; kj++) {
+      int ix = ws + kj * p->dw;
+      if (ix < 0 || ix >= p->w) continue;
+      int64_t i = (int64_t)iy * p->w + ix;
+      float v = xp[i];
+      if (v > best || isnan(v) || best_i < 0) {
+        best = v;
+        best_i = i;
+      }
+    }
+  }
+  return best_i;
+}
+
+void snrt_maxpool_fwd(snrt_ctx *c, const snrt_pool_t *p, const float *x, float *y) {
+  (void)c;
+  const int64_t hw = (int64_t)p->h * p->w, ohw = (int64_t)p->oh * p->ow;
+  const int64_t planes = (int64_t)p->n * p->c;
+#pragma omp parallel for schedule(static) if (planes * hw > KERN_PAR_MIN)
+  for (int64_t pl = 0; pl < planes; pl++) {
+    const float *xp = x + pl * hw;
+    float *yp = y + pl * ohw;
+    for (int oy = 0; oy < p->oh; oy++)
+      for (int ox = 0; ox < p->ow; ox++) {
+        int64_t i = max_index(p, xp, oy, ox);
+        yp[(int64_t)oy * p->ow + ox] = i < 0 ? -INFINITY : xp[i];
+      }
+  }
+}
+
+void snrt_maxpool_bwd(snrt_ctx *c, const snrt_pool_t *p, const float *x, const float *dy,
+                      float *dx) {
+  (void)c;
+  const int64_t hw = (int64_t)p->h * p->w, ohw = (int64_t)p->oh * p->ow;
+  const int64_t planes = (int64_t)p->n * p->c;
+#pragma omp parallel for schedule(static) if (planes * hw > KERN_PAR_MIN)
+  for (int64_t pl = 0; pl < planes; pl++) {
+    const float *xp = x + pl * hw, *gp = dy + pl * ohw;
+    float *dp = dx + pl * hw;
+    memset(dp, 0, sizeof(float) * hw);
+    for (int oy = 0; oy < p->oh; oy++)
+      for (int ox = 0; ox < p->ow; ox++) {
+        int64_t i = max_index(p, xp, oy, ox);
+        if (i >= 0) dp[i] += gp[(int64_t)oy * p->ow + ox];
+      }
+  }
+}
+
+/* Window of output (oy, ox) clipped to the input, and its divisor. */
+typedef struct avg_win { int h0, h1, w0, w1; float div; } avg_win;
+
+static inline avg_win avg_window(const snrt_pool_t *p, int oy, int ox) {
+  avg_win a;
+  int hs = oy * p->sh - p->pt, ws = ox * p->sw - p->pl;
+  int he = hs + p->kh, we = ws + p->kw;
+  if (he > p->h + p->pb) he = p->h + p->pb;
+  if (we > p->w + p->pr) we = p->w + p->pr;
+  int padded = (he - hs) * (we - ws);
+  a.h0 = hs < 0 ? 0 : hs;
+  a.w0 = ws < 0 ? 0 : ws;
+  a.h1 = he > p->h ? p->h : he;
+  a.w1 = we > p->w ? p->w : we;
+  int inside = (a.h1 - a.h0) * (a.w1 - a.w0);
+  a.div = (float)(p->count_include_pad ? padded : inside);
+  return a;
+}
+
+void snrt_avgpool_fwd(snrt_ctx *c, const snrt_pool_t *p, const float *x, float *y) {
+  (void)c;
+  const int64_t hw = (int64_t)p->h * p->w, ohw = (int64_t)p->oh * p->ow;
+  const int64_t planes = (int64_t)p->n * p->c;
+#pragma omp parallel for schedule(static) if (planes * hw > KERN_PAR_MIN)
+  for (int64_t pl = 0; pl < planes; pl++) {
+    const float *xp = x + pl * hw;
+    float *yp = y + pl * ohw;
+    for (int oy = 0; oy < p->oh; oy++)
+      for (int ox = 0; ox < p->ow; ox++) {
+        avg_win a = avg_window(p, oy, ox);
+        float s = 0;
+        for (int iy = a.h0; iy < a.h1; iy++)
+          for (int ix = a.w0; ix < a.w1; ix++) s += xp[(int64_t)iy * p->w + ix];
+        yp[(int64_t)oy * p->ow + ox] = s / a.div;
+      }
+  }
+}
+
+void snrt_avgpool_bwd(snrt_ctx *c, const snrt_pool_t *p, const float *dy, float *dx) {
+  (void)c;
+  const int64_t hw = (int64_t)p->h * p->w, ohw = (int64_t)p->oh * p->ow;
+  const int64_t planes = (int64_t)p->n * p->c;
+#pragma omp parallel for schedule(static) if (planes * hw > KERN_PAR_MIN)
+  for (int64_t pl = 0; pl < planes; pl++) {
+    const float *gp = dy + pl * ohw;
+    float *dp = dx + pl * hw;
+    memset(dp, 0, sizeof(float) * hw);
+    for (int oy = 0; oy < p->oh; oy++)
+      for (int ox = 0; ox < p->ow; ox++) {
+        avg_win a = avg_window(p, oy, ox);
+        float g = gp[(int64_t)oy * p->ow + ox] / a.div;
+        for (int iy = a.h0; iy < a.h1; iy++)
+          for (int ix = a.w0; ix < a.w1; ix++) dp[(int64_t)iy * p->w + ix] += g;
+      }
+  }
+}

@@ -1,0 +1,38 @@
+/* kern.h — helpers shared by the CPU kernel files (runtime/cpu/k_*.c).
+ *
+ * What it is: a few inline helpers and the includes every kernel file needs.
+ * What it is not: an API; nothing here is called from outside runtime/cpu.
+ *
+ * Determinism rule for every kernel: the same inputs and thread count give the
+ * same bits. No floating-point reduction is split across threads in a way that
+ * depends on scheduling: a thread owns each output element (or channel) and
+ * sums in a fixed order, or partial sums are taken over a FIXED number of
+ * blocks (independent of the thread count) and combined sequentially. */
+#ifndef SNRT_KERN_H
+#define SNRT_KERN_H
+
+#include "snrt.h"
+#include "snrt_dev.h"
+#include <math.h>
+#include <string.h>
+#include <omp.h>
+
+/* Below this many elements a loop is not worth waking the thread team. */
+#define KERN_PAR_MIN 16384
+
+/* ceil(a / b) for b > 0 and any sign of a. */
+static inline int64_t kern_cdiv(int64_t a, int64_t b) {
+  return a >= 0 ? (a + b - 1) / b : -((-a) / b);
+}
+
+static inline int64_t kern_min(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t kern_max(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* Number of fixed blocks for order-stable parallel sums of long vectors. */
+#define KERN_SUM_BLOCKS 64
+
+/* Sum of x[0..n) in double, deterministic for any thread count: fixed blocks,
+ * combined in block order. */
+double kern_sum(const float *x, int64_t n);
+
+#endif
