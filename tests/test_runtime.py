@@ -349,7 +349,7 @@ def test_threadsanitizer_clean(env, tmp_path):
     sources compiled with -fsanitize=thread next to the fake model."""
     srcs = [os.path.join(ROOT, "runtime", "common", f) for f in sorted(os.listdir(os.path.join(ROOT, "runtime", "common")))
             if f.endswith(".c")]
-    srcs += [os.path.join(ROOT, "runtime", "cpu", "device.c"), os.path.join(ROOT, "build", "gen", "onnx.pb-c.c")]
+    srcs += [os.path.join(ROOT, "runtime", "cpu", "device.c"), os.path.join(ROOT, "runtime", "cpu", "dev_step.c"), os.path.join(ROOT, "build", "gen", "onnx.pb-c.c")]
     d = tmp_path / "tsan"
     os.makedirs(d)
     exe = str(d / "train")
