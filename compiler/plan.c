@@ -20,7 +20,7 @@
 
 static void estimate(const Graph *g, Plan *pl, const DeviceProfile *dev) {
   const Route *r = pl->route;
-  pl->est_step_seconds = pl->step_flops = 0;
+  pl->est_step_seconds = pl->step_flops = pl->recompute_flops = 0;
   for (int s = 0; s < r->train_steps; s++) {
     const Step *st = &r->s[s];
     if (st->node < 0) continue;
@@ -35,6 +35,7 @@ static void estimate(const Graph *g, Plan *pl, const DeviceProfile *dev) {
     double tc = fl / dev->flops, tm = bytes / dev->mem_bw;
     pl->est_step_seconds += tc > tm ? tc : tm;
     pl->step_flops += fl;
+    if (st->kind == SK_RECOMPUTE) pl->recompute_flops += fl;
   }
 }
 
@@ -46,9 +47,14 @@ static Plan *build(Graph *g, const PlanOpts *o) {
   pl->opts.device = dev->name;
   pl->batch = g->batch;
   pl->budget = o->budget ? o->budget : dev->mem_bytes;
-  pl->planned = o->policy == POL_NONE ? POL_NONE : POL_LIVENESS;
+  pl->planned = o->policy == POL_NONE ? POL_NONE
+                : o->policy == POL_RECOMPUTE ? POL_RECOMPUTE : POL_LIVENESS;
   pl->route = route_build(g);
   liveness_compute(g, pl);
+  if (pl->planned == POL_RECOMPUTE) {
+    /* Memory target: the layer peak (speed-centric segments where it holds). */
+    recompute_plan(g, pl, pl->layer_peak_bytes);
+  }
   offsets_assign(pl, pl->planned != POL_NONE);
   /* The checker is O(n log n): every plan snc produces is verified. */
   if (offsets_check(g, pl, stderr))
@@ -78,7 +84,8 @@ void plan_dump(const Graph *g, const Plan *pl, const char *pass, FILE *f) {
   if (strcmp(pass, "route") == 0) route_dump(g, pl->route, f);
   else if (strcmp(pass, "liveness") == 0) liveness_dump(g, pl, f);
   else if (strcmp(pass, "offsets") == 0) offsets_dump(g, pl, f);
-  else if (strcmp(pass, "recompute") == 0 || strcmp(pass, "offload") == 0)
+  else if (strcmp(pass, "recompute") == 0) recompute_dump(g, pl, f);
+  else if (strcmp(pass, "offload") == 0)
     fprintf(f, "%s: not implemented yet (policy %s was planned as %s)\n", pass,
             policy_name(pl->opts.policy), policy_name(pl->planned));
   else {

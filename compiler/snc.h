@@ -364,8 +364,13 @@ const DeviceProfile *device_find(const char *name);
 /* plan.c: runs the planning passes for the policy. */
 Plan *plan_build(Graph *g, const PlanOpts *o);
 /* liveness.c: one instance per arena tensor plus one per conv workspace;
- * fills Step.in/out/ws and the per-step statistics (live_bytes...). */
+ * fills Step.in/out/ws and the per-step statistics (live_bytes...).
+ * liveness_compute = liveness_assign (primary instances, Step in/out/ws) +
+ * liveness_lifetimes (first/last from the steps, statistics); passes that
+ * insert steps and instances (recompute, offload) run between the two. */
 void liveness_compute(const Graph *g, Plan *pl);
+void liveness_assign(const Graph *g, Plan *pl);
+void liveness_lifetimes(const Graph *g, Plan *pl);
 /* An instance's name (its tensor's, or "NODE/workspace") and kind name. */
 const char *plan_inst_name(const Graph *g, const Plan *pl, int inst);
 const char *plan_inst_kind(const Graph *g, const Plan *pl, int inst);
@@ -376,6 +381,10 @@ void offsets_dump(const Graph *g, const Plan *pl, FILE *f);
 /* Brute-force check: no two instances whose lifetimes overlap share bytes.
  * Returns the number of violations (printed to f if non-NULL). */
 int offsets_check(const Graph *g, const Plan *pl, FILE *f);
+/* recompute.c: inserts recompute steps (Step.kind SK_RECOMPUTE) and their
+ * instances; segments go memory-centric while live bytes exceed `target`. */
+void recompute_plan(Graph *g, Plan *pl, int64_t target);
+void recompute_dump(const Graph *g, const Plan *pl, FILE *f);
 /* --dump PASS: route | liveness | recompute | offload | offsets */
 void plan_dump(const Graph *g, const Plan *pl, const char *pass, FILE *f);
 /* Largest batch whose plan fits o->budget (0 if none). */
