@@ -51,10 +51,14 @@ static Plan *build(Graph *g, const PlanOpts *o) {
                 : o->policy == POL_RECOMPUTE ? POL_RECOMPUTE : POL_LIVENESS;
   pl->route = route_build(g);
   liveness_compute(g, pl);
+  /* The baseline is the none policy's arena: the primary instances, each in
+   * its own region (instances added by later passes are not in it). */
+  int64_t baseline = pl->baseline_bytes;
   if (pl->planned == POL_RECOMPUTE) {
     /* Memory target: the layer peak (speed-centric segments where it holds). */
     recompute_plan(g, pl, pl->layer_peak_bytes);
   }
+  pl->baseline_bytes = baseline;
   offsets_assign(pl, pl->planned != POL_NONE);
   /* The checker is O(n log n): every plan snc produces is verified. */
   if (offsets_check(g, pl, stderr))

@@ -52,6 +52,10 @@ void plan_print_summary(const Graph *g, const Plan *pl, FILE *f) {
   fmt_time(t, sizeof t, pl->est_step_seconds);
   fprintf(f, "  est. step       %12s   (%.3g GFLOP; max(compute, memory) per step on %s)\n", t,
           pl->step_flops / 1e9, pl->opts.device);
+  if (pl->recompute_flops > 0)
+    fprintf(f, "  recompute       %12.3g   GFLOP (%.1f%% of the step's %.3g GFLOP)\n",
+            pl->recompute_flops / 1e9, 100.0 * pl->recompute_flops / pl->step_flops,
+            pl->step_flops / 1e9);
   fprintf(f, "  steps           %12d   (%d training, %d eval; %d instances)\n", pl->route->ns,
           pl->route->train_steps, pl->route->ns - pl->route->train_steps, pl->ninst);
 }
