@@ -191,7 +191,7 @@ int graph_add_node(Graph *g, OpKind op, const char *name, int nin, const int *in
   int i = g->nn++;
   Node *n = &g->n[i];
   *n = (Node){.name = xstrdup(name ? name : ""), .op = op, .nin = nin, .nout = nout,
-              .fwd = -1};
+              .fwd = -1, .twin = -1};
   n->in = xmalloc(sizeof(int) * (size_t)(nin ? nin : 1));
   n->out = xmalloc(sizeof(int) * (size_t)(nout ? nout : 1));
   if (nin) memcpy(n->in, in, sizeof(int) * (size_t)nin);

@@ -62,6 +62,7 @@ static void step_stats(Plan *pl) {
   pl->persistent_bytes = pl->baseline_bytes = 0;
   for (int i = 0; i < pl->ninst; i++) {
     const Instance *in = &pl->inst[i];
+    if (in->host) continue;   /* the pinned host arena is not device memory */
     pl->baseline_bytes += in->bytes;
     if (in->persistent) pl->persistent_bytes += in->bytes;
     diff[in->first] += in->bytes;
@@ -86,7 +87,7 @@ static void step_stats(Plan *pl) {
     int64_t need = pl->persistent_bytes;
     for (int k = 0; k < st->nin + st->nout + 1; k++) {
       int i = k < st->nin ? st->in[k] : k < st->nin + st->nout ? st->out[k - st->nin] : st->ws;
-      if (i < 0 || stamp[i] == s || pl->inst[i].persistent) continue;
+      if (i < 0 || stamp[i] == s || pl->inst[i].persistent || pl->inst[i].host) continue;
       stamp[i] = s;
       need += pl->inst[i].bytes;
     }
@@ -150,10 +151,12 @@ void liveness_lifetimes(const Graph *g, Plan *pl) {
   for (int i = 0; i < pl->ninst; i++) pl->inst[i].first = INT_MAX, pl->inst[i].last = -1;
   for (int s = 0; s < T; s++) {
     const Step *st = &r->s[s];
-    for (int k = 0; k < st->nin; k++) {
-      int i = st->in[k];
+    /* Reads, and instances a copy keeps busy through this step. A read before
+     * any write is marked (first = -s - 2) and reported below. */
+    for (int k = 0; k < st->nin + st->nkeep; k++) {
+      int i = k < st->nin ? st->in[k] : st->keep[k - st->nin];
       if (i < 0) continue;
-      if (pl->inst[i].first > s && pl->inst[i].first == INT_MAX) pl->inst[i].first = -s - 2; /* read first */
+      if (pl->inst[i].first == INT_MAX) pl->inst[i].first = -s - 2;
       pl->inst[i].last = s;
     }
     for (int k = 0; k < st->nout + 1; k++) {

@@ -44,7 +44,6 @@ typedef struct RC {
   int nseg;
   bool *memory;            // per segment: memory-centric
   int *cur;                // per tensor: valid recomputed instance (-1)
-  int *twin;               // per forward node: its BN_SAVED twin (-1)
   Route *r;                // the route being built
   int *made;               // tensors recomputed for the current backward step
   int nmade, capmade;
@@ -76,7 +75,7 @@ static Step *push_step(Route *r, const Step *proto) {
 static int recompute_node(RC *rc, int i) {
   Graph *g = rc->g;
   if (g->n[i].op != OP_BATCHNORM) return i;
-  if (rc->twin[i] >= 0) return rc->twin[i];
+  if (g->n[i].twin >= 0) return g->n[i].twin;
   const Node *n = &g->n[i];
   int in[5] = {n->in[0], n->in[1], n->in[2], n->out[1], n->out[2]};
   int out = n->out[0];
@@ -84,10 +83,10 @@ static int recompute_node(RC *rc, int i) {
   void *p = n->p;
   int t = graph_add_node(g, OP_BN_SAVED, name, 5, in, 1, &out);
   free(name);
-  g->n[t].phase = PH_FORWARD;
+  g->n[t].phase = PH_RECOMPUTE;
   g->n[t].fwd = i;
   g->n[t].p = p;
-  rc->twin[i] = t;
+  g->n[i].twin = t;
   return t;
 }
 
@@ -130,7 +129,7 @@ static int ensure(RC *rc, int t0) {
     n = &g->n[node];
     const Node *m = &g->n[rn];
     Step proto = {.kind = SK_RECOMPUTE, .node = rn, .tensor = -1, .nin = m->nin,
-                  .nout = m->nout, .ws = -1};
+                  .nout = m->nout, .ws = -1, .event = -1};
     int in[8], out[8];
     int *inp = m->nin <= 8 ? in : xmalloc(sizeof(int) * (size_t)m->nin);
     int *outp = m->nout <= 8 ? out : xmalloc(sizeof(int) * (size_t)m->nout);
@@ -225,14 +224,12 @@ static void free_route(Route *r) {
   free(r);
 }
 
-void recompute_plan(Graph *g, Plan *pl, int64_t target) {
+void recompute_plan(Graph *g, Plan *pl, int64_t target, int max_chain) {
   RC rc = {.g = g, .pl = pl, .old = pl->route};
   const Route *old = pl->route;
   rc.dropped = xcalloc((size_t)g->nt, sizeof(bool));
   rc.seg = xmalloc(sizeof(int) * (size_t)g->nt);
   rc.cur = xmalloc(sizeof(int) * (size_t)g->nt);
-  rc.twin = xmalloc(sizeof(int) * (size_t)(g->nn + 1));
-  for (int i = 0; i < g->nn; i++) rc.twin[i] = -1;
 
   /* Dropped: forward activations of cheap producers read by a backward step. */
   for (int s = 0; s < old->train_steps; s++) {
@@ -264,6 +261,27 @@ void recompute_plan(Graph *g, Plan *pl, int64_t target) {
       if (p->phase == PH_FORWARD && op_info[p->op].cost != COST_EXPENSIVE) rc.dropped[t] = true;
     }
   }
+  /* Bound each recomputation: a dropped tensor whose rebuild would take more
+   * than RECOMPUTE_CHAIN steps becomes a checkpoint itself. Without this, a
+   * ResNet stage's block outputs (each the sum of a branch and the previous
+   * block's output) would be rebuilt from the whole stage's conv outputs.
+   * chain[t] over-counts shared ancestors (a DAG); that only checkpoints a
+   * little earlier. Offloading plans use short chains (each rebuild needs its
+   * checkpoints prefetched at once); recomputation alone, longer ones. */
+  int *chain = xcalloc((size_t)g->nt, sizeof(int));
+  for (int i = 0; i < g->nfwd; i++) {
+    const Node *n = &g->n[i];
+    int c = 1;
+    for (int k = 0; k < n->nin; k++)
+      if (n->in[k] >= 0 && rc.dropped[n->in[k]]) c += chain[n->in[k]];
+    for (int k = 0; k < n->nout; k++) {
+      int t = n->out[k];
+      if (t < 0 || !rc.dropped[t]) continue;
+      if (c > max_chain) rc.dropped[t] = false;
+      else chain[t] = c;
+    }
+  }
+  free(chain);
   find_segments(&rc);
   int base_inst = pl->ninst;
 
@@ -292,7 +310,7 @@ void recompute_plan(Graph *g, Plan *pl, int64_t target) {
     free_route(rc.r);
   }
   free_route((Route *)old);
-  free(rc.dropped), free(rc.seg), free(rc.cur), free(rc.twin), free(rc.memory);
+  free(rc.dropped), free(rc.seg), free(rc.cur), free(rc.memory);
   free(rc.made), free(rc.stack);
 }
 
