@@ -9,15 +9,13 @@ every plan it makes (an overlap is an internal error, exit 3).
 import filecmp
 import json
 import os
+import re
 import sys
 
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from snc_harness import ROOT, SNC, compile_model, run  # noqa: E402
-
-POLICIES = ["liveness", "recompute"]
-
 
 def model_path(name, tmp_dir):
     """The ONNX file of an example model (built on first use)."""
@@ -58,21 +56,54 @@ def same_files(a, b):
     return mismatch + errors
 
 
+def smallest_budget(onnx, batch):
+    """The smallest feasible budget, as snc's error for an impossible one names it."""
+    r = run([SNC, "plan", onnx, "--batch", str(batch), "--policy", "auto", "--budget", "1"],
+            check=False)
+    assert r.returncode == 2, r.stderr
+    m = re.search(r"smallest budget that fits is .*\((\d+) bytes\)", r.stderr)
+    assert m, r.stderr
+    return int(m.group(1))
+
+
+FULL = ["liveness", "recompute", "offload", "superneurons", "auto:1.0", "auto:0.5", "auto:0.25",
+        "auto:min"]
+SHORT = ["liveness", "recompute", "superneurons", "auto:min"]
+CONFIGS = {"fashion_cnn": FULL, "resnet50": FULL, "googlenet": FULL, "densenet121": SHORT,
+           "mobilenet_v2": SHORT}
+
+
 @pytest.mark.parametrize("name", MODELS)
 def test_policies_bit_identical(name, models, tmp_path):
     onnx, batch = models(name)
     ref = train3(onnx, batch, "none", str(tmp_path / "none"))
     arenas = {"none": json.load(open(tmp_path / "none" / "plan.json"))["arena_bytes"]}
-    for pol in POLICIES:
-        dump = train3(onnx, batch, pol, str(tmp_path / pol))
+    live = None
+    for cfg in CONFIGS[name]:
+        pol, _, frac = cfg.partition(":")
+        flags = []
+        if frac:
+            if frac == "min":
+                budget = smallest_budget(onnx, batch)
+            else:
+                budget = max(int(float(frac) * live), smallest_budget(onnx, batch))
+            flags = ["--budget", str(budget)]
+        out = str(tmp_path / cfg.replace(":", "_"))
+        dump = train3(onnx, batch, pol, out, *flags)
         bad = same_files(ref, dump)
-        assert not bad, "%s/%s: parameters differ from policy none: %s" % (name, pol, bad[:5])
-        plan = json.load(open(tmp_path / pol / "plan.json"))
-        metrics = json.load(open(tmp_path / pol / "metrics.json"))
+        assert not bad, "%s/%s: parameters differ from policy none: %s" % (name, cfg, bad[:5])
+        plan = json.load(open(os.path.join(out, "plan.json")))
+        metrics = json.load(open(os.path.join(out, "metrics.json")))
         assert metrics["arena_bytes"] == plan["arena_bytes"]
-        arenas[pol] = plan["arena_bytes"]
+        assert metrics["host_bytes"] == plan["host_bytes"]
+        if flags:
+            assert plan["arena_bytes"] <= budget, (cfg, plan["arena_bytes"], budget)
+        arenas[cfg] = plan["arena_bytes"]
+        if pol == "liveness":
+            live = plan["arena_bytes"]
     assert arenas["liveness"] < arenas["none"]
     assert arenas["recompute"] <= arenas["liveness"]
+    assert arenas["superneurons"] <= arenas["recompute"]
     print(name, {k: "%.1f MiB" % (v / 2**20) for k, v in arenas.items()})
 
 
