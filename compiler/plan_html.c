@@ -82,12 +82,15 @@ typedef struct Chart {
   int T, ncol;
   int *rep;                // per column: the step shown (most live bytes in its range)
   int *lo, *hi;            // per column: its step range [lo, hi]
-  double ymax;             // bytes at the top of the plot
+  double ymin, ymax;       // bytes at the bottom and the top of the plot
   bool budget_on_scale;
 } Chart;
 
 static double xcol(const Chart *c, int col) { return PLOT_X + (double)col * PLOT_W / c->ncol; }
-static double ybytes(const Chart *c, double b) { return PLOT_Y + PLOT_H - b / c->ymax * PLOT_H; }
+static double ybytes(const Chart *c, double b) {
+  double y = PLOT_Y + PLOT_H - (b - c->ymin) / (c->ymax - c->ymin) * PLOT_H;
+  return y > PLOT_Y + PLOT_H ? PLOT_Y + PLOT_H : y;    // bands below ymin sit on the axis
+}
 /* x of a step's left edge (steps map to columns proportionally). */
 static double xstep(const Chart *c, int s) { return PLOT_X + (double)s * PLOT_W / c->T; }
 
@@ -113,6 +116,17 @@ static void chart_init(Chart *c, const Plan *pl) {
   c->budget_on_scale = pl->budget > 0 && (double)pl->budget <= 1.6 * top;
   if (c->budget_on_scale && pl->budget > top) top = (double)pl->budget;
   c->ymax = top > 0 ? top * 1.08 : 1;
+  /* When every step has most of the plot filled (persistent state dominates
+   * a small batch), start the axis above zero so the part that changes is
+   * readable; the page says so under the chart. */
+  double lo = top;
+  for (int k = 0; k < c->ncol; k++)
+    if ((double)pl->live_bytes[c->rep[k]] < lo) lo = (double)pl->live_bytes[c->rep[k]];
+  c->ymin = 0;
+  if (lo > 0.6 * top) {
+    double st = nice_step(c->ymax - 0.9 * lo, 6);
+    c->ymin = floor(0.9 * lo / st) * st;
+  }
 }
 
 static void chart_free(Chart *c) { free(c->rep), free(c->lo), free(c->hi); }
@@ -127,13 +141,16 @@ static void hline(FILE *f, const Chart *c, double b, const char *cls) {
 static void draw_axes(FILE *f, const Chart *c) {
   bool gib = c->ymax >= 2.0 * 1073741824.0;
   double unit = gib ? 1073741824.0 : 1048576.0;
-  double st = nice_step(c->ymax / unit, 6);
-  for (double v = 0; v * unit <= c->ymax; v += st) {
+  double st = nice_step((c->ymax - c->ymin) / unit, 6);
+  for (double v = ceil(c->ymin / unit / st) * st; v * unit <= c->ymax; v += st) {
     double y = ybytes(c, v * unit);
     fprintf(f, "<line class=\"grid\" x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\"/>"
             "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%g %s</text>\n",
             PLOT_X, PLOT_X + PLOT_W, y, y, PLOT_X - 6, y + 4, v, gib ? "GiB" : "MiB");
   }
+  if (c->ymin > 0)
+    fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">from %s</text>\n", PLOT_X - 6,
+            PLOT_Y + PLOT_H + 4, fmt_bytes((int64_t)c->ymin));
   double sx = nice_step(c->T, 10);
   if (sx < 1) sx = 1;
   for (double s = 0; s < c->T; s += sx) {
@@ -458,6 +475,10 @@ void plan_print_html(const Graph *g, const Plan *pl, FILE *f) {
     draw_peak(f, &c, g, pl, rv);
     draw_lane(f, &c, g, pl, rv);
     fprintf(f, "</svg>\n");
+    if (c.ymin > 0)
+      fprintf(f, "<p style=\"color:#555\">The memory axis starts at %s, not at zero: every "
+              "step has at least that much live (mostly persistent state), so the chart shows "
+              "the part that changes.</p>\n", fmt_bytes((int64_t)c.ymin));
     if (c.ncol < c.T)
       fprintf(f, "<p style=\"color:#555\">%d steps drawn in %d pixel columns: each column shows "
               "the step of its range with the most live bytes (hover for the range).</p>\n",
