@@ -16,10 +16,13 @@
 
 static double mib(int64_t b) { return (double)b / 1048576.0; }
 
-/* The honest line for policies not implemented yet (NULL when none). */
+/* What auto chose, and why (NULL for the other policies). */
 static const char *fallback_note(const Plan *pl) {
+  static char buf[160];
   if (pl->planned == pl->opts.policy) return NULL;
-  return "recomputation and offload are not implemented yet: this is the liveness plan";
+  snprintf(buf, sizeof buf, "auto chose %s: the fastest estimated plan whose arena fits the budget",
+           policy_name(pl->planned));
+  return buf;
 }
 
 static void fmt_time(char *buf, size_t n, double s) {

@@ -877,7 +877,7 @@ static void train_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xc9de200, 16384);
   snrt_dead(c, 0xc9e6200, 16384);
   /*   200 backward  BN_BWD             layer4.2.1.bn/bwd  live 192.9 MiB */
-  snrt_bn_bwd(c, &P163, F(0xc9da200), F(0xb3b6200), F(0x4cd4f00), F(0xca0d200), F(0xca0da00), F(0xb7c6200), F(0xb3ba200), F(0xb3baa00));
+  snrt_bn_bwd(c, &P163, F(0xc9da200), F(0xb3b6200), F(0x4cd4f00), F(0xca0d200), F(0xca0da00), F(0xb7b6200), F(0xb3ba200), F(0xb3baa00));
   snrt_dead(c, 0xc9da200, 16384);
   snrt_dead(c, 0xca0d200, 2048);
   snrt_dead(c, 0xca0da00, 2048);
@@ -889,21 +889,20 @@ static void train_step_0(snrt_ctx *c) {
   snrt_sgd(c, &P188, F(0x4cd5700), F(0xb3baa00), F(0x670e900));
   snrt_dead(c, 0xb3baa00, 2048);
   /*   203 backward  CONV_BWD_DATA      layer4.2.1.conv/bwd_data  live 193.0 MiB */
-  snrt_conv_bwd_data(c, &P162, F(0xb7c6200), F(0x48d4f00), F(0xb3b6200), NULL);
+  snrt_conv_bwd_data(c, &P162, F(0xb7b6200), F(0x48d4f00), F(0xb3b6200), NULL);
   /*   204 backward  ACCUMULATE         layer4.2.1.conv/accumulate  live 193.0 MiB */
-  snrt_add(c, 16384, F(0xc902200), F(0xb3b6200), F(0xb7b6200));
-  snrt_dead(c, 0xc902200, 65536);
+  snrt_add(c, 16384, F(0xc902200), F(0xb3b6200), F(0xc902200));
   snrt_dead(c, 0xb3b6200, 65536);
   /*   205 backward  CONV_BWD_FILTER    layer4.2.1.conv/bwd_filter  live 196.9 MiB */
-  snrt_conv_bwd_filter(c, &P162, F(0xc8f2200), F(0xb7c6200), F(0xb3b6200), NULL);
-  snrt_dead(c, 0xb7c6200, 16384);
+  snrt_conv_bwd_filter(c, &P162, F(0xc8f2200), F(0xb7b6200), F(0xb3b6200), NULL);
+  snrt_dead(c, 0xb7b6200, 16384);
   /*   206 update    SGD                layer4.2.1.conv.weight/sgd  live 196.9 MiB */
   snrt_sgd(c, &P189, F(0x48d4f00), F(0xb3b6200), F(0x670f100));
   snrt_dead(c, 0xb3b6200, 4194304);
   /*   207 backward  UNARY_BWD          layer4.1.out/bwd  live 193.0 MiB */
-  snrt_unary_bwd(c, &P161, NULL, F(0xc8f2200), F(0xb7b6200), F(0xb3b6200));
+  snrt_unary_bwd(c, &P161, NULL, F(0xc8f2200), F(0xc902200), F(0xb3b6200));
   snrt_dead(c, 0xc8f2200, 65536);
-  snrt_dead(c, 0xb7b6200, 65536);
+  snrt_dead(c, 0xc902200, 65536);
   /*   208 backward  BINARY_BWD         layer4.1.add/bwd  live 193.0 MiB */
   snrt_binary_bwd(c, &P160, NULL, NULL, F(0xb3b6200), F(0xb3c6200), F(0xc8f2200));
   snrt_dead(c, 0xb3b6200, 65536);
@@ -958,7 +957,7 @@ static void train_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xc9ce200, 16384);
   snrt_dead(c, 0xc8e6200, 16384);
   /*   223 backward  BN_BWD             layer4.1.1.bn/bwd  live 192.7 MiB */
-  snrt_bn_bwd(c, &P153, F(0xc9ca200), F(0xb3b6200), F(0x3bc8f00), F(0xca0b200), F(0xca0ba00), F(0xb7c6200), F(0xb3ba200), F(0xb3baa00));
+  snrt_bn_bwd(c, &P153, F(0xc9ca200), F(0xb3b6200), F(0x3bc8f00), F(0xca0b200), F(0xca0ba00), F(0xb7b6200), F(0xb3ba200), F(0xb3baa00));
   snrt_dead(c, 0xc9ca200, 16384);
   snrt_dead(c, 0xca0b200, 2048);
   snrt_dead(c, 0xca0ba00, 2048);
@@ -970,21 +969,20 @@ static void train_step_0(snrt_ctx *c) {
   snrt_sgd(c, &P197, F(0x3bc9700), F(0xb3baa00), F(0x7814900));
   snrt_dead(c, 0xb3baa00, 2048);
   /*   226 backward  CONV_BWD_DATA      layer4.1.1.conv/bwd_data  live 192.8 MiB */
-  snrt_conv_bwd_data(c, &P152, F(0xb7c6200), F(0x37c8f00), F(0xb3b6200), NULL);
+  snrt_conv_bwd_data(c, &P152, F(0xb7b6200), F(0x37c8f00), F(0xb3b6200), NULL);
   /*   227 backward  ACCUMULATE         layer4.1.1.conv/accumulate  live 192.8 MiB */
-  snrt_add(c, 16384, F(0xc8f2200), F(0xb3b6200), F(0xb7b6200));
-  snrt_dead(c, 0xc8f2200, 65536);
+  snrt_add(c, 16384, F(0xc8f2200), F(0xb3b6200), F(0xc8f2200));
   snrt_dead(c, 0xb3b6200, 65536);
   /*   228 backward  CONV_BWD_FILTER    layer4.1.1.conv/bwd_filter  live 196.7 MiB */
-  snrt_conv_bwd_filter(c, &P152, F(0xc7aa200), F(0xb7c6200), F(0xb3b6200), NULL);
-  snrt_dead(c, 0xb7c6200, 16384);
+  snrt_conv_bwd_filter(c, &P152, F(0xc7aa200), F(0xb7b6200), F(0xb3b6200), NULL);
+  snrt_dead(c, 0xb7b6200, 16384);
   /*   229 update    SGD                layer4.1.1.conv.weight/sgd  live 196.7 MiB */
   snrt_sgd(c, &P198, F(0x37c8f00), F(0xb3b6200), F(0x7815100));
   snrt_dead(c, 0xb3b6200, 4194304);
   /*   230 backward  UNARY_BWD          layer4.0.out/bwd  live 192.7 MiB */
-  snrt_unary_bwd(c, &P151, NULL, F(0xc7aa200), F(0xb7b6200), F(0xb3b6200));
+  snrt_unary_bwd(c, &P151, NULL, F(0xc7aa200), F(0xc8f2200), F(0xb3b6200));
   snrt_dead(c, 0xc7aa200, 65536);
-  snrt_dead(c, 0xb7b6200, 65536);
+  snrt_dead(c, 0xc8f2200, 65536);
   /*   231 backward  BINARY_BWD         layer4.0.add/bwd  live 192.7 MiB */
   snrt_binary_bwd(c, &P150, NULL, NULL, F(0xb3b6200), F(0xbbb6200), F(0xb3c6200));
   snrt_dead(c, 0xb3b6200, 65536);
@@ -1061,7 +1059,7 @@ static void train_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xc8c2200, 65536);
   snrt_dead(c, 0xc8d2200, 65536);
   /*   252 backward  BN_BWD             layer4.0.1.bn/bwd  live 192.6 MiB */
-  snrt_bn_bwd(c, &P141, F(0xc8b2200), F(0xb3b6200), F(0x22b4f00), F(0xca09200), F(0xca09a00), F(0xb5d6200), F(0xb3c6200), F(0xb3c6a00));
+  snrt_bn_bwd(c, &P141, F(0xc8b2200), F(0xb3b6200), F(0x22b4f00), F(0xca09200), F(0xca09a00), F(0xb5b6200), F(0xb3c6200), F(0xb3c6a00));
   snrt_dead(c, 0xc8b2200, 65536);
   snrt_dead(c, 0xca09200, 2048);
   snrt_dead(c, 0xca09a00, 2048);
@@ -1073,21 +1071,20 @@ static void train_step_0(snrt_ctx *c) {
   snrt_sgd(c, &P209, F(0x22b5700), F(0xb3c6a00), F(0x911e900));
   snrt_dead(c, 0xb3c6a00, 2048);
   /*   255 backward  CONV_BWD_DATA      layer4.0.1.conv/bwd_data  live 192.5 MiB */
-  snrt_conv_bwd_data(c, &P140, F(0xb5d6200), F(0x20b4f00), F(0xb3b6200), NULL);
-  /*   256 backward  ACCUMULATE         layer4.0.1.conv/accumulate  live 192.7 MiB */
-  snrt_add(c, 32768, F(0xc79a200), F(0xb3b6200), F(0xb5b6200));
-  snrt_dead(c, 0xc79a200, 131072);
+  snrt_conv_bwd_data(c, &P140, F(0xb5b6200), F(0x20b4f00), F(0xb3b6200), NULL);
+  /*   256 backward  ACCUMULATE         layer4.0.1.conv/accumulate  live 192.5 MiB */
+  snrt_add(c, 32768, F(0xc79a200), F(0xb3b6200), F(0xc79a200));
   snrt_dead(c, 0xb3b6200, 131072);
   /*   257 backward  CONV_BWD_FILTER    layer4.0.1.conv/bwd_filter  live 194.4 MiB */
-  snrt_conv_bwd_filter(c, &P140, F(0xc77a200), F(0xb5d6200), F(0xb3b6200), NULL);
-  snrt_dead(c, 0xb5d6200, 65536);
+  snrt_conv_bwd_filter(c, &P140, F(0xc77a200), F(0xb5b6200), F(0xb3b6200), NULL);
+  snrt_dead(c, 0xb5b6200, 65536);
   /*   258 update    SGD                layer4.0.1.conv.weight/sgd  live 194.4 MiB */
   snrt_sgd(c, &P210, F(0x20b4f00), F(0xb3b6200), F(0x911f100));
   snrt_dead(c, 0xb3b6200, 2097152);
   /*   259 backward  UNARY_BWD          layer3.5.out/bwd  live 192.5 MiB */
-  snrt_unary_bwd(c, &P139, NULL, F(0xc77a200), F(0xb5b6200), F(0xb3b6200));
+  snrt_unary_bwd(c, &P139, NULL, F(0xc77a200), F(0xc79a200), F(0xb3b6200));
   snrt_dead(c, 0xc77a200, 131072);
-  snrt_dead(c, 0xb5b6200, 131072);
+  snrt_dead(c, 0xc79a200, 131072);
   /*   260 backward  BINARY_BWD         layer3.5.add/bwd  live 192.5 MiB */
   snrt_binary_bwd(c, &P138, NULL, NULL, F(0xb3b6200), F(0xb3d6200), F(0xb63e200));
   snrt_dead(c, 0xb3b6200, 131072);
@@ -1142,7 +1139,7 @@ static void train_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xc9aa200, 32768);
   snrt_dead(c, 0xb666200, 32768);
   /*   275 backward  BN_BWD             layer3.5.1.bn/bwd  live 192.1 MiB */
-  snrt_bn_bwd(c, &P131, F(0xc9a2200), F(0xb3b6200), F(0x1d6ef00), F(0xca15200), F(0xca15600), F(0xb4d6200), F(0xb3be200), F(0xb3be600));
+  snrt_bn_bwd(c, &P131, F(0xc9a2200), F(0xb3b6200), F(0x1d6ef00), F(0xca15200), F(0xca15600), F(0xb4b6200), F(0xb3be200), F(0xb3be600));
   snrt_dead(c, 0xc9a2200, 32768);
   snrt_dead(c, 0xca15200, 1024);
   snrt_dead(c, 0xca15600, 1024);
@@ -1154,21 +1151,20 @@ static void train_step_0(snrt_ctx *c) {
   snrt_sgd(c, &P218, F(0x1d6f300), F(0xb3be600), F(0x9661d00));
   snrt_dead(c, 0xb3be600, 1024);
   /*   278 backward  CONV_BWD_DATA      layer3.5.1.conv/bwd_data  live 192.1 MiB */
-  snrt_conv_bwd_data(c, &P130, F(0xb4d6200), F(0x1c6ef00), F(0xb3b6200), NULL);
-  /*   279 backward  ACCUMULATE         layer3.5.1.conv/accumulate  live 192.3 MiB */
-  snrt_add(c, 32768, F(0xb63e200), F(0xb3b6200), F(0xb4b6200));
-  snrt_dead(c, 0xb63e200, 131072);
+  snrt_conv_bwd_data(c, &P130, F(0xb4b6200), F(0x1c6ef00), F(0xb3b6200), NULL);
+  /*   279 backward  ACCUMULATE         layer3.5.1.conv/accumulate  live 192.1 MiB */
+  snrt_add(c, 32768, F(0xb63e200), F(0xb3b6200), F(0xb63e200));
   snrt_dead(c, 0xb3b6200, 131072);
   /*   280 backward  CONV_BWD_FILTER    layer3.5.1.conv/bwd_filter  live 193.0 MiB */
-  snrt_conv_bwd_filter(c, &P130, F(0xc73a200), F(0xb4d6200), F(0xb3b6200), NULL);
-  snrt_dead(c, 0xb4d6200, 32768);
+  snrt_conv_bwd_filter(c, &P130, F(0xc73a200), F(0xb4b6200), F(0xb3b6200), NULL);
+  snrt_dead(c, 0xb4b6200, 32768);
   /*   281 update    SGD                layer3.5.1.conv.weight/sgd  live 193.0 MiB */
   snrt_sgd(c, &P219, F(0x1c6ef00), F(0xb3b6200), F(0x9662100));
   snrt_dead(c, 0xb3b6200, 1048576);
   /*   282 backward  UNARY_BWD          layer3.4.out/bwd  live 192.1 MiB */
-  snrt_unary_bwd(c, &P129, NULL, F(0xc73a200), F(0xb4b6200), F(0xb3b6200));
+  snrt_unary_bwd(c, &P129, NULL, F(0xc73a200), F(0xb63e200), F(0xb3b6200));
   snrt_dead(c, 0xc73a200, 131072);
-  snrt_dead(c, 0xb4b6200, 131072);
+  snrt_dead(c, 0xb63e200, 131072);
   /*   283 backward  BINARY_BWD         layer3.4.add/bwd  live 192.1 MiB */
   snrt_binary_bwd(c, &P128, NULL, NULL, F(0xb3b6200), F(0xb3d6200), F(0xb63e200));
   snrt_dead(c, 0xb3b6200, 131072);
@@ -1223,7 +1219,7 @@ static void train_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xc98a200, 32768);
   snrt_dead(c, 0xb666200, 32768);
   /*   298 backward  BN_BWD             layer3.4.1.bn/bwd  live 191.7 MiB */
-  snrt_bn_bwd(c, &P121, F(0xc982200), F(0xb3b6200), F(0x1928f00), F(0xca14200), F(0xca14600), F(0xb4d6200), F(0xb3be200), F(0xb3be600));
+  snrt_bn_bwd(c, &P121, F(0xc982200), F(0xb3b6200), F(0x1928f00), F(0xca14200), F(0xca14600), F(0xb4b6200), F(0xb3be200), F(0xb3be600));
   snrt_dead(c, 0xc982200, 32768);
   snrt_dead(c, 0xca14200, 1024);
   snrt_dead(c, 0xca14600, 1024);
@@ -1235,21 +1231,20 @@ static void train_step_0(snrt_ctx *c) {
   snrt_sgd(c, &P227, F(0x1929300), F(0xb3be600), F(0x9aa4d00));
   snrt_dead(c, 0xb3be600, 1024);
   /*   301 backward  CONV_BWD_DATA      layer3.4.1.conv/bwd_data  live 191.7 MiB */
-  snrt_conv_bwd_data(c, &P120, F(0xb4d6200), F(0x1828f00), F(0xb3b6200), NULL);
-  /*   302 backward  ACCUMULATE         layer3.4.1.conv/accumulate  live 191.9 MiB */
-  snrt_add(c, 32768, F(0xb63e200), F(0xb3b6200), F(0xb4b6200));
-  snrt_dead(c, 0xb63e200, 131072);
+  snrt_conv_bwd_data(c, &P120, F(0xb4b6200), F(0x1828f00), F(0xb3b6200), NULL);
+  /*   302 backward  ACCUMULATE         layer3.4.1.conv/accumulate  live 191.7 MiB */
+  snrt_add(c, 32768, F(0xb63e200), F(0xb3b6200), F(0xb63e200));
   snrt_dead(c, 0xb3b6200, 131072);
   /*   303 backward  CONV_BWD_FILTER    layer3.4.1.conv/bwd_filter  live 192.6 MiB */
-  snrt_conv_bwd_filter(c, &P120, F(0xc6fa200), F(0xb4d6200), F(0xb3b6200), NULL);
-  snrt_dead(c, 0xb4d6200, 32768);
+  snrt_conv_bwd_filter(c, &P120, F(0xc6fa200), F(0xb4b6200), F(0xb3b6200), NULL);
+  snrt_dead(c, 0xb4b6200, 32768);
   /*   304 update    SGD                layer3.4.1.conv.weight/sgd  live 192.6 MiB */
   snrt_sgd(c, &P228, F(0x1828f00), F(0xb3b6200), F(0x9aa5100));
   snrt_dead(c, 0xb3b6200, 1048576);
   /*   305 backward  UNARY_BWD          layer3.3.out/bwd  live 191.7 MiB */
-  snrt_unary_bwd(c, &P119, NULL, F(0xc6fa200), F(0xb4b6200), F(0xb3b6200));
+  snrt_unary_bwd(c, &P119, NULL, F(0xc6fa200), F(0xb63e200), F(0xb3b6200));
   snrt_dead(c, 0xc6fa200, 131072);
-  snrt_dead(c, 0xb4b6200, 131072);
+  snrt_dead(c, 0xb63e200, 131072);
   /*   306 backward  BINARY_BWD         layer3.3.add/bwd  live 191.7 MiB */
   snrt_binary_bwd(c, &P118, NULL, NULL, F(0xb3b6200), F(0xb3d6200), F(0xb63e200));
   snrt_dead(c, 0xb3b6200, 131072);
@@ -1304,7 +1299,7 @@ static void train_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xc96a200, 32768);
   snrt_dead(c, 0xb666200, 32768);
   /*   321 backward  BN_BWD             layer3.3.1.bn/bwd  live 191.3 MiB */
-  snrt_bn_bwd(c, &P111, F(0xc962200), F(0xb3b6200), F(0x14e2f00), F(0xca13200), F(0xca13600), F(0xb4d6200), F(0xb3be200), F(0xb3be600));
+  snrt_bn_bwd(c, &P111, F(0xc962200), F(0xb3b6200), F(0x14e2f00), F(0xca13200), F(0xca13600), F(0xb4b6200), F(0xb3be200), F(0xb3be600));
   snrt_dead(c, 0xc962200, 32768);
   snrt_dead(c, 0xca13200, 1024);
   snrt_dead(c, 0xca13600, 1024);
@@ -1316,21 +1311,20 @@ static void train_step_0(snrt_ctx *c) {
   snrt_sgd(c, &P236, F(0x14e3300), F(0xb3be600), F(0x9ee7d00));
   snrt_dead(c, 0xb3be600, 1024);
   /*   324 backward  CONV_BWD_DATA      layer3.3.1.conv/bwd_data  live 191.4 MiB */
-  snrt_conv_bwd_data(c, &P110, F(0xb4d6200), F(0x13e2f00), F(0xb3b6200), NULL);
-  /*   325 backward  ACCUMULATE         layer3.3.1.conv/accumulate  live 191.5 MiB */
-  snrt_add(c, 32768, F(0xb63e200), F(0xb3b6200), F(0xb4b6200));
-  snrt_dead(c, 0xb63e200, 131072);
+  snrt_conv_bwd_data(c, &P110, F(0xb4b6200), F(0x13e2f00), F(0xb3b6200), NULL);
+  /*   325 backward  ACCUMULATE         layer3.3.1.conv/accumulate  live 191.4 MiB */
+  snrt_add(c, 32768, F(0xb63e200), F(0xb3b6200), F(0xb63e200));
   snrt_dead(c, 0xb3b6200, 131072);
   /*   326 backward  CONV_BWD_FILTER    layer3.3.1.conv/bwd_filter  live 192.2 MiB */
-  snrt_conv_bwd_filter(c, &P110, F(0xc6ba200), F(0xb4d6200), F(0xb3b6200), NULL);
-  snrt_dead(c, 0xb4d6200, 32768);
+  snrt_conv_bwd_filter(c, &P110, F(0xc6ba200), F(0xb4b6200), F(0xb3b6200), NULL);
+  snrt_dead(c, 0xb4b6200, 32768);
   /*   327 update    SGD                layer3.3.1.conv.weight/sgd  live 192.2 MiB */
   snrt_sgd(c, &P237, F(0x13e2f00), F(0xb3b6200), F(0x9ee8100));
   snrt_dead(c, 0xb3b6200, 1048576);
   /*   328 backward  UNARY_BWD          layer3.2.out/bwd  live 191.3 MiB */
-  snrt_unary_bwd(c, &P109, NULL, F(0xc6ba200), F(0xb4b6200), F(0xb3b6200));
+  snrt_unary_bwd(c, &P109, NULL, F(0xc6ba200), F(0xb63e200), F(0xb3b6200));
   snrt_dead(c, 0xc6ba200, 131072);
-  snrt_dead(c, 0xb4b6200, 131072);
+  snrt_dead(c, 0xb63e200, 131072);
   /*   329 backward  BINARY_BWD         layer3.2.add/bwd  live 191.3 MiB */
   snrt_binary_bwd(c, &P108, NULL, NULL, F(0xb3b6200), F(0xb3d6200), F(0xb63e200));
   snrt_dead(c, 0xb3b6200, 131072);
@@ -1385,7 +1379,7 @@ static void train_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xc94a200, 32768);
   snrt_dead(c, 0xb666200, 32768);
   /*   344 backward  BN_BWD             layer3.2.1.bn/bwd  live 190.9 MiB */
-  snrt_bn_bwd(c, &P101, F(0xc942200), F(0xb3b6200), F(0x109cf00), F(0xca12200), F(0xca12600), F(0xb4d6200), F(0xb3be200), F(0xb3be600));
+  snrt_bn_bwd(c, &P101, F(0xc942200), F(0xb3b6200), F(0x109cf00), F(0xca12200), F(0xca12600), F(0xb4b6200), F(0xb3be200), F(0xb3be600));
   snrt_dead(c, 0xc942200, 32768);
   snrt_dead(c, 0xca12200, 1024);
   snrt_dead(c, 0xca12600, 1024);
@@ -1397,21 +1391,20 @@ static void train_step_0(snrt_ctx *c) {
   snrt_sgd(c, &P245, F(0x109d300), F(0xb3be600), F(0xa32ad00));
   snrt_dead(c, 0xb3be600, 1024);
   /*   347 backward  CONV_BWD_DATA      layer3.2.1.conv/bwd_data  live 191.0 MiB */
-  snrt_conv_bwd_data(c, &P100, F(0xb4d6200), F(0xf9cf00), F(0xb3b6200), NULL);
-  /*   348 backward  ACCUMULATE         layer3.2.1.conv/accumulate  live 191.1 MiB */
-  snrt_add(c, 32768, F(0xb63e200), F(0xb3b6200), F(0xb4b6200));
-  snrt_dead(c, 0xb63e200, 131072);
+  snrt_conv_bwd_data(c, &P100, F(0xb4b6200), F(0xf9cf00), F(0xb3b6200), NULL);
+  /*   348 backward  ACCUMULATE         layer3.2.1.conv/accumulate  live 191.0 MiB */
+  snrt_add(c, 32768, F(0xb63e200), F(0xb3b6200), F(0xb63e200));
   snrt_dead(c, 0xb3b6200, 131072);
   /*   349 backward  CONV_BWD_FILTER    layer3.2.1.conv/bwd_filter  live 191.8 MiB */
-  snrt_conv_bwd_filter(c, &P100, F(0xc67a200), F(0xb4d6200), F(0xb3b6200), NULL);
-  snrt_dead(c, 0xb4d6200, 32768);
+  snrt_conv_bwd_filter(c, &P100, F(0xc67a200), F(0xb4b6200), F(0xb3b6200), NULL);
+  snrt_dead(c, 0xb4b6200, 32768);
   /*   350 update    SGD                layer3.2.1.conv.weight/sgd  live 191.8 MiB */
   snrt_sgd(c, &P246, F(0xf9cf00), F(0xb3b6200), F(0xa32b100));
   snrt_dead(c, 0xb3b6200, 1048576);
   /*   351 backward  UNARY_BWD          layer3.1.out/bwd  live 190.9 MiB */
-  snrt_unary_bwd(c, &P99, NULL, F(0xc67a200), F(0xb4b6200), F(0xb3b6200));
+  snrt_unary_bwd(c, &P99, NULL, F(0xc67a200), F(0xb63e200), F(0xb3b6200));
   snrt_dead(c, 0xc67a200, 131072);
-  snrt_dead(c, 0xb4b6200, 131072);
+  snrt_dead(c, 0xb63e200, 131072);
   /*   352 backward  BINARY_BWD         layer3.1.add/bwd  live 190.9 MiB */
   snrt_binary_bwd(c, &P98, NULL, NULL, F(0xb3b6200), F(0xb3d6200), F(0xb63e200));
   snrt_dead(c, 0xb3b6200, 131072);
@@ -1466,7 +1459,7 @@ static void train_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xc92a200, 32768);
   snrt_dead(c, 0xb666200, 32768);
   /*   367 backward  BN_BWD             layer3.1.1.bn/bwd  live 190.5 MiB */
-  snrt_bn_bwd(c, &P91, F(0xc922200), F(0xb3b6200), F(0xc56f00), F(0xca11200), F(0xca11600), F(0xb4d6200), F(0xb3be200), F(0xb3be600));
+  snrt_bn_bwd(c, &P91, F(0xc922200), F(0xb3b6200), F(0xc56f00), F(0xca11200), F(0xca11600), F(0xb4b6200), F(0xb3be200), F(0xb3be600));
   snrt_dead(c, 0xc922200, 32768);
   snrt_dead(c, 0xca11200, 1024);
   snrt_dead(c, 0xca11600, 1024);
@@ -1478,21 +1471,20 @@ static void train_step_0(snrt_ctx *c) {
   snrt_sgd(c, &P254, F(0xc57300), F(0xb3be600), F(0xa76dd00));
   snrt_dead(c, 0xb3be600, 1024);
   /*   370 backward  CONV_BWD_DATA      layer3.1.1.conv/bwd_data  live 190.6 MiB */
-  snrt_conv_bwd_data(c, &P90, F(0xb4d6200), F(0xb56f00), F(0xb3b6200), NULL);
-  /*   371 backward  ACCUMULATE         layer3.1.1.conv/accumulate  live 190.7 MiB */
-  snrt_add(c, 32768, F(0xb63e200), F(0xb3b6200), F(0xb4b6200));
-  snrt_dead(c, 0xb63e200, 131072);
+  snrt_conv_bwd_data(c, &P90, F(0xb4b6200), F(0xb56f00), F(0xb3b6200), NULL);
+  /*   371 backward  ACCUMULATE         layer3.1.1.conv/accumulate  live 190.6 MiB */
+  snrt_add(c, 32768, F(0xb63e200), F(0xb3b6200), F(0xb63e200));
   snrt_dead(c, 0xb3b6200, 131072);
   /*   372 backward  CONV_BWD_FILTER    layer3.1.1.conv/bwd_filter  live 191.5 MiB */
-  snrt_conv_bwd_filter(c, &P90, F(0xc63a200), F(0xb4d6200), F(0xb3b6200), NULL);
-  snrt_dead(c, 0xb4d6200, 32768);
+  snrt_conv_bwd_filter(c, &P90, F(0xc63a200), F(0xb4b6200), F(0xb3b6200), NULL);
+  snrt_dead(c, 0xb4b6200, 32768);
   /*   373 update    SGD                layer3.1.1.conv.weight/sgd  live 191.4 MiB */
   snrt_sgd(c, &P255, F(0xb56f00), F(0xb3b6200), F(0xa76e100));
   snrt_dead(c, 0xb3b6200, 1048576);
   /*   374 backward  UNARY_BWD          layer3.0.out/bwd  live 190.6 MiB */
-  snrt_unary_bwd(c, &P89, NULL, F(0xc63a200), F(0xb4b6200), F(0xb3b6200));
+  snrt_unary_bwd(c, &P89, NULL, F(0xc63a200), F(0xb63e200), F(0xb3b6200));
   snrt_dead(c, 0xc63a200, 131072);
-  snrt_dead(c, 0xb4b6200, 131072);
+  snrt_dead(c, 0xb63e200, 131072);
   /*   375 backward  BINARY_BWD         layer3.0.add/bwd  live 190.6 MiB */
   snrt_binary_bwd(c, &P88, NULL, NULL, F(0xb3b6200), F(0xb5b6200), F(0xb3d6200));
   snrt_dead(c, 0xb3b6200, 131072);
@@ -1569,7 +1561,7 @@ static void train_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xc5da200, 131072);
   snrt_dead(c, 0xb67e200, 131072);
   /*   396 backward  BN_BWD             layer3.0.1.bn/bwd  live 190.2 MiB */
-  snrt_bn_bwd(c, &P79, F(0xc5ba200), F(0xb3b6200), F(0x60cf00), F(0xca10200), F(0xca10600), F(0xb476200), F(0xb3d6200), F(0xb3d6600));
+  snrt_bn_bwd(c, &P79, F(0xc5ba200), F(0xb3b6200), F(0x60cf00), F(0xca10200), F(0xca10600), F(0xb436200), F(0xb3d6200), F(0xb3d6600));
   snrt_dead(c, 0xc5ba200, 131072);
   snrt_dead(c, 0xca10200, 1024);
   snrt_dead(c, 0xca10600, 1024);
@@ -1581,25 +1573,24 @@ static void train_step_0(snrt_ctx *c) {
   snrt_sgd(c, &P266, F(0x60d300), F(0xb3d6600), F(0xadb2d00));
   snrt_dead(c, 0xb3d6600, 1024);
   /*   399 backward  CONV_BWD_DATA      layer3.0.1.conv/bwd_data  live 190.2 MiB */
-  snrt_conv_bwd_data(c, &P78, F(0xb476200), F(0x58cf00), F(0xb3b6200), NULL);
+  snrt_conv_bwd_data(c, &P78, F(0xb436200), F(0x58cf00), F(0xb3b6200), NULL);
 }
 
 static void train_step_1(snrt_ctx *c) {
   char *const A = snrt_arena(c);
-  /*   400 backward  ACCUMULATE         layer3.0.1.conv/accumulate  live 190.5 MiB */
-  snrt_add(c, 65536, F(0xb63e200), F(0xb3b6200), F(0xb436200));
-  snrt_dead(c, 0xb63e200, 262144);
+  /*   400 backward  ACCUMULATE         layer3.0.1.conv/accumulate  live 190.2 MiB */
+  snrt_add(c, 65536, F(0xb63e200), F(0xb3b6200), F(0xb63e200));
   snrt_dead(c, 0xb3b6200, 262144);
   /*   401 backward  CONV_BWD_FILTER    layer3.0.1.conv/bwd_filter  live 190.5 MiB */
-  snrt_conv_bwd_filter(c, &P78, F(0xc3b6200), F(0xb476200), F(0xb3b6200), NULL);
-  snrt_dead(c, 0xb476200, 131072);
+  snrt_conv_bwd_filter(c, &P78, F(0xc3b6200), F(0xb436200), F(0xb3b6200), NULL);
+  snrt_dead(c, 0xb436200, 131072);
   /*   402 update    SGD                layer3.0.1.conv.weight/sgd  live 190.3 MiB */
   snrt_sgd(c, &P267, F(0x58cf00), F(0xb3b6200), F(0xadb3100));
   snrt_dead(c, 0xb3b6200, 524288);
   /*   403 backward  UNARY_BWD          layer2.3.out/bwd  live 190.1 MiB */
-  snrt_unary_bwd(c, &P77, NULL, F(0xc3b6200), F(0xb436200), F(0xb3b6200));
+  snrt_unary_bwd(c, &P77, NULL, F(0xc3b6200), F(0xb63e200), F(0xb3b6200));
   snrt_dead(c, 0xc3b6200, 262144);
-  snrt_dead(c, 0xb436200, 262144);
+  snrt_dead(c, 0xb63e200, 262144);
   /*   404 backward  BINARY_BWD         layer2.3.add/bwd  live 190.1 MiB */
   snrt_binary_bwd(c, &P76, NULL, NULL, F(0xb3b6200), F(0xb3f6200), F(0xb4d6200));
   snrt_dead(c, 0xb3b6200, 262144);
@@ -1654,7 +1645,7 @@ static void train_step_1(snrt_ctx *c) {
   snrt_dead(c, 0xc882200, 65536);
   snrt_dead(c, 0xb526200, 65536);
   /*   419 backward  BN_BWD             layer2.3.1.bn/bwd  live 189.3 MiB */
-  snrt_bn_bwd(c, &P69, F(0xc872200), F(0xb3b6200), F(0x4b9f00), F(0xca17a00), F(0xca17c00), F(0xb436200), F(0xb3c6200), F(0xb3c6400));
+  snrt_bn_bwd(c, &P69, F(0xc872200), F(0xb3b6200), F(0x4b9f00), F(0xca17a00), F(0xca17c00), F(0xb3f6200), F(0xb3c6200), F(0xb3c6400));
   snrt_dead(c, 0xc872200, 65536);
   snrt_dead(c, 0xca17a00, 512);
   snrt_dead(c, 0xca17c00, 512);
@@ -1666,21 +1657,20 @@ static void train_step_1(snrt_ctx *c) {
   snrt_sgd(c, &P275, F(0x4ba100), F(0xb3c6400), F(0xaf04700));
   snrt_dead(c, 0xb3c6400, 512);
   /*   422 backward  CONV_BWD_DATA      layer2.3.1.conv/bwd_data  live 189.4 MiB */
-  snrt_conv_bwd_data(c, &P68, F(0xb436200), F(0x479f00), F(0xb3b6200), NULL);
-  /*   423 backward  ACCUMULATE         layer2.3.1.conv/accumulate  live 189.7 MiB */
-  snrt_add(c, 65536, F(0xb4d6200), F(0xb3b6200), F(0xb3f6200));
-  snrt_dead(c, 0xb4d6200, 262144);
+  snrt_conv_bwd_data(c, &P68, F(0xb3f6200), F(0x479f00), F(0xb3b6200), NULL);
+  /*   423 backward  ACCUMULATE         layer2.3.1.conv/accumulate  live 189.4 MiB */
+  snrt_add(c, 65536, F(0xb4d6200), F(0xb3b6200), F(0xb4d6200));
   snrt_dead(c, 0xb3b6200, 262144);
   /*   424 backward  CONV_BWD_FILTER    layer2.3.1.conv/bwd_filter  live 189.4 MiB */
-  snrt_conv_bwd_filter(c, &P68, F(0xc336200), F(0xb436200), F(0xb3b6200), NULL);
-  snrt_dead(c, 0xb436200, 65536);
+  snrt_conv_bwd_filter(c, &P68, F(0xc336200), F(0xb3f6200), F(0xb3b6200), NULL);
+  snrt_dead(c, 0xb3f6200, 65536);
   /*   425 update    SGD                layer2.3.1.conv.weight/sgd  live 189.3 MiB */
   snrt_sgd(c, &P276, F(0x479f00), F(0xb3b6200), F(0xaf04900));
   snrt_dead(c, 0xb3b6200, 262144);
   /*   426 backward  UNARY_BWD          layer2.2.out/bwd  live 189.3 MiB */
-  snrt_unary_bwd(c, &P67, NULL, F(0xc336200), F(0xb3f6200), F(0xb3b6200));
+  snrt_unary_bwd(c, &P67, NULL, F(0xc336200), F(0xb4d6200), F(0xb3b6200));
   snrt_dead(c, 0xc336200, 262144);
-  snrt_dead(c, 0xb3f6200, 262144);
+  snrt_dead(c, 0xb4d6200, 262144);
   /*   427 backward  BINARY_BWD         layer2.2.add/bwd  live 189.3 MiB */
   snrt_binary_bwd(c, &P66, NULL, NULL, F(0xb3b6200), F(0xb3f6200), F(0xb4d6200));
   snrt_dead(c, 0xb3b6200, 262144);
@@ -1735,7 +1725,7 @@ static void train_step_1(snrt_ctx *c) {
   snrt_dead(c, 0xc842200, 65536);
   snrt_dead(c, 0xb526200, 65536);
   /*   442 backward  BN_BWD             layer2.2.1.bn/bwd  live 188.5 MiB */
-  snrt_bn_bwd(c, &P59, F(0xc832200), F(0xb3b6200), F(0x3a6f00), F(0xca17200), F(0xca17400), F(0xb436200), F(0xb3c6200), F(0xb3c6400));
+  snrt_bn_bwd(c, &P59, F(0xc832200), F(0xb3b6200), F(0x3a6f00), F(0xca17200), F(0xca17400), F(0xb3f6200), F(0xb3c6200), F(0xb3c6400));
   snrt_dead(c, 0xc832200, 65536);
   snrt_dead(c, 0xca17200, 512);
   snrt_dead(c, 0xca17400, 512);
@@ -1747,21 +1737,20 @@ static void train_step_1(snrt_ctx *c) {
   snrt_sgd(c, &P284, F(0x3a7100), F(0xb3c6400), F(0xb015f00));
   snrt_dead(c, 0xb3c6400, 512);
   /*   445 backward  CONV_BWD_DATA      layer2.2.1.conv/bwd_data  live 188.6 MiB */
-  snrt_conv_bwd_data(c, &P58, F(0xb436200), F(0x366f00), F(0xb3b6200), NULL);
-  /*   446 backward  ACCUMULATE         layer2.2.1.conv/accumulate  live 188.9 MiB */
-  snrt_add(c, 65536, F(0xb4d6200), F(0xb3b6200), F(0xb3f6200));
-  snrt_dead(c, 0xb4d6200, 262144);
+  snrt_conv_bwd_data(c, &P58, F(0xb3f6200), F(0x366f00), F(0xb3b6200), NULL);
+  /*   446 backward  ACCUMULATE         layer2.2.1.conv/accumulate  live 188.6 MiB */
+  snrt_add(c, 65536, F(0xb4d6200), F(0xb3b6200), F(0xb4d6200));
   snrt_dead(c, 0xb3b6200, 262144);
   /*   447 backward  CONV_BWD_FILTER    layer2.2.1.conv/bwd_filter  live 188.6 MiB */
-  snrt_conv_bwd_filter(c, &P58, F(0xc2b6200), F(0xb436200), F(0xb3b6200), NULL);
-  snrt_dead(c, 0xb436200, 65536);
+  snrt_conv_bwd_filter(c, &P58, F(0xc2b6200), F(0xb3f6200), F(0xb3b6200), NULL);
+  snrt_dead(c, 0xb3f6200, 65536);
   /*   448 update    SGD                layer2.2.1.conv.weight/sgd  live 188.6 MiB */
   snrt_sgd(c, &P285, F(0x366f00), F(0xb3b6200), F(0xb016100));
   snrt_dead(c, 0xb3b6200, 262144);
   /*   449 backward  UNARY_BWD          layer2.1.out/bwd  live 188.6 MiB */
-  snrt_unary_bwd(c, &P57, NULL, F(0xc2b6200), F(0xb3f6200), F(0xb3b6200));
+  snrt_unary_bwd(c, &P57, NULL, F(0xc2b6200), F(0xb4d6200), F(0xb3b6200));
   snrt_dead(c, 0xc2b6200, 262144);
-  snrt_dead(c, 0xb3f6200, 262144);
+  snrt_dead(c, 0xb4d6200, 262144);
   /*   450 backward  BINARY_BWD         layer2.1.add/bwd  live 188.6 MiB */
   snrt_binary_bwd(c, &P56, NULL, NULL, F(0xb3b6200), F(0xb3f6200), F(0xb4d6200));
   snrt_dead(c, 0xb3b6200, 262144);
@@ -1816,7 +1805,7 @@ static void train_step_1(snrt_ctx *c) {
   snrt_dead(c, 0xc802200, 65536);
   snrt_dead(c, 0xb526200, 65536);
   /*   465 backward  BN_BWD             layer2.1.1.bn/bwd  live 187.8 MiB */
-  snrt_bn_bwd(c, &P49, F(0xc7f2200), F(0xb3b6200), F(0x293f00), F(0xca16a00), F(0xca16c00), F(0xb436200), F(0xb3c6200), F(0xb3c6400));
+  snrt_bn_bwd(c, &P49, F(0xc7f2200), F(0xb3b6200), F(0x293f00), F(0xca16a00), F(0xca16c00), F(0xb3f6200), F(0xb3c6200), F(0xb3c6400));
   snrt_dead(c, 0xc7f2200, 65536);
   snrt_dead(c, 0xca16a00, 512);
   snrt_dead(c, 0xca16c00, 512);
@@ -1828,21 +1817,20 @@ static void train_step_1(snrt_ctx *c) {
   snrt_sgd(c, &P293, F(0x294100), F(0xb3c6400), F(0xb127700));
   snrt_dead(c, 0xb3c6400, 512);
   /*   468 backward  CONV_BWD_DATA      layer2.1.1.conv/bwd_data  live 187.9 MiB */
-  snrt_conv_bwd_data(c, &P48, F(0xb436200), F(0x253f00), F(0xb3b6200), NULL);
-  /*   469 backward  ACCUMULATE         layer2.1.1.conv/accumulate  live 188.1 MiB */
-  snrt_add(c, 65536, F(0xb4d6200), F(0xb3b6200), F(0xb3f6200));
-  snrt_dead(c, 0xb4d6200, 262144);
+  snrt_conv_bwd_data(c, &P48, F(0xb3f6200), F(0x253f00), F(0xb3b6200), NULL);
+  /*   469 backward  ACCUMULATE         layer2.1.1.conv/accumulate  live 187.9 MiB */
+  snrt_add(c, 65536, F(0xb4d6200), F(0xb3b6200), F(0xb4d6200));
   snrt_dead(c, 0xb3b6200, 262144);
   /*   470 backward  CONV_BWD_FILTER    layer2.1.1.conv/bwd_filter  live 187.9 MiB */
-  snrt_conv_bwd_filter(c, &P48, F(0xc236200), F(0xb436200), F(0xb3b6200), NULL);
-  snrt_dead(c, 0xb436200, 65536);
+  snrt_conv_bwd_filter(c, &P48, F(0xc236200), F(0xb3f6200), F(0xb3b6200), NULL);
+  snrt_dead(c, 0xb3f6200, 65536);
   /*   471 update    SGD                layer2.1.1.conv.weight/sgd  live 187.8 MiB */
   snrt_sgd(c, &P294, F(0x253f00), F(0xb3b6200), F(0xb127900));
   snrt_dead(c, 0xb3b6200, 262144);
   /*   472 backward  UNARY_BWD          layer2.0.out/bwd  live 187.8 MiB */
-  snrt_unary_bwd(c, &P47, NULL, F(0xc236200), F(0xb3f6200), F(0xb3b6200));
+  snrt_unary_bwd(c, &P47, NULL, F(0xc236200), F(0xb4d6200), F(0xb3b6200));
   snrt_dead(c, 0xc236200, 262144);
-  snrt_dead(c, 0xb3f6200, 262144);
+  snrt_dead(c, 0xb4d6200, 262144);
   /*   473 backward  BINARY_BWD         layer2.0.add/bwd  live 187.8 MiB */
   snrt_binary_bwd(c, &P46, NULL, NULL, F(0xb3b6200), F(0xb436200), F(0xb3f6200));
   snrt_dead(c, 0xb3b6200, 262144);
@@ -1919,7 +1907,7 @@ static void train_step_1(snrt_ctx *c) {
   snrt_dead(c, 0xc176200, 262144);
   snrt_dead(c, 0xb556200, 262144);
   /*   494 backward  BN_BWD             layer2.0.1.bn/bwd  live 187.2 MiB */
-  snrt_bn_bwd(c, &P37, F(0xc136200), F(0xb3b6200), F(0xfef00), F(0xca16200), F(0xca16400), F(0xb556200), F(0xb3f6200), F(0xb3f6400));
+  snrt_bn_bwd(c, &P37, F(0xc136200), F(0xb3b6200), F(0xfef00), F(0xca16200), F(0xca16400), F(0xb436200), F(0xb3f6200), F(0xb3f6400));
   snrt_dead(c, 0xc136200, 262144);
   snrt_dead(c, 0xca16200, 512);
   snrt_dead(c, 0xca16400, 512);
@@ -1931,21 +1919,20 @@ static void train_step_1(snrt_ctx *c) {
   snrt_sgd(c, &P305, F(0xff100), F(0xb3f6400), F(0xb2b9f00));
   snrt_dead(c, 0xb3f6400, 512);
   /*   497 backward  CONV_BWD_DATA      layer2.0.1.conv/bwd_data  live 187.2 MiB */
-  snrt_conv_bwd_data(c, &P36, F(0xb556200), F(0xdef00), F(0xb3b6200), NULL);
-  /*   498 backward  ACCUMULATE         layer2.0.1.conv/accumulate  live 187.7 MiB */
-  snrt_add(c, 131072, F(0xb4d6200), F(0xb3b6200), F(0xb436200));
-  snrt_dead(c, 0xb4d6200, 524288);
+  snrt_conv_bwd_data(c, &P36, F(0xb436200), F(0xdef00), F(0xb3b6200), NULL);
+  /*   498 backward  ACCUMULATE         layer2.0.1.conv/accumulate  live 187.2 MiB */
+  snrt_add(c, 131072, F(0xb4d6200), F(0xb3b6200), F(0xb4d6200));
   snrt_dead(c, 0xb3b6200, 524288);
   /*   499 backward  CONV_BWD_FILTER    layer2.0.1.conv/bwd_filter  live 186.8 MiB */
-  snrt_conv_bwd_filter(c, &P36, F(0xc0b6200), F(0xb556200), F(0xb3b6200), NULL);
-  snrt_dead(c, 0xb556200, 262144);
+  snrt_conv_bwd_filter(c, &P36, F(0xc0b6200), F(0xb436200), F(0xb3b6200), NULL);
+  snrt_dead(c, 0xb436200, 262144);
   /*   500 update    SGD                layer2.0.1.conv.weight/sgd  live 186.6 MiB */
   snrt_sgd(c, &P306, F(0xdef00), F(0xb3b6200), F(0xb2ba100));
   snrt_dead(c, 0xb3b6200, 131072);
   /*   501 backward  UNARY_BWD          layer1.2.out/bwd  live 186.9 MiB */
-  snrt_unary_bwd(c, &P35, NULL, F(0xc0b6200), F(0xb436200), F(0xb3b6200));
+  snrt_unary_bwd(c, &P35, NULL, F(0xc0b6200), F(0xb4d6200), F(0xb3b6200));
   snrt_dead(c, 0xc0b6200, 524288);
-  snrt_dead(c, 0xb436200, 524288);
+  snrt_dead(c, 0xb4d6200, 524288);
   /*   502 backward  BINARY_BWD         layer1.2.add/bwd  live 186.9 MiB */
   snrt_binary_bwd(c, &P34, NULL, NULL, F(0xb3b6200), F(0xb436200), F(0xb4d6200));
   snrt_dead(c, 0xb3b6200, 524288);
@@ -2000,7 +1987,7 @@ static void train_step_1(snrt_ctx *c) {
   snrt_dead(c, 0xc55a200, 131072);
   snrt_dead(c, 0xb59a200, 131072);
   /*   517 backward  BN_BWD             layer1.2.1.bn/bwd  live 185.3 MiB */
-  snrt_bn_bwd(c, &P27, F(0xc53a200), F(0xb3b6200), F(0xa9700), F(0xca18c00), F(0xca18d00), F(0xb4b6200), F(0xb3d6200), F(0xb3d6300));
+  snrt_bn_bwd(c, &P27, F(0xc53a200), F(0xb3b6200), F(0xa9700), F(0xca18c00), F(0xca18d00), F(0xb436200), F(0xb3d6200), F(0xb3d6300));
   snrt_dead(c, 0xc53a200, 131072);
   snrt_dead(c, 0xca18c00, 256);
   snrt_dead(c, 0xca18d00, 256);
@@ -2012,21 +1999,20 @@ static void train_step_1(snrt_ctx *c) {
   snrt_sgd(c, &P314, F(0xa9800), F(0xb3d6300), F(0xb30ec00));
   snrt_dead(c, 0xb3d6300, 256);
   /*   520 backward  CONV_BWD_DATA      layer1.2.1.conv/bwd_data  live 185.6 MiB */
-  snrt_conv_bwd_data(c, &P26, F(0xb4b6200), F(0x99700), F(0xb3b6200), NULL);
-  /*   521 backward  ACCUMULATE         layer1.2.1.conv/accumulate  live 186.1 MiB */
-  snrt_add(c, 131072, F(0xb4d6200), F(0xb3b6200), F(0xb436200));
-  snrt_dead(c, 0xb4d6200, 524288);
+  snrt_conv_bwd_data(c, &P26, F(0xb436200), F(0x99700), F(0xb3b6200), NULL);
+  /*   521 backward  ACCUMULATE         layer1.2.1.conv/accumulate  live 185.6 MiB */
+  snrt_add(c, 131072, F(0xb4d6200), F(0xb3b6200), F(0xb4d6200));
   snrt_dead(c, 0xb3b6200, 524288);
   /*   522 backward  CONV_BWD_FILTER    layer1.2.1.conv/bwd_filter  live 185.1 MiB */
-  snrt_conv_bwd_filter(c, &P26, F(0xbfb6200), F(0xb4b6200), F(0xb3b6200), NULL);
-  snrt_dead(c, 0xb4b6200, 131072);
+  snrt_conv_bwd_filter(c, &P26, F(0xbfb6200), F(0xb436200), F(0xb3b6200), NULL);
+  snrt_dead(c, 0xb436200, 131072);
   /*   523 update    SGD                layer1.2.1.conv.weight/sgd  live 185.0 MiB */
   snrt_sgd(c, &P315, F(0x99700), F(0xb3b6200), F(0xb30ed00));
   snrt_dead(c, 0xb3b6200, 65536);
   /*   524 backward  UNARY_BWD          layer1.1.out/bwd  live 185.4 MiB */
-  snrt_unary_bwd(c, &P25, NULL, F(0xbfb6200), F(0xb436200), F(0xb3b6200));
+  snrt_unary_bwd(c, &P25, NULL, F(0xbfb6200), F(0xb4d6200), F(0xb3b6200));
   snrt_dead(c, 0xbfb6200, 524288);
-  snrt_dead(c, 0xb436200, 524288);
+  snrt_dead(c, 0xb4d6200, 524288);
   /*   525 backward  BINARY_BWD         layer1.1.add/bwd  live 185.4 MiB */
   snrt_binary_bwd(c, &P24, NULL, NULL, F(0xb3b6200), F(0xb436200), F(0xb4d6200));
   snrt_dead(c, 0xb3b6200, 524288);
@@ -2081,7 +2067,7 @@ static void train_step_1(snrt_ctx *c) {
   snrt_dead(c, 0xc4da200, 131072);
   snrt_dead(c, 0xb59a200, 131072);
   /*   540 backward  BN_BWD             layer1.1.1.bn/bwd  live 183.8 MiB */
-  snrt_bn_bwd(c, &P17, F(0xc4ba200), F(0xb3b6200), F(0x63f00), F(0xca18800), F(0xca18900), F(0xb4b6200), F(0xb3d6200), F(0xb3d6300));
+  snrt_bn_bwd(c, &P17, F(0xc4ba200), F(0xb3b6200), F(0x63f00), F(0xca18800), F(0xca18900), F(0xb436200), F(0xb3d6200), F(0xb3d6300));
   snrt_dead(c, 0xc4ba200, 131072);
   snrt_dead(c, 0xca18800, 256);
   snrt_dead(c, 0xca18900, 256);
@@ -2093,21 +2079,20 @@ static void train_step_1(snrt_ctx *c) {
   snrt_sgd(c, &P323, F(0x64000), F(0xb3d6300), F(0xb353800));
   snrt_dead(c, 0xb3d6300, 256);
   /*   543 backward  CONV_BWD_DATA      layer1.1.1.conv/bwd_data  live 184.1 MiB */
-  snrt_conv_bwd_data(c, &P16, F(0xb4b6200), F(0x53f00), F(0xb3b6200), NULL);
-  /*   544 backward  ACCUMULATE         layer1.1.1.conv/accumulate  live 184.6 MiB */
-  snrt_add(c, 131072, F(0xb4d6200), F(0xb3b6200), F(0xb436200));
-  snrt_dead(c, 0xb4d6200, 524288);
+  snrt_conv_bwd_data(c, &P16, F(0xb436200), F(0x53f00), F(0xb3b6200), NULL);
+  /*   544 backward  ACCUMULATE         layer1.1.1.conv/accumulate  live 184.1 MiB */
+  snrt_add(c, 131072, F(0xb4d6200), F(0xb3b6200), F(0xb4d6200));
   snrt_dead(c, 0xb3b6200, 524288);
   /*   545 backward  CONV_BWD_FILTER    layer1.1.1.conv/bwd_filter  live 183.6 MiB */
-  snrt_conv_bwd_filter(c, &P16, F(0xbeb6200), F(0xb4b6200), F(0xb3b6200), NULL);
-  snrt_dead(c, 0xb4b6200, 131072);
+  snrt_conv_bwd_filter(c, &P16, F(0xbeb6200), F(0xb436200), F(0xb3b6200), NULL);
+  snrt_dead(c, 0xb436200, 131072);
   /*   546 update    SGD                layer1.1.1.conv.weight/sgd  live 183.5 MiB */
   snrt_sgd(c, &P324, F(0x53f00), F(0xb3b6200), F(0xb353900));
   snrt_dead(c, 0xb3b6200, 65536);
   /*   547 backward  UNARY_BWD          layer1.0.out/bwd  live 183.9 MiB */
-  snrt_unary_bwd(c, &P15, NULL, F(0xbeb6200), F(0xb436200), F(0xb3b6200));
+  snrt_unary_bwd(c, &P15, NULL, F(0xbeb6200), F(0xb4d6200), F(0xb3b6200));
   snrt_dead(c, 0xbeb6200, 524288);
-  snrt_dead(c, 0xb436200, 524288);
+  snrt_dead(c, 0xb4d6200, 524288);
   /*   548 backward  BINARY_BWD         layer1.0.add/bwd  live 183.9 MiB */
   snrt_binary_bwd(c, &P14, NULL, NULL, F(0xb3b6200), F(0xb436200), F(0xb4b6200));
   snrt_dead(c, 0xb3b6200, 524288);
@@ -2195,9 +2180,8 @@ static void train_step_1(snrt_ctx *c) {
   snrt_dead(c, 0xb3f6300, 256);
   /*   572 backward  CONV_BWD_DATA      layer1.0.1.conv/bwd_data  live 181.3 MiB */
   snrt_conv_bwd_data(c, &P4, F(0xb3d6200), F(0x9700), F(0xb3b6200), NULL);
-  /*   573 backward  ACCUMULATE         layer1.0.1.conv/accumulate  live 181.4 MiB */
-  snrt_add(c, 32768, F(0xb4fa200), F(0xb3b6200), F(0xb436200));
-  snrt_dead(c, 0xb4fa200, 131072);
+  /*   573 backward  ACCUMULATE         layer1.0.1.conv/accumulate  live 181.3 MiB */
+  snrt_add(c, 32768, F(0xb4fa200), F(0xb3b6200), F(0xb4fa200));
   snrt_dead(c, 0xb3b6200, 131072);
   /*   574 backward  CONV_BWD_FILTER    layer1.0.1.conv/bwd_filter  live 181.2 MiB */
   snrt_conv_bwd_filter(c, &P4, F(0xc41a200), F(0xb3d6200), F(0xb3b6200), NULL);
@@ -2207,8 +2191,8 @@ static void train_step_1(snrt_ctx *c) {
   snrt_sgd(c, &P336, F(0x9700), F(0xb3b6200), F(0xb3a8d00));
   snrt_dead(c, 0xb3b6200, 16384);
   /*   576 backward  MAXPOOL_BWD        stem.pool/bwd  live 181.4 MiB */
-  snrt_maxpool_bwd(c, &P3, F(0xbd36200), F(0xb436200), F(0xb3b6200));
-  snrt_dead(c, 0xb436200, 131072);
+  snrt_maxpool_bwd(c, &P3, F(0xbd36200), F(0xb4fa200), F(0xb3b6200));
+  snrt_dead(c, 0xb4fa200, 131072);
   /*   577 backward  UNARY_BWD          stem.relu/bwd  live 181.8 MiB */
   snrt_unary_bwd(c, &P2, NULL, F(0xbd36200), F(0xb3b6200), F(0xb436200));
   snrt_dead(c, 0xbd36200, 524288);
