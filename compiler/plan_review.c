@@ -134,7 +134,7 @@ Review *review_build(const Graph *g, const Plan *pl) {
   rv->by_cat = xcalloc((size_t)(T + 1) * CAT_COUNT, sizeof *rv->by_cat);
   for (int i = 0; i < pl->ninst; i++) {
     const Instance *in = &pl->inst[i];
-    if (in->first < 0 || in->first >= T) continue;
+    if (in->host || in->first < 0 || in->first >= T) continue;   /* host copies: not device memory */
     int last = in->last < T ? in->last : T - 1;
     rv->by_cat[(size_t)in->first * CAT_COUNT + rv->cat[i]] += in->bytes;
     rv->by_cat[(size_t)(last + 1) * CAT_COUNT + rv->cat[i]] -= in->bytes;
@@ -199,7 +199,7 @@ int review_live_at(const Plan *pl, int s, int **out) {
   int n = 0;
   int *v = xmalloc(sizeof(int) * (size_t)(pl->ninst ? pl->ninst : 1));
   for (int i = 0; i < pl->ninst; i++)
-    if (pl->inst[i].first <= s && s <= pl->inst[i].last) v[n++] = i;
+    if (!pl->inst[i].host && pl->inst[i].first <= s && s <= pl->inst[i].last) v[n++] = i;
   sort_plan = pl;
   qsort(v, (size_t)n, sizeof *v, by_bytes_desc);
   *out = v;
