@@ -99,6 +99,16 @@ static void step_stats(Plan *pl) {
 /* Primary instances: one per arena tensor, and Step.in/out/ws set to them
  * (lifetimes are filled in by liveness_lifetimes). Tensors that no step
  * touches get none, except the input and labels, which the loader writes. */
+/* The input an op may overwrite with its output 0 (-1: none). The kernels
+ * promise it (runtime/snrt.h, "In place"). */
+static int inplace_input(OpKind op) {
+  switch (op) {
+  case OP_UNARY_BWD: case OP_BN_BWD: return 1;   /* dx over dy */
+  case OP_DROPOUT_BWD: return 0;
+  default: return -1;
+  }
+}
+
 void liveness_assign(const Graph *g, Plan *pl) {
   Route *r = pl->route;
   int T = r->ns;
@@ -116,6 +126,35 @@ void liveness_assign(const Graph *g, Plan *pl) {
       used[t] = true;
     }
   }
+  /* In place: a gradient kernel that may write over its incoming gradient
+   * (elementwise, or reading each channel fully before writing it) does so
+   * when that gradient dies at the step: dx shares dy's instance. */
+  int *alias = xmalloc(sizeof(int) * (size_t)(g->nt ? g->nt : 1));
+  int *lastread = xmalloc(sizeof(int) * (size_t)(g->nt ? g->nt : 1));
+  for (int t = 0; t < g->nt; t++) alias[t] = -1, lastread[t] = -1;
+  for (int s = 0; s < T; s++) {
+    const Step *st = &r->s[s];
+    if (st->node < 0) continue;
+    const Node *n = &g->n[st->node];
+    for (int k = 0; k < n->nin; k++)
+      if (n->in[k] >= 0) lastread[n->in[k]] = s;
+  }
+  for (int s = 0; s < T; s++) {
+    const Step *st = &r->s[s];
+    if (st->node < 0) continue;
+    const Node *n = &g->n[st->node];
+    int k = inplace_input(n->op);
+    if (k < 0 || k >= n->nin || n->nout < 1) continue;
+    int dy = n->in[k], dx = n->out[0];
+    if (dy < 0 || dx < 0 || dy == dx || lastread[dy] != s) continue;
+    TensorKind kd = g->t[dy].kind, kx = g->t[dx].kind;
+    if ((kd != TK_GRAD && kd != TK_PGRAD) || (kx != TK_GRAD && kx != TK_PGRAD)) continue;
+    if (tensor_bytes(&g->t[dy]) != tensor_bytes(&g->t[dx]) || alias[dx] >= 0) continue;
+    bool elsewhere = false;   /* dy must not also be another input of this node */
+    for (int j = 0; j < n->nin; j++) elsewhere |= j != k && n->in[j] == dy;
+    if (elsewhere) continue;
+    alias[dx] = alias[dy] >= 0 ? alias[dy] : dy;
+  }
   free(pl->tensor_inst);
   pl->tensor_inst = xmalloc(sizeof(int) * (size_t)(g->nt ? g->nt : 1));
   pl->ninst = 0;
@@ -123,11 +162,13 @@ void liveness_assign(const Graph *g, Plan *pl) {
     const Tensor *x = &g->t[t];
     pl->tensor_inst[t] = -1;
     bool loaded = t == g->input || t == g->label;
-    if (x->kind == TK_CONST || (!used[t] && !loaded)) continue;
+    if (x->kind == TK_CONST || (!used[t] && !loaded) || alias[t] >= 0) continue;
     if (x->rank < 0) internal_error(__FILE__, __LINE__, "tensor '%s' has no shape", x->name);
     pl->tensor_inst[t] = add_inst(pl, t, tensor_bytes(x), -1, -1, is_persistent(x->kind));
   }
-  free(used);
+  for (int t = 0; t < g->nt; t++)
+    if (alias[t] >= 0) pl->tensor_inst[t] = pl->tensor_inst[alias[t]];
+  free(used), free(alias), free(lastread);
   for (int s = 0; s < T; s++) {
     Step *st = &r->s[s];
     if (st->node < 0) continue;

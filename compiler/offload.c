@@ -33,13 +33,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct Copy {
-  int tensor, dev, host, pre;  // tensor; forward device instance; host instance; prefetched instance
-  int s_last_fwd;              // old route: last forward step touching the instance
-  int s_first_bwd, s_last_bwd; // old route: first and last backward readers
-  int s_wait;                  // old route: the step after which compute waits for the offload
+/* One trip back to the device: a prefetch into a fresh instance, read by a
+ * cluster of backward steps [first, last]. */
+typedef struct Trip {
+  int first, last;             // old route: the cluster's first and last reader
   int s_pf;                    // old route: the prefetch goes before this step
-  int ev_off, ev_pf;
+  int pre, ev;                 // the prefetched instance, its event
+} Trip;
+
+typedef struct Copy {
+  int tensor, dev, host;       // tensor; forward device instance; host instance
+  int s_last_fwd;              // old route: last forward step touching the instance
+  int s_wait;                  // old route: the step after which compute waits for the offload
+  int ev_off;
+  Trip *trip;                  // in step order
+  int ntrip, cur;              // cur: the trip being read while rebuilding the route
   double exposed;
 } Copy;
 
@@ -94,6 +102,8 @@ static int cmp_int(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+typedef struct Ref { int copy, trip; } Ref;
+
 int offload_plan(Graph *g, Plan *pl, const bool *sel, const DeviceProfile *dev, bool hidden_only,
                  int max_lead) {
   const Route *old = pl->route;
@@ -106,11 +116,11 @@ int offload_plan(Graph *g, Plan *pl, const bool *sel, const DeviceProfile *dev, 
   double *P = xcalloc((size_t)T + 2, sizeof(double));   /* prefix sums of t */
   for (int s = 0; s < T; s++) P[s + 1] = P[s] + t[s];
 
-  /* Uses of each instance: last forward touch, first and last backward read. */
+  /* Uses of each instance: last forward touch, and its backward reads. */
   int n0 = pl->ninst;
-  int *lastf = xmalloc(sizeof(int) * (size_t)n0), *firstb = xmalloc(sizeof(int) * (size_t)n0);
-  int *lastb = xmalloc(sizeof(int) * (size_t)n0);
-  for (int i = 0; i < n0; i++) lastf[i] = -1, firstb[i] = -1, lastb[i] = -1;
+  int *lastf = xmalloc(sizeof(int) * (size_t)n0);
+  int **reads = xcalloc((size_t)n0, sizeof(int *)), *nreads = xcalloc((size_t)n0, sizeof(int));
+  for (int i = 0; i < n0; i++) lastf[i] = -1;
   for (int s = 0; s < old->train_steps; s++) {
     const Step *st = &old->s[s];
     for (int k = 0; k < st->nin + st->nout + st->nkeep; k++) {
@@ -119,12 +129,8 @@ int offload_plan(Graph *g, Plan *pl, const bool *sel, const DeviceProfile *dev, 
       if (i < 0 || i >= n0) continue;
       bool read = k < st->nin;
       if (s <= loss) lastf[i] = s;
-      else if (read) {
-        if (firstb[i] < 0) firstb[i] = s;
-        lastb[i] = s;
-      } else {
-        lastf[i] = -2;   /* written again in backward: not a forward tensor */
-      }
+      else if (!read) lastf[i] = -2;   /* written again in backward: not a forward tensor */
+      else if (!nreads[i] || reads[i][nreads[i] - 1] != s) add_int(&reads[i], &nreads[i], s);
     }
   }
 
@@ -134,27 +140,43 @@ int offload_plan(Graph *g, Plan *pl, const bool *sel, const DeviceProfile *dev, 
     const Instance *in = &pl->inst[i];
     if (in->tensor < 0 || in->persistent || in->host || !sel[in->tensor]) continue;
     if (i != pl->tensor_inst[in->tensor]) continue;           /* primary instances only */
-    if (lastf[i] < 0 || firstb[i] < 0 || firstb[i] - lastf[i] < 3) continue;
+    if (lastf[i] < 0 || !nreads[i] || reads[i][0] - lastf[i] < 3) continue;
     double tau = (double)in->bytes / dev->link_bw;
-    int a = lastf[i], b = firstb[i];
+    int a = lastf[i], b = reads[i][0];
     /* Offload wait: after the first step s in (a, b) with tau of compute in (a, s]. */
     int sw = a + 1;
     while (sw < b - 2 && P[sw + 1] - P[a + 1] < tau && (!max_lead || sw < a + max_lead)) sw++;
     double exposed = tau - (P[sw + 1] - P[a + 1]);
-    /* Prefetch before step p in (sw, b]: as late as leaves tau of compute in
-     * [p, b), and no earlier than max_lead steps before its reader. */
-    int p = b;
-    while (p > sw + 1 && P[b] - P[p] < tau && (!max_lead || p > b - max_lead)) p--;
-    double exposed_pf = tau - (P[b] - P[p]);
     if (exposed < 0) exposed = 0;
-    if (exposed_pf < 0) exposed_pf = 0;
-    if (hidden_only && (exposed > 0 || exposed_pf > 0)) continue;
+    /* Trips back: one, or (memory-centric) one per cluster of readers whose
+     * gaps are longer than a prefetch's lead, so the copy does not sit on
+     * the device between them. */
+    Copy c = {.tensor = in->tensor, .dev = i, .s_last_fwd = a, .s_wait = sw};
+    int lo = sw + 1;    /* a prefetch goes after the offload's wait */
+    for (int k = 0; k < nreads[i];) {
+      int f = reads[i][k], l = f;
+      k++;
+      while (k < nreads[i] && (!max_lead || reads[i][k] - l <= 2 * max_lead + 1)) l = reads[i][k++];
+      /* Before step p in [lo, f]: as late as leaves tau of compute in [p, f),
+       * and no earlier than max_lead steps before the reader. */
+      int p = f;
+      while (p > lo && P[f] - P[p] < tau && (!max_lead || p > f - max_lead)) p--;
+      double e = tau - (P[f] - P[p]);
+      if (e > 0) exposed += e;
+      c.trip = xrealloc(c.trip, sizeof(Trip) * (size_t)(c.ntrip + 1));
+      c.trip[c.ntrip++] = (Trip){.first = f, .last = l, .s_pf = p};
+      lo = l + 1;
+    }
+    if (hidden_only && exposed > 0) {
+      free(c.trip);
+      continue;
+    }
+    c.exposed = exposed;
     xgrow((void **)&cp, &capc, nc + 1, sizeof *cp);
-    cp[nc++] = (Copy){.tensor = in->tensor, .dev = i, .s_last_fwd = a, .s_first_bwd = b,
-                      .s_last_bwd = lastb[i], .s_wait = sw, .s_pf = p,
-                      .exposed = exposed + exposed_pf};
+    cp[nc++] = c;
   }
-  free(lastf), free(firstb), free(lastb);
+  for (int i = 0; i < n0; i++) free(reads[i]);
+  free(lastf), free(reads), free(nreads);
   if (!nc) {
     free(t), free(P), free(cp);
     return 0;
@@ -165,48 +187,55 @@ int offload_plan(Graph *g, Plan *pl, const bool *sel, const DeviceProfile *dev, 
     Copy *x = &cp[c];
     int64_t bytes = pl->inst[x->dev].bytes;
     x->host = new_inst(pl, x->tensor, bytes, true);
-    x->pre = new_inst(pl, x->tensor, bytes, false);
     x->ev_off = pl->nevents++;
-    x->ev_pf = pl->nevents++;
-    pl->offload_bytes += (double)bytes;
+    for (int k = 0; k < x->ntrip; k++) {
+      x->trip[k].pre = new_inst(pl, x->tensor, bytes, false);
+      x->trip[k].ev = pl->nevents++;
+    }
+    pl->offload_bytes += (double)bytes * (1 + x->ntrip);
     pl->exposed_seconds += x->exposed;
   }
 
-  /* Per old step: copies issued after it (offloads) and before it (prefetches). */
+  /* Per old step: offloads issued after it, prefetches issued before it. */
+  Ref **after = xcalloc((size_t)T + 1, sizeof(Ref *)), **before = xcalloc((size_t)T + 1, sizeof(Ref *));
   int *nafter = xcalloc((size_t)T + 1, sizeof(int)), *nbefore = xcalloc((size_t)T + 1, sizeof(int));
-  for (int c = 0; c < nc; c++) nafter[cp[c].s_last_fwd]++, nbefore[cp[c].s_pf]++;
-  int *redirect = xmalloc(sizeof(int) * (size_t)pl->ninst);   /* forward inst -> prefetched */
+  for (int c = 0; c < nc; c++) {
+    int s = cp[c].s_last_fwd;
+    after[s] = xrealloc(after[s], sizeof(Ref) * (size_t)(nafter[s] + 1));
+    after[s][nafter[s]++] = (Ref){c, -1};
+    for (int k = 0; k < cp[c].ntrip; k++) {
+      s = cp[c].trip[k].s_pf;
+      before[s] = xrealloc(before[s], sizeof(Ref) * (size_t)(nbefore[s] + 1));
+      before[s][nbefore[s]++] = (Ref){c, k};
+    }
+  }
+  int *redirect = xmalloc(sizeof(int) * (size_t)pl->ninst);   /* forward inst -> copy */
   for (int i = 0; i < pl->ninst; i++) redirect[i] = -1;
   for (int c = 0; c < nc; c++) redirect[cp[c].dev] = c;
-  /* Copies by old step (stable order: instance index). */
-  int **after = xcalloc((size_t)T + 1, sizeof(int *)), **before = xcalloc((size_t)T + 1, sizeof(int *));
-  for (int s = 0; s < T; s++) {
-    after[s] = xmalloc(sizeof(int) * (size_t)(nafter[s] + 1));
-    before[s] = xmalloc(sizeof(int) * (size_t)(nbefore[s] + 1));
-    nafter[s] = nbefore[s] = 0;
-  }
-  for (int c = 0; c < nc; c++) {
-    after[cp[c].s_last_fwd][nafter[cp[c].s_last_fwd]++] = c;
-    before[cp[c].s_pf][nbefore[cp[c].s_pf]++] = c;
-  }
 
   Route *r = xcalloc(1, sizeof *r);
   int *newidx = xmalloc(sizeof(int) * (size_t)(T + 1));
   for (int s = 0; s < T; s++) {
     for (int k = 0; k < nbefore[s]; k++) {
-      Copy *x = &cp[before[s][k]];
+      Copy *x = &cp[before[s][k].copy];
+      Trip *tr = &x->trip[before[s][k].trip];
       Step pf = {.kind = SK_PREFETCH, .node = -1, .tensor = x->tensor, .nin = 1, .nout = 1,
-                 .in = &x->host, .out = &x->pre, .ws = -1, .event = x->ev_pf};
+                 .in = &x->host, .out = &tr->pre, .ws = -1, .event = tr->ev};
       push(r, &pf);
     }
     newidx[s] = r->ns;
     Step *ns = push(r, &old->s[s]);
     if (s > loss && s < old->train_steps)
-      for (int k = 0; k < ns->nin; k++)
-        if (ns->in[k] >= 0 && ns->in[k] < pl->ninst && redirect[ns->in[k]] >= 0)
-          ns->in[k] = cp[redirect[ns->in[k]]].pre;
+      for (int k = 0; k < ns->nin; k++) {
+        int i = ns->in[k];
+        if (i < 0 || i >= pl->ninst || redirect[i] < 0) continue;
+        Copy *x = &cp[redirect[i]];
+        while (x->cur < x->ntrip - 1 && s > x->trip[x->cur].last) x->cur++;
+        snc_assert(s >= x->trip[x->cur].first && s <= x->trip[x->cur].last);
+        ns->in[k] = x->trip[x->cur].pre;
+      }
     for (int k = 0; k < nafter[s]; k++) {
-      Copy *x = &cp[after[s][k]];
+      Copy *x = &cp[after[s][k].copy];
       Step off = {.kind = SK_OFFLOAD, .node = -1, .tensor = x->tensor, .nin = 1, .nout = 1,
                   .in = &x->dev, .out = &x->host, .ws = -1, .event = x->ev_off};
       push(r, &off);
@@ -214,27 +243,33 @@ int offload_plan(Graph *g, Plan *pl, const bool *sel, const DeviceProfile *dev, 
     if (s == old->train_steps - 1) r->train_steps = r->ns;
   }
   newidx[T] = r->ns;
-  /* Waits and the regions they keep busy. The offload's wait goes after old
-   * step s_wait; the prefetch's after the step just before its first reader. */
+  /* Waits and the regions they keep busy: the offload's after old step
+   * s_wait (the forward instance stays busy through it); each prefetch's
+   * after the step just before its first reader (the host copy stays busy
+   * through the last one). */
   for (int c = 0; c < nc; c++) {
     Copy *x = &cp[c];
     Step *w = &r->s[newidx[x->s_wait]];
     add_int(&w->wait, &w->nwait, x->ev_off);
     add_int(&w->keep, &w->nkeep, x->dev);
-    Step *v = &r->s[newidx[x->s_first_bwd] - 1];
-    add_int(&v->wait, &v->nwait, x->ev_pf);
-    add_int(&v->keep, &v->nkeep, x->host);
+    for (int k = 0; k < x->ntrip; k++) {
+      Step *v = &r->s[newidx[x->trip[k].first] - 1];
+      add_int(&v->wait, &v->nwait, x->trip[k].ev);
+      add_int(&v->keep, &v->nkeep, x->host);
+    }
   }
   for (int s = 0; s < r->ns; s++)
     if (r->s[s].nwait > 1) qsort(r->s[s].wait, (size_t)r->s[s].nwait, sizeof(int), cmp_int);
 
-  for (int s = 0; s < T; s++) free(after[s]), free(before[s]);
+  for (int s = 0; s <= T; s++) free(after[s]), free(before[s]);
   free(after), free(before), free(nafter), free(nbefore), free(redirect), free(newidx);
-  for (int s = 0; s < old->ns; s++) free(old->s[s].in), free(old->s[s].out), free(old->s[s].wait), free(old->s[s].keep);
+  for (int s = 0; s < old->ns; s++)
+    free(old->s[s].in), free(old->s[s].out), free(old->s[s].wait), free(old->s[s].keep);
   free(old->s);
   free((Route *)old);
   pl->route = r;
   liveness_lifetimes(g, pl);
+  for (int c = 0; c < nc; c++) free(cp[c].trip);
   free(t), free(P), free(cp);
   return nc;
 }

@@ -60,7 +60,7 @@ static void train_step_0(snrt_ctx *c) {
   snrt_conv_fwd(c, &P4, F(0x21d7200), F(0xa00), F(0x12a00), F(0x1bb7200), F(0x1af200));
   snrt_dead(c, 0x1af200, 14450688);
   /*     5 forward   BatchNormalization /features/features.5/BatchNormalization  live 21.8 MiB */
-  snrt_bn_fwd_train(c, &P5, F(0x1bb7200), F(0x12b00), F(0x12c00), F(0x12d00), F(0x12e00), F(0x1af200), F(0xadf200), F(0xadf300));
+  snrt_bn_fwd_train(c, &P5, F(0x1bb7200), F(0x12b00), F(0x12c00), F(0x12d00), F(0x12e00), F(0x1af200), F(0x7cf200), F(0x7cf300));
   /*     6 forward   Relu               /features/features.6/Relu  live 24.8 MiB */
   snrt_unary_fwd(c, &P6, F(0x1af200), F(0x4bf200));
   snrt_dead(c, 0x1af200, 3211264);
@@ -84,25 +84,24 @@ static void train_step_0(snrt_ctx *c) {
   /*    13 loss      SOFTMAX_CE         loss  live 22.6 MiB */
   snrt_softmax_ce_fwd(c, &P14, F(0x273200), I(0x1ec7200), F(0x2390400));
   /*    14 backward  SOFTMAX_CE_BWD     loss/bwd  live 22.6 MiB */
-  snrt_softmax_ce_bwd(c, &P14, F(0x273200), I(0x1ec7200), F(0x27b200));
+  snrt_softmax_ce_bwd(c, &P14, F(0x273200), I(0x1ec7200), F(0x273c00));
   snrt_dead(c, 0x273200, 2560);
   /*    15 backward  MATMUL_RAW         /classifier/classifier.4/Gemm/bwd_a  live 22.6 MiB */
-  snrt_matmul(c, &P15, F(0x27b200), F(0xd7000), F(0x273200));
+  snrt_matmul(c, &P15, F(0x273c00), F(0xd7000), F(0x3fb200));
   /*    16 backward  MATMUL_RAW         /classifier/classifier.4/Gemm/bwd_b  live 22.6 MiB */
-  snrt_matmul(c, &P16, F(0x27b200), F(0x277200), F(0x27bc00));
+  snrt_matmul(c, &P16, F(0x273c00), F(0x277200), F(0x273200));
   /*    17 backward  BIAS_BWD           /classifier/classifier.4/Gemm/bwd_c  live 22.6 MiB */
-  snrt_bias_bwd(c, &P17, F(0x27b200), F(0x27c600));
-  snrt_dead(c, 0x27b200, 2560);
+  snrt_bias_bwd(c, &P17, F(0x273c00), F(0x274600));
+  snrt_dead(c, 0x273c00, 2560);
   /*    18 update    SGD                classifier.4.weight/sgd  live 22.6 MiB */
-  snrt_sgd(c, &P18, F(0xd7000), F(0x27bc00), F(0xd7b00));
-  snrt_dead(c, 0x27bc00, 2560);
+  snrt_sgd(c, &P18, F(0xd7000), F(0x273200), F(0xd7b00));
+  snrt_dead(c, 0x273200, 2560);
   /*    19 update    SGD                classifier.4.bias/sgd  live 22.6 MiB */
-  snrt_sgd(c, &P19, F(0xd7a00), F(0x27c600), F(0xd8500));
-  snrt_dead(c, 0x27c600, 256);
+  snrt_sgd(c, &P19, F(0xd7a00), F(0x274600), F(0xd8500));
+  snrt_dead(c, 0x274600, 256);
   /*    20 backward  UNARY_BWD          /classifier/classifier.3/Relu/bwd  live 22.6 MiB */
-  snrt_unary_bwd(c, &P11, NULL, F(0x277200), F(0x273200), F(0x3fb200));
+  snrt_unary_bwd(c, &P11, NULL, F(0x277200), F(0x3fb200), F(0x3fb200));
   snrt_dead(c, 0x277200, 16384);
-  snrt_dead(c, 0x273200, 16384);
   /*    21 backward  MATMUL_RAW         /classifier/classifier.2/Gemm/bwd_a  live 23.3 MiB */
   snrt_matmul(c, &P20, F(0x3fb200), F(0x12f00), F(0x273200));
   /*    22 backward  MATMUL_RAW         /classifier/classifier.2/Gemm/bwd_b  live 24.1 MiB */
@@ -117,25 +116,22 @@ static void train_step_0(snrt_ctx *c) {
   /*    25 update    SGD                classifier.2.bias/sgd  live 22.5 MiB */
   snrt_sgd(c, &P24, F(0xd6f00), F(0x1af200), F(0x19c600));
   snrt_dead(c, 0x1af200, 256);
-  /*    26 backward  DROPOUT_BWD        /classifier/classifier.1/Dropout/bwd  live 23.3 MiB */
-  snrt_dropout_bwd(c, &P8, F(0x273200), F(0x1af200));
-  snrt_dead(c, 0x273200, 802816);
+  /*    26 backward  DROPOUT_BWD        /classifier/classifier.1/Dropout/bwd  live 22.5 MiB */
+  snrt_dropout_bwd(c, &P8, F(0x273200), F(0x273200));
   /*    27 backward  Identity           /classifier/classifier.0/Flatten/bwd  live 23.3 MiB */
-  snrt_copy(c, 802816, F(0x1af200), F(0x7cf200));
-  snrt_dead(c, 0x1af200, 802816);
+  snrt_copy(c, 802816, F(0x273200), F(0x1af200));
+  snrt_dead(c, 0x273200, 802816);
   /*    28 backward  MAXPOOL_BWD        /features/features.7/MaxPool/bwd  live 25.6 MiB */
-  snrt_maxpool_bwd(c, &P7, F(0x4bf200), F(0x7cf200), F(0x1af200));
-  snrt_dead(c, 0x7cf200, 802816);
-  /*    29 backward  UNARY_BWD          /features/features.6/Relu/bwd  live 27.9 MiB */
-  snrt_unary_bwd(c, &P6, NULL, F(0x4bf200), F(0x1af200), F(0x7cf200));
+  snrt_maxpool_bwd(c, &P7, F(0x4bf200), F(0x1af200), F(0x1ec7200));
+  snrt_dead(c, 0x1af200, 802816);
+  /*    29 backward  UNARY_BWD          /features/features.6/Relu/bwd  live 24.8 MiB */
+  snrt_unary_bwd(c, &P6, NULL, F(0x4bf200), F(0x1ec7200), F(0x1ec7200));
   snrt_dead(c, 0x4bf200, 3211264);
-  snrt_dead(c, 0x1af200, 3211264);
-  /*    30 backward  BN_BWD             /features/features.5/BatchNormalization/bwd  live 24.8 MiB */
-  snrt_bn_bwd(c, &P5, F(0x1bb7200), F(0x7cf200), F(0x12b00), F(0xadf200), F(0xadf300), F(0x1ec7200), F(0x1af200), F(0x1af300));
+  /*    30 backward  BN_BWD             /features/features.5/BatchNormalization/bwd  live 21.8 MiB */
+  snrt_bn_bwd(c, &P5, F(0x1bb7200), F(0x1ec7200), F(0x12b00), F(0x7cf200), F(0x7cf300), F(0x1ec7200), F(0x1af200), F(0x1af300));
   snrt_dead(c, 0x1bb7200, 3211264);
-  snrt_dead(c, 0xadf200, 256);
-  snrt_dead(c, 0xadf300, 256);
-  snrt_dead(c, 0x7cf200, 3211264);
+  snrt_dead(c, 0x7cf200, 256);
+  snrt_dead(c, 0x7cf300, 256);
   /*    31 update    SGD                features.5.weight/sgd  live 18.7 MiB */
   snrt_sgd(c, &P25, F(0x12b00), F(0x1af200), F(0x19c700));
   snrt_dead(c, 0x1af200, 256);
@@ -161,22 +157,20 @@ static void train_step_0(snrt_ctx *c) {
   /*    38 backward  MAXPOOL_BWD        /features/features.3/MaxPool/bwd  live 21.8 MiB */
   snrt_maxpool_bwd(c, &P3, F(0x1597200), F(0x1bb7200), F(0x1af200));
   snrt_dead(c, 0x1bb7200, 1605632);
-  /*    39 backward  UNARY_BWD          /features/features.2/Relu/bwd  live 26.4 MiB */
-  snrt_unary_bwd(c, &P2, NULL, F(0x1597200), F(0x1af200), F(0x7cf200));
+  /*    39 backward  UNARY_BWD          /features/features.2/Relu/bwd  live 20.3 MiB */
+  snrt_unary_bwd(c, &P2, NULL, F(0x1597200), F(0x1af200), F(0x1af200));
   snrt_dead(c, 0x1597200, 6422528);
-  snrt_dead(c, 0x1af200, 6422528);
-  /*    40 backward  BN_BWD             /features/features.1/BatchNormalization/bwd  live 20.3 MiB */
-  snrt_bn_bwd(c, &P1, F(0xf77200), F(0x7cf200), F(0x600), F(0x2390200), F(0x2390300), F(0x1af200), F(0xdef200), F(0xdef300));
+  /*    40 backward  BN_BWD             /features/features.1/BatchNormalization/bwd  live 14.1 MiB */
+  snrt_bn_bwd(c, &P1, F(0xf77200), F(0x1af200), F(0x600), F(0x2390200), F(0x2390300), F(0x1af200), F(0x7cf200), F(0x7cf300));
   snrt_dead(c, 0xf77200, 6422528);
   snrt_dead(c, 0x2390200, 256);
   snrt_dead(c, 0x2390300, 256);
-  snrt_dead(c, 0x7cf200, 6422528);
   /*    41 update    SGD                features.1.weight/sgd  live 8.0 MiB */
-  snrt_sgd(c, &P29, F(0x600), F(0xdef200), F(0x1aea00));
-  snrt_dead(c, 0xdef200, 256);
+  snrt_sgd(c, &P29, F(0x600), F(0x7cf200), F(0x1aea00));
+  snrt_dead(c, 0x7cf200, 256);
   /*    42 update    SGD                features.1.bias/sgd  live 8.0 MiB */
-  snrt_sgd(c, &P30, F(0x700), F(0xdef300), F(0x1aeb00));
-  snrt_dead(c, 0xdef300, 256);
+  snrt_sgd(c, &P30, F(0x700), F(0x7cf300), F(0x1aeb00));
+  snrt_dead(c, 0x7cf300, 256);
   /*    43 backward  CONV_BWD_FILTER    /features/features.0/Conv/bwd_filter  live 9.7 MiB */
   snrt_conv_bwd_filter(c, &P0, F(0x235f200), F(0x1af200), F(0x988200), F(0x7cf200));
   snrt_dead(c, 0x7cf200, 1806336);
@@ -254,10 +248,10 @@ static const snrt_tensor tensors[] = {
   {"features.0.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {32}, 128, 8188416, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"features.0.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {32}, 128, 1765632, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"features.1.weight", SNRT_T_PARAM, SNRT_F32, 1, {32}, 128, 1536, -1, SNRT_INIT_FILE, 0, 1280, 11, {12, -1}},
-  {"features.1.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {32}, 128, 14610944, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"features.1.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {32}, 128, 8188416, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"features.1.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {32}, 128, 1763840, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"features.1.bias", SNRT_T_PARAM, SNRT_F32, 1, {32}, 128, 1792, -1, SNRT_INIT_FILE, 0, 1408, 14, {15, -1}},
-  {"features.1.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {32}, 128, 14611200, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"features.1.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {32}, 128, 8188672, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"features.1.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {32}, 128, 1764096, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"features.4.weight", SNRT_T_PARAM, SNRT_F32, 4, {64, 32, 3, 3}, 73728, 2560, -1, SNRT_INIT_FILE, 0, 1536, 17, {18, -1}},
   {"features.4.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {64, 32, 3, 3}, 73728, 30667264, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
@@ -278,10 +272,10 @@ static const snrt_tensor tensors[] = {
   {"classifier.2.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 1765888, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"classifier.2.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 1689088, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"classifier.4.weight", SNRT_T_PARAM, SNRT_F32, 2, {10, 64}, 2560, 880640, -1, SNRT_INIT_FILE, 0, 879104, 35, {36, -1}},
-  {"classifier.4.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {10, 64}, 2560, 2604032, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"classifier.4.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {10, 64}, 2560, 2568704, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"classifier.4.weight.momentum", SNRT_T_OPT, SNRT_F32, 2, {10, 64}, 2560, 883456, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"classifier.4.bias", SNRT_T_PARAM, SNRT_F32, 1, {10}, 40, 883200, -1, SNRT_INIT_FILE, 0, 881664, 38, {39, -1}},
-  {"classifier.4.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {10}, 40, 2606592, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"classifier.4.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {10}, 40, 2573824, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"classifier.4.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {10}, 40, 886016, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"features.1.running_mean", SNRT_T_STATE, SNRT_F32, 1, {32}, 128, 2048, -1, SNRT_INIT_FILE, 0, 881704, -1, {-1, -1}},
   {"features.1.running_var", SNRT_T_STATE, SNRT_F32, 1, {32}, 128, 2304, -1, SNRT_INIT_FILE, 0, 881832, -1, {-1, -1}},

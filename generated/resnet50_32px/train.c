@@ -772,7 +772,7 @@ static void train_step_0(snrt_ctx *c) {
   snrt_conv_fwd(c, &P165, F(0xc9de200), F(0x4cd6f00), NULL, F(0xb7c6200), F(0xb3b6200));
   snrt_dead(c, 0xb3b6200, 147456);
   /*   166 forward   BatchNormalization layer4.2.2.bn  live 192.9 MiB */
-  snrt_bn_fwd_train(c, &P166, F(0xb7c6200), F(0x55d6f00), F(0x55d7700), F(0x55d7f00), F(0x55d8700), F(0xb3b6200), F(0xb7d2200), F(0xb7d2a00));
+  snrt_bn_fwd_train(c, &P166, F(0xb7c6200), F(0x55d6f00), F(0x55d7700), F(0x55d7f00), F(0x55d8700), F(0xb3b6200), F(0xb7ce200), F(0xb7cea00));
   /*   167 forward   Relu               layer4.2.2.relu  live 192.9 MiB */
   snrt_unary_fwd(c, &P167, F(0xb3b6200), F(0xb7ca200));
   snrt_dead(c, 0xb3b6200, 16384);
@@ -819,19 +819,17 @@ static void train_step_0(snrt_ctx *c) {
   /*   183 backward  AVGPOOL_BWD        pool/bwd  live 193.2 MiB */
   snrt_avgpool_bwd(c, &P172, F(0xb3b6200), F(0xb3da200));
   snrt_dead(c, 0xb3b6200, 65536);
-  /*   184 backward  UNARY_BWD          layer4.2.out/bwd  live 193.2 MiB */
-  snrt_unary_bwd(c, &P171, NULL, F(0xb3ea200), F(0xb3da200), F(0xb3b6200));
+  /*   184 backward  UNARY_BWD          layer4.2.out/bwd  live 193.1 MiB */
+  snrt_unary_bwd(c, &P171, NULL, F(0xb3ea200), F(0xb3da200), F(0xb3da200));
   snrt_dead(c, 0xb3ea200, 65536);
-  snrt_dead(c, 0xb3da200, 65536);
   /*   185 backward  BINARY_BWD         layer4.2.add/bwd  live 193.2 MiB */
-  snrt_binary_bwd(c, &P170, NULL, NULL, F(0xb3b6200), F(0xb3da200), F(0xc902200));
-  snrt_dead(c, 0xb3b6200, 65536);
-  /*   186 backward  BN_BWD             layer4.2.3.bn/bwd  live 193.2 MiB */
-  snrt_bn_bwd(c, &P169, F(0xb3ca200), F(0xb3da200), F(0x59d8f00), F(0xb40a200), F(0xb40c200), F(0xb7b6200), F(0xb3b6200), F(0xb3b8200));
+  snrt_binary_bwd(c, &P170, NULL, NULL, F(0xb3da200), F(0xb7b6200), F(0xc902200));
+  snrt_dead(c, 0xb3da200, 65536);
+  /*   186 backward  BN_BWD             layer4.2.3.bn/bwd  live 193.1 MiB */
+  snrt_bn_bwd(c, &P169, F(0xb3ca200), F(0xb7b6200), F(0x59d8f00), F(0xb40a200), F(0xb40c200), F(0xb7b6200), F(0xb3b6200), F(0xb3b8200));
   snrt_dead(c, 0xb3ca200, 65536);
   snrt_dead(c, 0xb40a200, 8192);
   snrt_dead(c, 0xb40c200, 8192);
-  snrt_dead(c, 0xb3da200, 65536);
   /*   187 update    SGD                layer4.2.3.bn.weight/sgd  live 193.0 MiB */
   snrt_sgd(c, &P181, F(0x59d8f00), F(0xb3b6200), F(0x5a09100));
   snrt_dead(c, 0xb3b6200, 8192);
@@ -839,7 +837,7 @@ static void train_step_0(snrt_ctx *c) {
   snrt_sgd(c, &P182, F(0x59daf00), F(0xb3b8200), F(0x5a0b100));
   snrt_dead(c, 0xb3b8200, 8192);
   /*   189 backward  CONV_BWD_DATA      layer4.2.3.conv/bwd_data  live 193.0 MiB */
-  snrt_conv_bwd_data(c, &P168, F(0xb7b6200), F(0x55d8f00), F(0xb7ce200), NULL);
+  snrt_conv_bwd_data(c, &P168, F(0xb7b6200), F(0x55d8f00), F(0xc9e2200), NULL);
   /*   190 backward  CONV_BWD_FILTER    layer4.2.3.conv/bwd_filter  live 197.0 MiB */
   snrt_conv_bwd_filter(c, &P168, F(0xb7ca200), F(0xb7b6200), F(0xb3b6200), NULL);
   snrt_dead(c, 0xb7b6200, 65536);
@@ -847,21 +845,19 @@ static void train_step_0(snrt_ctx *c) {
   snrt_sgd(c, &P183, F(0x55d8f00), F(0xb3b6200), F(0x5a0d100));
   snrt_dead(c, 0xb3b6200, 4194304);
   /*   192 backward  UNARY_BWD          layer4.2.2.relu/bwd  live 193.0 MiB */
-  snrt_unary_bwd(c, &P167, NULL, F(0xb7ca200), F(0xb7ce200), F(0xb3b6200));
+  snrt_unary_bwd(c, &P167, NULL, F(0xb7ca200), F(0xc9e2200), F(0xc9e2200));
   snrt_dead(c, 0xb7ca200, 16384);
-  snrt_dead(c, 0xb7ce200, 16384);
   /*   193 backward  BN_BWD             layer4.2.2.bn/bwd  live 193.0 MiB */
-  snrt_bn_bwd(c, &P166, F(0xb7c6200), F(0xb3b6200), F(0x55d6f00), F(0xb7d2200), F(0xb7d2a00), F(0xc9e2200), F(0xb3ba200), F(0xb3baa00));
+  snrt_bn_bwd(c, &P166, F(0xb7c6200), F(0xc9e2200), F(0x55d6f00), F(0xb7ce200), F(0xb7cea00), F(0xc9e2200), F(0xb3b6200), F(0xb3b6a00));
   snrt_dead(c, 0xb7c6200, 16384);
-  snrt_dead(c, 0xb7d2200, 2048);
-  snrt_dead(c, 0xb7d2a00, 2048);
-  snrt_dead(c, 0xb3b6200, 16384);
+  snrt_dead(c, 0xb7ce200, 2048);
+  snrt_dead(c, 0xb7cea00, 2048);
   /*   194 update    SGD                layer4.2.2.bn.weight/sgd  live 192.9 MiB */
-  snrt_sgd(c, &P184, F(0x55d6f00), F(0xb3ba200), F(0x5e0d100));
-  snrt_dead(c, 0xb3ba200, 2048);
+  snrt_sgd(c, &P184, F(0x55d6f00), F(0xb3b6200), F(0x5e0d100));
+  snrt_dead(c, 0xb3b6200, 2048);
   /*   195 update    SGD                layer4.2.2.bn.bias/sgd  live 192.9 MiB */
-  snrt_sgd(c, &P185, F(0x55d7700), F(0xb3baa00), F(0x5e0d900));
-  snrt_dead(c, 0xb3baa00, 2048);
+  snrt_sgd(c, &P185, F(0x55d7700), F(0xb3b6a00), F(0x5e0d900));
+  snrt_dead(c, 0xb3b6a00, 2048);
   /*   196 backward  CONV_BWD_DATA      layer4.2.2.conv/bwd_data  live 193.1 MiB */
   snrt_conv_bwd_data(c, &P165, F(0xc9e2200), F(0x4cd6f00), F(0xc9e6200), F(0xb3b6200));
   snrt_dead(c, 0xb3b6200, 147456);
@@ -872,46 +868,42 @@ static void train_step_0(snrt_ctx *c) {
   /*   198 update    SGD                layer4.2.2.conv.weight/sgd  live 201.9 MiB */
   snrt_sgd(c, &P186, F(0x4cd6f00), F(0xb3b6200), F(0x5e0e100));
   snrt_dead(c, 0xb3b6200, 9437184);
-  /*   199 backward  UNARY_BWD          layer4.2.1.relu/bwd  live 193.0 MiB */
-  snrt_unary_bwd(c, &P164, NULL, F(0xc9de200), F(0xc9e6200), F(0xb3b6200));
+  /*   199 backward  UNARY_BWD          layer4.2.1.relu/bwd  live 192.9 MiB */
+  snrt_unary_bwd(c, &P164, NULL, F(0xc9de200), F(0xc9e6200), F(0xc9e6200));
   snrt_dead(c, 0xc9de200, 16384);
-  snrt_dead(c, 0xc9e6200, 16384);
   /*   200 backward  BN_BWD             layer4.2.1.bn/bwd  live 192.9 MiB */
-  snrt_bn_bwd(c, &P163, F(0xc9da200), F(0xb3b6200), F(0x4cd4f00), F(0xca0d200), F(0xca0da00), F(0xb7b6200), F(0xb3ba200), F(0xb3baa00));
+  snrt_bn_bwd(c, &P163, F(0xc9da200), F(0xc9e6200), F(0x4cd4f00), F(0xca0d200), F(0xca0da00), F(0xc9e6200), F(0xb3b6200), F(0xb3b6a00));
   snrt_dead(c, 0xc9da200, 16384);
   snrt_dead(c, 0xca0d200, 2048);
   snrt_dead(c, 0xca0da00, 2048);
-  snrt_dead(c, 0xb3b6200, 16384);
   /*   201 update    SGD                layer4.2.1.bn.weight/sgd  live 192.9 MiB */
-  snrt_sgd(c, &P187, F(0x4cd4f00), F(0xb3ba200), F(0x670e100));
-  snrt_dead(c, 0xb3ba200, 2048);
+  snrt_sgd(c, &P187, F(0x4cd4f00), F(0xb3b6200), F(0x670e100));
+  snrt_dead(c, 0xb3b6200, 2048);
   /*   202 update    SGD                layer4.2.1.bn.bias/sgd  live 192.9 MiB */
-  snrt_sgd(c, &P188, F(0x4cd5700), F(0xb3baa00), F(0x670e900));
-  snrt_dead(c, 0xb3baa00, 2048);
+  snrt_sgd(c, &P188, F(0x4cd5700), F(0xb3b6a00), F(0x670e900));
+  snrt_dead(c, 0xb3b6a00, 2048);
   /*   203 backward  CONV_BWD_DATA      layer4.2.1.conv/bwd_data  live 193.0 MiB */
-  snrt_conv_bwd_data(c, &P162, F(0xb7b6200), F(0x48d4f00), F(0xb3b6200), NULL);
+  snrt_conv_bwd_data(c, &P162, F(0xc9e6200), F(0x48d4f00), F(0xb3b6200), NULL);
   /*   204 backward  ACCUMULATE         layer4.2.1.conv/accumulate  live 193.0 MiB */
   snrt_add(c, 16384, F(0xc902200), F(0xb3b6200), F(0xc902200));
   snrt_dead(c, 0xb3b6200, 65536);
   /*   205 backward  CONV_BWD_FILTER    layer4.2.1.conv/bwd_filter  live 196.9 MiB */
-  snrt_conv_bwd_filter(c, &P162, F(0xc8f2200), F(0xb7b6200), F(0xb3b6200), NULL);
-  snrt_dead(c, 0xb7b6200, 16384);
+  snrt_conv_bwd_filter(c, &P162, F(0xc8f2200), F(0xc9e6200), F(0xb3b6200), NULL);
+  snrt_dead(c, 0xc9e6200, 16384);
   /*   206 update    SGD                layer4.2.1.conv.weight/sgd  live 196.9 MiB */
   snrt_sgd(c, &P189, F(0x48d4f00), F(0xb3b6200), F(0x670f100));
   snrt_dead(c, 0xb3b6200, 4194304);
-  /*   207 backward  UNARY_BWD          layer4.1.out/bwd  live 193.0 MiB */
-  snrt_unary_bwd(c, &P161, NULL, F(0xc8f2200), F(0xc902200), F(0xb3b6200));
+  /*   207 backward  UNARY_BWD          layer4.1.out/bwd  live 192.9 MiB */
+  snrt_unary_bwd(c, &P161, NULL, F(0xc8f2200), F(0xc902200), F(0xc902200));
   snrt_dead(c, 0xc8f2200, 65536);
-  snrt_dead(c, 0xc902200, 65536);
   /*   208 backward  BINARY_BWD         layer4.1.add/bwd  live 193.0 MiB */
-  snrt_binary_bwd(c, &P160, NULL, NULL, F(0xb3b6200), F(0xb3c6200), F(0xc8f2200));
-  snrt_dead(c, 0xb3b6200, 65536);
-  /*   209 backward  BN_BWD             layer4.1.3.bn/bwd  live 193.0 MiB */
-  snrt_bn_bwd(c, &P159, F(0xc8e2200), F(0xb3c6200), F(0x48ccf00), F(0xc9f2200), F(0xc9f4200), F(0xb7b6200), F(0xb3b6200), F(0xb3b8200));
+  snrt_binary_bwd(c, &P160, NULL, NULL, F(0xc902200), F(0xb7b6200), F(0xc8f2200));
+  snrt_dead(c, 0xc902200, 65536);
+  /*   209 backward  BN_BWD             layer4.1.3.bn/bwd  live 192.9 MiB */
+  snrt_bn_bwd(c, &P159, F(0xc8e2200), F(0xb7b6200), F(0x48ccf00), F(0xc9f2200), F(0xc9f4200), F(0xb7b6200), F(0xb3b6200), F(0xb3b8200));
   snrt_dead(c, 0xc8e2200, 65536);
   snrt_dead(c, 0xc9f2200, 8192);
   snrt_dead(c, 0xc9f4200, 8192);
-  snrt_dead(c, 0xb3c6200, 65536);
   /*   210 update    SGD                layer4.1.3.bn.weight/sgd  live 192.8 MiB */
   snrt_sgd(c, &P190, F(0x48ccf00), F(0xb3b6200), F(0x6b0f100));
   snrt_dead(c, 0xb3b6200, 8192);
@@ -919,7 +911,7 @@ static void train_step_0(snrt_ctx *c) {
   snrt_sgd(c, &P191, F(0x48cef00), F(0xb3b8200), F(0x6b11100));
   snrt_dead(c, 0xb3b8200, 8192);
   /*   212 backward  CONV_BWD_DATA      layer4.1.3.conv/bwd_data  live 192.8 MiB */
-  snrt_conv_bwd_data(c, &P158, F(0xb7b6200), F(0x44ccf00), F(0xb7c6200), NULL);
+  snrt_conv_bwd_data(c, &P158, F(0xb7b6200), F(0x44ccf00), F(0xc8e2200), NULL);
   /*   213 backward  CONV_BWD_FILTER    layer4.1.3.conv/bwd_filter  live 196.8 MiB */
   snrt_conv_bwd_filter(c, &P158, F(0xc9d6200), F(0xb7b6200), F(0xb3b6200), NULL);
   snrt_dead(c, 0xb7b6200, 65536);
@@ -927,21 +919,19 @@ static void train_step_0(snrt_ctx *c) {
   snrt_sgd(c, &P192, F(0x44ccf00), F(0xb3b6200), F(0x6b13100));
   snrt_dead(c, 0xb3b6200, 4194304);
   /*   215 backward  UNARY_BWD          layer4.1.2.relu/bwd  live 192.8 MiB */
-  snrt_unary_bwd(c, &P157, NULL, F(0xc9d6200), F(0xb7c6200), F(0xb3b6200));
+  snrt_unary_bwd(c, &P157, NULL, F(0xc9d6200), F(0xc8e2200), F(0xc8e2200));
   snrt_dead(c, 0xc9d6200, 16384);
-  snrt_dead(c, 0xb7c6200, 16384);
   /*   216 backward  BN_BWD             layer4.1.2.bn/bwd  live 192.8 MiB */
-  snrt_bn_bwd(c, &P156, F(0xc9d2200), F(0xb3b6200), F(0x44caf00), F(0xca0c200), F(0xca0ca00), F(0xc8e2200), F(0xb3ba200), F(0xb3baa00));
+  snrt_bn_bwd(c, &P156, F(0xc9d2200), F(0xc8e2200), F(0x44caf00), F(0xca0c200), F(0xca0ca00), F(0xc8e2200), F(0xb3b6200), F(0xb3b6a00));
   snrt_dead(c, 0xc9d2200, 16384);
   snrt_dead(c, 0xca0c200, 2048);
   snrt_dead(c, 0xca0ca00, 2048);
-  snrt_dead(c, 0xb3b6200, 16384);
   /*   217 update    SGD                layer4.1.2.bn.weight/sgd  live 192.7 MiB */
-  snrt_sgd(c, &P193, F(0x44caf00), F(0xb3ba200), F(0x6f13100));
-  snrt_dead(c, 0xb3ba200, 2048);
+  snrt_sgd(c, &P193, F(0x44caf00), F(0xb3b6200), F(0x6f13100));
+  snrt_dead(c, 0xb3b6200, 2048);
   /*   218 update    SGD                layer4.1.2.bn.bias/sgd  live 192.7 MiB */
-  snrt_sgd(c, &P194, F(0x44cb700), F(0xb3baa00), F(0x6f13900));
-  snrt_dead(c, 0xb3baa00, 2048);
+  snrt_sgd(c, &P194, F(0x44cb700), F(0xb3b6a00), F(0x6f13900));
+  snrt_dead(c, 0xb3b6a00, 2048);
   /*   219 backward  CONV_BWD_DATA      layer4.1.2.conv/bwd_data  live 192.9 MiB */
   snrt_conv_bwd_data(c, &P155, F(0xc8e2200), F(0x3bcaf00), F(0xc8e6200), F(0xb3b6200));
   snrt_dead(c, 0xb3b6200, 147456);
@@ -953,45 +943,41 @@ static void train_step_0(snrt_ctx *c) {
   snrt_sgd(c, &P195, F(0x3bcaf00), F(0xb3b6200), F(0x6f14100));
   snrt_dead(c, 0xb3b6200, 9437184);
   /*   222 backward  UNARY_BWD          layer4.1.1.relu/bwd  live 192.7 MiB */
-  snrt_unary_bwd(c, &P154, NULL, F(0xc9ce200), F(0xc8e6200), F(0xb3b6200));
+  snrt_unary_bwd(c, &P154, NULL, F(0xc9ce200), F(0xc8e6200), F(0xc8e6200));
   snrt_dead(c, 0xc9ce200, 16384);
-  snrt_dead(c, 0xc8e6200, 16384);
   /*   223 backward  BN_BWD             layer4.1.1.bn/bwd  live 192.7 MiB */
-  snrt_bn_bwd(c, &P153, F(0xc9ca200), F(0xb3b6200), F(0x3bc8f00), F(0xca0b200), F(0xca0ba00), F(0xb7b6200), F(0xb3ba200), F(0xb3baa00));
+  snrt_bn_bwd(c, &P153, F(0xc9ca200), F(0xc8e6200), F(0x3bc8f00), F(0xca0b200), F(0xca0ba00), F(0xc8e6200), F(0xb3b6200), F(0xb3b6a00));
   snrt_dead(c, 0xc9ca200, 16384);
   snrt_dead(c, 0xca0b200, 2048);
   snrt_dead(c, 0xca0ba00, 2048);
-  snrt_dead(c, 0xb3b6200, 16384);
   /*   224 update    SGD                layer4.1.1.bn.weight/sgd  live 192.7 MiB */
-  snrt_sgd(c, &P196, F(0x3bc8f00), F(0xb3ba200), F(0x7814100));
-  snrt_dead(c, 0xb3ba200, 2048);
+  snrt_sgd(c, &P196, F(0x3bc8f00), F(0xb3b6200), F(0x7814100));
+  snrt_dead(c, 0xb3b6200, 2048);
   /*   225 update    SGD                layer4.1.1.bn.bias/sgd  live 192.7 MiB */
-  snrt_sgd(c, &P197, F(0x3bc9700), F(0xb3baa00), F(0x7814900));
-  snrt_dead(c, 0xb3baa00, 2048);
+  snrt_sgd(c, &P197, F(0x3bc9700), F(0xb3b6a00), F(0x7814900));
+  snrt_dead(c, 0xb3b6a00, 2048);
   /*   226 backward  CONV_BWD_DATA      layer4.1.1.conv/bwd_data  live 192.8 MiB */
-  snrt_conv_bwd_data(c, &P152, F(0xb7b6200), F(0x37c8f00), F(0xb3b6200), NULL);
+  snrt_conv_bwd_data(c, &P152, F(0xc8e6200), F(0x37c8f00), F(0xb3b6200), NULL);
   /*   227 backward  ACCUMULATE         layer4.1.1.conv/accumulate  live 192.8 MiB */
   snrt_add(c, 16384, F(0xc8f2200), F(0xb3b6200), F(0xc8f2200));
   snrt_dead(c, 0xb3b6200, 65536);
   /*   228 backward  CONV_BWD_FILTER    layer4.1.1.conv/bwd_filter  live 196.7 MiB */
-  snrt_conv_bwd_filter(c, &P152, F(0xc7aa200), F(0xb7b6200), F(0xb3b6200), NULL);
-  snrt_dead(c, 0xb7b6200, 16384);
+  snrt_conv_bwd_filter(c, &P152, F(0xc7aa200), F(0xc8e6200), F(0xb3b6200), NULL);
+  snrt_dead(c, 0xc8e6200, 16384);
   /*   229 update    SGD                layer4.1.1.conv.weight/sgd  live 196.7 MiB */
   snrt_sgd(c, &P198, F(0x37c8f00), F(0xb3b6200), F(0x7815100));
   snrt_dead(c, 0xb3b6200, 4194304);
   /*   230 backward  UNARY_BWD          layer4.0.out/bwd  live 192.7 MiB */
-  snrt_unary_bwd(c, &P151, NULL, F(0xc7aa200), F(0xc8f2200), F(0xb3b6200));
+  snrt_unary_bwd(c, &P151, NULL, F(0xc7aa200), F(0xc8f2200), F(0xc8f2200));
   snrt_dead(c, 0xc7aa200, 65536);
-  snrt_dead(c, 0xc8f2200, 65536);
   /*   231 backward  BINARY_BWD         layer4.0.add/bwd  live 192.7 MiB */
-  snrt_binary_bwd(c, &P150, NULL, NULL, F(0xb3b6200), F(0xbbb6200), F(0xb3c6200));
-  snrt_dead(c, 0xb3b6200, 65536);
-  /*   232 backward  BN_BWD             layer4.0.down.bn/bwd  live 192.8 MiB */
-  snrt_bn_bwd(c, &P149, F(0xc79a200), F(0xb3c6200), F(0x37c0f00), F(0xc9ee200), F(0xc9f0200), F(0xbbc6200), F(0xb3b6200), F(0xb3b8200));
+  snrt_binary_bwd(c, &P150, NULL, NULL, F(0xc8f2200), F(0xbbb6200), F(0xbbc6200));
+  snrt_dead(c, 0xc8f2200, 65536);
+  /*   232 backward  BN_BWD             layer4.0.down.bn/bwd  live 192.7 MiB */
+  snrt_bn_bwd(c, &P149, F(0xc79a200), F(0xbbc6200), F(0x37c0f00), F(0xc9ee200), F(0xc9f0200), F(0xbbc6200), F(0xb3b6200), F(0xb3b8200));
   snrt_dead(c, 0xc79a200, 65536);
   snrt_dead(c, 0xc9ee200, 8192);
   snrt_dead(c, 0xc9f0200, 8192);
-  snrt_dead(c, 0xb3c6200, 65536);
   /*   233 update    SGD                layer4.0.down.bn.weight/sgd  live 192.6 MiB */
   snrt_sgd(c, &P199, F(0x37c0f00), F(0xb3b6200), F(0x7c15100));
   snrt_dead(c, 0xb3b6200, 8192);
@@ -1009,11 +995,10 @@ static void train_step_0(snrt_ctx *c) {
   snrt_sgd(c, &P201, F(0x2fc0f00), F(0xb3b6200), F(0x7c19100));
   snrt_dead(c, 0xb3b6200, 8388608);
   /*   238 backward  BN_BWD             layer4.0.3.bn/bwd  live 192.7 MiB */
-  snrt_bn_bwd(c, &P147, F(0xc8d2200), F(0xbbb6200), F(0x2fb8f00), F(0xc9ea200), F(0xc9ec200), F(0xb7b6200), F(0xb3b6200), F(0xb3b8200));
+  snrt_bn_bwd(c, &P147, F(0xc8d2200), F(0xbbb6200), F(0x2fb8f00), F(0xc9ea200), F(0xc9ec200), F(0xbbb6200), F(0xb3b6200), F(0xb3b8200));
   snrt_dead(c, 0xc8d2200, 65536);
   snrt_dead(c, 0xc9ea200, 8192);
   snrt_dead(c, 0xc9ec200, 8192);
-  snrt_dead(c, 0xbbb6200, 65536);
   /*   239 update    SGD                layer4.0.3.bn.weight/sgd  live 192.6 MiB */
   snrt_sgd(c, &P202, F(0x2fb8f00), F(0xb3b6200), F(0x8419100));
   snrt_dead(c, 0xb3b6200, 8192);
@@ -1021,29 +1006,27 @@ static void train_step_0(snrt_ctx *c) {
   snrt_sgd(c, &P203, F(0x2fbaf00), F(0xb3b8200), F(0x841b100));
   snrt_dead(c, 0xb3b8200, 8192);
   /*   241 backward  CONV_BWD_DATA      layer4.0.3.conv/bwd_data  live 192.6 MiB */
-  snrt_conv_bwd_data(c, &P146, F(0xb7b6200), F(0x2bb8f00), F(0xb7c6200), NULL);
+  snrt_conv_bwd_data(c, &P146, F(0xbbb6200), F(0x2bb8f00), F(0xc8e2200), NULL);
   /*   242 backward  CONV_BWD_FILTER    layer4.0.3.conv/bwd_filter  live 196.6 MiB */
-  snrt_conv_bwd_filter(c, &P146, F(0xc9c6200), F(0xb7b6200), F(0xb3b6200), NULL);
-  snrt_dead(c, 0xb7b6200, 65536);
+  snrt_conv_bwd_filter(c, &P146, F(0xc9c6200), F(0xbbb6200), F(0xb3b6200), NULL);
+  snrt_dead(c, 0xbbb6200, 65536);
   /*   243 update    SGD                layer4.0.3.conv.weight/sgd  live 196.5 MiB */
   snrt_sgd(c, &P204, F(0x2bb8f00), F(0xb3b6200), F(0x841d100));
   snrt_dead(c, 0xb3b6200, 4194304);
-  /*   244 backward  UNARY_BWD          layer4.0.2.relu/bwd  live 192.6 MiB */
-  snrt_unary_bwd(c, &P145, NULL, F(0xc9c6200), F(0xb7c6200), F(0xb3b6200));
+  /*   244 backward  UNARY_BWD          layer4.0.2.relu/bwd  live 192.5 MiB */
+  snrt_unary_bwd(c, &P145, NULL, F(0xc9c6200), F(0xc8e2200), F(0xc8e2200));
   snrt_dead(c, 0xc9c6200, 16384);
-  snrt_dead(c, 0xb7c6200, 16384);
   /*   245 backward  BN_BWD             layer4.0.2.bn/bwd  live 192.5 MiB */
-  snrt_bn_bwd(c, &P144, F(0xc9c2200), F(0xb3b6200), F(0x2bb6f00), F(0xca0a200), F(0xca0aa00), F(0xc8e2200), F(0xb3ba200), F(0xb3baa00));
+  snrt_bn_bwd(c, &P144, F(0xc9c2200), F(0xc8e2200), F(0x2bb6f00), F(0xca0a200), F(0xca0aa00), F(0xc8e2200), F(0xb3b6200), F(0xb3b6a00));
   snrt_dead(c, 0xc9c2200, 16384);
   snrt_dead(c, 0xca0a200, 2048);
   snrt_dead(c, 0xca0aa00, 2048);
-  snrt_dead(c, 0xb3b6200, 16384);
   /*   246 update    SGD                layer4.0.2.bn.weight/sgd  live 192.5 MiB */
-  snrt_sgd(c, &P205, F(0x2bb6f00), F(0xb3ba200), F(0x881d100));
-  snrt_dead(c, 0xb3ba200, 2048);
+  snrt_sgd(c, &P205, F(0x2bb6f00), F(0xb3b6200), F(0x881d100));
+  snrt_dead(c, 0xb3b6200, 2048);
   /*   247 update    SGD                layer4.0.2.bn.bias/sgd  live 192.5 MiB */
-  snrt_sgd(c, &P206, F(0x2bb7700), F(0xb3baa00), F(0x881d900));
-  snrt_dead(c, 0xb3baa00, 2048);
+  snrt_sgd(c, &P206, F(0x2bb7700), F(0xb3b6a00), F(0x881d900));
+  snrt_dead(c, 0xb3b6a00, 2048);
   /*   248 backward  CONV_BWD_DATA      layer4.0.2.conv/bwd_data  live 192.7 MiB */
   snrt_conv_bwd_data(c, &P143, F(0xc8e2200), F(0x22b6f00), F(0xc8d2200), F(0xb3b6200));
   snrt_dead(c, 0xb3b6200, 147456);
@@ -1055,45 +1038,41 @@ static void train_step_0(snrt_ctx *c) {
   snrt_sgd(c, &P207, F(0x22b6f00), F(0xb3b6200), F(0x881e100));
   snrt_dead(c, 0xb3b6200, 9437184);
   /*   251 backward  UNARY_BWD          layer4.0.1.relu/bwd  live 192.6 MiB */
-  snrt_unary_bwd(c, &P142, NULL, F(0xc8c2200), F(0xc8d2200), F(0xb3b6200));
+  snrt_unary_bwd(c, &P142, NULL, F(0xc8c2200), F(0xc8d2200), F(0xc8d2200));
   snrt_dead(c, 0xc8c2200, 65536);
-  snrt_dead(c, 0xc8d2200, 65536);
-  /*   252 backward  BN_BWD             layer4.0.1.bn/bwd  live 192.6 MiB */
-  snrt_bn_bwd(c, &P141, F(0xc8b2200), F(0xb3b6200), F(0x22b4f00), F(0xca09200), F(0xca09a00), F(0xb5b6200), F(0xb3c6200), F(0xb3c6a00));
+  /*   252 backward  BN_BWD             layer4.0.1.bn/bwd  live 192.5 MiB */
+  snrt_bn_bwd(c, &P141, F(0xc8b2200), F(0xc8d2200), F(0x22b4f00), F(0xca09200), F(0xca09a00), F(0xc8d2200), F(0xb3b6200), F(0xb3b6a00));
   snrt_dead(c, 0xc8b2200, 65536);
   snrt_dead(c, 0xca09200, 2048);
   snrt_dead(c, 0xca09a00, 2048);
-  snrt_dead(c, 0xb3b6200, 65536);
   /*   253 update    SGD                layer4.0.1.bn.weight/sgd  live 192.4 MiB */
-  snrt_sgd(c, &P208, F(0x22b4f00), F(0xb3c6200), F(0x911e100));
-  snrt_dead(c, 0xb3c6200, 2048);
+  snrt_sgd(c, &P208, F(0x22b4f00), F(0xb3b6200), F(0x911e100));
+  snrt_dead(c, 0xb3b6200, 2048);
   /*   254 update    SGD                layer4.0.1.bn.bias/sgd  live 192.4 MiB */
-  snrt_sgd(c, &P209, F(0x22b5700), F(0xb3c6a00), F(0x911e900));
-  snrt_dead(c, 0xb3c6a00, 2048);
+  snrt_sgd(c, &P209, F(0x22b5700), F(0xb3b6a00), F(0x911e900));
+  snrt_dead(c, 0xb3b6a00, 2048);
   /*   255 backward  CONV_BWD_DATA      layer4.0.1.conv/bwd_data  live 192.5 MiB */
-  snrt_conv_bwd_data(c, &P140, F(0xb5b6200), F(0x20b4f00), F(0xb3b6200), NULL);
+  snrt_conv_bwd_data(c, &P140, F(0xc8d2200), F(0x20b4f00), F(0xb3b6200), NULL);
   /*   256 backward  ACCUMULATE         layer4.0.1.conv/accumulate  live 192.5 MiB */
   snrt_add(c, 32768, F(0xc79a200), F(0xb3b6200), F(0xc79a200));
   snrt_dead(c, 0xb3b6200, 131072);
   /*   257 backward  CONV_BWD_FILTER    layer4.0.1.conv/bwd_filter  live 194.4 MiB */
-  snrt_conv_bwd_filter(c, &P140, F(0xc77a200), F(0xb5b6200), F(0xb3b6200), NULL);
-  snrt_dead(c, 0xb5b6200, 65536);
+  snrt_conv_bwd_filter(c, &P140, F(0xc77a200), F(0xc8d2200), F(0xb3b6200), NULL);
+  snrt_dead(c, 0xc8d2200, 65536);
   /*   258 update    SGD                layer4.0.1.conv.weight/sgd  live 194.4 MiB */
   snrt_sgd(c, &P210, F(0x20b4f00), F(0xb3b6200), F(0x911f100));
   snrt_dead(c, 0xb3b6200, 2097152);
-  /*   259 backward  UNARY_BWD          layer3.5.out/bwd  live 192.5 MiB */
-  snrt_unary_bwd(c, &P139, NULL, F(0xc77a200), F(0xc79a200), F(0xb3b6200));
+  /*   259 backward  UNARY_BWD          layer3.5.out/bwd  live 192.4 MiB */
+  snrt_unary_bwd(c, &P139, NULL, F(0xc77a200), F(0xc79a200), F(0xc79a200));
   snrt_dead(c, 0xc77a200, 131072);
-  snrt_dead(c, 0xc79a200, 131072);
   /*   260 backward  BINARY_BWD         layer3.5.add/bwd  live 192.5 MiB */
-  snrt_binary_bwd(c, &P138, NULL, NULL, F(0xb3b6200), F(0xb3d6200), F(0xb63e200));
-  snrt_dead(c, 0xb3b6200, 131072);
-  /*   261 backward  BN_BWD             layer3.5.3.bn/bwd  live 192.5 MiB */
-  snrt_bn_bwd(c, &P137, F(0xc75a200), F(0xb3d6200), F(0x20b0f00), F(0xca02200), F(0xca03200), F(0xb4b6200), F(0xb3b6200), F(0xb3b7200));
+  snrt_binary_bwd(c, &P138, NULL, NULL, F(0xc79a200), F(0xb4b6200), F(0xb63e200));
+  snrt_dead(c, 0xc79a200, 131072);
+  /*   261 backward  BN_BWD             layer3.5.3.bn/bwd  live 192.4 MiB */
+  snrt_bn_bwd(c, &P137, F(0xc75a200), F(0xb4b6200), F(0x20b0f00), F(0xca02200), F(0xca03200), F(0xb4b6200), F(0xb3b6200), F(0xb3b7200));
   snrt_dead(c, 0xc75a200, 131072);
   snrt_dead(c, 0xca02200, 4096);
   snrt_dead(c, 0xca03200, 4096);
-  snrt_dead(c, 0xb3d6200, 131072);
   /*   262 update    SGD                layer3.5.3.bn.weight/sgd  live 192.2 MiB */
   snrt_sgd(c, &P211, F(0x20b0f00), F(0xb3b6200), F(0x931f100));
   snrt_dead(c, 0xb3b6200, 4096);
@@ -1101,29 +1080,27 @@ static void train_step_0(snrt_ctx *c) {
   snrt_sgd(c, &P212, F(0x20b1f00), F(0xb3b7200), F(0x9320100));
   snrt_dead(c, 0xb3b7200, 4096);
   /*   264 backward  CONV_BWD_DATA      layer3.5.3.conv/bwd_data  live 192.3 MiB */
-  snrt_conv_bwd_data(c, &P136, F(0xb4b6200), F(0x1fb0f00), F(0xb4d6200), NULL);
+  snrt_conv_bwd_data(c, &P136, F(0xb4b6200), F(0x1fb0f00), F(0xb65e200), NULL);
   /*   265 backward  CONV_BWD_FILTER    layer3.5.3.conv/bwd_filter  live 193.3 MiB */
   snrt_conv_bwd_filter(c, &P136, F(0xc9ba200), F(0xb4b6200), F(0xb3b6200), NULL);
   snrt_dead(c, 0xb4b6200, 131072);
   /*   266 update    SGD                layer3.5.3.conv.weight/sgd  live 193.1 MiB */
   snrt_sgd(c, &P213, F(0x1fb0f00), F(0xb3b6200), F(0x9321100));
   snrt_dead(c, 0xb3b6200, 1048576);
-  /*   267 backward  UNARY_BWD          layer3.5.2.relu/bwd  live 192.2 MiB */
-  snrt_unary_bwd(c, &P135, NULL, F(0xc9ba200), F(0xb4d6200), F(0xb3b6200));
+  /*   267 backward  UNARY_BWD          layer3.5.2.relu/bwd  live 192.1 MiB */
+  snrt_unary_bwd(c, &P135, NULL, F(0xc9ba200), F(0xb65e200), F(0xb65e200));
   snrt_dead(c, 0xc9ba200, 32768);
-  snrt_dead(c, 0xb4d6200, 32768);
   /*   268 backward  BN_BWD             layer3.5.2.bn/bwd  live 192.1 MiB */
-  snrt_bn_bwd(c, &P134, F(0xc9b2200), F(0xb3b6200), F(0x1faff00), F(0xca15a00), F(0xca15e00), F(0xb65e200), F(0xb3be200), F(0xb3be600));
+  snrt_bn_bwd(c, &P134, F(0xc9b2200), F(0xb65e200), F(0x1faff00), F(0xca15a00), F(0xca15e00), F(0xb65e200), F(0xb3b6200), F(0xb3b6600));
   snrt_dead(c, 0xc9b2200, 32768);
   snrt_dead(c, 0xca15a00, 1024);
   snrt_dead(c, 0xca15e00, 1024);
-  snrt_dead(c, 0xb3b6200, 32768);
   /*   269 update    SGD                layer3.5.2.bn.weight/sgd  live 192.1 MiB */
-  snrt_sgd(c, &P214, F(0x1faff00), F(0xb3be200), F(0x9421100));
-  snrt_dead(c, 0xb3be200, 1024);
+  snrt_sgd(c, &P214, F(0x1faff00), F(0xb3b6200), F(0x9421100));
+  snrt_dead(c, 0xb3b6200, 1024);
   /*   270 update    SGD                layer3.5.2.bn.bias/sgd  live 192.1 MiB */
-  snrt_sgd(c, &P215, F(0x1fb0300), F(0xb3be600), F(0x9421500));
-  snrt_dead(c, 0xb3be600, 1024);
+  snrt_sgd(c, &P215, F(0x1fb0300), F(0xb3b6600), F(0x9421500));
+  snrt_dead(c, 0xb3b6600, 1024);
   /*   271 backward  CONV_BWD_DATA      layer3.5.2.conv/bwd_data  live 192.4 MiB */
   snrt_conv_bwd_data(c, &P133, F(0xb65e200), F(0x1d6ff00), F(0xb666200), F(0xb3b6200));
   snrt_dead(c, 0xb3b6200, 294912);
@@ -1135,45 +1112,41 @@ static void train_step_0(snrt_ctx *c) {
   snrt_sgd(c, &P216, F(0x1d6ff00), F(0xb3b6200), F(0x9421900));
   snrt_dead(c, 0xb3b6200, 2359296);
   /*   274 backward  UNARY_BWD          layer3.5.1.relu/bwd  live 192.1 MiB */
-  snrt_unary_bwd(c, &P132, NULL, F(0xc9aa200), F(0xb666200), F(0xb3b6200));
+  snrt_unary_bwd(c, &P132, NULL, F(0xc9aa200), F(0xb666200), F(0xb666200));
   snrt_dead(c, 0xc9aa200, 32768);
-  snrt_dead(c, 0xb666200, 32768);
-  /*   275 backward  BN_BWD             layer3.5.1.bn/bwd  live 192.1 MiB */
-  snrt_bn_bwd(c, &P131, F(0xc9a2200), F(0xb3b6200), F(0x1d6ef00), F(0xca15200), F(0xca15600), F(0xb4b6200), F(0xb3be200), F(0xb3be600));
+  /*   275 backward  BN_BWD             layer3.5.1.bn/bwd  live 192.0 MiB */
+  snrt_bn_bwd(c, &P131, F(0xc9a2200), F(0xb666200), F(0x1d6ef00), F(0xca15200), F(0xca15600), F(0xb666200), F(0xb3b6200), F(0xb3b6600));
   snrt_dead(c, 0xc9a2200, 32768);
   snrt_dead(c, 0xca15200, 1024);
   snrt_dead(c, 0xca15600, 1024);
-  snrt_dead(c, 0xb3b6200, 32768);
   /*   276 update    SGD                layer3.5.1.bn.weight/sgd  live 192.0 MiB */
-  snrt_sgd(c, &P217, F(0x1d6ef00), F(0xb3be200), F(0x9661900));
-  snrt_dead(c, 0xb3be200, 1024);
+  snrt_sgd(c, &P217, F(0x1d6ef00), F(0xb3b6200), F(0x9661900));
+  snrt_dead(c, 0xb3b6200, 1024);
   /*   277 update    SGD                layer3.5.1.bn.bias/sgd  live 192.0 MiB */
-  snrt_sgd(c, &P218, F(0x1d6f300), F(0xb3be600), F(0x9661d00));
-  snrt_dead(c, 0xb3be600, 1024);
+  snrt_sgd(c, &P218, F(0x1d6f300), F(0xb3b6600), F(0x9661d00));
+  snrt_dead(c, 0xb3b6600, 1024);
   /*   278 backward  CONV_BWD_DATA      layer3.5.1.conv/bwd_data  live 192.1 MiB */
-  snrt_conv_bwd_data(c, &P130, F(0xb4b6200), F(0x1c6ef00), F(0xb3b6200), NULL);
+  snrt_conv_bwd_data(c, &P130, F(0xb666200), F(0x1c6ef00), F(0xb3b6200), NULL);
   /*   279 backward  ACCUMULATE         layer3.5.1.conv/accumulate  live 192.1 MiB */
   snrt_add(c, 32768, F(0xb63e200), F(0xb3b6200), F(0xb63e200));
   snrt_dead(c, 0xb3b6200, 131072);
   /*   280 backward  CONV_BWD_FILTER    layer3.5.1.conv/bwd_filter  live 193.0 MiB */
-  snrt_conv_bwd_filter(c, &P130, F(0xc73a200), F(0xb4b6200), F(0xb3b6200), NULL);
-  snrt_dead(c, 0xb4b6200, 32768);
+  snrt_conv_bwd_filter(c, &P130, F(0xc73a200), F(0xb666200), F(0xb3b6200), NULL);
+  snrt_dead(c, 0xb666200, 32768);
   /*   281 update    SGD                layer3.5.1.conv.weight/sgd  live 193.0 MiB */
   snrt_sgd(c, &P219, F(0x1c6ef00), F(0xb3b6200), F(0x9662100));
   snrt_dead(c, 0xb3b6200, 1048576);
-  /*   282 backward  UNARY_BWD          layer3.4.out/bwd  live 192.1 MiB */
-  snrt_unary_bwd(c, &P129, NULL, F(0xc73a200), F(0xb63e200), F(0xb3b6200));
+  /*   282 backward  UNARY_BWD          layer3.4.out/bwd  live 192.0 MiB */
+  snrt_unary_bwd(c, &P129, NULL, F(0xc73a200), F(0xb63e200), F(0xb63e200));
   snrt_dead(c, 0xc73a200, 131072);
-  snrt_dead(c, 0xb63e200, 131072);
   /*   283 backward  BINARY_BWD         layer3.4.add/bwd  live 192.1 MiB */
-  snrt_binary_bwd(c, &P128, NULL, NULL, F(0xb3b6200), F(0xb3d6200), F(0xb63e200));
-  snrt_dead(c, 0xb3b6200, 131072);
-  /*   284 backward  BN_BWD             layer3.4.3.bn/bwd  live 192.1 MiB */
-  snrt_bn_bwd(c, &P127, F(0xc71a200), F(0xb3d6200), F(0x1c6af00), F(0xca00200), F(0xca01200), F(0xb4b6200), F(0xb3b6200), F(0xb3b7200));
+  snrt_binary_bwd(c, &P128, NULL, NULL, F(0xb63e200), F(0xb4b6200), F(0xb65e200));
+  snrt_dead(c, 0xb63e200, 131072);
+  /*   284 backward  BN_BWD             layer3.4.3.bn/bwd  live 192.0 MiB */
+  snrt_bn_bwd(c, &P127, F(0xc71a200), F(0xb4b6200), F(0x1c6af00), F(0xca00200), F(0xca01200), F(0xb4b6200), F(0xb3b6200), F(0xb3b7200));
   snrt_dead(c, 0xc71a200, 131072);
   snrt_dead(c, 0xca00200, 4096);
   snrt_dead(c, 0xca01200, 4096);
-  snrt_dead(c, 0xb3d6200, 131072);
   /*   285 update    SGD                layer3.4.3.bn.weight/sgd  live 191.8 MiB */
   snrt_sgd(c, &P220, F(0x1c6af00), F(0xb3b6200), F(0x9762100));
   snrt_dead(c, 0xb3b6200, 4096);
@@ -1181,79 +1154,73 @@ static void train_step_0(snrt_ctx *c) {
   snrt_sgd(c, &P221, F(0x1c6bf00), F(0xb3b7200), F(0x9763100));
   snrt_dead(c, 0xb3b7200, 4096);
   /*   287 backward  CONV_BWD_DATA      layer3.4.3.conv/bwd_data  live 191.9 MiB */
-  snrt_conv_bwd_data(c, &P126, F(0xb4b6200), F(0x1b6af00), F(0xb4d6200), NULL);
+  snrt_conv_bwd_data(c, &P126, F(0xb4b6200), F(0x1b6af00), F(0xb63e200), NULL);
   /*   288 backward  CONV_BWD_FILTER    layer3.4.3.conv/bwd_filter  live 192.9 MiB */
   snrt_conv_bwd_filter(c, &P126, F(0xc99a200), F(0xb4b6200), F(0xb3b6200), NULL);
   snrt_dead(c, 0xb4b6200, 131072);
   /*   289 update    SGD                layer3.4.3.conv.weight/sgd  live 192.7 MiB */
   snrt_sgd(c, &P222, F(0x1b6af00), F(0xb3b6200), F(0x9764100));
   snrt_dead(c, 0xb3b6200, 1048576);
-  /*   290 backward  UNARY_BWD          layer3.4.2.relu/bwd  live 191.8 MiB */
-  snrt_unary_bwd(c, &P125, NULL, F(0xc99a200), F(0xb4d6200), F(0xb3b6200));
+  /*   290 backward  UNARY_BWD          layer3.4.2.relu/bwd  live 191.7 MiB */
+  snrt_unary_bwd(c, &P125, NULL, F(0xc99a200), F(0xb63e200), F(0xb63e200));
   snrt_dead(c, 0xc99a200, 32768);
-  snrt_dead(c, 0xb4d6200, 32768);
   /*   291 backward  BN_BWD             layer3.4.2.bn/bwd  live 191.7 MiB */
-  snrt_bn_bwd(c, &P124, F(0xc992200), F(0xb3b6200), F(0x1b69f00), F(0xca14a00), F(0xca14e00), F(0xb65e200), F(0xb3be200), F(0xb3be600));
+  snrt_bn_bwd(c, &P124, F(0xc992200), F(0xb63e200), F(0x1b69f00), F(0xca14a00), F(0xca14e00), F(0xb63e200), F(0xb3b6200), F(0xb3b6600));
   snrt_dead(c, 0xc992200, 32768);
   snrt_dead(c, 0xca14a00, 1024);
   snrt_dead(c, 0xca14e00, 1024);
-  snrt_dead(c, 0xb3b6200, 32768);
   /*   292 update    SGD                layer3.4.2.bn.weight/sgd  live 191.7 MiB */
-  snrt_sgd(c, &P223, F(0x1b69f00), F(0xb3be200), F(0x9864100));
-  snrt_dead(c, 0xb3be200, 1024);
+  snrt_sgd(c, &P223, F(0x1b69f00), F(0xb3b6200), F(0x9864100));
+  snrt_dead(c, 0xb3b6200, 1024);
   /*   293 update    SGD                layer3.4.2.bn.bias/sgd  live 191.7 MiB */
-  snrt_sgd(c, &P224, F(0x1b6a300), F(0xb3be600), F(0x9864500));
-  snrt_dead(c, 0xb3be600, 1024);
+  snrt_sgd(c, &P224, F(0x1b6a300), F(0xb3b6600), F(0x9864500));
+  snrt_dead(c, 0xb3b6600, 1024);
   /*   294 backward  CONV_BWD_DATA      layer3.4.2.conv/bwd_data  live 192.0 MiB */
-  snrt_conv_bwd_data(c, &P123, F(0xb65e200), F(0x1929f00), F(0xb666200), F(0xb3b6200));
+  snrt_conv_bwd_data(c, &P123, F(0xb63e200), F(0x1929f00), F(0xb646200), F(0xb3b6200));
   snrt_dead(c, 0xb3b6200, 294912);
   /*   295 backward  CONV_BWD_FILTER    layer3.4.2.conv/bwd_filter  live 194.2 MiB */
-  snrt_conv_bwd_filter(c, &P123, F(0xc98a200), F(0xb65e200), F(0xb3b6200), F(0xb5f6200));
-  snrt_dead(c, 0xb65e200, 32768);
+  snrt_conv_bwd_filter(c, &P123, F(0xc98a200), F(0xb63e200), F(0xb3b6200), F(0xb5f6200));
+  snrt_dead(c, 0xb63e200, 32768);
   snrt_dead(c, 0xb5f6200, 294912);
   /*   296 update    SGD                layer3.4.2.conv.weight/sgd  live 193.9 MiB */
   snrt_sgd(c, &P225, F(0x1929f00), F(0xb3b6200), F(0x9864900));
   snrt_dead(c, 0xb3b6200, 2359296);
   /*   297 backward  UNARY_BWD          layer3.4.1.relu/bwd  live 191.7 MiB */
-  snrt_unary_bwd(c, &P122, NULL, F(0xc98a200), F(0xb666200), F(0xb3b6200));
+  snrt_unary_bwd(c, &P122, NULL, F(0xc98a200), F(0xb646200), F(0xb646200));
   snrt_dead(c, 0xc98a200, 32768);
-  snrt_dead(c, 0xb666200, 32768);
   /*   298 backward  BN_BWD             layer3.4.1.bn/bwd  live 191.7 MiB */
-  snrt_bn_bwd(c, &P121, F(0xc982200), F(0xb3b6200), F(0x1928f00), F(0xca14200), F(0xca14600), F(0xb4b6200), F(0xb3be200), F(0xb3be600));
+  snrt_bn_bwd(c, &P121, F(0xc982200), F(0xb646200), F(0x1928f00), F(0xca14200), F(0xca14600), F(0xb646200), F(0xb3b6200), F(0xb3b6600));
   snrt_dead(c, 0xc982200, 32768);
   snrt_dead(c, 0xca14200, 1024);
   snrt_dead(c, 0xca14600, 1024);
-  snrt_dead(c, 0xb3b6200, 32768);
   /*   299 update    SGD                layer3.4.1.bn.weight/sgd  live 191.6 MiB */
-  snrt_sgd(c, &P226, F(0x1928f00), F(0xb3be200), F(0x9aa4900));
-  snrt_dead(c, 0xb3be200, 1024);
+  snrt_sgd(c, &P226, F(0x1928f00), F(0xb3b6200), F(0x9aa4900));
+  snrt_dead(c, 0xb3b6200, 1024);
   /*   300 update    SGD                layer3.4.1.bn.bias/sgd  live 191.6 MiB */
-  snrt_sgd(c, &P227, F(0x1929300), F(0xb3be600), F(0x9aa4d00));
-  snrt_dead(c, 0xb3be600, 1024);
+  snrt_sgd(c, &P227, F(0x1929300), F(0xb3b6600), F(0x9aa4d00));
+  snrt_dead(c, 0xb3b6600, 1024);
   /*   301 backward  CONV_BWD_DATA      layer3.4.1.conv/bwd_data  live 191.7 MiB */
-  snrt_conv_bwd_data(c, &P120, F(0xb4b6200), F(0x1828f00), F(0xb3b6200), NULL);
+  snrt_conv_bwd_data(c, &P120, F(0xb646200), F(0x1828f00), F(0xb3b6200), NULL);
   /*   302 backward  ACCUMULATE         layer3.4.1.conv/accumulate  live 191.7 MiB */
-  snrt_add(c, 32768, F(0xb63e200), F(0xb3b6200), F(0xb63e200));
+  snrt_add(c, 32768, F(0xb65e200), F(0xb3b6200), F(0xb65e200));
   snrt_dead(c, 0xb3b6200, 131072);
   /*   303 backward  CONV_BWD_FILTER    layer3.4.1.conv/bwd_filter  live 192.6 MiB */
-  snrt_conv_bwd_filter(c, &P120, F(0xc6fa200), F(0xb4b6200), F(0xb3b6200), NULL);
-  snrt_dead(c, 0xb4b6200, 32768);
+  snrt_conv_bwd_filter(c, &P120, F(0xc6fa200), F(0xb646200), F(0xb3b6200), NULL);
+  snrt_dead(c, 0xb646200, 32768);
   /*   304 update    SGD                layer3.4.1.conv.weight/sgd  live 192.6 MiB */
   snrt_sgd(c, &P228, F(0x1828f00), F(0xb3b6200), F(0x9aa5100));
   snrt_dead(c, 0xb3b6200, 1048576);
-  /*   305 backward  UNARY_BWD          layer3.3.out/bwd  live 191.7 MiB */
-  snrt_unary_bwd(c, &P119, NULL, F(0xc6fa200), F(0xb63e200), F(0xb3b6200));
+  /*   305 backward  UNARY_BWD          layer3.3.out/bwd  live 191.6 MiB */
+  snrt_unary_bwd(c, &P119, NULL, F(0xc6fa200), F(0xb65e200), F(0xb65e200));
   snrt_dead(c, 0xc6fa200, 131072);
-  snrt_dead(c, 0xb63e200, 131072);
   /*   306 backward  BINARY_BWD         layer3.3.add/bwd  live 191.7 MiB */
-  snrt_binary_bwd(c, &P118, NULL, NULL, F(0xb3b6200), F(0xb3d6200), F(0xb63e200));
-  snrt_dead(c, 0xb3b6200, 131072);
-  /*   307 backward  BN_BWD             layer3.3.3.bn/bwd  live 191.7 MiB */
-  snrt_bn_bwd(c, &P117, F(0xc6da200), F(0xb3d6200), F(0x1824f00), F(0xc9fe200), F(0xc9ff200), F(0xb4b6200), F(0xb3b6200), F(0xb3b7200));
+  snrt_binary_bwd(c, &P118, NULL, NULL, F(0xb65e200), F(0xb4b6200), F(0xb63e200));
+  snrt_dead(c, 0xb65e200, 131072);
+  /*   307 backward  BN_BWD             layer3.3.3.bn/bwd  live 191.6 MiB */
+  snrt_bn_bwd(c, &P117, F(0xc6da200), F(0xb4b6200), F(0x1824f00), F(0xc9fe200), F(0xc9ff200), F(0xb4b6200), F(0xb3b6200), F(0xb3b7200));
   snrt_dead(c, 0xc6da200, 131072);
   snrt_dead(c, 0xc9fe200, 4096);
   snrt_dead(c, 0xc9ff200, 4096);
-  snrt_dead(c, 0xb3d6200, 131072);
   /*   308 update    SGD                layer3.3.3.bn.weight/sgd  live 191.5 MiB */
   snrt_sgd(c, &P229, F(0x1824f00), F(0xb3b6200), F(0x9ba5100));
   snrt_dead(c, 0xb3b6200, 4096);
@@ -1261,7 +1228,7 @@ static void train_step_0(snrt_ctx *c) {
   snrt_sgd(c, &P230, F(0x1825f00), F(0xb3b7200), F(0x9ba6100));
   snrt_dead(c, 0xb3b7200, 4096);
   /*   310 backward  CONV_BWD_DATA      layer3.3.3.conv/bwd_data  live 191.5 MiB */
-  snrt_conv_bwd_data(c, &P116, F(0xb4b6200), F(0x1724f00), F(0xb4d6200), NULL);
+  snrt_conv_bwd_data(c, &P116, F(0xb4b6200), F(0x1724f00), F(0xb65e200), NULL);
   /*   311 backward  CONV_BWD_FILTER    layer3.3.3.conv/bwd_filter  live 192.5 MiB */
   snrt_conv_bwd_filter(c, &P116, F(0xc97a200), F(0xb4b6200), F(0xb3b6200), NULL);
   snrt_dead(c, 0xb4b6200, 131072);
@@ -1269,21 +1236,19 @@ static void train_step_0(snrt_ctx *c) {
   snrt_sgd(c, &P231, F(0x1724f00), F(0xb3b6200), F(0x9ba7100));
   snrt_dead(c, 0xb3b6200, 1048576);
   /*   313 backward  UNARY_BWD          layer3.3.2.relu/bwd  live 191.4 MiB */
-  snrt_unary_bwd(c, &P115, NULL, F(0xc97a200), F(0xb4d6200), F(0xb3b6200));
+  snrt_unary_bwd(c, &P115, NULL, F(0xc97a200), F(0xb65e200), F(0xb65e200));
   snrt_dead(c, 0xc97a200, 32768);
-  snrt_dead(c, 0xb4d6200, 32768);
-  /*   314 backward  BN_BWD             layer3.3.2.bn/bwd  live 191.4 MiB */
-  snrt_bn_bwd(c, &P114, F(0xc972200), F(0xb3b6200), F(0x1723f00), F(0xca13a00), F(0xca13e00), F(0xb65e200), F(0xb3be200), F(0xb3be600));
+  /*   314 backward  BN_BWD             layer3.3.2.bn/bwd  live 191.3 MiB */
+  snrt_bn_bwd(c, &P114, F(0xc972200), F(0xb65e200), F(0x1723f00), F(0xca13a00), F(0xca13e00), F(0xb65e200), F(0xb3b6200), F(0xb3b6600));
   snrt_dead(c, 0xc972200, 32768);
   snrt_dead(c, 0xca13a00, 1024);
   snrt_dead(c, 0xca13e00, 1024);
-  snrt_dead(c, 0xb3b6200, 32768);
   /*   315 update    SGD                layer3.3.2.bn.weight/sgd  live 191.3 MiB */
-  snrt_sgd(c, &P232, F(0x1723f00), F(0xb3be200), F(0x9ca7100));
-  snrt_dead(c, 0xb3be200, 1024);
+  snrt_sgd(c, &P232, F(0x1723f00), F(0xb3b6200), F(0x9ca7100));
+  snrt_dead(c, 0xb3b6200, 1024);
   /*   316 update    SGD                layer3.3.2.bn.bias/sgd  live 191.3 MiB */
-  snrt_sgd(c, &P233, F(0x1724300), F(0xb3be600), F(0x9ca7500));
-  snrt_dead(c, 0xb3be600, 1024);
+  snrt_sgd(c, &P233, F(0x1724300), F(0xb3b6600), F(0x9ca7500));
+  snrt_dead(c, 0xb3b6600, 1024);
   /*   317 backward  CONV_BWD_DATA      layer3.3.2.conv/bwd_data  live 191.6 MiB */
   snrt_conv_bwd_data(c, &P113, F(0xb65e200), F(0x14e3f00), F(0xb666200), F(0xb3b6200));
   snrt_dead(c, 0xb3b6200, 294912);
@@ -1295,45 +1260,41 @@ static void train_step_0(snrt_ctx *c) {
   snrt_sgd(c, &P234, F(0x14e3f00), F(0xb3b6200), F(0x9ca7900));
   snrt_dead(c, 0xb3b6200, 2359296);
   /*   320 backward  UNARY_BWD          layer3.3.1.relu/bwd  live 191.3 MiB */
-  snrt_unary_bwd(c, &P112, NULL, F(0xc96a200), F(0xb666200), F(0xb3b6200));
+  snrt_unary_bwd(c, &P112, NULL, F(0xc96a200), F(0xb666200), F(0xb666200));
   snrt_dead(c, 0xc96a200, 32768);
-  snrt_dead(c, 0xb666200, 32768);
   /*   321 backward  BN_BWD             layer3.3.1.bn/bwd  live 191.3 MiB */
-  snrt_bn_bwd(c, &P111, F(0xc962200), F(0xb3b6200), F(0x14e2f00), F(0xca13200), F(0xca13600), F(0xb4b6200), F(0xb3be200), F(0xb3be600));
+  snrt_bn_bwd(c, &P111, F(0xc962200), F(0xb666200), F(0x14e2f00), F(0xca13200), F(0xca13600), F(0xb666200), F(0xb3b6200), F(0xb3b6600));
   snrt_dead(c, 0xc962200, 32768);
   snrt_dead(c, 0xca13200, 1024);
   snrt_dead(c, 0xca13600, 1024);
-  snrt_dead(c, 0xb3b6200, 32768);
   /*   322 update    SGD                layer3.3.1.bn.weight/sgd  live 191.2 MiB */
-  snrt_sgd(c, &P235, F(0x14e2f00), F(0xb3be200), F(0x9ee7900));
-  snrt_dead(c, 0xb3be200, 1024);
+  snrt_sgd(c, &P235, F(0x14e2f00), F(0xb3b6200), F(0x9ee7900));
+  snrt_dead(c, 0xb3b6200, 1024);
   /*   323 update    SGD                layer3.3.1.bn.bias/sgd  live 191.2 MiB */
-  snrt_sgd(c, &P236, F(0x14e3300), F(0xb3be600), F(0x9ee7d00));
-  snrt_dead(c, 0xb3be600, 1024);
+  snrt_sgd(c, &P236, F(0x14e3300), F(0xb3b6600), F(0x9ee7d00));
+  snrt_dead(c, 0xb3b6600, 1024);
   /*   324 backward  CONV_BWD_DATA      layer3.3.1.conv/bwd_data  live 191.4 MiB */
-  snrt_conv_bwd_data(c, &P110, F(0xb4b6200), F(0x13e2f00), F(0xb3b6200), NULL);
+  snrt_conv_bwd_data(c, &P110, F(0xb666200), F(0x13e2f00), F(0xb3b6200), NULL);
   /*   325 backward  ACCUMULATE         layer3.3.1.conv/accumulate  live 191.4 MiB */
   snrt_add(c, 32768, F(0xb63e200), F(0xb3b6200), F(0xb63e200));
   snrt_dead(c, 0xb3b6200, 131072);
   /*   326 backward  CONV_BWD_FILTER    layer3.3.1.conv/bwd_filter  live 192.2 MiB */
-  snrt_conv_bwd_filter(c, &P110, F(0xc6ba200), F(0xb4b6200), F(0xb3b6200), NULL);
-  snrt_dead(c, 0xb4b6200, 32768);
+  snrt_conv_bwd_filter(c, &P110, F(0xc6ba200), F(0xb666200), F(0xb3b6200), NULL);
+  snrt_dead(c, 0xb666200, 32768);
   /*   327 update    SGD                layer3.3.1.conv.weight/sgd  live 192.2 MiB */
   snrt_sgd(c, &P237, F(0x13e2f00), F(0xb3b6200), F(0x9ee8100));
   snrt_dead(c, 0xb3b6200, 1048576);
-  /*   328 backward  UNARY_BWD          layer3.2.out/bwd  live 191.3 MiB */
-  snrt_unary_bwd(c, &P109, NULL, F(0xc6ba200), F(0xb63e200), F(0xb3b6200));
+  /*   328 backward  UNARY_BWD          layer3.2.out/bwd  live 191.2 MiB */
+  snrt_unary_bwd(c, &P109, NULL, F(0xc6ba200), F(0xb63e200), F(0xb63e200));
   snrt_dead(c, 0xc6ba200, 131072);
-  snrt_dead(c, 0xb63e200, 131072);
   /*   329 backward  BINARY_BWD         layer3.2.add/bwd  live 191.3 MiB */
-  snrt_binary_bwd(c, &P108, NULL, NULL, F(0xb3b6200), F(0xb3d6200), F(0xb63e200));
-  snrt_dead(c, 0xb3b6200, 131072);
-  /*   330 backward  BN_BWD             layer3.2.3.bn/bwd  live 191.3 MiB */
-  snrt_bn_bwd(c, &P107, F(0xc69a200), F(0xb3d6200), F(0x13def00), F(0xc9fc200), F(0xc9fd200), F(0xb4b6200), F(0xb3b6200), F(0xb3b7200));
+  snrt_binary_bwd(c, &P108, NULL, NULL, F(0xb63e200), F(0xb4b6200), F(0xb65e200));
+  snrt_dead(c, 0xb63e200, 131072);
+  /*   330 backward  BN_BWD             layer3.2.3.bn/bwd  live 191.2 MiB */
+  snrt_bn_bwd(c, &P107, F(0xc69a200), F(0xb4b6200), F(0x13def00), F(0xc9fc200), F(0xc9fd200), F(0xb4b6200), F(0xb3b6200), F(0xb3b7200));
   snrt_dead(c, 0xc69a200, 131072);
   snrt_dead(c, 0xc9fc200, 4096);
   snrt_dead(c, 0xc9fd200, 4096);
-  snrt_dead(c, 0xb3d6200, 131072);
   /*   331 update    SGD                layer3.2.3.bn.weight/sgd  live 191.1 MiB */
   snrt_sgd(c, &P238, F(0x13def00), F(0xb3b6200), F(0x9fe8100));
   snrt_dead(c, 0xb3b6200, 4096);
@@ -1341,7 +1302,7 @@ static void train_step_0(snrt_ctx *c) {
   snrt_sgd(c, &P239, F(0x13dff00), F(0xb3b7200), F(0x9fe9100));
   snrt_dead(c, 0xb3b7200, 4096);
   /*   333 backward  CONV_BWD_DATA      layer3.2.3.conv/bwd_data  live 191.1 MiB */
-  snrt_conv_bwd_data(c, &P106, F(0xb4b6200), F(0x12def00), F(0xb4d6200), NULL);
+  snrt_conv_bwd_data(c, &P106, F(0xb4b6200), F(0x12def00), F(0xb63e200), NULL);
   /*   334 backward  CONV_BWD_FILTER    layer3.2.3.conv/bwd_filter  live 192.1 MiB */
   snrt_conv_bwd_filter(c, &P106, F(0xc95a200), F(0xb4b6200), F(0xb3b6200), NULL);
   snrt_dead(c, 0xb4b6200, 131072);
@@ -1349,71 +1310,65 @@ static void train_step_0(snrt_ctx *c) {
   snrt_sgd(c, &P240, F(0x12def00), F(0xb3b6200), F(0x9fea100));
   snrt_dead(c, 0xb3b6200, 1048576);
   /*   336 backward  UNARY_BWD          layer3.2.2.relu/bwd  live 191.0 MiB */
-  snrt_unary_bwd(c, &P105, NULL, F(0xc95a200), F(0xb4d6200), F(0xb3b6200));
+  snrt_unary_bwd(c, &P105, NULL, F(0xc95a200), F(0xb63e200), F(0xb63e200));
   snrt_dead(c, 0xc95a200, 32768);
-  snrt_dead(c, 0xb4d6200, 32768);
-  /*   337 backward  BN_BWD             layer3.2.2.bn/bwd  live 191.0 MiB */
-  snrt_bn_bwd(c, &P104, F(0xc952200), F(0xb3b6200), F(0x12ddf00), F(0xca12a00), F(0xca12e00), F(0xb65e200), F(0xb3be200), F(0xb3be600));
+  /*   337 backward  BN_BWD             layer3.2.2.bn/bwd  live 190.9 MiB */
+  snrt_bn_bwd(c, &P104, F(0xc952200), F(0xb63e200), F(0x12ddf00), F(0xca12a00), F(0xca12e00), F(0xb63e200), F(0xb3b6200), F(0xb3b6600));
   snrt_dead(c, 0xc952200, 32768);
   snrt_dead(c, 0xca12a00, 1024);
   snrt_dead(c, 0xca12e00, 1024);
-  snrt_dead(c, 0xb3b6200, 32768);
   /*   338 update    SGD                layer3.2.2.bn.weight/sgd  live 190.9 MiB */
-  snrt_sgd(c, &P241, F(0x12ddf00), F(0xb3be200), F(0xa0ea100));
-  snrt_dead(c, 0xb3be200, 1024);
+  snrt_sgd(c, &P241, F(0x12ddf00), F(0xb3b6200), F(0xa0ea100));
+  snrt_dead(c, 0xb3b6200, 1024);
   /*   339 update    SGD                layer3.2.2.bn.bias/sgd  live 190.9 MiB */
-  snrt_sgd(c, &P242, F(0x12de300), F(0xb3be600), F(0xa0ea500));
-  snrt_dead(c, 0xb3be600, 1024);
+  snrt_sgd(c, &P242, F(0x12de300), F(0xb3b6600), F(0xa0ea500));
+  snrt_dead(c, 0xb3b6600, 1024);
   /*   340 backward  CONV_BWD_DATA      layer3.2.2.conv/bwd_data  live 191.2 MiB */
-  snrt_conv_bwd_data(c, &P103, F(0xb65e200), F(0x109df00), F(0xb666200), F(0xb3b6200));
+  snrt_conv_bwd_data(c, &P103, F(0xb63e200), F(0x109df00), F(0xb646200), F(0xb3b6200));
   snrt_dead(c, 0xb3b6200, 294912);
   /*   341 backward  CONV_BWD_FILTER    layer3.2.2.conv/bwd_filter  live 193.5 MiB */
-  snrt_conv_bwd_filter(c, &P103, F(0xc94a200), F(0xb65e200), F(0xb3b6200), F(0xb5f6200));
-  snrt_dead(c, 0xb65e200, 32768);
+  snrt_conv_bwd_filter(c, &P103, F(0xc94a200), F(0xb63e200), F(0xb3b6200), F(0xb5f6200));
+  snrt_dead(c, 0xb63e200, 32768);
   snrt_dead(c, 0xb5f6200, 294912);
   /*   342 update    SGD                layer3.2.2.conv.weight/sgd  live 193.2 MiB */
   snrt_sgd(c, &P243, F(0x109df00), F(0xb3b6200), F(0xa0ea900));
   snrt_dead(c, 0xb3b6200, 2359296);
   /*   343 backward  UNARY_BWD          layer3.2.1.relu/bwd  live 190.9 MiB */
-  snrt_unary_bwd(c, &P102, NULL, F(0xc94a200), F(0xb666200), F(0xb3b6200));
+  snrt_unary_bwd(c, &P102, NULL, F(0xc94a200), F(0xb646200), F(0xb646200));
   snrt_dead(c, 0xc94a200, 32768);
-  snrt_dead(c, 0xb666200, 32768);
   /*   344 backward  BN_BWD             layer3.2.1.bn/bwd  live 190.9 MiB */
-  snrt_bn_bwd(c, &P101, F(0xc942200), F(0xb3b6200), F(0x109cf00), F(0xca12200), F(0xca12600), F(0xb4b6200), F(0xb3be200), F(0xb3be600));
+  snrt_bn_bwd(c, &P101, F(0xc942200), F(0xb646200), F(0x109cf00), F(0xca12200), F(0xca12600), F(0xb646200), F(0xb3b6200), F(0xb3b6600));
   snrt_dead(c, 0xc942200, 32768);
   snrt_dead(c, 0xca12200, 1024);
   snrt_dead(c, 0xca12600, 1024);
-  snrt_dead(c, 0xb3b6200, 32768);
   /*   345 update    SGD                layer3.2.1.bn.weight/sgd  live 190.8 MiB */
-  snrt_sgd(c, &P244, F(0x109cf00), F(0xb3be200), F(0xa32a900));
-  snrt_dead(c, 0xb3be200, 1024);
+  snrt_sgd(c, &P244, F(0x109cf00), F(0xb3b6200), F(0xa32a900));
+  snrt_dead(c, 0xb3b6200, 1024);
   /*   346 update    SGD                layer3.2.1.bn.bias/sgd  live 190.8 MiB */
-  snrt_sgd(c, &P245, F(0x109d300), F(0xb3be600), F(0xa32ad00));
-  snrt_dead(c, 0xb3be600, 1024);
+  snrt_sgd(c, &P245, F(0x109d300), F(0xb3b6600), F(0xa32ad00));
+  snrt_dead(c, 0xb3b6600, 1024);
   /*   347 backward  CONV_BWD_DATA      layer3.2.1.conv/bwd_data  live 191.0 MiB */
-  snrt_conv_bwd_data(c, &P100, F(0xb4b6200), F(0xf9cf00), F(0xb3b6200), NULL);
+  snrt_conv_bwd_data(c, &P100, F(0xb646200), F(0xf9cf00), F(0xb3b6200), NULL);
   /*   348 backward  ACCUMULATE         layer3.2.1.conv/accumulate  live 191.0 MiB */
-  snrt_add(c, 32768, F(0xb63e200), F(0xb3b6200), F(0xb63e200));
+  snrt_add(c, 32768, F(0xb65e200), F(0xb3b6200), F(0xb65e200));
   snrt_dead(c, 0xb3b6200, 131072);
   /*   349 backward  CONV_BWD_FILTER    layer3.2.1.conv/bwd_filter  live 191.8 MiB */
-  snrt_conv_bwd_filter(c, &P100, F(0xc67a200), F(0xb4b6200), F(0xb3b6200), NULL);
-  snrt_dead(c, 0xb4b6200, 32768);
+  snrt_conv_bwd_filter(c, &P100, F(0xc67a200), F(0xb646200), F(0xb3b6200), NULL);
+  snrt_dead(c, 0xb646200, 32768);
   /*   350 update    SGD                layer3.2.1.conv.weight/sgd  live 191.8 MiB */
   snrt_sgd(c, &P246, F(0xf9cf00), F(0xb3b6200), F(0xa32b100));
   snrt_dead(c, 0xb3b6200, 1048576);
-  /*   351 backward  UNARY_BWD          layer3.1.out/bwd  live 190.9 MiB */
-  snrt_unary_bwd(c, &P99, NULL, F(0xc67a200), F(0xb63e200), F(0xb3b6200));
+  /*   351 backward  UNARY_BWD          layer3.1.out/bwd  live 190.8 MiB */
+  snrt_unary_bwd(c, &P99, NULL, F(0xc67a200), F(0xb65e200), F(0xb65e200));
   snrt_dead(c, 0xc67a200, 131072);
-  snrt_dead(c, 0xb63e200, 131072);
   /*   352 backward  BINARY_BWD         layer3.1.add/bwd  live 190.9 MiB */
-  snrt_binary_bwd(c, &P98, NULL, NULL, F(0xb3b6200), F(0xb3d6200), F(0xb63e200));
-  snrt_dead(c, 0xb3b6200, 131072);
-  /*   353 backward  BN_BWD             layer3.1.3.bn/bwd  live 190.9 MiB */
-  snrt_bn_bwd(c, &P97, F(0xc65a200), F(0xb3d6200), F(0xf98f00), F(0xc9fa200), F(0xc9fb200), F(0xb4b6200), F(0xb3b6200), F(0xb3b7200));
+  snrt_binary_bwd(c, &P98, NULL, NULL, F(0xb65e200), F(0xb4b6200), F(0xb63e200));
+  snrt_dead(c, 0xb65e200, 131072);
+  /*   353 backward  BN_BWD             layer3.1.3.bn/bwd  live 190.8 MiB */
+  snrt_bn_bwd(c, &P97, F(0xc65a200), F(0xb4b6200), F(0xf98f00), F(0xc9fa200), F(0xc9fb200), F(0xb4b6200), F(0xb3b6200), F(0xb3b7200));
   snrt_dead(c, 0xc65a200, 131072);
   snrt_dead(c, 0xc9fa200, 4096);
   snrt_dead(c, 0xc9fb200, 4096);
-  snrt_dead(c, 0xb3d6200, 131072);
   /*   354 update    SGD                layer3.1.3.bn.weight/sgd  live 190.7 MiB */
   snrt_sgd(c, &P247, F(0xf98f00), F(0xb3b6200), F(0xa42b100));
   snrt_dead(c, 0xb3b6200, 4096);
@@ -1421,7 +1376,7 @@ static void train_step_0(snrt_ctx *c) {
   snrt_sgd(c, &P248, F(0xf99f00), F(0xb3b7200), F(0xa42c100));
   snrt_dead(c, 0xb3b7200, 4096);
   /*   356 backward  CONV_BWD_DATA      layer3.1.3.conv/bwd_data  live 190.7 MiB */
-  snrt_conv_bwd_data(c, &P96, F(0xb4b6200), F(0xe98f00), F(0xb4d6200), NULL);
+  snrt_conv_bwd_data(c, &P96, F(0xb4b6200), F(0xe98f00), F(0xb65e200), NULL);
   /*   357 backward  CONV_BWD_FILTER    layer3.1.3.conv/bwd_filter  live 191.7 MiB */
   snrt_conv_bwd_filter(c, &P96, F(0xc93a200), F(0xb4b6200), F(0xb3b6200), NULL);
   snrt_dead(c, 0xb4b6200, 131072);
@@ -1429,21 +1384,19 @@ static void train_step_0(snrt_ctx *c) {
   snrt_sgd(c, &P249, F(0xe98f00), F(0xb3b6200), F(0xa42d100));
   snrt_dead(c, 0xb3b6200, 1048576);
   /*   359 backward  UNARY_BWD          layer3.1.2.relu/bwd  live 190.6 MiB */
-  snrt_unary_bwd(c, &P95, NULL, F(0xc93a200), F(0xb4d6200), F(0xb3b6200));
+  snrt_unary_bwd(c, &P95, NULL, F(0xc93a200), F(0xb65e200), F(0xb65e200));
   snrt_dead(c, 0xc93a200, 32768);
-  snrt_dead(c, 0xb4d6200, 32768);
   /*   360 backward  BN_BWD             layer3.1.2.bn/bwd  live 190.6 MiB */
-  snrt_bn_bwd(c, &P94, F(0xc932200), F(0xb3b6200), F(0xe97f00), F(0xca11a00), F(0xca11e00), F(0xb65e200), F(0xb3be200), F(0xb3be600));
+  snrt_bn_bwd(c, &P94, F(0xc932200), F(0xb65e200), F(0xe97f00), F(0xca11a00), F(0xca11e00), F(0xb65e200), F(0xb3b6200), F(0xb3b6600));
   snrt_dead(c, 0xc932200, 32768);
   snrt_dead(c, 0xca11a00, 1024);
   snrt_dead(c, 0xca11e00, 1024);
-  snrt_dead(c, 0xb3b6200, 32768);
   /*   361 update    SGD                layer3.1.2.bn.weight/sgd  live 190.5 MiB */
-  snrt_sgd(c, &P250, F(0xe97f00), F(0xb3be200), F(0xa52d100));
-  snrt_dead(c, 0xb3be200, 1024);
+  snrt_sgd(c, &P250, F(0xe97f00), F(0xb3b6200), F(0xa52d100));
+  snrt_dead(c, 0xb3b6200, 1024);
   /*   362 update    SGD                layer3.1.2.bn.bias/sgd  live 190.5 MiB */
-  snrt_sgd(c, &P251, F(0xe98300), F(0xb3be600), F(0xa52d500));
-  snrt_dead(c, 0xb3be600, 1024);
+  snrt_sgd(c, &P251, F(0xe98300), F(0xb3b6600), F(0xa52d500));
+  snrt_dead(c, 0xb3b6600, 1024);
   /*   363 backward  CONV_BWD_DATA      layer3.1.2.conv/bwd_data  live 190.8 MiB */
   snrt_conv_bwd_data(c, &P93, F(0xb65e200), F(0xc57f00), F(0xb666200), F(0xb3b6200));
   snrt_dead(c, 0xb3b6200, 294912);
@@ -1454,46 +1407,42 @@ static void train_step_0(snrt_ctx *c) {
   /*   365 update    SGD                layer3.1.2.conv.weight/sgd  live 192.8 MiB */
   snrt_sgd(c, &P252, F(0xc57f00), F(0xb3b6200), F(0xa52d900));
   snrt_dead(c, 0xb3b6200, 2359296);
-  /*   366 backward  UNARY_BWD          layer3.1.1.relu/bwd  live 190.6 MiB */
-  snrt_unary_bwd(c, &P92, NULL, F(0xc92a200), F(0xb666200), F(0xb3b6200));
+  /*   366 backward  UNARY_BWD          layer3.1.1.relu/bwd  live 190.5 MiB */
+  snrt_unary_bwd(c, &P92, NULL, F(0xc92a200), F(0xb666200), F(0xb666200));
   snrt_dead(c, 0xc92a200, 32768);
-  snrt_dead(c, 0xb666200, 32768);
   /*   367 backward  BN_BWD             layer3.1.1.bn/bwd  live 190.5 MiB */
-  snrt_bn_bwd(c, &P91, F(0xc922200), F(0xb3b6200), F(0xc56f00), F(0xca11200), F(0xca11600), F(0xb4b6200), F(0xb3be200), F(0xb3be600));
+  snrt_bn_bwd(c, &P91, F(0xc922200), F(0xb666200), F(0xc56f00), F(0xca11200), F(0xca11600), F(0xb666200), F(0xb3b6200), F(0xb3b6600));
   snrt_dead(c, 0xc922200, 32768);
   snrt_dead(c, 0xca11200, 1024);
   snrt_dead(c, 0xca11600, 1024);
-  snrt_dead(c, 0xb3b6200, 32768);
   /*   368 update    SGD                layer3.1.1.bn.weight/sgd  live 190.5 MiB */
-  snrt_sgd(c, &P253, F(0xc56f00), F(0xb3be200), F(0xa76d900));
-  snrt_dead(c, 0xb3be200, 1024);
+  snrt_sgd(c, &P253, F(0xc56f00), F(0xb3b6200), F(0xa76d900));
+  snrt_dead(c, 0xb3b6200, 1024);
   /*   369 update    SGD                layer3.1.1.bn.bias/sgd  live 190.5 MiB */
-  snrt_sgd(c, &P254, F(0xc57300), F(0xb3be600), F(0xa76dd00));
-  snrt_dead(c, 0xb3be600, 1024);
+  snrt_sgd(c, &P254, F(0xc57300), F(0xb3b6600), F(0xa76dd00));
+  snrt_dead(c, 0xb3b6600, 1024);
   /*   370 backward  CONV_BWD_DATA      layer3.1.1.conv/bwd_data  live 190.6 MiB */
-  snrt_conv_bwd_data(c, &P90, F(0xb4b6200), F(0xb56f00), F(0xb3b6200), NULL);
+  snrt_conv_bwd_data(c, &P90, F(0xb666200), F(0xb56f00), F(0xb3b6200), NULL);
   /*   371 backward  ACCUMULATE         layer3.1.1.conv/accumulate  live 190.6 MiB */
   snrt_add(c, 32768, F(0xb63e200), F(0xb3b6200), F(0xb63e200));
   snrt_dead(c, 0xb3b6200, 131072);
   /*   372 backward  CONV_BWD_FILTER    layer3.1.1.conv/bwd_filter  live 191.5 MiB */
-  snrt_conv_bwd_filter(c, &P90, F(0xc63a200), F(0xb4b6200), F(0xb3b6200), NULL);
-  snrt_dead(c, 0xb4b6200, 32768);
+  snrt_conv_bwd_filter(c, &P90, F(0xc63a200), F(0xb666200), F(0xb3b6200), NULL);
+  snrt_dead(c, 0xb666200, 32768);
   /*   373 update    SGD                layer3.1.1.conv.weight/sgd  live 191.4 MiB */
   snrt_sgd(c, &P255, F(0xb56f00), F(0xb3b6200), F(0xa76e100));
   snrt_dead(c, 0xb3b6200, 1048576);
-  /*   374 backward  UNARY_BWD          layer3.0.out/bwd  live 190.6 MiB */
-  snrt_unary_bwd(c, &P89, NULL, F(0xc63a200), F(0xb63e200), F(0xb3b6200));
+  /*   374 backward  UNARY_BWD          layer3.0.out/bwd  live 190.4 MiB */
+  snrt_unary_bwd(c, &P89, NULL, F(0xc63a200), F(0xb63e200), F(0xb63e200));
   snrt_dead(c, 0xc63a200, 131072);
-  snrt_dead(c, 0xb63e200, 131072);
   /*   375 backward  BINARY_BWD         layer3.0.add/bwd  live 190.6 MiB */
-  snrt_binary_bwd(c, &P88, NULL, NULL, F(0xb3b6200), F(0xb5b6200), F(0xb3d6200));
-  snrt_dead(c, 0xb3b6200, 131072);
-  /*   376 backward  BN_BWD             layer3.0.down.bn/bwd  live 190.6 MiB */
-  snrt_bn_bwd(c, &P87, F(0xc61a200), F(0xb3d6200), F(0xb52f00), F(0xc9f8200), F(0xc9f9200), F(0xb5d6200), F(0xb3b6200), F(0xb3b7200));
+  snrt_binary_bwd(c, &P88, NULL, NULL, F(0xb63e200), F(0xb5b6200), F(0xb5d6200));
+  snrt_dead(c, 0xb63e200, 131072);
+  /*   376 backward  BN_BWD             layer3.0.down.bn/bwd  live 190.4 MiB */
+  snrt_bn_bwd(c, &P87, F(0xc61a200), F(0xb5d6200), F(0xb52f00), F(0xc9f8200), F(0xc9f9200), F(0xb5d6200), F(0xb3b6200), F(0xb3b7200));
   snrt_dead(c, 0xc61a200, 131072);
   snrt_dead(c, 0xc9f8200, 4096);
   snrt_dead(c, 0xc9f9200, 4096);
-  snrt_dead(c, 0xb3d6200, 131072);
   /*   377 update    SGD                layer3.0.down.bn.weight/sgd  live 190.3 MiB */
   snrt_sgd(c, &P256, F(0xb52f00), F(0xb3b6200), F(0xa86e100));
   snrt_dead(c, 0xb3b6200, 4096);
@@ -1510,12 +1459,11 @@ static void train_step_0(snrt_ctx *c) {
   /*   381 update    SGD                layer3.0.down.conv.weight/sgd  live 192.4 MiB */
   snrt_sgd(c, &P258, F(0x952f00), F(0xb3b6200), F(0xa870100));
   snrt_dead(c, 0xb3b6200, 2097152);
-  /*   382 backward  BN_BWD             layer3.0.3.bn/bwd  live 190.6 MiB */
-  snrt_bn_bwd(c, &P85, F(0xc5fa200), F(0xb5b6200), F(0x94ef00), F(0xc9f6200), F(0xc9f7200), F(0xb4b6200), F(0xb3b6200), F(0xb3b7200));
+  /*   382 backward  BN_BWD             layer3.0.3.bn/bwd  live 190.4 MiB */
+  snrt_bn_bwd(c, &P85, F(0xc5fa200), F(0xb5b6200), F(0x94ef00), F(0xc9f6200), F(0xc9f7200), F(0xb5b6200), F(0xb3b6200), F(0xb3b7200));
   snrt_dead(c, 0xc5fa200, 131072);
   snrt_dead(c, 0xc9f6200, 4096);
   snrt_dead(c, 0xc9f7200, 4096);
-  snrt_dead(c, 0xb5b6200, 131072);
   /*   383 update    SGD                layer3.0.3.bn.weight/sgd  live 190.3 MiB */
   snrt_sgd(c, &P259, F(0x94ef00), F(0xb3b6200), F(0xaa70100));
   snrt_dead(c, 0xb3b6200, 4096);
@@ -1523,29 +1471,27 @@ static void train_step_0(snrt_ctx *c) {
   snrt_sgd(c, &P260, F(0x94ff00), F(0xb3b7200), F(0xaa71100));
   snrt_dead(c, 0xb3b7200, 4096);
   /*   385 backward  CONV_BWD_DATA      layer3.0.3.conv/bwd_data  live 190.3 MiB */
-  snrt_conv_bwd_data(c, &P84, F(0xb4b6200), F(0x84ef00), F(0xb4d6200), NULL);
+  snrt_conv_bwd_data(c, &P84, F(0xb5b6200), F(0x84ef00), F(0xb69e200), NULL);
   /*   386 backward  CONV_BWD_FILTER    layer3.0.3.conv/bwd_filter  live 191.3 MiB */
-  snrt_conv_bwd_filter(c, &P84, F(0xc91a200), F(0xb4b6200), F(0xb3b6200), NULL);
-  snrt_dead(c, 0xb4b6200, 131072);
+  snrt_conv_bwd_filter(c, &P84, F(0xc91a200), F(0xb5b6200), F(0xb3b6200), NULL);
+  snrt_dead(c, 0xb5b6200, 131072);
   /*   387 update    SGD                layer3.0.3.conv.weight/sgd  live 191.2 MiB */
   snrt_sgd(c, &P261, F(0x84ef00), F(0xb3b6200), F(0xaa72100));
   snrt_dead(c, 0xb3b6200, 1048576);
   /*   388 backward  UNARY_BWD          layer3.0.2.relu/bwd  live 190.2 MiB */
-  snrt_unary_bwd(c, &P83, NULL, F(0xc91a200), F(0xb4d6200), F(0xb3b6200));
+  snrt_unary_bwd(c, &P83, NULL, F(0xc91a200), F(0xb69e200), F(0xb69e200));
   snrt_dead(c, 0xc91a200, 32768);
-  snrt_dead(c, 0xb4d6200, 32768);
   /*   389 backward  BN_BWD             layer3.0.2.bn/bwd  live 190.2 MiB */
-  snrt_bn_bwd(c, &P82, F(0xc912200), F(0xb3b6200), F(0x84df00), F(0xca10a00), F(0xca10e00), F(0xb69e200), F(0xb3be200), F(0xb3be600));
+  snrt_bn_bwd(c, &P82, F(0xc912200), F(0xb69e200), F(0x84df00), F(0xca10a00), F(0xca10e00), F(0xb69e200), F(0xb3b6200), F(0xb3b6600));
   snrt_dead(c, 0xc912200, 32768);
   snrt_dead(c, 0xca10a00, 1024);
   snrt_dead(c, 0xca10e00, 1024);
-  snrt_dead(c, 0xb3b6200, 32768);
   /*   390 update    SGD                layer3.0.2.bn.weight/sgd  live 190.1 MiB */
-  snrt_sgd(c, &P262, F(0x84df00), F(0xb3be200), F(0xab72100));
-  snrt_dead(c, 0xb3be200, 1024);
+  snrt_sgd(c, &P262, F(0x84df00), F(0xb3b6200), F(0xab72100));
+  snrt_dead(c, 0xb3b6200, 1024);
   /*   391 update    SGD                layer3.0.2.bn.bias/sgd  live 190.1 MiB */
-  snrt_sgd(c, &P263, F(0x84e300), F(0xb3be600), F(0xab72500));
-  snrt_dead(c, 0xb3be600, 1024);
+  snrt_sgd(c, &P263, F(0x84e300), F(0xb3b6600), F(0xab72500));
+  snrt_dead(c, 0xb3b6600, 1024);
   /*   392 backward  CONV_BWD_DATA      layer3.0.2.conv/bwd_data  live 190.5 MiB */
   snrt_conv_bwd_data(c, &P81, F(0xb69e200), F(0x60df00), F(0xb67e200), F(0xb3b6200));
   snrt_dead(c, 0xb3b6200, 294912);
@@ -1556,24 +1502,22 @@ static void train_step_0(snrt_ctx *c) {
   /*   394 update    SGD                layer3.0.2.conv.weight/sgd  live 192.5 MiB */
   snrt_sgd(c, &P264, F(0x60df00), F(0xb3b6200), F(0xab72900));
   snrt_dead(c, 0xb3b6200, 2359296);
-  /*   395 backward  UNARY_BWD          layer3.0.1.relu/bwd  live 190.3 MiB */
-  snrt_unary_bwd(c, &P80, NULL, F(0xc5da200), F(0xb67e200), F(0xb3b6200));
+  /*   395 backward  UNARY_BWD          layer3.0.1.relu/bwd  live 190.2 MiB */
+  snrt_unary_bwd(c, &P80, NULL, F(0xc5da200), F(0xb67e200), F(0xb67e200));
   snrt_dead(c, 0xc5da200, 131072);
-  snrt_dead(c, 0xb67e200, 131072);
-  /*   396 backward  BN_BWD             layer3.0.1.bn/bwd  live 190.2 MiB */
-  snrt_bn_bwd(c, &P79, F(0xc5ba200), F(0xb3b6200), F(0x60cf00), F(0xca10200), F(0xca10600), F(0xb436200), F(0xb3d6200), F(0xb3d6600));
+  /*   396 backward  BN_BWD             layer3.0.1.bn/bwd  live 190.1 MiB */
+  snrt_bn_bwd(c, &P79, F(0xc5ba200), F(0xb67e200), F(0x60cf00), F(0xca10200), F(0xca10600), F(0xb67e200), F(0xb3b6200), F(0xb3b6600));
   snrt_dead(c, 0xc5ba200, 131072);
   snrt_dead(c, 0xca10200, 1024);
   snrt_dead(c, 0xca10600, 1024);
-  snrt_dead(c, 0xb3b6200, 131072);
   /*   397 update    SGD                layer3.0.1.bn.weight/sgd  live 190.0 MiB */
-  snrt_sgd(c, &P265, F(0x60cf00), F(0xb3d6200), F(0xadb2900));
-  snrt_dead(c, 0xb3d6200, 1024);
+  snrt_sgd(c, &P265, F(0x60cf00), F(0xb3b6200), F(0xadb2900));
+  snrt_dead(c, 0xb3b6200, 1024);
   /*   398 update    SGD                layer3.0.1.bn.bias/sgd  live 190.0 MiB */
-  snrt_sgd(c, &P266, F(0x60d300), F(0xb3d6600), F(0xadb2d00));
-  snrt_dead(c, 0xb3d6600, 1024);
+  snrt_sgd(c, &P266, F(0x60d300), F(0xb3b6600), F(0xadb2d00));
+  snrt_dead(c, 0xb3b6600, 1024);
   /*   399 backward  CONV_BWD_DATA      layer3.0.1.conv/bwd_data  live 190.2 MiB */
-  snrt_conv_bwd_data(c, &P78, F(0xb436200), F(0x58cf00), F(0xb3b6200), NULL);
+  snrt_conv_bwd_data(c, &P78, F(0xb67e200), F(0x58cf00), F(0xb3b6200), NULL);
 }
 
 static void train_step_1(snrt_ctx *c) {
@@ -1582,54 +1526,50 @@ static void train_step_1(snrt_ctx *c) {
   snrt_add(c, 65536, F(0xb63e200), F(0xb3b6200), F(0xb63e200));
   snrt_dead(c, 0xb3b6200, 262144);
   /*   401 backward  CONV_BWD_FILTER    layer3.0.1.conv/bwd_filter  live 190.5 MiB */
-  snrt_conv_bwd_filter(c, &P78, F(0xc3b6200), F(0xb436200), F(0xb3b6200), NULL);
-  snrt_dead(c, 0xb436200, 131072);
+  snrt_conv_bwd_filter(c, &P78, F(0xc3b6200), F(0xb67e200), F(0xb3b6200), NULL);
+  snrt_dead(c, 0xb67e200, 131072);
   /*   402 update    SGD                layer3.0.1.conv.weight/sgd  live 190.3 MiB */
   snrt_sgd(c, &P267, F(0x58cf00), F(0xb3b6200), F(0xadb3100));
   snrt_dead(c, 0xb3b6200, 524288);
-  /*   403 backward  UNARY_BWD          layer2.3.out/bwd  live 190.1 MiB */
-  snrt_unary_bwd(c, &P77, NULL, F(0xc3b6200), F(0xb63e200), F(0xb3b6200));
+  /*   403 backward  UNARY_BWD          layer2.3.out/bwd  live 189.8 MiB */
+  snrt_unary_bwd(c, &P77, NULL, F(0xc3b6200), F(0xb63e200), F(0xb63e200));
   snrt_dead(c, 0xc3b6200, 262144);
-  snrt_dead(c, 0xb63e200, 262144);
   /*   404 backward  BINARY_BWD         layer2.3.add/bwd  live 190.1 MiB */
-  snrt_binary_bwd(c, &P76, NULL, NULL, F(0xb3b6200), F(0xb3f6200), F(0xb4d6200));
-  snrt_dead(c, 0xb3b6200, 262144);
-  /*   405 backward  BN_BWD             layer2.3.3.bn/bwd  live 190.1 MiB */
-  snrt_bn_bwd(c, &P75, F(0xc376200), F(0xb3f6200), F(0x58af00), F(0xca08200), F(0xca08a00), F(0xb3b6200), F(0xb436200), F(0xb436a00));
+  snrt_binary_bwd(c, &P76, NULL, NULL, F(0xb63e200), F(0xb3b6200), F(0xb4d6200));
+  snrt_dead(c, 0xb63e200, 262144);
+  /*   405 backward  BN_BWD             layer2.3.3.bn/bwd  live 189.8 MiB */
+  snrt_bn_bwd(c, &P75, F(0xc376200), F(0xb3b6200), F(0x58af00), F(0xca08200), F(0xca08a00), F(0xb3b6200), F(0xb3f6200), F(0xb3f6a00));
   snrt_dead(c, 0xc376200, 262144);
   snrt_dead(c, 0xca08200, 2048);
   snrt_dead(c, 0xca08a00, 2048);
-  snrt_dead(c, 0xb3f6200, 262144);
   /*   406 update    SGD                layer2.3.3.bn.weight/sgd  live 189.6 MiB */
-  snrt_sgd(c, &P268, F(0x58af00), F(0xb436200), F(0xae33100));
-  snrt_dead(c, 0xb436200, 2048);
+  snrt_sgd(c, &P268, F(0x58af00), F(0xb3f6200), F(0xae33100));
+  snrt_dead(c, 0xb3f6200, 2048);
   /*   407 update    SGD                layer2.3.3.bn.bias/sgd  live 189.6 MiB */
-  snrt_sgd(c, &P269, F(0x58b700), F(0xb436a00), F(0xae33900));
-  snrt_dead(c, 0xb436a00, 2048);
+  snrt_sgd(c, &P269, F(0x58b700), F(0xb3f6a00), F(0xae33900));
+  snrt_dead(c, 0xb3f6a00, 2048);
   /*   408 backward  CONV_BWD_DATA      layer2.3.3.conv/bwd_data  live 189.7 MiB */
-  snrt_conv_bwd_data(c, &P74, F(0xb3b6200), F(0x54af00), F(0xb436200), NULL);
+  snrt_conv_bwd_data(c, &P74, F(0xb3b6200), F(0x54af00), F(0xb516200), NULL);
   /*   409 backward  CONV_BWD_FILTER    layer2.3.3.conv/bwd_filter  live 189.9 MiB */
   snrt_conv_bwd_filter(c, &P74, F(0xc8a2200), F(0xb3b6200), F(0xb3f6200), NULL);
   snrt_dead(c, 0xb3b6200, 262144);
   /*   410 update    SGD                layer2.3.3.conv.weight/sgd  live 189.7 MiB */
   snrt_sgd(c, &P270, F(0x54af00), F(0xb3f6200), F(0xae34100));
   snrt_dead(c, 0xb3f6200, 262144);
-  /*   411 backward  UNARY_BWD          layer2.3.2.relu/bwd  live 189.5 MiB */
-  snrt_unary_bwd(c, &P73, NULL, F(0xc8a2200), F(0xb436200), F(0xb3b6200));
+  /*   411 backward  UNARY_BWD          layer2.3.2.relu/bwd  live 189.4 MiB */
+  snrt_unary_bwd(c, &P73, NULL, F(0xc8a2200), F(0xb516200), F(0xb516200));
   snrt_dead(c, 0xc8a2200, 65536);
-  snrt_dead(c, 0xb436200, 65536);
-  /*   412 backward  BN_BWD             layer2.3.2.bn/bwd  live 189.4 MiB */
-  snrt_bn_bwd(c, &P72, F(0xc892200), F(0xb3b6200), F(0x54a700), F(0xca17e00), F(0xca18000), F(0xb516200), F(0xb3c6200), F(0xb3c6400));
+  /*   412 backward  BN_BWD             layer2.3.2.bn/bwd  live 189.3 MiB */
+  snrt_bn_bwd(c, &P72, F(0xc892200), F(0xb516200), F(0x54a700), F(0xca17e00), F(0xca18000), F(0xb516200), F(0xb3b6200), F(0xb3b6400));
   snrt_dead(c, 0xc892200, 65536);
   snrt_dead(c, 0xca17e00, 512);
   snrt_dead(c, 0xca18000, 512);
-  snrt_dead(c, 0xb3b6200, 65536);
   /*   413 update    SGD                layer2.3.2.bn.weight/sgd  live 189.3 MiB */
-  snrt_sgd(c, &P271, F(0x54a700), F(0xb3c6200), F(0xae74100));
-  snrt_dead(c, 0xb3c6200, 512);
+  snrt_sgd(c, &P271, F(0x54a700), F(0xb3b6200), F(0xae74100));
+  snrt_dead(c, 0xb3b6200, 512);
   /*   414 update    SGD                layer2.3.2.bn.bias/sgd  live 189.3 MiB */
-  snrt_sgd(c, &P272, F(0x54a900), F(0xb3c6400), F(0xae74300));
-  snrt_dead(c, 0xb3c6400, 512);
+  snrt_sgd(c, &P272, F(0x54a900), F(0xb3b6400), F(0xae74300));
+  snrt_dead(c, 0xb3b6400, 512);
   /*   415 backward  CONV_BWD_DATA      layer2.3.2.conv/bwd_data  live 189.9 MiB */
   snrt_conv_bwd_data(c, &P71, F(0xb516200), F(0x4ba700), F(0xb526200), F(0xb3b6200));
   snrt_dead(c, 0xb3b6200, 589824);
@@ -1641,155 +1581,143 @@ static void train_step_1(snrt_ctx *c) {
   snrt_sgd(c, &P273, F(0x4ba700), F(0xb3b6200), F(0xae74500));
   snrt_dead(c, 0xb3b6200, 589824);
   /*   418 backward  UNARY_BWD          layer2.3.1.relu/bwd  live 189.3 MiB */
-  snrt_unary_bwd(c, &P70, NULL, F(0xc882200), F(0xb526200), F(0xb3b6200));
+  snrt_unary_bwd(c, &P70, NULL, F(0xc882200), F(0xb526200), F(0xb526200));
   snrt_dead(c, 0xc882200, 65536);
-  snrt_dead(c, 0xb526200, 65536);
-  /*   419 backward  BN_BWD             layer2.3.1.bn/bwd  live 189.3 MiB */
-  snrt_bn_bwd(c, &P69, F(0xc872200), F(0xb3b6200), F(0x4b9f00), F(0xca17a00), F(0xca17c00), F(0xb3f6200), F(0xb3c6200), F(0xb3c6400));
+  /*   419 backward  BN_BWD             layer2.3.1.bn/bwd  live 189.2 MiB */
+  snrt_bn_bwd(c, &P69, F(0xc872200), F(0xb526200), F(0x4b9f00), F(0xca17a00), F(0xca17c00), F(0xb526200), F(0xb3b6200), F(0xb3b6400));
   snrt_dead(c, 0xc872200, 65536);
   snrt_dead(c, 0xca17a00, 512);
   snrt_dead(c, 0xca17c00, 512);
-  snrt_dead(c, 0xb3b6200, 65536);
   /*   420 update    SGD                layer2.3.1.bn.weight/sgd  live 189.2 MiB */
-  snrt_sgd(c, &P274, F(0x4b9f00), F(0xb3c6200), F(0xaf04500));
-  snrt_dead(c, 0xb3c6200, 512);
+  snrt_sgd(c, &P274, F(0x4b9f00), F(0xb3b6200), F(0xaf04500));
+  snrt_dead(c, 0xb3b6200, 512);
   /*   421 update    SGD                layer2.3.1.bn.bias/sgd  live 189.2 MiB */
-  snrt_sgd(c, &P275, F(0x4ba100), F(0xb3c6400), F(0xaf04700));
-  snrt_dead(c, 0xb3c6400, 512);
+  snrt_sgd(c, &P275, F(0x4ba100), F(0xb3b6400), F(0xaf04700));
+  snrt_dead(c, 0xb3b6400, 512);
   /*   422 backward  CONV_BWD_DATA      layer2.3.1.conv/bwd_data  live 189.4 MiB */
-  snrt_conv_bwd_data(c, &P68, F(0xb3f6200), F(0x479f00), F(0xb3b6200), NULL);
+  snrt_conv_bwd_data(c, &P68, F(0xb526200), F(0x479f00), F(0xb3b6200), NULL);
   /*   423 backward  ACCUMULATE         layer2.3.1.conv/accumulate  live 189.4 MiB */
   snrt_add(c, 65536, F(0xb4d6200), F(0xb3b6200), F(0xb4d6200));
   snrt_dead(c, 0xb3b6200, 262144);
   /*   424 backward  CONV_BWD_FILTER    layer2.3.1.conv/bwd_filter  live 189.4 MiB */
-  snrt_conv_bwd_filter(c, &P68, F(0xc336200), F(0xb3f6200), F(0xb3b6200), NULL);
-  snrt_dead(c, 0xb3f6200, 65536);
+  snrt_conv_bwd_filter(c, &P68, F(0xc336200), F(0xb526200), F(0xb3b6200), NULL);
+  snrt_dead(c, 0xb526200, 65536);
   /*   425 update    SGD                layer2.3.1.conv.weight/sgd  live 189.3 MiB */
   snrt_sgd(c, &P276, F(0x479f00), F(0xb3b6200), F(0xaf04900));
   snrt_dead(c, 0xb3b6200, 262144);
-  /*   426 backward  UNARY_BWD          layer2.2.out/bwd  live 189.3 MiB */
-  snrt_unary_bwd(c, &P67, NULL, F(0xc336200), F(0xb4d6200), F(0xb3b6200));
+  /*   426 backward  UNARY_BWD          layer2.2.out/bwd  live 189.1 MiB */
+  snrt_unary_bwd(c, &P67, NULL, F(0xc336200), F(0xb4d6200), F(0xb4d6200));
   snrt_dead(c, 0xc336200, 262144);
-  snrt_dead(c, 0xb4d6200, 262144);
   /*   427 backward  BINARY_BWD         layer2.2.add/bwd  live 189.3 MiB */
-  snrt_binary_bwd(c, &P66, NULL, NULL, F(0xb3b6200), F(0xb3f6200), F(0xb4d6200));
-  snrt_dead(c, 0xb3b6200, 262144);
-  /*   428 backward  BN_BWD             layer2.2.3.bn/bwd  live 189.3 MiB */
-  snrt_bn_bwd(c, &P65, F(0xc2f6200), F(0xb3f6200), F(0x477f00), F(0xca07200), F(0xca07a00), F(0xb3b6200), F(0xb436200), F(0xb436a00));
+  snrt_binary_bwd(c, &P66, NULL, NULL, F(0xb4d6200), F(0xb3b6200), F(0xb516200));
+  snrt_dead(c, 0xb4d6200, 262144);
+  /*   428 backward  BN_BWD             layer2.2.3.bn/bwd  live 189.1 MiB */
+  snrt_bn_bwd(c, &P65, F(0xc2f6200), F(0xb3b6200), F(0x477f00), F(0xca07200), F(0xca07a00), F(0xb3b6200), F(0xb3f6200), F(0xb3f6a00));
   snrt_dead(c, 0xc2f6200, 262144);
   snrt_dead(c, 0xca07200, 2048);
   snrt_dead(c, 0xca07a00, 2048);
-  snrt_dead(c, 0xb3f6200, 262144);
   /*   429 update    SGD                layer2.2.3.bn.weight/sgd  live 188.8 MiB */
-  snrt_sgd(c, &P277, F(0x477f00), F(0xb436200), F(0xaf44900));
-  snrt_dead(c, 0xb436200, 2048);
+  snrt_sgd(c, &P277, F(0x477f00), F(0xb3f6200), F(0xaf44900));
+  snrt_dead(c, 0xb3f6200, 2048);
   /*   430 update    SGD                layer2.2.3.bn.bias/sgd  live 188.8 MiB */
-  snrt_sgd(c, &P278, F(0x478700), F(0xb436a00), F(0xaf45100));
-  snrt_dead(c, 0xb436a00, 2048);
+  snrt_sgd(c, &P278, F(0x478700), F(0xb3f6a00), F(0xaf45100));
+  snrt_dead(c, 0xb3f6a00, 2048);
   /*   431 backward  CONV_BWD_DATA      layer2.2.3.conv/bwd_data  live 188.9 MiB */
-  snrt_conv_bwd_data(c, &P64, F(0xb3b6200), F(0x437f00), F(0xb436200), NULL);
+  snrt_conv_bwd_data(c, &P64, F(0xb3b6200), F(0x437f00), F(0xb4d6200), NULL);
   /*   432 backward  CONV_BWD_FILTER    layer2.2.3.conv/bwd_filter  live 189.1 MiB */
   snrt_conv_bwd_filter(c, &P64, F(0xc862200), F(0xb3b6200), F(0xb3f6200), NULL);
   snrt_dead(c, 0xb3b6200, 262144);
   /*   433 update    SGD                layer2.2.3.conv.weight/sgd  live 188.9 MiB */
   snrt_sgd(c, &P279, F(0x437f00), F(0xb3f6200), F(0xaf45900));
   snrt_dead(c, 0xb3f6200, 262144);
-  /*   434 backward  UNARY_BWD          layer2.2.2.relu/bwd  live 188.7 MiB */
-  snrt_unary_bwd(c, &P63, NULL, F(0xc862200), F(0xb436200), F(0xb3b6200));
+  /*   434 backward  UNARY_BWD          layer2.2.2.relu/bwd  live 188.6 MiB */
+  snrt_unary_bwd(c, &P63, NULL, F(0xc862200), F(0xb4d6200), F(0xb4d6200));
   snrt_dead(c, 0xc862200, 65536);
-  snrt_dead(c, 0xb436200, 65536);
   /*   435 backward  BN_BWD             layer2.2.2.bn/bwd  live 188.6 MiB */
-  snrt_bn_bwd(c, &P62, F(0xc852200), F(0xb3b6200), F(0x437700), F(0xca17600), F(0xca17800), F(0xb516200), F(0xb3c6200), F(0xb3c6400));
+  snrt_bn_bwd(c, &P62, F(0xc852200), F(0xb4d6200), F(0x437700), F(0xca17600), F(0xca17800), F(0xb4d6200), F(0xb3b6200), F(0xb3b6400));
   snrt_dead(c, 0xc852200, 65536);
   snrt_dead(c, 0xca17600, 512);
   snrt_dead(c, 0xca17800, 512);
-  snrt_dead(c, 0xb3b6200, 65536);
   /*   436 update    SGD                layer2.2.2.bn.weight/sgd  live 188.5 MiB */
-  snrt_sgd(c, &P280, F(0x437700), F(0xb3c6200), F(0xaf85900));
-  snrt_dead(c, 0xb3c6200, 512);
+  snrt_sgd(c, &P280, F(0x437700), F(0xb3b6200), F(0xaf85900));
+  snrt_dead(c, 0xb3b6200, 512);
   /*   437 update    SGD                layer2.2.2.bn.bias/sgd  live 188.5 MiB */
-  snrt_sgd(c, &P281, F(0x437900), F(0xb3c6400), F(0xaf85b00));
-  snrt_dead(c, 0xb3c6400, 512);
+  snrt_sgd(c, &P281, F(0x437900), F(0xb3b6400), F(0xaf85b00));
+  snrt_dead(c, 0xb3b6400, 512);
   /*   438 backward  CONV_BWD_DATA      layer2.2.2.conv/bwd_data  live 189.1 MiB */
-  snrt_conv_bwd_data(c, &P61, F(0xb516200), F(0x3a7700), F(0xb526200), F(0xb3b6200));
+  snrt_conv_bwd_data(c, &P61, F(0xb4d6200), F(0x3a7700), F(0xb4e6200), F(0xb3b6200));
   snrt_dead(c, 0xb3b6200, 589824);
   /*   439 backward  CONV_BWD_FILTER    layer2.2.2.conv/bwd_filter  live 189.7 MiB */
-  snrt_conv_bwd_filter(c, &P61, F(0xc842200), F(0xb516200), F(0xb3b6200), F(0xb446200));
-  snrt_dead(c, 0xb516200, 65536);
+  snrt_conv_bwd_filter(c, &P61, F(0xc842200), F(0xb4d6200), F(0xb3b6200), F(0xb446200));
+  snrt_dead(c, 0xb4d6200, 65536);
   snrt_dead(c, 0xb446200, 589824);
   /*   440 update    SGD                layer2.2.2.conv.weight/sgd  live 189.1 MiB */
   snrt_sgd(c, &P282, F(0x3a7700), F(0xb3b6200), F(0xaf85d00));
   snrt_dead(c, 0xb3b6200, 589824);
-  /*   441 backward  UNARY_BWD          layer2.2.1.relu/bwd  live 188.6 MiB */
-  snrt_unary_bwd(c, &P60, NULL, F(0xc842200), F(0xb526200), F(0xb3b6200));
+  /*   441 backward  UNARY_BWD          layer2.2.1.relu/bwd  live 188.5 MiB */
+  snrt_unary_bwd(c, &P60, NULL, F(0xc842200), F(0xb4e6200), F(0xb4e6200));
   snrt_dead(c, 0xc842200, 65536);
-  snrt_dead(c, 0xb526200, 65536);
   /*   442 backward  BN_BWD             layer2.2.1.bn/bwd  live 188.5 MiB */
-  snrt_bn_bwd(c, &P59, F(0xc832200), F(0xb3b6200), F(0x3a6f00), F(0xca17200), F(0xca17400), F(0xb3f6200), F(0xb3c6200), F(0xb3c6400));
+  snrt_bn_bwd(c, &P59, F(0xc832200), F(0xb4e6200), F(0x3a6f00), F(0xca17200), F(0xca17400), F(0xb4e6200), F(0xb3b6200), F(0xb3b6400));
   snrt_dead(c, 0xc832200, 65536);
   snrt_dead(c, 0xca17200, 512);
   snrt_dead(c, 0xca17400, 512);
-  snrt_dead(c, 0xb3b6200, 65536);
   /*   443 update    SGD                layer2.2.1.bn.weight/sgd  live 188.4 MiB */
-  snrt_sgd(c, &P283, F(0x3a6f00), F(0xb3c6200), F(0xb015d00));
-  snrt_dead(c, 0xb3c6200, 512);
+  snrt_sgd(c, &P283, F(0x3a6f00), F(0xb3b6200), F(0xb015d00));
+  snrt_dead(c, 0xb3b6200, 512);
   /*   444 update    SGD                layer2.2.1.bn.bias/sgd  live 188.4 MiB */
-  snrt_sgd(c, &P284, F(0x3a7100), F(0xb3c6400), F(0xb015f00));
-  snrt_dead(c, 0xb3c6400, 512);
+  snrt_sgd(c, &P284, F(0x3a7100), F(0xb3b6400), F(0xb015f00));
+  snrt_dead(c, 0xb3b6400, 512);
   /*   445 backward  CONV_BWD_DATA      layer2.2.1.conv/bwd_data  live 188.6 MiB */
-  snrt_conv_bwd_data(c, &P58, F(0xb3f6200), F(0x366f00), F(0xb3b6200), NULL);
+  snrt_conv_bwd_data(c, &P58, F(0xb4e6200), F(0x366f00), F(0xb3b6200), NULL);
   /*   446 backward  ACCUMULATE         layer2.2.1.conv/accumulate  live 188.6 MiB */
-  snrt_add(c, 65536, F(0xb4d6200), F(0xb3b6200), F(0xb4d6200));
+  snrt_add(c, 65536, F(0xb516200), F(0xb3b6200), F(0xb516200));
   snrt_dead(c, 0xb3b6200, 262144);
   /*   447 backward  CONV_BWD_FILTER    layer2.2.1.conv/bwd_filter  live 188.6 MiB */
-  snrt_conv_bwd_filter(c, &P58, F(0xc2b6200), F(0xb3f6200), F(0xb3b6200), NULL);
-  snrt_dead(c, 0xb3f6200, 65536);
+  snrt_conv_bwd_filter(c, &P58, F(0xc2b6200), F(0xb4e6200), F(0xb3b6200), NULL);
+  snrt_dead(c, 0xb4e6200, 65536);
   /*   448 update    SGD                layer2.2.1.conv.weight/sgd  live 188.6 MiB */
   snrt_sgd(c, &P285, F(0x366f00), F(0xb3b6200), F(0xb016100));
   snrt_dead(c, 0xb3b6200, 262144);
-  /*   449 backward  UNARY_BWD          layer2.1.out/bwd  live 188.6 MiB */
-  snrt_unary_bwd(c, &P57, NULL, F(0xc2b6200), F(0xb4d6200), F(0xb3b6200));
+  /*   449 backward  UNARY_BWD          layer2.1.out/bwd  live 188.3 MiB */
+  snrt_unary_bwd(c, &P57, NULL, F(0xc2b6200), F(0xb516200), F(0xb516200));
   snrt_dead(c, 0xc2b6200, 262144);
-  snrt_dead(c, 0xb4d6200, 262144);
   /*   450 backward  BINARY_BWD         layer2.1.add/bwd  live 188.6 MiB */
-  snrt_binary_bwd(c, &P56, NULL, NULL, F(0xb3b6200), F(0xb3f6200), F(0xb4d6200));
-  snrt_dead(c, 0xb3b6200, 262144);
-  /*   451 backward  BN_BWD             layer2.1.3.bn/bwd  live 188.6 MiB */
-  snrt_bn_bwd(c, &P55, F(0xc276200), F(0xb3f6200), F(0x364f00), F(0xca06200), F(0xca06a00), F(0xb3b6200), F(0xb436200), F(0xb436a00));
+  snrt_binary_bwd(c, &P56, NULL, NULL, F(0xb516200), F(0xb3b6200), F(0xb4d6200));
+  snrt_dead(c, 0xb516200, 262144);
+  /*   451 backward  BN_BWD             layer2.1.3.bn/bwd  live 188.3 MiB */
+  snrt_bn_bwd(c, &P55, F(0xc276200), F(0xb3b6200), F(0x364f00), F(0xca06200), F(0xca06a00), F(0xb3b6200), F(0xb3f6200), F(0xb3f6a00));
   snrt_dead(c, 0xc276200, 262144);
   snrt_dead(c, 0xca06200, 2048);
   snrt_dead(c, 0xca06a00, 2048);
-  snrt_dead(c, 0xb3f6200, 262144);
   /*   452 update    SGD                layer2.1.3.bn.weight/sgd  live 188.1 MiB */
-  snrt_sgd(c, &P286, F(0x364f00), F(0xb436200), F(0xb056100));
-  snrt_dead(c, 0xb436200, 2048);
+  snrt_sgd(c, &P286, F(0x364f00), F(0xb3f6200), F(0xb056100));
+  snrt_dead(c, 0xb3f6200, 2048);
   /*   453 update    SGD                layer2.1.3.bn.bias/sgd  live 188.1 MiB */
-  snrt_sgd(c, &P287, F(0x365700), F(0xb436a00), F(0xb056900));
-  snrt_dead(c, 0xb436a00, 2048);
+  snrt_sgd(c, &P287, F(0x365700), F(0xb3f6a00), F(0xb056900));
+  snrt_dead(c, 0xb3f6a00, 2048);
   /*   454 backward  CONV_BWD_DATA      layer2.1.3.conv/bwd_data  live 188.1 MiB */
-  snrt_conv_bwd_data(c, &P54, F(0xb3b6200), F(0x324f00), F(0xb436200), NULL);
+  snrt_conv_bwd_data(c, &P54, F(0xb3b6200), F(0x324f00), F(0xb516200), NULL);
   /*   455 backward  CONV_BWD_FILTER    layer2.1.3.conv/bwd_filter  live 188.4 MiB */
   snrt_conv_bwd_filter(c, &P54, F(0xc822200), F(0xb3b6200), F(0xb3f6200), NULL);
   snrt_dead(c, 0xb3b6200, 262144);
   /*   456 update    SGD                layer2.1.3.conv.weight/sgd  live 188.1 MiB */
   snrt_sgd(c, &P288, F(0x324f00), F(0xb3f6200), F(0xb057100));
   snrt_dead(c, 0xb3f6200, 262144);
-  /*   457 backward  UNARY_BWD          layer2.1.2.relu/bwd  live 188.0 MiB */
-  snrt_unary_bwd(c, &P53, NULL, F(0xc822200), F(0xb436200), F(0xb3b6200));
+  /*   457 backward  UNARY_BWD          layer2.1.2.relu/bwd  live 187.9 MiB */
+  snrt_unary_bwd(c, &P53, NULL, F(0xc822200), F(0xb516200), F(0xb516200));
   snrt_dead(c, 0xc822200, 65536);
-  snrt_dead(c, 0xb436200, 65536);
-  /*   458 backward  BN_BWD             layer2.1.2.bn/bwd  live 187.9 MiB */
-  snrt_bn_bwd(c, &P52, F(0xc812200), F(0xb3b6200), F(0x324700), F(0xca16e00), F(0xca17000), F(0xb516200), F(0xb3c6200), F(0xb3c6400));
+  /*   458 backward  BN_BWD             layer2.1.2.bn/bwd  live 187.8 MiB */
+  snrt_bn_bwd(c, &P52, F(0xc812200), F(0xb516200), F(0x324700), F(0xca16e00), F(0xca17000), F(0xb516200), F(0xb3b6200), F(0xb3b6400));
   snrt_dead(c, 0xc812200, 65536);
   snrt_dead(c, 0xca16e00, 512);
   snrt_dead(c, 0xca17000, 512);
-  snrt_dead(c, 0xb3b6200, 65536);
   /*   459 update    SGD                layer2.1.2.bn.weight/sgd  live 187.8 MiB */
-  snrt_sgd(c, &P289, F(0x324700), F(0xb3c6200), F(0xb097100));
-  snrt_dead(c, 0xb3c6200, 512);
+  snrt_sgd(c, &P289, F(0x324700), F(0xb3b6200), F(0xb097100));
+  snrt_dead(c, 0xb3b6200, 512);
   /*   460 update    SGD                layer2.1.2.bn.bias/sgd  live 187.8 MiB */
-  snrt_sgd(c, &P290, F(0x324900), F(0xb3c6400), F(0xb097300));
-  snrt_dead(c, 0xb3c6400, 512);
+  snrt_sgd(c, &P290, F(0x324900), F(0xb3b6400), F(0xb097300));
+  snrt_dead(c, 0xb3b6400, 512);
   /*   461 backward  CONV_BWD_DATA      layer2.1.2.conv/bwd_data  live 188.4 MiB */
   snrt_conv_bwd_data(c, &P51, F(0xb516200), F(0x294700), F(0xb526200), F(0xb3b6200));
   snrt_dead(c, 0xb3b6200, 589824);
@@ -1801,45 +1729,41 @@ static void train_step_1(snrt_ctx *c) {
   snrt_sgd(c, &P291, F(0x294700), F(0xb3b6200), F(0xb097500));
   snrt_dead(c, 0xb3b6200, 589824);
   /*   464 backward  UNARY_BWD          layer2.1.1.relu/bwd  live 187.8 MiB */
-  snrt_unary_bwd(c, &P50, NULL, F(0xc802200), F(0xb526200), F(0xb3b6200));
+  snrt_unary_bwd(c, &P50, NULL, F(0xc802200), F(0xb526200), F(0xb526200));
   snrt_dead(c, 0xc802200, 65536);
-  snrt_dead(c, 0xb526200, 65536);
-  /*   465 backward  BN_BWD             layer2.1.1.bn/bwd  live 187.8 MiB */
-  snrt_bn_bwd(c, &P49, F(0xc7f2200), F(0xb3b6200), F(0x293f00), F(0xca16a00), F(0xca16c00), F(0xb3f6200), F(0xb3c6200), F(0xb3c6400));
+  /*   465 backward  BN_BWD             layer2.1.1.bn/bwd  live 187.7 MiB */
+  snrt_bn_bwd(c, &P49, F(0xc7f2200), F(0xb526200), F(0x293f00), F(0xca16a00), F(0xca16c00), F(0xb526200), F(0xb3b6200), F(0xb3b6400));
   snrt_dead(c, 0xc7f2200, 65536);
   snrt_dead(c, 0xca16a00, 512);
   snrt_dead(c, 0xca16c00, 512);
-  snrt_dead(c, 0xb3b6200, 65536);
   /*   466 update    SGD                layer2.1.1.bn.weight/sgd  live 187.6 MiB */
-  snrt_sgd(c, &P292, F(0x293f00), F(0xb3c6200), F(0xb127500));
-  snrt_dead(c, 0xb3c6200, 512);
+  snrt_sgd(c, &P292, F(0x293f00), F(0xb3b6200), F(0xb127500));
+  snrt_dead(c, 0xb3b6200, 512);
   /*   467 update    SGD                layer2.1.1.bn.bias/sgd  live 187.6 MiB */
-  snrt_sgd(c, &P293, F(0x294100), F(0xb3c6400), F(0xb127700));
-  snrt_dead(c, 0xb3c6400, 512);
+  snrt_sgd(c, &P293, F(0x294100), F(0xb3b6400), F(0xb127700));
+  snrt_dead(c, 0xb3b6400, 512);
   /*   468 backward  CONV_BWD_DATA      layer2.1.1.conv/bwd_data  live 187.9 MiB */
-  snrt_conv_bwd_data(c, &P48, F(0xb3f6200), F(0x253f00), F(0xb3b6200), NULL);
+  snrt_conv_bwd_data(c, &P48, F(0xb526200), F(0x253f00), F(0xb3b6200), NULL);
   /*   469 backward  ACCUMULATE         layer2.1.1.conv/accumulate  live 187.9 MiB */
   snrt_add(c, 65536, F(0xb4d6200), F(0xb3b6200), F(0xb4d6200));
   snrt_dead(c, 0xb3b6200, 262144);
   /*   470 backward  CONV_BWD_FILTER    layer2.1.1.conv/bwd_filter  live 187.9 MiB */
-  snrt_conv_bwd_filter(c, &P48, F(0xc236200), F(0xb3f6200), F(0xb3b6200), NULL);
-  snrt_dead(c, 0xb3f6200, 65536);
+  snrt_conv_bwd_filter(c, &P48, F(0xc236200), F(0xb526200), F(0xb3b6200), NULL);
+  snrt_dead(c, 0xb526200, 65536);
   /*   471 update    SGD                layer2.1.1.conv.weight/sgd  live 187.8 MiB */
   snrt_sgd(c, &P294, F(0x253f00), F(0xb3b6200), F(0xb127900));
   snrt_dead(c, 0xb3b6200, 262144);
-  /*   472 backward  UNARY_BWD          layer2.0.out/bwd  live 187.8 MiB */
-  snrt_unary_bwd(c, &P47, NULL, F(0xc236200), F(0xb4d6200), F(0xb3b6200));
+  /*   472 backward  UNARY_BWD          layer2.0.out/bwd  live 187.6 MiB */
+  snrt_unary_bwd(c, &P47, NULL, F(0xc236200), F(0xb4d6200), F(0xb4d6200));
   snrt_dead(c, 0xc236200, 262144);
-  snrt_dead(c, 0xb4d6200, 262144);
   /*   473 backward  BINARY_BWD         layer2.0.add/bwd  live 187.8 MiB */
-  snrt_binary_bwd(c, &P46, NULL, NULL, F(0xb3b6200), F(0xb436200), F(0xb3f6200));
-  snrt_dead(c, 0xb3b6200, 262144);
-  /*   474 backward  BN_BWD             layer2.0.down.bn/bwd  live 187.8 MiB */
-  snrt_bn_bwd(c, &P45, F(0xc1f6200), F(0xb3f6200), F(0x251f00), F(0xca05200), F(0xca05a00), F(0xb476200), F(0xb3b6200), F(0xb3b6a00));
+  snrt_binary_bwd(c, &P46, NULL, NULL, F(0xb4d6200), F(0xb436200), F(0xb476200));
+  snrt_dead(c, 0xb4d6200, 262144);
+  /*   474 backward  BN_BWD             layer2.0.down.bn/bwd  live 187.6 MiB */
+  snrt_bn_bwd(c, &P45, F(0xc1f6200), F(0xb476200), F(0x251f00), F(0xca05200), F(0xca05a00), F(0xb476200), F(0xb3b6200), F(0xb3b6a00));
   snrt_dead(c, 0xc1f6200, 262144);
   snrt_dead(c, 0xca05200, 2048);
   snrt_dead(c, 0xca05a00, 2048);
-  snrt_dead(c, 0xb3f6200, 262144);
   /*   475 update    SGD                layer2.0.down.bn.weight/sgd  live 187.3 MiB */
   snrt_sgd(c, &P295, F(0x251f00), F(0xb3b6200), F(0xb167900));
   snrt_dead(c, 0xb3b6200, 2048);
@@ -1856,42 +1780,39 @@ static void train_step_1(snrt_ctx *c) {
   /*   479 update    SGD                layer2.0.down.conv.weight/sgd  live 188.1 MiB */
   snrt_sgd(c, &P297, F(0x1d1f00), F(0xb3b6200), F(0xb168900));
   snrt_dead(c, 0xb3b6200, 524288);
-  /*   480 backward  BN_BWD             layer2.0.3.bn/bwd  live 187.8 MiB */
-  snrt_bn_bwd(c, &P43, F(0xc1b6200), F(0xb436200), F(0x1cff00), F(0xca04200), F(0xca04a00), F(0xb3b6200), F(0xb3f6200), F(0xb3f6a00));
+  /*   480 backward  BN_BWD             layer2.0.3.bn/bwd  live 187.6 MiB */
+  snrt_bn_bwd(c, &P43, F(0xc1b6200), F(0xb436200), F(0x1cff00), F(0xca04200), F(0xca04a00), F(0xb436200), F(0xb3b6200), F(0xb3b6a00));
   snrt_dead(c, 0xc1b6200, 262144);
   snrt_dead(c, 0xca04200, 2048);
   snrt_dead(c, 0xca04a00, 2048);
-  snrt_dead(c, 0xb436200, 262144);
   /*   481 update    SGD                layer2.0.3.bn.weight/sgd  live 187.3 MiB */
-  snrt_sgd(c, &P298, F(0x1cff00), F(0xb3f6200), F(0xb1e8900));
-  snrt_dead(c, 0xb3f6200, 2048);
+  snrt_sgd(c, &P298, F(0x1cff00), F(0xb3b6200), F(0xb1e8900));
+  snrt_dead(c, 0xb3b6200, 2048);
   /*   482 update    SGD                layer2.0.3.bn.bias/sgd  live 187.3 MiB */
-  snrt_sgd(c, &P299, F(0x1d0700), F(0xb3f6a00), F(0xb1e9100));
-  snrt_dead(c, 0xb3f6a00, 2048);
+  snrt_sgd(c, &P299, F(0x1d0700), F(0xb3b6a00), F(0xb1e9100));
+  snrt_dead(c, 0xb3b6a00, 2048);
   /*   483 backward  CONV_BWD_DATA      layer2.0.3.conv/bwd_data  live 187.4 MiB */
-  snrt_conv_bwd_data(c, &P42, F(0xb3b6200), F(0x18ff00), F(0xb436200), NULL);
+  snrt_conv_bwd_data(c, &P42, F(0xb436200), F(0x18ff00), F(0xb596200), NULL);
   /*   484 backward  CONV_BWD_FILTER    layer2.0.3.conv/bwd_filter  live 187.6 MiB */
-  snrt_conv_bwd_filter(c, &P42, F(0xc7e2200), F(0xb3b6200), F(0xb3f6200), NULL);
-  snrt_dead(c, 0xb3b6200, 262144);
+  snrt_conv_bwd_filter(c, &P42, F(0xc7e2200), F(0xb436200), F(0xb3b6200), NULL);
+  snrt_dead(c, 0xb436200, 262144);
   /*   485 update    SGD                layer2.0.3.conv.weight/sgd  live 187.4 MiB */
-  snrt_sgd(c, &P300, F(0x18ff00), F(0xb3f6200), F(0xb1e9900));
-  snrt_dead(c, 0xb3f6200, 262144);
-  /*   486 backward  UNARY_BWD          layer2.0.2.relu/bwd  live 187.2 MiB */
-  snrt_unary_bwd(c, &P41, NULL, F(0xc7e2200), F(0xb436200), F(0xb3b6200));
+  snrt_sgd(c, &P300, F(0x18ff00), F(0xb3b6200), F(0xb1e9900));
+  snrt_dead(c, 0xb3b6200, 262144);
+  /*   486 backward  UNARY_BWD          layer2.0.2.relu/bwd  live 187.1 MiB */
+  snrt_unary_bwd(c, &P41, NULL, F(0xc7e2200), F(0xb596200), F(0xb596200));
   snrt_dead(c, 0xc7e2200, 65536);
-  snrt_dead(c, 0xb436200, 65536);
   /*   487 backward  BN_BWD             layer2.0.2.bn/bwd  live 187.1 MiB */
-  snrt_bn_bwd(c, &P40, F(0xc7d2200), F(0xb3b6200), F(0x18f700), F(0xca16600), F(0xca16800), F(0xb596200), F(0xb3c6200), F(0xb3c6400));
+  snrt_bn_bwd(c, &P40, F(0xc7d2200), F(0xb596200), F(0x18f700), F(0xca16600), F(0xca16800), F(0xb596200), F(0xb3b6200), F(0xb3b6400));
   snrt_dead(c, 0xc7d2200, 65536);
   snrt_dead(c, 0xca16600, 512);
   snrt_dead(c, 0xca16800, 512);
-  snrt_dead(c, 0xb3b6200, 65536);
   /*   488 update    SGD                layer2.0.2.bn.weight/sgd  live 187.0 MiB */
-  snrt_sgd(c, &P301, F(0x18f700), F(0xb3c6200), F(0xb229900));
-  snrt_dead(c, 0xb3c6200, 512);
+  snrt_sgd(c, &P301, F(0x18f700), F(0xb3b6200), F(0xb229900));
+  snrt_dead(c, 0xb3b6200, 512);
   /*   489 update    SGD                layer2.0.2.bn.bias/sgd  live 187.0 MiB */
-  snrt_sgd(c, &P302, F(0x18f900), F(0xb3c6400), F(0xb229b00));
-  snrt_dead(c, 0xb3c6400, 512);
+  snrt_sgd(c, &P302, F(0x18f900), F(0xb3b6400), F(0xb229b00));
+  snrt_dead(c, 0xb3b6400, 512);
   /*   490 backward  CONV_BWD_DATA      layer2.0.2.conv/bwd_data  live 187.8 MiB */
   snrt_conv_bwd_data(c, &P39, F(0xb596200), F(0xff700), F(0xb556200), F(0xb3b6200));
   snrt_dead(c, 0xb3b6200, 589824);
@@ -1902,156 +1823,144 @@ static void train_step_1(snrt_ctx *c) {
   /*   492 update    SGD                layer2.0.2.conv.weight/sgd  live 187.8 MiB */
   snrt_sgd(c, &P303, F(0xff700), F(0xb3b6200), F(0xb229d00));
   snrt_dead(c, 0xb3b6200, 589824);
-  /*   493 backward  UNARY_BWD          layer2.0.1.relu/bwd  live 187.4 MiB */
-  snrt_unary_bwd(c, &P38, NULL, F(0xc176200), F(0xb556200), F(0xb3b6200));
+  /*   493 backward  UNARY_BWD          layer2.0.1.relu/bwd  live 187.2 MiB */
+  snrt_unary_bwd(c, &P38, NULL, F(0xc176200), F(0xb556200), F(0xb556200));
   snrt_dead(c, 0xc176200, 262144);
-  snrt_dead(c, 0xb556200, 262144);
-  /*   494 backward  BN_BWD             layer2.0.1.bn/bwd  live 187.2 MiB */
-  snrt_bn_bwd(c, &P37, F(0xc136200), F(0xb3b6200), F(0xfef00), F(0xca16200), F(0xca16400), F(0xb436200), F(0xb3f6200), F(0xb3f6400));
+  /*   494 backward  BN_BWD             layer2.0.1.bn/bwd  live 186.9 MiB */
+  snrt_bn_bwd(c, &P37, F(0xc136200), F(0xb556200), F(0xfef00), F(0xca16200), F(0xca16400), F(0xb556200), F(0xb3b6200), F(0xb3b6400));
   snrt_dead(c, 0xc136200, 262144);
   snrt_dead(c, 0xca16200, 512);
   snrt_dead(c, 0xca16400, 512);
-  snrt_dead(c, 0xb3b6200, 262144);
   /*   495 update    SGD                layer2.0.1.bn.weight/sgd  live 186.7 MiB */
-  snrt_sgd(c, &P304, F(0xfef00), F(0xb3f6200), F(0xb2b9d00));
-  snrt_dead(c, 0xb3f6200, 512);
+  snrt_sgd(c, &P304, F(0xfef00), F(0xb3b6200), F(0xb2b9d00));
+  snrt_dead(c, 0xb3b6200, 512);
   /*   496 update    SGD                layer2.0.1.bn.bias/sgd  live 186.7 MiB */
-  snrt_sgd(c, &P305, F(0xff100), F(0xb3f6400), F(0xb2b9f00));
-  snrt_dead(c, 0xb3f6400, 512);
+  snrt_sgd(c, &P305, F(0xff100), F(0xb3b6400), F(0xb2b9f00));
+  snrt_dead(c, 0xb3b6400, 512);
   /*   497 backward  CONV_BWD_DATA      layer2.0.1.conv/bwd_data  live 187.2 MiB */
-  snrt_conv_bwd_data(c, &P36, F(0xb436200), F(0xdef00), F(0xb3b6200), NULL);
+  snrt_conv_bwd_data(c, &P36, F(0xb556200), F(0xdef00), F(0xb3b6200), NULL);
   /*   498 backward  ACCUMULATE         layer2.0.1.conv/accumulate  live 187.2 MiB */
   snrt_add(c, 131072, F(0xb4d6200), F(0xb3b6200), F(0xb4d6200));
   snrt_dead(c, 0xb3b6200, 524288);
   /*   499 backward  CONV_BWD_FILTER    layer2.0.1.conv/bwd_filter  live 186.8 MiB */
-  snrt_conv_bwd_filter(c, &P36, F(0xc0b6200), F(0xb436200), F(0xb3b6200), NULL);
-  snrt_dead(c, 0xb436200, 262144);
+  snrt_conv_bwd_filter(c, &P36, F(0xc0b6200), F(0xb556200), F(0xb3b6200), NULL);
+  snrt_dead(c, 0xb556200, 262144);
   /*   500 update    SGD                layer2.0.1.conv.weight/sgd  live 186.6 MiB */
   snrt_sgd(c, &P306, F(0xdef00), F(0xb3b6200), F(0xb2ba100));
   snrt_dead(c, 0xb3b6200, 131072);
-  /*   501 backward  UNARY_BWD          layer1.2.out/bwd  live 186.9 MiB */
-  snrt_unary_bwd(c, &P35, NULL, F(0xc0b6200), F(0xb4d6200), F(0xb3b6200));
+  /*   501 backward  UNARY_BWD          layer1.2.out/bwd  live 186.4 MiB */
+  snrt_unary_bwd(c, &P35, NULL, F(0xc0b6200), F(0xb4d6200), F(0xb4d6200));
   snrt_dead(c, 0xc0b6200, 524288);
-  snrt_dead(c, 0xb4d6200, 524288);
   /*   502 backward  BINARY_BWD         layer1.2.add/bwd  live 186.9 MiB */
-  snrt_binary_bwd(c, &P34, NULL, NULL, F(0xb3b6200), F(0xb436200), F(0xb4d6200));
-  snrt_dead(c, 0xb3b6200, 524288);
-  /*   503 backward  BN_BWD             layer1.2.3.bn/bwd  live 186.9 MiB */
-  snrt_bn_bwd(c, &P33, F(0xc036200), F(0xb436200), F(0xddf00), F(0xca0fa00), F(0xca0fe00), F(0xb3b6200), F(0xb4b6200), F(0xb4b6600));
+  snrt_binary_bwd(c, &P34, NULL, NULL, F(0xb4d6200), F(0xb3b6200), F(0xb556200));
+  snrt_dead(c, 0xb4d6200, 524288);
+  /*   503 backward  BN_BWD             layer1.2.3.bn/bwd  live 186.4 MiB */
+  snrt_bn_bwd(c, &P33, F(0xc036200), F(0xb3b6200), F(0xddf00), F(0xca0fa00), F(0xca0fe00), F(0xb3b6200), F(0xb436200), F(0xb436600));
   snrt_dead(c, 0xc036200, 524288);
   snrt_dead(c, 0xca0fa00, 1024);
   snrt_dead(c, 0xca0fe00, 1024);
-  snrt_dead(c, 0xb436200, 524288);
   /*   504 update    SGD                layer1.2.3.bn.weight/sgd  live 185.9 MiB */
-  snrt_sgd(c, &P307, F(0xddf00), F(0xb4b6200), F(0xb2da100));
-  snrt_dead(c, 0xb4b6200, 1024);
+  snrt_sgd(c, &P307, F(0xddf00), F(0xb436200), F(0xb2da100));
+  snrt_dead(c, 0xb436200, 1024);
   /*   505 update    SGD                layer1.2.3.bn.bias/sgd  live 185.9 MiB */
-  snrt_sgd(c, &P308, F(0xde300), F(0xb4b6600), F(0xb2da500));
-  snrt_dead(c, 0xb4b6600, 1024);
+  snrt_sgd(c, &P308, F(0xde300), F(0xb436600), F(0xb2da500));
+  snrt_dead(c, 0xb436600, 1024);
   /*   506 backward  CONV_BWD_DATA      layer1.2.3.conv/bwd_data  live 186.1 MiB */
-  snrt_conv_bwd_data(c, &P32, F(0xb3b6200), F(0xcdf00), F(0xb436200), NULL);
+  snrt_conv_bwd_data(c, &P32, F(0xb3b6200), F(0xcdf00), F(0xb4fa200), NULL);
   /*   507 backward  CONV_BWD_FILTER    layer1.2.3.conv/bwd_filter  live 186.1 MiB */
-  snrt_conv_bwd_filter(c, &P32, F(0xc59a200), F(0xb3b6200), F(0xb456200), NULL);
+  snrt_conv_bwd_filter(c, &P32, F(0xc59a200), F(0xb3b6200), F(0xb436200), NULL);
   snrt_dead(c, 0xb3b6200, 524288);
   /*   508 update    SGD                layer1.2.3.conv.weight/sgd  live 185.6 MiB */
-  snrt_sgd(c, &P309, F(0xcdf00), F(0xb456200), F(0xb2da900));
-  snrt_dead(c, 0xb456200, 65536);
-  /*   509 backward  UNARY_BWD          layer1.2.2.relu/bwd  live 185.7 MiB */
-  snrt_unary_bwd(c, &P31, NULL, F(0xc59a200), F(0xb436200), F(0xb3b6200));
+  snrt_sgd(c, &P309, F(0xcdf00), F(0xb436200), F(0xb2da900));
+  snrt_dead(c, 0xb436200, 65536);
+  /*   509 backward  UNARY_BWD          layer1.2.2.relu/bwd  live 185.6 MiB */
+  snrt_unary_bwd(c, &P31, NULL, F(0xc59a200), F(0xb4fa200), F(0xb4fa200));
   snrt_dead(c, 0xc59a200, 131072);
-  snrt_dead(c, 0xb436200, 131072);
-  /*   510 backward  BN_BWD             layer1.2.2.bn/bwd  live 185.6 MiB */
-  snrt_bn_bwd(c, &P30, F(0xc57a200), F(0xb3b6200), F(0xcdb00), F(0xca18e00), F(0xca18f00), F(0xb57a200), F(0xb3d6200), F(0xb3d6300));
+  /*   510 backward  BN_BWD             layer1.2.2.bn/bwd  live 185.4 MiB */
+  snrt_bn_bwd(c, &P30, F(0xc57a200), F(0xb4fa200), F(0xcdb00), F(0xca18e00), F(0xca18f00), F(0xb4fa200), F(0xb3b6200), F(0xb3b6300));
   snrt_dead(c, 0xc57a200, 131072);
   snrt_dead(c, 0xca18e00, 256);
   snrt_dead(c, 0xca18f00, 256);
-  snrt_dead(c, 0xb3b6200, 131072);
   /*   511 update    SGD                layer1.2.2.bn.weight/sgd  live 185.3 MiB */
-  snrt_sgd(c, &P310, F(0xcdb00), F(0xb3d6200), F(0xb2ea900));
-  snrt_dead(c, 0xb3d6200, 256);
+  snrt_sgd(c, &P310, F(0xcdb00), F(0xb3b6200), F(0xb2ea900));
+  snrt_dead(c, 0xb3b6200, 256);
   /*   512 update    SGD                layer1.2.2.bn.bias/sgd  live 185.3 MiB */
-  snrt_sgd(c, &P311, F(0xcdc00), F(0xb3d6300), F(0xb2eaa00));
-  snrt_dead(c, 0xb3d6300, 256);
+  snrt_sgd(c, &P311, F(0xcdc00), F(0xb3b6300), F(0xb2eaa00));
+  snrt_dead(c, 0xb3b6300, 256);
   /*   513 backward  CONV_BWD_DATA      layer1.2.2.conv/bwd_data  live 186.6 MiB */
-  snrt_conv_bwd_data(c, &P29, F(0xb57a200), F(0xa9b00), F(0xb59a200), F(0xb3b6200));
+  snrt_conv_bwd_data(c, &P29, F(0xb4fa200), F(0xa9b00), F(0xb51a200), F(0xb3b6200));
   snrt_dead(c, 0xb3b6200, 1179648);
   /*   514 backward  CONV_BWD_FILTER    layer1.2.2.conv/bwd_filter  live 186.7 MiB */
-  snrt_conv_bwd_filter(c, &P29, F(0xc55a200), F(0xb57a200), F(0xb556200), F(0xb3b6200));
-  snrt_dead(c, 0xb57a200, 131072);
+  snrt_conv_bwd_filter(c, &P29, F(0xc55a200), F(0xb4fa200), F(0xb4d6200), F(0xb3b6200));
+  snrt_dead(c, 0xb4fa200, 131072);
   snrt_dead(c, 0xb3b6200, 1179648);
   /*   515 update    SGD                layer1.2.2.conv.weight/sgd  live 185.5 MiB */
-  snrt_sgd(c, &P312, F(0xa9b00), F(0xb556200), F(0xb2eab00));
-  snrt_dead(c, 0xb556200, 147456);
-  /*   516 backward  UNARY_BWD          layer1.2.1.relu/bwd  live 185.4 MiB */
-  snrt_unary_bwd(c, &P28, NULL, F(0xc55a200), F(0xb59a200), F(0xb3b6200));
+  snrt_sgd(c, &P312, F(0xa9b00), F(0xb4d6200), F(0xb2eab00));
+  snrt_dead(c, 0xb4d6200, 147456);
+  /*   516 backward  UNARY_BWD          layer1.2.1.relu/bwd  live 185.3 MiB */
+  snrt_unary_bwd(c, &P28, NULL, F(0xc55a200), F(0xb51a200), F(0xb51a200));
   snrt_dead(c, 0xc55a200, 131072);
-  snrt_dead(c, 0xb59a200, 131072);
-  /*   517 backward  BN_BWD             layer1.2.1.bn/bwd  live 185.3 MiB */
-  snrt_bn_bwd(c, &P27, F(0xc53a200), F(0xb3b6200), F(0xa9700), F(0xca18c00), F(0xca18d00), F(0xb436200), F(0xb3d6200), F(0xb3d6300));
+  /*   517 backward  BN_BWD             layer1.2.1.bn/bwd  live 185.2 MiB */
+  snrt_bn_bwd(c, &P27, F(0xc53a200), F(0xb51a200), F(0xa9700), F(0xca18c00), F(0xca18d00), F(0xb51a200), F(0xb3b6200), F(0xb3b6300));
   snrt_dead(c, 0xc53a200, 131072);
   snrt_dead(c, 0xca18c00, 256);
   snrt_dead(c, 0xca18d00, 256);
-  snrt_dead(c, 0xb3b6200, 131072);
   /*   518 update    SGD                layer1.2.1.bn.weight/sgd  live 185.1 MiB */
-  snrt_sgd(c, &P313, F(0xa9700), F(0xb3d6200), F(0xb30eb00));
-  snrt_dead(c, 0xb3d6200, 256);
+  snrt_sgd(c, &P313, F(0xa9700), F(0xb3b6200), F(0xb30eb00));
+  snrt_dead(c, 0xb3b6200, 256);
   /*   519 update    SGD                layer1.2.1.bn.bias/sgd  live 185.1 MiB */
-  snrt_sgd(c, &P314, F(0xa9800), F(0xb3d6300), F(0xb30ec00));
-  snrt_dead(c, 0xb3d6300, 256);
+  snrt_sgd(c, &P314, F(0xa9800), F(0xb3b6300), F(0xb30ec00));
+  snrt_dead(c, 0xb3b6300, 256);
   /*   520 backward  CONV_BWD_DATA      layer1.2.1.conv/bwd_data  live 185.6 MiB */
-  snrt_conv_bwd_data(c, &P26, F(0xb436200), F(0x99700), F(0xb3b6200), NULL);
+  snrt_conv_bwd_data(c, &P26, F(0xb51a200), F(0x99700), F(0xb3b6200), NULL);
   /*   521 backward  ACCUMULATE         layer1.2.1.conv/accumulate  live 185.6 MiB */
-  snrt_add(c, 131072, F(0xb4d6200), F(0xb3b6200), F(0xb4d6200));
+  snrt_add(c, 131072, F(0xb556200), F(0xb3b6200), F(0xb556200));
   snrt_dead(c, 0xb3b6200, 524288);
   /*   522 backward  CONV_BWD_FILTER    layer1.2.1.conv/bwd_filter  live 185.1 MiB */
-  snrt_conv_bwd_filter(c, &P26, F(0xbfb6200), F(0xb436200), F(0xb3b6200), NULL);
-  snrt_dead(c, 0xb436200, 131072);
+  snrt_conv_bwd_filter(c, &P26, F(0xbfb6200), F(0xb51a200), F(0xb3b6200), NULL);
+  snrt_dead(c, 0xb51a200, 131072);
   /*   523 update    SGD                layer1.2.1.conv.weight/sgd  live 185.0 MiB */
   snrt_sgd(c, &P315, F(0x99700), F(0xb3b6200), F(0xb30ed00));
   snrt_dead(c, 0xb3b6200, 65536);
-  /*   524 backward  UNARY_BWD          layer1.1.out/bwd  live 185.4 MiB */
-  snrt_unary_bwd(c, &P25, NULL, F(0xbfb6200), F(0xb4d6200), F(0xb3b6200));
+  /*   524 backward  UNARY_BWD          layer1.1.out/bwd  live 184.9 MiB */
+  snrt_unary_bwd(c, &P25, NULL, F(0xbfb6200), F(0xb556200), F(0xb556200));
   snrt_dead(c, 0xbfb6200, 524288);
-  snrt_dead(c, 0xb4d6200, 524288);
   /*   525 backward  BINARY_BWD         layer1.1.add/bwd  live 185.4 MiB */
-  snrt_binary_bwd(c, &P24, NULL, NULL, F(0xb3b6200), F(0xb436200), F(0xb4d6200));
-  snrt_dead(c, 0xb3b6200, 524288);
-  /*   526 backward  BN_BWD             layer1.1.3.bn/bwd  live 185.4 MiB */
-  snrt_bn_bwd(c, &P23, F(0xbf36200), F(0xb436200), F(0x98700), F(0xca0f200), F(0xca0f600), F(0xb3b6200), F(0xb4b6200), F(0xb4b6600));
+  snrt_binary_bwd(c, &P24, NULL, NULL, F(0xb556200), F(0xb3b6200), F(0xb4d6200));
+  snrt_dead(c, 0xb556200, 524288);
+  /*   526 backward  BN_BWD             layer1.1.3.bn/bwd  live 184.9 MiB */
+  snrt_bn_bwd(c, &P23, F(0xbf36200), F(0xb3b6200), F(0x98700), F(0xca0f200), F(0xca0f600), F(0xb3b6200), F(0xb436200), F(0xb436600));
   snrt_dead(c, 0xbf36200, 524288);
   snrt_dead(c, 0xca0f200, 1024);
   snrt_dead(c, 0xca0f600, 1024);
-  snrt_dead(c, 0xb436200, 524288);
   /*   527 update    SGD                layer1.1.3.bn.weight/sgd  live 184.4 MiB */
-  snrt_sgd(c, &P316, F(0x98700), F(0xb4b6200), F(0xb31ed00));
-  snrt_dead(c, 0xb4b6200, 1024);
+  snrt_sgd(c, &P316, F(0x98700), F(0xb436200), F(0xb31ed00));
+  snrt_dead(c, 0xb436200, 1024);
   /*   528 update    SGD                layer1.1.3.bn.bias/sgd  live 184.4 MiB */
-  snrt_sgd(c, &P317, F(0x98b00), F(0xb4b6600), F(0xb31f100));
-  snrt_dead(c, 0xb4b6600, 1024);
+  snrt_sgd(c, &P317, F(0x98b00), F(0xb436600), F(0xb31f100));
+  snrt_dead(c, 0xb436600, 1024);
   /*   529 backward  CONV_BWD_DATA      layer1.1.3.conv/bwd_data  live 184.6 MiB */
-  snrt_conv_bwd_data(c, &P22, F(0xb3b6200), F(0x88700), F(0xb436200), NULL);
+  snrt_conv_bwd_data(c, &P22, F(0xb3b6200), F(0x88700), F(0xb57a200), NULL);
   /*   530 backward  CONV_BWD_FILTER    layer1.1.3.conv/bwd_filter  live 184.6 MiB */
-  snrt_conv_bwd_filter(c, &P22, F(0xc51a200), F(0xb3b6200), F(0xb456200), NULL);
+  snrt_conv_bwd_filter(c, &P22, F(0xc51a200), F(0xb3b6200), F(0xb436200), NULL);
   snrt_dead(c, 0xb3b6200, 524288);
   /*   531 update    SGD                layer1.1.3.conv.weight/sgd  live 184.1 MiB */
-  snrt_sgd(c, &P318, F(0x88700), F(0xb456200), F(0xb31f500));
-  snrt_dead(c, 0xb456200, 65536);
-  /*   532 backward  UNARY_BWD          layer1.1.2.relu/bwd  live 184.2 MiB */
-  snrt_unary_bwd(c, &P21, NULL, F(0xc51a200), F(0xb436200), F(0xb3b6200));
+  snrt_sgd(c, &P318, F(0x88700), F(0xb436200), F(0xb31f500));
+  snrt_dead(c, 0xb436200, 65536);
+  /*   532 backward  UNARY_BWD          layer1.1.2.relu/bwd  live 184.1 MiB */
+  snrt_unary_bwd(c, &P21, NULL, F(0xc51a200), F(0xb57a200), F(0xb57a200));
   snrt_dead(c, 0xc51a200, 131072);
-  snrt_dead(c, 0xb436200, 131072);
-  /*   533 backward  BN_BWD             layer1.1.2.bn/bwd  live 184.1 MiB */
-  snrt_bn_bwd(c, &P20, F(0xc4fa200), F(0xb3b6200), F(0x88300), F(0xca18a00), F(0xca18b00), F(0xb57a200), F(0xb3d6200), F(0xb3d6300));
+  /*   533 backward  BN_BWD             layer1.1.2.bn/bwd  live 183.9 MiB */
+  snrt_bn_bwd(c, &P20, F(0xc4fa200), F(0xb57a200), F(0x88300), F(0xca18a00), F(0xca18b00), F(0xb57a200), F(0xb3b6200), F(0xb3b6300));
   snrt_dead(c, 0xc4fa200, 131072);
   snrt_dead(c, 0xca18a00, 256);
   snrt_dead(c, 0xca18b00, 256);
-  snrt_dead(c, 0xb3b6200, 131072);
   /*   534 update    SGD                layer1.1.2.bn.weight/sgd  live 183.8 MiB */
-  snrt_sgd(c, &P319, F(0x88300), F(0xb3d6200), F(0xb32f500));
-  snrt_dead(c, 0xb3d6200, 256);
+  snrt_sgd(c, &P319, F(0x88300), F(0xb3b6200), F(0xb32f500));
+  snrt_dead(c, 0xb3b6200, 256);
   /*   535 update    SGD                layer1.1.2.bn.bias/sgd  live 183.8 MiB */
-  snrt_sgd(c, &P320, F(0x88400), F(0xb3d6300), F(0xb32f600));
-  snrt_dead(c, 0xb3d6300, 256);
+  snrt_sgd(c, &P320, F(0x88400), F(0xb3b6300), F(0xb32f600));
+  snrt_dead(c, 0xb3b6300, 256);
   /*   536 backward  CONV_BWD_DATA      layer1.1.2.conv/bwd_data  live 185.1 MiB */
   snrt_conv_bwd_data(c, &P19, F(0xb57a200), F(0x64300), F(0xb59a200), F(0xb3b6200));
   snrt_dead(c, 0xb3b6200, 1179648);
@@ -2062,147 +1971,136 @@ static void train_step_1(snrt_ctx *c) {
   /*   538 update    SGD                layer1.1.2.conv.weight/sgd  live 184.0 MiB */
   snrt_sgd(c, &P321, F(0x64300), F(0xb556200), F(0xb32f700));
   snrt_dead(c, 0xb556200, 147456);
-  /*   539 backward  UNARY_BWD          layer1.1.1.relu/bwd  live 183.9 MiB */
-  snrt_unary_bwd(c, &P18, NULL, F(0xc4da200), F(0xb59a200), F(0xb3b6200));
+  /*   539 backward  UNARY_BWD          layer1.1.1.relu/bwd  live 183.8 MiB */
+  snrt_unary_bwd(c, &P18, NULL, F(0xc4da200), F(0xb59a200), F(0xb59a200));
   snrt_dead(c, 0xc4da200, 131072);
-  snrt_dead(c, 0xb59a200, 131072);
-  /*   540 backward  BN_BWD             layer1.1.1.bn/bwd  live 183.8 MiB */
-  snrt_bn_bwd(c, &P17, F(0xc4ba200), F(0xb3b6200), F(0x63f00), F(0xca18800), F(0xca18900), F(0xb436200), F(0xb3d6200), F(0xb3d6300));
+  /*   540 backward  BN_BWD             layer1.1.1.bn/bwd  live 183.7 MiB */
+  snrt_bn_bwd(c, &P17, F(0xc4ba200), F(0xb59a200), F(0x63f00), F(0xca18800), F(0xca18900), F(0xb59a200), F(0xb3b6200), F(0xb3b6300));
   snrt_dead(c, 0xc4ba200, 131072);
   snrt_dead(c, 0xca18800, 256);
   snrt_dead(c, 0xca18900, 256);
-  snrt_dead(c, 0xb3b6200, 131072);
   /*   541 update    SGD                layer1.1.1.bn.weight/sgd  live 183.6 MiB */
-  snrt_sgd(c, &P322, F(0x63f00), F(0xb3d6200), F(0xb353700));
-  snrt_dead(c, 0xb3d6200, 256);
+  snrt_sgd(c, &P322, F(0x63f00), F(0xb3b6200), F(0xb353700));
+  snrt_dead(c, 0xb3b6200, 256);
   /*   542 update    SGD                layer1.1.1.bn.bias/sgd  live 183.6 MiB */
-  snrt_sgd(c, &P323, F(0x64000), F(0xb3d6300), F(0xb353800));
-  snrt_dead(c, 0xb3d6300, 256);
+  snrt_sgd(c, &P323, F(0x64000), F(0xb3b6300), F(0xb353800));
+  snrt_dead(c, 0xb3b6300, 256);
   /*   543 backward  CONV_BWD_DATA      layer1.1.1.conv/bwd_data  live 184.1 MiB */
-  snrt_conv_bwd_data(c, &P16, F(0xb436200), F(0x53f00), F(0xb3b6200), NULL);
+  snrt_conv_bwd_data(c, &P16, F(0xb59a200), F(0x53f00), F(0xb3b6200), NULL);
   /*   544 backward  ACCUMULATE         layer1.1.1.conv/accumulate  live 184.1 MiB */
   snrt_add(c, 131072, F(0xb4d6200), F(0xb3b6200), F(0xb4d6200));
   snrt_dead(c, 0xb3b6200, 524288);
   /*   545 backward  CONV_BWD_FILTER    layer1.1.1.conv/bwd_filter  live 183.6 MiB */
-  snrt_conv_bwd_filter(c, &P16, F(0xbeb6200), F(0xb436200), F(0xb3b6200), NULL);
-  snrt_dead(c, 0xb436200, 131072);
+  snrt_conv_bwd_filter(c, &P16, F(0xbeb6200), F(0xb59a200), F(0xb3b6200), NULL);
+  snrt_dead(c, 0xb59a200, 131072);
   /*   546 update    SGD                layer1.1.1.conv.weight/sgd  live 183.5 MiB */
   snrt_sgd(c, &P324, F(0x53f00), F(0xb3b6200), F(0xb353900));
   snrt_dead(c, 0xb3b6200, 65536);
-  /*   547 backward  UNARY_BWD          layer1.0.out/bwd  live 183.9 MiB */
-  snrt_unary_bwd(c, &P15, NULL, F(0xbeb6200), F(0xb4d6200), F(0xb3b6200));
+  /*   547 backward  UNARY_BWD          layer1.0.out/bwd  live 183.4 MiB */
+  snrt_unary_bwd(c, &P15, NULL, F(0xbeb6200), F(0xb4d6200), F(0xb4d6200));
   snrt_dead(c, 0xbeb6200, 524288);
-  snrt_dead(c, 0xb4d6200, 524288);
   /*   548 backward  BINARY_BWD         layer1.0.add/bwd  live 183.9 MiB */
-  snrt_binary_bwd(c, &P14, NULL, NULL, F(0xb3b6200), F(0xb436200), F(0xb4b6200));
-  snrt_dead(c, 0xb3b6200, 524288);
-  /*   549 backward  BN_BWD             layer1.0.down.bn/bwd  live 183.9 MiB */
-  snrt_bn_bwd(c, &P13, F(0xbe36200), F(0xb4b6200), F(0x52f00), F(0xca0ea00), F(0xca0ee00), F(0xb3b6200), F(0xb536200), F(0xb536600));
+  snrt_binary_bwd(c, &P14, NULL, NULL, F(0xb4d6200), F(0xb3b6200), F(0xb436200));
+  snrt_dead(c, 0xb4d6200, 524288);
+  /*   549 backward  BN_BWD             layer1.0.down.bn/bwd  live 183.4 MiB */
+  snrt_bn_bwd(c, &P13, F(0xbe36200), F(0xb436200), F(0x52f00), F(0xca0ea00), F(0xca0ee00), F(0xb436200), F(0xb4b6200), F(0xb4b6600));
   snrt_dead(c, 0xbe36200, 524288);
   snrt_dead(c, 0xca0ea00, 1024);
   snrt_dead(c, 0xca0ee00, 1024);
-  snrt_dead(c, 0xb4b6200, 524288);
   /*   550 update    SGD                layer1.0.down.bn.weight/sgd  live 182.9 MiB */
-  snrt_sgd(c, &P325, F(0x52f00), F(0xb536200), F(0xb363900));
-  snrt_dead(c, 0xb536200, 1024);
+  snrt_sgd(c, &P325, F(0x52f00), F(0xb4b6200), F(0xb363900));
+  snrt_dead(c, 0xb4b6200, 1024);
   /*   551 update    SGD                layer1.0.down.bn.bias/sgd  live 182.9 MiB */
-  snrt_sgd(c, &P326, F(0x53300), F(0xb536600), F(0xb363d00));
-  snrt_dead(c, 0xb536600, 1024);
+  snrt_sgd(c, &P326, F(0x53300), F(0xb4b6600), F(0xb363d00));
+  snrt_dead(c, 0xb4b6600, 1024);
   /*   552 backward  CONV_BWD_DATA      layer1.0.down.conv/bwd_data  live 183.1 MiB */
-  snrt_conv_bwd_data(c, &P12, F(0xb3b6200), F(0x42f00), F(0xb4fa200), NULL);
+  snrt_conv_bwd_data(c, &P12, F(0xb436200), F(0x42f00), F(0xb55c200), NULL);
   /*   553 backward  CONV_BWD_FILTER    layer1.0.down.conv/bwd_filter  live 183.1 MiB */
-  snrt_conv_bwd_filter(c, &P12, F(0xc41a200), F(0xb3b6200), F(0xb4b6200), NULL);
-  snrt_dead(c, 0xb3b6200, 524288);
+  snrt_conv_bwd_filter(c, &P12, F(0xc41a200), F(0xb436200), F(0xb4b6200), NULL);
+  snrt_dead(c, 0xb436200, 524288);
   /*   554 update    SGD                layer1.0.down.conv.weight/sgd  live 182.6 MiB */
   snrt_sgd(c, &P327, F(0x42f00), F(0xb4b6200), F(0xb364100));
   snrt_dead(c, 0xb4b6200, 65536);
-  /*   555 backward  BN_BWD             layer1.0.3.bn/bwd  live 183.1 MiB */
-  snrt_bn_bwd(c, &P11, F(0xbdb6200), F(0xb436200), F(0x41f00), F(0xca0e200), F(0xca0e600), F(0xb3b6200), F(0xb4b6200), F(0xb4b6600));
+  /*   555 backward  BN_BWD             layer1.0.3.bn/bwd  live 182.6 MiB */
+  snrt_bn_bwd(c, &P11, F(0xbdb6200), F(0xb3b6200), F(0x41f00), F(0xca0e200), F(0xca0e600), F(0xb3b6200), F(0xb436200), F(0xb436600));
   snrt_dead(c, 0xbdb6200, 524288);
   snrt_dead(c, 0xca0e200, 1024);
   snrt_dead(c, 0xca0e600, 1024);
-  snrt_dead(c, 0xb436200, 524288);
   /*   556 update    SGD                layer1.0.3.bn.weight/sgd  live 182.1 MiB */
-  snrt_sgd(c, &P328, F(0x41f00), F(0xb4b6200), F(0xb374100));
-  snrt_dead(c, 0xb4b6200, 1024);
+  snrt_sgd(c, &P328, F(0x41f00), F(0xb436200), F(0xb374100));
+  snrt_dead(c, 0xb436200, 1024);
   /*   557 update    SGD                layer1.0.3.bn.bias/sgd  live 182.1 MiB */
-  snrt_sgd(c, &P329, F(0x42300), F(0xb4b6600), F(0xb374500));
-  snrt_dead(c, 0xb4b6600, 1024);
+  snrt_sgd(c, &P329, F(0x42300), F(0xb436600), F(0xb374500));
+  snrt_dead(c, 0xb436600, 1024);
   /*   558 backward  CONV_BWD_DATA      layer1.0.3.conv/bwd_data  live 182.2 MiB */
-  snrt_conv_bwd_data(c, &P10, F(0xb3b6200), F(0x31f00), F(0xb436200), NULL);
+  snrt_conv_bwd_data(c, &P10, F(0xb3b6200), F(0x31f00), F(0xb4fa200), NULL);
   /*   559 backward  CONV_BWD_FILTER    layer1.0.3.conv/bwd_filter  live 182.2 MiB */
-  snrt_conv_bwd_filter(c, &P10, F(0xc49a200), F(0xb3b6200), F(0xb456200), NULL);
+  snrt_conv_bwd_filter(c, &P10, F(0xc49a200), F(0xb3b6200), F(0xb436200), NULL);
   snrt_dead(c, 0xb3b6200, 524288);
   /*   560 update    SGD                layer1.0.3.conv.weight/sgd  live 181.7 MiB */
-  snrt_sgd(c, &P330, F(0x31f00), F(0xb456200), F(0xb374900));
-  snrt_dead(c, 0xb456200, 65536);
-  /*   561 backward  UNARY_BWD          layer1.0.2.relu/bwd  live 181.8 MiB */
-  snrt_unary_bwd(c, &P9, NULL, F(0xc49a200), F(0xb436200), F(0xb3b6200));
+  snrt_sgd(c, &P330, F(0x31f00), F(0xb436200), F(0xb374900));
+  snrt_dead(c, 0xb436200, 65536);
+  /*   561 backward  UNARY_BWD          layer1.0.2.relu/bwd  live 181.7 MiB */
+  snrt_unary_bwd(c, &P9, NULL, F(0xc49a200), F(0xb4fa200), F(0xb4fa200));
   snrt_dead(c, 0xc49a200, 131072);
-  snrt_dead(c, 0xb436200, 131072);
-  /*   562 backward  BN_BWD             layer1.0.2.bn/bwd  live 181.7 MiB */
-  snrt_bn_bwd(c, &P8, F(0xc47a200), F(0xb3b6200), F(0x31b00), F(0xca18600), F(0xca18700), F(0xb51a200), F(0xb3d6200), F(0xb3d6300));
+  /*   562 backward  BN_BWD             layer1.0.2.bn/bwd  live 181.6 MiB */
+  snrt_bn_bwd(c, &P8, F(0xc47a200), F(0xb4fa200), F(0x31b00), F(0xca18600), F(0xca18700), F(0xb4fa200), F(0xb3b6200), F(0xb3b6300));
   snrt_dead(c, 0xc47a200, 131072);
   snrt_dead(c, 0xca18600, 256);
   snrt_dead(c, 0xca18700, 256);
-  snrt_dead(c, 0xb3b6200, 131072);
   /*   563 update    SGD                layer1.0.2.bn.weight/sgd  live 181.4 MiB */
-  snrt_sgd(c, &P331, F(0x31b00), F(0xb3d6200), F(0xb384900));
-  snrt_dead(c, 0xb3d6200, 256);
+  snrt_sgd(c, &P331, F(0x31b00), F(0xb3b6200), F(0xb384900));
+  snrt_dead(c, 0xb3b6200, 256);
   /*   564 update    SGD                layer1.0.2.bn.bias/sgd  live 181.4 MiB */
-  snrt_sgd(c, &P332, F(0x31c00), F(0xb3d6300), F(0xb384a00));
-  snrt_dead(c, 0xb3d6300, 256);
+  snrt_sgd(c, &P332, F(0x31c00), F(0xb3b6300), F(0xb384a00));
+  snrt_dead(c, 0xb3b6300, 256);
   /*   565 backward  CONV_BWD_DATA      layer1.0.2.conv/bwd_data  live 182.7 MiB */
-  snrt_conv_bwd_data(c, &P7, F(0xb51a200), F(0xdb00), F(0xb53a200), F(0xb3b6200));
+  snrt_conv_bwd_data(c, &P7, F(0xb4fa200), F(0xdb00), F(0xb51a200), F(0xb3b6200));
   snrt_dead(c, 0xb3b6200, 1179648);
   /*   566 backward  CONV_BWD_FILTER    layer1.0.2.conv/bwd_filter  live 182.8 MiB */
-  snrt_conv_bwd_filter(c, &P7, F(0xc45a200), F(0xb51a200), F(0xb4d6200), F(0xb3b6200));
-  snrt_dead(c, 0xb51a200, 131072);
+  snrt_conv_bwd_filter(c, &P7, F(0xc45a200), F(0xb4fa200), F(0xb4d6200), F(0xb3b6200));
+  snrt_dead(c, 0xb4fa200, 131072);
   snrt_dead(c, 0xb3b6200, 1179648);
   /*   567 update    SGD                layer1.0.2.conv.weight/sgd  live 181.6 MiB */
   snrt_sgd(c, &P333, F(0xdb00), F(0xb4d6200), F(0xb384b00));
   snrt_dead(c, 0xb4d6200, 147456);
-  /*   568 backward  UNARY_BWD          layer1.0.1.relu/bwd  live 181.6 MiB */
-  snrt_unary_bwd(c, &P6, NULL, F(0xc45a200), F(0xb53a200), F(0xb3b6200));
+  /*   568 backward  UNARY_BWD          layer1.0.1.relu/bwd  live 181.4 MiB */
+  snrt_unary_bwd(c, &P6, NULL, F(0xc45a200), F(0xb51a200), F(0xb51a200));
   snrt_dead(c, 0xc45a200, 131072);
-  snrt_dead(c, 0xb53a200, 131072);
-  /*   569 backward  BN_BWD             layer1.0.1.bn/bwd  live 181.4 MiB */
-  snrt_bn_bwd(c, &P5, F(0xc43a200), F(0xb3b6200), F(0xd700), F(0xca18400), F(0xca18500), F(0xb3d6200), F(0xb3f6200), F(0xb3f6300));
+  /*   569 backward  BN_BWD             layer1.0.1.bn/bwd  live 181.3 MiB */
+  snrt_bn_bwd(c, &P5, F(0xc43a200), F(0xb51a200), F(0xd700), F(0xca18400), F(0xca18500), F(0xb51a200), F(0xb3b6200), F(0xb3b6300));
   snrt_dead(c, 0xc43a200, 131072);
   snrt_dead(c, 0xca18400, 256);
   snrt_dead(c, 0xca18500, 256);
-  snrt_dead(c, 0xb3b6200, 131072);
   /*   570 update    SGD                layer1.0.1.bn.weight/sgd  live 181.2 MiB */
-  snrt_sgd(c, &P334, F(0xd700), F(0xb3f6200), F(0xb3a8b00));
-  snrt_dead(c, 0xb3f6200, 256);
+  snrt_sgd(c, &P334, F(0xd700), F(0xb3b6200), F(0xb3a8b00));
+  snrt_dead(c, 0xb3b6200, 256);
   /*   571 update    SGD                layer1.0.1.bn.bias/sgd  live 181.2 MiB */
-  snrt_sgd(c, &P335, F(0xd800), F(0xb3f6300), F(0xb3a8c00));
-  snrt_dead(c, 0xb3f6300, 256);
+  snrt_sgd(c, &P335, F(0xd800), F(0xb3b6300), F(0xb3a8c00));
+  snrt_dead(c, 0xb3b6300, 256);
   /*   572 backward  CONV_BWD_DATA      layer1.0.1.conv/bwd_data  live 181.3 MiB */
-  snrt_conv_bwd_data(c, &P4, F(0xb3d6200), F(0x9700), F(0xb3b6200), NULL);
+  snrt_conv_bwd_data(c, &P4, F(0xb51a200), F(0x9700), F(0xb3b6200), NULL);
   /*   573 backward  ACCUMULATE         layer1.0.1.conv/accumulate  live 181.3 MiB */
-  snrt_add(c, 32768, F(0xb4fa200), F(0xb3b6200), F(0xb4fa200));
+  snrt_add(c, 32768, F(0xb55c200), F(0xb3b6200), F(0xb55c200));
   snrt_dead(c, 0xb3b6200, 131072);
   /*   574 backward  CONV_BWD_FILTER    layer1.0.1.conv/bwd_filter  live 181.2 MiB */
-  snrt_conv_bwd_filter(c, &P4, F(0xc41a200), F(0xb3d6200), F(0xb3b6200), NULL);
+  snrt_conv_bwd_filter(c, &P4, F(0xc41a200), F(0xb51a200), F(0xb3b6200), NULL);
   snrt_dead(c, 0xc41a200, 131072);
-  snrt_dead(c, 0xb3d6200, 131072);
+  snrt_dead(c, 0xb51a200, 131072);
   /*   575 update    SGD                layer1.0.1.conv.weight/sgd  live 180.9 MiB */
   snrt_sgd(c, &P336, F(0x9700), F(0xb3b6200), F(0xb3a8d00));
   snrt_dead(c, 0xb3b6200, 16384);
   /*   576 backward  MAXPOOL_BWD        stem.pool/bwd  live 181.4 MiB */
-  snrt_maxpool_bwd(c, &P3, F(0xbd36200), F(0xb4fa200), F(0xb3b6200));
-  snrt_dead(c, 0xb4fa200, 131072);
-  /*   577 backward  UNARY_BWD          stem.relu/bwd  live 181.8 MiB */
-  snrt_unary_bwd(c, &P2, NULL, F(0xbd36200), F(0xb3b6200), F(0xb436200));
+  snrt_maxpool_bwd(c, &P3, F(0xbd36200), F(0xb55c200), F(0xb4dc200));
+  snrt_dead(c, 0xb55c200, 131072);
+  /*   577 backward  UNARY_BWD          stem.relu/bwd  live 181.3 MiB */
+  snrt_unary_bwd(c, &P2, NULL, F(0xbd36200), F(0xb4dc200), F(0xb4dc200));
   snrt_dead(c, 0xbd36200, 524288);
-  snrt_dead(c, 0xb3b6200, 524288);
-  /*   578 backward  BN_BWD             stem.bn/bwd  live 181.3 MiB */
-  snrt_bn_bwd(c, &P1, F(0xbcb6200), F(0xb436200), F(0x9300), F(0xca18200), F(0xca18300), F(0xb4dc200), F(0xb3b6200), F(0xb3b6300));
+  /*   578 backward  BN_BWD             stem.bn/bwd  live 180.8 MiB */
+  snrt_bn_bwd(c, &P1, F(0xbcb6200), F(0xb4dc200), F(0x9300), F(0xca18200), F(0xca18300), F(0xb4dc200), F(0xb3b6200), F(0xb3b6300));
   snrt_dead(c, 0xbcb6200, 524288);
   snrt_dead(c, 0xca18200, 256);
   snrt_dead(c, 0xca18300, 256);
-  snrt_dead(c, 0xb436200, 524288);
   /*   579 update    SGD                stem.bn.weight/sgd  live 180.3 MiB */
   snrt_sgd(c, &P337, F(0x9300), F(0xb3b6200), F(0xb3acd00));
   snrt_dead(c, 0xb3b6200, 256);
@@ -2794,118 +2692,118 @@ static const snrt_tensor tensors[] = {
   {"layer1.0.1.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {64, 64, 1, 1}, 16384, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.0.1.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {64, 64, 1, 1}, 16384, 188386560, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.0.1.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 55040, -1, SNRT_INIT_ONE, 0, -1, 17, {18, -1}},
-  {"layer1.0.1.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 188703232, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer1.0.1.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.0.1.bn.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 188386048, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.0.1.bn.bias", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 55296, -1, SNRT_INIT_ZERO, 0, -1, 20, {21, -1}},
-  {"layer1.0.1.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 188703488, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer1.0.1.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 188441344, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.0.1.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 188386304, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.0.2.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {64, 64, 3, 3}, 147456, 56064, -1, SNRT_INIT_KAIMING, 576, -1, 23, {24, -1}},
   {"layer1.0.2.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {64, 64, 3, 3}, 147456, 189620736, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.0.2.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {64, 64, 3, 3}, 147456, 188238592, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.0.2.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 203520, -1, SNRT_INIT_ONE, 0, -1, 26, {27, -1}},
-  {"layer1.0.2.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 188572160, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer1.0.2.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.0.2.bn.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 188238080, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.0.2.bn.bias", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 203776, -1, SNRT_INIT_ZERO, 0, -1, 29, {30, -1}},
-  {"layer1.0.2.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 188572416, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer1.0.2.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 188441344, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.0.2.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 188238336, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.0.3.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {256, 64, 1, 1}, 65536, 204544, -1, SNRT_INIT_KAIMING, 64, -1, 32, {33, -1}},
-  {"layer1.0.3.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {256, 64, 1, 1}, 65536, 189096448, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer1.0.3.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {256, 64, 1, 1}, 65536, 188965376, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.0.3.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {256, 64, 1, 1}, 65536, 188172544, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.0.3.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 270080, -1, SNRT_INIT_ONE, 0, -1, 35, {36, -1}},
-  {"layer1.0.3.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 189489664, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer1.0.3.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188965376, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.0.3.bn.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 188170496, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.0.3.bn.bias", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 271104, -1, SNRT_INIT_ZERO, 0, -1, 38, {39, -1}},
-  {"layer1.0.3.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 189490688, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer1.0.3.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188966400, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.0.3.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 188171520, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.0.down.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {256, 64, 1, 1}, 65536, 274176, -1, SNRT_INIT_KAIMING, 64, -1, 41, {42, -1}},
   {"layer1.0.down.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {256, 64, 1, 1}, 65536, 189489664, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.0.down.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {256, 64, 1, 1}, 65536, 188104960, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.0.down.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 339712, -1, SNRT_INIT_ONE, 0, -1, 44, {45, -1}},
-  {"layer1.0.down.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 190013952, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer1.0.down.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 189489664, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.0.down.bn.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 188102912, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.0.down.bn.bias", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 340736, -1, SNRT_INIT_ZERO, 0, -1, 47, {48, -1}},
-  {"layer1.0.down.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 190014976, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer1.0.down.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 189490688, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.0.down.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 188103936, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.1.1.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {64, 256, 1, 1}, 65536, 343808, -1, SNRT_INIT_KAIMING, 256, -1, 50, {51, -1}},
   {"layer1.1.1.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {64, 256, 1, 1}, 65536, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.1.1.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {64, 256, 1, 1}, 65536, 188037376, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.1.1.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 409344, -1, SNRT_INIT_ONE, 0, -1, 53, {54, -1}},
-  {"layer1.1.1.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 188572160, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer1.1.1.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.1.1.bn.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 188036864, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.1.1.bn.bias", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 409600, -1, SNRT_INIT_ZERO, 0, -1, 56, {57, -1}},
-  {"layer1.1.1.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 188572416, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer1.1.1.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 188441344, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.1.1.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 188037120, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.1.2.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {64, 64, 3, 3}, 147456, 410368, -1, SNRT_INIT_KAIMING, 576, -1, 59, {60, -1}},
   {"layer1.1.2.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {64, 64, 3, 3}, 147456, 190145024, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.1.2.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {64, 64, 3, 3}, 147456, 187889408, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.1.2.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 557824, -1, SNRT_INIT_ONE, 0, -1, 62, {63, -1}},
-  {"layer1.1.2.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 188572160, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer1.1.2.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.1.2.bn.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 187888896, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.1.2.bn.bias", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 558080, -1, SNRT_INIT_ZERO, 0, -1, 65, {66, -1}},
-  {"layer1.1.2.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 188572416, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer1.1.2.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 188441344, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.1.2.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 187889152, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.1.3.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {256, 64, 1, 1}, 65536, 558848, -1, SNRT_INIT_KAIMING, 64, -1, 68, {69, -1}},
-  {"layer1.1.3.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {256, 64, 1, 1}, 65536, 189096448, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer1.1.3.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {256, 64, 1, 1}, 65536, 188965376, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.1.3.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {256, 64, 1, 1}, 65536, 187823360, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.1.3.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 624384, -1, SNRT_INIT_ONE, 0, -1, 71, {72, -1}},
-  {"layer1.1.3.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 189489664, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer1.1.3.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188965376, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.1.3.bn.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 187821312, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.1.3.bn.bias", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 625408, -1, SNRT_INIT_ZERO, 0, -1, 74, {75, -1}},
-  {"layer1.1.3.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 189490688, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer1.1.3.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188966400, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.1.3.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 187822336, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.2.1.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {64, 256, 1, 1}, 65536, 628480, -1, SNRT_INIT_KAIMING, 256, -1, 77, {78, -1}},
   {"layer1.2.1.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {64, 256, 1, 1}, 65536, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.2.1.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {64, 256, 1, 1}, 65536, 187755776, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.2.1.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 694016, -1, SNRT_INIT_ONE, 0, -1, 80, {81, -1}},
-  {"layer1.2.1.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 188572160, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer1.2.1.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.2.1.bn.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 187755264, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.2.1.bn.bias", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 694272, -1, SNRT_INIT_ZERO, 0, -1, 83, {84, -1}},
-  {"layer1.2.1.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 188572416, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer1.2.1.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 188441344, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.2.1.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 187755520, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.2.2.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {64, 64, 3, 3}, 147456, 695040, -1, SNRT_INIT_KAIMING, 576, -1, 86, {87, -1}},
-  {"layer1.2.2.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {64, 64, 3, 3}, 147456, 190145024, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer1.2.2.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {64, 64, 3, 3}, 147456, 189620736, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.2.2.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {64, 64, 3, 3}, 147456, 187607808, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.2.2.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 842496, -1, SNRT_INIT_ONE, 0, -1, 89, {90, -1}},
-  {"layer1.2.2.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 188572160, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer1.2.2.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.2.2.bn.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 187607296, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.2.2.bn.bias", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 842752, -1, SNRT_INIT_ZERO, 0, -1, 92, {93, -1}},
-  {"layer1.2.2.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 188572416, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer1.2.2.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 188441344, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.2.2.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 187607552, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.2.3.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {256, 64, 1, 1}, 65536, 843520, -1, SNRT_INIT_KAIMING, 64, -1, 95, {96, -1}},
-  {"layer1.2.3.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {256, 64, 1, 1}, 65536, 189096448, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer1.2.3.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {256, 64, 1, 1}, 65536, 188965376, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.2.3.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {256, 64, 1, 1}, 65536, 187541760, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.2.3.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 909056, -1, SNRT_INIT_ONE, 0, -1, 98, {99, -1}},
-  {"layer1.2.3.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 189489664, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer1.2.3.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188965376, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.2.3.bn.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 187539712, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.2.3.bn.bias", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 910080, -1, SNRT_INIT_ZERO, 0, -1, 101, {102, -1}},
-  {"layer1.2.3.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 189490688, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer1.2.3.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188966400, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.2.3.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 187540736, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.0.1.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {128, 256, 1, 1}, 131072, 913152, -1, SNRT_INIT_KAIMING, 256, -1, 104, {105, -1}},
   {"layer2.0.1.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {128, 256, 1, 1}, 131072, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer2.0.1.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {128, 256, 1, 1}, 131072, 187408640, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.0.1.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {128}, 512, 1044224, -1, SNRT_INIT_ONE, 0, -1, 107, {108, -1}},
-  {"layer2.0.1.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {128}, 512, 188703232, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer2.0.1.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {128}, 512, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer2.0.1.bn.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {128}, 512, 187407616, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.0.1.bn.bias", SNRT_T_PARAM, SNRT_F32, 1, {128}, 512, 1044736, -1, SNRT_INIT_ZERO, 0, -1, 110, {111, -1}},
-  {"layer2.0.1.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {128}, 512, 188703744, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer2.0.1.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {128}, 512, 188441600, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer2.0.1.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {128}, 512, 187408128, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.0.2.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {128, 128, 3, 3}, 589824, 1046272, -1, SNRT_INIT_KAIMING, 1152, -1, 113, {114, -1}},
   {"layer2.0.2.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {128, 128, 3, 3}, 589824, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer2.0.2.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {128, 128, 3, 3}, 589824, 186817792, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.0.2.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {128}, 512, 1636096, -1, SNRT_INIT_ONE, 0, -1, 116, {117, -1}},
-  {"layer2.0.2.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {128}, 512, 188506624, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer2.0.2.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {128}, 512, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer2.0.2.bn.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {128}, 512, 186816768, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.0.2.bn.bias", SNRT_T_PARAM, SNRT_F32, 1, {128}, 512, 1636608, -1, SNRT_INIT_ZERO, 0, -1, 119, {120, -1}},
-  {"layer2.0.2.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {128}, 512, 188507136, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer2.0.2.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {128}, 512, 188441600, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer2.0.2.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {128}, 512, 186817280, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.0.3.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {512, 128, 1, 1}, 262144, 1638144, -1, SNRT_INIT_KAIMING, 128, -1, 122, {123, -1}},
-  {"layer2.0.3.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {512, 128, 1, 1}, 262144, 188703232, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer2.0.3.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {512, 128, 1, 1}, 262144, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer2.0.3.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {512, 128, 1, 1}, 262144, 186554624, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.0.3.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {512}, 2048, 1900288, -1, SNRT_INIT_ONE, 0, -1, 125, {126, -1}},
-  {"layer2.0.3.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188703232, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer2.0.3.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer2.0.3.bn.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {512}, 2048, 186550528, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.0.3.bn.bias", SNRT_T_PARAM, SNRT_F32, 1, {512}, 2048, 1902336, -1, SNRT_INIT_ZERO, 0, -1, 128, {129, -1}},
-  {"layer2.0.3.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188705280, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer2.0.3.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188443136, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer2.0.3.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {512}, 2048, 186552576, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.0.down.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {512, 256, 1, 1}, 524288, 1908480, -1, SNRT_INIT_KAIMING, 256, -1, 131, {132, -1}},
   {"layer2.0.down.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {512, 256, 1, 1}, 524288, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
@@ -2920,100 +2818,100 @@ static const snrt_tensor tensors[] = {
   {"layer2.1.1.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {128, 512, 1, 1}, 262144, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer2.1.1.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {128, 512, 1, 1}, 262144, 185760000, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.1.1.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {128}, 512, 2703104, -1, SNRT_INIT_ONE, 0, -1, 143, {144, -1}},
-  {"layer2.1.1.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {128}, 512, 188506624, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer2.1.1.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {128}, 512, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer2.1.1.bn.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {128}, 512, 185758976, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.1.1.bn.bias", SNRT_T_PARAM, SNRT_F32, 1, {128}, 512, 2703616, -1, SNRT_INIT_ZERO, 0, -1, 146, {147, -1}},
-  {"layer2.1.1.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {128}, 512, 188507136, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer2.1.1.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {128}, 512, 188441600, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer2.1.1.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {128}, 512, 185759488, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.1.2.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {128, 128, 3, 3}, 589824, 2705152, -1, SNRT_INIT_KAIMING, 1152, -1, 149, {150, -1}},
   {"layer2.1.2.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {128, 128, 3, 3}, 589824, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer2.1.2.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {128, 128, 3, 3}, 589824, 185169152, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.1.2.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {128}, 512, 3294976, -1, SNRT_INIT_ONE, 0, -1, 152, {153, -1}},
-  {"layer2.1.2.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {128}, 512, 188506624, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer2.1.2.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {128}, 512, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer2.1.2.bn.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {128}, 512, 185168128, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.1.2.bn.bias", SNRT_T_PARAM, SNRT_F32, 1, {128}, 512, 3295488, -1, SNRT_INIT_ZERO, 0, -1, 155, {156, -1}},
-  {"layer2.1.2.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {128}, 512, 188507136, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer2.1.2.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {128}, 512, 188441600, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer2.1.2.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {128}, 512, 185168640, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.1.3.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {512, 128, 1, 1}, 262144, 3297024, -1, SNRT_INIT_KAIMING, 128, -1, 158, {159, -1}},
   {"layer2.1.3.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {512, 128, 1, 1}, 262144, 188703232, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer2.1.3.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {512, 128, 1, 1}, 262144, 184905984, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.1.3.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {512}, 2048, 3559168, -1, SNRT_INIT_ONE, 0, -1, 161, {162, -1}},
-  {"layer2.1.3.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188965376, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer2.1.3.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188703232, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer2.1.3.bn.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {512}, 2048, 184901888, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.1.3.bn.bias", SNRT_T_PARAM, SNRT_F32, 1, {512}, 2048, 3561216, -1, SNRT_INIT_ZERO, 0, -1, 164, {165, -1}},
-  {"layer2.1.3.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188967424, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer2.1.3.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188705280, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer2.1.3.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {512}, 2048, 184903936, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.2.1.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {128, 512, 1, 1}, 262144, 3567360, -1, SNRT_INIT_KAIMING, 512, -1, 167, {168, -1}},
   {"layer2.2.1.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {128, 512, 1, 1}, 262144, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer2.2.1.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {128, 512, 1, 1}, 262144, 184639744, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.2.1.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {128}, 512, 3829504, -1, SNRT_INIT_ONE, 0, -1, 170, {171, -1}},
-  {"layer2.2.1.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {128}, 512, 188506624, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer2.2.1.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {128}, 512, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer2.2.1.bn.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {128}, 512, 184638720, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.2.1.bn.bias", SNRT_T_PARAM, SNRT_F32, 1, {128}, 512, 3830016, -1, SNRT_INIT_ZERO, 0, -1, 173, {174, -1}},
-  {"layer2.2.1.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {128}, 512, 188507136, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer2.2.1.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {128}, 512, 188441600, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer2.2.1.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {128}, 512, 184639232, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.2.2.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {128, 128, 3, 3}, 589824, 3831552, -1, SNRT_INIT_KAIMING, 1152, -1, 176, {177, -1}},
   {"layer2.2.2.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {128, 128, 3, 3}, 589824, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer2.2.2.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {128, 128, 3, 3}, 589824, 184048896, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.2.2.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {128}, 512, 4421376, -1, SNRT_INIT_ONE, 0, -1, 179, {180, -1}},
-  {"layer2.2.2.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {128}, 512, 188506624, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer2.2.2.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {128}, 512, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer2.2.2.bn.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {128}, 512, 184047872, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.2.2.bn.bias", SNRT_T_PARAM, SNRT_F32, 1, {128}, 512, 4421888, -1, SNRT_INIT_ZERO, 0, -1, 182, {183, -1}},
-  {"layer2.2.2.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {128}, 512, 188507136, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer2.2.2.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {128}, 512, 188441600, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer2.2.2.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {128}, 512, 184048384, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.2.3.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {512, 128, 1, 1}, 262144, 4423424, -1, SNRT_INIT_KAIMING, 128, -1, 185, {186, -1}},
   {"layer2.2.3.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {512, 128, 1, 1}, 262144, 188703232, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer2.2.3.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {512, 128, 1, 1}, 262144, 183785728, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.2.3.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {512}, 2048, 4685568, -1, SNRT_INIT_ONE, 0, -1, 188, {189, -1}},
-  {"layer2.2.3.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188965376, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer2.2.3.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188703232, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer2.2.3.bn.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {512}, 2048, 183781632, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.2.3.bn.bias", SNRT_T_PARAM, SNRT_F32, 1, {512}, 2048, 4687616, -1, SNRT_INIT_ZERO, 0, -1, 191, {192, -1}},
-  {"layer2.2.3.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188967424, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer2.2.3.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188705280, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer2.2.3.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {512}, 2048, 183783680, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.3.1.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {128, 512, 1, 1}, 262144, 4693760, -1, SNRT_INIT_KAIMING, 512, -1, 194, {195, -1}},
   {"layer2.3.1.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {128, 512, 1, 1}, 262144, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer2.3.1.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {128, 512, 1, 1}, 262144, 183519488, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.3.1.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {128}, 512, 4955904, -1, SNRT_INIT_ONE, 0, -1, 197, {198, -1}},
-  {"layer2.3.1.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {128}, 512, 188506624, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer2.3.1.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {128}, 512, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer2.3.1.bn.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {128}, 512, 183518464, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.3.1.bn.bias", SNRT_T_PARAM, SNRT_F32, 1, {128}, 512, 4956416, -1, SNRT_INIT_ZERO, 0, -1, 200, {201, -1}},
-  {"layer2.3.1.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {128}, 512, 188507136, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer2.3.1.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {128}, 512, 188441600, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer2.3.1.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {128}, 512, 183518976, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.3.2.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {128, 128, 3, 3}, 589824, 4957952, -1, SNRT_INIT_KAIMING, 1152, -1, 203, {204, -1}},
   {"layer2.3.2.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {128, 128, 3, 3}, 589824, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer2.3.2.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {128, 128, 3, 3}, 589824, 182928640, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.3.2.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {128}, 512, 5547776, -1, SNRT_INIT_ONE, 0, -1, 206, {207, -1}},
-  {"layer2.3.2.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {128}, 512, 188506624, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer2.3.2.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {128}, 512, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer2.3.2.bn.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {128}, 512, 182927616, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.3.2.bn.bias", SNRT_T_PARAM, SNRT_F32, 1, {128}, 512, 5548288, -1, SNRT_INIT_ZERO, 0, -1, 209, {210, -1}},
-  {"layer2.3.2.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {128}, 512, 188507136, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer2.3.2.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {128}, 512, 188441600, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer2.3.2.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {128}, 512, 182928128, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.3.3.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {512, 128, 1, 1}, 262144, 5549824, -1, SNRT_INIT_KAIMING, 128, -1, 212, {213, -1}},
   {"layer2.3.3.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {512, 128, 1, 1}, 262144, 188703232, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer2.3.3.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {512, 128, 1, 1}, 262144, 182665472, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.3.3.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {512}, 2048, 5811968, -1, SNRT_INIT_ONE, 0, -1, 215, {216, -1}},
-  {"layer2.3.3.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188965376, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer2.3.3.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188703232, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer2.3.3.bn.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {512}, 2048, 182661376, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.3.3.bn.bias", SNRT_T_PARAM, SNRT_F32, 1, {512}, 2048, 5814016, -1, SNRT_INIT_ZERO, 0, -1, 218, {219, -1}},
-  {"layer2.3.3.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188967424, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer2.3.3.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188705280, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer2.3.3.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {512}, 2048, 182663424, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer3.0.1.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {256, 512, 1, 1}, 524288, 5820160, -1, SNRT_INIT_KAIMING, 512, -1, 221, {222, -1}},
   {"layer3.0.1.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {256, 512, 1, 1}, 524288, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer3.0.1.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {256, 512, 1, 1}, 524288, 182137088, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer3.0.1.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 6344448, -1, SNRT_INIT_ONE, 0, -1, 224, {225, -1}},
-  {"layer3.0.1.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188572160, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer3.0.1.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer3.0.1.bn.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 182135040, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer3.0.1.bn.bias", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 6345472, -1, SNRT_INIT_ZERO, 0, -1, 227, {228, -1}},
-  {"layer3.0.1.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188573184, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer3.0.1.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188442112, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer3.0.1.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 182136064, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer3.0.2.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {256, 256, 3, 3}, 2359296, 6348544, -1, SNRT_INIT_KAIMING, 2304, -1, 230, {231, -1}},
   {"layer3.0.2.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {256, 256, 3, 3}, 2359296, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer3.0.2.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {256, 256, 3, 3}, 2359296, 179775744, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer3.0.2.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 8707840, -1, SNRT_INIT_ONE, 0, -1, 233, {234, -1}},
-  {"layer3.0.2.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188473856, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer3.0.2.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer3.0.2.bn.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 179773696, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer3.0.2.bn.bias", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 8708864, -1, SNRT_INIT_ZERO, 0, -1, 236, {237, -1}},
-  {"layer3.0.2.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188474880, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer3.0.2.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188442112, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer3.0.2.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 179774720, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer3.0.3.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {1024, 256, 1, 1}, 1048576, 8711936, -1, SNRT_INIT_KAIMING, 256, -1, 239, {240, -1}},
   {"layer3.0.3.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {1024, 256, 1, 1}, 1048576, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
@@ -3037,19 +2935,19 @@ static const snrt_tensor tensors[] = {
   {"layer3.1.1.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {256, 1024, 1, 1}, 1048576, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer3.1.1.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {256, 1024, 1, 1}, 1048576, 175563008, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer3.1.1.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 12939008, -1, SNRT_INIT_ONE, 0, -1, 260, {261, -1}},
-  {"layer3.1.1.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188473856, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer3.1.1.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer3.1.1.bn.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 175560960, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer3.1.1.bn.bias", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 12940032, -1, SNRT_INIT_ZERO, 0, -1, 263, {264, -1}},
-  {"layer3.1.1.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188474880, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer3.1.1.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188442112, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer3.1.1.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 175561984, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer3.1.2.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {256, 256, 3, 3}, 2359296, 12943104, -1, SNRT_INIT_KAIMING, 2304, -1, 266, {267, -1}},
   {"layer3.1.2.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {256, 256, 3, 3}, 2359296, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer3.1.2.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {256, 256, 3, 3}, 2359296, 173201664, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer3.1.2.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 15302400, -1, SNRT_INIT_ONE, 0, -1, 269, {270, -1}},
-  {"layer3.1.2.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188473856, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer3.1.2.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer3.1.2.bn.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 173199616, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer3.1.2.bn.bias", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 15303424, -1, SNRT_INIT_ZERO, 0, -1, 272, {273, -1}},
-  {"layer3.1.2.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188474880, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer3.1.2.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188442112, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer3.1.2.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 173200640, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer3.1.3.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {1024, 256, 1, 1}, 1048576, 15306496, -1, SNRT_INIT_KAIMING, 256, -1, 275, {276, -1}},
   {"layer3.1.3.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {1024, 256, 1, 1}, 1048576, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
@@ -3064,19 +2962,19 @@ static const snrt_tensor tensors[] = {
   {"layer3.2.1.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {256, 1024, 1, 1}, 1048576, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer3.2.1.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {256, 1024, 1, 1}, 1048576, 171094272, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer3.2.1.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 17420032, -1, SNRT_INIT_ONE, 0, -1, 287, {288, -1}},
-  {"layer3.2.1.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188473856, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer3.2.1.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer3.2.1.bn.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 171092224, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer3.2.1.bn.bias", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 17421056, -1, SNRT_INIT_ZERO, 0, -1, 290, {291, -1}},
-  {"layer3.2.1.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188474880, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer3.2.1.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188442112, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer3.2.1.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 171093248, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer3.2.2.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {256, 256, 3, 3}, 2359296, 17424128, -1, SNRT_INIT_KAIMING, 2304, -1, 293, {294, -1}},
   {"layer3.2.2.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {256, 256, 3, 3}, 2359296, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer3.2.2.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {256, 256, 3, 3}, 2359296, 168732928, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer3.2.2.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 19783424, -1, SNRT_INIT_ONE, 0, -1, 296, {297, -1}},
-  {"layer3.2.2.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188473856, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer3.2.2.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer3.2.2.bn.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 168730880, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer3.2.2.bn.bias", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 19784448, -1, SNRT_INIT_ZERO, 0, -1, 299, {300, -1}},
-  {"layer3.2.2.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188474880, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer3.2.2.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188442112, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer3.2.2.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 168731904, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer3.2.3.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {1024, 256, 1, 1}, 1048576, 19787520, -1, SNRT_INIT_KAIMING, 256, -1, 302, {303, -1}},
   {"layer3.2.3.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {1024, 256, 1, 1}, 1048576, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
@@ -3091,19 +2989,19 @@ static const snrt_tensor tensors[] = {
   {"layer3.3.1.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {256, 1024, 1, 1}, 1048576, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer3.3.1.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {256, 1024, 1, 1}, 1048576, 166625536, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer3.3.1.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 21901056, -1, SNRT_INIT_ONE, 0, -1, 314, {315, -1}},
-  {"layer3.3.1.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188473856, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer3.3.1.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer3.3.1.bn.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 166623488, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer3.3.1.bn.bias", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 21902080, -1, SNRT_INIT_ZERO, 0, -1, 317, {318, -1}},
-  {"layer3.3.1.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188474880, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer3.3.1.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188442112, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer3.3.1.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 166624512, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer3.3.2.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {256, 256, 3, 3}, 2359296, 21905152, -1, SNRT_INIT_KAIMING, 2304, -1, 320, {321, -1}},
   {"layer3.3.2.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {256, 256, 3, 3}, 2359296, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer3.3.2.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {256, 256, 3, 3}, 2359296, 164264192, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer3.3.2.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 24264448, -1, SNRT_INIT_ONE, 0, -1, 323, {324, -1}},
-  {"layer3.3.2.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188473856, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer3.3.2.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer3.3.2.bn.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 164262144, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer3.3.2.bn.bias", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 24265472, -1, SNRT_INIT_ZERO, 0, -1, 326, {327, -1}},
-  {"layer3.3.2.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188474880, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer3.3.2.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188442112, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer3.3.2.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 164263168, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer3.3.3.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {1024, 256, 1, 1}, 1048576, 24268544, -1, SNRT_INIT_KAIMING, 256, -1, 329, {330, -1}},
   {"layer3.3.3.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {1024, 256, 1, 1}, 1048576, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
@@ -3118,19 +3016,19 @@ static const snrt_tensor tensors[] = {
   {"layer3.4.1.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {256, 1024, 1, 1}, 1048576, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer3.4.1.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {256, 1024, 1, 1}, 1048576, 162156800, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer3.4.1.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 26382080, -1, SNRT_INIT_ONE, 0, -1, 341, {342, -1}},
-  {"layer3.4.1.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188473856, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer3.4.1.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer3.4.1.bn.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 162154752, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer3.4.1.bn.bias", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 26383104, -1, SNRT_INIT_ZERO, 0, -1, 344, {345, -1}},
-  {"layer3.4.1.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188474880, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer3.4.1.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188442112, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer3.4.1.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 162155776, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer3.4.2.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {256, 256, 3, 3}, 2359296, 26386176, -1, SNRT_INIT_KAIMING, 2304, -1, 347, {348, -1}},
   {"layer3.4.2.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {256, 256, 3, 3}, 2359296, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer3.4.2.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {256, 256, 3, 3}, 2359296, 159795456, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer3.4.2.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 28745472, -1, SNRT_INIT_ONE, 0, -1, 350, {351, -1}},
-  {"layer3.4.2.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188473856, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer3.4.2.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer3.4.2.bn.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 159793408, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer3.4.2.bn.bias", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 28746496, -1, SNRT_INIT_ZERO, 0, -1, 353, {354, -1}},
-  {"layer3.4.2.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188474880, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer3.4.2.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188442112, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer3.4.2.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 159794432, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer3.4.3.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {1024, 256, 1, 1}, 1048576, 28749568, -1, SNRT_INIT_KAIMING, 256, -1, 356, {357, -1}},
   {"layer3.4.3.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {1024, 256, 1, 1}, 1048576, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
@@ -3145,19 +3043,19 @@ static const snrt_tensor tensors[] = {
   {"layer3.5.1.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {256, 1024, 1, 1}, 1048576, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer3.5.1.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {256, 1024, 1, 1}, 1048576, 157688064, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer3.5.1.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 30863104, -1, SNRT_INIT_ONE, 0, -1, 368, {369, -1}},
-  {"layer3.5.1.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188473856, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer3.5.1.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer3.5.1.bn.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 157686016, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer3.5.1.bn.bias", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 30864128, -1, SNRT_INIT_ZERO, 0, -1, 371, {372, -1}},
-  {"layer3.5.1.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188474880, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer3.5.1.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188442112, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer3.5.1.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 157687040, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer3.5.2.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {256, 256, 3, 3}, 2359296, 30867200, -1, SNRT_INIT_KAIMING, 2304, -1, 374, {375, -1}},
   {"layer3.5.2.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {256, 256, 3, 3}, 2359296, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer3.5.2.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {256, 256, 3, 3}, 2359296, 155326720, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer3.5.2.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 33226496, -1, SNRT_INIT_ONE, 0, -1, 377, {378, -1}},
-  {"layer3.5.2.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188473856, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer3.5.2.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer3.5.2.bn.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 155324672, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer3.5.2.bn.bias", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 33227520, -1, SNRT_INIT_ZERO, 0, -1, 380, {381, -1}},
-  {"layer3.5.2.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188474880, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer3.5.2.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188442112, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer3.5.2.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 155325696, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer3.5.3.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {1024, 256, 1, 1}, 1048576, 33230592, -1, SNRT_INIT_KAIMING, 256, -1, 383, {384, -1}},
   {"layer3.5.3.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {1024, 256, 1, 1}, 1048576, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
@@ -3172,19 +3070,19 @@ static const snrt_tensor tensors[] = {
   {"layer4.0.1.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {512, 1024, 1, 1}, 2097152, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer4.0.1.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {512, 1024, 1, 1}, 2097152, 152170752, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer4.0.1.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {512}, 2048, 36392704, -1, SNRT_INIT_ONE, 0, -1, 395, {396, -1}},
-  {"layer4.0.1.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188506624, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer4.0.1.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer4.0.1.bn.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {512}, 2048, 152166656, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer4.0.1.bn.bias", SNRT_T_PARAM, SNRT_F32, 1, {512}, 2048, 36394752, -1, SNRT_INIT_ZERO, 0, -1, 398, {399, -1}},
-  {"layer4.0.1.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188508672, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer4.0.1.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188443136, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer4.0.1.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {512}, 2048, 152168704, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer4.0.2.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {512, 512, 3, 3}, 9437184, 36400896, -1, SNRT_INIT_KAIMING, 4608, -1, 401, {402, -1}},
   {"layer4.0.2.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {512, 512, 3, 3}, 9437184, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer4.0.2.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {512, 512, 3, 3}, 9437184, 142729472, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer4.0.2.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {512}, 2048, 45838080, -1, SNRT_INIT_ONE, 0, -1, 404, {405, -1}},
-  {"layer4.0.2.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188457472, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer4.0.2.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer4.0.2.bn.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {512}, 2048, 142725376, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer4.0.2.bn.bias", SNRT_T_PARAM, SNRT_F32, 1, {512}, 2048, 45840128, -1, SNRT_INIT_ZERO, 0, -1, 407, {408, -1}},
-  {"layer4.0.2.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188459520, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer4.0.2.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188443136, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer4.0.2.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {512}, 2048, 142727424, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer4.0.3.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {2048, 512, 1, 1}, 4194304, 45846272, -1, SNRT_INIT_KAIMING, 512, -1, 410, {411, -1}},
   {"layer4.0.3.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {2048, 512, 1, 1}, 4194304, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
@@ -3208,19 +3106,19 @@ static const snrt_tensor tensors[] = {
   {"layer4.1.1.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {512, 2048, 1, 1}, 4194304, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer4.1.1.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {512, 2048, 1, 1}, 4194304, 125915392, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer4.1.1.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {512}, 2048, 62689024, -1, SNRT_INIT_ONE, 0, -1, 431, {432, -1}},
-  {"layer4.1.1.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188457472, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer4.1.1.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer4.1.1.bn.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {512}, 2048, 125911296, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer4.1.1.bn.bias", SNRT_T_PARAM, SNRT_F32, 1, {512}, 2048, 62691072, -1, SNRT_INIT_ZERO, 0, -1, 434, {435, -1}},
-  {"layer4.1.1.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188459520, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer4.1.1.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188443136, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer4.1.1.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {512}, 2048, 125913344, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer4.1.2.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {512, 512, 3, 3}, 9437184, 62697216, -1, SNRT_INIT_KAIMING, 4608, -1, 437, {438, -1}},
   {"layer4.1.2.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {512, 512, 3, 3}, 9437184, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer4.1.2.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {512, 512, 3, 3}, 9437184, 116474112, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer4.1.2.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {512}, 2048, 72134400, -1, SNRT_INIT_ONE, 0, -1, 440, {441, -1}},
-  {"layer4.1.2.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188457472, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer4.1.2.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer4.1.2.bn.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {512}, 2048, 116470016, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer4.1.2.bn.bias", SNRT_T_PARAM, SNRT_F32, 1, {512}, 2048, 72136448, -1, SNRT_INIT_ZERO, 0, -1, 443, {444, -1}},
-  {"layer4.1.2.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188459520, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer4.1.2.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188443136, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer4.1.2.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {512}, 2048, 116472064, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer4.1.3.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {2048, 512, 1, 1}, 4194304, 72142592, -1, SNRT_INIT_KAIMING, 512, -1, 446, {447, -1}},
   {"layer4.1.3.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {2048, 512, 1, 1}, 4194304, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
@@ -3235,19 +3133,19 @@ static const snrt_tensor tensors[] = {
   {"layer4.2.1.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {512, 2048, 1, 1}, 4194304, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer4.2.1.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {512, 2048, 1, 1}, 4194304, 108065024, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer4.2.1.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {512}, 2048, 80563968, -1, SNRT_INIT_ONE, 0, -1, 458, {459, -1}},
-  {"layer4.2.1.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188457472, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer4.2.1.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer4.2.1.bn.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {512}, 2048, 108060928, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer4.2.1.bn.bias", SNRT_T_PARAM, SNRT_F32, 1, {512}, 2048, 80566016, -1, SNRT_INIT_ZERO, 0, -1, 461, {462, -1}},
-  {"layer4.2.1.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188459520, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer4.2.1.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188443136, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer4.2.1.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {512}, 2048, 108062976, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer4.2.2.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {512, 512, 3, 3}, 9437184, 80572160, -1, SNRT_INIT_KAIMING, 4608, -1, 464, {465, -1}},
   {"layer4.2.2.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {512, 512, 3, 3}, 9437184, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer4.2.2.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {512, 512, 3, 3}, 9437184, 98623744, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer4.2.2.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {512}, 2048, 90009344, -1, SNRT_INIT_ONE, 0, -1, 467, {468, -1}},
-  {"layer4.2.2.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188457472, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer4.2.2.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer4.2.2.bn.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {512}, 2048, 98619648, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer4.2.2.bn.bias", SNRT_T_PARAM, SNRT_F32, 1, {512}, 2048, 90011392, -1, SNRT_INIT_ZERO, 0, -1, 470, {471, -1}},
-  {"layer4.2.2.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188459520, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer4.2.2.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188443136, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer4.2.2.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {512}, 2048, 98621696, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer4.2.3.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {2048, 512, 1, 1}, 4194304, 90017536, -1, SNRT_INIT_KAIMING, 512, -1, 473, {474, -1}},
   {"layer4.2.3.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {2048, 512, 1, 1}, 4194304, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
