@@ -64,6 +64,11 @@ void plan_print_summary(const Graph *g, const Plan *pl, FILE *f) {
   fmt_time(t, sizeof t, pl->est_step_seconds);
   fprintf(f, "  est. step       %12s   (%.3g GFLOP; max(compute, memory) per step on %s)\n", t,
           pl->step_flops / 1e9, pl->opts.device);
+  char tc[32], tr[32], tx[32];
+  fmt_time(tc, sizeof tc, pl->compute_seconds);
+  fmt_time(tr, sizeof tr, pl->recompute_seconds);
+  fmt_time(tx, sizeof tx, pl->exposed_seconds);
+  fprintf(f, "    breakdown     %12s   compute + %s recompute + %s exposed transfer\n", tc, tr, tx);
   if (pl->recompute_flops > 0)
     fprintf(f, "  recompute       %12.3g   GFLOP (%.1f%% of the step's %.3g GFLOP)\n",
             pl->recompute_flops / 1e9, 100.0 * pl->recompute_flops / pl->step_flops,
@@ -230,6 +235,12 @@ void plan_print_json(const Graph *g, const Plan *pl, FILE *f) {
   json_num(f, pl->est_step_seconds);
   fprintf(f, ",\n  \"step_flops\": ");
   json_num(f, pl->step_flops);
+  fprintf(f, ",\n  \"compute_seconds\": ");
+  json_num(f, pl->compute_seconds);
+  fprintf(f, ",\n  \"recompute_seconds\": ");
+  json_num(f, pl->recompute_seconds);
+  fprintf(f, ",\n  \"exposed_seconds\": ");
+  json_num(f, pl->exposed_seconds);
   fprintf(f, ",\n  \"train_steps\": %d,\n  \"steps\": [", r->train_steps);
   for (int s = 0; s < r->ns; s++) {
     const Step *st = &r->s[s];
