@@ -52,16 +52,15 @@ static void estimate(const Graph *g, Plan *pl, const DeviceProfile *dev) {
   pl->est_step_seconds = busy + pl->exposed_seconds;
 }
 
-/* Forward activations (and BN's saved statistics) read by the backward
- * pass, optionally only the outputs of expensive layers (checkpoints). */
-static bool *offload_candidates(const Graph *g, bool checkpoints_only) {
+/* Forward activations (and BN's saved statistics): offload_plan takes those
+ * still read by the backward pass after recomputation (the checkpoints). */
+static bool *offload_candidates(const Graph *g) {
   bool *sel = xcalloc((size_t)g->nt + 1, sizeof(bool));
   for (int t = 0; t < g->nt; t++) {
     const Tensor *x = &g->t[t];
     if ((x->kind != TK_ACT && x->kind != TK_AUX) || x->producer < 0) continue;
     const Node *n = &g->n[x->producer];
     if (n->phase != PH_FORWARD) continue;
-    if (checkpoints_only && op_info[n->op].cost != COST_EXPENSIVE) continue;
     sel[t] = true;
   }
   return sel;
@@ -136,7 +135,7 @@ static Plan *plan_auto(Graph *g, const PlanOpts *o, const DeviceProfile *dev, in
                        int64_t *smallest) {
   Plan *best = NULL;
   *smallest = INT64_MAX;
-  bool *acts = offload_candidates(g, false), *ckpt = offload_candidates(g, true);
+  bool *acts = offload_candidates(g);
   for (int c = 0; c < 4; c++) {
     bool rec = c >= 2, off = c & 1;
     Plan *pl = plan_once(g, o, dev, c == 0 ? POL_LIVENESS : c == 1 ? POL_OFFLOAD : c == 2
@@ -152,18 +151,21 @@ static Plan *plan_auto(Graph *g, const PlanOpts *o, const DeviceProfile *dev, in
   }
   if (!best) {
     /* Bisection on k; invariant: `fit` is the plan at hi, which fits. */
-    int K = count_sel(g, ckpt), lo = 0, hi = K;
-    bool *sel = first_k(g, ckpt, K);
-    Plan *fit = plan_once(g, o, dev, POL_SUPERNEURONS, budget, sel, false, 1);
-    free(sel);
+    int K = count_sel(g, acts), lo = 0, hi = K;
+    Plan *fit = plan_once(g, o, dev, POL_SUPERNEURONS, budget, acts, false, 1);
     if (fit->arena_bytes < *smallest) *smallest = fit->arena_bytes;
     if (fit->arena_bytes > budget) {
+      /* Last resort: the smallest footprint (recompute as memory-centric as
+       * the layer peak asks). */
       plan_free(fit);
-      fit = NULL;
+      fit = plan_once(g, o, dev, POL_SUPERNEURONS, 0, acts, false, 1);
+      if (fit->arena_bytes < *smallest) *smallest = fit->arena_bytes;
+      if (fit->arena_bytes > budget) plan_free(fit), fit = NULL;
+      lo = hi;
     }
     while (fit && lo < hi) {
       int mid = lo + (hi - lo) / 2;
-      sel = first_k(g, ckpt, mid);
+      bool *sel = first_k(g, acts, mid);
       Plan *pl = plan_once(g, o, dev, POL_SUPERNEURONS, budget, sel, false, 1);
       free(sel);
       if (pl->arena_bytes <= budget) {
@@ -177,7 +179,7 @@ static Plan *plan_auto(Graph *g, const PlanOpts *o, const DeviceProfile *dev, in
     }
     best = fit;
   }
-  free(acts), free(ckpt);
+  free(acts);
   return best;
 }
 
@@ -191,7 +193,7 @@ static Plan *build(Graph *g, const PlanOpts *o, int64_t *smallest) {
   case POL_LIVENESS: return plan_once(g, o, dev, POL_LIVENESS, -1, NULL, false, 0);
   case POL_RECOMPUTE: return plan_once(g, o, dev, POL_RECOMPUTE, 0, NULL, false, 0);
   case POL_OFFLOAD: {
-    bool *sel = offload_candidates(g, false);
+    bool *sel = offload_candidates(g);
     Plan *pl = plan_once(g, o, dev, POL_OFFLOAD, -1, sel, true, 0);
     free(sel);
     return pl;
@@ -200,7 +202,7 @@ static Plan *build(Graph *g, const PlanOpts *o, int64_t *smallest) {
     /* Cheap layers recomputed; everything still read by backward (conv
      * outputs and the checkpoints recomputation keeps) offloaded, waits at
      * the next step: the smallest footprint. */
-    bool *sel = offload_candidates(g, false);
+    bool *sel = offload_candidates(g);
     Plan *pl = plan_once(g, o, dev, POL_SUPERNEURONS, 0, sel, false, 1);
     free(sel);
     return pl;
