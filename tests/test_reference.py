@@ -57,7 +57,9 @@ class BranchNet(nn.Module):
 
     def __init__(self, classes=5):
         super().__init__()
-        self.c0 = nn.Conv2d(3, 8, 3, padding=1)
+        # No bias before BatchNorm: its exact gradient is 0 and the computed one
+        # rounding noise (~1e-8), which Adam would scale up to full-size steps.
+        self.c0 = nn.Conv2d(3, 8, 3, padding=1, bias=False)
         self.bn = nn.BatchNorm2d(8)
         self.ca = nn.Conv2d(4, 4, 3, padding=1)
         self.cb = nn.Conv2d(4, 4, 1)
