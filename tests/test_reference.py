@@ -184,9 +184,28 @@ def test_three_steps_parameters(name, optim, tmp_path):
 
 
 # ---- the eight torchvision models (examples/export_torchvision.py builds them)
+#
+# Sizes: at 32 px ResNet/DenseNet/MobileNet/GoogLeNet end on 1x1 feature
+# maps, so with batch 2 their last BatchNorms normalize over 2 values per
+# channel, and inception_v3 at 75 px does the same in Mixed_7: there the
+# float32 forward itself is ill-conditioned (PyTorch's own float32 loss is
+# 7% off its float64 loss for inception_v3 at 75 px). 64 px (107 for
+# inception_v3) gives 2x2 maps at the end.
+#
+# Even then, some gradients are ill-conditioned in any float32 code: the
+# bias of a BatchNorm whose output reaches the next BatchNorm through a 1x1
+# conv (ResNet-50's bottleneck, MobileNetV2's projection, DenseNet) is a sum
+# of terms that nearly cancel (the next BN's backward removes the per-channel
+# mean), so its float32 value carries relative errors of ~1e-2: PyTorch's
+# own float32 gradient is that far from its float64 one. A 1e-4 comparison
+# between two float32 programs is then a comparison of rounding noise. So
+# each gradient is checked against PyTorch float32 at 1e-4 (GRAD_TOL) and,
+# where that fails, against PyTorch float64 (the exact reference) with the
+# bound max(1e-4, 2 x PyTorch float32's own error there): snc must be no less
+# accurate than PyTorch. The test prints the worst error of each kind.
 
-TORCHVISION = {"alexnet": 64, "vgg16": 32, "resnet18": 32, "resnet50": 32, "googlenet": 32,
-               "inception_v3": 75, "densenet121": 32, "mobilenet_v2": 32}
+TORCHVISION = {"alexnet": 64, "vgg16": 32, "resnet18": 64, "resnet50": 64, "googlenet": 64,
+               "inception_v3": 107, "densenet121": 64, "mobilenet_v2": 64}
 
 
 def torchvision_model(name, size):
@@ -207,17 +226,35 @@ def test_torchvision_gradients(name, tmp_path):
     batch = 2
     x, y, onnx_path = prepare(model, (3, size, size), 1000, batch, tmp_path)
     prog = compile_model(onnx_path, str(tmp_path / "prog"), batch, "--policy", "none")
+    exact = copy.deepcopy(model).double()
     model.train()
+    exact.train()
     model.zero_grad()
     loss = F.cross_entropy(model(x), y)
     loss.backward()
+    loss64 = F.cross_entropy(exact(x.double()), y)
+    loss64.backward()
     dump, _ = program_step(prog, tmp_path, 1)
     ours = float(np.load(dump / "loss.npy").ravel()[0])
-    assert abs(ours - loss.item()) <= LOSS_TOL * max(1.0, abs(loss.item())), (ours, loss.item())
-    worst, where = 0.0, ""
-    for pname, p in model.named_parameters():
-        e = grad_err(load_dump(dump, pname), p.grad.numpy())
+    ref = loss.item()
+    assert abs(ours - ref) <= LOSS_TOL * max(1.0, abs(ref)), (ours, ref, loss64.item())
+    worst, where, ill, worst_ill = 0.0, "", [], (0.0, 0.0, "")
+    for (pname, p), (_, q) in zip(model.named_parameters(), exact.named_parameters()):
+        g = load_dump(dump, pname)
+        e = grad_err(g, p.grad.numpy())
         if e > worst:
             worst, where = e, pname
-        assert e <= GRAD_TOL, "%s: gradient of %s off by %.3g" % (name, pname, e)
-    print("%s: loss %.6f vs %.6f, worst gradient error %.3g (%s)" % (name, ours, loss.item(), worst, where))
+        if e <= GRAD_TOL:
+            continue
+        e64, torch64 = grad_err(g, q.grad.numpy()), grad_err(p.grad.numpy(), q.grad.numpy())
+        ill.append(pname)
+        if e64 / max(torch64, 1e-30) > worst_ill[0] / max(worst_ill[1], 1e-30):
+            worst_ill = (e64, torch64, pname)
+        assert e64 <= max(GRAD_TOL, 2 * torch64), (
+            "%s: gradient of %s off by %.3g from PyTorch float32 and %.3g from float64 "
+            "(where PyTorch float32 is off by %.3g)" % (name, pname, e, e64, torch64))
+    print("%s at %d px: loss %.7f vs %.7f; worst gradient error vs PyTorch float32 %.3g (%s)"
+          % (name, size, ours, ref, worst, where))
+    if ill:
+        print("  %d ill-conditioned gradients above %.0e; worst vs float64: snc %.3g, PyTorch "
+              "float32 %.3g (%s)" % (len(ill), GRAD_TOL, worst_ill[0], worst_ill[1], worst_ill[2]))
