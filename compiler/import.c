@@ -590,6 +590,8 @@ static int slot_class(const Node *n, int s) {
   /* Ops evaluated only at compile time read constants of any type (Shape
    * reads only its input's shape). */
   case OP_SHAPE: return SLOT_NONE;
+  /* A Cast to anything but float32 cannot be on a differentiable path. */
+  case OP_CAST: return attr_int(n, "to", DT_FLOAT) == DT_FLOAT ? SLOT_NONE : SLOT_ANY;
   default: return op_info[n->op].shape == shape_fold ? SLOT_ANY : SLOT_NONE;
   }
 }
@@ -606,6 +608,9 @@ static void assign_kinds(Graph *g) {
       /* A computed value (Cast of a Constant, shape arithmetic) is folded by
        * shape inference, which checks it then. */
       if (!t->data && t->producer >= 0) continue;
+      if (!t->data && c == SLOT_ANY)
+        node_error(n, "op %s is supported only on constant inputs (snc evaluates it at compile "
+                   "time), and input %d ('%s') is data", op_name(n->op), s, imp_esc(t->name));
       if (!t->data)
         node_error(n, "input %d ('%s') must be a constant (an initializer or a Constant node)", s,
                    imp_esc(t->name));

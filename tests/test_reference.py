@@ -28,8 +28,8 @@ LOSS_TOL = 1e-5
 class EdgeConvNet(nn.Module):
     """Conv edge cases: groups, dilation, stride, uneven padding, depthwise,
     ceil-mode pools (windows starting in padding), count_include_pad.
-    (Asymmetric pads and LRN are in test_reference_onnx.py: torch exports
-    ZeroPad2d and LocalResponseNorm as shape-computing subgraphs.)"""
+    (Asymmetric pads are in FoldNet and test_reference_onnx.py; LRN only in
+    the latter: torch exports LocalResponseNorm with an If node.)"""
 
     def __init__(self, classes=7):
         super().__init__()
@@ -85,6 +85,29 @@ class BranchNet(nn.Module):
         return self.fc(torch.flatten(z, 1))
 
 
+class FoldNet(nn.Module):
+    """What torch exports as shape-computing subgraphs, folded by snc at
+    compile time: nn.ZeroPad2d and F.pad (Shape, Gather, ConstantOfShape,
+    Concat, Reshape, Slice, Transpose, Cast -> Pad's pads), F.relu6 and
+    clamp with only a min (Cast(Constant) -> Clip's bounds), x.view(n, -1)
+    (Shape, Gather, Unsqueeze, Concat -> Reshape's shape), and Unsqueeze/
+    Squeeze of data (copies)."""
+
+    def __init__(self, classes=4):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 6, 3)
+        self.pad = nn.ZeroPad2d((1, 2, 0, 1))
+        self.c2 = nn.Conv2d(6, 5, 2, stride=2)
+        self.fc = nn.Linear(5 * 4 * 5, classes)
+
+    def forward(self, x):
+        x = F.relu6(self.pad(self.c1(x)) * 3.0)
+        x = F.pad(x, (0, 1, 2, 0), value=0.5)
+        x = torch.clamp(self.c2(x), min=-0.3)
+        x = torch.tanh(x.unsqueeze(2)).squeeze(2)
+        return self.fc(x.view(x.size(0), -1))
+
+
 def onnx_state(path):
     import onnx
     from onnx import numpy_helper
@@ -129,6 +152,7 @@ def program_step(prog, tmp, steps, *extra):
 CASES = {
     "edge_conv": (lambda: EdgeConvNet(), (4, 15, 14), 7, 3),
     "branches": (lambda: BranchNet(), (3, 8, 8), 5, 4),
+    "folded": (lambda: FoldNet(), (3, 7, 8), 4, 3),
 }
 
 
