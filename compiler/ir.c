@@ -22,6 +22,7 @@ const char *op_name(OpKind op) {
 bool op_slot_is_data(OpKind op, int k) {
   switch (op) {
   case OP_RESHAPE: case OP_SPLIT: case OP_REDUCEMEAN: return k == 0;
+  case OP_UNSQUEEZE: case OP_SQUEEZE: return k == 0;
   case OP_SLICE: case OP_PAD: case OP_CLIP: case OP_DROPOUT: return k == 0;
   default: return true;
   }
