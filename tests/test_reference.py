@@ -184,7 +184,7 @@ def test_one_step_gradients(name, tmp_path):
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-@pytest.mark.parametrize("optim", ["sgd", "adam"])
+@pytest.mark.parametrize("optim", ["sgd", "adam", "adamw"])
 def test_three_steps_parameters(name, optim, tmp_path):
     make, shape, classes, batch = CASES[name]
     torch.manual_seed(1)
@@ -198,6 +198,8 @@ def test_three_steps_parameters(name, optim, tmp_path):
         opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     else:
         opt = torch.optim.Adam(model.parameters(), lr=lr)
+    if optim == "adamw":   # snc's default decay for adamw is torch's, 0.01
+        opt = torch.optim.AdamW(model.parameters(), lr=lr)
     for _ in range(3):
         opt.zero_grad()
         F.cross_entropy(model(x), y).backward()
