@@ -487,9 +487,9 @@ void train_build(Graph *g, const TrainOpts *o) {
     bool any_need = false;
     for (int k = 0; k < n->nin; k++) any_need |= n->in[k] >= 0 && needs[n->in[k]];
     if (has_dy && any_need) op_info[n->op].grad(g, i);
-    n = &g->n[i];
-    for (int k = 0; k < n->nin; k++) {
-      int t = n->in[k];
+    /* add_update appends nodes (g->n may move): index g->n afresh each time. */
+    for (int k = 0; k < g->n[i].nin; k++) {
+      int t = g->n[i].in[k];
       if (t >= 0 && g->t[t].kind == TK_PARAM && --pending[t] == 0) add_update(g, t);
     }
   }

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* raw_data is little-endian; we copy it as it is. */
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "snc assumes a little-endian host");
@@ -91,18 +92,24 @@ static void *read_external(const SncOnnx__TensorProto *tp, const char *tname, in
   if (!f)
     fatal(EXIT_BADINPUT, "cannot open external data file '%s' of tensor '%s': %s",
           imp_esc(path), imp_esc(tname), strerror(errno));
-  /* Check the size before allocating: the dims may be absurd. */
-  if (fseeko(f, 0, SEEK_END) != 0)
-    fatal(EXIT_BADINPUT, "cannot read external data file '%s': %s", imp_esc(path), strerror(errno));
-  int64_t size = ftello(f);
-  if (size < 0 || offset > size || bytes > size - offset)
-    fatal(EXIT_BADINPUT, "external data file '%s' is too short for tensor '%s' (needs %lld "
-          "bytes at offset %lld, has %lld)", imp_esc(path), imp_esc(tname), (long long)bytes,
-          (long long)offset, (long long)size);
+  /* Check the size before allocating: the dims may be absurd. A folder opens
+   * too, and its size means nothing. Each error closes f first, so that a
+   * caller that survives errors (the fuzzer) does not run out of files. */
+  struct stat st;
+  int64_t size = fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) ? (int64_t)st.st_size : -1;
+  if (size < 0 || offset > size || bytes > size - offset) {
+    fclose(f);
+    fatal(EXIT_BADINPUT, "external data file '%s' is %s for tensor '%s' (needs %lld "
+          "bytes at offset %lld, has %lld)", imp_esc(path),
+          size < 0 ? "not a regular file" : "too short", imp_esc(tname), (long long)bytes,
+          (long long)offset, (long long)(size < 0 ? 0 : size));
+  }
   void *data = xmalloc((size_t)bytes);
-  if (fseeko(f, offset, SEEK_SET) != 0 || (bytes && fread(data, 1, (size_t)bytes, f) != (size_t)bytes))
+  if (fseeko(f, offset, SEEK_SET) != 0 || (bytes && fread(data, 1, (size_t)bytes, f) != (size_t)bytes)) {
+    fclose(f);
     fatal(EXIT_BADINPUT, "cannot read %lld bytes at offset %lld of '%s' (tensor '%s')",
           (long long)bytes, (long long)offset, imp_esc(path), imp_esc(tname));
+  }
   fclose(f);
   free(path);
   return data;

@@ -137,6 +137,13 @@ static NameMap *map_of(const Graph *g) {
   return &maps[nmaps++];
 }
 
+void ir_reset(void) {
+  for (int i = 0; i < nmaps; i++) free(maps[i].slot);
+  free(maps);
+  maps = NULL;
+  nmaps = capmaps = 0;
+}
+
 static uint64_t name_hash(const char *s) { return hash_bytes(0, s, strlen(s)); }
 
 static void map_insert(NameMap *m, const Graph *g, int t) {
