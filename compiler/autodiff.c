@@ -41,10 +41,14 @@ static char *unique_name(const Graph *g, const char *base) {
 
 static int new_tensor(Graph *g, const char *base, TensorKind k, int dtype, int rank,
                       const int64_t *dims) {
+  /* dims may point into g->t, which adding a tensor can move: copy first. */
+  int64_t d[MAX_RANK];
+  snc_assert(rank >= 0 && rank <= MAX_RANK);
+  memcpy(d, dims, sizeof(int64_t) * (size_t)rank);
   char *name = unique_name(g, base);
   int t = graph_add_tensor(g, name, dtype, k);
   free(name);
-  tensor_set_shape(&g->t[t], rank, dims);
+  tensor_set_shape(&g->t[t], rank, d);
   return t;
 }
 

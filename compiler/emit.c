@@ -385,10 +385,10 @@ void emit_program(const Graph *g, const Plan *pl, const EmitOpts *o, const char 
     int inst = pl->tensor_inst[tb.t[i]];
     const Instance *in = inst >= 0 ? &pl->inst[inst] : NULL;
     int grad = t->kind == TK_PARAM && t->grad >= 0 ? map[t->grad] : -1;
-    int o0 = t->kind == TK_PARAM ? map[opt_of[2 * tb.t[i]]] : -1;
-    int o1 = t->kind == TK_PARAM ? map[opt_of[2 * tb.t[i] + 1]] : -1;
-    if (t->kind == TK_PARAM && opt_of[2 * tb.t[i]] < 0) o0 = -1;
-    if (t->kind == TK_PARAM && opt_of[2 * tb.t[i] + 1] < 0) o1 = -1;
+    /* opt_of is -1 where the optimizer keeps no such state: test before map[]. */
+    int s0 = t->kind == TK_PARAM ? opt_of[2 * tb.t[i]] : -1;
+    int s1 = t->kind == TK_PARAM ? opt_of[2 * tb.t[i] + 1] : -1;
+    int o0 = s0 >= 0 ? map[s0] : -1, o1 = s1 >= 0 ? map[s1] : -1;
     int64_t dims[MAX_RANK];
     for (int d = 0; d < t->rank; d++) dims[d] = t->dims[d];
     fprintf(f, "  {");

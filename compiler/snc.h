@@ -66,7 +66,10 @@ void *xmalloc(size_t n);
 void *xcalloc(size_t n, size_t size);
 void *xrealloc(void *p, size_t n);
 char *xstrdup(const char *s);
-char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* nonnull: the format is never NULL. Saying so also keeps gcc's format-
+ * truncation check from seeing UBSan's null-argument branch as a call with
+ * a null format (a false "null format string" error under --sanitize). */
+char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2), nonnull(1)));
 /* Grow *arr (of *cap elements of size `size`) to hold at least `need`. */
 void xgrow(void **arr, int *cap, int need, size_t size);
 /* a*b with an "absurd size" error instead of overflow (limit: 2^48). */
