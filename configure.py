@@ -19,8 +19,9 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 # Debian packages. Building and the main job need DEPS; the tests add TEST_DEPS.
 DEPS = ["gcc", "ninja-build", "protobuf-c-compiler", "libprotobuf-c-dev",
         "libopenblas-dev", "zlib1g-dev", "dataset-fashion-mnist", "python3"]
+# clang + libclang-rt-14-dev: the compiler fuzzer (tests/fuzz/, libFuzzer).
 TEST_DEPS = ["python3-torch", "python3-torchvision", "python3-onnx", "python3-numpy",
-             "python3-pytest"]
+             "python3-pytest", "clang", "libclang-rt-14-dev"]
 
 
 def missing_packages(pkgs):

@@ -20,8 +20,10 @@ srcs=$(ls compiler/*.c | grep -v '^compiler/main.c$')
 ${CLANG:-clang} -std=c11 -D_GNU_SOURCE -DSNC_FUZZ -g -O1 \
   -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
   -I"$out/gen" -Wall -Wno-unused-parameter \
-  -o "$out/fuzz_model" tests/fuzz/fuzz_model.c $srcs "$out/gen/onnx.pb-c.c" \
+  -o "$out/fuzz_model.new" tests/fuzz/fuzz_model.c $srcs "$out/gen/onnx.pb-c.c" \
   -lprotobuf-c -lz -lm
+# A rename: a fuzzer running in -fork mode picks up the new binary safely.
+mv -f "$out/fuzz_model.new" "$out/fuzz_model"
 if [ "${SNC_FUZZ_NO_SEEDS:-}" = "" ]; then
   /usr/bin/python3 tests/fuzz/make_seeds.py "$out/seeds"
 fi
