@@ -266,7 +266,10 @@ void snrt_binary_bwd(snrt_ctx *c, const snrt_binary_t *p, const float *a, const 
       int64_t o[3];
       bshape_row(&s, r, o);
       for (int64_t j = 0; j < inner; j++)
-        out[o[x] + j * ix] = bin_grad(kind, which, dy[o[0] + j], a[o[1] + j * ia], b[o[2] + j * ib]);
+        /* a, b are NULL where the gradient does not read them (Add, Sub):
+         * not even an unused load through them (UB; UBSan reports it). */
+        out[o[x] + j * ix] = bin_grad(kind, which, dy[o[0] + j], a ? a[o[1] + j * ia] : 0,
+                                      b ? b[o[2] + j * ib] : 0);
     }
   }
 }
