@@ -104,8 +104,8 @@ static const char *p_concat(Emit *e, const snrt_concat_t *p) {
   /* Declared already (Split and the Concat of its gradient share params):
    * emit_params would return that name, but the array below would be
    * written a second time under the same name (a redefinition in train.c). */
-  for (int i = 0; i < e->np; i++)
-    if (e->pkeys[i] == p) return e->pnames[i];
+  const char *have = emit_params_find(e, p);
+  if (have) return have;
   /* The chunk array is declared first, under a name derived from the struct's. */
   char arr[64];
   snprintf(arr, sizeof arr, "P%d_chunk", e->nparams);
