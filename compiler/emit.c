@@ -251,11 +251,19 @@ static void emit_steps(Emit *e, int from, int to, const char *fname, int **death
               comment_safe(n->name), fmt_bytes(pl->live_bytes ? pl->live_bytes[s] : 0));
       op_info[n->op].emit(e, g, n);
     } else {
-      const Instance *in = &pl->inst[st->out ? st->out[0] : st->in[0]];
-      fprintf(e->f, "  /* %5d %-9s %s */\n", s, step_kind_name(st->kind), comment_safe(g->t[st->tensor].name));
-      (void)in;
-      internal_error(__FILE__, __LINE__, "copy steps are not emitted yet");
+      /* A copy on the copy engine, recording its event when done. */
+      const Instance *src = &pl->inst[st->in[0]], *dst = &pl->inst[st->out[0]];
+      fprintf(e->f, "  /* %5d %-9s %-18s %s  live %s */\n", s, step_kind_name(st->kind),
+              st->kind == SK_OFFLOAD ? "to host" : "to device", comment_safe(g->t[st->tensor].name),
+              fmt_bytes(pl->live_bytes ? pl->live_bytes[s] : 0));
+      if (st->kind == SK_OFFLOAD)
+        fprintf(e->f, "  snrt_offload(c, 0x%llx, 0x%llx, %lld, %d);\n", (unsigned long long)dst->host_offset,
+                (unsigned long long)src->offset, (long long)src->bytes, st->event);
+      else
+        fprintf(e->f, "  snrt_prefetch(c, 0x%llx, 0x%llx, %lld, %d);\n", (unsigned long long)dst->offset,
+                (unsigned long long)src->host_offset, (long long)src->bytes, st->event);
     }
+    for (int w = 0; w < st->nwait; w++) fprintf(e->f, "  snrt_wait(c, %d);\n", st->wait[w]);
     for (int d = 0; d < ndeaths[s]; d++) {
       const Instance *in = &pl->inst[deaths[s][d]];
       fprintf(e->f, "  snrt_dead(c, 0x%llx, %lld);\n", (unsigned long long)in->offset, (long long)in->bytes);

@@ -101,9 +101,8 @@ static const char *p_bias(Emit *e, const snrt_bias_t *p) {
 }
 
 static const char *p_concat(Emit *e, const snrt_concat_t *p) {
-  /* Declared already (Split and the Concat of its gradient share params):
-   * emit_params would return that name, but the array below would be
-   * written a second time under the same name (a redefinition in train.c). */
+  /* Declared once per params pointer (Split and its backward Concat share
+   * it): only the first call declares the chunk array. */
   const char *have = emit_params_find(e, p);
   if (have) return have;
   /* The chunk array is declared first, under a name derived from the struct's. */

@@ -265,11 +265,10 @@ void snrt_binary_bwd(snrt_ctx *c, const snrt_binary_t *p, const float *a, const 
     for (int64_t r = 0; r < rows; r++) {
       int64_t o[3];
       bshape_row(&s, r, o);
+      /* Add/Sub gradients read neither operand: the compiler passes NULL. */
       for (int64_t j = 0; j < inner; j++)
-        /* a, b are NULL where the gradient does not read them (Add, Sub):
-         * not even an unused load through them (UB; UBSan reports it). */
-        out[o[x] + j * ix] = bin_grad(kind, which, dy[o[0] + j], a ? a[o[1] + j * ia] : 0,
-                                      b ? b[o[2] + j * ib] : 0);
+        out[o[x] + j * ix] = bin_grad(kind, which, dy[o[0] + j], a ? a[o[1] + j * ia] : 0.0f,
+                                      b ? b[o[2] + j * ib] : 0.0f);
     }
   }
 }
