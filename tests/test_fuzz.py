@@ -22,11 +22,21 @@ def test_there_are_regression_files():
     assert REGRESSIONS, "tests/fuzz/regressions/ is empty"
 
 
+POLICIES = ["none", "liveness", "recompute", "offload", "superneurons", "auto"]
+
+
 @pytest.mark.parametrize("path", REGRESSIONS, ids=os.path.basename)
 def test_regression_input_is_a_clean_error_or_ok(path):
+    # The fuzzer picks loss, optimizer, policy, device and budget from a hash
+    # of the input; here every combination that matters runs.
+    cmds = [["inspect", path, "--batch", "3"]]
     for flags in ([], ["--loss", "mse", "--optimizer", "adam"]):
-        for cmd in (["plan", path, "--batch", "2", "--policy", "liveness"] + flags,
-                    ["inspect", path, "--batch", "3"]):
+        for pol in POLICIES:
+            cmds.append(["plan", path, "--batch", "2", "--policy", pol] + flags)
+    cmds.append(["plan", path, "--batch", "2", "--policy", "superneurons", "--budget", "1MiB",
+                 "--device", "k40c"])
+    for cmd in cmds:
+        if True:
             r = subprocess.run([SNC] + cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, timeout=60)
             assert r.returncode in (0, 2), (cmd, r.returncode, r.stderr[-2000:])

@@ -81,8 +81,9 @@ def test_compiler_on_fuzz_regressions(san):
     folder = os.path.join(ROOT, "tests", "fuzz", "regressions")
     for f in sorted(os.listdir(folder)):
         for flags in ([], ["--loss", "mse", "--optimizer", "adam"]):
-            run([SNC, "plan", os.path.join(folder, f), "--batch", 2, "--policy", "liveness"] + flags,
-                leaks=0, ok=(0, 2))
+            for pol in ["none", "liveness", "recompute", "offload", "superneurons", "auto"]:
+                run([SNC, "plan", os.path.join(folder, f), "--batch", 2, "--policy", pol] + flags,
+                    leaks=0, ok=(0, 2))
 
 
 def test_program_steps_checkpoint_and_resume(san, tmp_path):

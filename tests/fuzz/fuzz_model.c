@@ -1,7 +1,8 @@
 /* fuzz_model.c — a libFuzzer target for the compiler's front half: the input
  * bytes are an ONNX model file, run through import, shape inference, autodiff
  * (the loss and optimizer picked from a hash of the input) and planning
- * (policy liveness), then the offset checker.
+ * (the policy, device and budget picked from the hash too), then the offset
+ * checker.
  *
  * Errors about the model (fatal/node_error, exit 2) are the expected outcome
  * for most inputs: util.c longjmps back here and the input's memory is
@@ -52,7 +53,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                    .lr = 0.01f, .momentum = 0.9f, .beta1 = 0.9f, .beta2 = 0.999f,
                    .eps = 1e-8f};
     train_build(g, &t);
-    PlanOpts po = {.policy = POL_LIVENESS, .device = "cpu"};
+    /* Every policy, on two devices; half the time a budget (a fraction of
+     * what the model needs, so that the recompute/offload planners work). */
+    static const Policy pols[] = {POL_NONE, POL_LIVENESS, POL_RECOMPUTE, POL_OFFLOAD,
+                                  POL_SUPERNEURONS, POL_AUTO};
+    PlanOpts po = {.policy = pols[(h >> 12) % 6], .device = (h >> 16 & 1) ? "k40c" : "cpu"};
+    if (h >> 17 & 1) po.budget = (int64_t)1 << (16 + (h >> 18) % 16);
     Plan *pl = plan_build(g, &po);
     if (offsets_check(g, pl, stderr) != 0) abort();
   }
