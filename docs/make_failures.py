@@ -128,6 +128,6 @@ with open(os.path.join(R, "docs", "failures.md"), "w") as f:
         f.write(title + "\n\n| failure tried | what the user sees | exit |\n|---|---|---|\n")
         for s_, what, msg, rc in rows:
             if s_ == sec:
-                f.write("| %s | `%s` | %d |\n" % (what, msg.replace("|", "\\|"), rc))
+                f.write("| %s | `` %s `` | %d |\n" % (what, msg.replace("|", "\\|"), rc))
         f.write("\n")
 shutil.rmtree(T, ignore_errors=True)
