@@ -360,6 +360,7 @@ static void rewrite_training_outputs(Graph *g) {
     Node *n = &g->n[i];
     if (n->op != OP_BATCHNORM && n->op != OP_DROPOUT && n->op != OP_MAXPOOL) continue;
     for (int k = 1; k < n->nout; k++) {
+      if (n->out[k] < 0) continue;   /* an absent optional output ("") */
       Tensor *t = &g->t[n->out[k]];
       if (readers[n->out[k]])
         node_error(n, "output %d ('%s') is read by another node; snc supports only output 0 of this op",

@@ -148,3 +148,17 @@ def test_wide_concat_plans_in_seconds(tmp_path, shared):
     r, secs = plan(p, 2, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert secs < 20, secs
+
+
+def test_names_must_be_utf8(tmp_path):
+    # Names reach plan.json: a byte that is not UTF-8 would make it invalid
+    # JSON. Protobuf's Python API refuses such names, so patch the bytes.
+    n, w = fc("x", "t")
+    p = save(tmp_path / "m.onnx", [n, helper.make_node("Relu", ["t"], ["y"], name="QQQQ")],
+             [vi("x", ["N", 4])], [vi("y", ["N", 4])], [w])
+    raw = p.read_bytes()
+    assert raw.count(b"QQQQ") == 1
+    p.write_bytes(raw.replace(b"QQQQ", b"Q\xfeQQ"))
+    e = error(p)
+    assert "not valid UTF-8" in e and "Q\\xfeQQ" in e
+    e.encode("utf-8")
