@@ -19,8 +19,9 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 # Debian packages. Building and the main job need DEPS; the tests add TEST_DEPS.
 DEPS = ["gcc", "ninja-build", "protobuf-c-compiler", "libprotobuf-c-dev",
         "libopenblas-dev", "zlib1g-dev", "dataset-fashion-mnist", "python3"]
+# clang + libclang-rt-14-dev: the compiler fuzzer (tests/fuzz/, libFuzzer).
 TEST_DEPS = ["python3-torch", "python3-torchvision", "python3-onnx", "python3-numpy",
-             "python3-pytest", "python3-pil", "chromium"]
+             "python3-pytest", "python3-pil", "chromium", "clang", "libclang-rt-14-dev"]
 
 
 def missing_packages(pkgs):
@@ -142,7 +143,14 @@ def main():
     ap.add_argument("--sanitize", default="",
                     help="build snc and the CPU runtime with -fsanitize=LIST (e.g. address,undefined)")
     ap.add_argument("--werror", action="store_true", help="treat warnings as errors (the test build)")
+    ap.add_argument("--builddir", default="build",
+                    help="folder for objects and binaries (default build); a folder other than "
+                         "build gets its own DIR/build.ninja (ninja -f DIR/build.ninja), e.g. a "
+                         "sanitized second build beside the normal one")
     args = ap.parse_args()
+    B = args.builddir.rstrip("/")
+    if os.path.isabs(B) or B.startswith("..") or " " in B or "$" in B or ":" in B:
+        sys.exit("configure: error: --builddir must be a relative folder inside the tree")
 
     if args.install_deps or args.install_test_deps:
         install(DEPS + (TEST_DEPS if args.install_test_deps else []))
@@ -152,23 +160,25 @@ def main():
     argv = " ".join(sys.argv[1:])
     argv = " ".join(a for a in sys.argv[1:] if not a.startswith("--install"))
 
-    w = Writer("build.ninja")
+    ninja_file = "build.ninja" if B == "build" else B + "/build.ninja"
+    os.makedirs(B, exist_ok=True)
+    w = Writer(ninja_file)
     w.comment("Written by configure.py %s; do not edit." % argv)
     w.variable("ninja_required_version", "1.10")
-    w.variable("builddir", "build")
+    w.variable("builddir", B)
     warn = "-Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter"
     if args.werror:
         warn += " -Werror"
     san = "-fsanitize=%s -fno-omit-frame-pointer" % args.sanitize if args.sanitize else ""
     w.variable("cc", os.environ.get("CC", "gcc"))
-    w.variable("cflags", "-std=c11 -D_GNU_SOURCE -O2 -g %s %s -Ibuild/gen" % (warn, san))
-    w.variable("rtflags", "-std=c11 -D_GNU_SOURCE -O3 -g -fopenmp %s %s %s -Ibuild/gen -Iruntime"
+    w.variable("cflags", "-std=c11 -D_GNU_SOURCE -O2 -g %s %s -I$builddir/gen" % (warn, san))
+    w.variable("rtflags", "-std=c11 -D_GNU_SOURCE -O3 -g -fopenmp %s %s %s -I$builddir/gen -Iruntime"
                % (cpu_flags(), warn, san))
     w.variable("ldflags", san)
     w.variable("python", "/usr/bin/python3")
 
     w.rule("configure", "./configure.py %s" % argv, "CONFIGURE", generator=True)
-    w.rule("protoc", "protoc-c --c_out=build/gen --proto_path=schemas $in", "PROTOC $in",
+    w.rule("protoc", "protoc-c --c_out=$builddir/gen --proto_path=schemas $in", "PROTOC $in",
            restat=True)
     w.rule("cc", "$cc -MMD -MF $out.d $cflags -c $in -o $out", "CC $out", depfile="$out.d")
     w.rule("rtcc", "$cc -MMD -MF $out.d $rtflags -c $in -o $out", "CC $out", depfile="$out.d")
@@ -179,30 +189,30 @@ def main():
     # Re-run when configure.py changes or a file is added to a source folder.
     watched = [d for d in ["compiler", "runtime/common", "runtime/cpu", "runtime/cuda", "tests/unit"]
                if os.path.isdir(d)]
-    w.build("build.ninja", "configure", implicit=["configure.py"] + watched)
+    w.build(ninja_file, "configure", implicit=["configure.py"] + watched)
 
     # ONNX schema, compiled by protoc-c.
-    gen = w.build(["build/gen/onnx.pb-c.c", "build/gen/onnx.pb-c.h"], "protoc",
+    gen = w.build([B + "/gen/onnx.pb-c.c", B + "/gen/onnx.pb-c.h"], "protoc",
                   "schemas/onnx.proto")
-    pb_obj = w.build("build/obj/onnx.pb-c.o", "cc", "build/gen/onnx.pb-c.c")[0]
+    pb_obj = w.build(B + "/obj/onnx.pb-c.o", "cc", B + "/gen/onnx.pb-c.c")[0]
 
     # The compiler.
     objs = [pb_obj]
     for src in listdir("compiler", ".c"):
-        objs += w.build("build/obj/%s.o" % src[:-2], "cc", src, order_only=gen)
-    snc = w.build("build/snc", "link", objs, variables={"libs": "-lprotobuf-c -lz -lm"})
+        objs += w.build(B + "/obj/%s.o" % src[:-2], "cc", src, order_only=gen)
+    snc = w.build(B + "/snc", "link", objs, variables={"libs": "-lprotobuf-c -lz -lm"})
     snc_objs = [o for o in objs if not o.endswith("/main.o")]
-    w.build("build/libsnc.a", "ar", snc_objs)
+    w.build(B + "/libsnc.a", "ar", snc_objs)
 
     # The CPU runtime.
     common = []
     for src in listdir("runtime/common", ".c"):
-        common += w.build("build/obj/%s.o" % src[:-2], "rtcc", src, order_only=gen)
+        common += w.build(B + "/obj/%s.o" % src[:-2], "rtcc", src, order_only=gen)
     rt = [pb_obj] + common
     for src in listdir("runtime/cpu", ".c"):
-        rt += w.build("build/obj/%s.o" % src[:-2], "rtcc", src, order_only=gen)
-    cpu_lib = w.build("build/libsnrt_cpu.a", "ar", rt)
-    targets = snc + cpu_lib + ["build/libsnc.a"]
+        rt += w.build(B + "/obj/%s.o" % src[:-2], "rtcc", src, order_only=gen)
+    cpu_lib = w.build(B + "/libsnrt_cpu.a", "ar", rt)
+    targets = snc + cpu_lib + [B + "/libsnc.a"]
 
     # The CUDA runtime (compiled, never run, on machines without a GPU).
     cuda_srcs = listdir("runtime/cuda", ".cu") + listdir("runtime/cuda", ".c")
@@ -218,7 +228,7 @@ def main():
             if d:
                 extra_inc += " -I%s/include" % d
                 extra_lib += " -L{0}/lib -Xlinker -rpath={0}/lib".format(d)
-        w.variable("nvccflags", "-O3 -std=c++17 -lineinfo -Iruntime -Ibuild/gen%s -I%s/include "
+        w.variable("nvccflags", "-O3 -std=c++17 -lineinfo -Iruntime -I$builddir/gen%s -I%s/include "
                    "-gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 "
                    "-gencode arch=compute_90,code=compute_90 "
                    "-Xcompiler -fPIC,-Wall,-Wextra,-Wno-unused-parameter%s" % (extra_inc, cuda_home, werr))
@@ -231,18 +241,18 @@ def main():
         cobjs = [pb_obj] + common
         for src in cuda_srcs:
             if src.endswith(".cu"):
-                cobjs += w.build("build/obj/%s.o" % src[:-3], "nvcc", src, order_only=gen)
+                cobjs += w.build(B + "/obj/%s.o" % src[:-3], "nvcc", src, order_only=gen)
             else:
-                cobjs += w.build("build/obj/%s.o" % src[:-2], "rtcc", src, order_only=gen)
-        targets += w.build("build/libsnrt_cuda.a", "ar", cobjs)
+                cobjs += w.build(B + "/obj/%s.o" % src[:-2], "rtcc", src, order_only=gen)
+        targets += w.build(B + "/libsnrt_cuda.a", "ar", cobjs)
 
     # C unit tests: each tests/unit/test_X.c links against the compiler objects
     # (everything but main) and the CPU runtime.
     tests = []
     for src in listdir("tests/unit", ".c"):
         name = os.path.basename(src)[:-2]
-        obj = w.build("build/obj/%s.o" % src[:-2], "rtcc", src, order_only=gen)
-        tests += w.build("build/tests/%s" % name, "link", obj + ["build/libsnc.a"] + cpu_lib,
+        obj = w.build(B + "/obj/%s.o" % src[:-2], "rtcc", src, order_only=gen)
+        tests += w.build(B + "/tests/%s" % name, "link", obj + [B + "/libsnc.a"] + cpu_lib,
                          variables={"libs": "-fopenmp -lopenblas -lprotobuf-c -lz -lm -lpthread"})
     w.build("tests", "phony", tests)
 
@@ -256,7 +266,7 @@ def main():
     w.build("all", "phony", targets)
     w.default(targets)
     w.close()
-    print("configure: wrote build.ninja (cuda runtime: %s)" % ("yes" if nvcc and cuda_srcs else "no"))
+    print("configure: wrote %s (cuda runtime: %s)" % (ninja_file, "yes" if nvcc and cuda_srcs else "no"))
 
 
 if __name__ == "__main__":

@@ -29,22 +29,66 @@ static const TrainOpts *opts;
 
 static void *dup_params(const void *p, size_t n) { return memcpy(xmalloc(n), p, n); }
 
+/* Per base name, the suffix to try next (a hint: the graph decides). Without
+ * it, a tensor read by n nodes (n gradient pieces "x.grad.1"...) costs n^2
+ * name lookups: minutes for a Concat of 60,000 inputs. Open addressing,
+ * keys owned here; reset at the start of train_build, freed at its end. */
+static struct { char **key; int *next; int cap, used; } hints;
+
+static int *hint_slot(const char *base) {
+  if (2 * (hints.used + 1) > hints.cap) {
+    char **ok = hints.key;
+    int *on = hints.next, oc = hints.cap;
+    hints.cap = oc ? 2 * oc : 256;
+    hints.key = xcalloc((size_t)hints.cap, sizeof *hints.key);
+    hints.next = xcalloc((size_t)hints.cap, sizeof *hints.next);
+    hints.used = 0;
+    for (int i = 0; i < oc; i++)
+      if (ok[i]) {
+        int *sl = hint_slot(ok[i]);
+        *sl = on[i];
+        free(ok[i]);
+      }
+    free(ok);
+    free(on);
+  }
+  size_t m = (size_t)hints.cap - 1, h = (size_t)hash_bytes(0, base, strlen(base)) & m;
+  while (hints.key[h] && strcmp(hints.key[h], base)) h = (h + 1) & m;
+  if (!hints.key[h]) hints.key[h] = xstrdup(base), hints.next[h] = 1, hints.used++;
+  return &hints.next[h];
+}
+
+static void hints_free(void) {
+  for (int i = 0; i < hints.cap; i++) free(hints.key[i]);
+  free(hints.key);
+  free(hints.next);
+  memset(&hints, 0, sizeof hints);
+}
+
 /* A fresh tensor name: base, or base.1, base.2... */
 static char *unique_name(const Graph *g, const char *base) {
   if (graph_find_tensor(g, base) < 0) return xstrdup(base);
-  for (int i = 1;; i++) {
+  int *next = hint_slot(base);
+  for (int i = *next;; i++) {
     char *s = xasprintf("%s.%d", base, i);
-    if (graph_find_tensor(g, s) < 0) return s;
+    if (graph_find_tensor(g, s) < 0) {
+      *next = i + 1;
+      return s;
+    }
     free(s);
   }
 }
 
 static int new_tensor(Graph *g, const char *base, TensorKind k, int dtype, int rank,
                       const int64_t *dims) {
+  /* dims may point into g->t, which adding a tensor can move: copy first. */
+  int64_t d[MAX_RANK];
+  snc_assert(rank >= 0 && rank <= MAX_RANK);
+  memcpy(d, dims, sizeof(int64_t) * (size_t)rank);
   char *name = unique_name(g, base);
   int t = graph_add_tensor(g, name, dtype, k);
   free(name);
-  tensor_set_shape(&g->t[t], rank, dims);
+  tensor_set_shape(&g->t[t], rank, d);
   return t;
 }
 
@@ -316,6 +360,7 @@ static void rewrite_training_outputs(Graph *g) {
     Node *n = &g->n[i];
     if (n->op != OP_BATCHNORM && n->op != OP_DROPOUT && n->op != OP_MAXPOOL) continue;
     for (int k = 1; k < n->nout; k++) {
+      if (n->out[k] < 0) continue;   /* an absent optional output ("") */
       Tensor *t = &g->t[n->out[k]];
       if (readers[n->out[k]])
         node_error(n, "output %d ('%s') is read by another node; snc supports only output 0 of this op",
@@ -453,6 +498,8 @@ static void mark_constant_data(Graph *g) {
 
 void train_build(Graph *g, const TrainOpts *o) {
   opts = o;
+  /* Forgotten, not freed: a fuzzer run abandoned by an error released them. */
+  memset(&hints, 0, sizeof hints);
   rewrite_training_outputs(g);
   mark_constant_data(g);
   if (g->output < 0) fatal(EXIT_BADINPUT, "the model has no output");
@@ -496,6 +543,7 @@ void train_build(Graph *g, const TrainOpts *o) {
     }
   }
   add_eval(g);
+  hints_free();
   free(needs);
   free(pending);
   needs = NULL;

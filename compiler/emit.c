@@ -55,16 +55,40 @@ const char *emit_ws(Emit *e) {
   return s;
 }
 
+static size_t phome(const void *key, int cap) {
+  return (size_t)(((uint64_t)(uintptr_t)key * 0x9e3779b97f4a7c15ull) >> 24) & (size_t)(cap - 1);
+}
+
+static void phash_put(Emit *e, int i) {
+  size_t h = phome(e->pkeys[i], e->phcap);
+  while (e->phash[h]) h = (h + 1) & (size_t)(e->phcap - 1);
+  e->phash[h] = i + 1;
+}
+
+const char *emit_params_find(Emit *e, const void *key) {
+  if (!e->phcap) return NULL;
+  for (size_t h = phome(key, e->phcap); e->phash[h]; h = (h + 1) & (size_t)(e->phcap - 1))
+    if (e->pkeys[e->phash[h] - 1] == key) return e->pnames[e->phash[h] - 1];
+  return NULL;
+}
+
 const char *emit_params(Emit *e, const void *key, const char *type, const char *body) {
-  for (int i = 0; i < e->np; i++)
-    if (e->pkeys[i] == key) return e->pnames[i];
+  const char *have = emit_params_find(e, key);
+  if (have) return have;
+  if (2 * (e->np + 1) > e->phcap) {
+    free(e->phash);
+    e->phcap = e->phcap ? 2 * e->phcap : 256;
+    e->phash = xcalloc((size_t)e->phcap, sizeof *e->phash);
+    for (int i = 0; i < e->np; i++) phash_put(e, i);
+  }
   xgrow((void **)&e->pkeys, &e->capp, e->np + 1, sizeof *e->pkeys);
   e->pnames = xrealloc(e->pnames, sizeof(char *) * (size_t)e->capp);
   char *name = xasprintf("&P%d", e->nparams);
   fprintf(e->decl, "static const %s P%d = {%s};\n", type, e->nparams, body);
   e->nparams++;
   e->pkeys[e->np] = key;
-  e->pnames[e->np++] = name;
+  e->pnames[e->np] = name;
+  phash_put(e, e->np++);
   return name;
 }
 
@@ -393,6 +417,7 @@ void emit_program(const Graph *g, const Plan *pl, const EmitOpts *o, const char 
     int inst = pl->tensor_inst[tb.t[i]];
     const Instance *in = inst >= 0 ? &pl->inst[inst] : NULL;
     int grad = t->kind == TK_PARAM && t->grad >= 0 ? map[t->grad] : -1;
+    /* opt_of is -1 where the optimizer keeps no such state: test before map[]. */
     int s0 = t->kind == TK_PARAM ? opt_of[2 * tb.t[i]] : -1;
     int s1 = t->kind == TK_PARAM ? opt_of[2 * tb.t[i] + 1] : -1;
     int o0 = s0 >= 0 ? map[s0] : -1, o1 = s1 >= 0 ? map[s1] : -1;

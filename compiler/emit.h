@@ -16,6 +16,8 @@ struct Emit {
   const void **pkeys;      // params already declared (deduplicated by pointer)
   char **pnames;
   int np, capp;
+  int *phash;              // index of pkeys by pointer (slot: i + 1, 0 empty)
+  int phcap;               // a power of two, or 0
   int nparams;             // counter for P<n> names
 };
 
@@ -26,6 +28,9 @@ const char *emit_ws(Emit *e);
 /* Declares `static const TYPE Pn = {...};` once per params pointer; returns
  * "&Pn". `body` is the initializer text (without braces). */
 const char *emit_params(Emit *e, const void *key, const char *type, const char *body);
+/* The "&Pn" declared for key, or NULL. Hashed: a 100,000-step program
+ * declares as many params. */
+const char *emit_params_find(Emit *e, const void *key);
 /* A float literal that survives printing (inf, nan, exact round trip). */
 const char *emit_float(float v);
 

@@ -711,11 +711,24 @@ static void assign_init(Graph *g) {
   }
 }
 
+/* protobuf-c's allocations go through the tracked allocator, so that the
+ * fuzzer can release a message abandoned by an error. */
+static void *pb_alloc(void *data, size_t n) { return xmalloc_try(n); }
+static void pb_free(void *data, void *p) { free(p); }
+static ProtobufCAllocator pb_allocator = {pb_alloc, pb_free, NULL};
+
 Graph *onnx_import(const char *path, const char *input_name) {
   if (!err_file) err_file = path;
   size_t len;
   unsigned char *buf = read_file(path, &len);
-  SncOnnx__ModelProto *m = snc_onnx__model_proto__unpack(NULL, len, buf);
+  Graph *g = onnx_import_bytes(buf, len, path, input_name);
+  return g;
+}
+
+Graph *onnx_import_bytes(unsigned char *buf, size_t len, const char *path,
+                         const char *input_name) {
+  if (!err_file) err_file = path;
+  SncOnnx__ModelProto *m = snc_onnx__model_proto__unpack(&pb_allocator, len, buf);
   free(buf);
   if (!m) fatal(EXIT_BADINPUT, "not a valid ONNX model (protobuf parse failed)");
   if (!m->graph) fatal(EXIT_BADINPUT, "the model has no graph");
@@ -735,7 +748,7 @@ Graph *onnx_import(const char *path, const char *input_name) {
   g->input = add_inputs(g, gp, input_name);
   add_nodes(g, gp, dir);
   mark_outputs(g, gp);
-  snc_onnx__model_proto__free_unpacked(m, NULL);
+  snc_onnx__model_proto__free_unpacked(m, &pb_allocator);
   free(dir);
 
   topo_sort(g);

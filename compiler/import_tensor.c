@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* raw_data is little-endian; we copy it as it is. */
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "snc assumes a little-endian host");
@@ -33,10 +34,36 @@ const char *imp_esc(const char *s) {
   return o;
 }
 
+/* Length of the UTF-8 sequence at c (1-4), or 0 if it is not one: overlong
+ * forms, surrogates and code points past U+10FFFF are not UTF-8 either. */
+static int utf8_len(const unsigned char *c) {
+  if (c[0] < 0x80) return 1;
+  int n = c[0] >= 0xc2 && c[0] <= 0xdf ? 2 : c[0] >= 0xe0 && c[0] <= 0xef ? 3
+        : c[0] >= 0xf0 && c[0] <= 0xf4 ? 4 : 0;
+  for (int i = 1; i < n; i++)
+    if ((c[i] & 0xc0) != 0x80) return 0;
+  if (n == 3 && ((c[0] == 0xe0 && c[1] < 0xa0) || (c[0] == 0xed && c[1] >= 0xa0))) return 0;
+  if (n == 4 && ((c[0] == 0xf0 && c[1] < 0x90) || (c[0] == 0xf4 && c[1] >= 0x90))) return 0;
+  return n;
+}
+
+/* Names reach plan.json, plan.txt and train.c: they must be text. */
 void imp_check_name(const char *s, const char *what) {
-  for (const unsigned char *c = (const unsigned char *)s; *c; c++)
+  for (const unsigned char *c = (const unsigned char *)s; *c;) {
     if (*c < 0x20 || *c == 0x7f)
       fatal(EXIT_BADINPUT, "%s name '%s' contains control characters", what, imp_esc(s));
+    int n = utf8_len(c);
+    if (!n) {
+      /* The message itself stays text: every non-ASCII byte as \xNN. */
+      char buf[160];
+      size_t j = 0;
+      for (const unsigned char *d = (const unsigned char *)s; *d && j < 120; d++)
+        j += *d < 0x80 ? (size_t)snprintf(buf + j, 2, "%c", *d) : (size_t)snprintf(buf + j, 5, "\\x%02x", *d);
+      buf[j] = 0;
+      fatal(EXIT_BADINPUT, "%s name '%s' is not valid UTF-8", what, buf);
+    }
+    c += n;
+  }
 }
 
 void imp_tensor_dims(const SncOnnx__TensorProto *tp, const char *tname, int *rank,
@@ -91,18 +118,24 @@ static void *read_external(const SncOnnx__TensorProto *tp, const char *tname, in
   if (!f)
     fatal(EXIT_BADINPUT, "cannot open external data file '%s' of tensor '%s': %s",
           imp_esc(path), imp_esc(tname), strerror(errno));
-  /* Check the size before allocating: the dims may be absurd. */
-  if (fseeko(f, 0, SEEK_END) != 0)
-    fatal(EXIT_BADINPUT, "cannot read external data file '%s': %s", imp_esc(path), strerror(errno));
-  int64_t size = ftello(f);
-  if (size < 0 || offset > size || bytes > size - offset)
-    fatal(EXIT_BADINPUT, "external data file '%s' is too short for tensor '%s' (needs %lld "
-          "bytes at offset %lld, has %lld)", imp_esc(path), imp_esc(tname), (long long)bytes,
-          (long long)offset, (long long)size);
+  /* Check the size before allocating: the dims may be absurd. A folder opens
+   * too, and its size means nothing. Each error closes f first, so that a
+   * caller that survives errors (the fuzzer) does not run out of files. */
+  struct stat st;
+  int64_t size = fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) ? (int64_t)st.st_size : -1;
+  if (size < 0 || offset > size || bytes > size - offset) {
+    fclose(f);
+    fatal(EXIT_BADINPUT, "external data file '%s' is %s for tensor '%s' (needs %lld "
+          "bytes at offset %lld, has %lld)", imp_esc(path),
+          size < 0 ? "not a regular file" : "too short", imp_esc(tname), (long long)bytes,
+          (long long)offset, (long long)(size < 0 ? 0 : size));
+  }
   void *data = xmalloc((size_t)bytes);
-  if (fseeko(f, offset, SEEK_SET) != 0 || (bytes && fread(data, 1, (size_t)bytes, f) != (size_t)bytes))
+  if (fseeko(f, offset, SEEK_SET) != 0 || (bytes && fread(data, 1, (size_t)bytes, f) != (size_t)bytes)) {
+    fclose(f);
     fatal(EXIT_BADINPUT, "cannot read %lld bytes at offset %lld of '%s' (tensor '%s')",
           (long long)bytes, (long long)offset, imp_esc(path), imp_esc(tname));
+  }
   fclose(f);
   free(path);
   return data;

@@ -90,15 +90,30 @@ int policy_parse(const char *s) {
   return -1;
 }
 
+/* The limit of mul_checked (util.c), with a message naming the tensor and
+ * its shape: the batch often is what pushed it over. */
+#define NUMEL_LIMIT ((int64_t)1 << 48)
+
 int64_t tensor_numel(const Tensor *t) {
   int64_t n = 1;
-  for (int i = 0; i < t->rank; i++) n = mul_checked(n, t->dims[i], t->name);
+  for (int i = 0; i < t->rank; i++) {
+    int64_t d = t->dims[i];
+    if (d < 0 || (n != 0 && d > NUMEL_LIMIT / n))
+      fatal(EXIT_BADINPUT, "tensor '%s' of shape %s: %s", t->name, shape_str(t),
+            d < 0 ? "a dimension is negative or unknown" : "over 2^48 elements (absurd size)");
+    n *= d;
+  }
   return n;
 }
 
 int64_t tensor_bytes(const Tensor *t) {
   int s = dtype_size(t->dtype);
-  return mul_checked(tensor_numel(t), s ? s : 4, t->name);
+  if (!s) s = 4;
+  int64_t n = tensor_numel(t);
+  if (n > NUMEL_LIMIT / s)
+    fatal(EXIT_BADINPUT, "tensor '%s' of shape %s: over 2^48 bytes (absurd size)", t->name,
+          shape_str(t));
+  return n * s;
 }
 
 const char *shape_str(const Tensor *t) {
@@ -136,6 +151,13 @@ static NameMap *map_of(const Graph *g) {
   xgrow((void **)&maps, &capmaps, nmaps + 1, sizeof *maps);
   maps[nmaps] = (NameMap){g, xcalloc(64, sizeof(int)), 64, 0};
   return &maps[nmaps++];
+}
+
+void ir_reset(void) {
+  for (int i = 0; i < nmaps; i++) free(maps[i].slot);
+  free(maps);
+  maps = NULL;
+  nmaps = capmaps = 0;
 }
 
 static uint64_t name_hash(const char *s) { return hash_bytes(0, s, strlen(s)); }

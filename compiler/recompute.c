@@ -163,12 +163,15 @@ static void rebuild(RC *rc) {
     const Step *st = &old->s[s];
     bool bwd = s < old->train_steps && is_backward(st->kind) && st->node >= 0;
     if (bwd) {
-      const Node *n = &g->n[st->node];
+      /* ensure() adds recompute nodes (g->n may move): index it afresh. */
+      const int nd = st->node;
       rc->nmade = 0;
-      for (int k = 0; k < n->nin; k++)
-        if (n->in[k] >= 0 && rc->dropped[n->in[k]]) ensure(rc, n->in[k]);
+      for (int k = 0; k < g->n[nd].nin; k++) {
+        int t = g->n[nd].in[k];
+        if (t >= 0 && rc->dropped[t]) ensure(rc, t);
+      }
       Step *ns = push_step(rc->r, st);
-      for (int k = 0; k < n->nin; k++) ns->in[k] = input_instance(rc, n->in[k]);
+      for (int k = 0; k < g->n[nd].nin; k++) ns->in[k] = input_instance(rc, g->n[nd].in[k]);
       /* Memory-centric segments: what was recomputed for this step dies with it. */
       for (int i = 0; i < rc->nmade; i++) {
         int t = rc->made[i];

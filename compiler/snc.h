@@ -12,6 +12,7 @@
 #ifndef SNC_H
 #define SNC_H
 
+#include <setjmp.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -40,11 +41,35 @@ noreturn void internal_error(const char *file, int line, const char *fmt, ...)
 #define unreachable() internal_error(__FILE__, __LINE__, "unreachable")
 #define snc_assert(x) ((x) ? (void)0 : internal_error(__FILE__, __LINE__, "assertion failed: %s", #x))
 
+/* The in-process fuzzer (tests/fuzz/fuzz_model.c). When snc_error_jmp is set,
+ * fatal()/node_error() store their exit code in snc_error_code and longjmp
+ * there instead of exiting, and internal_error() aborts (a bug the fuzzer must
+ * report); snc_error_quiet silences their messages. */
+extern jmp_buf *snc_error_jmp;
+extern int snc_error_code;
+extern bool snc_error_quiet;
+/* While tracking is on, every x*alloc is recorded (and free() forgets it, see
+ * SNC_FUZZ below); snc_alloc_release() frees all that is left, so an input
+ * abandoned by longjmp half way through a pass leaks nothing. */
+void snc_alloc_track(bool on);
+void snc_alloc_release(void);
+void snc_free(void *p);
+/* The fuzz build (-DSNC_FUZZ) routes the passes' free() through snc_free. */
+#ifdef SNC_FUZZ
+#include <stdlib.h>
+#define free(p) snc_free(p)
+#endif
+
+/* malloc, tracked as above, NULL on failure (protobuf-c's allocator). */
+void *xmalloc_try(size_t n);
 void *xmalloc(size_t n);
 void *xcalloc(size_t n, size_t size);
 void *xrealloc(void *p, size_t n);
 char *xstrdup(const char *s);
-char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* nonnull: the format is never NULL. Saying so also keeps gcc's format-
+ * truncation check from seeing UBSan's null-argument branch as a call with
+ * a null format (a false "null format string" error under --sanitize). */
+char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2), nonnull(1)));
 /* Grow *arr (of *cap elements of size `size`) to hold at least `need`. */
 void xgrow(void **arr, int *cap, int need, size_t size);
 /* a*b with an "absurd size" error instead of overflow (limit: 2^48). */
@@ -164,6 +189,9 @@ typedef struct Graph {
 } Graph;
 
 Graph *graph_new(const char *path);
+/* Forgets every graph's name map (the fuzzer, between inputs: the maps are
+ * keyed by graph address). */
+void ir_reset(void);
 int graph_add_tensor(Graph *g, const char *name, int dtype, TensorKind kind);
 int graph_find_tensor(const Graph *g, const char *name);   /* -1 if absent; hashed */
 /* Appends a node; `in`/`out` are copied. Returns its index. Pointers into g->n
@@ -243,6 +271,10 @@ int op_from_onnx(const char *op_type); /* -1 if unsupported */
  * `input_name` picks the data input (NULL: the first graph input without an
  * initializer). Errors: fatal(EXIT_BADINPUT, ...). */
 Graph *onnx_import(const char *path, const char *input_name);
+/* The same from the file's bytes (`buf`, from xmalloc: freed here); `path`
+ * names the model in messages and its folder holds external data. */
+Graph *onnx_import_bytes(unsigned char *buf, size_t len, const char *path,
+                         const char *input_name);
 /* The import pass's debug view (`snc inspect MODEL --dump import`): every
  * tensor (kind, dtype, declared shape, init) and node (inputs, outputs,
  * attributes) as import leaves them, before shape inference. (import_dump.c) */

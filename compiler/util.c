@@ -1,6 +1,9 @@
 /* util.c — errors, checked allocation, sizes, hashing.
  * Every failure of the compiler goes through fatal()/node_error() (bad input,
- * exit 2; usage, exit 1) or internal_error() (a bug in snc, exit 3). */
+ * exit 2; usage, exit 1) or internal_error() (a bug in snc, exit 3).
+ * For the in-process fuzzer (tests/fuzz/) errors can longjmp instead of
+ * exiting, and allocations can be tracked so that one input's memory is
+ * released at once, however far a pass got. */
 #include "snc.h"
 
 #include <ctype.h>
@@ -11,29 +14,55 @@
 #include <string.h>
 
 const char *err_file;
+jmp_buf *snc_error_jmp;
+int snc_error_code;
+bool snc_error_quiet;
 
-noreturn void fatal(int code, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "snc: error: ");
-  if (err_file && code == EXIT_BADINPUT) fprintf(stderr, "%s: ", err_file);
-  vfprintf(stderr, fmt, ap);
-  fprintf(stderr, "\n");
-  va_end(ap);
+/* Ends the compiler after an error message: exit(code), or, under the fuzzer,
+ * a longjmp back to it. An internal error is a bug: the fuzzer must see it as
+ * a crash, so it aborts there. */
+static noreturn void finish(int code) {
+  if (snc_error_jmp) {
+    if (code == EXIT_INTERNAL) abort();
+    snc_error_code = code;
+    longjmp(*snc_error_jmp, 1);
+  }
   exit(code);
 }
 
-noreturn void node_error(const Node *n, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "snc: error: ");
-  if (err_file) fprintf(stderr, "%s: ", err_file);
-  vfprintf(stderr, fmt, ap);
-  fprintf(stderr, " (node '%s', op %s)\n", n->name ? n->name : "", op_name(n->op));
-  va_end(ap);
-  exit(EXIT_BADINPUT);
+/* The error stream: stderr, or nothing under a quiet fuzzer. */
+static FILE *err_out(void) {
+  static FILE *null;
+  if (!snc_error_quiet) return stderr;
+  if (!null) null = fopen("/dev/null", "w");
+  return null ? null : stderr;
 }
 
+noreturn void fatal(int code, const char *fmt, ...) {
+  FILE *f = err_out();
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(f, "snc: error: ");
+  if (err_file && code == EXIT_BADINPUT) fprintf(f, "%s: ", err_file);
+  vfprintf(f, fmt, ap);
+  fprintf(f, "\n");
+  va_end(ap);
+  finish(code);
+}
+
+noreturn void node_error(const Node *n, const char *fmt, ...) {
+  FILE *f = err_out();
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(f, "snc: error: ");
+  if (err_file) fprintf(f, "%s: ", err_file);
+  vfprintf(f, fmt, ap);
+  fprintf(f, " (node '%s', op %s)\n", n->name ? n->name : "", op_name(n->op));
+  va_end(ap);
+  finish(EXIT_BADINPUT);
+}
+
+/* Always on stderr: under the fuzzer it precedes the abort() it reports. */
 noreturn void internal_error(const char *file, int line, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -41,29 +70,100 @@ noreturn void internal_error(const char *file, int line, const char *fmt, ...) {
   vfprintf(stderr, fmt, ap);
   fprintf(stderr, " (please report this with the model)\n");
   va_end(ap);
-  exit(EXIT_INTERNAL);
+  finish(EXIT_INTERNAL);
 }
 
 static noreturn void out_of_memory(size_t n) {
   fatal(EXIT_BADINPUT, "out of memory allocating %zu bytes", n);
 }
 
-void *xmalloc(size_t n) {
+/* ---- allocation tracking (the fuzzer only) ----
+ * A set of live pointers (open addressing, linear probing, backward-shift
+ * deletion). Off by default: then each x*alloc pays one branch. */
+static bool track_on;
+static void **track;
+static size_t track_cap, track_n;   // cap: a power of two, or 0
+
+static size_t track_home(const void *p) {
+  uint64_t h = (uint64_t)(uintptr_t)p * 0x9e3779b97f4a7c15ull;
+  return (size_t)(h >> 20) & (track_cap - 1);
+}
+
+static void track_add(void *p) {
+  if (2 * (track_n + 1) > track_cap) {
+    void **old = track;
+    size_t oldcap = track_cap;
+    track_cap = oldcap ? oldcap * 2 : 1024;
+    track = calloc(track_cap, sizeof *track);
+    if (!track) abort();   // the fuzzer's own bookkeeping; not a model fault
+    track_n = 0;
+    for (size_t i = 0; i < oldcap; i++)
+      if (old[i]) track_add(old[i]);
+    (free)(old);
+  }
+  size_t h = track_home(p);
+  while (track[h]) h = (h + 1) & (track_cap - 1);
+  track[h] = p;
+  track_n++;
+}
+
+static void track_del(void *p) {
+  if (!track_cap || !p) return;
+  size_t h = track_home(p);
+  while (track[h] && track[h] != p) h = (h + 1) & (track_cap - 1);
+  if (!track[h]) return;   // not ours (libc's, or allocated before tracking began)
+  track[h] = NULL;
+  track_n--;
+  /* Backward shift: re-seat the rest of the cluster. */
+  for (size_t j = (h + 1) & (track_cap - 1); track[j]; j = (j + 1) & (track_cap - 1)) {
+    void *q = track[j];
+    track[j] = NULL;
+    track_n--;
+    track_add(q);
+  }
+}
+
+void snc_alloc_track(bool on) { track_on = on; }
+
+void snc_alloc_release(void) {
+  for (size_t i = 0; i < track_cap; i++)
+    if (track[i]) (free)(track[i]), track[i] = NULL;
+  track_n = 0;
+}
+
+void snc_free(void *p) {
+  if (track_on) track_del(p);
+  (free)(p);
+}
+
+void *xmalloc_try(size_t n) {
   void *p = malloc(n ? n : 1);
+  if (p && track_on) track_add(p);
+  return p;
+}
+
+void *xmalloc(size_t n) {
+  void *p = xmalloc_try(n);
   if (!p) out_of_memory(n);
   return p;
 }
 
 void *xcalloc(size_t n, size_t size) {
   void *p = calloc(n ? n : 1, size ? size : 1);
-  if (!p) out_of_memory(n * size);
+  if (!p) out_of_memory(n > SIZE_MAX / (size ? size : 1) ? SIZE_MAX : n * size);
+  if (track_on) track_add(p);
   return p;
 }
 
 void *xrealloc(void *p, size_t n) {
-  p = realloc(p, n ? n : 1);
-  if (!p) out_of_memory(n);
-  return p;
+  if (track_on) track_del(p);   // before realloc: afterwards p may not be read
+  void *q = realloc(p, n ? n : 1);
+  if (!q) {
+    if (track_on && p) track_add(p);
+    out_of_memory(n);
+  }
+  if (track_on) track_add(q);
+  return q;
 }
 
 char *xstrdup(const char *s) {

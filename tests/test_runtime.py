@@ -363,6 +363,33 @@ def test_threadsanitizer_clean(env, tmp_path):
     assert r.returncode == 0 and "ThreadSanitizer" not in r.stderr, r.stderr[-3000:]
 
 
+def test_threadsanitizer_clean_on_a_compiled_model(env, tmp_path):
+    """The Fashion-MNIST CNN compiled by snc, its train.c and the whole CPU
+    runtime (kernels included) built with -fsanitize=thread: a few steps with
+    the loader thread, --poison, eval and a checkpoint. OpenMP is held to one
+    thread (OMP_NUM_THREADS=1, --threads 1): libgomp is not instrumented, so
+    TSan cannot see its barriers and reports false races on the variables a
+    parallel region shares (seen on snrt_bn_fwd_train with 2 threads)."""
+    snc = os.path.join(ROOT, "build", "snc")
+    d = tmp_path / "tsan_model"
+    subprocess.run([snc, "compile", os.path.join(ROOT, "examples", "fashion_cnn.onnx"), "-o", str(d),
+                    "--batch", "16"], check=True, stdout=subprocess.DEVNULL)
+    srcs = [os.path.join(ROOT, "runtime", sub, f) for sub in ("common", "cpu")
+            for f in sorted(os.listdir(os.path.join(ROOT, "runtime", sub))) if f.endswith(".c")]
+    exe = str(d / "train_tsan")
+    subprocess.run(["gcc", "-std=c11", "-D_GNU_SOURCE", "-O1", "-g", "-fsanitize=thread", "-fopenmp",
+                    "-I" + os.path.join(ROOT, "runtime"), "-I" + os.path.join(ROOT, "build", "gen"),
+                    str(d / "train.c")] + srcs + [os.path.join(ROOT, "build", "gen", "onnx.pb-c.c"),
+                    "-o", exe] + LIBS, check=True)
+    r = subprocess.run([exe, "--threads", "1", "--data", env["npy"], "--eval", env["npy"], "--steps", "6",
+                        "--poison", "--save", str(tmp_path / "ck")],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300,
+                       env=dict(os.environ, OMP_NUM_THREADS="1",
+                                TSAN_OPTIONS="halt_on_error=1 exitcode=66"))
+    assert r.returncode == 0 and "ThreadSanitizer" not in r.stderr, r.stderr[-3000:]
+    assert "test accuracy" in r.stdout + r.stderr
+
+
 def test_eval_each_epoch_and_epochs_flag(env, tmp_path):
     """960 samples = 15 batches of 64 per epoch: --epochs 2 runs 30 steps and
     evaluates twice; the partial last eval batch still counts every sample."""
