@@ -21,7 +21,6 @@
  * (which splits M/N, never K, for a fixed thread count); every other loop gives
  * each output plane or channel to one thread. */
 #include "kern.h"
-#include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -268,7 +267,7 @@ void snrt_conv_fwd(snrt_ctx *c, const snrt_conv_t *p, const float *x, const floa
   if (q.one) {
     for (int img = 0; img < p->n; img++)
       for (int g = 0; g < p->group; g++)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, q.kg, (int)q.hw, q.cg, 1.0f,
+        kern_sgemm(0, 0, q.kg, (int)q.hw, q.cg, 1.0f,
                     w + (int64_t)g * q.kg * q.ckk, (int)q.ckk,
                     x + ((int64_t)img * p->c + g * q.cg) * q.hw, (int)q.hw, 0.0f,
                     y + ((int64_t)img * p->k + g * q.kg) * q.ohw, (int)q.ohw);
@@ -282,12 +281,12 @@ void snrt_conv_fwd(snrt_ctx *c, const snrt_conv_t *p, const float *x, const floa
       const float *wg = w + (int64_t)g * q.kg * q.ckk;
       im2col(p, &q, x, i0, cnt, g, q.col);
       if (q.batched) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, q.kg, L, (int)q.ckk, 1.0f, wg,
+        kern_sgemm(0, 0, q.kg, L, (int)q.ckk, 1.0f, wg,
                     (int)q.ckk, q.col, L, 0.0f, q.tmp, L);
         stage_to_nchw(p, &q, q.tmp, i0, cnt, g, b, y);
       } else {
         for (int img = 0; img < cnt; img++)
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, q.kg, (int)q.ohw, (int)q.ckk,
+          kern_sgemm(0, 0, q.kg, (int)q.ohw, (int)q.ckk,
                       1.0f, wg, (int)q.ckk, q.col + img * q.ohw, L, 0.0f,
                       y + ((int64_t)(i0 + img) * p->k + g * q.kg) * q.ohw, (int)q.ohw);
       }
@@ -307,7 +306,7 @@ void snrt_conv_bwd_data(snrt_ctx *c, const snrt_conv_t *p, const float *dy, cons
   if (q.one) {
     for (int img = 0; img < p->n; img++)
       for (int g = 0; g < p->group; g++)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, q.cg, (int)q.hw, q.kg, 1.0f,
+        kern_sgemm(1, 0, q.cg, (int)q.hw, q.kg, 1.0f,
                     w + (int64_t)g * q.kg * q.ckk, (int)q.ckk,
                     dy + ((int64_t)img * p->k + g * q.kg) * q.ohw, (int)q.ohw, 0.0f,
                     dx + ((int64_t)img * p->c + g * q.cg) * q.hw, (int)q.hw);
@@ -320,11 +319,11 @@ void snrt_conv_bwd_data(snrt_ctx *c, const snrt_conv_t *p, const float *dy, cons
       const float *wg = w + (int64_t)g * q.kg * q.ckk;
       if (q.batched) {
         nchw_to_stage(p, &q, dy, i0, cnt, g, q.tmp);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)q.ckk, L, q.kg, 1.0f, wg,
+        kern_sgemm(1, 0, (int)q.ckk, L, q.kg, 1.0f, wg,
                     (int)q.ckk, q.tmp, L, 0.0f, q.col, L);
       } else {
         for (int img = 0; img < cnt; img++)
-          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)q.ckk, (int)q.ohw, q.kg,
+          kern_sgemm(1, 0, (int)q.ckk, (int)q.ohw, q.kg,
                       1.0f, wg, (int)q.ckk,
                       dy + ((int64_t)(i0 + img) * p->k + g * q.kg) * q.ohw, (int)q.ohw, 0.0f,
                       q.col + img * q.ohw, L);
@@ -345,7 +344,7 @@ void snrt_conv_bwd_filter(snrt_ctx *c, const snrt_conv_t *p, const float *x, con
   if (q.one) {
     for (int g = 0; g < p->group; g++)
       for (int img = 0; img < p->n; img++)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, q.kg, q.cg, (int)q.hw, 1.0f,
+        kern_sgemm(0, 1, q.kg, q.cg, (int)q.hw, 1.0f,
                     dy + ((int64_t)img * p->k + g * q.kg) * q.ohw, (int)q.ohw,
                     x + ((int64_t)img * p->c + g * q.cg) * q.hw, (int)q.hw,
                     img == 0 ? 0.0f : 1.0f, dw + (int64_t)g * q.kg * q.ckk, (int)q.ckk);
@@ -359,11 +358,11 @@ void snrt_conv_bwd_filter(snrt_ctx *c, const snrt_conv_t *p, const float *x, con
       im2col(p, &q, x, i0, cnt, g, q.col);
       if (q.batched) {
         nchw_to_stage(p, &q, dy, i0, cnt, g, q.tmp);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, q.kg, (int)q.ckk, L, 1.0f, q.tmp,
+        kern_sgemm(0, 1, q.kg, (int)q.ckk, L, 1.0f, q.tmp,
                     L, q.col, L, i0 == 0 ? 0.0f : 1.0f, dwg, (int)q.ckk);
       } else {
         for (int img = 0; img < cnt; img++)
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, q.kg, (int)q.ckk, (int)q.ohw,
+          kern_sgemm(0, 1, q.kg, (int)q.ckk, (int)q.ohw,
                       1.0f, dy + ((int64_t)(i0 + img) * p->k + g * q.kg) * q.ohw, (int)q.ohw,
                       q.col + img * q.ohw, L, (i0 == 0 && img == 0) ? 0.0f : 1.0f, dwg,
                       (int)q.ckk);

@@ -35,4 +35,9 @@ static inline int64_t kern_max(int64_t a, int64_t b) { return a > b ? a : b; }
  * combined in block order. */
 double kern_sum(const float *x, int64_t n);
 
+/* Row-major C = alpha op(A) op(B) + beta C on the OpenMP team (k_blas.c);
+ * beta 0 never reads C. Every GEMM of the CPU kernels goes through it. */
+void kern_sgemm(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
+                const float *b, int ldb, float beta, float *c, int ldc);
+
 #endif
