@@ -303,6 +303,8 @@ static void direct_bwd_filter(const snrt_conv_t *p, const conv_geo *q, const flo
       int ki = t / p->kw, kj = t % p->kw;
       int offx = kj * p->dw - p->pl, ox0, ox1;
       conv_range(offx, p->sw, p->w, p->ow, &ox0, &ox1);
+      /* Per row, KERN_LANES float lanes (fixed order, vectorized), added
+       * to the double total in row order. */
       double s = 0;
       for (int img = 0; img < p->n; img++) {
         const float *xp = x + ((int64_t)img * p->c + k / q->kg) * q->hw;
@@ -312,8 +314,15 @@ static void direct_bwd_filter(const snrt_conv_t *p, const conv_geo *q, const flo
           if (iy < 0 || iy >= p->h) continue;
           const float *xr = xp + (int64_t)iy * p->w + offx;
           const float *yr = yp + (int64_t)oy * p->ow;
+          float acc[KERN_LANES] = {0};
+          int ox = ox0;
+          if (p->sw == 1)
+            for (; ox + KERN_LANES <= ox1; ox += KERN_LANES)
+              for (int l = 0; l < KERN_LANES; l++) acc[l] += yr[ox + l] * xr[ox + l];
+          for (int l = 0; ox < ox1; ox++, l = (l + 1) % KERN_LANES)
+            acc[l] += yr[ox] * xr[(int64_t)ox * p->sw];
           float rs = 0;
-          for (int ox = ox0; ox < ox1; ox++) rs += yr[ox] * xr[(int64_t)ox * p->sw];
+          for (int l = 0; l < KERN_LANES; l++) rs += acc[l];
           s += rs;
         }
       }
@@ -443,13 +452,8 @@ void snrt_conv_bwd_bias(snrt_ctx *c, const snrt_conv_t *p, const float *dy, floa
   const int64_t ohw = (int64_t)p->oh * p->ow;
 #pragma omp parallel for schedule(static) if ((int64_t)p->n * p->k * ohw > KERN_PAR_MIN)
   for (int k = 0; k < p->k; k++) {
-    double s = 0;
-    for (int img = 0; img < p->n; img++) {
-      const float *yp = dy + ((int64_t)img * p->k + k) * ohw;
-      float rs = 0;
-      for (int64_t j = 0; j < ohw; j++) rs += yp[j];
-      s += rs;
-    }
-    db[k] = (float)s;
+    double acc[KERN_LANES] = {0};
+    for (int img = 0; img < p->n; img++) kern_lsum(acc, dy + ((int64_t)img * p->k + k) * ohw, ohw);
+    db[k] = (float)kern_lanes_total(acc);
   }
 }

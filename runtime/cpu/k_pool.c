@@ -35,10 +35,38 @@ static inline int64_t max_index(const snrt_pool_t *p, const float *xp, int oy, i
   return best_i;
 }
 
+/* The common 2x2 stride-2 window with no padding, every window inside the
+ * input: the same first-maximum rule as max_index, on the four elements in
+ * row order, with no bounds checks. Index 0..3 = (0,0) (0,1) (1,0) (1,1). */
+static inline int pool22(const snrt_pool_t *p) {
+  return p->kh == 2 && p->kw == 2 && p->sh == 2 && p->sw == 2 && p->pt == 0 && p->pl == 0 &&
+         p->dh == 1 && p->dw == 1 && 2 * p->oh <= p->h && 2 * p->ow <= p->w;
+}
+
+static inline int max4(const float *r0, const float *r1, float *out) {
+  float best = r0[0];
+  int bi = 0;
+  if (r0[1] > best || isnan(r0[1])) { best = r0[1]; bi = 1; }
+  if (r1[0] > best || isnan(r1[0])) { best = r1[0]; bi = 2; }
+  if (r1[1] > best || isnan(r1[1])) { best = r1[1]; bi = 3; }
+  *out = best;
+  return bi;
+}
+
 void snrt_maxpool_fwd(snrt_ctx *c, const snrt_pool_t *p, const float *x, float *y) {
   (void)c;
   const int64_t hw = (int64_t)p->h * p->w, ohw = (int64_t)p->oh * p->ow;
   const int64_t planes = (int64_t)p->n * p->c;
+  if (pool22(p)) {
+#pragma omp parallel for schedule(static) if (planes * hw > KERN_PAR_MIN)
+    for (int64_t pl = 0; pl < planes; pl++)
+      for (int oy = 0; oy < p->oh; oy++) {
+        const float *r0 = x + pl * hw + (int64_t)2 * oy * p->w, *r1 = r0 + p->w;
+        float *yr = y + pl * ohw + (int64_t)oy * p->ow;
+        for (int ox = 0; ox < p->ow; ox++) max4(r0 + 2 * ox, r1 + 2 * ox, &yr[ox]);
+      }
+    return;
+  }
 #pragma omp parallel for schedule(static) if (planes * hw > KERN_PAR_MIN)
   for (int64_t pl = 0; pl < planes; pl++) {
     const float *xp = x + pl * hw;
@@ -56,6 +84,25 @@ void snrt_maxpool_bwd(snrt_ctx *c, const snrt_pool_t *p, const float *x, const f
   (void)c;
   const int64_t hw = (int64_t)p->h * p->w, ohw = (int64_t)p->oh * p->ow;
   const int64_t planes = (int64_t)p->n * p->c;
+  if (pool22(p)) {
+    /* Windows do not overlap: each input gets at most one gradient. */
+#pragma omp parallel for schedule(static) if (planes * hw > KERN_PAR_MIN)
+    for (int64_t pl = 0; pl < planes; pl++) {
+      float *dp = dx + pl * hw;
+      memset(dp, 0, sizeof(float) * hw);
+      for (int oy = 0; oy < p->oh; oy++) {
+        const float *r0 = x + pl * hw + (int64_t)2 * oy * p->w, *r1 = r0 + p->w;
+        const float *gr = dy + pl * ohw + (int64_t)oy * p->ow;
+        float *d0 = dp + (int64_t)2 * oy * p->w, *d1 = d0 + p->w;
+        for (int ox = 0; ox < p->ow; ox++) {
+          float m;
+          int bi = max4(r0 + 2 * ox, r1 + 2 * ox, &m);
+          (bi < 2 ? d0 : d1)[2 * ox + (bi & 1)] = gr[ox];
+        }
+      }
+    }
+    return;
+  }
 #pragma omp parallel for schedule(static) if (planes * hw > KERN_PAR_MIN)
   for (int64_t pl = 0; pl < planes; pl++) {
     const float *xp = x + pl * hw, *gp = dy + pl * ohw;

@@ -201,6 +201,8 @@ static void test_pool(void) {
   pool_case("maxpool 3s2p1", 1, 2, 3, 7, 3, 2, 1, 1, 0, 0, 1);
   pool_case("maxpool ceil",  1, 2, 2, 6, 3, 2, 0, 0, 1, 0, 1);
   pool_case("maxpool 2s2",   1, 2, 3, 6, 2, 2, 0, 0, 0, 0, 1);
+  pool_case("maxpool 2s2 odd", 1, 2, 3, 7, 2, 2, 0, 0, 0, 0, 1); /* fast path, last row/col unread */
+  pool_case("maxpool 2s2 ceil", 1, 1, 2, 7, 2, 2, 0, 0, 1, 0, 1); /* last window clipped: generic */
   pool_case("maxpool dil2",  1, 1, 2, 8, 3, 1, 2, 2, 0, 0, 2);
   pool_case("avg cip ceil",  0, 2, 2, 6, 3, 2, 1, 1, 1, 1, 1);
   pool_case("avg nocip ceil",0, 2, 2, 6, 3, 2, 1, 1, 1, 0, 1);
