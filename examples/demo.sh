@@ -5,8 +5,8 @@
 set -eu
 DATA=/usr/share/datasets/fashion-mnist
 OUT=${OUT:-out/fashion}
-EPOCHS=${EPOCHS:-2}
-build/snc compile examples/fashion_cnn.onnx -o "$OUT" --batch 64 --lr 0.05
+EPOCHS=${EPOCHS:-3}
+build/snc compile examples/fashion_cnn.onnx -o "$OUT" --batch 64 --optimizer adam --lr 0.001
 ninja -C "$OUT"
 "$OUT/train" --data "idx:$DATA/train-images-idx3-ubyte.gz,$DATA/train-labels-idx1-ubyte.gz" \
              --eval "idx:$DATA/t10k-images-idx3-ubyte.gz,$DATA/t10k-labels-idx1-ubyte.gz" \

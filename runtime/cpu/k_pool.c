@@ -85,19 +85,25 @@ void snrt_maxpool_bwd(snrt_ctx *c, const snrt_pool_t *p, const float *x, const f
   const int64_t hw = (int64_t)p->h * p->w, ohw = (int64_t)p->oh * p->ow;
   const int64_t planes = (int64_t)p->n * p->c;
   if (pool22(p)) {
-    /* Windows do not overlap: each input gets at most one gradient. */
+    /* Windows do not overlap: each covered input gets its gradient or 0,
+     * written without branches; only an odd last row/column needs the
+     * memset. */
+    const int cover = 2 * p->oh == p->h && 2 * p->ow == p->w;
 #pragma omp parallel for schedule(static) if (planes * hw > KERN_PAR_MIN)
     for (int64_t pl = 0; pl < planes; pl++) {
       float *dp = dx + pl * hw;
-      memset(dp, 0, sizeof(float) * hw);
+      if (!cover) memset(dp, 0, sizeof(float) * hw);
       for (int oy = 0; oy < p->oh; oy++) {
         const float *r0 = x + pl * hw + (int64_t)2 * oy * p->w, *r1 = r0 + p->w;
         const float *gr = dy + pl * ohw + (int64_t)oy * p->ow;
         float *d0 = dp + (int64_t)2 * oy * p->w, *d1 = d0 + p->w;
         for (int ox = 0; ox < p->ow; ox++) {
-          float m;
+          float m, g = gr[ox];
           int bi = max4(r0 + 2 * ox, r1 + 2 * ox, &m);
-          (bi < 2 ? d0 : d1)[2 * ox + (bi & 1)] = gr[ox];
+          d0[2 * ox] = bi == 0 ? g : 0.0f;
+          d0[2 * ox + 1] = bi == 1 ? g : 0.0f;
+          d1[2 * ox] = bi == 2 ? g : 0.0f;
+          d1[2 * ox + 1] = bi == 3 ? g : 0.0f;
         }
       }
     }
