@@ -20,7 +20,7 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 DEPS = ["gcc", "ninja-build", "protobuf-c-compiler", "libprotobuf-c-dev",
         "libopenblas-dev", "zlib1g-dev", "dataset-fashion-mnist", "python3"]
 TEST_DEPS = ["python3-torch", "python3-torchvision", "python3-onnx", "python3-numpy",
-             "python3-pytest"]
+             "python3-pytest", "python3-pil", "chromium"]
 
 
 def missing_packages(pkgs):
@@ -136,7 +136,7 @@ def main():
     ap.add_argument("--install-deps", action="store_true",
                     help="apt-get the Debian packages building and the main job need")
     ap.add_argument("--install-test-deps", action="store_true",
-                    help="also the packages only the tests need (PyTorch, torchvision, ONNX, numpy, pytest)")
+                    help="also the packages only the tests need (PyTorch, torchvision, ONNX, numpy, pytest, PIL, Chromium)")
     ap.add_argument("--cuda", choices=["auto", "on", "off"], default="auto",
                     help="build the CUDA runtime (auto: where nvcc and cuDNN are found)")
     ap.add_argument("--sanitize", default="",

@@ -75,18 +75,20 @@ static int grad_slot(Graph *g, int x) {
   return tensor_like(g, x, ".grad", g->t[x].kind == TK_PARAM ? TK_PGRAD : TK_GRAD);
 }
 
-/* Adds contribution t to x's gradient (accumulating when x already has one). */
+/* Adds contribution t to x's gradient (accumulating when x already has one).
+ * Accumulation is in place (g = g + t, elementwise, so reading and writing
+ * the same bytes is safe): a tensor read by several nodes keeps one gradient
+ * buffer instead of one per partial sum. */
 static void grad_add(Graph *g, int x, int t, int fwd) {
   g->t[t].grad_of = x;
   if (g->t[x].grad < 0) {
     g->t[x].grad = t;
     return;
   }
-  int sum = grad_slot(g, x);
-  int in[2] = {g->t[x].grad, t};
-  add_node(g, OP_ACCUMULATE, fwd, "accumulate", PH_BACKWARD, 2, in, 1, &sum, NULL);
-  g->t[sum].grad_of = x;
-  g->t[x].grad = sum;
+  int sum = g->t[x].grad;
+  int in[2] = {sum, t};
+  int a = add_node(g, OP_ACCUMULATE, fwd, "accumulate", PH_BACKWARD, 2, in, 1, &sum, NULL);
+  (void)a;
 }
 
 static bool need(const Node *n, int k) { return k < n->nin && n->in[k] >= 0 && needs[n->in[k]]; }
@@ -487,9 +489,9 @@ void train_build(Graph *g, const TrainOpts *o) {
     bool any_need = false;
     for (int k = 0; k < n->nin; k++) any_need |= n->in[k] >= 0 && needs[n->in[k]];
     if (has_dy && any_need) op_info[n->op].grad(g, i);
-    n = &g->n[i];
-    for (int k = 0; k < n->nin; k++) {
-      int t = n->in[k];
+    /* add_update appends nodes (g->n may move): index, don't hold n. */
+    for (int k = 0; k < g->n[i].nin; k++) {
+      int t = g->n[i].in[k];
       if (t >= 0 && g->t[t].kind == TK_PARAM && --pending[t] == 0) add_update(g, t);
     }
   }

@@ -227,11 +227,19 @@ static void emit_steps(Emit *e, int from, int to, const char *fname, int **death
               comment_safe(n->name), fmt_bytes(pl->live_bytes ? pl->live_bytes[s] : 0));
       op_info[n->op].emit(e, g, n);
     } else {
-      const Instance *in = &pl->inst[st->out ? st->out[0] : st->in[0]];
-      fprintf(e->f, "  /* %5d %-9s %s */\n", s, step_kind_name(st->kind), comment_safe(g->t[st->tensor].name));
-      (void)in;
-      internal_error(__FILE__, __LINE__, "copy steps are not emitted yet");
+      /* A copy on the copy engine, recording its event when done. */
+      const Instance *src = &pl->inst[st->in[0]], *dst = &pl->inst[st->out[0]];
+      fprintf(e->f, "  /* %5d %-9s %-18s %s  live %s */\n", s, step_kind_name(st->kind),
+              st->kind == SK_OFFLOAD ? "to host" : "to device", comment_safe(g->t[st->tensor].name),
+              fmt_bytes(pl->live_bytes ? pl->live_bytes[s] : 0));
+      if (st->kind == SK_OFFLOAD)
+        fprintf(e->f, "  snrt_offload(c, 0x%llx, 0x%llx, %lld, %d);\n", (unsigned long long)dst->host_offset,
+                (unsigned long long)src->offset, (long long)src->bytes, st->event);
+      else
+        fprintf(e->f, "  snrt_prefetch(c, 0x%llx, 0x%llx, %lld, %d);\n", (unsigned long long)dst->offset,
+                (unsigned long long)src->host_offset, (long long)src->bytes, st->event);
     }
+    for (int w = 0; w < st->nwait; w++) fprintf(e->f, "  snrt_wait(c, %d);\n", st->wait[w]);
     for (int d = 0; d < ndeaths[s]; d++) {
       const Instance *in = &pl->inst[deaths[s][d]];
       fprintf(e->f, "  snrt_dead(c, 0x%llx, %lld);\n", (unsigned long long)in->offset, (long long)in->bytes);
@@ -385,10 +393,9 @@ void emit_program(const Graph *g, const Plan *pl, const EmitOpts *o, const char 
     int inst = pl->tensor_inst[tb.t[i]];
     const Instance *in = inst >= 0 ? &pl->inst[inst] : NULL;
     int grad = t->kind == TK_PARAM && t->grad >= 0 ? map[t->grad] : -1;
-    int o0 = t->kind == TK_PARAM ? map[opt_of[2 * tb.t[i]]] : -1;
-    int o1 = t->kind == TK_PARAM ? map[opt_of[2 * tb.t[i] + 1]] : -1;
-    if (t->kind == TK_PARAM && opt_of[2 * tb.t[i]] < 0) o0 = -1;
-    if (t->kind == TK_PARAM && opt_of[2 * tb.t[i] + 1] < 0) o1 = -1;
+    int s0 = t->kind == TK_PARAM ? opt_of[2 * tb.t[i]] : -1;
+    int s1 = t->kind == TK_PARAM ? opt_of[2 * tb.t[i] + 1] : -1;
+    int o0 = s0 >= 0 ? map[s0] : -1, o1 = s1 >= 0 ? map[s1] : -1;
     int64_t dims[MAX_RANK];
     for (int d = 0; d < t->rank; d++) dims[d] = t->dims[d];
     fprintf(f, "  {");

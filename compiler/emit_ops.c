@@ -101,6 +101,10 @@ static const char *p_bias(Emit *e, const snrt_bias_t *p) {
 }
 
 static const char *p_concat(Emit *e, const snrt_concat_t *p) {
+  /* Declared once per params pointer (Split and its backward Concat share
+   * it): only the first call declares the chunk array. */
+  for (int i = 0; i < e->np; i++)
+    if (e->pkeys[i] == p) return e->pnames[i];
   /* The chunk array is declared first, under a name derived from the struct's. */
   char arr[64];
   snprintf(arr, sizeof arr, "P%d_chunk", e->nparams);

@@ -573,7 +573,7 @@ static Graph *prune(Graph *g) {
 
 /* ---- kinds and initial values ---- */
 
-enum { SLOT_NONE, SLOT_INT, SLOT_FLOAT, SLOT_BOOL, SLOT_STATE };
+enum { SLOT_NONE, SLOT_INT, SLOT_FLOAT, SLOT_BOOL, SLOT_STATE, SLOT_ANY };
 
 /* What a node reads at input s: constant slots (values needed at compile
  * time), BN running statistics (state), or an ordinary operand. */
@@ -584,9 +584,15 @@ static int slot_class(const Node *n, int s) {
   case OP_PAD: return s == 1 ? SLOT_INT : s == 2 ? SLOT_FLOAT : SLOT_NONE;
   case OP_CLIP: return s >= 1 ? SLOT_FLOAT : SLOT_NONE;
   case OP_DROPOUT: return s == 1 ? SLOT_FLOAT : s == 2 ? SLOT_BOOL : SLOT_NONE;
-  case OP_SPLIT: case OP_REDUCEMEAN: return s == 1 ? SLOT_INT : SLOT_NONE;
+  case OP_SPLIT: case OP_REDUCEMEAN: case OP_UNSQUEEZE: case OP_SQUEEZE:
+    return s == 1 ? SLOT_INT : SLOT_NONE;
   case OP_BATCHNORM: return s >= 3 ? SLOT_STATE : SLOT_NONE;
-  default: return SLOT_NONE;
+  /* Ops evaluated only at compile time read constants of any type (Shape
+   * reads only its input's shape). */
+  case OP_SHAPE: return SLOT_NONE;
+  /* A Cast to anything but float32 cannot be on a differentiable path. */
+  case OP_CAST: return attr_int(n, "to", DT_FLOAT) == DT_FLOAT ? SLOT_NONE : SLOT_ANY;
+  default: return op_info[n->op].shape == shape_fold ? SLOT_ANY : SLOT_NONE;
   }
 }
 
@@ -599,9 +605,19 @@ static void assign_kinds(Graph *g) {
       int c = slot_class(n, s);
       if (c == SLOT_STATE && t->kind == TK_PARAM) t->kind = TK_STATE;
       if (c == SLOT_NONE || c == SLOT_STATE) continue;
+      /* A computed value (Cast of a Constant, shape arithmetic) is folded by
+       * shape inference, which checks it then. */
+      if (!t->data && t->producer >= 0) continue;
+      if (!t->data && c == SLOT_ANY)
+        node_error(n, "op %s is supported only on constant inputs (snc evaluates it at compile "
+                   "time), and input %d ('%s') is data", op_name(n->op), s, imp_esc(t->name));
       if (!t->data)
         node_error(n, "input %d ('%s') must be a constant (an initializer or a Constant node)", s,
                    imp_esc(t->name));
+      if (c == SLOT_ANY) {
+        t->kind = TK_CONST;
+        continue;
+      }
       bool ok = c == SLOT_INT ? (t->dtype == DT_INT64 || t->dtype == DT_INT32)
               : c == SLOT_FLOAT ? (t->dtype == DT_FLOAT || t->dtype == DT_DOUBLE)
               : t->dtype == DT_BOOL;

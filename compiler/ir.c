@@ -22,6 +22,7 @@ const char *op_name(OpKind op) {
 bool op_slot_is_data(OpKind op, int k) {
   switch (op) {
   case OP_RESHAPE: case OP_SPLIT: case OP_REDUCEMEAN: return k == 0;
+  case OP_UNSQUEEZE: case OP_SQUEEZE: return k == 0;
   case OP_SLICE: case OP_PAD: case OP_CLIP: case OP_DROPOUT: return k == 0;
   default: return true;
   }
@@ -191,7 +192,7 @@ int graph_add_node(Graph *g, OpKind op, const char *name, int nin, const int *in
   int i = g->nn++;
   Node *n = &g->n[i];
   *n = (Node){.name = xstrdup(name ? name : ""), .op = op, .nin = nin, .nout = nout,
-              .fwd = -1};
+              .fwd = -1, .twin = -1};
   n->in = xmalloc(sizeof(int) * (size_t)(nin ? nin : 1));
   n->out = xmalloc(sizeof(int) * (size_t)(nout ? nout : 1));
   if (nin) memcpy(n->in, in, sizeof(int) * (size_t)nin);

@@ -62,6 +62,7 @@ static void step_stats(Plan *pl) {
   pl->persistent_bytes = pl->baseline_bytes = 0;
   for (int i = 0; i < pl->ninst; i++) {
     const Instance *in = &pl->inst[i];
+    if (in->host) continue;   /* the pinned host arena is not device memory */
     pl->baseline_bytes += in->bytes;
     if (in->persistent) pl->persistent_bytes += in->bytes;
     diff[in->first] += in->bytes;
@@ -86,7 +87,7 @@ static void step_stats(Plan *pl) {
     int64_t need = pl->persistent_bytes;
     for (int k = 0; k < st->nin + st->nout + 1; k++) {
       int i = k < st->nin ? st->in[k] : k < st->nin + st->nout ? st->out[k - st->nin] : st->ws;
-      if (i < 0 || stamp[i] == s || pl->inst[i].persistent) continue;
+      if (i < 0 || stamp[i] == s || pl->inst[i].persistent || pl->inst[i].host) continue;
       stamp[i] = s;
       need += pl->inst[i].bytes;
     }
@@ -95,79 +96,148 @@ static void step_stats(Plan *pl) {
   free(stamp);
 }
 
-void liveness_compute(const Graph *g, Plan *pl) {
+/* Primary instances: one per arena tensor, and Step.in/out/ws set to them
+ * (lifetimes are filled in by liveness_lifetimes). Tensors that no step
+ * touches get none, except the input and labels, which the loader writes. */
+/* The input an op may overwrite with its output 0 (-1: none). The kernels
+ * promise it (runtime/snrt.h, "In place"). */
+static int inplace_input(OpKind op) {
+  switch (op) {
+  case OP_UNARY_BWD: case OP_BN_BWD: return 1;   /* dx over dy */
+  case OP_DROPOUT_BWD: return 0;
+  default: return -1;
+  }
+}
+
+void liveness_assign(const Graph *g, Plan *pl) {
   Route *r = pl->route;
   int T = r->ns;
-  int *firstw = xmalloc(sizeof(int) * (size_t)(g->nt ? g->nt : 1));
-  int *firstr = xmalloc(sizeof(int) * (size_t)(g->nt ? g->nt : 1));
-  int *lastr = xmalloc(sizeof(int) * (size_t)(g->nt ? g->nt : 1));
-  for (int t = 0; t < g->nt; t++) firstw[t] = firstr[t] = INT_MAX, lastr[t] = -1;
+  bool *used = xcalloc((size_t)(g->nt ? g->nt : 1), sizeof(bool));
   for (int s = 0; s < T; s++) {
     const Step *st = &r->s[s];
     if (st->node < 0) continue;
     const Node *n = &g->n[st->node];
-    for (int k = 0; k < n->nin; k++) {
-      int t = n->in[k];
-      if (t < 0 || g->t[t].kind == TK_CONST) continue;
-      if (s < firstr[t]) firstr[t] = s;
-      lastr[t] = s;
-    }
+    for (int k = 0; k < n->nin; k++)
+      if (n->in[k] >= 0) used[n->in[k]] = true;
     for (int k = 0; k < n->nout; k++) {
       int t = n->out[k];
       if (t < 0) continue;
-      if (g->t[t].kind == TK_CONST)
-        node_error(n, "writes the constant '%s'", g->t[t].name);
-      if (s < firstw[t]) firstw[t] = s;
+      if (g->t[t].kind == TK_CONST) node_error(n, "writes the constant '%s'", g->t[t].name);
+      used[t] = true;
     }
   }
-
+  /* In place: a gradient kernel that may write over its incoming gradient
+   * (elementwise, or reading each channel fully before writing it) does so
+   * when that gradient dies at the step: dx shares dy's instance. */
+  int *alias = xmalloc(sizeof(int) * (size_t)(g->nt ? g->nt : 1));
+  int *lastread = xmalloc(sizeof(int) * (size_t)(g->nt ? g->nt : 1));
+  for (int t = 0; t < g->nt; t++) alias[t] = -1, lastread[t] = -1;
+  for (int s = 0; s < T; s++) {
+    const Step *st = &r->s[s];
+    if (st->node < 0) continue;
+    const Node *n = &g->n[st->node];
+    for (int k = 0; k < n->nin; k++)
+      if (n->in[k] >= 0) lastread[n->in[k]] = s;
+  }
+  for (int s = 0; s < T; s++) {
+    const Step *st = &r->s[s];
+    if (st->node < 0) continue;
+    const Node *n = &g->n[st->node];
+    int k = inplace_input(n->op);
+    if (k < 0 || k >= n->nin || n->nout < 1) continue;
+    int dy = n->in[k], dx = n->out[0];
+    if (dy < 0 || dx < 0 || dy == dx || lastread[dy] != s) continue;
+    TensorKind kd = g->t[dy].kind, kx = g->t[dx].kind;
+    if ((kd != TK_GRAD && kd != TK_PGRAD) || (kx != TK_GRAD && kx != TK_PGRAD)) continue;
+    if (tensor_bytes(&g->t[dy]) != tensor_bytes(&g->t[dx]) || alias[dx] >= 0) continue;
+    bool elsewhere = false;   /* dy must not also be another input of this node */
+    for (int j = 0; j < n->nin; j++) elsewhere |= j != k && n->in[j] == dy;
+    if (elsewhere) continue;
+    alias[dx] = alias[dy] >= 0 ? alias[dy] : dy;
+  }
   free(pl->tensor_inst);
   pl->tensor_inst = xmalloc(sizeof(int) * (size_t)(g->nt ? g->nt : 1));
   pl->ninst = 0;
   for (int t = 0; t < g->nt; t++) {
     const Tensor *x = &g->t[t];
     pl->tensor_inst[t] = -1;
-    bool used = firstw[t] != INT_MAX || lastr[t] >= 0;
-    bool loaded = x->kind == TK_INPUT || x->kind == TK_LABEL;
-    if (x->kind == TK_CONST || (!used && !(loaded && (t == g->input || t == g->label))))
-      continue;
+    bool loaded = t == g->input || t == g->label;
+    if (x->kind == TK_CONST || (!used[t] && !loaded) || alias[t] >= 0) continue;
     if (x->rank < 0) internal_error(__FILE__, __LINE__, "tensor '%s' has no shape", x->name);
-    int first, last;
-    if (is_persistent(x->kind)) {
-      first = 0, last = T - 1;
-    } else if (loaded) {
-      first = 0, last = lastr[t] > 0 ? lastr[t] : 0;
-    } else {
-      if (firstw[t] == INT_MAX)
-        internal_error(__FILE__, __LINE__, "tensor '%s' (%s) is read but never written",
-                       x->name, tensor_kind_name(x->kind));
-      if (firstr[t] < firstw[t])
-        internal_error(__FILE__, __LINE__, "tensor '%s' is read at step %d before it is written at step %d",
-                       x->name, firstr[t], firstw[t]);
-      first = firstw[t];
-      last = lastr[t] > first ? lastr[t] : first;
-      if (x->kind == TK_LOSS && last < r->train_steps - 1) last = r->train_steps - 1;
-      if (t == g->eval_output) last = T - 1;
-    }
-    pl->tensor_inst[t] = add_inst(pl, t, tensor_bytes(x), first, last, is_persistent(x->kind));
+    pl->tensor_inst[t] = add_inst(pl, t, tensor_bytes(x), -1, -1, is_persistent(x->kind));
   }
-  free(firstw);
-  free(firstr);
-  free(lastr);
-
+  for (int t = 0; t < g->nt; t++)
+    if (alias[t] >= 0) pl->tensor_inst[t] = pl->tensor_inst[alias[t]];
+  free(used), free(alias), free(lastread);
   for (int s = 0; s < T; s++) {
     Step *st = &r->s[s];
     if (st->node < 0) continue;
     const Node *n = &g->n[st->node];
     snc_assert(st->nin == n->nin && st->nout == n->nout);
     for (int k = 0; k < n->nin; k++)
-      st->in[k] = n->in[k] < 0 ? -1 : pl->tensor_inst[n->in[k]];
+      st->in[k] = n->in[k] < 0 || g->t[n->in[k]].kind == TK_CONST ? -1 : pl->tensor_inst[n->in[k]];
     for (int k = 0; k < n->nout; k++)
       st->out[k] = n->out[k] < 0 ? -1 : pl->tensor_inst[n->out[k]];
     int64_t ws = node_workspace_bytes(g, n);
     st->ws = ws > 0 ? add_inst(pl, -1, ws, s, s, false) : -1;
   }
+}
+
+/* Lifetimes from the steps (after any pass that inserted steps or instances):
+ * first = the first step writing the instance, last = the last step reading
+ * it, with the rules in the header for persistent, loaded, loss and logits. */
+void liveness_lifetimes(const Graph *g, Plan *pl) {
+  Route *r = pl->route;
+  int T = r->ns;
+  for (int i = 0; i < pl->ninst; i++) pl->inst[i].first = INT_MAX, pl->inst[i].last = -1;
+  for (int s = 0; s < T; s++) {
+    const Step *st = &r->s[s];
+    /* Reads, and instances a copy keeps busy through this step. A read before
+     * any write is marked (first = -s - 2) and reported below. */
+    for (int k = 0; k < st->nin + st->nkeep; k++) {
+      int i = k < st->nin ? st->in[k] : st->keep[k - st->nin];
+      if (i < 0) continue;
+      if (pl->inst[i].first == INT_MAX) pl->inst[i].first = -s - 2;
+      pl->inst[i].last = s;
+    }
+    for (int k = 0; k < st->nout + 1; k++) {
+      int i = k < st->nout ? st->out[k] : st->ws;
+      if (i < 0) continue;
+      Instance *in = &pl->inst[i];
+      if (in->first == INT_MAX) in->first = s;
+      if (k == st->nout && in->last < s) in->last = s;
+    }
+  }
+  for (int i = 0; i < pl->ninst; i++) {
+    Instance *in = &pl->inst[i];
+    int t = in->tensor;
+    const Tensor *x = t >= 0 ? &g->t[t] : NULL;
+    if (in->persistent) {
+      in->first = 0, in->last = T - 1;
+      continue;
+    }
+    bool loaded = x && (t == g->input || t == g->label) && i == pl->tensor_inst[t];
+    if (loaded) {
+      in->first = 0;
+      if (in->last < 0) in->last = 0;
+      continue;
+    }
+    if (in->first == INT_MAX)
+      internal_error(__FILE__, __LINE__, "instance %d of '%s' is never written or read", i,
+                     plan_inst_name(g, pl, i));
+    if (in->first < 0)
+      internal_error(__FILE__, __LINE__, "tensor '%s' is read at step %d before it is written",
+                     plan_inst_name(g, pl, i), -in->first - 2);
+    if (in->last < in->first) in->last = in->first;
+    if (x && x->kind == TK_LOSS && in->last < r->train_steps - 1) in->last = r->train_steps - 1;
+    if (x && t == g->eval_output) in->last = T - 1;
+  }
   step_stats(pl);
+}
+
+void liveness_compute(const Graph *g, Plan *pl) {
+  liveness_assign(g, pl);
+  liveness_lifetimes(g, pl);
 }
 
 void liveness_dump(const Graph *g, const Plan *pl, FILE *f) {

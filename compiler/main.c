@@ -111,6 +111,7 @@ static void parse_args(Args *a, int argc, char **argv) {
       a->train.weight_decay = parse_float(s, need_value(argc, argv, &i));
       wd_set = true;
     } else if (strcmp(s, "--diff") == 0) {
+      if (i + 2 >= argc) usage("%s", "--diff needs two plan.json files: --diff A.json B.json");
       a->diff_a = need_value(argc, argv, &i);
       a->diff_b = need_value(argc, argv, &i);
     } else if (s[0] == '-') usage("unknown flag '%s'", s);

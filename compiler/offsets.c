@@ -162,17 +162,18 @@ static void high_water(Plan *pl) {
 
 int64_t offsets_assign(Plan *pl, bool share) {
   int64_t top = 0;
+  /* Host instances (offloaded copies) are packed separately (offsets_host). */
   for (int i = 0; i < pl->ninst; i++)
-    if (pl->inst[i].persistent) pl->inst[i].offset = top, top += pl->inst[i].bytes;
+    if (pl->inst[i].persistent && !pl->inst[i].host) pl->inst[i].offset = top, top += pl->inst[i].bytes;
   int64_t base = top;
   int T = pl->route->ns;
   if (!share) {
     for (int i = 0; i < pl->ninst; i++)
-      if (!pl->inst[i].persistent) pl->inst[i].offset = top, top += pl->inst[i].bytes;
+      if (!pl->inst[i].persistent && !pl->inst[i].host) pl->inst[i].offset = top, top += pl->inst[i].bytes;
   } else if (pl->ninst) {
     int *order = xmalloc(sizeof(int) * (size_t)pl->ninst), n = 0;
     for (int i = 0; i < pl->ninst; i++)
-      if (!pl->inst[i].persistent) order[n++] = i;
+      if (!pl->inst[i].persistent && !pl->inst[i].host) order[n++] = i;
     qsort_r(order, (size_t)n, sizeof *order, cmp_place, pl->inst);
     Packer p = {.P = 1};
     while (p.P < T) p.P <<= 1;
@@ -193,6 +194,27 @@ int64_t offsets_assign(Plan *pl, bool share) {
   pl->arena_bytes = top;
   high_water(pl);
   return top;
+}
+
+/* The pinned host arena: host instances packed by the same greedy rule, in
+ * a plan of their own; host_offset set, pl->host_bytes its size. */
+void offsets_host(Plan *pl) {
+  Plan h = {.route = pl->route};
+  int *idx = xmalloc(sizeof(int) * (size_t)(pl->ninst + 1));
+  for (int i = 0; i < pl->ninst; i++)
+    if (pl->inst[i].host) {
+      xgrow((void **)&h.inst, &h.capinst, h.ninst + 1, sizeof *h.inst);
+      h.inst[h.ninst] = pl->inst[i];
+      h.inst[h.ninst].host = false;
+      idx[h.ninst++] = i;
+    }
+  pl->host_bytes = 0;
+  if (h.ninst) {
+    offsets_assign(&h, true);
+    for (int k = 0; k < h.ninst; k++) pl->inst[idx[k]].host_offset = h.inst[k].offset;
+    pl->host_bytes = h.arena_bytes;
+  }
+  free(h.inst), free(h.high_water), free(idx);
 }
 
 /* ---- the checker ---- */

@@ -14,6 +14,11 @@
  *   flops     forward FLOP count (flops.c)
  *
  * Keep ONNX ops first and internal ops after OP_FIRST_INTERNAL.
+ *
+ * Constant folding (fold.c, during shape inference): a node of a foldable op
+ * whose inputs are all constants is evaluated at compile time and removed
+ * (Cast, Shape, Gather, Unsqueeze... as exporters write them to compute
+ * pads and shapes). Ops with shape_fold exist only for that.
  */
 /*  id              onnx                    in    out   cost            shape             grad             emit                flops */
 #define SNC_OPS(OP) \
@@ -46,6 +51,17 @@
   OP(REDUCEMEAN,    "ReduceMean",           1,2,  1,1,  COST_CHEAP,     shape_reducemean, grad_reducemean, emit_reducemean,    flops_elementwise) \
   OP(IDENTITY,      "Identity",             1,1,  1,1,  COST_FREE,      shape_same,       grad_reshape,    emit_copy,          flops_zero) \
   OP(CONSTANT,      "Constant",             0,0,  1,1,  COST_FREE,      shape_constant,   grad_none,       emit_none,                   flops_zero) \
+  OP(CAST,          "Cast",                 1,1,  1,1,  COST_FREE,      shape_cast,       grad_reshape,    emit_copy,          flops_zero) \
+  OP(UNSQUEEZE,     "Unsqueeze",            1,2,  1,1,  COST_FREE,      shape_unsqueeze,  grad_reshape,    emit_copy,          flops_zero) \
+  OP(SQUEEZE,       "Squeeze",              1,2,  1,1,  COST_FREE,      shape_squeeze,    grad_reshape,    emit_copy,          flops_zero) \
+  /* ---- ONNX ops snc only evaluates at compile time (fold.c): shape_fold \
+   * fails, naming the node, when an input is not a constant ---- */ \
+  OP(SHAPE,         "Shape",                1,1,  1,1,  COST_FREE,      shape_fold,       grad_none,       emit_none,          flops_zero) \
+  OP(GATHER,        "Gather",               2,2,  1,1,  COST_FREE,      shape_fold,       grad_none,       emit_none,          flops_zero) \
+  OP(CONSTANTOFSHAPE, "ConstantOfShape",    1,1,  1,1,  COST_FREE,      shape_fold,       grad_none,       emit_none,          flops_zero) \
+  OP(RANGE,         "Range",                3,3,  1,1,  COST_FREE,      shape_fold,       grad_none,       emit_none,          flops_zero) \
+  OP(EQUAL,         "Equal",                2,2,  1,1,  COST_FREE,      shape_fold,       grad_none,       emit_none,          flops_zero) \
+  OP(WHERE,         "Where",                3,3,  1,1,  COST_FREE,      shape_fold,       grad_none,       emit_none,          flops_zero) \
   /* ---- internal ops: created by autodiff and the planner ---- */ \
   OP(CONV_BWD_DATA,   "",  2,2, 1,1, COST_EXPENSIVE, shape_internal, grad_none, emit_conv_bwd_data,   flops_conv_bwd) \
   OP(CONV_BWD_FILTER, "",  2,2, 1,1, COST_EXPENSIVE, shape_internal, grad_none, emit_conv_bwd_filter, flops_conv_bwd) \

@@ -8,16 +8,21 @@
  * schemas/plan.schema.json describes it.
  *
  * Not here: the HTML page (plan_html.c) or diffs (plan_diff.c). */
-#include "snc.h"
+#include "plan_review.h"
 
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 static double mib(int64_t b) { return (double)b / 1048576.0; }
 
-/* The honest line for policies not implemented yet (NULL when none). */
+/* What auto chose, and why (NULL for the other policies). */
 static const char *fallback_note(const Plan *pl) {
+  static char buf[160];
   if (pl->planned == pl->opts.policy) return NULL;
-  return "recomputation and offload are not implemented yet: this is the liveness plan";
+  snprintf(buf, sizeof buf, "auto chose %s: the fastest estimated plan whose arena fits the budget",
+           policy_name(pl->planned));
+  return buf;
 }
 
 static void fmt_time(char *buf, size_t n, double s) {
@@ -26,6 +31,8 @@ static void fmt_time(char *buf, size_t n, double s) {
   else snprintf(buf, n, "%.1f us", s * 1e6);
 }
 
+static double pct(int64_t a, int64_t b) { return b ? 100.0 * (double)a / (double)b : 0.0; }
+
 void plan_print_summary(const Graph *g, const Plan *pl, FILE *f) {
   const char *note = fallback_note(pl);
   fprintf(f, "plan: %s, policy %s", g->name && g->name[0] ? g->name : g->path,
@@ -33,8 +40,12 @@ void plan_print_summary(const Graph *g, const Plan *pl, FILE *f) {
   if (note) fprintf(f, " (planned as %s)", policy_name(pl->planned));
   fprintf(f, ", batch %d, device %s\n", pl->batch, pl->opts.device);
   if (note) fprintf(f, "  note: policy %s: %s\n", policy_name(pl->opts.policy), note);
-  fprintf(f, "  arena           %12s   (%lld bytes; budget %s)\n", fmt_bytes(pl->arena_bytes),
-          (long long)pl->arena_bytes, fmt_bytes(pl->budget));
+  fprintf(f, "  arena           %12s   (%lld bytes; %.3g%% of the budget, %.2fx the layer peak)\n",
+          fmt_bytes(pl->arena_bytes), (long long)pl->arena_bytes, pct(pl->arena_bytes, pl->budget),
+          pl->layer_peak_bytes ? (double)pl->arena_bytes / (double)pl->layer_peak_bytes : 0.0);
+  fprintf(f, "  budget          %12s   (%s; %s left)\n", fmt_bytes(pl->budget),
+          pl->opts.budget ? "--budget" : xasprintf("device %s memory", pl->opts.device),
+          pl->budget >= pl->arena_bytes ? fmt_bytes(pl->budget - pl->arena_bytes) : "none");
   fprintf(f, "  persistent      %12s   (parameters, state, optimizer)\n",
           fmt_bytes(pl->persistent_bytes));
   fprintf(f, "  peak live       %12s   (max over steps of live bytes, before packing)\n",
@@ -43,7 +54,8 @@ void plan_print_summary(const Graph *g, const Plan *pl, FILE *f) {
           fmt_bytes(pl->layer_peak_bytes));
   fprintf(f, "  baseline        %12s   (policy none: every tensor its own region)\n",
           fmt_bytes(pl->baseline_bytes));
-  fprintf(f, "  host            %12s\n", fmt_bytes(pl->host_bytes));
+  fprintf(f, "  host            %12s   (pinned host arena for offloaded tensors)\n",
+          fmt_bytes(pl->host_bytes));
   fprintf(f, "  arena/baseline  %12.3f\n",
           pl->baseline_bytes ? (double)pl->arena_bytes / (double)pl->baseline_bytes : 0.0);
   fprintf(f, "  arena/peak live %12.3f\n",
@@ -52,28 +64,128 @@ void plan_print_summary(const Graph *g, const Plan *pl, FILE *f) {
   fmt_time(t, sizeof t, pl->est_step_seconds);
   fprintf(f, "  est. step       %12s   (%.3g GFLOP; max(compute, memory) per step on %s)\n", t,
           pl->step_flops / 1e9, pl->opts.device);
+  char tc[32], tr[32], tx[32];
+  fmt_time(tc, sizeof tc, pl->compute_seconds);
+  fmt_time(tr, sizeof tr, pl->recompute_seconds);
+  fmt_time(tx, sizeof tx, pl->exposed_seconds);
+  fprintf(f, "    breakdown     %12s   compute + %s recompute + %s exposed transfer\n", tc, tr, tx);
+  if (pl->recompute_flops > 0)
+    fprintf(f, "  recompute       %12.3g   GFLOP (%.1f%% of the step's %.3g GFLOP)\n",
+            pl->recompute_flops / 1e9, 100.0 * pl->recompute_flops / pl->step_flops,
+            pl->step_flops / 1e9);
+  else
+    fprintf(f, "  recompute       %12s\n", "none");
+  fprintf(f, "  offload         %12s   (copied to the host and back per step)\n",
+          fmt_bytes((int64_t)pl->offload_bytes));
   fprintf(f, "  steps           %12d   (%d training, %d eval; %d instances)\n", pl->route->ns,
           pl->route->train_steps, pl->route->ns - pl->route->train_steps, pl->ninst);
+}
+
+/* The peak: where, what is live there by category, the largest tensors. */
+static void print_peak(const Graph *g, const Plan *pl, const Review *rv, FILE *f) {
+  int p = rv->peak;
+  fprintf(f, "\npeak: step %d (%s %s %s), %s live = %.3g%% of the arena, %.2fx the layer peak\n",
+          p, step_kind_name(pl->route->s[p].kind), review_step_op(g, pl, p),
+          review_step_node(g, pl, p), fmt_bytes(pl->live_bytes[p]),
+          pct(pl->live_bytes[p], pl->arena_bytes),
+          pl->layer_peak_bytes ? (double)pl->live_bytes[p] / (double)pl->layer_peak_bytes : 0.0);
+  fprintf(f, "  by category:");
+  for (int c = 0; c < CAT_COUNT; c++)
+    fprintf(f, "%s %s %s", c ? "," : "", cat_name[c],
+            fmt_bytes(rv->by_cat[(size_t)p * CAT_COUNT + c]));
+  fprintf(f, "\n");
+  int *live, n = review_live_at(pl, p, &live);
+  int shown = n < 10 ? n : 10, w = 6;
+  for (int k = 0; k < shown; k++) {
+    int len = (int)strlen(plan_inst_name(g, pl, live[k]));
+    if (len > w) w = len;
+  }
+  if (w > 60) w = 60;
+  fprintf(f, "  largest live tensors (%d of %d):\n", shown, n);
+  fprintf(f, "    %-*s  %-12s %11s %6s  %-15s  %s\n", w + 2, "tensor", "kind", "size", "share",
+          "lifetime", "decision");
+  for (int k = 0; k < shown; k++) {
+    const Instance *in = &pl->inst[live[k]];
+    char life[32];
+    if (in->persistent) snprintf(life, sizeof life, "persistent");
+    else snprintf(life, sizeof life, "%d-%d", in->first, in->last);
+    const char *dec = in->tensor >= 0 ? decision_name(rv->dec[in->tensor]) : "-";
+    if (rv->cat[live[k]] == CAT_RECOMPUTED) dec = "recomputed copy";
+    else if (rv->cat[live[k]] == CAT_PREFETCHED) dec = "prefetched copy";
+    fprintf(f, "    - %-*.*s  %-12s %11s %5.1f%%  %-15s  %s\n", w, w, plan_inst_name(g, pl, live[k]),
+            plan_inst_kind(g, pl, live[k]), fmt_bytes(in->bytes),
+            pct(in->bytes, pl->live_bytes[p]), life, dec);
+  }
+  free(live);
+}
+
+/* What was recomputed, what was offloaded and when it comes back. */
+static void print_decisions(const Graph *g, const Plan *pl, const Review *rv, FILE *f) {
+  fprintf(f, "\ndecisions (policy %s, planned as %s):\n", policy_name(pl->opts.policy),
+          policy_name(pl->planned));
+  int nrec = 0, noff = 0;
+  int64_t brec = 0, boff = 0;
+  for (int t = 0; t < g->nt; t++) {
+    int pi = pl->tensor_inst[t];
+    int64_t b = pi >= 0 ? pl->inst[pi].bytes : tensor_bytes(&g->t[t]);
+    if (rv->dec[t] == DEC_RECOMPUTED) nrec++, brec += b;
+    if (rv->dec[t] == DEC_OFFLOADED) noff++, boff += b;
+  }
+  fprintf(f, "  recomputed: ");
+  if (!nrec) fprintf(f, "none\n");
+  else {
+    fprintf(f, "%d tensors, %s not kept from forward to backward\n", nrec, fmt_bytes(brec));
+    for (int t = 0; t < g->nt; t++)
+      if (rv->dec[t] == DEC_RECOMPUTED)
+        fprintf(f, "    - %s  %s  (%s)\n", g->t[t].name, fmt_bytes(tensor_bytes(&g->t[t])),
+                review_reason(g, pl, rv, t));
+  }
+  fprintf(f, "  offloaded: ");
+  if (!noff) fprintf(f, "none\n");
+  else {
+    fprintf(f, "%d tensors, %s to the host\n", noff, fmt_bytes(boff));
+    for (int t = 0; t < g->nt; t++)
+      if (rv->dec[t] == DEC_OFFLOADED)
+        fprintf(f, "    - %s  %s  (%s)\n", g->t[t].name, fmt_bytes(tensor_bytes(&g->t[t])),
+                review_reason(g, pl, rv, t));
+  }
+  fprintf(f, "  prefetched: ");
+  int npre = 0;
+  for (int k = 0; k < rv->ncopies; k++) npre += rv->copies[k].prefetch;
+  if (!npre) fprintf(f, "none\n");
+  else {
+    fprintf(f, "%d copies\n", npre);
+    for (int k = 0; k < rv->ncopies; k++) {
+      const Copy *c = &rv->copies[k];
+      if (!c->prefetch) continue;
+      fprintf(f, "    - %s  %s  at step %d", c->tensor >= 0 ? g->t[c->tensor].name : "?",
+              fmt_bytes(c->bytes), c->step);
+      if (c->until > c->step) fprintf(f, ", first used at step %d (%d steps later)", c->until,
+                                      c->until - c->step);
+      fprintf(f, "\n");
+    }
+  }
 }
 
 void plan_print_text(const Graph *g, const Plan *pl, FILE *f) {
   plan_print_summary(g, pl, f);
   const Route *r = pl->route;
-  int peak = 0;
-  for (int s = 1; s < r->ns; s++)
-    if (pl->live_bytes[s] > pl->live_bytes[peak]) peak = s;
+  if (r->ns == 0) return;
+  Review *rv = review_build(g, pl);
+  print_peak(g, pl, rv, f);
+  print_decisions(g, pl, rv, f);
+  int peak = rv->peak;
   fprintf(f, "\n%7s  %-9s %-18s %11s %11s  %s\n", "step", "kind", "op", "live MiB",
           "arena MiB", "node");
   for (int s = 0; s < r->ns; s++) {
     const Step *st = &r->s[s];
     if (s == r->train_steps) fprintf(f, "%7s  -- eval (inference semantics) --\n", "");
-    const char *op = st->node >= 0 ? op_name(g->n[st->node].op) : "copy";
-    const char *node = st->node >= 0 ? g->n[st->node].name
-                       : st->tensor >= 0 ? g->t[st->tensor].name : "-";
-    fprintf(f, "%7d  %-9s %-18s %11.1f %11.1f  %s%s\n", s, step_kind_name(st->kind), op,
-            mib(pl->live_bytes[s]), mib(pl->high_water[s]), node,
-            s == peak ? "   <- peak live" : "");
+    else if (s == rv->first_bwd) fprintf(f, "%7s  -- backward (loss, gradients, updates) --\n", "");
+    fprintf(f, "%7d  %-9s %-18s %11.1f %11.1f  %s%s\n", s, step_kind_name(st->kind),
+            review_step_op(g, pl, s), mib(pl->live_bytes[s]), mib(pl->high_water[s]),
+            review_step_node(g, pl, s), s == peak ? "   <- peak live" : "");
   }
+  review_free(rv);
 }
 
 /* ---- JSON ---- */
@@ -123,6 +235,12 @@ void plan_print_json(const Graph *g, const Plan *pl, FILE *f) {
   json_num(f, pl->est_step_seconds);
   fprintf(f, ",\n  \"step_flops\": ");
   json_num(f, pl->step_flops);
+  fprintf(f, ",\n  \"compute_seconds\": ");
+  json_num(f, pl->compute_seconds);
+  fprintf(f, ",\n  \"recompute_seconds\": ");
+  json_num(f, pl->recompute_seconds);
+  fprintf(f, ",\n  \"exposed_seconds\": ");
+  json_num(f, pl->exposed_seconds);
   fprintf(f, ",\n  \"train_steps\": %d,\n  \"steps\": [", r->train_steps);
   for (int s = 0; s < r->ns; s++) {
     const Step *st = &r->s[s];

@@ -25,6 +25,7 @@ static StepKind kind_of_phase(Phase ph) {
   case PH_BACKWARD: return SK_BACKWARD;
   case PH_UPDATE: return SK_UPDATE;
   case PH_EVAL: return SK_EVAL;
+  case PH_RECOMPUTE: return SK_RECOMPUTE;
   }
   unreachable();
 }
@@ -33,7 +34,7 @@ static void add_step(Route *r, const Node *n, int node) {
   xgrow((void **)&r->s, &r->caps, r->ns + 1, sizeof *r->s);
   Step *s = &r->s[r->ns++];
   *s = (Step){.kind = kind_of_phase(n->phase), .node = node, .tensor = -1,
-              .nin = n->nin, .nout = n->nout, .ws = -1};
+              .nin = n->nin, .nout = n->nout, .ws = -1, .event = -1};
   s->in = xmalloc(sizeof(int) * (size_t)(n->nin ? n->nin : 1));
   s->out = xmalloc(sizeof(int) * (size_t)(n->nout ? n->nout : 1));
   for (int i = 0; i < n->nin; i++) s->in[i] = -1;
@@ -44,7 +45,7 @@ Route *route_build(const Graph *g) {
   Route *r = xcalloc(1, sizeof *r);
   /* Two passes keep eval after training even if autodiff interleaved them. */
   for (int i = 0; i < g->nn; i++)
-    if (g->n[i].phase != PH_EVAL) add_step(r, &g->n[i], i);
+    if (g->n[i].phase != PH_EVAL && g->n[i].phase != PH_RECOMPUTE) add_step(r, &g->n[i], i);
   r->train_steps = r->ns;
   for (int i = 0; i < g->nn; i++)
     if (g->n[i].phase == PH_EVAL) add_step(r, &g->n[i], i);

@@ -7,8 +7,10 @@
  * emitter prints (see snc.h, "Node params"). Semantics are ONNX's, opsets 11
  * to 17 (older attribute forms are accepted where they are easy to tell apart).
  *
- * What it is not: a constant folder (import folds Constant nodes and shape
- * initializers) or a general ONNX shape inferencer: only the ops of ops.h.
+ * Constant subgraphs (the shape arithmetic exporters write) are evaluated by
+ * fold.c as the walk reaches them, and their nodes dropped at the end.
+ *
+ * What it is not: a general ONNX shape inferencer: only the ops of ops.h.
  *
  * The op families live in shape_nn.c (conv, pooling, normalization, gemm,
  * matmul) and shape_tensor.c (reshape-like, broadcasting, slicing).
@@ -113,14 +115,19 @@ void shape_infer(Graph *g, int batch) {
     (void)tensor_numel(t);
   }
   if (g->nfwd == 0) g->nfwd = g->nn;
+  bool *folded = xcalloc((size_t)g->nfwd + 1, sizeof(bool)), any = false;
   for (int i = 0; i < g->nfwd; i++) {
     Node *n = &g->n[i];
     check_node(g, n);
-    op_info[n->op].shape(g, n);
+    /* Constant subgraphs (shape arithmetic) are evaluated here and dropped. */
+    if (fold_node(g, n)) folded[i] = any = true;
+    else op_info[n->op].shape(g, n);
     for (int o = 0; o < n->nout; o++)
       if (n->out[o] >= 0 && g->t[n->out[o]].rank < 0)
         internal_error(__FILE__, __LINE__, "node '%s' left output %d without a shape", n->name, o);
   }
+  if (any) fold_remove(g, folded);
+  free(folded);
 }
 
 /* ---- unary ops, Identity, Clip, Dropout, Constant ---- */
@@ -181,8 +188,8 @@ void shape_dropout(Graph *g, Node *n) {
   n->p = p;
 }
 
-/* A Constant that import did not fold: its value becomes the output, a
- * TK_CONST tensor. */
+/* A Constant that import did not fold (a hand-built graph): its value
+ * becomes the output, a TK_CONST tensor (fold.c then drops the node). */
 void shape_constant(Graph *g, Node *n) {
   Tensor *y = &g->t[n->out[0]];
   const Attr *a = attr_find(n, "value");

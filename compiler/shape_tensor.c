@@ -345,3 +345,60 @@ void shape_reducemean(Graph *g, Node *n) {
   p->scale = count ? 1.0f / (float)count : 0.0f;
   n->p = p;
 }
+
+/* Unsqueeze/Squeeze: axes from the attribute (< 13) or the optional input 1
+ * (13+). On data they are copies, like Reshape. */
+static int squeeze_axes(Graph *g, Node *n, int64_t *axes) {
+  const int64_t *v;
+  int na = attr_ints(n, "axes", &v);
+  if (na > MAX_RANK) node_error(n, "too many axes");
+  if (na) memcpy(axes, v, sizeof(int64_t) * (size_t)na);
+  else if (shape_has_in(n, 1)) na = const_ints(g, n, 1, axes, MAX_RANK);
+  return na;
+}
+
+void shape_unsqueeze(Graph *g, Node *n) {
+  Tensor *x = shape_in(g, n, 0);
+  int64_t axes[MAX_RANK], dims[MAX_RANK];
+  int na = squeeze_axes(g, n, axes);
+  if (na == 0) node_error(n, "needs axes");
+  int r = x->rank + na;
+  if (r > MAX_RANK) node_error(n, "output rank %d is above %d", r, MAX_RANK);
+  bool added[MAX_RANK] = {false};
+  for (int i = 0; i < na; i++) {
+    int a = shape_axis(n, axes[i], r, false, "axis");
+    if (added[a]) node_error(n, "axis %d is listed twice", a);
+    added[a] = true;
+  }
+  for (int d = 0, k = 0; d < r; d++) dims[d] = added[d] ? 1 : x->dims[k++];
+  shape_set_out(g, n, 0, x->dtype, r, dims);
+  n->p = NULL;
+}
+
+void shape_squeeze(Graph *g, Node *n) {
+  Tensor *x = shape_in(g, n, 0);
+  int64_t axes[MAX_RANK], dims[MAX_RANK];
+  int na = squeeze_axes(g, n, axes), r = 0;
+  bool drop[MAX_RANK] = {false};
+  for (int i = 0; i < na; i++) {
+    int a = shape_axis(n, axes[i], x->rank, false, "axis");
+    if (x->dims[a] != 1) node_error(n, "axis %d of %s is not 1", a, shape_str(x));
+    drop[a] = true;
+  }
+  for (int d = 0; d < x->rank; d++)
+    if (!(na ? drop[d] : x->dims[d] == 1)) dims[r++] = x->dims[d];
+  shape_set_out(g, n, 0, x->dtype, r, dims);
+  n->p = NULL;
+}
+
+/* Cast of data (constants are folded): only float32 to float32, a copy. */
+void shape_cast(Graph *g, Node *n) {
+  Tensor *x = shape_in(g, n, 0);
+  int to = (int)attr_int(n, "to", DT_UNDEF);
+  if (x->dtype != DT_FLOAT || to != DT_FLOAT)
+    node_error(n, "Cast from %s to %s is supported only on constant inputs (snc evaluates it at "
+               "compile time); on data, only float32 to float32", dtype_name(x->dtype),
+               dtype_name(to));
+  shape_set_out(g, n, 0, x->dtype, x->rank, x->dims);
+  n->p = NULL;
+}

@@ -127,7 +127,9 @@ typedef struct Attr {
   int tensor;              // AT_TENSOR: index of a TK_CONST tensor in the graph
 } Attr;
 
-typedef enum { PH_FORWARD, PH_LOSS, PH_BACKWARD, PH_UPDATE, PH_EVAL } Phase;
+/* PH_RECOMPUTE: nodes that only recompute steps run (BN_SAVED twins); not
+ * part of the route by themselves. */
+typedef enum { PH_FORWARD, PH_LOSS, PH_BACKWARD, PH_UPDATE, PH_EVAL, PH_RECOMPUTE } Phase;
 
 struct Node {
   char *name;              // ONNX node name (or derived: "conv1/bwd_data")
@@ -141,6 +143,7 @@ struct Node {
   int fwd;                 // generated nodes: the forward node they derive from (-1)
   void *p;                 // op parameters (an snrt_*_t from snrt.h), set by shape.c/autodiff.c
   int aux;                 // op-specific small integer (e.g. unary kind, softmax axis)
+  int twin;                // forward BN: its BN_SAVED recompute twin (-1 until made)
 };
 
 typedef struct Graph {
@@ -292,6 +295,9 @@ typedef struct Step {
   int *in, *out;           // instance indices aligned with node->in/out (-1: none/const)
   int nin, nout;
   int ws;                  // workspace instance of this step (-1: none)
+  int event;               // offload/prefetch: the event its copy records when done (-1)
+  int *wait, nwait;        // events the compute stream waits for after this step
+  int *keep, nkeep;        // instances kept busy through this step (a copy uses them)
 } Step;
 
 typedef struct Route {
@@ -320,6 +326,7 @@ typedef struct Instance {
   int64_t offset;          // device arena offset (-1: not on the device)
   int64_t host_offset;     // pinned host arena offset (-1: none)
   bool persistent;         // resident for the whole program (params, opt state...)
+  bool host;               // lives in the pinned host arena (an offloaded copy)
 } Instance;
 
 typedef struct PlanOpts {
@@ -344,6 +351,8 @@ typedef struct Plan {
   int64_t layer_peak_bytes;
   int64_t baseline_bytes;  // the none policy's arena
   double recompute_flops, offload_bytes, est_step_seconds, step_flops;
+  double compute_seconds, recompute_seconds, exposed_seconds;  // est_step_seconds' parts
+  int nevents;             // events used by copy steps
   int64_t *live_bytes;     // per step
   int64_t *high_water;     // per step: highest arena byte in use
 } Plan;
@@ -364,18 +373,35 @@ const DeviceProfile *device_find(const char *name);
 /* plan.c: runs the planning passes for the policy. */
 Plan *plan_build(Graph *g, const PlanOpts *o);
 /* liveness.c: one instance per arena tensor plus one per conv workspace;
- * fills Step.in/out/ws and the per-step statistics (live_bytes...). */
+ * fills Step.in/out/ws and the per-step statistics (live_bytes...).
+ * liveness_compute = liveness_assign (primary instances, Step in/out/ws) +
+ * liveness_lifetimes (first/last from the steps, statistics); passes that
+ * insert steps and instances (recompute, offload) run between the two. */
 void liveness_compute(const Graph *g, Plan *pl);
+void liveness_assign(const Graph *g, Plan *pl);
+void liveness_lifetimes(const Graph *g, Plan *pl);
 /* An instance's name (its tensor's, or "NODE/workspace") and kind name. */
 const char *plan_inst_name(const Graph *g, const Plan *pl, int inst);
 const char *plan_inst_kind(const Graph *g, const Plan *pl, int inst);
 void liveness_dump(const Graph *g, const Plan *pl, FILE *f);
 /* offsets.c: greedy interval packing; returns the arena size. */
 int64_t offsets_assign(Plan *pl, bool share);
+void offsets_host(Plan *pl);
 void offsets_dump(const Graph *g, const Plan *pl, FILE *f);
 /* Brute-force check: no two instances whose lifetimes overlap share bytes.
  * Returns the number of violations (printed to f if non-NULL). */
 int offsets_check(const Graph *g, const Plan *pl, FILE *f);
+/* recompute.c: inserts recompute steps (Step.kind SK_RECOMPUTE) and their
+ * instances; segments go memory-centric while live bytes exceed `target`. */
+void recompute_plan(Graph *g, Plan *pl, int64_t target, int max_chain);
+void recompute_dump(const Graph *g, const Plan *pl, FILE *f);
+/* offload.c: inserts offload/prefetch steps for the selected tensors (those
+ * whose copies hide fully only, if hidden_only); returns how many. */
+int offload_plan(Graph *g, Plan *pl, const bool *sel, const DeviceProfile *dev, bool hidden_only,
+                 int max_lead);
+void offload_dump(const Graph *g, const Plan *pl, FILE *f);
+/* Estimated seconds of each training step (compute only); caller frees. */
+double *offload_step_times(const Graph *g, const Plan *pl, const DeviceProfile *dev);
 /* --dump PASS: route | liveness | recompute | offload | offsets */
 void plan_dump(const Graph *g, const Plan *pl, const char *pass, FILE *f);
 /* Largest batch whose plan fits o->budget (0 if none). */

@@ -17,6 +17,12 @@
  * Conventions: tensors are float32, NCHW, contiguous. Kernels that produce a
  * gradient overwrite their output (never accumulate) unless the struct says
  * `accumulate`. All sizes are element counts unless named *_bytes.
+ *
+ * In place: the planner may pass the same pointer for dx and dy to
+ * snrt_unary_bwd, snrt_bn_bwd (which must read a channel's dy fully before
+ * writing its dx) and snrt_dropout_bwd, and for y and a to snrt_add. Their
+ * implementations must not declare those pointers restrict, and must give the
+ * same bits in place as out of place.
  */
 #ifndef SNRT_H
 #define SNRT_H

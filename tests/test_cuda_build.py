@@ -188,3 +188,53 @@ def test_fake_program_links(tmp_path):
                            stderr=subprocess.STDOUT, text=True)
         assert r.returncode == 0, r.stdout
         assert "sm_90" in r.stdout and "sm_80" in r.stdout, r.stdout
+
+
+# ---- every example model's emitted cuda program compiles and links ----
+
+EXAMPLES = ["fashion_cnn", "resnet50", "alexnet", "vgg16", "resnet18", "googlenet",
+            "inception_v3", "densenet121", "mobilenet_v2"]
+
+
+@pytest.fixture(scope="module")
+def example_models(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cuda_models")
+    py = "/usr/bin/python3"
+
+    def get(name):
+        if name == "fashion_cnn":
+            return os.path.join(ROOT, "examples", "fashion_cnn.onnx")
+        path = os.path.join(str(d), name + ".onnx")
+        if os.path.exists(path):
+            return path
+        if name == "resnet50":
+            cmd = [py, os.path.join(ROOT, "examples", "make_resnet.py"), "--depth", "50",
+                   "--size", "64", "-o", path]
+        else:
+            size = "75" if name == "inception_v3" else "64"
+            cmd = [py, os.path.join(ROOT, "examples", "export_torchvision.py"), name, "--size",
+                   size, "--out", str(d)]
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return path
+    return get
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_example_links_for_cuda(name, example_models, tmp_path):
+    """snc compile --target cuda, then the emitted build.ninja builds DIR/train
+    with nvcc (link only: nothing runs). superneurons on one model so that the
+    copy-engine calls are in the program too."""
+    require_lib()
+    model = example_models(name)
+    out = str(tmp_path / "prog")
+    policy = "superneurons" if name == "resnet50" else "liveness"
+    r = subprocess.run([os.path.join(ROOT, "build", "snc"), "compile", model, "-o", out,
+                        "--batch", "2", "--target", "cuda", "--policy", policy],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run(["ninja", "-C", out], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True)
+    assert r.returncode == 0, r.stdout[-3000:]
+    assert os.access(os.path.join(out, "train"), os.X_OK)
+    if policy == "superneurons":
+        assert "snrt_prefetch" in open(os.path.join(out, "train.c")).read()

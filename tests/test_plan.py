@@ -192,11 +192,12 @@ def test_real_plans(models, name, tmp_path):
     assert pn["arena_bytes"] == pn["baseline_bytes"] == pl["baseline_bytes"]
     assert pl["arena_bytes"] <= 1.05 * pl["peak_live_bytes"], (pl["arena_bytes"], pl["peak_live_bytes"])
     assert pl["arena_bytes"] < 0.7 * pn["arena_bytes"]
-    # auto is the liveness plan for now, and says so.
-    assert pa["planned_policy"] == "liveness" and pa["note"]
+    # With room to spare, auto recomputes and offloads nothing (the liveness
+    # plan is the fastest), and says what it chose.
+    assert pa["planned_policy"] == "liveness" and "auto chose liveness" in pa["note"]
     assert pa["arena_bytes"] == pl["arena_bytes"]
-    assert "not implemented yet" in atext
-    assert pl["note"] is None and "not implemented" not in text
+    assert "auto chose liveness" in atext
+    assert pl["note"] is None and "auto chose" not in text
     # Text: summary, then a row per step with aligned columns.
     for key in ("arena", "persistent", "peak live", "layer peak", "baseline", "arena/baseline",
                 "est. step"):
@@ -242,7 +243,11 @@ def test_dumps_and_errors(models, tmp_path):
     r = run(base + ["--dump", "offsets"])
     assert r.returncode == 0 and "arena by step" in r.stdout
     r = run(base + ["--dump", "recompute"])
-    assert r.returncode == 0 and "not implemented yet" in r.stdout
+    assert r.returncode == 0 and "recompute: 0 recompute steps" in r.stdout
+    r = run([SNC, "plan", model, "--batch", str(batch), "--policy", "recompute", "--dump", "recompute"])
+    assert r.returncode == 0 and re.search(r"recompute: [1-9]\d* recompute steps", r.stdout), r.stdout
+    r = run([SNC, "plan", model, "--batch", str(batch), "--policy", "superneurons", "--dump", "offload"])
+    assert r.returncode == 0 and re.search(r"^offload: .* offloaded", r.stdout, re.M), r.stdout
     r = run(base + ["--dump", "nonsense"])
     assert r.returncode == 1 and "unknown pass" in r.stderr
     r = run(base + ["--device", "abacus"])

@@ -20,6 +20,8 @@ struct rt_data {
   uint8_t *u8;                   /* images, uint8 (scaled by 1/255), or */
   float *f32;                    /* images, float32; both NULL: synthetic */
   int32_t *labels;               /* n class indices (NULL: synthetic) */
+  float *targets;                /* mse with float Y: n x tper targets (else NULL) */
+  int64_t tper;
   uint64_t seed;                 /* synthetic */
   int classes;
   int channels;                  /* for per-channel normalization */
@@ -234,6 +236,34 @@ static void set_labels(rt_data *d, const char *path, array *a, const char *image
   free(a->file);
 }
 
+/* mse with a float32 Y: regression targets of the logits' shape, used as
+ * they are; the label of a sample (for accuracy) is its target's argmax. */
+static void set_targets(rt_data *d, const char *path, array *a, const char *images,
+                        const snrt_model *m) {
+  int64_t per = m->tensors[m->label].nbytes / 4 / m->batch;
+  if (a->dims[0] != d->n)
+    rt_fail(SNRT_EXIT_DATA, "%s has %lld targets but %s has %lld images", path,
+            (long long)a->dims[0], images, (long long)d->n);
+  if (a->count != d->n * per)
+    rt_fail(SNRT_EXIT_DATA, "%s: targets have %lld values each; the model's output has %lld",
+            path, (long long)(d->n ? a->count / d->n : 0), (long long)per);
+  d->tper = per;
+  d->targets = (float *)a->file;
+  memmove(d->targets, a->data, (size_t)a->count * 4);
+  d->labels = rt_xmalloc(sizeof(int32_t) * (size_t)(d->n ? d->n : 1));
+  for (int64_t i = 0; i < d->n; i++) {
+    const float *t = d->targets + i * per;
+    int32_t best = 0;
+    for (int64_t k = 1; k < per && k < d->classes; k++)
+      if (t[k] > t[best]) best = (int32_t)k;
+    d->labels[i] = best;
+  }
+}
+
+const float *rt_data_target(const rt_data *d, int64_t i) {
+  return d->targets ? d->targets + i * d->tper : NULL;
+}
+
 static void set_norm(rt_data *d, const snrt_tensor *in, const rt_opts *o) {
   d->channels = in->rank == 4 ? (int)in->dims[1] : 1;
   if (d->channels < 1 || d->channels > 32 || (o->nnorm != 2 && o->nnorm != 2 * d->channels)) d->channels = 1;
@@ -278,7 +308,8 @@ rt_data *rt_data_load(const char *spec, const snrt_model *m, uint64_t seed, cons
   array a = idx ? read_idx(images) : read_npy(images);
   set_images(d, images, &a, in);
   array b = idx ? read_idx(labels) : read_npy(labels);
-  set_labels(d, labels, &b, images);
+  if (npy && b.type == 'f' && m->loss_kind == SNRT_LOSS_MSE) set_targets(d, labels, &b, images, m);
+  else set_labels(d, labels, &b, images);
   free(images);
   return d;
 }
@@ -288,6 +319,7 @@ void rt_data_free(rt_data *d) {
   free(d->u8);
   free(d->f32);
   free(d->labels);
+  free(d->targets);
   free(d);
 }
 

@@ -81,6 +81,12 @@ static void fill_batch(rt_loader *l, int slot) {
     rt_data_sample(l->d, idx, l->x[slot] + (int64_t)i * l->elems, &l->lab[i]);
   }
   rt_encode_labels(l->m, l->lab, l->batch, l->y[slot]);
+  if (rt_data_target(l->d, 0)) {   /* float targets replace the one-hot rows */
+    int64_t per = rt_label_bytes(l->m) / 4 / l->m->batch;
+    for (int i = 0; i < l->batch; i++)
+      memcpy((float *)l->y[slot] + i * per,
+             rt_data_target(l->d, l->perm[l->pos * l->batch + i]), sizeof(float) * (size_t)per);
+  }
   if (++l->pos == l->nb) {
     l->pos = 0;
     l->epoch++;

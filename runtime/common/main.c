@@ -203,6 +203,9 @@ static bool evaluate(snrt_ctx *c, const rt_data *d, eval_result *r) {
     for (int i = rows; i < B; i++) lab[i] = 0;
     snrt_dev_upload(c, in->offset, x, in->nbytes);
     rt_encode_labels(m, lab, B, y);
+    if (rt_data_target(d, 0))
+      for (int i = 0; i < rows; i++)
+        memcpy((float *)y + i * per, rt_data_target(d, start + i), sizeof(float) * (size_t)per);
     snrt_dev_upload(c, m->tensors[m->label].offset, y, rt_label_bytes(m));
     m->eval_step(c);
     snrt_dev_sync(c);
@@ -215,8 +218,9 @@ static bool evaluate(snrt_ctx *c, const rt_data *d, eval_result *r) {
       correct += best == lab[i];
       if (m->loss_kind == SNRT_LOSS_MSE) {
         double s = 0;
+        const float *t = rt_data_target(d, start + i);
         for (int k = 0; k < per; k++) {
-          double e = l[k] - (k == lab[i] ? 1.0 : 0.0);
+          double e = l[k] - (t ? t[k] : k == lab[i] ? 1.0 : 0.0);
           s += e * e;
         }
         loss += s / per;

@@ -66,6 +66,8 @@ void rt_data_free(rt_data *d);
 int64_t rt_data_count(const rt_data *d);
 /* Sample i into x (float, model input sample size, normalized) and its class. */
 void rt_data_sample(const rt_data *d, int64_t i, float *x, int32_t *label);
+/* mse with float32 targets (npy Y): sample i's target row; NULL otherwise. */
+const float *rt_data_target(const rt_data *d, int64_t i);
 
 /* The loader thread: batches of the model's size in the shuffled order of
  * (seed, epoch), starting at (epoch, pos), one batch prefetched ahead. */

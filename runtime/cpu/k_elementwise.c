@@ -277,8 +277,8 @@ void snrt_binary_bwd(snrt_ctx *c, const snrt_binary_t *p, const float *a, const 
       int64_t o[3];
       bshape_row(&s, r, o);
       for (int64_t j = 0; j < inner; j++)
-        out[o[x] + j * ix] = bin_grad(kind, which, dy[o[0] + j], a ? a[o[1] + j * ia] : 0,
-                                      b ? b[o[2] + j * ib] : 0);
+        out[o[x] + j * ix] = bin_grad(kind, which, dy[o[0] + j], a ? a[o[1] + j * ia] : 0.0f,
+                                      b ? b[o[2] + j * ib] : 0.0f);
     }
   }
 }

@@ -325,7 +325,7 @@ static void test_liveness(void) {
   plan_print_text(g, pa, f);
   plan_print_json(g, pa, f);
   fclose(f);
-  CHECK(strstr(buf, "not implemented yet") != NULL);
+  CHECK(strstr(buf, "auto chose liveness") != NULL);
   CHECK(strstr(buf, "\"planned_policy\": \"liveness\"") != NULL);
   CHECK(strstr(buf, "conv/bwd_filter/workspace") != NULL);
   free(buf);

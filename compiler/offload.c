@@ -1,0 +1,299 @@
+/* offload.c — the unified tensor pool: offload to pinned host memory and
+ * prefetch back (SuperNeurons' third technique), planned at compile time.
+ *
+ * Requires: a route with lifetimes (liveness, after recompute if any).
+ * Provides: for each selected tensor, an OFFLOAD step right after its last
+ * forward reader (a device-to-host copy on the copy engine, recording an
+ * event), a PREFETCH step before its first backward reader (host-to-device
+ * into a new device instance), and the waits that make it safe:
+ *   - the device region of the forward instance stays busy until the step
+ *     after which compute waits for the offload's event (Step.keep/wait), so
+ *     nothing reuses it while the copy still reads it;
+ *   - the prefetch is issued only after that wait (it reads the host copy),
+ *     and compute waits for the prefetch's event after the step just before
+ *     the first backward reader; the host region stays busy until then.
+ * Every cross-stream dependency is an explicit event record/wait.
+ *
+ * Timing (the cost model): with t[s] the estimated time of step s and
+ * tau = bytes / link bandwidth, the offload's wait goes after the first step
+ * by which tau of compute has run since the copy was issued, and the prefetch
+ * goes as late as possible while still leaving tau of compute before its
+ * reader. Where the gap is too short the copy is exposed: the wait then
+ * stalls compute, and the estimate counts that time (Plan.exposed_seconds).
+ *
+ * max_lead (0: no limit) caps how many steps a copy may run ahead of the
+ * compute that waits for it: memory-centric plans (superneurons) wait at the
+ * next step and prefetch just before the reader, trading exposed transfer
+ * time for the smallest footprint.
+ *
+ * Not here: which tensors to offload (plan.c decides per policy).
+ */
+#include "snc.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* One trip back to the device: a prefetch into a fresh instance, read by a
+ * cluster of backward steps [first, last]. */
+typedef struct Trip {
+  int first, last;             // old route: the cluster's first and last reader
+  int s_pf;                    // old route: the prefetch goes before this step
+  int pre, ev;                 // the prefetched instance, its event
+} Trip;
+
+typedef struct Copy {
+  int tensor, dev, host;       // tensor; forward device instance; host instance
+  int s_last_fwd;              // old route: last forward step touching the instance
+  int s_wait;                  // old route: the step after which compute waits for the offload
+  int ev_off;
+  Trip *trip;                  // in step order
+  int ntrip, cur;              // cur: the trip being read while rebuilding the route
+  double exposed;
+} Copy;
+
+static int new_inst(Plan *pl, int tensor, int64_t bytes, bool host) {
+  xgrow((void **)&pl->inst, &pl->capinst, pl->ninst + 1, sizeof *pl->inst);
+  pl->inst[pl->ninst] = (Instance){.tensor = tensor, .bytes = bytes, .first = -1, .last = -1,
+                                   .offset = -1, .host_offset = -1, .host = host};
+  return pl->ninst++;
+}
+
+/* Estimated seconds of each step of the route (compute only). */
+double *offload_step_times(const Graph *g, const Plan *pl, const DeviceProfile *dev) {
+  const Route *r = pl->route;
+  double *t = xcalloc((size_t)r->ns + 1, sizeof(double));
+  for (int s = 0; s < r->train_steps; s++) {
+    const Step *st = &r->s[s];
+    if (st->node < 0) continue;
+    const Node *n = &g->n[st->node];
+    double fl = op_info[n->op].flops(g, n), bytes = 0;
+    for (int k = 0; k < st->nin; k++)
+      if (st->in[k] >= 0) bytes += (double)pl->inst[st->in[k]].bytes;
+    for (int k = 0; k < st->nout; k++)
+      if (st->out[k] >= 0) bytes += (double)pl->inst[st->out[k]].bytes;
+    if (st->ws >= 0) bytes += (double)pl->inst[st->ws].bytes;
+    double tc = fl / dev->flops, tm = bytes / dev->mem_bw;
+    t[s] = tc > tm ? tc : tm;
+  }
+  return t;
+}
+
+static void add_int(int **arr, int *n, int v) {
+  *arr = xrealloc(*arr, sizeof(int) * (size_t)(*n + 1));
+  (*arr)[(*n)++] = v;
+}
+
+static Step *push(Route *r, const Step *proto) {
+  xgrow((void **)&r->s, &r->caps, r->ns + 1, sizeof *r->s);
+  Step *s = &r->s[r->ns++];
+  *s = *proto;
+  s->in = xmalloc(sizeof(int) * (size_t)(proto->nin ? proto->nin : 1));
+  s->out = xmalloc(sizeof(int) * (size_t)(proto->nout ? proto->nout : 1));
+  memcpy(s->in, proto->in, sizeof(int) * (size_t)proto->nin);
+  memcpy(s->out, proto->out, sizeof(int) * (size_t)proto->nout);
+  s->wait = NULL, s->nwait = 0, s->keep = NULL, s->nkeep = 0;
+  for (int k = 0; k < proto->nwait; k++) add_int(&s->wait, &s->nwait, proto->wait[k]);
+  for (int k = 0; k < proto->nkeep; k++) add_int(&s->keep, &s->nkeep, proto->keep[k]);
+  return s;
+}
+
+static int cmp_int(const void *a, const void *b) {
+  int x = *(const int *)a, y = *(const int *)b;
+  return (x > y) - (x < y);
+}
+
+typedef struct Ref { int copy, trip; } Ref;
+
+int offload_plan(Graph *g, Plan *pl, const bool *sel, const DeviceProfile *dev, bool hidden_only,
+                 int max_lead) {
+  const Route *old = pl->route;
+  int T = old->ns;
+  int loss = -1;
+  for (int s = 0; s < old->train_steps; s++)
+    if (old->s[s].kind == SK_LOSS) { loss = s; break; }
+  if (loss < 0) return 0;
+  double *t = offload_step_times(g, pl, dev);
+  double *P = xcalloc((size_t)T + 2, sizeof(double));   /* prefix sums of t */
+  for (int s = 0; s < T; s++) P[s + 1] = P[s] + t[s];
+
+  /* Uses of each instance: last forward touch, and its backward reads. */
+  int n0 = pl->ninst;
+  int *lastf = xmalloc(sizeof(int) * (size_t)n0);
+  int **reads = xcalloc((size_t)n0, sizeof(int *)), *nreads = xcalloc((size_t)n0, sizeof(int));
+  for (int i = 0; i < n0; i++) lastf[i] = -1;
+  for (int s = 0; s < old->train_steps; s++) {
+    const Step *st = &old->s[s];
+    for (int k = 0; k < st->nin + st->nout + st->nkeep; k++) {
+      int i = k < st->nin ? st->in[k] : k < st->nin + st->nout ? st->out[k - st->nin]
+                                                                  : st->keep[k - st->nin - st->nout];
+      if (i < 0 || i >= n0) continue;
+      bool read = k < st->nin;
+      if (s <= loss) lastf[i] = s;
+      else if (!read) lastf[i] = -2;   /* written again in backward: not a forward tensor */
+      else if (!nreads[i] || reads[i][nreads[i] - 1] != s) add_int(&reads[i], &nreads[i], s);
+    }
+  }
+
+  Copy *cp = NULL;
+  int nc = 0, capc = 0;
+  for (int i = 0; i < n0; i++) {
+    const Instance *in = &pl->inst[i];
+    if (in->tensor < 0 || in->persistent || in->host || !sel[in->tensor]) continue;
+    if (i != pl->tensor_inst[in->tensor]) continue;           /* primary instances only */
+    if (lastf[i] < 0 || !nreads[i] || reads[i][0] - lastf[i] < 3) continue;
+    double tau = (double)in->bytes / dev->link_bw;
+    int a = lastf[i], b = reads[i][0];
+    /* Offload wait: after the first step s in (a, b) with tau of compute in (a, s]. */
+    int sw = a + 1;
+    while (sw < b - 2 && P[sw + 1] - P[a + 1] < tau && (!max_lead || sw < a + max_lead)) sw++;
+    double exposed = tau - (P[sw + 1] - P[a + 1]);
+    if (exposed < 0) exposed = 0;
+    /* Trips back: one, or (memory-centric) one per cluster of readers whose
+     * gaps are longer than a prefetch's lead, so the copy does not sit on
+     * the device between them. */
+    Copy c = {.tensor = in->tensor, .dev = i, .s_last_fwd = a, .s_wait = sw};
+    int lo = sw + 1;    /* a prefetch goes after the offload's wait */
+    for (int k = 0; k < nreads[i];) {
+      int f = reads[i][k], l = f;
+      k++;
+      while (k < nreads[i] && (!max_lead || reads[i][k] - l <= 2 * max_lead + 1)) l = reads[i][k++];
+      /* Before step p in [lo, f]: as late as leaves tau of compute in [p, f),
+       * and no earlier than max_lead steps before the reader. */
+      int p = f;
+      while (p > lo && P[f] - P[p] < tau && (!max_lead || p > f - max_lead)) p--;
+      double e = tau - (P[f] - P[p]);
+      if (e > 0) exposed += e;
+      c.trip = xrealloc(c.trip, sizeof(Trip) * (size_t)(c.ntrip + 1));
+      c.trip[c.ntrip++] = (Trip){.first = f, .last = l, .s_pf = p};
+      lo = l + 1;
+    }
+    if (hidden_only && exposed > 0) {
+      free(c.trip);
+      continue;
+    }
+    c.exposed = exposed;
+    xgrow((void **)&cp, &capc, nc + 1, sizeof *cp);
+    cp[nc++] = c;
+  }
+  for (int i = 0; i < n0; i++) free(reads[i]);
+  free(lastf), free(reads), free(nreads);
+  if (!nc) {
+    free(t), free(P), free(cp);
+    return 0;
+  }
+
+  /* New instances and events. */
+  for (int c = 0; c < nc; c++) {
+    Copy *x = &cp[c];
+    int64_t bytes = pl->inst[x->dev].bytes;
+    x->host = new_inst(pl, x->tensor, bytes, true);
+    x->ev_off = pl->nevents++;
+    for (int k = 0; k < x->ntrip; k++) {
+      x->trip[k].pre = new_inst(pl, x->tensor, bytes, false);
+      x->trip[k].ev = pl->nevents++;
+    }
+    pl->offload_bytes += (double)bytes * (1 + x->ntrip);
+    pl->exposed_seconds += x->exposed;
+  }
+
+  /* Per old step: offloads issued after it, prefetches issued before it. */
+  Ref **after = xcalloc((size_t)T + 1, sizeof(Ref *)), **before = xcalloc((size_t)T + 1, sizeof(Ref *));
+  int *nafter = xcalloc((size_t)T + 1, sizeof(int)), *nbefore = xcalloc((size_t)T + 1, sizeof(int));
+  for (int c = 0; c < nc; c++) {
+    int s = cp[c].s_last_fwd;
+    after[s] = xrealloc(after[s], sizeof(Ref) * (size_t)(nafter[s] + 1));
+    after[s][nafter[s]++] = (Ref){c, -1};
+    for (int k = 0; k < cp[c].ntrip; k++) {
+      s = cp[c].trip[k].s_pf;
+      before[s] = xrealloc(before[s], sizeof(Ref) * (size_t)(nbefore[s] + 1));
+      before[s][nbefore[s]++] = (Ref){c, k};
+    }
+  }
+  int *redirect = xmalloc(sizeof(int) * (size_t)pl->ninst);   /* forward inst -> copy */
+  for (int i = 0; i < pl->ninst; i++) redirect[i] = -1;
+  for (int c = 0; c < nc; c++) redirect[cp[c].dev] = c;
+
+  Route *r = xcalloc(1, sizeof *r);
+  int *newidx = xmalloc(sizeof(int) * (size_t)(T + 1));
+  for (int s = 0; s < T; s++) {
+    for (int k = 0; k < nbefore[s]; k++) {
+      Copy *x = &cp[before[s][k].copy];
+      Trip *tr = &x->trip[before[s][k].trip];
+      Step pf = {.kind = SK_PREFETCH, .node = -1, .tensor = x->tensor, .nin = 1, .nout = 1,
+                 .in = &x->host, .out = &tr->pre, .ws = -1, .event = tr->ev};
+      push(r, &pf);
+    }
+    newidx[s] = r->ns;
+    Step *ns = push(r, &old->s[s]);
+    if (s > loss && s < old->train_steps)
+      for (int k = 0; k < ns->nin; k++) {
+        int i = ns->in[k];
+        if (i < 0 || i >= pl->ninst || redirect[i] < 0) continue;
+        Copy *x = &cp[redirect[i]];
+        while (x->cur < x->ntrip - 1 && s > x->trip[x->cur].last) x->cur++;
+        snc_assert(s >= x->trip[x->cur].first && s <= x->trip[x->cur].last);
+        ns->in[k] = x->trip[x->cur].pre;
+      }
+    for (int k = 0; k < nafter[s]; k++) {
+      Copy *x = &cp[after[s][k].copy];
+      Step off = {.kind = SK_OFFLOAD, .node = -1, .tensor = x->tensor, .nin = 1, .nout = 1,
+                  .in = &x->dev, .out = &x->host, .ws = -1, .event = x->ev_off};
+      push(r, &off);
+    }
+    if (s == old->train_steps - 1) r->train_steps = r->ns;
+  }
+  newidx[T] = r->ns;
+  /* Waits and the regions they keep busy: the offload's after old step
+   * s_wait (the forward instance stays busy through it); each prefetch's
+   * after the step just before its first reader (the host copy stays busy
+   * through the last one). */
+  for (int c = 0; c < nc; c++) {
+    Copy *x = &cp[c];
+    Step *w = &r->s[newidx[x->s_wait]];
+    add_int(&w->wait, &w->nwait, x->ev_off);
+    add_int(&w->keep, &w->nkeep, x->dev);
+    for (int k = 0; k < x->ntrip; k++) {
+      Step *v = &r->s[newidx[x->trip[k].first] - 1];
+      add_int(&v->wait, &v->nwait, x->trip[k].ev);
+      add_int(&v->keep, &v->nkeep, x->host);
+    }
+  }
+  for (int s = 0; s < r->ns; s++)
+    if (r->s[s].nwait > 1) qsort(r->s[s].wait, (size_t)r->s[s].nwait, sizeof(int), cmp_int);
+
+  for (int s = 0; s <= T; s++) free(after[s]), free(before[s]);
+  free(after), free(before), free(nafter), free(nbefore), free(redirect), free(newidx);
+  for (int s = 0; s < old->ns; s++)
+    free(old->s[s].in), free(old->s[s].out), free(old->s[s].wait), free(old->s[s].keep);
+  free(old->s);
+  free((Route *)old);
+  pl->route = r;
+  liveness_lifetimes(g, pl);
+  for (int c = 0; c < nc; c++) free(cp[c].trip);
+  free(t), free(P), free(cp);
+  return nc;
+}
+
+/* --dump offload: each offloaded tensor, when it leaves and comes back. */
+void offload_dump(const Graph *g, const Plan *pl, FILE *f) {
+  const Route *r = pl->route;
+  fprintf(f, "offload: %s offloaded, host arena %s, %d events, exposed transfer %.3g ms\n",
+          fmt_bytes((int64_t)pl->offload_bytes), fmt_bytes(pl->host_bytes), pl->nevents,
+          pl->exposed_seconds * 1e3);
+  fprintf(f, "%7s %7s %7s  %-12s  %s\n", "offload", "prefetch", "needed", "bytes", "tensor");
+  for (int s = 0; s < r->ns; s++) {
+    const Step *st = &r->s[s];
+    if (st->kind != SK_OFFLOAD) continue;
+    int host = st->out[0], pf = -1, use = -1;
+    for (int q = s + 1; q < r->ns && pf < 0; q++)
+      if (r->s[q].kind == SK_PREFETCH && r->s[q].in[0] == host) pf = q;
+    if (pf >= 0) use = pl->inst[r->s[pf].out[0]].last >= 0 ? pf + 1 : -1;
+    for (int q = pf + 1; pf >= 0 && q < r->ns; q++) {
+      bool reads = false;
+      for (int k = 0; k < r->s[q].nin; k++) reads |= r->s[q].in[k] == r->s[pf].out[0];
+      if (reads) { use = q; break; }
+    }
+    fprintf(f, "%7d %7d %7d  %-12s  %s\n", s, pf, use, fmt_bytes(pl->inst[host].bytes),
+            g->t[st->tensor].name);
+  }
+}

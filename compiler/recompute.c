@@ -1,0 +1,339 @@
+/* recompute.c — cost-aware recomputation (SuperNeurons' second technique),
+ * planned at compile time.
+ *
+ * Requires: pl->route and primary instances (liveness_assign).
+ * Provides: a new route in which backward steps read recomputed instances of
+ * "dropped" tensors instead of the forward ones; lifetimes are recomputed by
+ * the caller (liveness_lifetimes).
+ *
+ * Checkpoints are the outputs of expensive forward nodes (Conv, Gemm,
+ * MatMul), the input, parameters, state, constants and BN's saved batch
+ * statistics. Every other forward activation that a backward step reads is
+ * dropped: its forward instance dies after its last forward reader, and
+ * before the first backward step that needs it, a chain of recompute steps
+ * rebuilds it from the nearest checkpoints, following the graph (branches and
+ * joins included), in forward order.
+ *
+ * Exactness: a recompute step runs the forward node again on the same inputs,
+ * with two exceptions that keep it bit-identical: BatchNormalization is
+ * recomputed by a BN_SAVED twin from the batch statistics saved in the
+ * forward pass (running statistics are not updated twice), and Dropout
+ * regenerates its mask from the counter-based generator (same seed, step,
+ * id), so the recomputed output equals the forward one bit for bit.
+ *
+ * Strategies, per segment (a connected group of dropped tensors between
+ * checkpoints): speed-centric keeps each recomputed instance until its last
+ * backward reader (recompute once); memory-centric recomputes what each
+ * backward step needs just before it and lets it die right after (recompute
+ * per step). Every segment starts speed-centric; while some step's live bytes
+ * exceed the memory target, the segments holding recomputed instances across
+ * such a step become memory-centric, and the route is rebuilt. Each round
+ * costs O(steps + instances); rounds stop when nothing changes.
+ */
+#include "snc.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct RC {
+  Graph *g;
+  Plan *pl;
+  const Route *old;        // the route before recomputation
+  bool *dropped;           // per tensor
+  int *seg;                // per tensor: segment id (-1)
+  int nseg;
+  bool *memory;            // per segment: memory-centric
+  int *cur;                // per tensor: valid recomputed instance (-1)
+  Route *r;                // the route being built
+  int *made;               // tensors recomputed for the current backward step
+  int nmade, capmade;
+  int *stack;
+  int capstack;
+} RC;
+
+static bool is_backward(StepKind k) { return k == SK_BACKWARD; }
+
+static int new_instance(Plan *pl, int tensor, int64_t bytes) {
+  xgrow((void **)&pl->inst, &pl->capinst, pl->ninst + 1, sizeof *pl->inst);
+  pl->inst[pl->ninst] = (Instance){.tensor = tensor, .bytes = bytes, .first = -1, .last = -1,
+                                   .offset = -1, .host_offset = -1};
+  return pl->ninst++;
+}
+
+static Step *push_step(Route *r, const Step *proto) {
+  xgrow((void **)&r->s, &r->caps, r->ns + 1, sizeof *r->s);
+  Step *s = &r->s[r->ns++];
+  *s = *proto;
+  s->in = xmalloc(sizeof(int) * (size_t)(proto->nin ? proto->nin : 1));
+  s->out = xmalloc(sizeof(int) * (size_t)(proto->nout ? proto->nout : 1));
+  memcpy(s->in, proto->in, sizeof(int) * (size_t)proto->nin);
+  memcpy(s->out, proto->out, sizeof(int) * (size_t)proto->nout);
+  return s;
+}
+
+/* The node a recompute step runs for forward node i. */
+static int recompute_node(RC *rc, int i) {
+  Graph *g = rc->g;
+  if (g->n[i].op != OP_BATCHNORM) return i;
+  if (g->n[i].twin >= 0) return g->n[i].twin;
+  const Node *n = &g->n[i];
+  int in[5] = {n->in[0], n->in[1], n->in[2], n->out[1], n->out[2]};
+  int out = n->out[0];
+  char *name = xasprintf("%s/recompute", n->name);
+  void *p = n->p;
+  int t = graph_add_node(g, OP_BN_SAVED, name, 5, in, 1, &out);
+  free(name);
+  g->n[t].phase = PH_RECOMPUTE;
+  g->n[t].fwd = i;
+  g->n[t].p = p;
+  g->n[i].twin = t;
+  return t;
+}
+
+/* The instance a backward step reads for tensor t. */
+static int input_instance(RC *rc, int t) {
+  if (t < 0 || rc->g->t[t].kind == TK_CONST) return -1;
+  return rc->dropped[t] ? rc->cur[t] : rc->pl->tensor_inst[t];
+}
+
+/* Makes tensor t available (recomputing what is missing, inputs first) and
+ * returns its instance. Iterative post-order walk: chains of cheap layers
+ * can be long. */
+static int ensure(RC *rc, int t0) {
+  Graph *g = rc->g;
+  int sp = 0;
+  xgrow((void **)&rc->stack, &rc->capstack, 1, sizeof(int));
+  rc->stack[sp++] = t0;
+  while (sp) {
+    int t = rc->stack[sp - 1];
+    if (rc->cur[t] >= 0) {
+      sp--;
+      continue;
+    }
+    int node = g->t[t].producer;
+    const Node *n = &g->n[node];
+    bool ready = true;
+    for (int k = 0; k < n->nin; k++) {
+      int x = n->in[k];
+      if (x >= 0 && rc->dropped[x] && rc->cur[x] < 0) {
+        xgrow((void **)&rc->stack, &rc->capstack, sp + 1, sizeof(int));
+        rc->stack[sp++] = x;
+        ready = false;
+      }
+    }
+    if (!ready) continue;
+    sp--;
+    /* One recompute step for the producer; every dropped output gets a new
+     * instance (a BN twin writes only y). */
+    int rn = recompute_node(rc, node);
+    n = &g->n[node];
+    const Node *m = &g->n[rn];
+    Step proto = {.kind = SK_RECOMPUTE, .node = rn, .tensor = -1, .nin = m->nin,
+                  .nout = m->nout, .ws = -1, .event = -1};
+    int in[8], out[8];
+    int *inp = m->nin <= 8 ? in : xmalloc(sizeof(int) * (size_t)m->nin);
+    int *outp = m->nout <= 8 ? out : xmalloc(sizeof(int) * (size_t)m->nout);
+    for (int k = 0; k < m->nin; k++) inp[k] = input_instance(rc, m->in[k]);
+    /* Every output gets a new instance (one no backward step needs, e.g. the
+     * other half of a Split, dies right after this step). */
+    for (int k = 0; k < m->nout; k++) {
+      int y = m->out[k];
+      outp[k] = new_instance(rc->pl, y, rc->pl->inst[rc->pl->tensor_inst[y]].bytes);
+      if (!rc->dropped[y]) continue;
+      rc->cur[y] = outp[k];
+      xgrow((void **)&rc->made, &rc->capmade, rc->nmade + 1, sizeof(int));
+      rc->made[rc->nmade++] = y;
+    }
+    proto.in = inp, proto.out = outp;
+    push_step(rc->r, &proto);
+    if (inp != in) free(inp);
+    if (outp != out) free(outp);
+  }
+  return rc->cur[t0];
+}
+
+/* Builds the recomputing route from rc->old with the current strategies. */
+static void rebuild(RC *rc) {
+  Graph *g = rc->g;
+  const Route *old = rc->old;
+  rc->r = xcalloc(1, sizeof *rc->r);
+  for (int t = 0; t < g->nt; t++) rc->cur[t] = -1;
+  /* Drop the instances a previous round made (they are at the end). */
+  for (int s = 0; s < old->ns; s++) {
+    const Step *st = &old->s[s];
+    bool bwd = s < old->train_steps && is_backward(st->kind) && st->node >= 0;
+    if (bwd) {
+      const Node *n = &g->n[st->node];
+      rc->nmade = 0;
+      for (int k = 0; k < n->nin; k++)
+        if (n->in[k] >= 0 && rc->dropped[n->in[k]]) ensure(rc, n->in[k]);
+      Step *ns = push_step(rc->r, st);
+      for (int k = 0; k < n->nin; k++) ns->in[k] = input_instance(rc, n->in[k]);
+      /* Memory-centric segments: what was recomputed for this step dies with it. */
+      for (int i = 0; i < rc->nmade; i++) {
+        int t = rc->made[i];
+        if (rc->memory[rc->seg[t]]) rc->cur[t] = -1;
+      }
+    } else {
+      push_step(rc->r, st);
+    }
+    if (s == old->train_steps - 1) rc->r->train_steps = rc->r->ns;
+  }
+  if (old->train_steps == 0) rc->r->train_steps = 0;
+}
+
+static int find(int *parent, int x) {
+  while (parent[x] != x) x = parent[x] = parent[parent[x]];
+  return x;
+}
+
+/* Segments: dropped tensors joined through the nodes that produce them
+ * (union-find). */
+static void find_segments(RC *rc) {
+  Graph *g = rc->g;
+  int *parent = xmalloc(sizeof(int) * (size_t)g->nt);
+  for (int t = 0; t < g->nt; t++) parent[t] = t;
+#define FIND(x) find(parent, (x))
+  for (int t = 0; t < g->nt; t++) {
+    if (!rc->dropped[t]) continue;
+    const Node *n = &g->n[g->t[t].producer];
+    for (int k = 0; k < n->nin + n->nout; k++) {
+      int x = k < n->nin ? n->in[k] : n->out[k - n->nin];
+      if (x >= 0 && rc->dropped[x]) parent[FIND(x)] = FIND(t);
+    }
+  }
+  rc->nseg = 0;
+  int *id = xmalloc(sizeof(int) * (size_t)g->nt);
+  for (int t = 0; t < g->nt; t++) id[t] = -1;
+  for (int t = 0; t < g->nt; t++) {
+    rc->seg[t] = -1;
+    if (!rc->dropped[t]) continue;
+    int root = FIND(t);
+    if (id[root] < 0) id[root] = rc->nseg++;
+    rc->seg[t] = id[root];
+  }
+#undef FIND
+  free(parent);
+  free(id);
+  rc->memory = xcalloc((size_t)rc->nseg + 1, sizeof(bool));
+}
+
+static void free_route(Route *r) {
+  for (int s = 0; s < r->ns; s++) free(r->s[s].in), free(r->s[s].out);
+  free(r->s);
+  free(r);
+}
+
+void recompute_plan(Graph *g, Plan *pl, int64_t target, int max_chain) {
+  RC rc = {.g = g, .pl = pl, .old = pl->route};
+  const Route *old = pl->route;
+  rc.dropped = xcalloc((size_t)g->nt, sizeof(bool));
+  rc.seg = xmalloc(sizeof(int) * (size_t)g->nt);
+  rc.cur = xmalloc(sizeof(int) * (size_t)g->nt);
+
+  /* Dropped: forward activations of cheap producers read by a backward step. */
+  for (int s = 0; s < old->train_steps; s++) {
+    const Step *st = &old->s[s];
+    if (!is_backward(st->kind) || st->node < 0) continue;
+    const Node *n = &g->n[st->node];
+    for (int k = 0; k < n->nin; k++) {
+      int t = n->in[k];
+      if (t < 0) continue;
+      const Tensor *x = &g->t[t];
+      if (x->kind != TK_ACT || x->producer < 0) continue;
+      const Node *p = &g->n[x->producer];
+      if (p->phase != PH_FORWARD || op_info[p->op].cost == COST_EXPENSIVE) continue;
+      rc.dropped[t] = true;
+    }
+  }
+  /* Closed under "recomputing it reads": a cheap activation feeding a dropped
+   * tensor's producer is dropped too, or the recompute would keep it alive.
+   * One pass in reverse topological order reaches the fixpoint. */
+  for (int i = g->nfwd - 1; i >= 0; i--) {
+    const Node *n = &g->n[i];
+    bool any = false;
+    for (int k = 0; k < n->nout; k++) any |= n->out[k] >= 0 && rc.dropped[n->out[k]];
+    if (!any) continue;
+    for (int k = 0; k < n->nin; k++) {
+      int t = n->in[k];
+      if (t < 0 || g->t[t].kind != TK_ACT || g->t[t].producer < 0) continue;
+      const Node *p = &g->n[g->t[t].producer];
+      if (p->phase == PH_FORWARD && op_info[p->op].cost != COST_EXPENSIVE) rc.dropped[t] = true;
+    }
+  }
+  /* Bound each recomputation: a dropped tensor whose rebuild would take more
+   * than RECOMPUTE_CHAIN steps becomes a checkpoint itself. Without this, a
+   * ResNet stage's block outputs (each the sum of a branch and the previous
+   * block's output) would be rebuilt from the whole stage's conv outputs.
+   * chain[t] over-counts shared ancestors (a DAG); that only checkpoints a
+   * little earlier. Offloading plans use short chains (each rebuild needs its
+   * checkpoints prefetched at once); recomputation alone, longer ones. */
+  int *chain = xcalloc((size_t)g->nt, sizeof(int));
+  for (int i = 0; i < g->nfwd; i++) {
+    const Node *n = &g->n[i];
+    int c = 1;
+    for (int k = 0; k < n->nin; k++)
+      if (n->in[k] >= 0 && rc.dropped[n->in[k]]) c += chain[n->in[k]];
+    for (int k = 0; k < n->nout; k++) {
+      int t = n->out[k];
+      if (t < 0 || !rc.dropped[t]) continue;
+      if (c > max_chain) rc.dropped[t] = false;
+      else chain[t] = c;
+    }
+  }
+  free(chain);
+  find_segments(&rc);
+  int base_inst = pl->ninst;
+
+  for (int round = 0;; round++) {
+    pl->ninst = base_inst;
+    rebuild(&rc);
+    pl->route = rc.r;
+    liveness_lifetimes(g, pl);
+    /* Segments holding a recomputed instance across an over-target step
+     * (alive there but not used there) turn memory-centric. */
+    bool changed = false;
+    if (target > 0 && pl->peak_live_bytes > target) {
+      const Route *r = pl->route;
+      int *diff = xcalloc((size_t)r->ns + 2, sizeof(int));
+      for (int s = 0; s < r->ns; s++) diff[s + 1] = diff[s] + (pl->live_bytes[s] > target);
+      for (int i = base_inst; i < pl->ninst; i++) {
+        const Instance *in = &pl->inst[i];
+        int sg = rc.seg[in->tensor];
+        if (rc.memory[sg] || in->last <= in->first + 1) continue;
+        /* over-target steps strictly inside (first, last) */
+        if (diff[in->last] - diff[in->first + 1] > 0) rc.memory[sg] = changed = true;
+      }
+      free(diff);
+    }
+    if (!changed) break;
+    free_route(rc.r);
+  }
+  free_route((Route *)old);
+  free(rc.dropped), free(rc.seg), free(rc.cur), free(rc.memory);
+  free(rc.made), free(rc.stack);
+}
+
+/* --dump recompute: the decisions. */
+void recompute_dump(const Graph *g, const Plan *pl, FILE *f) {
+  const Route *r = pl->route;
+  int steps = 0;
+  double flops = 0;
+  for (int s = 0; s < r->ns; s++)
+    if (r->s[s].kind == SK_RECOMPUTE) {
+      steps++;
+      flops += op_info[g->n[r->s[s].node].op].flops(g, &g->n[r->s[s].node]);
+    }
+  fprintf(f, "recompute: %d recompute steps, %.3g GFLOP\n", steps, flops / 1e9);
+  fprintf(f, "%7s  %-18s %-12s %7s %7s  %s\n", "step", "op", "bytes", "alive", "until", "tensor");
+  for (int s = 0; s < r->ns; s++) {
+    const Step *st = &r->s[s];
+    if (st->kind != SK_RECOMPUTE) continue;
+    for (int k = 0; k < st->nout; k++) {
+      const Instance *in = &pl->inst[st->out[k]];
+      if (in->first != s) continue;
+      fprintf(f, "%7d  %-18s %-12s %7d %7d  %s\n", s, op_name(g->n[st->node].op),
+              fmt_bytes(in->bytes), in->first, in->last, g->t[in->tensor].name);
+    }
+  }
+}

@@ -1,0 +1,133 @@
+"""Constant folding (compiler/fold.c): the shape-computing subgraphs that
+exporters write are evaluated at compile time, at the batch size given, and
+their nodes disappear; ops that exist only to be folded fail clearly when
+their input is data. Expected values are computed here by hand."""
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from import_util import run_snc, snc_error  # noqa: E402
+
+
+def const(name, arr):
+    return numpy_helper.from_array(np.asarray(arr), name)
+
+
+def save(tmp, nodes, inits, x_shape, opset=13, name="m.onnx"):
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    p = tmp / name
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)]), str(p))
+    return p
+
+
+def inspect(p, batch):
+    r = run_snc("inspect", p, "--batch", batch, "--json")
+    assert r.returncode == 0, r.stderr.decode()
+    return json.loads(r.stdout)
+
+
+def test_flatten_by_shape_arithmetic(tmp_path):
+    """x.view(x.size(0), -1) as torch exports it: Shape, Gather, Unsqueeze,
+    Concat -> Reshape. The batch comes from --batch, so the folded shape
+    follows it; only Reshape and the Gemm remain."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"], name="shape"),
+        helper.make_node("Gather", ["s", "zero"], ["n"], name="gather", axis=0),
+        helper.make_node("Unsqueeze", ["n", "ax0"], ["n1"], name="unsq"),
+        helper.make_node("Concat", ["n1", "minus1"], ["shp"], name="cat", axis=0),
+        helper.make_node("Reshape", ["x", "shp"], ["f"], name="reshape"),
+        helper.make_node("Gemm", ["f", "w"], ["y"], name="fc", transB=1),
+    ]
+    inits = [const("zero", np.int64(0)), const("ax0", np.array([0], np.int64)),
+             const("minus1", np.array([-1], np.int64)), const("w", np.ones((4, 60), np.float32))]
+    p = save(tmp_path, nodes, inits, ["N", 3, 4, 5])
+    for batch in (2, 7):
+        j = inspect(p, batch)
+        assert [n["op"] for n in j["nodes"]] == ["Reshape", "Gemm"]
+        assert j["nodes"][0]["outputs"][0]["shape"] == [batch, 60]
+
+
+def test_pads_from_range_where_constantofshape(tmp_path):
+    """Pad's pads computed from Range, Equal, Where, ConstantOfShape, Cast,
+    Slice, Mul and Concat of constants: pads = [0, 0, 0, 2] + [0, 0, 1, 0]
+    worked out below; the padded shape proves the folded values."""
+    nodes = [
+        # r = Range(0, 4, 1) = [0, 1, 2, 3]; e = (r == 3); top = Where(e, 2, 0) = [0, 0, 0, 2]
+        helper.make_node("Range", ["r0", "r4", "r1"], ["r"], name="range"),
+        helper.make_node("Equal", ["r", "three"], ["e"], name="eq"),
+        helper.make_node("Where", ["e", "two", "zero"], ["begin"], name="where"),
+        # end = Concat(ConstantOfShape([2]) = [0, 0], Slice([5, 1, 0], ::-2 -> [0, 5]) * [1, 0]... )
+        helper.make_node("ConstantOfShape", ["two_shape"], ["zz"], name="cos",
+                         value=helper.make_tensor("v", TensorProto.INT64, [1], [0])),
+        helper.make_node("Slice", ["v510", "sl_s", "sl_e", "sl_a", "sl_st"], ["sl"], name="slice"),
+        helper.make_node("Cast", ["onezero_f"], ["onezero"], name="cast", to=TensorProto.INT64),
+        helper.make_node("Div", ["sl", "five"], ["sl5"], name="div"),
+        helper.make_node("Sub", ["one_one", "sl5"], ["end2"], name="sub"),
+        helper.make_node("Mul", ["end2", "onezero"], ["end2m"], name="mul"),
+        helper.make_node("Concat", ["zz", "end2m"], ["end"], name="cat", axis=0),
+        helper.make_node("Concat", ["begin", "end"], ["pads"], name="cat2", axis=0),
+        helper.make_node("Pad", ["x", "pads", "pv"], ["y"], name="pad"),
+    ]
+    inits = [const("r0", np.int64(0)), const("r4", np.int64(4)), const("r1", np.int64(1)),
+             const("three", np.int64(3)), const("two", np.int64(2)), const("zero", np.int64(0)),
+             const("two_shape", np.array([2], np.int64)), const("v510", np.array([5, 1, 0], np.int64)),
+             const("sl_s", np.array([-1], np.int64)), const("sl_e", np.array([-100], np.int64)),
+             const("sl_a", np.array([0], np.int64)), const("sl_st", np.array([-2], np.int64)),
+             const("five", np.int64(5)), const("one_one", np.array([1, 1], np.int64)),
+             const("onezero_f", np.array([1.7, 0.2], np.float32)), const("pv", np.float32(0.0))]
+    # sl = [0, 5]; sl5 = [0, 1]; end2 = [1, 0]; onezero = Cast([1.7, 0.2]) = [1, 0] -> end2m = [1, 0]
+    # pads = [0, 0, 0, 2, 0, 0, 1, 0]: W +2 at the start, H +1 at the end
+    p = save(tmp_path, nodes, inits, [2, 3, 4, 5])
+    j = inspect(p, 2)
+    assert [n["op"] for n in j["nodes"]] == ["Pad"]
+    assert j["nodes"][0]["outputs"][0]["shape"] == [2, 3, 5, 7]
+
+
+def test_fold_only_op_on_data_is_a_clear_error(tmp_path):
+    nodes = [helper.make_node("Gather", ["x", "idx"], ["g"], name="pick", axis=1),
+             helper.make_node("Relu", ["g"], ["y"], name="relu")]
+    p = save(tmp_path, nodes, [const("idx", np.array([0, 2], np.int64))], [2, 3])
+    e = snc_error("inspect", p, "--batch", "2")
+    assert "op Gather is supported only on constant inputs" in e and "'pick'" in e and "'x'" in e
+
+
+def test_cast_of_data_to_int_is_a_clear_error(tmp_path):
+    nodes = [helper.make_node("Cast", ["x"], ["c"], name="tolong", to=TensorProto.INT64),
+             helper.make_node("Cast", ["c"], ["y"], name="back", to=TensorProto.FLOAT)]
+    p = save(tmp_path, nodes, [], [2, 3])
+    e = snc_error("inspect", p, "--batch", "2")
+    assert "op Cast is supported only on constant inputs" in e and "'tolong'" in e
+    # computed, not a graph input: the shape function's message
+    nodes.insert(0, helper.make_node("Relu", ["x"], ["r"], name="relu"))
+    nodes[1].input[0] = "r"
+    p = save(tmp_path, nodes, [], [2, 3], name="m2.onnx")
+    e = snc_error("inspect", p, "--batch", "2")
+    assert "Cast from float32 to int64 is supported only on constant inputs" in e and "'tolong'" in e
+
+
+def test_output_depending_only_on_the_input_shape(tmp_path):
+    nodes = [helper.make_node("Shape", ["x"], ["s"], name="shape"),
+             helper.make_node("Cast", ["s"], ["y"], name="cast", to=TensorProto.FLOAT)]
+    p = save(tmp_path, nodes, [], [2, 3])
+    e = snc_error("inspect", p, "--batch", "2")
+    assert "is a constant" in e
+
+
+def test_unsqueeze_squeeze_cast_on_data_are_copies(tmp_path):
+    nodes = [helper.make_node("Unsqueeze", ["x", "ax"], ["u"], name="u"),
+             helper.make_node("Cast", ["u"], ["c"], name="c", to=TensorProto.FLOAT),
+             helper.make_node("Squeeze", ["c"], ["s"], name="s"),
+             helper.make_node("Gemm", ["s", "w"], ["y"], name="fc", transB=1)]
+    p = save(tmp_path, nodes, [const("ax", np.array([-1, 1], np.int64)),
+                               const("w", np.ones((2, 3), np.float32))], [4, 3])
+    j = inspect(p, 4)
+    assert [n["op"] for n in j["nodes"]] == ["Unsqueeze", "Cast", "Squeeze", "Gemm"]
+    assert j["nodes"][0]["outputs"][0]["shape"] == [4, 1, 3, 1]
+    assert j["nodes"][2]["outputs"][0]["shape"] == [4, 3]

@@ -1,0 +1,219 @@
+"""Per-op gradients against an exact reference: PyTorch autograd in float64.
+
+For each differentiable op: a tiny ONNX model x -> Mul(x, s) -> OP ->
+Flatten -> Gemm, where s is a parameter of one sample's shape, so the
+gradient of s is (x times) the op's input gradient, element by element, and
+the op's own parameters (conv weight, BN scale...) get theirs. The program
+runs one step with --dump-grads; torch recomputes the same step in float64
+from the same float32 inputs and weights (tests/unit/test_kernels.c checks
+the kernels against finite differences; this checks the op as compiled:
+shape inference, autodiff wiring, emitted parameters, kernels).
+
+Tolerance: every gradient within 1e-5 (||g - g64|| / ||g64||) and the loss
+within 1e-6 relative. The program computes in float32 (unit roundoff 6e-8);
+in these graphs a gradient element is a sum of at most a few hundred terms,
+so its rounding error is at most a few hundred ulps in the worst case and
+~sqrt(n) ulps in practice: ~1e-6 relative, which is what we see (the test
+prints the worst per op). A wrong window, scale, index or missing term
+costs 1e-3 or more, so 1e-5 separates the two with margin on both sides.
+Inputs are continuous random values, so no ReLU/Clip/MaxPool input sits on a
+kink within rounding.
+"""
+import os
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+torch = pytest.importorskip("torch")
+pytest.importorskip("onnx")
+from onnx_ref import Model, head, run_case, torch_head  # noqa: E402
+from snc_harness import grad_err  # noqa: E402
+from test_reference_onnx import lrn_onnx  # noqa: E402
+
+F = torch.nn.functional
+GRAD_TOL64 = 1e-5
+LOSS_TOL64 = 1e-6
+SHAPE = (3, 5, 5)
+
+
+def rnd(rng, *shape, scale=1.0, shift=0.0):
+    return (rng.standard_normal(shape) * scale + shift).astype(np.float32)
+
+
+def fc(value):
+    return np.float32(value)
+
+
+# Each entry: f(m, rng) -> (build(t) -> output name, ref(t, P) -> tensor).
+def op_conv(m, rng):
+    w, b = m.param("w", rnd(rng, 4, 3, 3, 3, scale=0.3)), m.param("b", rnd(rng, 4, scale=0.1))
+    return (lambda t: m.op("Conv", [t, w, b], kernel_shape=[3, 3], pads=[1, 0, 2, 1], strides=[2, 2]),
+            lambda t, P: F.conv2d(F.pad(t, (0, 1, 1, 2)), P[w], P[b], stride=2))
+
+
+def op_conv_group(m, rng):
+    w = m.param("w", rnd(rng, 6, 1, 3, 3, scale=0.3))
+    return (lambda t: m.op("Conv", [t, w], kernel_shape=[3, 3], group=3, dilations=[2, 2],
+                           pads=[2, 2, 2, 2]),
+            lambda t, P: F.conv2d(t, P[w], groups=3, dilation=2, padding=2))
+
+
+def op_bn(m, rng):
+    g, b = m.param("gamma", rnd(rng, 3, scale=0.2, shift=1.0)), m.param("beta", rnd(rng, 3, scale=0.1))
+    mean, var = m.const(np.zeros(3), np.float32), m.const(np.ones(3), np.float32)
+    return (lambda t: m.op("BatchNormalization", [t, g, b, mean, var], epsilon=1e-5),
+            lambda t, P: F.batch_norm(t, None, None, P[g], P[b], training=True, eps=1e-5))
+
+
+def unary(op_type, fn, **attrs):
+    return lambda m, rng: (lambda t: m.op(op_type, [t], **attrs), lambda t, P: fn(t))
+
+
+def op_clip(m, rng):
+    lo, hi = m.const(fc(-0.5), np.float32), m.const(fc(0.7), np.float32)
+    return lambda t: m.op("Clip", [t, lo, hi]), lambda t, P: torch.clamp(t, -0.5, 0.7)
+
+
+def op_lrn(m, rng):
+    return (lambda t: m.op("LRN", [t], size=3, alpha=0.4, beta=0.75, bias=1.2),
+            lambda t, P: lrn_onnx(t, 3, 0.4, 0.75, 1.2))
+
+
+def op_reshape(m, rng):
+    shape = m.const([0, 15, 5])
+    return lambda t: m.op("Reshape", [t, shape]), lambda t, P: t.reshape(t.shape[0], 15, 5)
+
+
+def op_unsqueeze_squeeze(m, rng):
+    a1, a2 = m.const([1]), m.const([1])
+    return (lambda t: m.op("Squeeze", [m.op("Sigmoid", [m.op("Unsqueeze", [t, a1])]), a2]),
+            lambda t, P: torch.sigmoid(t))
+
+
+def op_matmul(m, rng):
+    w, shape = m.param("w", rnd(rng, 25, 4, scale=0.3)), m.const([0, 3, 25])
+    return (lambda t: m.op("MatMul", [m.op("Reshape", [t, shape]), w]),
+            lambda t, P: t.reshape(t.shape[0], 3, 25) @ P[w])
+
+
+def binary(op_type, fn, shape, shift=0.0):
+    def make(m, rng):
+        p = m.param("p", rnd(rng, *shape, scale=0.5, shift=shift))
+        return lambda t: m.op(op_type, [t, p]), lambda t, P: fn(t, P[p])
+    return make
+
+
+def op_div_rev(m, rng):
+    p = m.param("p", rnd(rng, 5, scale=0.5))
+    one = m.const(fc(2.0), np.float32)
+    return (lambda t: m.op("Div", [p, m.op("Add", [m.op("Sigmoid", [t]), one])]),
+            lambda t, P: P[p] / (torch.sigmoid(t) + 2.0))
+
+
+def op_concat(m, rng):
+    return (lambda t: m.op("Concat", [t, m.op("Tanh", [t])], axis=1),
+            lambda t, P: torch.cat([t, torch.tanh(t)], 1))
+
+
+def op_split(m, rng):
+    sizes = m.const([1, 2])
+
+    def build(t):
+        a, b = m.op("Split", [t, sizes], nout=2, axis=1)
+        return m.op("Concat", [m.op("Sigmoid", [b]), a], axis=1)
+    return build, lambda t, P: torch.cat([torch.sigmoid(t[:, 1:]), t[:, :1]], 1)
+
+
+def op_slice(m, rng):
+    args = [m.const([4]), m.const([-100]), m.const([2]), m.const([-2])]
+    return lambda t: m.op("Slice", [t] + args), lambda t, P: t[:, :, [4, 2, 0]]
+
+
+def op_pad(m, rng):
+    pads, v = m.const([0, 0, 1, 0, 0, 0, 0, 2]), m.const(fc(0.3), np.float32)
+    return (lambda t: m.op("Sigmoid", [m.op("Pad", [t, pads, v])]),
+            lambda t, P: torch.sigmoid(F.pad(t, (0, 2, 1, 0), value=0.3)))
+
+
+def op_dropout0(m, rng):
+    r, tr = m.const(fc(0.0), np.float32), m.const(True, np.bool_)
+    return lambda t: m.op("Dropout", [t, r, tr]), lambda t, P: t
+
+
+def op_softmax(opset):
+    def make(m, rng):
+        def ref(t, P):
+            if opset < 13:   # coerced to (n, 75)
+                return F.softmax(t.reshape(t.shape[0], -1), 1).reshape(t.shape)
+            return F.softmax(t, 1)
+        return lambda t: m.op("Softmax", [t], axis=1), ref
+    return make
+
+
+OPS = {
+    "Conv": (op_conv, 13),
+    "Conv_group_dilated": (op_conv_group, 13),
+    "BatchNormalization": (op_bn, 13),
+    "Relu": (unary("Relu", F.relu), 13),
+    "LeakyRelu": (unary("LeakyRelu", lambda t: F.leaky_relu(t, 0.2), alpha=0.2), 13),
+    "Sigmoid": (unary("Sigmoid", torch.sigmoid), 13),
+    "Tanh": (unary("Tanh", torch.tanh), 13),
+    "Clip": (op_clip, 13),
+    "MaxPool": (unary("MaxPool", lambda t: F.max_pool2d(t, 3, 2, 1, ceil_mode=True),
+                      kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1), 13),
+    "AveragePool": (unary("AveragePool", lambda t: F.avg_pool2d(t, 3, 2, 1, ceil_mode=True,
+                                                               count_include_pad=False),
+                          kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1), 13),
+    "GlobalAveragePool": (unary("GlobalAveragePool", lambda t: t.mean((2, 3), keepdim=True)), 13),
+    "LRN": (op_lrn, 13),
+    "Flatten": (unary("Flatten", lambda t: t.flatten(1), axis=1), 13),
+    "Reshape": (op_reshape, 13),
+    "Identity": (unary("Identity", lambda t: t), 13),
+    "Cast": (unary("Cast", lambda t: t, to=1), 13),
+    "Unsqueeze_Squeeze": (op_unsqueeze_squeeze, 13),
+    "MatMul": (op_matmul, 13),
+    "Add": (binary("Add", lambda t, p: t + p, (3, 1, 5)), 13),
+    "Sub": (binary("Sub", lambda t, p: t - p, (5,)), 13),
+    "Mul": (binary("Mul", lambda t, p: t * p, (1, 5, 1)), 13),
+    "Div": (binary("Div", lambda t, p: t / p, (3, 1, 1), shift=2.0), 13),
+    "Div_param_numerator": (op_div_rev, 13),
+    "Concat": (op_concat, 13),
+    "Split": (op_split, 13),
+    "Slice": (op_slice, 13),
+    "Transpose": (unary("Transpose", lambda t: t.permute(0, 2, 3, 1), perm=[0, 2, 3, 1]), 13),
+    "Pad": (op_pad, 13),
+    "Dropout": (op_dropout0, 13),
+    "Softmax_13": (op_softmax(13), 13),
+    "Softmax_11": (op_softmax(11), 11),
+    "ReduceMean": (unary("ReduceMean", lambda t: t.mean((2, 3)), axes=[2, 3], keepdims=0), 13),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_op_gradient_float64(name, tmp_path):
+    make, opset = OPS[name]
+    rng = np.random.default_rng(sum(map(ord, name)))
+    m = Model(opset)
+    s = m.param("s", rnd(rng, *SHAPE, scale=0.3, shift=1.0))
+    build, fn = make(m, rng)
+    y = build(m.op("Mul", ["x", s]))
+    with torch.no_grad():
+        P0 = {k: torch.tensor(v, dtype=torch.float64) for k, v in m.params.items()}
+        n = fn(torch.ones(1, *SHAPE, dtype=torch.float64), P0).numel()
+    out, fw, fb = head(m, y, n, 4, rng)
+
+    def ref(x, P):
+        return torch_head(fn(x * P[s], P), P, fw, fb)
+    res = run_case(tmp_path, m, out, ref, SHAPE, 4, batch=3, seed=5)
+    exact = res["ref64"]
+    assert abs(res["ours"] - exact) <= LOSS_TOL64 * abs(exact), (res["ours"], exact)
+    worst, where = 0.0, ""
+    for k, (g, _, g64) in res["grads"].items():
+        e = grad_err(g, g64)
+        if e > worst:
+            worst, where = e, k
+        assert e <= GRAD_TOL64, "%s: gradient of %s off by %.3g from float64" % (name, k, e)
+    print("%s: loss %.8f vs float64 %.8f; worst gradient error %.3g (%s)"
+          % (name, res["ours"], exact, worst, where))

@@ -1,0 +1,165 @@
+"""The HTML plan page (`snc plan --html`, issue 8).
+
+- Rendered in headless Chromium (Debian's `chromium`): the screenshot is not
+  blank and shows the chart's colours (PIL decodes the PNG).
+- The page's elements, checked against plan.json from the same run (an
+  independent path: the JSON printer, not the HTML one): the SVG, the legend
+  categories, the budget line, the peak marker at the step with the most live
+  bytes, one <title> per step (or per pixel column for deep networks, whose
+  ranges cover every step), the largest tensor in the tensor table and the
+  largest instance live at the peak in the peak table.
+- Self-contained: no scripts, no external URLs, no fonts fetched.
+- The 2,498-layer ResNet's page stays small (aggregated columns).
+"""
+import html
+import json
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SNC = os.path.join(ROOT, "build", "snc")
+PY = "/usr/bin/python3"
+CATEGORIES = ["persistent state", "activations", "gradients", "recomputed", "prefetched",
+              "workspace"]
+
+
+def run(cmd, timeout=300):
+    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          timeout=timeout)
+
+
+def chromium():
+    for name in ("chromium", "chromium-browser"):
+        p = shutil.which(name)
+        if p:
+            return p
+    return None
+
+
+@pytest.fixture(scope="module")
+def resnet(tmp_path_factory):
+    d = tmp_path_factory.mktemp("resnet")
+    path = str(d / "resnet50.onnx")
+    r = run([PY, os.path.join(ROOT, "examples", "make_resnet.py"), "--depth", "50", "--size", "32",
+             "--classes", "10", "-o", path])
+    assert r.returncode == 0, r.stderr
+    return path
+
+
+def page(model, batch, tmp_path, *extra):
+    h, j = str(tmp_path / "plan.html"), str(tmp_path / "plan.json")
+    r = run([SNC, "plan", model, "--batch", str(batch), "--html", h, "--json", j] + list(extra))
+    assert r.returncode == 0, r.stderr
+    return open(h).read(), json.load(open(j)), h
+
+
+def check_page(text, p, per_step):
+    steps, inst = p["steps"], p["instances"]
+    assert text.startswith("<!DOCTYPE html>") and text.rstrip().endswith("</html>")
+    # Self-contained: the only URL is the SVG namespace, which is never fetched.
+    assert "<script" not in text.lower() and "@import" not in text and "url(" not in text
+    urls = set(re.findall(r"https?://[^\s\"'<>]+", text))
+    assert urls <= {"http://www.w3.org/2000/svg"}, urls
+    assert text.count("<svg") == 1 and 'id="timeline"' in text
+    for c in CATEGORIES:
+        assert ">%s</span>" % c in text, c               # the legend
+    assert 'class="budget"' in text and "budget " + "" in text
+    # The peak: the step with the most live bytes, computed from plan.json.
+    live = [s["live_bytes"] for s in steps]
+    peak = live.index(max(live))
+    m = re.search(r'<g id="peak">.*?peak live [^<]* at step (\d+) ', text, re.S)
+    assert m and int(m.group(1)) == peak, (m and m.group(0), peak)
+    assert 'id="at-peak">At the peak: step %d,' % peak in text
+    # Hover titles: one per step, or per pixel column covering every step.
+    hov = re.findall(r'<rect class="hov"[^>]*><title>(.*?)</title>', text, re.S)
+    if per_step:
+        assert len(hov) == len(steps)
+        for i, t in enumerate(hov):
+            first = t.split("\n")[0]
+            assert first == "step %d" % i, first
+            s = steps[i]
+            assert html.escape(s["node"], quote=True).replace("&#x27;", "'") in t, (t, s)
+            assert s["kind"] in t and s["op"] in t
+    else:
+        assert 0 < len(hov) < len(steps)
+        covered = 0
+        for t in hov:
+            m = re.match(r"steps (\d+)-(\d+) \(most live: step (\d+)\)", t)
+            assert m, t
+            lo, hi, rep = map(int, m.groups())
+            assert lo == covered and lo <= rep <= hi
+            assert live[rep] == max(live[lo:hi + 1])     # max per column
+            covered = hi + 1
+        assert covered == len(steps)
+    # Tables: the largest non-persistent instance, and the largest live at the peak.
+    table = text[text.index('id="tensor-table"'):]
+    big = max((i for i in inst if not i["persistent"]), key=lambda i: i["bytes"])
+    assert html.escape(big["tensor"]) in table.split("</table>")[0]
+    at_peak = [i for i in inst if i["first"] <= peak <= i["last"]]
+    top = max(at_peak, key=lambda i: i["bytes"])
+    ptab = text[text.index('id="peak-table"'):].split("</table>")[0]
+    assert html.escape(top["tensor"]) in ptab
+    assert "recomputed:</b> none" in text and "offloaded:</b> none" in text   # liveness plans
+
+
+def screenshot(html_path, png):
+    exe = chromium()
+    if not exe:
+        pytest.skip("chromium is not installed (Debian package 'chromium'; "
+                    "./configure.py --install-test-deps)")
+    r = run([exe, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+             "--screenshot=" + png, "--window-size=1400,1000", "file://" + html_path],
+            timeout=120)
+    assert os.path.exists(png), r.stdout + r.stderr
+    try:
+        from PIL import Image
+    except ImportError:
+        pytest.skip("python3-pil is not installed")
+    img = Image.open(png).convert("RGB")
+    assert img.size == (1400, 1000)
+    px = list(img.getdata())
+    nonwhite = sum(1 for p in px if p != (255, 255, 255))
+    act = sum(1 for p in px if abs(p[0] - 0x4e) + abs(p[1] - 0x79) + abs(p[2] - 0xa7) < 12)
+    return nonwhite / len(px), act / len(px)
+
+
+@pytest.mark.parametrize("which", ["fashion_cnn", "resnet50"])
+def test_page_renders(which, resnet, tmp_path):
+    model, batch = ((os.path.join(ROOT, "examples", "fashion_cnn.onnx"), 64)
+                    if which == "fashion_cnn" else (resnet, 8))
+    text, p, h = page(model, batch, tmp_path, "--policy", "liveness")
+    check_page(text, p, per_step=len(p["steps"]) <= 1180)
+    nonwhite, act = screenshot(h, str(tmp_path / "shot.png"))
+    assert nonwhite > 0.05, "the page rendered (almost) blank: %.3f non-white" % nonwhite
+    assert act > 0.003, "the activations band is not visible: %.4f of the pixels" % act
+
+
+def test_budget_on_scale(tmp_path):
+    """A budget near the arena is drawn as a line at its height, labelled."""
+    model = os.path.join(ROOT, "examples", "fashion_cnn.onnx")
+    text, p, _ = page(model, 64, tmp_path, "--policy", "liveness", "--budget", "40MiB")
+    assert "budget 40.0 MiB</text>" in text and "off scale" not in text
+    text, p, _ = page(model, 64, tmp_path, "--policy", "liveness")
+    assert "off scale" in text
+
+
+def test_deep_resnet_page_is_small(tmp_path):
+    model = str(tmp_path / "resnet2498.onnx")
+    r = run([PY, os.path.join(ROOT, "examples", "make_resnet.py"), "--blocks", "6,32,788,6",
+             "-o", model])
+    assert r.returncode == 0, r.stderr
+    text, p, h = page(model, 32, tmp_path, "--policy", "liveness", "--device", "k40c")
+    size = os.path.getsize(h)
+    assert size < 3 * 2**20, size
+    assert len(p["steps"]) > 30000
+    check_page(text, p, per_step=False)
+
+
+def test_bad_html_path():
+    model = os.path.join(ROOT, "examples", "fashion_cnn.onnx")
+    r = run([SNC, "plan", model, "--batch", "4", "--html", "/nonexistent/dir/x.html"])
+    assert r.returncode == 2 and "cannot write" in r.stderr and r.stderr.count("\n") == 1
