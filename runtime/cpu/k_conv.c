@@ -21,7 +21,6 @@
  * (which splits M/N, never K, for a fixed thread count); every other loop gives
  * each output plane or channel to one thread. */
 #include "kern.h"
-#include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -77,63 +76,130 @@ static inline void conv_range(int off, int sw, int w, int ow, int *o0, int *o1) 
   *o1 = (int)b;
 }
 
-/* col[r][img*ohw + oy*ow + ox] for the images [i0, i0+nb) of group g. */
-static void im2col(const snrt_conv_t *p, const conv_geo *q, const float *x, int i0, int nb,
-                   int g, float *col) {
-  const int64_t L = nb * q->ohw;
-#pragma omp parallel for collapse(2) schedule(static) if (q->ckk * L > KERN_PAR_MIN)
-  for (int64_t r = 0; r < q->ckk; r++)
-    for (int img = 0; img < nb; img++) {
-      int ci = (int)(r / q->khw), kk = (int)(r % q->khw), ki = kk / p->kw, kj = kk % p->kw;
-      const float *xp = x + ((int64_t)(i0 + img) * p->c + g * q->cg + ci) * q->hw;
-      float *cp = col + r * L + img * q->ohw;
-      int offx = kj * p->dw - p->pl, ox0, ox1;
-      conv_range(offx, p->sw, p->w, p->ow, &ox0, &ox1);
-      for (int oy = 0; oy < p->oh; oy++) {
-        int iy = oy * p->sh - p->pt + ki * p->dh;
-        float *row = cp + (int64_t)oy * p->ow;
-        if (iy < 0 || iy >= p->h) {
-          memset(row, 0, sizeof(float) * p->ow);
-          continue;
-        }
-        const float *xr = xp + (int64_t)iy * p->w + offx;
-        for (int ox = 0; ox < ox0; ox++) row[ox] = 0;
-        if (p->sw == 1)
-          memcpy(row + ox0, xr + ox0, sizeof(float) * (ox1 - ox0));
-        else
-          for (int ox = ox0; ox < ox1; ox++) row[ox] = xr[(int64_t)ox * p->sw];
-        for (int ox = ox1; ox < p->ow; ox++) row[ox] = 0;
-      }
+/* One kernel tap (ki, kj): the input offsets it reads at output (0, 0) and
+ * the output rows [oy0, oy1) and columns [ox0, ox1) whose input is inside
+ * the image (the rest reads padding). Computed once per call: the divisions
+ * in conv_range cost more than copying a row of a small plane. */
+typedef struct conv_tap {
+  int offy, offx, oy0, oy1, ox0, ox1;
+  int full;  /* strides 1 and ow == w: rows [oy0, oy1) are ONE contiguous run of x */
+} conv_tap;
+
+#define CONV_TAPS_MAX 256
+
+static void conv_taps(const snrt_conv_t *p, conv_tap *t) {
+  for (int ki = 0; ki < p->kh; ki++)
+    for (int kj = 0; kj < p->kw; kj++) {
+      conv_tap *e = &t[ki * p->kw + kj];
+      e->offy = ki * p->dh - p->pt;
+      e->offx = kj * p->dw - p->pl;
+      conv_range(e->offy, p->sh, p->h, p->oh, &e->oy0, &e->oy1);
+      conv_range(e->offx, p->sw, p->w, p->ow, &e->ox0, &e->ox1);
+      e->full = p->sw == 1 && p->sh == 1 && p->ow == p->w;
     }
 }
 
-/* dx planes of images [i0, i0+nb), group g = sum of the columns that read them. */
+/* The tap table on the stack, or (kernels over 16x16) on the heap. */
+static conv_tap *conv_taps_get(const snrt_conv_t *p, conv_tap *stack) {
+  int khw = p->kh * p->kw;
+  conv_tap *t = stack;
+  if (khw > CONV_TAPS_MAX) {
+    t = malloc(sizeof *t * (size_t)khw);
+    if (!t) {
+      fprintf(stderr, "snrt: out of host memory (conv taps)\n");
+      abort();
+    }
+  }
+  conv_taps(p, t);
+  return t;
+}
+
+static void conv_taps_put(conv_tap *t, conv_tap *stack) {
+  if (t != stack) free(t);
+}
+
+/* One image's column row for tap e of input plane xp into cp (oh*ow floats). */
+static inline void im2col_row(const snrt_conv_t *p, const conv_tap *e, const float *xp,
+                              float *cp) {
+  const int ow = p->ow, oy0 = e->oy0, oy1 = e->oy1, ox0 = e->ox0, ox1 = e->ox1;
+  if (oy0 > 0) memset(cp, 0, sizeof(float) * (size_t)oy0 * ow);
+  if (oy1 < p->oh) memset(cp + (int64_t)oy1 * ow, 0, sizeof(float) * (size_t)(p->oh - oy1) * ow);
+  if (oy1 <= oy0) return;
+  if (e->full) {
+    /* Rows oy0..oy1-1 read x rows oy+offy at columns ox+offx: with ow == w
+     * and stride 1 that is one run of x; the columns outside [ox0, ox1)
+     * read the neighbouring row there and are zeroed after. */
+    const int64_t n = (int64_t)(oy1 - oy0) * ow;
+    const float *src = xp + (int64_t)(oy0 * p->sh + e->offy) * p->w + e->offx;
+    float *dst = cp + (int64_t)oy0 * ow;
+    int64_t a = 0, b = n;
+    if (ox0 > 0) a = ox0;            /* the first row's head lies before src's row */
+    if (ox1 < ow) b = n - (ow - ox1); /* the last row's tail lies past it */
+    memcpy(dst + a, src + a, sizeof(float) * (size_t)(b - a));
+    if (ox0 > 0 || ox1 < ow)
+      for (int oy = oy0; oy < oy1; oy++) {
+        float *row = cp + (int64_t)oy * ow;
+        for (int ox = 0; ox < ox0; ox++) row[ox] = 0;
+        for (int ox = ox1; ox < ow; ox++) row[ox] = 0;
+      }
+    return;
+  }
+  for (int oy = oy0; oy < oy1; oy++) {
+    const float *xr = xp + (int64_t)(oy * p->sh + e->offy) * p->w + e->offx;
+    float *row = cp + (int64_t)oy * ow;
+    for (int ox = 0; ox < ox0; ox++) row[ox] = 0;
+    if (p->sw == 1)
+      memcpy(row + ox0, xr + ox0, sizeof(float) * (size_t)(ox1 - ox0));
+    else
+      for (int ox = ox0; ox < ox1; ox++) row[ox] = xr[(int64_t)ox * p->sw];
+    for (int ox = ox1; ox < ow; ox++) row[ox] = 0;
+  }
+}
+
+/* col[r][img*ohw + oy*ow + ox] for the images [i0, i0+nb) of group g.
+ * Threads own rows r of col (one tap of one channel, all images). */
+static void im2col(const snrt_conv_t *p, const conv_geo *q, const float *x, int i0, int nb,
+                   int g, float *col) {
+  const int64_t L = nb * q->ohw;
+  conv_tap stack[CONV_TAPS_MAX], *t = conv_taps_get(p, stack);
+#pragma omp parallel for schedule(static) if (q->ckk * L > KERN_PAR_MIN)
+  for (int64_t r = 0; r < q->ckk; r++) {
+    const int ci = (int)(r / q->khw);
+    const conv_tap *e = &t[r % q->khw];
+    const float *xp = x + ((int64_t)i0 * p->c + g * q->cg + ci) * q->hw;
+    float *cp = col + r * L;
+    for (int img = 0; img < nb; img++)
+      im2col_row(p, e, xp + (int64_t)img * p->c * q->hw, cp + img * q->ohw);
+  }
+  conv_taps_put(t, stack);
+}
+
+/* dx planes of images [i0, i0+nb), group g = sum of the columns that read
+ * them, taps in order. Threads own input planes. */
 static void col2im(const snrt_conv_t *p, const conv_geo *q, const float *col, int i0, int nb,
                    int g, float *dx) {
   const int64_t L = nb * q->ohw;
+  conv_tap stack[CONV_TAPS_MAX], *t = conv_taps_get(p, stack);
 #pragma omp parallel for collapse(2) schedule(static) if (q->ckk * L > KERN_PAR_MIN)
   for (int img = 0; img < nb; img++)
     for (int ci = 0; ci < q->cg; ci++) {
       float *dp = dx + ((int64_t)(i0 + img) * p->c + g * q->cg + ci) * q->hw;
       memset(dp, 0, sizeof(float) * q->hw);
-      for (int ki = 0; ki < p->kh; ki++)
-        for (int kj = 0; kj < p->kw; kj++) {
-          int64_t r = (int64_t)ci * q->khw + ki * p->kw + kj;
-          const float *cp = col + r * L + img * q->ohw;
-          int offx = kj * p->dw - p->pl, ox0, ox1;
-          conv_range(offx, p->sw, p->w, p->ow, &ox0, &ox1);
-          for (int oy = 0; oy < p->oh; oy++) {
-            int iy = oy * p->sh - p->pt + ki * p->dh;
-            if (iy < 0 || iy >= p->h) continue;
-            float *dr = dp + (int64_t)iy * p->w + offx;
-            const float *cr = cp + (int64_t)oy * p->ow;
-            if (p->sw == 1)
-              for (int ox = ox0; ox < ox1; ox++) dr[ox] += cr[ox];
-            else
-              for (int ox = ox0; ox < ox1; ox++) dr[(int64_t)ox * p->sw] += cr[ox];
-          }
+      for (int kk = 0; kk < q->khw; kk++) {
+        const conv_tap *e = &t[kk];
+        const float *cp = col + ((int64_t)ci * q->khw + kk) * L + img * q->ohw;
+        const int ox0 = e->ox0, ox1 = e->ox1;
+        for (int oy = e->oy0; oy < e->oy1; oy++) {
+          float *dr = dp + (int64_t)(oy * p->sh + e->offy) * p->w + e->offx;
+          const float *cr = cp + (int64_t)oy * p->ow;
+          if (p->sw == 1)
+            for (int ox = ox0; ox < ox1; ox++) dr[ox] += cr[ox];
+          else
+            for (int ox = ox0; ox < ox1; ox++) dr[(int64_t)ox * p->sw] += cr[ox];
         }
+      }
     }
+  conv_taps_put(t, stack);
 }
 
 /* Staging matrix tmp (kg x nb*ohw) <-> NCHW planes of group g. */
@@ -237,6 +303,8 @@ static void direct_bwd_filter(const snrt_conv_t *p, const conv_geo *q, const flo
       int ki = t / p->kw, kj = t % p->kw;
       int offx = kj * p->dw - p->pl, ox0, ox1;
       conv_range(offx, p->sw, p->w, p->ow, &ox0, &ox1);
+      /* Per row, KERN_LANES float lanes (fixed order, vectorized), added
+       * to the double total in row order. */
       double s = 0;
       for (int img = 0; img < p->n; img++) {
         const float *xp = x + ((int64_t)img * p->c + k / q->kg) * q->hw;
@@ -246,8 +314,15 @@ static void direct_bwd_filter(const snrt_conv_t *p, const conv_geo *q, const flo
           if (iy < 0 || iy >= p->h) continue;
           const float *xr = xp + (int64_t)iy * p->w + offx;
           const float *yr = yp + (int64_t)oy * p->ow;
+          float acc[KERN_LANES] = {0};
+          int ox = ox0;
+          if (p->sw == 1)
+            for (; ox + KERN_LANES <= ox1; ox += KERN_LANES)
+              for (int l = 0; l < KERN_LANES; l++) acc[l] += yr[ox + l] * xr[ox + l];
+          for (int l = 0; ox < ox1; ox++, l = (l + 1) % KERN_LANES)
+            acc[l] += yr[ox] * xr[(int64_t)ox * p->sw];
           float rs = 0;
-          for (int ox = ox0; ox < ox1; ox++) rs += yr[ox] * xr[(int64_t)ox * p->sw];
+          for (int l = 0; l < KERN_LANES; l++) rs += acc[l];
           s += rs;
         }
       }
@@ -268,7 +343,7 @@ void snrt_conv_fwd(snrt_ctx *c, const snrt_conv_t *p, const float *x, const floa
   if (q.one) {
     for (int img = 0; img < p->n; img++)
       for (int g = 0; g < p->group; g++)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, q.kg, (int)q.hw, q.cg, 1.0f,
+        kern_sgemm(0, 0, q.kg, (int)q.hw, q.cg, 1.0f,
                     w + (int64_t)g * q.kg * q.ckk, (int)q.ckk,
                     x + ((int64_t)img * p->c + g * q.cg) * q.hw, (int)q.hw, 0.0f,
                     y + ((int64_t)img * p->k + g * q.kg) * q.ohw, (int)q.ohw);
@@ -282,12 +357,12 @@ void snrt_conv_fwd(snrt_ctx *c, const snrt_conv_t *p, const float *x, const floa
       const float *wg = w + (int64_t)g * q.kg * q.ckk;
       im2col(p, &q, x, i0, cnt, g, q.col);
       if (q.batched) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, q.kg, L, (int)q.ckk, 1.0f, wg,
+        kern_sgemm(0, 0, q.kg, L, (int)q.ckk, 1.0f, wg,
                     (int)q.ckk, q.col, L, 0.0f, q.tmp, L);
         stage_to_nchw(p, &q, q.tmp, i0, cnt, g, b, y);
       } else {
         for (int img = 0; img < cnt; img++)
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, q.kg, (int)q.ohw, (int)q.ckk,
+          kern_sgemm(0, 0, q.kg, (int)q.ohw, (int)q.ckk,
                       1.0f, wg, (int)q.ckk, q.col + img * q.ohw, L, 0.0f,
                       y + ((int64_t)(i0 + img) * p->k + g * q.kg) * q.ohw, (int)q.ohw);
       }
@@ -307,7 +382,7 @@ void snrt_conv_bwd_data(snrt_ctx *c, const snrt_conv_t *p, const float *dy, cons
   if (q.one) {
     for (int img = 0; img < p->n; img++)
       for (int g = 0; g < p->group; g++)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, q.cg, (int)q.hw, q.kg, 1.0f,
+        kern_sgemm(1, 0, q.cg, (int)q.hw, q.kg, 1.0f,
                     w + (int64_t)g * q.kg * q.ckk, (int)q.ckk,
                     dy + ((int64_t)img * p->k + g * q.kg) * q.ohw, (int)q.ohw, 0.0f,
                     dx + ((int64_t)img * p->c + g * q.cg) * q.hw, (int)q.hw);
@@ -320,11 +395,11 @@ void snrt_conv_bwd_data(snrt_ctx *c, const snrt_conv_t *p, const float *dy, cons
       const float *wg = w + (int64_t)g * q.kg * q.ckk;
       if (q.batched) {
         nchw_to_stage(p, &q, dy, i0, cnt, g, q.tmp);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)q.ckk, L, q.kg, 1.0f, wg,
+        kern_sgemm(1, 0, (int)q.ckk, L, q.kg, 1.0f, wg,
                     (int)q.ckk, q.tmp, L, 0.0f, q.col, L);
       } else {
         for (int img = 0; img < cnt; img++)
-          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)q.ckk, (int)q.ohw, q.kg,
+          kern_sgemm(1, 0, (int)q.ckk, (int)q.ohw, q.kg,
                       1.0f, wg, (int)q.ckk,
                       dy + ((int64_t)(i0 + img) * p->k + g * q.kg) * q.ohw, (int)q.ohw, 0.0f,
                       q.col + img * q.ohw, L);
@@ -345,7 +420,7 @@ void snrt_conv_bwd_filter(snrt_ctx *c, const snrt_conv_t *p, const float *x, con
   if (q.one) {
     for (int g = 0; g < p->group; g++)
       for (int img = 0; img < p->n; img++)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, q.kg, q.cg, (int)q.hw, 1.0f,
+        kern_sgemm(0, 1, q.kg, q.cg, (int)q.hw, 1.0f,
                     dy + ((int64_t)img * p->k + g * q.kg) * q.ohw, (int)q.ohw,
                     x + ((int64_t)img * p->c + g * q.cg) * q.hw, (int)q.hw,
                     img == 0 ? 0.0f : 1.0f, dw + (int64_t)g * q.kg * q.ckk, (int)q.ckk);
@@ -359,11 +434,11 @@ void snrt_conv_bwd_filter(snrt_ctx *c, const snrt_conv_t *p, const float *x, con
       im2col(p, &q, x, i0, cnt, g, q.col);
       if (q.batched) {
         nchw_to_stage(p, &q, dy, i0, cnt, g, q.tmp);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, q.kg, (int)q.ckk, L, 1.0f, q.tmp,
+        kern_sgemm(0, 1, q.kg, (int)q.ckk, L, 1.0f, q.tmp,
                     L, q.col, L, i0 == 0 ? 0.0f : 1.0f, dwg, (int)q.ckk);
       } else {
         for (int img = 0; img < cnt; img++)
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, q.kg, (int)q.ckk, (int)q.ohw,
+          kern_sgemm(0, 1, q.kg, (int)q.ckk, (int)q.ohw,
                       1.0f, dy + ((int64_t)(i0 + img) * p->k + g * q.kg) * q.ohw, (int)q.ohw,
                       q.col + img * q.ohw, L, (i0 == 0 && img == 0) ? 0.0f : 1.0f, dwg,
                       (int)q.ckk);
@@ -377,13 +452,8 @@ void snrt_conv_bwd_bias(snrt_ctx *c, const snrt_conv_t *p, const float *dy, floa
   const int64_t ohw = (int64_t)p->oh * p->ow;
 #pragma omp parallel for schedule(static) if ((int64_t)p->n * p->k * ohw > KERN_PAR_MIN)
   for (int k = 0; k < p->k; k++) {
-    double s = 0;
-    for (int img = 0; img < p->n; img++) {
-      const float *yp = dy + ((int64_t)img * p->k + k) * ohw;
-      float rs = 0;
-      for (int64_t j = 0; j < ohw; j++) rs += yp[j];
-      s += rs;
-    }
-    db[k] = (float)s;
+    double acc[KERN_LANES] = {0};
+    for (int img = 0; img < p->n; img++) kern_lsum(acc, dy + ((int64_t)img * p->k + k) * ohw, ohw);
+    db[k] = (float)kern_lanes_total(acc);
   }
 }

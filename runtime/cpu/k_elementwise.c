@@ -258,14 +258,24 @@ void snrt_binary_bwd(snrt_ctx *c, const snrt_binary_t *p, const float *a, const 
       bin_grad_reduce(&s, p->kind, which, ns[which], dy, a, b, 1.0f, out);
       continue;
     }
-    /* Not broadcast: one gradient element per output element. */
+    /* Not broadcast: one gradient element per output element. Add and Sub
+     * read neither input (the emitter passes NULL for them). */
     const int64_t ia = s.s[1][s.rank - 1], ib = s.s[2][s.rank - 1], ix = s.s[x][s.rank - 1];
     const int kind = p->kind;
+    if (kind == SNRT_ADD || kind == SNRT_SUB) {
+      const float sg = (kind == SNRT_SUB && which) ? -1.0f : 1.0f;
+#pragma omp parallel for schedule(static) if (p->n > KERN_PAR_MIN)
+      for (int64_t r = 0; r < rows; r++) {
+        int64_t o[3];
+        bshape_row(&s, r, o);
+        for (int64_t j = 0; j < inner; j++) out[o[x] + j * ix] = sg * dy[o[0] + j];
+      }
+      continue;
+    }
 #pragma omp parallel for schedule(static) if (p->n > KERN_PAR_MIN)
     for (int64_t r = 0; r < rows; r++) {
       int64_t o[3];
       bshape_row(&s, r, o);
-      /* Add/Sub gradients read neither operand: the compiler passes NULL. */
       for (int64_t j = 0; j < inner; j++)
         out[o[x] + j * ix] = bin_grad(kind, which, dy[o[0] + j], a ? a[o[1] + j * ia] : 0.0f,
                                       b ? b[o[2] + j * ib] : 0.0f);

@@ -8,7 +8,6 @@
  * threads, never K, so results depend only on the thread count.
  * Not here: convolution GEMMs (k_conv.c). */
 #include "kern.h"
-#include <cblas.h>
 
 void snrt_matmul(snrt_ctx *c, const snrt_mm_t *p, const float *a, const float *b, float *y) {
   (void)c;
@@ -22,8 +21,8 @@ void snrt_matmul(snrt_ctx *c, const snrt_mm_t *p, const float *a, const float *b
         for (int64_t j = 0; j < p->m * p->n; j++) yi[j] *= p->beta;
       continue;
     }
-    cblas_sgemm(CblasRowMajor, p->trans_a ? CblasTrans : CblasNoTrans,
-                p->trans_b ? CblasTrans : CblasNoTrans, (int)p->m, (int)p->n, (int)p->k, p->alpha,
+    kern_sgemm(p->trans_a,
+                p->trans_b, (int)p->m, (int)p->n, (int)p->k, p->alpha,
                 a + i * p->stride_a, lda, b + i * p->stride_b, ldb, p->beta, yi, (int)p->n);
   }
 }

@@ -32,20 +32,12 @@ void snrt_bn_fwd_train(snrt_ctx *c, const snrt_bn_t *p, const float *x, const fl
   const double cnt = (double)p->n * p->hw;
 #pragma omp parallel for schedule(static) if (p->n * p->hw * p->c > KERN_PAR_MIN)
   for (int ch = 0; ch < p->c; ch++) {
-    double s = 0;
-    for (int i = 0; i < p->n; i++) {
-      const float *xp = x + ((int64_t)i * p->c + ch) * p->hw;
-      for (int64_t j = 0; j < p->hw; j++) s += xp[j];
-    }
-    double mean = s / cnt, q = 0;
-    for (int i = 0; i < p->n; i++) {
-      const float *xp = x + ((int64_t)i * p->c + ch) * p->hw;
-      for (int64_t j = 0; j < p->hw; j++) {
-        double d = xp[j] - mean;
-        q += d * d;
-      }
-    }
-    double var = q / cnt;
+    double acc[KERN_LANES] = {0}, accq[KERN_LANES] = {0};
+    for (int i = 0; i < p->n; i++) kern_lsum(acc, x + ((int64_t)i * p->c + ch) * p->hw, p->hw);
+    double mean = kern_lanes_total(acc) / cnt;
+    for (int i = 0; i < p->n; i++)
+      kern_lsqdev(accq, x + ((int64_t)i * p->c + ch) * p->hw, mean, p->hw);
+    double q = kern_lanes_total(accq), var = q / cnt;
     float fm = (float)mean, fi = (float)(1.0 / sqrt(var + p->eps));
     smean[ch] = fm;
     sinvstd[ch] = fi;
@@ -80,15 +72,23 @@ void snrt_bn_bwd(snrt_ctx *c, const snrt_bn_t *p, const float *x, const float *d
 #pragma omp parallel for schedule(static) if (p->n * p->hw * p->c > KERN_PAR_MIN)
   for (int ch = 0; ch < p->c; ch++) {
     const float mean = smean[ch], inv = sinvstd[ch];
-    double sg = 0, sgx = 0;
+    /* Lane sums (kern.h): fixed order, vectorized. */
+    double ag[KERN_LANES] = {0}, agx[KERN_LANES] = {0};
     for (int i = 0; i < p->n; i++) {
       const float *xp = x + ((int64_t)i * p->c + ch) * p->hw;
       const float *gp = dy + ((int64_t)i * p->c + ch) * p->hw;
-      for (int64_t j = 0; j < p->hw; j++) {
-        sg += gp[j];
-        sgx += (double)gp[j] * (xp[j] - mean);
+      int64_t j = 0;
+      for (; j + KERN_LANES <= p->hw; j += KERN_LANES)
+        for (int l = 0; l < KERN_LANES; l++) {
+          ag[l] += gp[j + l];
+          agx[l] += (double)gp[j + l] * (xp[j + l] - mean);
+        }
+      for (int l = 0; j < p->hw; j++, l++) {
+        ag[l] += gp[j];
+        agx[l] += (double)gp[j] * (xp[j] - mean);
       }
     }
+    const double sg = kern_lanes_total(ag), sgx = kern_lanes_total(agx);
     if (dbias) dbias[ch] = (float)sg;
     if (dscale) dscale[ch] = (float)(sgx * inv);
     if (!dx) continue;

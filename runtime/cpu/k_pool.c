@@ -35,10 +35,39 @@ static inline int64_t max_index(const snrt_pool_t *p, const float *xp, int oy, i
   return best_i;
 }
 
+/* The common 2x2 stride-2 window with no padding, every window inside the
+ * input: the same first-maximum rule as max_index, on the four elements in
+ * row order, with no bounds checks. Index 0..3 = (0,0) (0,1) (1,0) (1,1). */
+static inline int pool22(const snrt_pool_t *p) {
+  return p->kh == 2 && p->kw == 2 && p->sh == 2 && p->sw == 2 && p->pt == 0 && p->pl == 0 &&
+         p->dh == 1 && p->dw == 1 && 2 * p->oh <= p->h && 2 * p->ow <= p->w;
+}
+
+/* Written with selects, not branches, so loops over ox vectorize. */
+static inline int max4(const float *r0, const float *r1, float *out) {
+  float best = r0[0], v;
+  int bi = 0, t;
+  v = r0[1]; t = (v > best) | (v != v); best = t ? v : best; bi = t ? 1 : bi;
+  v = r1[0]; t = (v > best) | (v != v); best = t ? v : best; bi = t ? 2 : bi;
+  v = r1[1]; t = (v > best) | (v != v); best = t ? v : best; bi = t ? 3 : bi;
+  *out = best;
+  return bi;
+}
+
 void snrt_maxpool_fwd(snrt_ctx *c, const snrt_pool_t *p, const float *x, float *y) {
   (void)c;
   const int64_t hw = (int64_t)p->h * p->w, ohw = (int64_t)p->oh * p->ow;
   const int64_t planes = (int64_t)p->n * p->c;
+  if (pool22(p)) {
+#pragma omp parallel for schedule(static) if (planes * hw > KERN_PAR_MIN)
+    for (int64_t pl = 0; pl < planes; pl++)
+      for (int oy = 0; oy < p->oh; oy++) {
+        const float *r0 = x + pl * hw + (int64_t)2 * oy * p->w, *r1 = r0 + p->w;
+        float *yr = y + pl * ohw + (int64_t)oy * p->ow;
+        for (int ox = 0; ox < p->ow; ox++) max4(r0 + 2 * ox, r1 + 2 * ox, &yr[ox]);
+      }
+    return;
+  }
 #pragma omp parallel for schedule(static) if (planes * hw > KERN_PAR_MIN)
   for (int64_t pl = 0; pl < planes; pl++) {
     const float *xp = x + pl * hw;
@@ -56,6 +85,45 @@ void snrt_maxpool_bwd(snrt_ctx *c, const snrt_pool_t *p, const float *x, const f
   (void)c;
   const int64_t hw = (int64_t)p->h * p->w, ohw = (int64_t)p->oh * p->ow;
   const int64_t planes = (int64_t)p->n * p->c;
+  if (pool22(p)) {
+    /* Windows do not overlap: each covered input gets its gradient or 0,
+     * written without branches; only an odd last row/column needs the
+     * memset. */
+    const int cover = 2 * p->oh == p->h && 2 * p->ow == p->w;
+#pragma omp parallel for schedule(static) if (planes * hw > KERN_PAR_MIN)
+    for (int64_t pl = 0; pl < planes; pl++) {
+      float *dp = dx + pl * hw;
+      if (!cover) memset(dp, 0, sizeof(float) * hw);
+      for (int oy = 0; oy < p->oh; oy++) {
+        const float *restrict r0 = x + pl * hw + (int64_t)2 * oy * p->w;
+        const float *restrict r1 = r0 + p->w;
+        const float *restrict gr = dy + pl * ohw + (int64_t)oy * p->ow;
+        float *restrict d0 = dp + (int64_t)2 * oy * p->w;
+        float *restrict d1 = d0 + p->w;
+        const int ow = p->ow;
+        for (int ox = 0; ox < ow; ox++) {
+          /* max4's rule unrolled: t1..t3 say whether b, c, d replace the
+           * best so far; the gradient goes where the last replacement (or a)
+           * is, the others get +0 (bit masks: no branches, so it vectorizes). */
+          const float a = r0[2 * ox], b = r0[2 * ox + 1], c2 = r1[2 * ox], d = r1[2 * ox + 1];
+          uint32_t g;
+          memcpy(&g, &gr[ox], 4);
+          const uint32_t t1 = (b > a) | (b != b);
+          const float m1 = t1 ? b : a;
+          const uint32_t t2 = (c2 > m1) | (c2 != c2);
+          const float m2 = t2 ? c2 : m1;
+          const uint32_t t3 = (d > m2) | (d != d);
+          const uint32_t w3 = t3, w2 = t2 & ~t3, w1 = t1 & ~t2 & ~t3, w0 = ~(t1 | t2 | t3) & 1;
+          uint32_t o0 = g & -w0, o1 = g & -w1, o2 = g & -w2, o3 = g & -w3;
+          memcpy(&d0[2 * ox], &o0, 4);
+          memcpy(&d0[2 * ox + 1], &o1, 4);
+          memcpy(&d1[2 * ox], &o2, 4);
+          memcpy(&d1[2 * ox + 1], &o3, 4);
+        }
+      }
+    }
+    return;
+  }
 #pragma omp parallel for schedule(static) if (planes * hw > KERN_PAR_MIN)
   for (int64_t pl = 0; pl < planes; pl++) {
     const float *xp = x + pl * hw, *gp = dy + pl * ohw;

@@ -91,6 +91,12 @@ static void test_conv(void) {
   conv_case("c=1 first layer", 3, 1, 6, 6, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 3);
   conv_case("7x7 s2 p3",       2, 3, 9, 9, 4, 7, 7, 2, 2, 3, 3, 3, 3, 1, 1, 1, 2);
   conv_case("5x5 pad 0 > k",   2, 2, 4, 4, 3, 5, 5, 1, 1, 2, 2, 2, 2, 1, 1, 1, 2);
+  /* The contiguous-run im2col path (strides 1, ow == w) with dilation, and
+   * the 1x1 / 2x2 planes of a 32x32 ResNet's last stage. */
+  conv_case("3x3 d2 p2 same",  2, 3, 7, 7, 4, 3, 3, 1, 1, 2, 2, 2, 2, 2, 2, 1, 2);
+  conv_case("3x3 on 1x1",      3, 4, 1, 1, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 3);
+  conv_case("3x3 s2 on 2x2",   3, 4, 2, 2, 5, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1, 2);
+  conv_case("3x5 p1,2 same",   2, 3, 4, 6, 4, 3, 5, 1, 1, 1, 2, 1, 2, 1, 1, 1, 2);
 }
 
 /* ---- pooling ------------------------------------------------------------------ */
@@ -195,6 +201,8 @@ static void test_pool(void) {
   pool_case("maxpool 3s2p1", 1, 2, 3, 7, 3, 2, 1, 1, 0, 0, 1);
   pool_case("maxpool ceil",  1, 2, 2, 6, 3, 2, 0, 0, 1, 0, 1);
   pool_case("maxpool 2s2",   1, 2, 3, 6, 2, 2, 0, 0, 0, 0, 1);
+  pool_case("maxpool 2s2 odd", 1, 2, 3, 7, 2, 2, 0, 0, 0, 0, 1); /* fast path, last row/col unread */
+  pool_case("maxpool 2s2 ceil", 1, 1, 2, 7, 2, 2, 0, 0, 1, 0, 1); /* last window clipped: generic */
   pool_case("maxpool dil2",  1, 1, 2, 8, 3, 1, 2, 2, 0, 0, 2);
   pool_case("avg cip ceil",  0, 2, 2, 6, 3, 2, 1, 1, 1, 1, 1);
   pool_case("avg nocip ceil",0, 2, 2, 6, 3, 2, 1, 1, 1, 0, 1);
