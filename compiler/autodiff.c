@@ -151,8 +151,10 @@ static void bwd1(Graph *g, int node, OpKind op, const char *suffix, int x, int n
 void grad_conv(Graph *g, int node) {
   Node n = g->n[node];
   int d = dy(g, &n, 0);
-  if (need(&n, 0)) bwd1(g, node, OP_CONV_BWD_DATA, "bwd_data", n.in[0], 2, (int[]){d, n.in[1]}, n.p);
+  /* Filter gradient first: it is the last reader of x, so x can die before dx
+   * is allocated (one activation less at the step's peak). */
   if (need(&n, 1)) bwd1(g, node, OP_CONV_BWD_FILTER, "bwd_filter", n.in[1], 2, (int[]){n.in[0], d}, n.p);
+  if (need(&n, 0)) bwd1(g, node, OP_CONV_BWD_DATA, "bwd_data", n.in[0], 2, (int[]){d, n.in[1]}, n.p);
   if (need(&n, 2)) bwd1(g, node, OP_CONV_BWD_BIAS, "bwd_bias", n.in[2], 1, &d, n.p);
 }
 

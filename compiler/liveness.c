@@ -240,6 +240,74 @@ void liveness_compute(const Graph *g, Plan *pl) {
   liveness_lifetimes(g, pl);
 }
 
+/* Elementwise forward ops whose output may overwrite their input 0 (the
+ * kernels promise it: runtime/snrt.h, "In place"). */
+static bool inplace_forward(OpKind op) {
+  switch (op) {
+  case OP_RELU: case OP_LEAKYRELU: case OP_SIGMOID: case OP_TANH: case OP_CLIP:
+  case OP_DROPOUT: case OP_BN_SAVED: case OP_BN_INFER: return true;
+  default: return false;
+  }
+}
+
+/* After recomputation and offload: an elementwise step whose input instance
+ * dies at that step writes its output over it (the classic in-place ReLU,
+ * also for recompute and eval steps). The output instance disappears; the
+ * instance array is compacted and lifetimes recomputed. */
+void liveness_inplace(const Graph *g, Plan *pl) {
+  Route *r = pl->route;
+  int n = pl->ninst;
+  int *repl = xmalloc(sizeof(int) * (size_t)(n ? n : 1));
+  for (int i = 0; i < n; i++) repl[i] = i;
+  int merged = 0;
+  for (int s = 0; s < r->ns; s++) {
+    Step *st = &r->s[s];
+    if (st->node < 0 || !inplace_forward(g->n[st->node].op) || st->nin < 1 || st->nout != 1) continue;
+    int a = st->in[0], b = st->out[0];
+    if (a < 0 || b < 0) continue;
+    a = repl[a];
+    const Instance *ia = &pl->inst[a], *ib = &pl->inst[b];
+    if (a == b || ia->persistent || ib->persistent || ia->host || ib->host) continue;
+    if (ia->bytes != ib->bytes || ia->last != s || ib->first != s || ia->tensor < 0 || ib->tensor < 0) continue;
+    const Tensor *ta = &g->t[ia->tensor], *tb = &g->t[ib->tensor];
+    if (ta->kind == TK_INPUT || ta->kind == TK_LABEL || tb->kind == TK_LOSS ||
+        ib->tensor == g->eval_output || ta->dtype != tb->dtype)
+      continue;
+    bool other = false;   /* the input must not be read twice by this step */
+    for (int k = 1; k < st->nin; k++) other |= st->in[k] >= 0 && repl[st->in[k]] == a;
+    if (other) continue;
+    repl[b] = a;
+    pl->inst[a].last = ib->last;   /* provisional; recomputed below */
+    merged++;
+  }
+  if (merged) {
+    /* Compact: drop merged instances, renumber every reference. */
+    int *newi = xmalloc(sizeof(int) * (size_t)n), m = 0;
+    for (int i = 0; i < n; i++) newi[i] = repl[i] == i ? m++ : -1;
+    for (int i = 0; i < n; i++) {
+      int root = i;
+      while (repl[root] != root) root = repl[root];
+      newi[i] = newi[root];
+    }
+    for (int i = 0, j = 0; i < n; i++)
+      if (repl[i] == i) pl->inst[j++] = pl->inst[i];
+    pl->ninst = m;
+#define RENUM(x) do { if ((x) >= 0) (x) = newi[x]; } while (0)
+    for (int s = 0; s < r->ns; s++) {
+      Step *st = &r->s[s];
+      for (int k = 0; k < st->nin; k++) RENUM(st->in[k]);
+      for (int k = 0; k < st->nout; k++) RENUM(st->out[k]);
+      for (int k = 0; k < st->nkeep; k++) RENUM(st->keep[k]);
+      RENUM(st->ws);
+    }
+    for (int t = 0; t < g->nt; t++) RENUM(pl->tensor_inst[t]);
+#undef RENUM
+    free(newi);
+    liveness_lifetimes(g, pl);
+  }
+  free(repl);
+}
+
 void liveness_dump(const Graph *g, const Plan *pl, FILE *f) {
   fprintf(f, "liveness: %d instances over %d steps; persistent %s, peak live %s\n",
           pl->ninst, pl->route->ns, fmt_bytes(pl->persistent_bytes),

@@ -22,9 +22,9 @@
  * stalls compute, and the estimate counts that time (Plan.exposed_seconds).
  *
  * max_lead (0: no limit) caps how many steps a copy may run ahead of the
- * compute that waits for it: memory-centric plans (superneurons) wait at the
- * next step and prefetch just before the reader, trading exposed transfer
- * time for the smallest footprint.
+ * compute that waits for it; max_lead < 0 makes copies synchronous (compute
+ * waits right after issuing each one): memory-centric plans trade exposed
+ * transfer time for the smallest footprint.
  *
  * Not here: which tensors to offload (plan.c decides per policy).
  */
@@ -145,22 +145,24 @@ int offload_plan(Graph *g, Plan *pl, const bool *sel, const DeviceProfile *dev, 
     int a = lastf[i], b = reads[i][0];
     /* Offload wait: after the first step s in (a, b) with tau of compute in (a, s]. */
     int sw = a + 1;
-    while (sw < b - 2 && P[sw + 1] - P[a + 1] < tau && (!max_lead || sw < a + max_lead)) sw++;
-    double exposed = tau - (P[sw + 1] - P[a + 1]);
+    while (max_lead >= 0 && sw < b - 2 && P[sw + 1] - P[a + 1] < tau && (!max_lead || sw < a + max_lead))
+      sw++;
+    double exposed = max_lead < 0 ? tau : tau - (P[sw + 1] - P[a + 1]);
     if (exposed < 0) exposed = 0;
     /* Trips back: one, or (memory-centric) one per cluster of readers whose
      * gaps are longer than a prefetch's lead, so the copy does not sit on
      * the device between them. */
-    Copy c = {.tensor = in->tensor, .dev = i, .s_last_fwd = a, .s_wait = sw};
+    Copy c = {.tensor = in->tensor, .dev = i, .s_last_fwd = a, .s_wait = max_lead < 0 ? -1 : sw};
     int lo = sw + 1;    /* a prefetch goes after the offload's wait */
     for (int k = 0; k < nreads[i];) {
       int f = reads[i][k], l = f;
       k++;
-      while (k < nreads[i] && (!max_lead || reads[i][k] - l <= 2 * max_lead + 1)) l = reads[i][k++];
+      int gap = max_lead < 0 ? 1 : 2 * max_lead + 1;   /* readers this close share a trip */
+      while (k < nreads[i] && (!max_lead || reads[i][k] - l <= gap)) l = reads[i][k++];
       /* Before step p in [lo, f]: as late as leaves tau of compute in [p, f),
        * and no earlier than max_lead steps before the reader. */
       int p = f;
-      while (p > lo && P[f] - P[p] < tau && (!max_lead || p > f - max_lead)) p--;
+      while (max_lead >= 0 && p > lo && P[f] - P[p] < tau && (!max_lead || p > f - max_lead)) p--;
       double e = tau - (P[f] - P[p]);
       if (e > 0) exposed += e;
       c.trip = xrealloc(c.trip, sizeof(Trip) * (size_t)(c.ntrip + 1));
@@ -238,6 +240,8 @@ int offload_plan(Graph *g, Plan *pl, const bool *sel, const DeviceProfile *dev, 
       Copy *x = &cp[after[s][k].copy];
       Step off = {.kind = SK_OFFLOAD, .node = -1, .tensor = x->tensor, .nin = 1, .nout = 1,
                   .in = &x->dev, .out = &x->host, .ws = -1, .event = x->ev_off};
+      if (x->s_wait < 0)   /* synchronous: wait right after issuing */
+        off.wait = &x->ev_off, off.nwait = 1, off.keep = &x->dev, off.nkeep = 1;
       push(r, &off);
     }
     if (s == old->train_steps - 1) r->train_steps = r->ns;
@@ -249,9 +253,11 @@ int offload_plan(Graph *g, Plan *pl, const bool *sel, const DeviceProfile *dev, 
    * through the last one). */
   for (int c = 0; c < nc; c++) {
     Copy *x = &cp[c];
-    Step *w = &r->s[newidx[x->s_wait]];
-    add_int(&w->wait, &w->nwait, x->ev_off);
-    add_int(&w->keep, &w->nkeep, x->dev);
+    if (x->s_wait >= 0) {
+      Step *w = &r->s[newidx[x->s_wait]];
+      add_int(&w->wait, &w->nwait, x->ev_off);
+      add_int(&w->keep, &w->nkeep, x->dev);
+    }
     for (int k = 0; k < x->ntrip; k++) {
       Step *v = &r->s[newidx[x->trip[k].first] - 1];
       add_int(&v->wait, &v->nwait, x->trip[k].ev);

@@ -105,6 +105,9 @@ static Plan *plan_once(Graph *g, const PlanOpts *o, const DeviceProfile *dev, Po
   if (recompute_target >= 0)
     recompute_plan(g, pl, recompute_target ? recompute_target : layer_peak, sel ? 2 : INT32_MAX);
   if (sel) offload_plan(g, pl, sel, dev, hidden_only, lead);
+  /* In-place elementwise steps pay where recomputed and prefetched copies
+   * are short-lived; the plain liveness plan is left as packed. */
+  if (recompute_target >= 0 || sel) liveness_inplace(g, pl);
   pl->baseline_bytes = baseline;
   offsets_assign(pl, planned != POL_NONE);
   offsets_host(pl);
@@ -158,7 +161,7 @@ static Plan *plan_auto(Graph *g, const PlanOpts *o, const DeviceProfile *dev, in
       /* Last resort: the smallest footprint (recompute as memory-centric as
        * the layer peak asks). */
       plan_free(fit);
-      fit = plan_once(g, o, dev, POL_SUPERNEURONS, 0, acts, false, 1);
+      fit = plan_once(g, o, dev, POL_SUPERNEURONS, 0, acts, false, -1);
       if (fit->arena_bytes < *smallest) *smallest = fit->arena_bytes;
       if (fit->arena_bytes > budget) plan_free(fit), fit = NULL;
       lo = hi;
@@ -203,7 +206,7 @@ static Plan *build(Graph *g, const PlanOpts *o, int64_t *smallest) {
      * outputs and the checkpoints recomputation keeps) offloaded, waits at
      * the next step: the smallest footprint. */
     bool *sel = offload_candidates(g);
-    Plan *pl = plan_once(g, o, dev, POL_SUPERNEURONS, 0, sel, false, 1);
+    Plan *pl = plan_once(g, o, dev, POL_SUPERNEURONS, 0, sel, false, -1);
     free(sel);
     return pl;
   }

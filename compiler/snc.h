@@ -412,6 +412,8 @@ Plan *plan_build(Graph *g, const PlanOpts *o);
 void liveness_compute(const Graph *g, Plan *pl);
 void liveness_assign(const Graph *g, Plan *pl);
 void liveness_lifetimes(const Graph *g, Plan *pl);
+/* Elementwise steps write over an input that dies there (after the other passes). */
+void liveness_inplace(const Graph *g, Plan *pl);
 /* An instance's name (its tensor's, or "NODE/workspace") and kind name. */
 const char *plan_inst_name(const Graph *g, const Plan *pl, int inst);
 const char *plan_inst_kind(const Graph *g, const Plan *pl, int inst);

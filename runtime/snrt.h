@@ -20,9 +20,11 @@
  *
  * In place: the planner may pass the same pointer for dx and dy to
  * snrt_unary_bwd, snrt_bn_bwd (which must read a channel's dy fully before
- * writing its dx) and snrt_dropout_bwd, and for y and a to snrt_add. Their
- * implementations must not declare those pointers restrict, and must give the
- * same bits in place as out of place.
+ * writing its dx) and snrt_dropout_bwd, for y and a to snrt_add, and for y
+ * and x to snrt_unary_fwd, snrt_dropout_fwd, snrt_bn_fwd_saved and
+ * snrt_bn_fwd_infer (elementwise). Their implementations must not declare
+ * those pointers restrict, and must give the same bits in place as out of
+ * place.
  */
 #ifndef SNRT_H
 #define SNRT_H

@@ -138,12 +138,12 @@ static void train_step_0(snrt_ctx *c) {
   /*    32 update    SGD                features.5.bias/sgd  live 18.7 MiB */
   snrt_sgd(c, &P26, F(0x12c00), F(0x7cf300), F(0x19c800));
   snrt_dead(c, 0x7cf300, 256);
-  /*    33 backward  CONV_BWD_DATA      /features/features.4/Conv/bwd_data  live 24.1 MiB */
-  snrt_conv_bwd_data(c, &P4, F(0x171f200), F(0xa00), F(0x140f200), F(0x7cf200));
-  snrt_dead(c, 0x7cf200, 4064256);
-  /*    34 backward  CONV_BWD_FILTER    /features/features.4/Conv/bwd_filter  live 24.2 MiB */
+  /*    33 backward  CONV_BWD_FILTER    /features/features.4/Conv/bwd_filter  live 22.7 MiB */
   snrt_conv_bwd_filter(c, &P4, F(0x1a2f200), F(0x171f200), F(0xbaf600), F(0x7cf200));
   snrt_dead(c, 0x1a2f200, 1605632);
+  snrt_dead(c, 0x7cf200, 4064256);
+  /*    34 backward  CONV_BWD_DATA      /features/features.4/Conv/bwd_data  live 22.7 MiB */
+  snrt_conv_bwd_data(c, &P4, F(0x171f200), F(0xa00), F(0x140f200), F(0x7cf200));
   snrt_dead(c, 0x7cf200, 4064256);
   /*    35 backward  CONV_BWD_BIAS      /features/features.4/Conv/bwd_bias  live 18.8 MiB */
   snrt_conv_bwd_bias(c, &P4, F(0x171f200), F(0x7cf200));

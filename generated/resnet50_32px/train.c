@@ -836,10 +836,10 @@ static void train_step_0(snrt_ctx *c) {
   /*   188 update    SGD                layer4.2.3.bn.bias/sgd  live 193.0 MiB */
   snrt_sgd(c, &P182, F(0x59daf00), F(0xb3b8200), F(0x5a0b100));
   snrt_dead(c, 0xb3b8200, 8192);
-  /*   189 backward  CONV_BWD_DATA      layer4.2.3.conv/bwd_data  live 193.0 MiB */
-  snrt_conv_bwd_data(c, &P168, F(0xb7b6200), F(0x55d8f00), F(0xc9e2200), NULL);
-  /*   190 backward  CONV_BWD_FILTER    layer4.2.3.conv/bwd_filter  live 197.0 MiB */
+  /*   189 backward  CONV_BWD_FILTER    layer4.2.3.conv/bwd_filter  live 197.0 MiB */
   snrt_conv_bwd_filter(c, &P168, F(0xb7ca200), F(0xb7b6200), F(0xb3b6200), NULL);
+  /*   190 backward  CONV_BWD_DATA      layer4.2.3.conv/bwd_data  live 197.0 MiB */
+  snrt_conv_bwd_data(c, &P168, F(0xb7b6200), F(0x55d8f00), F(0xc9e2200), NULL);
   snrt_dead(c, 0xb7b6200, 65536);
   /*   191 update    SGD                layer4.2.3.conv.weight/sgd  live 197.0 MiB */
   snrt_sgd(c, &P183, F(0x55d8f00), F(0xb3b6200), F(0x5a0d100));
@@ -858,11 +858,11 @@ static void train_step_0(snrt_ctx *c) {
   /*   195 update    SGD                layer4.2.2.bn.bias/sgd  live 192.9 MiB */
   snrt_sgd(c, &P185, F(0x55d7700), F(0xb3b6a00), F(0x5e0d900));
   snrt_dead(c, 0xb3b6a00, 2048);
-  /*   196 backward  CONV_BWD_DATA      layer4.2.2.conv/bwd_data  live 193.1 MiB */
-  snrt_conv_bwd_data(c, &P165, F(0xc9e2200), F(0x4cd6f00), F(0xc9e6200), F(0xb3b6200));
-  snrt_dead(c, 0xb3b6200, 147456);
-  /*   197 backward  CONV_BWD_FILTER    layer4.2.2.conv/bwd_filter  live 202.1 MiB */
+  /*   196 backward  CONV_BWD_FILTER    layer4.2.2.conv/bwd_filter  live 202.1 MiB */
   snrt_conv_bwd_filter(c, &P165, F(0xc9de200), F(0xc9e2200), F(0xb3b6200), F(0xc3f6200));
+  snrt_dead(c, 0xc3f6200, 147456);
+  /*   197 backward  CONV_BWD_DATA      layer4.2.2.conv/bwd_data  live 202.1 MiB */
+  snrt_conv_bwd_data(c, &P165, F(0xc9e2200), F(0x4cd6f00), F(0xc9e6200), F(0xc3f6200));
   snrt_dead(c, 0xc9e2200, 16384);
   snrt_dead(c, 0xc3f6200, 147456);
   /*   198 update    SGD                layer4.2.2.conv.weight/sgd  live 201.9 MiB */
@@ -882,14 +882,14 @@ static void train_step_0(snrt_ctx *c) {
   /*   202 update    SGD                layer4.2.1.bn.bias/sgd  live 192.9 MiB */
   snrt_sgd(c, &P188, F(0x4cd5700), F(0xb3b6a00), F(0x670e900));
   snrt_dead(c, 0xb3b6a00, 2048);
-  /*   203 backward  CONV_BWD_DATA      layer4.2.1.conv/bwd_data  live 193.0 MiB */
-  snrt_conv_bwd_data(c, &P162, F(0xc9e6200), F(0x48d4f00), F(0xb3b6200), NULL);
-  /*   204 backward  ACCUMULATE         layer4.2.1.conv/accumulate  live 193.0 MiB */
-  snrt_add(c, 16384, F(0xc902200), F(0xb3b6200), F(0xc902200));
-  snrt_dead(c, 0xb3b6200, 65536);
-  /*   205 backward  CONV_BWD_FILTER    layer4.2.1.conv/bwd_filter  live 196.9 MiB */
+  /*   203 backward  CONV_BWD_FILTER    layer4.2.1.conv/bwd_filter  live 196.9 MiB */
   snrt_conv_bwd_filter(c, &P162, F(0xc8f2200), F(0xc9e6200), F(0xb3b6200), NULL);
+  /*   204 backward  CONV_BWD_DATA      layer4.2.1.conv/bwd_data  live 197.0 MiB */
+  snrt_conv_bwd_data(c, &P162, F(0xc9e6200), F(0x48d4f00), F(0xb7b6200), NULL);
   snrt_dead(c, 0xc9e6200, 16384);
+  /*   205 backward  ACCUMULATE         layer4.2.1.conv/accumulate  live 197.0 MiB */
+  snrt_add(c, 16384, F(0xc902200), F(0xb7b6200), F(0xc902200));
+  snrt_dead(c, 0xb7b6200, 65536);
   /*   206 update    SGD                layer4.2.1.conv.weight/sgd  live 196.9 MiB */
   snrt_sgd(c, &P189, F(0x48d4f00), F(0xb3b6200), F(0x670f100));
   snrt_dead(c, 0xb3b6200, 4194304);
@@ -910,10 +910,10 @@ static void train_step_0(snrt_ctx *c) {
   /*   211 update    SGD                layer4.1.3.bn.bias/sgd  live 192.8 MiB */
   snrt_sgd(c, &P191, F(0x48cef00), F(0xb3b8200), F(0x6b11100));
   snrt_dead(c, 0xb3b8200, 8192);
-  /*   212 backward  CONV_BWD_DATA      layer4.1.3.conv/bwd_data  live 192.8 MiB */
-  snrt_conv_bwd_data(c, &P158, F(0xb7b6200), F(0x44ccf00), F(0xc8e2200), NULL);
-  /*   213 backward  CONV_BWD_FILTER    layer4.1.3.conv/bwd_filter  live 196.8 MiB */
+  /*   212 backward  CONV_BWD_FILTER    layer4.1.3.conv/bwd_filter  live 196.8 MiB */
   snrt_conv_bwd_filter(c, &P158, F(0xc9d6200), F(0xb7b6200), F(0xb3b6200), NULL);
+  /*   213 backward  CONV_BWD_DATA      layer4.1.3.conv/bwd_data  live 196.8 MiB */
+  snrt_conv_bwd_data(c, &P158, F(0xb7b6200), F(0x44ccf00), F(0xc8e2200), NULL);
   snrt_dead(c, 0xb7b6200, 65536);
   /*   214 update    SGD                layer4.1.3.conv.weight/sgd  live 196.8 MiB */
   snrt_sgd(c, &P192, F(0x44ccf00), F(0xb3b6200), F(0x6b13100));
@@ -932,11 +932,11 @@ static void train_step_0(snrt_ctx *c) {
   /*   218 update    SGD                layer4.1.2.bn.bias/sgd  live 192.7 MiB */
   snrt_sgd(c, &P194, F(0x44cb700), F(0xb3b6a00), F(0x6f13900));
   snrt_dead(c, 0xb3b6a00, 2048);
-  /*   219 backward  CONV_BWD_DATA      layer4.1.2.conv/bwd_data  live 192.9 MiB */
-  snrt_conv_bwd_data(c, &P155, F(0xc8e2200), F(0x3bcaf00), F(0xc8e6200), F(0xb3b6200));
-  snrt_dead(c, 0xb3b6200, 147456);
-  /*   220 backward  CONV_BWD_FILTER    layer4.1.2.conv/bwd_filter  live 201.9 MiB */
+  /*   219 backward  CONV_BWD_FILTER    layer4.1.2.conv/bwd_filter  live 201.9 MiB */
   snrt_conv_bwd_filter(c, &P155, F(0xc9ce200), F(0xc8e2200), F(0xb3b6200), F(0xc3f6200));
+  snrt_dead(c, 0xc3f6200, 147456);
+  /*   220 backward  CONV_BWD_DATA      layer4.1.2.conv/bwd_data  live 201.9 MiB */
+  snrt_conv_bwd_data(c, &P155, F(0xc8e2200), F(0x3bcaf00), F(0xc8e6200), F(0xc3f6200));
   snrt_dead(c, 0xc8e2200, 16384);
   snrt_dead(c, 0xc3f6200, 147456);
   /*   221 update    SGD                layer4.1.2.conv.weight/sgd  live 201.7 MiB */
@@ -956,14 +956,14 @@ static void train_step_0(snrt_ctx *c) {
   /*   225 update    SGD                layer4.1.1.bn.bias/sgd  live 192.7 MiB */
   snrt_sgd(c, &P197, F(0x3bc9700), F(0xb3b6a00), F(0x7814900));
   snrt_dead(c, 0xb3b6a00, 2048);
-  /*   226 backward  CONV_BWD_DATA      layer4.1.1.conv/bwd_data  live 192.8 MiB */
-  snrt_conv_bwd_data(c, &P152, F(0xc8e6200), F(0x37c8f00), F(0xb3b6200), NULL);
-  /*   227 backward  ACCUMULATE         layer4.1.1.conv/accumulate  live 192.8 MiB */
-  snrt_add(c, 16384, F(0xc8f2200), F(0xb3b6200), F(0xc8f2200));
-  snrt_dead(c, 0xb3b6200, 65536);
-  /*   228 backward  CONV_BWD_FILTER    layer4.1.1.conv/bwd_filter  live 196.7 MiB */
+  /*   226 backward  CONV_BWD_FILTER    layer4.1.1.conv/bwd_filter  live 196.7 MiB */
   snrt_conv_bwd_filter(c, &P152, F(0xc7aa200), F(0xc8e6200), F(0xb3b6200), NULL);
+  /*   227 backward  CONV_BWD_DATA      layer4.1.1.conv/bwd_data  live 196.8 MiB */
+  snrt_conv_bwd_data(c, &P152, F(0xc8e6200), F(0x37c8f00), F(0xb7b6200), NULL);
   snrt_dead(c, 0xc8e6200, 16384);
+  /*   228 backward  ACCUMULATE         layer4.1.1.conv/accumulate  live 196.7 MiB */
+  snrt_add(c, 16384, F(0xc8f2200), F(0xb7b6200), F(0xc8f2200));
+  snrt_dead(c, 0xb7b6200, 65536);
   /*   229 update    SGD                layer4.1.1.conv.weight/sgd  live 196.7 MiB */
   snrt_sgd(c, &P198, F(0x37c8f00), F(0xb3b6200), F(0x7815100));
   snrt_dead(c, 0xb3b6200, 4194304);
@@ -984,11 +984,11 @@ static void train_step_0(snrt_ctx *c) {
   /*   234 update    SGD                layer4.0.down.bn.bias/sgd  live 192.6 MiB */
   snrt_sgd(c, &P200, F(0x37c2f00), F(0xb3b8200), F(0x7c17100));
   snrt_dead(c, 0xb3b8200, 8192);
-  /*   235 backward  CONV_BWD_DATA      layer4.0.down.conv/bwd_data  live 192.8 MiB */
-  snrt_conv_bwd_data(c, &P148, F(0xbbc6200), F(0x2fc0f00), F(0xc79a200), F(0xb3b6200));
-  snrt_dead(c, 0xb3b6200, 32768);
-  /*   236 backward  CONV_BWD_FILTER    layer4.0.down.conv/bwd_filter  live 200.8 MiB */
+  /*   235 backward  CONV_BWD_FILTER    layer4.0.down.conv/bwd_filter  live 200.6 MiB */
   snrt_conv_bwd_filter(c, &P148, F(0xc77a200), F(0xbbc6200), F(0xb3b6200), F(0xbbd6200));
+  snrt_dead(c, 0xbbd6200, 32768);
+  /*   236 backward  CONV_BWD_DATA      layer4.0.down.conv/bwd_data  live 200.8 MiB */
+  snrt_conv_bwd_data(c, &P148, F(0xbbc6200), F(0x2fc0f00), F(0xc79a200), F(0xbbd6200));
   snrt_dead(c, 0xbbc6200, 65536);
   snrt_dead(c, 0xbbd6200, 32768);
   /*   237 update    SGD                layer4.0.down.conv.weight/sgd  live 200.7 MiB */
@@ -1005,10 +1005,10 @@ static void train_step_0(snrt_ctx *c) {
   /*   240 update    SGD                layer4.0.3.bn.bias/sgd  live 192.6 MiB */
   snrt_sgd(c, &P203, F(0x2fbaf00), F(0xb3b8200), F(0x841b100));
   snrt_dead(c, 0xb3b8200, 8192);
-  /*   241 backward  CONV_BWD_DATA      layer4.0.3.conv/bwd_data  live 192.6 MiB */
-  snrt_conv_bwd_data(c, &P146, F(0xbbb6200), F(0x2bb8f00), F(0xc8e2200), NULL);
-  /*   242 backward  CONV_BWD_FILTER    layer4.0.3.conv/bwd_filter  live 196.6 MiB */
+  /*   241 backward  CONV_BWD_FILTER    layer4.0.3.conv/bwd_filter  live 196.6 MiB */
   snrt_conv_bwd_filter(c, &P146, F(0xc9c6200), F(0xbbb6200), F(0xb3b6200), NULL);
+  /*   242 backward  CONV_BWD_DATA      layer4.0.3.conv/bwd_data  live 196.6 MiB */
+  snrt_conv_bwd_data(c, &P146, F(0xbbb6200), F(0x2bb8f00), F(0xc8e2200), NULL);
   snrt_dead(c, 0xbbb6200, 65536);
   /*   243 update    SGD                layer4.0.3.conv.weight/sgd  live 196.5 MiB */
   snrt_sgd(c, &P204, F(0x2bb8f00), F(0xb3b6200), F(0x841d100));
@@ -1027,11 +1027,11 @@ static void train_step_0(snrt_ctx *c) {
   /*   247 update    SGD                layer4.0.2.bn.bias/sgd  live 192.5 MiB */
   snrt_sgd(c, &P206, F(0x2bb7700), F(0xb3b6a00), F(0x881d900));
   snrt_dead(c, 0xb3b6a00, 2048);
-  /*   248 backward  CONV_BWD_DATA      layer4.0.2.conv/bwd_data  live 192.7 MiB */
-  snrt_conv_bwd_data(c, &P143, F(0xc8e2200), F(0x22b6f00), F(0xc8d2200), F(0xb3b6200));
-  snrt_dead(c, 0xb3b6200, 147456);
-  /*   249 backward  CONV_BWD_FILTER    layer4.0.2.conv/bwd_filter  live 201.7 MiB */
+  /*   248 backward  CONV_BWD_FILTER    layer4.0.2.conv/bwd_filter  live 201.6 MiB */
   snrt_conv_bwd_filter(c, &P143, F(0xc8c2200), F(0xc8e2200), F(0xb3b6200), F(0xc3f6200));
+  snrt_dead(c, 0xc3f6200, 147456);
+  /*   249 backward  CONV_BWD_DATA      layer4.0.2.conv/bwd_data  live 201.7 MiB */
+  snrt_conv_bwd_data(c, &P143, F(0xc8e2200), F(0x22b6f00), F(0xc8d2200), F(0xc3f6200));
   snrt_dead(c, 0xc8e2200, 16384);
   snrt_dead(c, 0xc3f6200, 147456);
   /*   250 update    SGD                layer4.0.2.conv.weight/sgd  live 201.6 MiB */
@@ -1051,14 +1051,14 @@ static void train_step_0(snrt_ctx *c) {
   /*   254 update    SGD                layer4.0.1.bn.bias/sgd  live 192.4 MiB */
   snrt_sgd(c, &P209, F(0x22b5700), F(0xb3b6a00), F(0x911e900));
   snrt_dead(c, 0xb3b6a00, 2048);
-  /*   255 backward  CONV_BWD_DATA      layer4.0.1.conv/bwd_data  live 192.5 MiB */
-  snrt_conv_bwd_data(c, &P140, F(0xc8d2200), F(0x20b4f00), F(0xb3b6200), NULL);
-  /*   256 backward  ACCUMULATE         layer4.0.1.conv/accumulate  live 192.5 MiB */
-  snrt_add(c, 32768, F(0xc79a200), F(0xb3b6200), F(0xc79a200));
-  snrt_dead(c, 0xb3b6200, 131072);
-  /*   257 backward  CONV_BWD_FILTER    layer4.0.1.conv/bwd_filter  live 194.4 MiB */
+  /*   255 backward  CONV_BWD_FILTER    layer4.0.1.conv/bwd_filter  live 194.4 MiB */
   snrt_conv_bwd_filter(c, &P140, F(0xc77a200), F(0xc8d2200), F(0xb3b6200), NULL);
+  /*   256 backward  CONV_BWD_DATA      layer4.0.1.conv/bwd_data  live 194.5 MiB */
+  snrt_conv_bwd_data(c, &P140, F(0xc8d2200), F(0x20b4f00), F(0xb5b6200), NULL);
   snrt_dead(c, 0xc8d2200, 65536);
+  /*   257 backward  ACCUMULATE         layer4.0.1.conv/accumulate  live 194.5 MiB */
+  snrt_add(c, 32768, F(0xc79a200), F(0xb5b6200), F(0xc79a200));
+  snrt_dead(c, 0xb5b6200, 131072);
   /*   258 update    SGD                layer4.0.1.conv.weight/sgd  live 194.4 MiB */
   snrt_sgd(c, &P210, F(0x20b4f00), F(0xb3b6200), F(0x911f100));
   snrt_dead(c, 0xb3b6200, 2097152);
@@ -1079,10 +1079,10 @@ static void train_step_0(snrt_ctx *c) {
   /*   263 update    SGD                layer3.5.3.bn.bias/sgd  live 192.2 MiB */
   snrt_sgd(c, &P212, F(0x20b1f00), F(0xb3b7200), F(0x9320100));
   snrt_dead(c, 0xb3b7200, 4096);
-  /*   264 backward  CONV_BWD_DATA      layer3.5.3.conv/bwd_data  live 192.3 MiB */
-  snrt_conv_bwd_data(c, &P136, F(0xb4b6200), F(0x1fb0f00), F(0xb65e200), NULL);
-  /*   265 backward  CONV_BWD_FILTER    layer3.5.3.conv/bwd_filter  live 193.3 MiB */
+  /*   264 backward  CONV_BWD_FILTER    layer3.5.3.conv/bwd_filter  live 193.2 MiB */
   snrt_conv_bwd_filter(c, &P136, F(0xc9ba200), F(0xb4b6200), F(0xb3b6200), NULL);
+  /*   265 backward  CONV_BWD_DATA      layer3.5.3.conv/bwd_data  live 193.3 MiB */
+  snrt_conv_bwd_data(c, &P136, F(0xb4b6200), F(0x1fb0f00), F(0xb65e200), NULL);
   snrt_dead(c, 0xb4b6200, 131072);
   /*   266 update    SGD                layer3.5.3.conv.weight/sgd  live 193.1 MiB */
   snrt_sgd(c, &P213, F(0x1fb0f00), F(0xb3b6200), F(0x9321100));
@@ -1101,11 +1101,11 @@ static void train_step_0(snrt_ctx *c) {
   /*   270 update    SGD                layer3.5.2.bn.bias/sgd  live 192.1 MiB */
   snrt_sgd(c, &P215, F(0x1fb0300), F(0xb3b6600), F(0x9421500));
   snrt_dead(c, 0xb3b6600, 1024);
-  /*   271 backward  CONV_BWD_DATA      layer3.5.2.conv/bwd_data  live 192.4 MiB */
-  snrt_conv_bwd_data(c, &P133, F(0xb65e200), F(0x1d6ff00), F(0xb666200), F(0xb3b6200));
-  snrt_dead(c, 0xb3b6200, 294912);
-  /*   272 backward  CONV_BWD_FILTER    layer3.5.2.conv/bwd_filter  live 194.6 MiB */
+  /*   271 backward  CONV_BWD_FILTER    layer3.5.2.conv/bwd_filter  live 194.6 MiB */
   snrt_conv_bwd_filter(c, &P133, F(0xc9aa200), F(0xb65e200), F(0xb3b6200), F(0xb5f6200));
+  snrt_dead(c, 0xb5f6200, 294912);
+  /*   272 backward  CONV_BWD_DATA      layer3.5.2.conv/bwd_data  live 194.6 MiB */
+  snrt_conv_bwd_data(c, &P133, F(0xb65e200), F(0x1d6ff00), F(0xb666200), F(0xb5f6200));
   snrt_dead(c, 0xb65e200, 32768);
   snrt_dead(c, 0xb5f6200, 294912);
   /*   273 update    SGD                layer3.5.2.conv.weight/sgd  live 194.3 MiB */
@@ -1125,14 +1125,14 @@ static void train_step_0(snrt_ctx *c) {
   /*   277 update    SGD                layer3.5.1.bn.bias/sgd  live 192.0 MiB */
   snrt_sgd(c, &P218, F(0x1d6f300), F(0xb3b6600), F(0x9661d00));
   snrt_dead(c, 0xb3b6600, 1024);
-  /*   278 backward  CONV_BWD_DATA      layer3.5.1.conv/bwd_data  live 192.1 MiB */
-  snrt_conv_bwd_data(c, &P130, F(0xb666200), F(0x1c6ef00), F(0xb3b6200), NULL);
-  /*   279 backward  ACCUMULATE         layer3.5.1.conv/accumulate  live 192.1 MiB */
-  snrt_add(c, 32768, F(0xb63e200), F(0xb3b6200), F(0xb63e200));
-  snrt_dead(c, 0xb3b6200, 131072);
-  /*   280 backward  CONV_BWD_FILTER    layer3.5.1.conv/bwd_filter  live 193.0 MiB */
+  /*   278 backward  CONV_BWD_FILTER    layer3.5.1.conv/bwd_filter  live 193.0 MiB */
   snrt_conv_bwd_filter(c, &P130, F(0xc73a200), F(0xb666200), F(0xb3b6200), NULL);
+  /*   279 backward  CONV_BWD_DATA      layer3.5.1.conv/bwd_data  live 193.1 MiB */
+  snrt_conv_bwd_data(c, &P130, F(0xb666200), F(0x1c6ef00), F(0xb4b6200), NULL);
   snrt_dead(c, 0xb666200, 32768);
+  /*   280 backward  ACCUMULATE         layer3.5.1.conv/accumulate  live 193.1 MiB */
+  snrt_add(c, 32768, F(0xb63e200), F(0xb4b6200), F(0xb63e200));
+  snrt_dead(c, 0xb4b6200, 131072);
   /*   281 update    SGD                layer3.5.1.conv.weight/sgd  live 193.0 MiB */
   snrt_sgd(c, &P219, F(0x1c6ef00), F(0xb3b6200), F(0x9662100));
   snrt_dead(c, 0xb3b6200, 1048576);
@@ -1153,10 +1153,10 @@ static void train_step_0(snrt_ctx *c) {
   /*   286 update    SGD                layer3.4.3.bn.bias/sgd  live 191.8 MiB */
   snrt_sgd(c, &P221, F(0x1c6bf00), F(0xb3b7200), F(0x9763100));
   snrt_dead(c, 0xb3b7200, 4096);
-  /*   287 backward  CONV_BWD_DATA      layer3.4.3.conv/bwd_data  live 191.9 MiB */
-  snrt_conv_bwd_data(c, &P126, F(0xb4b6200), F(0x1b6af00), F(0xb63e200), NULL);
-  /*   288 backward  CONV_BWD_FILTER    layer3.4.3.conv/bwd_filter  live 192.9 MiB */
+  /*   287 backward  CONV_BWD_FILTER    layer3.4.3.conv/bwd_filter  live 192.8 MiB */
   snrt_conv_bwd_filter(c, &P126, F(0xc99a200), F(0xb4b6200), F(0xb3b6200), NULL);
+  /*   288 backward  CONV_BWD_DATA      layer3.4.3.conv/bwd_data  live 192.9 MiB */
+  snrt_conv_bwd_data(c, &P126, F(0xb4b6200), F(0x1b6af00), F(0xb63e200), NULL);
   snrt_dead(c, 0xb4b6200, 131072);
   /*   289 update    SGD                layer3.4.3.conv.weight/sgd  live 192.7 MiB */
   snrt_sgd(c, &P222, F(0x1b6af00), F(0xb3b6200), F(0x9764100));
@@ -1175,11 +1175,11 @@ static void train_step_0(snrt_ctx *c) {
   /*   293 update    SGD                layer3.4.2.bn.bias/sgd  live 191.7 MiB */
   snrt_sgd(c, &P224, F(0x1b6a300), F(0xb3b6600), F(0x9864500));
   snrt_dead(c, 0xb3b6600, 1024);
-  /*   294 backward  CONV_BWD_DATA      layer3.4.2.conv/bwd_data  live 192.0 MiB */
-  snrt_conv_bwd_data(c, &P123, F(0xb63e200), F(0x1929f00), F(0xb646200), F(0xb3b6200));
-  snrt_dead(c, 0xb3b6200, 294912);
-  /*   295 backward  CONV_BWD_FILTER    layer3.4.2.conv/bwd_filter  live 194.2 MiB */
+  /*   294 backward  CONV_BWD_FILTER    layer3.4.2.conv/bwd_filter  live 194.2 MiB */
   snrt_conv_bwd_filter(c, &P123, F(0xc98a200), F(0xb63e200), F(0xb3b6200), F(0xb5f6200));
+  snrt_dead(c, 0xb5f6200, 294912);
+  /*   295 backward  CONV_BWD_DATA      layer3.4.2.conv/bwd_data  live 194.2 MiB */
+  snrt_conv_bwd_data(c, &P123, F(0xb63e200), F(0x1929f00), F(0xb646200), F(0xb5f6200));
   snrt_dead(c, 0xb63e200, 32768);
   snrt_dead(c, 0xb5f6200, 294912);
   /*   296 update    SGD                layer3.4.2.conv.weight/sgd  live 193.9 MiB */
@@ -1199,14 +1199,14 @@ static void train_step_0(snrt_ctx *c) {
   /*   300 update    SGD                layer3.4.1.bn.bias/sgd  live 191.6 MiB */
   snrt_sgd(c, &P227, F(0x1929300), F(0xb3b6600), F(0x9aa4d00));
   snrt_dead(c, 0xb3b6600, 1024);
-  /*   301 backward  CONV_BWD_DATA      layer3.4.1.conv/bwd_data  live 191.7 MiB */
-  snrt_conv_bwd_data(c, &P120, F(0xb646200), F(0x1828f00), F(0xb3b6200), NULL);
-  /*   302 backward  ACCUMULATE         layer3.4.1.conv/accumulate  live 191.7 MiB */
-  snrt_add(c, 32768, F(0xb65e200), F(0xb3b6200), F(0xb65e200));
-  snrt_dead(c, 0xb3b6200, 131072);
-  /*   303 backward  CONV_BWD_FILTER    layer3.4.1.conv/bwd_filter  live 192.6 MiB */
+  /*   301 backward  CONV_BWD_FILTER    layer3.4.1.conv/bwd_filter  live 192.6 MiB */
   snrt_conv_bwd_filter(c, &P120, F(0xc6fa200), F(0xb646200), F(0xb3b6200), NULL);
+  /*   302 backward  CONV_BWD_DATA      layer3.4.1.conv/bwd_data  live 192.7 MiB */
+  snrt_conv_bwd_data(c, &P120, F(0xb646200), F(0x1828f00), F(0xb4b6200), NULL);
   snrt_dead(c, 0xb646200, 32768);
+  /*   303 backward  ACCUMULATE         layer3.4.1.conv/accumulate  live 192.7 MiB */
+  snrt_add(c, 32768, F(0xb65e200), F(0xb4b6200), F(0xb65e200));
+  snrt_dead(c, 0xb4b6200, 131072);
   /*   304 update    SGD                layer3.4.1.conv.weight/sgd  live 192.6 MiB */
   snrt_sgd(c, &P228, F(0x1828f00), F(0xb3b6200), F(0x9aa5100));
   snrt_dead(c, 0xb3b6200, 1048576);
@@ -1227,10 +1227,10 @@ static void train_step_0(snrt_ctx *c) {
   /*   309 update    SGD                layer3.3.3.bn.bias/sgd  live 191.5 MiB */
   snrt_sgd(c, &P230, F(0x1825f00), F(0xb3b7200), F(0x9ba6100));
   snrt_dead(c, 0xb3b7200, 4096);
-  /*   310 backward  CONV_BWD_DATA      layer3.3.3.conv/bwd_data  live 191.5 MiB */
-  snrt_conv_bwd_data(c, &P116, F(0xb4b6200), F(0x1724f00), F(0xb65e200), NULL);
-  /*   311 backward  CONV_BWD_FILTER    layer3.3.3.conv/bwd_filter  live 192.5 MiB */
+  /*   310 backward  CONV_BWD_FILTER    layer3.3.3.conv/bwd_filter  live 192.5 MiB */
   snrt_conv_bwd_filter(c, &P116, F(0xc97a200), F(0xb4b6200), F(0xb3b6200), NULL);
+  /*   311 backward  CONV_BWD_DATA      layer3.3.3.conv/bwd_data  live 192.5 MiB */
+  snrt_conv_bwd_data(c, &P116, F(0xb4b6200), F(0x1724f00), F(0xb65e200), NULL);
   snrt_dead(c, 0xb4b6200, 131072);
   /*   312 update    SGD                layer3.3.3.conv.weight/sgd  live 192.4 MiB */
   snrt_sgd(c, &P231, F(0x1724f00), F(0xb3b6200), F(0x9ba7100));
@@ -1249,11 +1249,11 @@ static void train_step_0(snrt_ctx *c) {
   /*   316 update    SGD                layer3.3.2.bn.bias/sgd  live 191.3 MiB */
   snrt_sgd(c, &P233, F(0x1724300), F(0xb3b6600), F(0x9ca7500));
   snrt_dead(c, 0xb3b6600, 1024);
-  /*   317 backward  CONV_BWD_DATA      layer3.3.2.conv/bwd_data  live 191.6 MiB */
-  snrt_conv_bwd_data(c, &P113, F(0xb65e200), F(0x14e3f00), F(0xb666200), F(0xb3b6200));
-  snrt_dead(c, 0xb3b6200, 294912);
-  /*   318 backward  CONV_BWD_FILTER    layer3.3.2.conv/bwd_filter  live 193.9 MiB */
+  /*   317 backward  CONV_BWD_FILTER    layer3.3.2.conv/bwd_filter  live 193.8 MiB */
   snrt_conv_bwd_filter(c, &P113, F(0xc96a200), F(0xb65e200), F(0xb3b6200), F(0xb5f6200));
+  snrt_dead(c, 0xb5f6200, 294912);
+  /*   318 backward  CONV_BWD_DATA      layer3.3.2.conv/bwd_data  live 193.9 MiB */
+  snrt_conv_bwd_data(c, &P113, F(0xb65e200), F(0x14e3f00), F(0xb666200), F(0xb5f6200));
   snrt_dead(c, 0xb65e200, 32768);
   snrt_dead(c, 0xb5f6200, 294912);
   /*   319 update    SGD                layer3.3.2.conv.weight/sgd  live 193.5 MiB */
@@ -1273,14 +1273,14 @@ static void train_step_0(snrt_ctx *c) {
   /*   323 update    SGD                layer3.3.1.bn.bias/sgd  live 191.2 MiB */
   snrt_sgd(c, &P236, F(0x14e3300), F(0xb3b6600), F(0x9ee7d00));
   snrt_dead(c, 0xb3b6600, 1024);
-  /*   324 backward  CONV_BWD_DATA      layer3.3.1.conv/bwd_data  live 191.4 MiB */
-  snrt_conv_bwd_data(c, &P110, F(0xb666200), F(0x13e2f00), F(0xb3b6200), NULL);
-  /*   325 backward  ACCUMULATE         layer3.3.1.conv/accumulate  live 191.4 MiB */
-  snrt_add(c, 32768, F(0xb63e200), F(0xb3b6200), F(0xb63e200));
-  snrt_dead(c, 0xb3b6200, 131072);
-  /*   326 backward  CONV_BWD_FILTER    layer3.3.1.conv/bwd_filter  live 192.2 MiB */
+  /*   324 backward  CONV_BWD_FILTER    layer3.3.1.conv/bwd_filter  live 192.2 MiB */
   snrt_conv_bwd_filter(c, &P110, F(0xc6ba200), F(0xb666200), F(0xb3b6200), NULL);
+  /*   325 backward  CONV_BWD_DATA      layer3.3.1.conv/bwd_data  live 192.4 MiB */
+  snrt_conv_bwd_data(c, &P110, F(0xb666200), F(0x13e2f00), F(0xb4b6200), NULL);
   snrt_dead(c, 0xb666200, 32768);
+  /*   326 backward  ACCUMULATE         layer3.3.1.conv/accumulate  live 192.3 MiB */
+  snrt_add(c, 32768, F(0xb63e200), F(0xb4b6200), F(0xb63e200));
+  snrt_dead(c, 0xb4b6200, 131072);
   /*   327 update    SGD                layer3.3.1.conv.weight/sgd  live 192.2 MiB */
   snrt_sgd(c, &P237, F(0x13e2f00), F(0xb3b6200), F(0x9ee8100));
   snrt_dead(c, 0xb3b6200, 1048576);
@@ -1301,10 +1301,10 @@ static void train_step_0(snrt_ctx *c) {
   /*   332 update    SGD                layer3.2.3.bn.bias/sgd  live 191.1 MiB */
   snrt_sgd(c, &P239, F(0x13dff00), F(0xb3b7200), F(0x9fe9100));
   snrt_dead(c, 0xb3b7200, 4096);
-  /*   333 backward  CONV_BWD_DATA      layer3.2.3.conv/bwd_data  live 191.1 MiB */
-  snrt_conv_bwd_data(c, &P106, F(0xb4b6200), F(0x12def00), F(0xb63e200), NULL);
-  /*   334 backward  CONV_BWD_FILTER    layer3.2.3.conv/bwd_filter  live 192.1 MiB */
+  /*   333 backward  CONV_BWD_FILTER    layer3.2.3.conv/bwd_filter  live 192.1 MiB */
   snrt_conv_bwd_filter(c, &P106, F(0xc95a200), F(0xb4b6200), F(0xb3b6200), NULL);
+  /*   334 backward  CONV_BWD_DATA      layer3.2.3.conv/bwd_data  live 192.1 MiB */
+  snrt_conv_bwd_data(c, &P106, F(0xb4b6200), F(0x12def00), F(0xb63e200), NULL);
   snrt_dead(c, 0xb4b6200, 131072);
   /*   335 update    SGD                layer3.2.3.conv.weight/sgd  live 192.0 MiB */
   snrt_sgd(c, &P240, F(0x12def00), F(0xb3b6200), F(0x9fea100));
@@ -1323,11 +1323,11 @@ static void train_step_0(snrt_ctx *c) {
   /*   339 update    SGD                layer3.2.2.bn.bias/sgd  live 190.9 MiB */
   snrt_sgd(c, &P242, F(0x12de300), F(0xb3b6600), F(0xa0ea500));
   snrt_dead(c, 0xb3b6600, 1024);
-  /*   340 backward  CONV_BWD_DATA      layer3.2.2.conv/bwd_data  live 191.2 MiB */
-  snrt_conv_bwd_data(c, &P103, F(0xb63e200), F(0x109df00), F(0xb646200), F(0xb3b6200));
-  snrt_dead(c, 0xb3b6200, 294912);
-  /*   341 backward  CONV_BWD_FILTER    layer3.2.2.conv/bwd_filter  live 193.5 MiB */
+  /*   340 backward  CONV_BWD_FILTER    layer3.2.2.conv/bwd_filter  live 193.4 MiB */
   snrt_conv_bwd_filter(c, &P103, F(0xc94a200), F(0xb63e200), F(0xb3b6200), F(0xb5f6200));
+  snrt_dead(c, 0xb5f6200, 294912);
+  /*   341 backward  CONV_BWD_DATA      layer3.2.2.conv/bwd_data  live 193.5 MiB */
+  snrt_conv_bwd_data(c, &P103, F(0xb63e200), F(0x109df00), F(0xb646200), F(0xb5f6200));
   snrt_dead(c, 0xb63e200, 32768);
   snrt_dead(c, 0xb5f6200, 294912);
   /*   342 update    SGD                layer3.2.2.conv.weight/sgd  live 193.2 MiB */
@@ -1347,14 +1347,14 @@ static void train_step_0(snrt_ctx *c) {
   /*   346 update    SGD                layer3.2.1.bn.bias/sgd  live 190.8 MiB */
   snrt_sgd(c, &P245, F(0x109d300), F(0xb3b6600), F(0xa32ad00));
   snrt_dead(c, 0xb3b6600, 1024);
-  /*   347 backward  CONV_BWD_DATA      layer3.2.1.conv/bwd_data  live 191.0 MiB */
-  snrt_conv_bwd_data(c, &P100, F(0xb646200), F(0xf9cf00), F(0xb3b6200), NULL);
-  /*   348 backward  ACCUMULATE         layer3.2.1.conv/accumulate  live 191.0 MiB */
-  snrt_add(c, 32768, F(0xb65e200), F(0xb3b6200), F(0xb65e200));
-  snrt_dead(c, 0xb3b6200, 131072);
-  /*   349 backward  CONV_BWD_FILTER    layer3.2.1.conv/bwd_filter  live 191.8 MiB */
+  /*   347 backward  CONV_BWD_FILTER    layer3.2.1.conv/bwd_filter  live 191.8 MiB */
   snrt_conv_bwd_filter(c, &P100, F(0xc67a200), F(0xb646200), F(0xb3b6200), NULL);
+  /*   348 backward  CONV_BWD_DATA      layer3.2.1.conv/bwd_data  live 192.0 MiB */
+  snrt_conv_bwd_data(c, &P100, F(0xb646200), F(0xf9cf00), F(0xb4b6200), NULL);
   snrt_dead(c, 0xb646200, 32768);
+  /*   349 backward  ACCUMULATE         layer3.2.1.conv/accumulate  live 191.9 MiB */
+  snrt_add(c, 32768, F(0xb65e200), F(0xb4b6200), F(0xb65e200));
+  snrt_dead(c, 0xb4b6200, 131072);
   /*   350 update    SGD                layer3.2.1.conv.weight/sgd  live 191.8 MiB */
   snrt_sgd(c, &P246, F(0xf9cf00), F(0xb3b6200), F(0xa32b100));
   snrt_dead(c, 0xb3b6200, 1048576);
@@ -1375,10 +1375,10 @@ static void train_step_0(snrt_ctx *c) {
   /*   355 update    SGD                layer3.1.3.bn.bias/sgd  live 190.7 MiB */
   snrt_sgd(c, &P248, F(0xf99f00), F(0xb3b7200), F(0xa42c100));
   snrt_dead(c, 0xb3b7200, 4096);
-  /*   356 backward  CONV_BWD_DATA      layer3.1.3.conv/bwd_data  live 190.7 MiB */
-  snrt_conv_bwd_data(c, &P96, F(0xb4b6200), F(0xe98f00), F(0xb65e200), NULL);
-  /*   357 backward  CONV_BWD_FILTER    layer3.1.3.conv/bwd_filter  live 191.7 MiB */
+  /*   356 backward  CONV_BWD_FILTER    layer3.1.3.conv/bwd_filter  live 191.7 MiB */
   snrt_conv_bwd_filter(c, &P96, F(0xc93a200), F(0xb4b6200), F(0xb3b6200), NULL);
+  /*   357 backward  CONV_BWD_DATA      layer3.1.3.conv/bwd_data  live 191.7 MiB */
+  snrt_conv_bwd_data(c, &P96, F(0xb4b6200), F(0xe98f00), F(0xb65e200), NULL);
   snrt_dead(c, 0xb4b6200, 131072);
   /*   358 update    SGD                layer3.1.3.conv.weight/sgd  live 191.6 MiB */
   snrt_sgd(c, &P249, F(0xe98f00), F(0xb3b6200), F(0xa42d100));
@@ -1397,11 +1397,11 @@ static void train_step_0(snrt_ctx *c) {
   /*   362 update    SGD                layer3.1.2.bn.bias/sgd  live 190.5 MiB */
   snrt_sgd(c, &P251, F(0xe98300), F(0xb3b6600), F(0xa52d500));
   snrt_dead(c, 0xb3b6600, 1024);
-  /*   363 backward  CONV_BWD_DATA      layer3.1.2.conv/bwd_data  live 190.8 MiB */
-  snrt_conv_bwd_data(c, &P93, F(0xb65e200), F(0xc57f00), F(0xb666200), F(0xb3b6200));
-  snrt_dead(c, 0xb3b6200, 294912);
-  /*   364 backward  CONV_BWD_FILTER    layer3.1.2.conv/bwd_filter  live 193.1 MiB */
+  /*   363 backward  CONV_BWD_FILTER    layer3.1.2.conv/bwd_filter  live 193.1 MiB */
   snrt_conv_bwd_filter(c, &P93, F(0xc92a200), F(0xb65e200), F(0xb3b6200), F(0xb5f6200));
+  snrt_dead(c, 0xb5f6200, 294912);
+  /*   364 backward  CONV_BWD_DATA      layer3.1.2.conv/bwd_data  live 193.1 MiB */
+  snrt_conv_bwd_data(c, &P93, F(0xb65e200), F(0xc57f00), F(0xb666200), F(0xb5f6200));
   snrt_dead(c, 0xb65e200, 32768);
   snrt_dead(c, 0xb5f6200, 294912);
   /*   365 update    SGD                layer3.1.2.conv.weight/sgd  live 192.8 MiB */
@@ -1421,14 +1421,14 @@ static void train_step_0(snrt_ctx *c) {
   /*   369 update    SGD                layer3.1.1.bn.bias/sgd  live 190.5 MiB */
   snrt_sgd(c, &P254, F(0xc57300), F(0xb3b6600), F(0xa76dd00));
   snrt_dead(c, 0xb3b6600, 1024);
-  /*   370 backward  CONV_BWD_DATA      layer3.1.1.conv/bwd_data  live 190.6 MiB */
-  snrt_conv_bwd_data(c, &P90, F(0xb666200), F(0xb56f00), F(0xb3b6200), NULL);
-  /*   371 backward  ACCUMULATE         layer3.1.1.conv/accumulate  live 190.6 MiB */
-  snrt_add(c, 32768, F(0xb63e200), F(0xb3b6200), F(0xb63e200));
-  snrt_dead(c, 0xb3b6200, 131072);
-  /*   372 backward  CONV_BWD_FILTER    layer3.1.1.conv/bwd_filter  live 191.5 MiB */
+  /*   370 backward  CONV_BWD_FILTER    layer3.1.1.conv/bwd_filter  live 191.5 MiB */
   snrt_conv_bwd_filter(c, &P90, F(0xc63a200), F(0xb666200), F(0xb3b6200), NULL);
+  /*   371 backward  CONV_BWD_DATA      layer3.1.1.conv/bwd_data  live 191.6 MiB */
+  snrt_conv_bwd_data(c, &P90, F(0xb666200), F(0xb56f00), F(0xb4b6200), NULL);
   snrt_dead(c, 0xb666200, 32768);
+  /*   372 backward  ACCUMULATE         layer3.1.1.conv/accumulate  live 191.6 MiB */
+  snrt_add(c, 32768, F(0xb63e200), F(0xb4b6200), F(0xb63e200));
+  snrt_dead(c, 0xb4b6200, 131072);
   /*   373 update    SGD                layer3.1.1.conv.weight/sgd  live 191.4 MiB */
   snrt_sgd(c, &P255, F(0xb56f00), F(0xb3b6200), F(0xa76e100));
   snrt_dead(c, 0xb3b6200, 1048576);
@@ -1449,11 +1449,11 @@ static void train_step_0(snrt_ctx *c) {
   /*   378 update    SGD                layer3.0.down.bn.bias/sgd  live 190.3 MiB */
   snrt_sgd(c, &P257, F(0xb53f00), F(0xb3b7200), F(0xa86f100));
   snrt_dead(c, 0xb3b7200, 4096);
-  /*   379 backward  CONV_BWD_DATA      layer3.0.down.conv/bwd_data  live 190.6 MiB */
-  snrt_conv_bwd_data(c, &P86, F(0xb5d6200), F(0x952f00), F(0xb63e200), F(0xb3b6200));
-  snrt_dead(c, 0xb3b6200, 65536);
-  /*   380 backward  CONV_BWD_FILTER    layer3.0.down.conv/bwd_filter  live 192.6 MiB */
+  /*   379 backward  CONV_BWD_FILTER    layer3.0.down.conv/bwd_filter  live 192.4 MiB */
   snrt_conv_bwd_filter(c, &P86, F(0xc3b6200), F(0xb5d6200), F(0xb3b6200), F(0xb5f6200));
+  snrt_dead(c, 0xb5f6200, 65536);
+  /*   380 backward  CONV_BWD_DATA      layer3.0.down.conv/bwd_data  live 192.6 MiB */
+  snrt_conv_bwd_data(c, &P86, F(0xb5d6200), F(0x952f00), F(0xb63e200), F(0xb5f6200));
   snrt_dead(c, 0xb5d6200, 131072);
   snrt_dead(c, 0xb5f6200, 65536);
   /*   381 update    SGD                layer3.0.down.conv.weight/sgd  live 192.4 MiB */
@@ -1470,10 +1470,10 @@ static void train_step_0(snrt_ctx *c) {
   /*   384 update    SGD                layer3.0.3.bn.bias/sgd  live 190.3 MiB */
   snrt_sgd(c, &P260, F(0x94ff00), F(0xb3b7200), F(0xaa71100));
   snrt_dead(c, 0xb3b7200, 4096);
-  /*   385 backward  CONV_BWD_DATA      layer3.0.3.conv/bwd_data  live 190.3 MiB */
-  snrt_conv_bwd_data(c, &P84, F(0xb5b6200), F(0x84ef00), F(0xb69e200), NULL);
-  /*   386 backward  CONV_BWD_FILTER    layer3.0.3.conv/bwd_filter  live 191.3 MiB */
+  /*   385 backward  CONV_BWD_FILTER    layer3.0.3.conv/bwd_filter  live 191.3 MiB */
   snrt_conv_bwd_filter(c, &P84, F(0xc91a200), F(0xb5b6200), F(0xb3b6200), NULL);
+  /*   386 backward  CONV_BWD_DATA      layer3.0.3.conv/bwd_data  live 191.3 MiB */
+  snrt_conv_bwd_data(c, &P84, F(0xb5b6200), F(0x84ef00), F(0xb69e200), NULL);
   snrt_dead(c, 0xb5b6200, 131072);
   /*   387 update    SGD                layer3.0.3.conv.weight/sgd  live 191.2 MiB */
   snrt_sgd(c, &P261, F(0x84ef00), F(0xb3b6200), F(0xaa72100));
@@ -1492,11 +1492,11 @@ static void train_step_0(snrt_ctx *c) {
   /*   391 update    SGD                layer3.0.2.bn.bias/sgd  live 190.1 MiB */
   snrt_sgd(c, &P263, F(0x84e300), F(0xb3b6600), F(0xab72500));
   snrt_dead(c, 0xb3b6600, 1024);
-  /*   392 backward  CONV_BWD_DATA      layer3.0.2.conv/bwd_data  live 190.5 MiB */
-  snrt_conv_bwd_data(c, &P81, F(0xb69e200), F(0x60df00), F(0xb67e200), F(0xb3b6200));
-  snrt_dead(c, 0xb3b6200, 294912);
-  /*   393 backward  CONV_BWD_FILTER    layer3.0.2.conv/bwd_filter  live 192.8 MiB */
+  /*   392 backward  CONV_BWD_FILTER    layer3.0.2.conv/bwd_filter  live 192.7 MiB */
   snrt_conv_bwd_filter(c, &P81, F(0xc5da200), F(0xb69e200), F(0xb3b6200), F(0xb5f6200));
+  snrt_dead(c, 0xb5f6200, 294912);
+  /*   393 backward  CONV_BWD_DATA      layer3.0.2.conv/bwd_data  live 192.8 MiB */
+  snrt_conv_bwd_data(c, &P81, F(0xb69e200), F(0x60df00), F(0xb67e200), F(0xb5f6200));
   snrt_dead(c, 0xb69e200, 32768);
   snrt_dead(c, 0xb5f6200, 294912);
   /*   394 update    SGD                layer3.0.2.conv.weight/sgd  live 192.5 MiB */
@@ -1516,18 +1516,18 @@ static void train_step_0(snrt_ctx *c) {
   /*   398 update    SGD                layer3.0.1.bn.bias/sgd  live 190.0 MiB */
   snrt_sgd(c, &P266, F(0x60d300), F(0xb3b6600), F(0xadb2d00));
   snrt_dead(c, 0xb3b6600, 1024);
-  /*   399 backward  CONV_BWD_DATA      layer3.0.1.conv/bwd_data  live 190.2 MiB */
-  snrt_conv_bwd_data(c, &P78, F(0xb67e200), F(0x58cf00), F(0xb3b6200), NULL);
+  /*   399 backward  CONV_BWD_FILTER    layer3.0.1.conv/bwd_filter  live 190.5 MiB */
+  snrt_conv_bwd_filter(c, &P78, F(0xc3b6200), F(0xb67e200), F(0xb3b6200), NULL);
 }
 
 static void train_step_1(snrt_ctx *c) {
   char *const A = snrt_arena(c);
-  /*   400 backward  ACCUMULATE         layer3.0.1.conv/accumulate  live 190.2 MiB */
-  snrt_add(c, 65536, F(0xb63e200), F(0xb3b6200), F(0xb63e200));
-  snrt_dead(c, 0xb3b6200, 262144);
-  /*   401 backward  CONV_BWD_FILTER    layer3.0.1.conv/bwd_filter  live 190.5 MiB */
-  snrt_conv_bwd_filter(c, &P78, F(0xc3b6200), F(0xb67e200), F(0xb3b6200), NULL);
+  /*   400 backward  CONV_BWD_DATA      layer3.0.1.conv/bwd_data  live 190.7 MiB */
+  snrt_conv_bwd_data(c, &P78, F(0xb67e200), F(0x58cf00), F(0xb436200), NULL);
   snrt_dead(c, 0xb67e200, 131072);
+  /*   401 backward  ACCUMULATE         layer3.0.1.conv/accumulate  live 190.6 MiB */
+  snrt_add(c, 65536, F(0xb63e200), F(0xb436200), F(0xb63e200));
+  snrt_dead(c, 0xb436200, 262144);
   /*   402 update    SGD                layer3.0.1.conv.weight/sgd  live 190.3 MiB */
   snrt_sgd(c, &P267, F(0x58cf00), F(0xb3b6200), F(0xadb3100));
   snrt_dead(c, 0xb3b6200, 524288);
@@ -1548,10 +1548,10 @@ static void train_step_1(snrt_ctx *c) {
   /*   407 update    SGD                layer2.3.3.bn.bias/sgd  live 189.6 MiB */
   snrt_sgd(c, &P269, F(0x58b700), F(0xb3f6a00), F(0xae33900));
   snrt_dead(c, 0xb3f6a00, 2048);
-  /*   408 backward  CONV_BWD_DATA      layer2.3.3.conv/bwd_data  live 189.7 MiB */
-  snrt_conv_bwd_data(c, &P74, F(0xb3b6200), F(0x54af00), F(0xb516200), NULL);
-  /*   409 backward  CONV_BWD_FILTER    layer2.3.3.conv/bwd_filter  live 189.9 MiB */
+  /*   408 backward  CONV_BWD_FILTER    layer2.3.3.conv/bwd_filter  live 189.8 MiB */
   snrt_conv_bwd_filter(c, &P74, F(0xc8a2200), F(0xb3b6200), F(0xb3f6200), NULL);
+  /*   409 backward  CONV_BWD_DATA      layer2.3.3.conv/bwd_data  live 189.9 MiB */
+  snrt_conv_bwd_data(c, &P74, F(0xb3b6200), F(0x54af00), F(0xb516200), NULL);
   snrt_dead(c, 0xb3b6200, 262144);
   /*   410 update    SGD                layer2.3.3.conv.weight/sgd  live 189.7 MiB */
   snrt_sgd(c, &P270, F(0x54af00), F(0xb3f6200), F(0xae34100));
@@ -1570,11 +1570,11 @@ static void train_step_1(snrt_ctx *c) {
   /*   414 update    SGD                layer2.3.2.bn.bias/sgd  live 189.3 MiB */
   snrt_sgd(c, &P272, F(0x54a900), F(0xb3b6400), F(0xae74300));
   snrt_dead(c, 0xb3b6400, 512);
-  /*   415 backward  CONV_BWD_DATA      layer2.3.2.conv/bwd_data  live 189.9 MiB */
-  snrt_conv_bwd_data(c, &P71, F(0xb516200), F(0x4ba700), F(0xb526200), F(0xb3b6200));
-  snrt_dead(c, 0xb3b6200, 589824);
-  /*   416 backward  CONV_BWD_FILTER    layer2.3.2.conv/bwd_filter  live 190.5 MiB */
+  /*   415 backward  CONV_BWD_FILTER    layer2.3.2.conv/bwd_filter  live 190.4 MiB */
   snrt_conv_bwd_filter(c, &P71, F(0xc882200), F(0xb516200), F(0xb3b6200), F(0xb446200));
+  snrt_dead(c, 0xb446200, 589824);
+  /*   416 backward  CONV_BWD_DATA      layer2.3.2.conv/bwd_data  live 190.5 MiB */
+  snrt_conv_bwd_data(c, &P71, F(0xb516200), F(0x4ba700), F(0xb526200), F(0xb446200));
   snrt_dead(c, 0xb516200, 65536);
   snrt_dead(c, 0xb446200, 589824);
   /*   417 update    SGD                layer2.3.2.conv.weight/sgd  live 189.8 MiB */
@@ -1594,14 +1594,14 @@ static void train_step_1(snrt_ctx *c) {
   /*   421 update    SGD                layer2.3.1.bn.bias/sgd  live 189.2 MiB */
   snrt_sgd(c, &P275, F(0x4ba100), F(0xb3b6400), F(0xaf04700));
   snrt_dead(c, 0xb3b6400, 512);
-  /*   422 backward  CONV_BWD_DATA      layer2.3.1.conv/bwd_data  live 189.4 MiB */
-  snrt_conv_bwd_data(c, &P68, F(0xb526200), F(0x479f00), F(0xb3b6200), NULL);
-  /*   423 backward  ACCUMULATE         layer2.3.1.conv/accumulate  live 189.4 MiB */
-  snrt_add(c, 65536, F(0xb4d6200), F(0xb3b6200), F(0xb4d6200));
-  snrt_dead(c, 0xb3b6200, 262144);
-  /*   424 backward  CONV_BWD_FILTER    layer2.3.1.conv/bwd_filter  live 189.4 MiB */
+  /*   422 backward  CONV_BWD_FILTER    layer2.3.1.conv/bwd_filter  live 189.4 MiB */
   snrt_conv_bwd_filter(c, &P68, F(0xc336200), F(0xb526200), F(0xb3b6200), NULL);
+  /*   423 backward  CONV_BWD_DATA      layer2.3.1.conv/bwd_data  live 189.7 MiB */
+  snrt_conv_bwd_data(c, &P68, F(0xb526200), F(0x479f00), F(0xb3f6200), NULL);
   snrt_dead(c, 0xb526200, 65536);
+  /*   424 backward  ACCUMULATE         layer2.3.1.conv/accumulate  live 189.6 MiB */
+  snrt_add(c, 65536, F(0xb4d6200), F(0xb3f6200), F(0xb4d6200));
+  snrt_dead(c, 0xb3f6200, 262144);
   /*   425 update    SGD                layer2.3.1.conv.weight/sgd  live 189.3 MiB */
   snrt_sgd(c, &P276, F(0x479f00), F(0xb3b6200), F(0xaf04900));
   snrt_dead(c, 0xb3b6200, 262144);
@@ -1622,10 +1622,10 @@ static void train_step_1(snrt_ctx *c) {
   /*   430 update    SGD                layer2.2.3.bn.bias/sgd  live 188.8 MiB */
   snrt_sgd(c, &P278, F(0x478700), F(0xb3f6a00), F(0xaf45100));
   snrt_dead(c, 0xb3f6a00, 2048);
-  /*   431 backward  CONV_BWD_DATA      layer2.2.3.conv/bwd_data  live 188.9 MiB */
-  snrt_conv_bwd_data(c, &P64, F(0xb3b6200), F(0x437f00), F(0xb4d6200), NULL);
-  /*   432 backward  CONV_BWD_FILTER    layer2.2.3.conv/bwd_filter  live 189.1 MiB */
+  /*   431 backward  CONV_BWD_FILTER    layer2.2.3.conv/bwd_filter  live 189.1 MiB */
   snrt_conv_bwd_filter(c, &P64, F(0xc862200), F(0xb3b6200), F(0xb3f6200), NULL);
+  /*   432 backward  CONV_BWD_DATA      layer2.2.3.conv/bwd_data  live 189.1 MiB */
+  snrt_conv_bwd_data(c, &P64, F(0xb3b6200), F(0x437f00), F(0xb4d6200), NULL);
   snrt_dead(c, 0xb3b6200, 262144);
   /*   433 update    SGD                layer2.2.3.conv.weight/sgd  live 188.9 MiB */
   snrt_sgd(c, &P279, F(0x437f00), F(0xb3f6200), F(0xaf45900));
@@ -1644,11 +1644,11 @@ static void train_step_1(snrt_ctx *c) {
   /*   437 update    SGD                layer2.2.2.bn.bias/sgd  live 188.5 MiB */
   snrt_sgd(c, &P281, F(0x437900), F(0xb3b6400), F(0xaf85b00));
   snrt_dead(c, 0xb3b6400, 512);
-  /*   438 backward  CONV_BWD_DATA      layer2.2.2.conv/bwd_data  live 189.1 MiB */
-  snrt_conv_bwd_data(c, &P61, F(0xb4d6200), F(0x3a7700), F(0xb4e6200), F(0xb3b6200));
-  snrt_dead(c, 0xb3b6200, 589824);
-  /*   439 backward  CONV_BWD_FILTER    layer2.2.2.conv/bwd_filter  live 189.7 MiB */
+  /*   438 backward  CONV_BWD_FILTER    layer2.2.2.conv/bwd_filter  live 189.6 MiB */
   snrt_conv_bwd_filter(c, &P61, F(0xc842200), F(0xb4d6200), F(0xb3b6200), F(0xb446200));
+  snrt_dead(c, 0xb446200, 589824);
+  /*   439 backward  CONV_BWD_DATA      layer2.2.2.conv/bwd_data  live 189.7 MiB */
+  snrt_conv_bwd_data(c, &P61, F(0xb4d6200), F(0x3a7700), F(0xb4e6200), F(0xb446200));
   snrt_dead(c, 0xb4d6200, 65536);
   snrt_dead(c, 0xb446200, 589824);
   /*   440 update    SGD                layer2.2.2.conv.weight/sgd  live 189.1 MiB */
@@ -1668,14 +1668,14 @@ static void train_step_1(snrt_ctx *c) {
   /*   444 update    SGD                layer2.2.1.bn.bias/sgd  live 188.4 MiB */
   snrt_sgd(c, &P284, F(0x3a7100), F(0xb3b6400), F(0xb015f00));
   snrt_dead(c, 0xb3b6400, 512);
-  /*   445 backward  CONV_BWD_DATA      layer2.2.1.conv/bwd_data  live 188.6 MiB */
-  snrt_conv_bwd_data(c, &P58, F(0xb4e6200), F(0x366f00), F(0xb3b6200), NULL);
-  /*   446 backward  ACCUMULATE         layer2.2.1.conv/accumulate  live 188.6 MiB */
-  snrt_add(c, 65536, F(0xb516200), F(0xb3b6200), F(0xb516200));
-  snrt_dead(c, 0xb3b6200, 262144);
-  /*   447 backward  CONV_BWD_FILTER    layer2.2.1.conv/bwd_filter  live 188.6 MiB */
+  /*   445 backward  CONV_BWD_FILTER    layer2.2.1.conv/bwd_filter  live 188.6 MiB */
   snrt_conv_bwd_filter(c, &P58, F(0xc2b6200), F(0xb4e6200), F(0xb3b6200), NULL);
+  /*   446 backward  CONV_BWD_DATA      layer2.2.1.conv/bwd_data  live 188.9 MiB */
+  snrt_conv_bwd_data(c, &P58, F(0xb4e6200), F(0x366f00), F(0xb3f6200), NULL);
   snrt_dead(c, 0xb4e6200, 65536);
+  /*   447 backward  ACCUMULATE         layer2.2.1.conv/accumulate  live 188.8 MiB */
+  snrt_add(c, 65536, F(0xb516200), F(0xb3f6200), F(0xb516200));
+  snrt_dead(c, 0xb3f6200, 262144);
   /*   448 update    SGD                layer2.2.1.conv.weight/sgd  live 188.6 MiB */
   snrt_sgd(c, &P285, F(0x366f00), F(0xb3b6200), F(0xb016100));
   snrt_dead(c, 0xb3b6200, 262144);
@@ -1696,10 +1696,10 @@ static void train_step_1(snrt_ctx *c) {
   /*   453 update    SGD                layer2.1.3.bn.bias/sgd  live 188.1 MiB */
   snrt_sgd(c, &P287, F(0x365700), F(0xb3f6a00), F(0xb056900));
   snrt_dead(c, 0xb3f6a00, 2048);
-  /*   454 backward  CONV_BWD_DATA      layer2.1.3.conv/bwd_data  live 188.1 MiB */
-  snrt_conv_bwd_data(c, &P54, F(0xb3b6200), F(0x324f00), F(0xb516200), NULL);
-  /*   455 backward  CONV_BWD_FILTER    layer2.1.3.conv/bwd_filter  live 188.4 MiB */
+  /*   454 backward  CONV_BWD_FILTER    layer2.1.3.conv/bwd_filter  live 188.3 MiB */
   snrt_conv_bwd_filter(c, &P54, F(0xc822200), F(0xb3b6200), F(0xb3f6200), NULL);
+  /*   455 backward  CONV_BWD_DATA      layer2.1.3.conv/bwd_data  live 188.4 MiB */
+  snrt_conv_bwd_data(c, &P54, F(0xb3b6200), F(0x324f00), F(0xb516200), NULL);
   snrt_dead(c, 0xb3b6200, 262144);
   /*   456 update    SGD                layer2.1.3.conv.weight/sgd  live 188.1 MiB */
   snrt_sgd(c, &P288, F(0x324f00), F(0xb3f6200), F(0xb057100));
@@ -1718,11 +1718,11 @@ static void train_step_1(snrt_ctx *c) {
   /*   460 update    SGD                layer2.1.2.bn.bias/sgd  live 187.8 MiB */
   snrt_sgd(c, &P290, F(0x324900), F(0xb3b6400), F(0xb097300));
   snrt_dead(c, 0xb3b6400, 512);
-  /*   461 backward  CONV_BWD_DATA      layer2.1.2.conv/bwd_data  live 188.4 MiB */
-  snrt_conv_bwd_data(c, &P51, F(0xb516200), F(0x294700), F(0xb526200), F(0xb3b6200));
-  snrt_dead(c, 0xb3b6200, 589824);
-  /*   462 backward  CONV_BWD_FILTER    layer2.1.2.conv/bwd_filter  live 189.0 MiB */
+  /*   461 backward  CONV_BWD_FILTER    layer2.1.2.conv/bwd_filter  live 188.9 MiB */
   snrt_conv_bwd_filter(c, &P51, F(0xc802200), F(0xb516200), F(0xb3b6200), F(0xb446200));
+  snrt_dead(c, 0xb446200, 589824);
+  /*   462 backward  CONV_BWD_DATA      layer2.1.2.conv/bwd_data  live 189.0 MiB */
+  snrt_conv_bwd_data(c, &P51, F(0xb516200), F(0x294700), F(0xb526200), F(0xb446200));
   snrt_dead(c, 0xb516200, 65536);
   snrt_dead(c, 0xb446200, 589824);
   /*   463 update    SGD                layer2.1.2.conv.weight/sgd  live 188.3 MiB */
@@ -1742,14 +1742,14 @@ static void train_step_1(snrt_ctx *c) {
   /*   467 update    SGD                layer2.1.1.bn.bias/sgd  live 187.6 MiB */
   snrt_sgd(c, &P293, F(0x294100), F(0xb3b6400), F(0xb127700));
   snrt_dead(c, 0xb3b6400, 512);
-  /*   468 backward  CONV_BWD_DATA      layer2.1.1.conv/bwd_data  live 187.9 MiB */
-  snrt_conv_bwd_data(c, &P48, F(0xb526200), F(0x253f00), F(0xb3b6200), NULL);
-  /*   469 backward  ACCUMULATE         layer2.1.1.conv/accumulate  live 187.9 MiB */
-  snrt_add(c, 65536, F(0xb4d6200), F(0xb3b6200), F(0xb4d6200));
-  snrt_dead(c, 0xb3b6200, 262144);
-  /*   470 backward  CONV_BWD_FILTER    layer2.1.1.conv/bwd_filter  live 187.9 MiB */
+  /*   468 backward  CONV_BWD_FILTER    layer2.1.1.conv/bwd_filter  live 187.9 MiB */
   snrt_conv_bwd_filter(c, &P48, F(0xc236200), F(0xb526200), F(0xb3b6200), NULL);
+  /*   469 backward  CONV_BWD_DATA      layer2.1.1.conv/bwd_data  live 188.1 MiB */
+  snrt_conv_bwd_data(c, &P48, F(0xb526200), F(0x253f00), F(0xb3f6200), NULL);
   snrt_dead(c, 0xb526200, 65536);
+  /*   470 backward  ACCUMULATE         layer2.1.1.conv/accumulate  live 188.1 MiB */
+  snrt_add(c, 65536, F(0xb4d6200), F(0xb3f6200), F(0xb4d6200));
+  snrt_dead(c, 0xb3f6200, 262144);
   /*   471 update    SGD                layer2.1.1.conv.weight/sgd  live 187.8 MiB */
   snrt_sgd(c, &P294, F(0x253f00), F(0xb3b6200), F(0xb127900));
   snrt_dead(c, 0xb3b6200, 262144);
@@ -1770,11 +1770,11 @@ static void train_step_1(snrt_ctx *c) {
   /*   476 update    SGD                layer2.0.down.bn.bias/sgd  live 187.3 MiB */
   snrt_sgd(c, &P296, F(0x252700), F(0xb3b6a00), F(0xb168100));
   snrt_dead(c, 0xb3b6a00, 2048);
-  /*   477 backward  CONV_BWD_DATA      layer2.0.down.conv/bwd_data  live 187.9 MiB */
-  snrt_conv_bwd_data(c, &P44, F(0xb476200), F(0x1d1f00), F(0xb4d6200), F(0xb3b6200));
-  snrt_dead(c, 0xb3b6200, 131072);
-  /*   478 backward  CONV_BWD_FILTER    layer2.0.down.conv/bwd_filter  live 188.4 MiB */
+  /*   477 backward  CONV_BWD_FILTER    layer2.0.down.conv/bwd_filter  live 187.9 MiB */
   snrt_conv_bwd_filter(c, &P44, F(0xc0b6200), F(0xb476200), F(0xb3b6200), F(0xb4b6200));
+  snrt_dead(c, 0xb4b6200, 131072);
+  /*   478 backward  CONV_BWD_DATA      layer2.0.down.conv/bwd_data  live 188.4 MiB */
+  snrt_conv_bwd_data(c, &P44, F(0xb476200), F(0x1d1f00), F(0xb4d6200), F(0xb4b6200));
   snrt_dead(c, 0xb476200, 262144);
   snrt_dead(c, 0xb4b6200, 131072);
   /*   479 update    SGD                layer2.0.down.conv.weight/sgd  live 188.1 MiB */
@@ -1791,10 +1791,10 @@ static void train_step_1(snrt_ctx *c) {
   /*   482 update    SGD                layer2.0.3.bn.bias/sgd  live 187.3 MiB */
   snrt_sgd(c, &P299, F(0x1d0700), F(0xb3b6a00), F(0xb1e9100));
   snrt_dead(c, 0xb3b6a00, 2048);
-  /*   483 backward  CONV_BWD_DATA      layer2.0.3.conv/bwd_data  live 187.4 MiB */
-  snrt_conv_bwd_data(c, &P42, F(0xb436200), F(0x18ff00), F(0xb596200), NULL);
-  /*   484 backward  CONV_BWD_FILTER    layer2.0.3.conv/bwd_filter  live 187.6 MiB */
+  /*   483 backward  CONV_BWD_FILTER    layer2.0.3.conv/bwd_filter  live 187.6 MiB */
   snrt_conv_bwd_filter(c, &P42, F(0xc7e2200), F(0xb436200), F(0xb3b6200), NULL);
+  /*   484 backward  CONV_BWD_DATA      layer2.0.3.conv/bwd_data  live 187.6 MiB */
+  snrt_conv_bwd_data(c, &P42, F(0xb436200), F(0x18ff00), F(0xb596200), NULL);
   snrt_dead(c, 0xb436200, 262144);
   /*   485 update    SGD                layer2.0.3.conv.weight/sgd  live 187.4 MiB */
   snrt_sgd(c, &P300, F(0x18ff00), F(0xb3b6200), F(0xb1e9900));
@@ -1813,11 +1813,11 @@ static void train_step_1(snrt_ctx *c) {
   /*   489 update    SGD                layer2.0.2.bn.bias/sgd  live 187.0 MiB */
   snrt_sgd(c, &P302, F(0x18f900), F(0xb3b6400), F(0xb229b00));
   snrt_dead(c, 0xb3b6400, 512);
-  /*   490 backward  CONV_BWD_DATA      layer2.0.2.conv/bwd_data  live 187.8 MiB */
-  snrt_conv_bwd_data(c, &P39, F(0xb596200), F(0xff700), F(0xb556200), F(0xb3b6200));
-  snrt_dead(c, 0xb3b6200, 589824);
-  /*   491 backward  CONV_BWD_FILTER    layer2.0.2.conv/bwd_filter  live 188.4 MiB */
+  /*   490 backward  CONV_BWD_FILTER    layer2.0.2.conv/bwd_filter  live 188.1 MiB */
   snrt_conv_bwd_filter(c, &P39, F(0xc176200), F(0xb596200), F(0xb3b6200), F(0xb446200));
+  snrt_dead(c, 0xb446200, 589824);
+  /*   491 backward  CONV_BWD_DATA      layer2.0.2.conv/bwd_data  live 188.4 MiB */
+  snrt_conv_bwd_data(c, &P39, F(0xb596200), F(0xff700), F(0xb556200), F(0xb446200));
   snrt_dead(c, 0xb596200, 65536);
   snrt_dead(c, 0xb446200, 589824);
   /*   492 update    SGD                layer2.0.2.conv.weight/sgd  live 187.8 MiB */
@@ -1837,17 +1837,17 @@ static void train_step_1(snrt_ctx *c) {
   /*   496 update    SGD                layer2.0.1.bn.bias/sgd  live 186.7 MiB */
   snrt_sgd(c, &P305, F(0xff100), F(0xb3b6400), F(0xb2b9f00));
   snrt_dead(c, 0xb3b6400, 512);
-  /*   497 backward  CONV_BWD_DATA      layer2.0.1.conv/bwd_data  live 187.2 MiB */
+  /*   497 backward  CONV_BWD_FILTER    layer2.0.1.conv/bwd_filter  live 186.8 MiB */
+  snrt_conv_bwd_filter(c, &P36, F(0xc0b6200), F(0xb556200), F(0xb436200), NULL);
+  /*   498 backward  CONV_BWD_DATA      layer2.0.1.conv/bwd_data  live 187.3 MiB */
   snrt_conv_bwd_data(c, &P36, F(0xb556200), F(0xdef00), F(0xb3b6200), NULL);
-  /*   498 backward  ACCUMULATE         layer2.0.1.conv/accumulate  live 187.2 MiB */
+  snrt_dead(c, 0xb556200, 262144);
+  /*   499 backward  ACCUMULATE         layer2.0.1.conv/accumulate  live 187.1 MiB */
   snrt_add(c, 131072, F(0xb4d6200), F(0xb3b6200), F(0xb4d6200));
   snrt_dead(c, 0xb3b6200, 524288);
-  /*   499 backward  CONV_BWD_FILTER    layer2.0.1.conv/bwd_filter  live 186.8 MiB */
-  snrt_conv_bwd_filter(c, &P36, F(0xc0b6200), F(0xb556200), F(0xb3b6200), NULL);
-  snrt_dead(c, 0xb556200, 262144);
   /*   500 update    SGD                layer2.0.1.conv.weight/sgd  live 186.6 MiB */
-  snrt_sgd(c, &P306, F(0xdef00), F(0xb3b6200), F(0xb2ba100));
-  snrt_dead(c, 0xb3b6200, 131072);
+  snrt_sgd(c, &P306, F(0xdef00), F(0xb436200), F(0xb2ba100));
+  snrt_dead(c, 0xb436200, 131072);
   /*   501 backward  UNARY_BWD          layer1.2.out/bwd  live 186.4 MiB */
   snrt_unary_bwd(c, &P35, NULL, F(0xc0b6200), F(0xb4d6200), F(0xb4d6200));
   snrt_dead(c, 0xc0b6200, 524288);
@@ -1865,10 +1865,10 @@ static void train_step_1(snrt_ctx *c) {
   /*   505 update    SGD                layer1.2.3.bn.bias/sgd  live 185.9 MiB */
   snrt_sgd(c, &P308, F(0xde300), F(0xb436600), F(0xb2da500));
   snrt_dead(c, 0xb436600, 1024);
-  /*   506 backward  CONV_BWD_DATA      layer1.2.3.conv/bwd_data  live 186.1 MiB */
-  snrt_conv_bwd_data(c, &P32, F(0xb3b6200), F(0xcdf00), F(0xb4fa200), NULL);
-  /*   507 backward  CONV_BWD_FILTER    layer1.2.3.conv/bwd_filter  live 186.1 MiB */
+  /*   506 backward  CONV_BWD_FILTER    layer1.2.3.conv/bwd_filter  live 186.0 MiB */
   snrt_conv_bwd_filter(c, &P32, F(0xc59a200), F(0xb3b6200), F(0xb436200), NULL);
+  /*   507 backward  CONV_BWD_DATA      layer1.2.3.conv/bwd_data  live 186.1 MiB */
+  snrt_conv_bwd_data(c, &P32, F(0xb3b6200), F(0xcdf00), F(0xb4fa200), NULL);
   snrt_dead(c, 0xb3b6200, 524288);
   /*   508 update    SGD                layer1.2.3.conv.weight/sgd  live 185.6 MiB */
   snrt_sgd(c, &P309, F(0xcdf00), F(0xb436200), F(0xb2da900));
@@ -1887,11 +1887,11 @@ static void train_step_1(snrt_ctx *c) {
   /*   512 update    SGD                layer1.2.2.bn.bias/sgd  live 185.3 MiB */
   snrt_sgd(c, &P311, F(0xcdc00), F(0xb3b6300), F(0xb2eaa00));
   snrt_dead(c, 0xb3b6300, 256);
-  /*   513 backward  CONV_BWD_DATA      layer1.2.2.conv/bwd_data  live 186.6 MiB */
-  snrt_conv_bwd_data(c, &P29, F(0xb4fa200), F(0xa9b00), F(0xb51a200), F(0xb3b6200));
-  snrt_dead(c, 0xb3b6200, 1179648);
-  /*   514 backward  CONV_BWD_FILTER    layer1.2.2.conv/bwd_filter  live 186.7 MiB */
+  /*   513 backward  CONV_BWD_FILTER    layer1.2.2.conv/bwd_filter  live 186.6 MiB */
   snrt_conv_bwd_filter(c, &P29, F(0xc55a200), F(0xb4fa200), F(0xb4d6200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 1179648);
+  /*   514 backward  CONV_BWD_DATA      layer1.2.2.conv/bwd_data  live 186.7 MiB */
+  snrt_conv_bwd_data(c, &P29, F(0xb4fa200), F(0xa9b00), F(0xb51a200), F(0xb3b6200));
   snrt_dead(c, 0xb4fa200, 131072);
   snrt_dead(c, 0xb3b6200, 1179648);
   /*   515 update    SGD                layer1.2.2.conv.weight/sgd  live 185.5 MiB */
@@ -1911,17 +1911,17 @@ static void train_step_1(snrt_ctx *c) {
   /*   519 update    SGD                layer1.2.1.bn.bias/sgd  live 185.1 MiB */
   snrt_sgd(c, &P314, F(0xa9800), F(0xb3b6300), F(0xb30ec00));
   snrt_dead(c, 0xb3b6300, 256);
-  /*   520 backward  CONV_BWD_DATA      layer1.2.1.conv/bwd_data  live 185.6 MiB */
+  /*   520 backward  CONV_BWD_FILTER    layer1.2.1.conv/bwd_filter  live 185.1 MiB */
+  snrt_conv_bwd_filter(c, &P26, F(0xbfb6200), F(0xb51a200), F(0xb436200), NULL);
+  /*   521 backward  CONV_BWD_DATA      layer1.2.1.conv/bwd_data  live 185.6 MiB */
   snrt_conv_bwd_data(c, &P26, F(0xb51a200), F(0x99700), F(0xb3b6200), NULL);
-  /*   521 backward  ACCUMULATE         layer1.2.1.conv/accumulate  live 185.6 MiB */
+  snrt_dead(c, 0xb51a200, 131072);
+  /*   522 backward  ACCUMULATE         layer1.2.1.conv/accumulate  live 185.5 MiB */
   snrt_add(c, 131072, F(0xb556200), F(0xb3b6200), F(0xb556200));
   snrt_dead(c, 0xb3b6200, 524288);
-  /*   522 backward  CONV_BWD_FILTER    layer1.2.1.conv/bwd_filter  live 185.1 MiB */
-  snrt_conv_bwd_filter(c, &P26, F(0xbfb6200), F(0xb51a200), F(0xb3b6200), NULL);
-  snrt_dead(c, 0xb51a200, 131072);
   /*   523 update    SGD                layer1.2.1.conv.weight/sgd  live 185.0 MiB */
-  snrt_sgd(c, &P315, F(0x99700), F(0xb3b6200), F(0xb30ed00));
-  snrt_dead(c, 0xb3b6200, 65536);
+  snrt_sgd(c, &P315, F(0x99700), F(0xb436200), F(0xb30ed00));
+  snrt_dead(c, 0xb436200, 65536);
   /*   524 backward  UNARY_BWD          layer1.1.out/bwd  live 184.9 MiB */
   snrt_unary_bwd(c, &P25, NULL, F(0xbfb6200), F(0xb556200), F(0xb556200));
   snrt_dead(c, 0xbfb6200, 524288);
@@ -1939,10 +1939,10 @@ static void train_step_1(snrt_ctx *c) {
   /*   528 update    SGD                layer1.1.3.bn.bias/sgd  live 184.4 MiB */
   snrt_sgd(c, &P317, F(0x98b00), F(0xb436600), F(0xb31f100));
   snrt_dead(c, 0xb436600, 1024);
-  /*   529 backward  CONV_BWD_DATA      layer1.1.3.conv/bwd_data  live 184.6 MiB */
-  snrt_conv_bwd_data(c, &P22, F(0xb3b6200), F(0x88700), F(0xb57a200), NULL);
-  /*   530 backward  CONV_BWD_FILTER    layer1.1.3.conv/bwd_filter  live 184.6 MiB */
+  /*   529 backward  CONV_BWD_FILTER    layer1.1.3.conv/bwd_filter  live 184.5 MiB */
   snrt_conv_bwd_filter(c, &P22, F(0xc51a200), F(0xb3b6200), F(0xb436200), NULL);
+  /*   530 backward  CONV_BWD_DATA      layer1.1.3.conv/bwd_data  live 184.6 MiB */
+  snrt_conv_bwd_data(c, &P22, F(0xb3b6200), F(0x88700), F(0xb57a200), NULL);
   snrt_dead(c, 0xb3b6200, 524288);
   /*   531 update    SGD                layer1.1.3.conv.weight/sgd  live 184.1 MiB */
   snrt_sgd(c, &P318, F(0x88700), F(0xb436200), F(0xb31f500));
@@ -1961,11 +1961,11 @@ static void train_step_1(snrt_ctx *c) {
   /*   535 update    SGD                layer1.1.2.bn.bias/sgd  live 183.8 MiB */
   snrt_sgd(c, &P320, F(0x88400), F(0xb3b6300), F(0xb32f600));
   snrt_dead(c, 0xb3b6300, 256);
-  /*   536 backward  CONV_BWD_DATA      layer1.1.2.conv/bwd_data  live 185.1 MiB */
-  snrt_conv_bwd_data(c, &P19, F(0xb57a200), F(0x64300), F(0xb59a200), F(0xb3b6200));
-  snrt_dead(c, 0xb3b6200, 1179648);
-  /*   537 backward  CONV_BWD_FILTER    layer1.1.2.conv/bwd_filter  live 185.2 MiB */
+  /*   536 backward  CONV_BWD_FILTER    layer1.1.2.conv/bwd_filter  live 185.1 MiB */
   snrt_conv_bwd_filter(c, &P19, F(0xc4da200), F(0xb57a200), F(0xb556200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 1179648);
+  /*   537 backward  CONV_BWD_DATA      layer1.1.2.conv/bwd_data  live 185.2 MiB */
+  snrt_conv_bwd_data(c, &P19, F(0xb57a200), F(0x64300), F(0xb59a200), F(0xb3b6200));
   snrt_dead(c, 0xb57a200, 131072);
   snrt_dead(c, 0xb3b6200, 1179648);
   /*   538 update    SGD                layer1.1.2.conv.weight/sgd  live 184.0 MiB */
@@ -1985,17 +1985,17 @@ static void train_step_1(snrt_ctx *c) {
   /*   542 update    SGD                layer1.1.1.bn.bias/sgd  live 183.6 MiB */
   snrt_sgd(c, &P323, F(0x64000), F(0xb3b6300), F(0xb353800));
   snrt_dead(c, 0xb3b6300, 256);
-  /*   543 backward  CONV_BWD_DATA      layer1.1.1.conv/bwd_data  live 184.1 MiB */
+  /*   543 backward  CONV_BWD_FILTER    layer1.1.1.conv/bwd_filter  live 183.6 MiB */
+  snrt_conv_bwd_filter(c, &P16, F(0xbeb6200), F(0xb59a200), F(0xb436200), NULL);
+  /*   544 backward  CONV_BWD_DATA      layer1.1.1.conv/bwd_data  live 184.1 MiB */
   snrt_conv_bwd_data(c, &P16, F(0xb59a200), F(0x53f00), F(0xb3b6200), NULL);
-  /*   544 backward  ACCUMULATE         layer1.1.1.conv/accumulate  live 184.1 MiB */
+  snrt_dead(c, 0xb59a200, 131072);
+  /*   545 backward  ACCUMULATE         layer1.1.1.conv/accumulate  live 184.0 MiB */
   snrt_add(c, 131072, F(0xb4d6200), F(0xb3b6200), F(0xb4d6200));
   snrt_dead(c, 0xb3b6200, 524288);
-  /*   545 backward  CONV_BWD_FILTER    layer1.1.1.conv/bwd_filter  live 183.6 MiB */
-  snrt_conv_bwd_filter(c, &P16, F(0xbeb6200), F(0xb59a200), F(0xb3b6200), NULL);
-  snrt_dead(c, 0xb59a200, 131072);
   /*   546 update    SGD                layer1.1.1.conv.weight/sgd  live 183.5 MiB */
-  snrt_sgd(c, &P324, F(0x53f00), F(0xb3b6200), F(0xb353900));
-  snrt_dead(c, 0xb3b6200, 65536);
+  snrt_sgd(c, &P324, F(0x53f00), F(0xb436200), F(0xb353900));
+  snrt_dead(c, 0xb436200, 65536);
   /*   547 backward  UNARY_BWD          layer1.0.out/bwd  live 183.4 MiB */
   snrt_unary_bwd(c, &P15, NULL, F(0xbeb6200), F(0xb4d6200), F(0xb4d6200));
   snrt_dead(c, 0xbeb6200, 524288);
@@ -2013,10 +2013,10 @@ static void train_step_1(snrt_ctx *c) {
   /*   551 update    SGD                layer1.0.down.bn.bias/sgd  live 182.9 MiB */
   snrt_sgd(c, &P326, F(0x53300), F(0xb4b6600), F(0xb363d00));
   snrt_dead(c, 0xb4b6600, 1024);
-  /*   552 backward  CONV_BWD_DATA      layer1.0.down.conv/bwd_data  live 183.1 MiB */
-  snrt_conv_bwd_data(c, &P12, F(0xb436200), F(0x42f00), F(0xb55c200), NULL);
-  /*   553 backward  CONV_BWD_FILTER    layer1.0.down.conv/bwd_filter  live 183.1 MiB */
+  /*   552 backward  CONV_BWD_FILTER    layer1.0.down.conv/bwd_filter  live 183.0 MiB */
   snrt_conv_bwd_filter(c, &P12, F(0xc41a200), F(0xb436200), F(0xb4b6200), NULL);
+  /*   553 backward  CONV_BWD_DATA      layer1.0.down.conv/bwd_data  live 183.1 MiB */
+  snrt_conv_bwd_data(c, &P12, F(0xb436200), F(0x42f00), F(0xb55c200), NULL);
   snrt_dead(c, 0xb436200, 524288);
   /*   554 update    SGD                layer1.0.down.conv.weight/sgd  live 182.6 MiB */
   snrt_sgd(c, &P327, F(0x42f00), F(0xb4b6200), F(0xb364100));
@@ -2032,10 +2032,10 @@ static void train_step_1(snrt_ctx *c) {
   /*   557 update    SGD                layer1.0.3.bn.bias/sgd  live 182.1 MiB */
   snrt_sgd(c, &P329, F(0x42300), F(0xb436600), F(0xb374500));
   snrt_dead(c, 0xb436600, 1024);
-  /*   558 backward  CONV_BWD_DATA      layer1.0.3.conv/bwd_data  live 182.2 MiB */
-  snrt_conv_bwd_data(c, &P10, F(0xb3b6200), F(0x31f00), F(0xb4fa200), NULL);
-  /*   559 backward  CONV_BWD_FILTER    layer1.0.3.conv/bwd_filter  live 182.2 MiB */
+  /*   558 backward  CONV_BWD_FILTER    layer1.0.3.conv/bwd_filter  live 182.1 MiB */
   snrt_conv_bwd_filter(c, &P10, F(0xc49a200), F(0xb3b6200), F(0xb436200), NULL);
+  /*   559 backward  CONV_BWD_DATA      layer1.0.3.conv/bwd_data  live 182.2 MiB */
+  snrt_conv_bwd_data(c, &P10, F(0xb3b6200), F(0x31f00), F(0xb4fa200), NULL);
   snrt_dead(c, 0xb3b6200, 524288);
   /*   560 update    SGD                layer1.0.3.conv.weight/sgd  live 181.7 MiB */
   snrt_sgd(c, &P330, F(0x31f00), F(0xb436200), F(0xb374900));
@@ -2054,11 +2054,11 @@ static void train_step_1(snrt_ctx *c) {
   /*   564 update    SGD                layer1.0.2.bn.bias/sgd  live 181.4 MiB */
   snrt_sgd(c, &P332, F(0x31c00), F(0xb3b6300), F(0xb384a00));
   snrt_dead(c, 0xb3b6300, 256);
-  /*   565 backward  CONV_BWD_DATA      layer1.0.2.conv/bwd_data  live 182.7 MiB */
-  snrt_conv_bwd_data(c, &P7, F(0xb4fa200), F(0xdb00), F(0xb51a200), F(0xb3b6200));
-  snrt_dead(c, 0xb3b6200, 1179648);
-  /*   566 backward  CONV_BWD_FILTER    layer1.0.2.conv/bwd_filter  live 182.8 MiB */
+  /*   565 backward  CONV_BWD_FILTER    layer1.0.2.conv/bwd_filter  live 182.7 MiB */
   snrt_conv_bwd_filter(c, &P7, F(0xc45a200), F(0xb4fa200), F(0xb4d6200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 1179648);
+  /*   566 backward  CONV_BWD_DATA      layer1.0.2.conv/bwd_data  live 182.8 MiB */
+  snrt_conv_bwd_data(c, &P7, F(0xb4fa200), F(0xdb00), F(0xb51a200), F(0xb3b6200));
   snrt_dead(c, 0xb4fa200, 131072);
   snrt_dead(c, 0xb3b6200, 1179648);
   /*   567 update    SGD                layer1.0.2.conv.weight/sgd  live 181.6 MiB */
@@ -2078,18 +2078,18 @@ static void train_step_1(snrt_ctx *c) {
   /*   571 update    SGD                layer1.0.1.bn.bias/sgd  live 181.2 MiB */
   snrt_sgd(c, &P335, F(0xd800), F(0xb3b6300), F(0xb3a8c00));
   snrt_dead(c, 0xb3b6300, 256);
-  /*   572 backward  CONV_BWD_DATA      layer1.0.1.conv/bwd_data  live 181.3 MiB */
+  /*   572 backward  CONV_BWD_FILTER    layer1.0.1.conv/bwd_filter  live 181.2 MiB */
+  snrt_conv_bwd_filter(c, &P4, F(0xc41a200), F(0xb51a200), F(0xb3d6200), NULL);
+  snrt_dead(c, 0xc41a200, 131072);
+  /*   573 backward  CONV_BWD_DATA      layer1.0.1.conv/bwd_data  live 181.2 MiB */
   snrt_conv_bwd_data(c, &P4, F(0xb51a200), F(0x9700), F(0xb3b6200), NULL);
-  /*   573 backward  ACCUMULATE         layer1.0.1.conv/accumulate  live 181.3 MiB */
+  snrt_dead(c, 0xb51a200, 131072);
+  /*   574 backward  ACCUMULATE         layer1.0.1.conv/accumulate  live 181.1 MiB */
   snrt_add(c, 32768, F(0xb55c200), F(0xb3b6200), F(0xb55c200));
   snrt_dead(c, 0xb3b6200, 131072);
-  /*   574 backward  CONV_BWD_FILTER    layer1.0.1.conv/bwd_filter  live 181.2 MiB */
-  snrt_conv_bwd_filter(c, &P4, F(0xc41a200), F(0xb51a200), F(0xb3b6200), NULL);
-  snrt_dead(c, 0xc41a200, 131072);
-  snrt_dead(c, 0xb51a200, 131072);
   /*   575 update    SGD                layer1.0.1.conv.weight/sgd  live 180.9 MiB */
-  snrt_sgd(c, &P336, F(0x9700), F(0xb3b6200), F(0xb3a8d00));
-  snrt_dead(c, 0xb3b6200, 16384);
+  snrt_sgd(c, &P336, F(0x9700), F(0xb3d6200), F(0xb3a8d00));
+  snrt_dead(c, 0xb3d6200, 16384);
   /*   576 backward  MAXPOOL_BWD        stem.pool/bwd  live 181.4 MiB */
   snrt_maxpool_bwd(c, &P3, F(0xbd36200), F(0xb55c200), F(0xb4dc200));
   snrt_dead(c, 0xb55c200, 131072);
@@ -2689,7 +2689,7 @@ static const snrt_tensor tensors[] = {
   {"stem.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 188441344, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"stem.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 188403200, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.0.1.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {64, 64, 1, 1}, 16384, 38656, -1, SNRT_INIT_KAIMING, 64, -1, 14, {15, -1}},
-  {"layer1.0.1.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {64, 64, 1, 1}, 16384, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer1.0.1.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {64, 64, 1, 1}, 16384, 188572160, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.0.1.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {64, 64, 1, 1}, 16384, 188386560, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.0.1.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 55040, -1, SNRT_INIT_ONE, 0, -1, 17, {18, -1}},
   {"layer1.0.1.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
@@ -2725,7 +2725,7 @@ static const snrt_tensor tensors[] = {
   {"layer1.0.down.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 189490688, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.0.down.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 188103936, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.1.1.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {64, 256, 1, 1}, 65536, 343808, -1, SNRT_INIT_KAIMING, 256, -1, 50, {51, -1}},
-  {"layer1.1.1.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {64, 256, 1, 1}, 65536, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer1.1.1.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {64, 256, 1, 1}, 65536, 188965376, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.1.1.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {64, 256, 1, 1}, 65536, 188037376, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.1.1.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 409344, -1, SNRT_INIT_ONE, 0, -1, 53, {54, -1}},
   {"layer1.1.1.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
@@ -2752,7 +2752,7 @@ static const snrt_tensor tensors[] = {
   {"layer1.1.3.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188966400, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.1.3.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 187822336, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.2.1.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {64, 256, 1, 1}, 65536, 628480, -1, SNRT_INIT_KAIMING, 256, -1, 77, {78, -1}},
-  {"layer1.2.1.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {64, 256, 1, 1}, 65536, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer1.2.1.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {64, 256, 1, 1}, 65536, 188965376, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.2.1.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {64, 256, 1, 1}, 65536, 187755776, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.2.1.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 694016, -1, SNRT_INIT_ONE, 0, -1, 80, {81, -1}},
   {"layer1.2.1.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
@@ -2779,7 +2779,7 @@ static const snrt_tensor tensors[] = {
   {"layer1.2.3.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188966400, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.2.3.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 187540736, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.0.1.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {128, 256, 1, 1}, 131072, 913152, -1, SNRT_INIT_KAIMING, 256, -1, 104, {105, -1}},
-  {"layer2.0.1.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {128, 256, 1, 1}, 131072, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer2.0.1.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {128, 256, 1, 1}, 131072, 188965376, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer2.0.1.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {128, 256, 1, 1}, 131072, 187408640, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.0.1.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {128}, 512, 1044224, -1, SNRT_INIT_ONE, 0, -1, 107, {108, -1}},
   {"layer2.0.1.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {128}, 512, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
