@@ -303,3 +303,76 @@ void offload_dump(const Graph *g, const Plan *pl, FILE *f) {
             g->t[st->tensor].name);
   }
 }
+
+/* Optimizer state on the host (when the budget demands it): each momentum /
+ * Adam moment lives in the pinned host arena for the whole program; its
+ * update step works on a device copy, prefetched just before it and written
+ * back just after, both synchronously (compute waits for each copy), so
+ * only one parameter's state is on the device at a time. Returns how many
+ * state tensors moved. */
+int offload_optimizer_state(Graph *g, Plan *pl, const DeviceProfile *dev) {
+  const Route *old = pl->route;
+  int T = old->ns, moved = 0;
+  int *dev_of = xmalloc(sizeof(int) * (size_t)pl->ninst);   /* host inst -> device copy (-1) */
+  int n0 = pl->ninst;
+  for (int i = 0; i < n0; i++) dev_of[i] = -1;
+  /* The optimizer state instances, and a device copy of each. */
+  for (int s = 0; s < old->train_steps; s++) {
+    const Step *st = &old->s[s];
+    if (st->kind != SK_UPDATE) continue;
+    for (int k = 0; k < st->nin; k++) {
+      int i = st->in[k];
+      if (i < 0 || i >= n0 || dev_of[i] >= 0) continue;
+      Instance *in = &pl->inst[i];
+      if (in->tensor < 0 || g->t[in->tensor].kind != TK_OPT || !in->persistent || in->host) continue;
+      in->host = true;
+      dev_of[i] = new_inst(pl, in->tensor, in->bytes, false);
+      moved++;
+    }
+  }
+  if (!moved) {
+    free(dev_of);
+    return 0;
+  }
+  Route *r = xcalloc(1, sizeof *r);
+  for (int s = 0; s < T; s++) {
+    const Step *st = &old->s[s];
+    int nst = st->kind == SK_UPDATE ? st->nin : 0;
+    for (int k = 0; k < nst; k++) {     /* prefetch each state tensor, wait at once */
+      int h = st->in[k];
+      if (h < 0 || h >= n0 || dev_of[h] < 0) continue;
+      int ev = pl->nevents++;
+      Step pf = {.kind = SK_PREFETCH, .node = -1, .tensor = pl->inst[h].tensor, .nin = 1,
+                 .nout = 1, .in = &h, .out = &dev_of[h], .ws = -1, .event = ev,
+                 .wait = &ev, .nwait = 1};
+      push(r, &pf);
+      pl->offload_bytes += (double)pl->inst[h].bytes;
+      pl->exposed_seconds += (double)pl->inst[h].bytes / dev->link_bw;   /* synchronous */
+    }
+    Step *ns = push(r, st);
+    for (int k = 0; k < nst; k++)
+      if (ns->in[k] >= 0 && ns->in[k] < n0 && dev_of[ns->in[k]] >= 0) ns->in[k] = dev_of[ns->in[k]];
+    for (int k = 0; st->kind == SK_UPDATE && k < ns->nout; k++)
+      if (ns->out[k] >= 0 && ns->out[k] < n0 && dev_of[ns->out[k]] >= 0) ns->out[k] = dev_of[ns->out[k]];
+    for (int k = 0; k < nst; k++) {     /* write back, wait before the copy's region is reused */
+      int h = st->in[k];
+      if (h < 0 || h >= n0 || dev_of[h] < 0) continue;
+      int ev = pl->nevents++;
+      Step off = {.kind = SK_OFFLOAD, .node = -1, .tensor = pl->inst[h].tensor, .nin = 1,
+                  .nout = 1, .in = &dev_of[h], .out = &h, .ws = -1, .event = ev,
+                  .wait = &ev, .nwait = 1, .keep = &dev_of[h], .nkeep = 1};
+      push(r, &off);
+      pl->offload_bytes += (double)pl->inst[h].bytes;
+      pl->exposed_seconds += (double)pl->inst[h].bytes / dev->link_bw;
+    }
+    if (s == old->train_steps - 1) r->train_steps = r->ns;
+  }
+  for (int s = 0; s < old->ns; s++)
+    free(old->s[s].in), free(old->s[s].out), free(old->s[s].wait), free(old->s[s].keep);
+  free(old->s);
+  free((Route *)old);
+  pl->route = r;
+  free(dev_of);
+  liveness_lifetimes(g, pl);
+  return moved;
+}

@@ -102,3 +102,21 @@ def test_resnet2498_fits_12gib(tmp_path):
     a, _, secs = plan(model, tmp_path, "auto", "--device", "k40c", "--budget", "12GiB")
     assert a["arena_bytes"] <= 12 * 2**30
     assert secs < 60
+
+
+def test_optimizer_state_on_host(r50, tmp_path):
+    """Below the superneurons arena, auto moves optimizer state to the host
+    (copied in and out around each update): persistent device bytes drop by
+    the momentum buffers' size, and the arena fits."""
+    sn, _, _ = plan(r50, tmp_path, "superneurons", "--device", "v100")
+    budget = sn["arena_bytes"] - 64 * 2**20
+    a, _, _ = plan(r50, tmp_path, "auto", "--device", "v100", "--budget", str(budget))
+    assert a["arena_bytes"] <= budget
+    assert a["persistent_bytes"] < sn["persistent_bytes"]
+    host_opt = [i for i in a["instances"] if i["kind"] == "optimizer" and i["host_offset"] >= 0]
+    assert host_opt and all(i["offset"] == -1 for i in host_opt)
+    updates = [s for s in a["steps"] if s["kind"] == "update"]
+    assert updates
+    print("resnet50 b32: superneurons %.0f MiB; auto at %.0f MiB -> %.0f MiB with %d optimizer "
+          "tensors on the host" % (sn["arena_bytes"] / 2**20, budget / 2**20,
+                                   a["arena_bytes"] / 2**20, len(host_opt)))
