@@ -128,3 +128,20 @@ def test_recompute_resnet50_224(tmp_path):
     assert 0 < share < 0.15, share
     print("resnet50 b32: liveness %.2f GiB, recompute %.2f GiB, extra %.1f%% FLOPs"
           % (live["arena_bytes"] / 2**30, rec["arena_bytes"] / 2**30, 100 * share))
+
+
+def test_a_missing_wait_is_caught(tmp_path):
+    """The check above can fail: the superneurons program with its event waits
+    deleted reuses regions while copies still use them, and --poison turns
+    that into a NaN loss (exit 3) instead of silently wrong numbers."""
+    out = str(tmp_path / "nowait")
+    run([SNC, "compile", os.path.join(ROOT, "examples", "fashion_cnn.onnx"), "-o", out,
+         "--batch", "16", "--policy", "superneurons"])
+    src = open(os.path.join(out, "train.c")).read()
+    stripped, n = re.subn(r"^  snrt_wait\(c, \d+\);$", "  /* wait removed */", src, flags=re.M)
+    assert n > 0
+    open(os.path.join(out, "train.c"), "w").write(stripped)
+    run(["ninja", "-C", out])
+    r = run([os.path.join(out, "train"), "--data", "synthetic", "--steps", "3", "--poison"],
+            check=False)
+    assert r.returncode == 3 and "NaN" in r.stderr, (r.returncode, r.stderr[-500:])

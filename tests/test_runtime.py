@@ -372,8 +372,11 @@ def test_threadsanitizer_clean_on_a_compiled_model(env, tmp_path):
     parallel region shares (seen on snrt_bn_fwd_train with 2 threads)."""
     snc = os.path.join(ROOT, "build", "snc")
     d = tmp_path / "tsan_model"
+    # superneurons: the step offloads and prefetches through the copy-engine
+    # thread, so TSan sees every planned event record/wait on a real model.
     subprocess.run([snc, "compile", os.path.join(ROOT, "examples", "fashion_cnn.onnx"), "-o", str(d),
-                    "--batch", "16"], check=True, stdout=subprocess.DEVNULL)
+                    "--batch", "16", "--policy", "superneurons"], check=True, stdout=subprocess.DEVNULL)
+    assert "snrt_prefetch" in open(d / "train.c").read()
     srcs = [os.path.join(ROOT, "runtime", sub, f) for sub in ("common", "cpu")
             for f in sorted(os.listdir(os.path.join(ROOT, "runtime", sub))) if f.endswith(".c")]
     exe = str(d / "train_tsan")
