@@ -46,6 +46,7 @@ typedef struct dev_state {
   int64_t *issued, *completed;    /* per event */
   int nevents;
   bool stop;
+  long delay_us;                  /* SNRT_COPY_DELAY_US: testing aid, see copy_thread */
   char desc[96];
 } dev_state;
 
@@ -65,6 +66,10 @@ static void *copy_thread(void *arg) {
     d->qlen--;
     d->busy++;
     pthread_mutex_unlock(&d->mu);
+    /* A slow copy engine on demand (SNRT_COPY_DELAY_US): a schedule missing a
+     * wait then reuses a region while its copy is still pending, which
+     * --poison turns into NaN, instead of passing by luck of timing. */
+    if (d->delay_us > 0) usleep((useconds_t)d->delay_us);
     memcpy(cp.dst, cp.src, (size_t)cp.bytes);
     pthread_mutex_lock(&d->mu);
     d->busy--;
@@ -124,6 +129,8 @@ void snrt_dev_init(snrt_ctx *c) {
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, &old);
+  const char *delay = getenv("SNRT_COPY_DELAY_US");
+  d->delay_us = delay ? strtol(delay, NULL, 10) : 0;
   int rc = pthread_create(&d->thread, NULL, copy_thread, d);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   if (rc) {
