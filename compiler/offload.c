@@ -304,66 +304,101 @@ void offload_dump(const Graph *g, const Plan *pl, FILE *f) {
   }
 }
 
-/* Optimizer state on the host (when the budget demands it): each momentum /
- * Adam moment lives in the pinned host arena for the whole program; its
- * update step works on a device copy, prefetched just before it and written
- * back just after, both synchronously (compute waits for each copy), so
- * only one parameter's state is on the device at a time. Returns how many
- * state tensors moved. */
-int offload_optimizer_state(Graph *g, Plan *pl, const DeviceProfile *dev) {
+/* Persistent tensors on the host (when the budget demands it): optimizer
+ * state, and with `params` the parameters too, live in the pinned host arena
+ * for the whole program. Each cluster of steps using one (the update; a
+ * forward read; a backward read and the update...) works on a device copy,
+ * prefetched just before the cluster and, if the cluster writes it, written
+ * back just after; both copies are synchronous (compute waits for each), so
+ * only the tensors of the steps at hand are on the device. Returns how many
+ * tensors moved. */
+typedef struct HostUse { int first, last, dev; bool writes; } HostUse;
+
+int offload_persistent(Graph *g, Plan *pl, const DeviceProfile *dev, bool params) {
   const Route *old = pl->route;
-  int T = old->ns, moved = 0;
-  int *dev_of = xmalloc(sizeof(int) * (size_t)pl->ninst);   /* host inst -> device copy (-1) */
-  int n0 = pl->ninst;
-  for (int i = 0; i < n0; i++) dev_of[i] = -1;
-  /* The optimizer state instances, and a device copy of each. */
-  for (int s = 0; s < old->train_steps; s++) {
-    const Step *st = &old->s[s];
-    if (st->kind != SK_UPDATE) continue;
-    for (int k = 0; k < st->nin; k++) {
-      int i = st->in[k];
-      if (i < 0 || i >= n0 || dev_of[i] >= 0) continue;
-      Instance *in = &pl->inst[i];
-      if (in->tensor < 0 || g->t[in->tensor].kind != TK_OPT || !in->persistent || in->host) continue;
-      in->host = true;
-      dev_of[i] = new_inst(pl, in->tensor, in->bytes, false);
-      moved++;
-    }
+  int T = old->ns, n0 = pl->ninst, moved = 0;
+  bool *sel = xcalloc((size_t)n0 + 1, sizeof(bool));
+  for (int i = 0; i < n0; i++) {
+    const Instance *in = &pl->inst[i];
+    if (in->tensor < 0 || !in->persistent || in->host) continue;
+    TensorKind k = g->t[in->tensor].kind;
+    if (k == TK_OPT || (params && k == TK_PARAM)) sel[i] = true;
   }
-  if (!moved) {
-    free(dev_of);
-    return 0;
-  }
-  Route *r = xcalloc(1, sizeof *r);
+  /* Uses of each selected instance, clustered (steps at most 1 apart). */
+  HostUse **trip = xcalloc((size_t)n0 + 1, sizeof(HostUse *));
+  int *ntrip = xcalloc((size_t)n0 + 1, sizeof(int)), *cur = xcalloc((size_t)n0 + 1, sizeof(int));
   for (int s = 0; s < T; s++) {
     const Step *st = &old->s[s];
-    int nst = st->kind == SK_UPDATE ? st->nin : 0;
-    for (int k = 0; k < nst; k++) {     /* prefetch each state tensor, wait at once */
-      int h = st->in[k];
-      if (h < 0 || h >= n0 || dev_of[h] < 0) continue;
+    for (int k = 0; k < st->nin + st->nout; k++) {
+      int i = k < st->nin ? st->in[k] : st->out[k - st->nin];
+      if (i < 0 || i >= n0 || !sel[i]) continue;
+      bool w = k >= st->nin;
+      HostUse *last = ntrip[i] ? &trip[i][ntrip[i] - 1] : NULL;
+      /* Training and eval steps never share a trip. */
+      if (last && s - last->last <= 1 && (s < old->train_steps) == (last->last < old->train_steps)) {
+        last->last = s;
+        last->writes |= w;
+        continue;
+      }
+      trip[i] = xrealloc(trip[i], sizeof(HostUse) * (size_t)(ntrip[i] + 1));
+      trip[i][ntrip[i]++] = (HostUse){.first = s, .last = s, .dev = -1, .writes = w};
+    }
+  }
+  for (int i = 0; i < n0; i++) {
+    if (!sel[i] || !ntrip[i]) continue;
+    pl->inst[i].host = true;
+    for (int k = 0; k < ntrip[i]; k++) trip[i][k].dev = new_inst(pl, pl->inst[i].tensor, pl->inst[i].bytes, false);
+    moved++;
+  }
+  if (!moved) {
+    for (int i = 0; i < n0; i++) free(trip[i]);
+    free(trip), free(ntrip), free(cur), free(sel);
+    return 0;
+  }
+  /* Steps by the trips that start and end at them. */
+  int **starts = xcalloc((size_t)T + 1, sizeof(int *)), *nstarts = xcalloc((size_t)T + 1, sizeof(int));
+  int **ends = xcalloc((size_t)T + 1, sizeof(int *)), *nends = xcalloc((size_t)T + 1, sizeof(int));
+  for (int i = 0; i < n0; i++)
+    for (int k = 0; k < ntrip[i]; k++) {
+      add_int(&starts[trip[i][k].first], &nstarts[trip[i][k].first], i);
+      if (trip[i][k].writes) add_int(&ends[trip[i][k].last], &nends[trip[i][k].last], i);
+    }
+  Route *r = xcalloc(1, sizeof *r);
+  for (int s = 0; s < T; s++) {
+    bool train = s < old->train_steps;
+    for (int k = 0; k < nstarts[s]; k++) {     /* bring the copy in, wait at once */
+      int h = starts[s][k];
+      while (trip[h][cur[h]].last < s) cur[h]++;
       int ev = pl->nevents++;
       Step pf = {.kind = SK_PREFETCH, .node = -1, .tensor = pl->inst[h].tensor, .nin = 1,
-                 .nout = 1, .in = &h, .out = &dev_of[h], .ws = -1, .event = ev,
+                 .nout = 1, .in = &h, .out = &trip[h][cur[h]].dev, .ws = -1, .event = ev,
                  .wait = &ev, .nwait = 1};
       push(r, &pf);
-      pl->offload_bytes += (double)pl->inst[h].bytes;
-      pl->exposed_seconds += (double)pl->inst[h].bytes / dev->link_bw;   /* synchronous */
+      if (train) {
+        pl->offload_bytes += (double)pl->inst[h].bytes;
+        pl->exposed_seconds += (double)pl->inst[h].bytes / dev->link_bw;
+      }
     }
-    Step *ns = push(r, st);
-    for (int k = 0; k < nst; k++)
-      if (ns->in[k] >= 0 && ns->in[k] < n0 && dev_of[ns->in[k]] >= 0) ns->in[k] = dev_of[ns->in[k]];
-    for (int k = 0; st->kind == SK_UPDATE && k < ns->nout; k++)
-      if (ns->out[k] >= 0 && ns->out[k] < n0 && dev_of[ns->out[k]] >= 0) ns->out[k] = dev_of[ns->out[k]];
-    for (int k = 0; k < nst; k++) {     /* write back, wait before the copy's region is reused */
-      int h = st->in[k];
-      if (h < 0 || h >= n0 || dev_of[h] < 0) continue;
-      int ev = pl->nevents++;
+    Step *ns = push(r, &old->s[s]);
+    for (int k = 0; k < ns->nin + ns->nout; k++) {
+      int *p = k < ns->nin ? &ns->in[k] : &ns->out[k - ns->nin];
+      if (*p < 0 || *p >= n0 || !sel[*p] || !ntrip[*p]) continue;
+      int h = *p;
+      while (trip[h][cur[h]].last < s) cur[h]++;
+      snc_assert(trip[h][cur[h]].first <= s);
+      *p = trip[h][cur[h]].dev;
+    }
+    for (int k = 0; k < nends[s]; k++) {       /* write back, wait before reuse */
+      int h = ends[s][k];
+      int d = trip[h][cur[h]].dev, ev = pl->nevents++;
       Step off = {.kind = SK_OFFLOAD, .node = -1, .tensor = pl->inst[h].tensor, .nin = 1,
-                  .nout = 1, .in = &dev_of[h], .out = &h, .ws = -1, .event = ev,
-                  .wait = &ev, .nwait = 1, .keep = &dev_of[h], .nkeep = 1};
+                  .nout = 1, .in = &d, .out = &h, .ws = -1, .event = ev, .wait = &ev,
+                  .nwait = 1, .keep = &d, .nkeep = 1};
       push(r, &off);
-      pl->offload_bytes += (double)pl->inst[h].bytes;
-      pl->exposed_seconds += (double)pl->inst[h].bytes / dev->link_bw;
+      if (train) {
+        pl->offload_bytes += (double)pl->inst[h].bytes;
+        pl->exposed_seconds += (double)pl->inst[h].bytes / dev->link_bw;
+      }
     }
     if (s == old->train_steps - 1) r->train_steps = r->ns;
   }
@@ -372,7 +407,10 @@ int offload_optimizer_state(Graph *g, Plan *pl, const DeviceProfile *dev) {
   free(old->s);
   free((Route *)old);
   pl->route = r;
-  free(dev_of);
+  for (int s = 0; s <= T; s++) free(starts[s]), free(ends[s]);
+  free(starts), free(nstarts), free(ends), free(nends);
+  for (int i = 0; i < n0; i++) free(trip[i]);
+  free(trip), free(ntrip), free(cur), free(sel);
   liveness_lifetimes(g, pl);
   return moved;
 }

@@ -88,7 +88,7 @@ static int count_sel(const Graph *g, const bool *sel) {
  * `sel` NULL: no offload. */
 static Plan *plan_once(Graph *g, const PlanOpts *o, const DeviceProfile *dev, Policy planned,
                        int64_t recompute_target, const bool *sel, bool hidden_only, int lead,
-                       bool host_state) {
+                       int host_state) {
   Plan *pl = xcalloc(1, sizeof *pl);
   pl->opts = *o;
   pl->opts.device = dev->name;
@@ -106,7 +106,8 @@ static Plan *plan_once(Graph *g, const PlanOpts *o, const DeviceProfile *dev, Po
   if (recompute_target >= 0)
     recompute_plan(g, pl, recompute_target ? recompute_target : layer_peak, sel ? 2 : INT32_MAX);
   if (sel) offload_plan(g, pl, sel, dev, hidden_only, lead);
-  if (host_state) offload_optimizer_state(g, pl, dev);
+  /* host_state 1: optimizer state on the host; 2: parameters too. */
+  if (host_state) offload_persistent(g, pl, dev, host_state > 1);
   /* In-place elementwise steps pay where recomputed and prefetched copies
    * are short-lived; the plain liveness plan is left as packed. */
   if (recompute_target >= 0 || sel) liveness_inplace(g, pl);
@@ -135,7 +136,8 @@ static void plan_free(Plan *pl) {
  * recomputation plus offload of the first k checkpoints (exposed copies
  * allowed), with the smallest k that fits found by bisection: as few
  * offloads as the budget requires, the longest-idle ones first; then the
- * superneurons plan; then that plus optimizer state in host memory. If
+ * superneurons plan; then that plus optimizer state in host memory; then
+ * parameters in host memory too (depth limited by host memory). If
  * nothing fits, the error names the smallest arena seen. */
 static Plan *plan_auto(Graph *g, const PlanOpts *o, const DeviceProfile *dev, int64_t budget,
                        int64_t *smallest) {
@@ -158,19 +160,21 @@ static Plan *plan_auto(Graph *g, const PlanOpts *o, const DeviceProfile *dev, in
   if (!best) {
     /* Bisection on k; invariant: `fit` is the plan at hi, which fits. */
     int K = count_sel(g, acts), lo = 0, hi = K;
-    Plan *fit = plan_once(g, o, dev, POL_SUPERNEURONS, budget, acts, false, 1, false);
+    Plan *fit = plan_once(g, o, dev, POL_SUPERNEURONS, budget, acts, false, 1, 0);
     if (fit->arena_bytes < *smallest) *smallest = fit->arena_bytes;
     if (fit->arena_bytes > budget) {
       /* Last resort: the smallest footprint (recompute as memory-centric as
        * the layer peak asks). */
       plan_free(fit);
-      fit = plan_once(g, o, dev, POL_SUPERNEURONS, 0, acts, false, -1, false);
+      fit = plan_once(g, o, dev, POL_SUPERNEURONS, 0, acts, false, -1, 0);
       if (fit->arena_bytes < *smallest) *smallest = fit->arena_bytes;
       if (fit->arena_bytes > budget) {
-        /* ... and then optimizer state on the host, copied around each update. */
-        plan_free(fit);
-        fit = plan_once(g, o, dev, POL_SUPERNEURONS, 0, acts, false, -1, true);
-        if (fit->arena_bytes < *smallest) *smallest = fit->arena_bytes;
+        /* ... then optimizer state, then parameters too, on the host. */
+        for (int hs = 1; hs <= 2 && fit && fit->arena_bytes > budget; hs++) {
+          plan_free(fit);
+          fit = plan_once(g, o, dev, POL_SUPERNEURONS, 0, acts, false, -1, hs);
+          if (fit->arena_bytes < *smallest) *smallest = fit->arena_bytes;
+        }
         if (fit->arena_bytes > budget) plan_free(fit), fit = NULL;
       }
       lo = hi;
@@ -178,7 +182,7 @@ static Plan *plan_auto(Graph *g, const PlanOpts *o, const DeviceProfile *dev, in
     while (fit && lo < hi) {
       int mid = lo + (hi - lo) / 2;
       bool *sel = first_k(g, acts, mid);
-      Plan *pl = plan_once(g, o, dev, POL_SUPERNEURONS, budget, sel, false, 1, false);
+      Plan *pl = plan_once(g, o, dev, POL_SUPERNEURONS, budget, sel, false, 1, 0);
       free(sel);
       if (pl->arena_bytes <= budget) {
         plan_free(fit);
@@ -201,12 +205,12 @@ static Plan *build(Graph *g, const PlanOpts *o, int64_t *smallest) {
   int64_t budget = o->budget ? o->budget : dev->mem_bytes;
   *smallest = -1;
   switch (o->policy) {
-  case POL_NONE: return plan_once(g, o, dev, POL_NONE, -1, NULL, false, 0, false);
-  case POL_LIVENESS: return plan_once(g, o, dev, POL_LIVENESS, -1, NULL, false, 0, false);
-  case POL_RECOMPUTE: return plan_once(g, o, dev, POL_RECOMPUTE, 0, NULL, false, 0, false);
+  case POL_NONE: return plan_once(g, o, dev, POL_NONE, -1, NULL, false, 0, 0);
+  case POL_LIVENESS: return plan_once(g, o, dev, POL_LIVENESS, -1, NULL, false, 0, 0);
+  case POL_RECOMPUTE: return plan_once(g, o, dev, POL_RECOMPUTE, 0, NULL, false, 0, 0);
   case POL_OFFLOAD: {
     bool *sel = offload_candidates(g);
-    Plan *pl = plan_once(g, o, dev, POL_OFFLOAD, -1, sel, true, 0, false);
+    Plan *pl = plan_once(g, o, dev, POL_OFFLOAD, -1, sel, true, 0, 0);
     free(sel);
     return pl;
   }
@@ -215,7 +219,7 @@ static Plan *build(Graph *g, const PlanOpts *o, int64_t *smallest) {
      * outputs and the checkpoints recomputation keeps) offloaded, waits at
      * the next step: the smallest footprint. */
     bool *sel = offload_candidates(g);
-    Plan *pl = plan_once(g, o, dev, POL_SUPERNEURONS, 0, sel, false, -1, false);
+    Plan *pl = plan_once(g, o, dev, POL_SUPERNEURONS, 0, sel, false, -1, 0);
     free(sel);
     return pl;
   }

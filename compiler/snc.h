@@ -434,8 +434,9 @@ void recompute_dump(const Graph *g, const Plan *pl, FILE *f);
 int offload_plan(Graph *g, Plan *pl, const bool *sel, const DeviceProfile *dev, bool hidden_only,
                  int max_lead);
 void offload_dump(const Graph *g, const Plan *pl, FILE *f);
-/* Optimizer state in the host arena, copied in and out around each update. */
-int offload_optimizer_state(Graph *g, Plan *pl, const DeviceProfile *dev);
+/* Optimizer state (and with `params`, parameters) in the host arena, copied
+ * to the device around each cluster of steps using them. */
+int offload_persistent(Graph *g, Plan *pl, const DeviceProfile *dev, bool params);
 /* Estimated seconds of each training step (compute only); caller frees. */
 double *offload_step_times(const Graph *g, const Plan *pl, const DeviceProfile *dev);
 /* --dump PASS: route | liveness | recompute | offload | offsets */

@@ -120,3 +120,19 @@ def test_optimizer_state_on_host(r50, tmp_path):
     print("resnet50 b32: superneurons %.0f MiB; auto at %.0f MiB -> %.0f MiB with %d optimizer "
           "tensors on the host" % (sn["arena_bytes"] / 2**20, budget / 2**20,
                                    a["arena_bytes"] / 2**20, len(host_opt)))
+
+
+def test_parameters_on_host_at_the_smallest_budget(r50, tmp_path):
+    """At the smallest budget the error names, parameters live on the host
+    too (brought in around each use): the depth of a network is then limited
+    by host memory, not device memory."""
+    r = run([SNC, "plan", r50, "--batch", "32", "--device", "v100", "--budget", "1MiB"],
+            check=False)
+    m = re.search(r"smallest budget that fits is .*\((\d+) bytes\)", r.stderr)
+    assert r.returncode == 2 and m, r.stderr
+    a, _, _ = plan(r50, tmp_path, "auto", "--device", "v100", "--budget", m.group(1))
+    params = [i for i in a["instances"] if i["kind"] == "param" and i["persistent"]]
+    assert params and all(i["offset"] == -1 and i["host_offset"] >= 0 for i in params)
+    assert a["arena_bytes"] <= int(m.group(1))
+    print("resnet50 b32: smallest budget %.0f MiB with parameters and optimizer state on the host"
+          % (a["arena_bytes"] / 2**20))
