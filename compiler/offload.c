@@ -83,19 +83,6 @@ static void add_int(int **arr, int *n, int v) {
   (*arr)[(*n)++] = v;
 }
 
-static Step *push(Route *r, const Step *proto) {
-  xgrow((void **)&r->s, &r->caps, r->ns + 1, sizeof *r->s);
-  Step *s = &r->s[r->ns++];
-  *s = *proto;
-  s->in = xmalloc(sizeof(int) * (size_t)(proto->nin ? proto->nin : 1));
-  s->out = xmalloc(sizeof(int) * (size_t)(proto->nout ? proto->nout : 1));
-  memcpy(s->in, proto->in, sizeof(int) * (size_t)proto->nin);
-  memcpy(s->out, proto->out, sizeof(int) * (size_t)proto->nout);
-  s->wait = NULL, s->nwait = 0, s->keep = NULL, s->nkeep = 0;
-  for (int k = 0; k < proto->nwait; k++) add_int(&s->wait, &s->nwait, proto->wait[k]);
-  for (int k = 0; k < proto->nkeep; k++) add_int(&s->keep, &s->nkeep, proto->keep[k]);
-  return s;
-}
 
 static int cmp_int(const void *a, const void *b) {
   int x = *(const int *)a, y = *(const int *)b;
@@ -223,10 +210,10 @@ int offload_plan(Graph *g, Plan *pl, const bool *sel, const DeviceProfile *dev, 
       Trip *tr = &x->trip[before[s][k].trip];
       Step pf = {.kind = SK_PREFETCH, .node = -1, .tensor = x->tensor, .nin = 1, .nout = 1,
                  .in = &x->host, .out = &tr->pre, .ws = -1, .event = tr->ev};
-      push(r, &pf);
+      route_push(r, &pf);
     }
     newidx[s] = r->ns;
-    Step *ns = push(r, &old->s[s]);
+    Step *ns = route_push(r, &old->s[s]);
     if (s > loss && s < old->train_steps)
       for (int k = 0; k < ns->nin; k++) {
         int i = ns->in[k];
@@ -242,7 +229,7 @@ int offload_plan(Graph *g, Plan *pl, const bool *sel, const DeviceProfile *dev, 
                   .in = &x->dev, .out = &x->host, .ws = -1, .event = x->ev_off};
       if (x->s_wait < 0)   /* synchronous: wait right after issuing */
         off.wait = &x->ev_off, off.nwait = 1, off.keep = &x->dev, off.nkeep = 1;
-      push(r, &off);
+      route_push(r, &off);
     }
     if (s == old->train_steps - 1) r->train_steps = r->ns;
   }
@@ -269,10 +256,7 @@ int offload_plan(Graph *g, Plan *pl, const bool *sel, const DeviceProfile *dev, 
 
   for (int s = 0; s <= T; s++) free(after[s]), free(before[s]);
   free(after), free(before), free(nafter), free(nbefore), free(redirect), free(newidx);
-  for (int s = 0; s < old->ns; s++)
-    free(old->s[s].in), free(old->s[s].out), free(old->s[s].wait), free(old->s[s].keep);
-  free(old->s);
-  free((Route *)old);
+  route_free((Route *)old);
   pl->route = r;
   liveness_lifetimes(g, pl);
   for (int c = 0; c < nc; c++) free(cp[c].trip);
@@ -373,13 +357,13 @@ int offload_persistent(Graph *g, Plan *pl, const DeviceProfile *dev, bool params
       Step pf = {.kind = SK_PREFETCH, .node = -1, .tensor = pl->inst[h].tensor, .nin = 1,
                  .nout = 1, .in = &h, .out = &trip[h][cur[h]].dev, .ws = -1, .event = ev,
                  .wait = &ev, .nwait = 1};
-      push(r, &pf);
+      route_push(r, &pf);
       if (train) {
         pl->offload_bytes += (double)pl->inst[h].bytes;
         pl->exposed_seconds += (double)pl->inst[h].bytes / dev->link_bw;
       }
     }
-    Step *ns = push(r, &old->s[s]);
+    Step *ns = route_push(r, &old->s[s]);
     for (int k = 0; k < ns->nin + ns->nout; k++) {
       int *p = k < ns->nin ? &ns->in[k] : &ns->out[k - ns->nin];
       if (*p < 0 || *p >= n0 || !sel[*p] || !ntrip[*p]) continue;
@@ -394,7 +378,7 @@ int offload_persistent(Graph *g, Plan *pl, const DeviceProfile *dev, bool params
       Step off = {.kind = SK_OFFLOAD, .node = -1, .tensor = pl->inst[h].tensor, .nin = 1,
                   .nout = 1, .in = &d, .out = &h, .ws = -1, .event = ev, .wait = &ev,
                   .nwait = 1, .keep = &d, .nkeep = 1};
-      push(r, &off);
+      route_push(r, &off);
       if (train) {
         pl->offload_bytes += (double)pl->inst[h].bytes;
         pl->exposed_seconds += (double)pl->inst[h].bytes / dev->link_bw;
@@ -402,10 +386,7 @@ int offload_persistent(Graph *g, Plan *pl, const DeviceProfile *dev, bool params
     }
     if (s == old->train_steps - 1) r->train_steps = r->ns;
   }
-  for (int s = 0; s < old->ns; s++)
-    free(old->s[s].in), free(old->s[s].out), free(old->s[s].wait), free(old->s[s].keep);
-  free(old->s);
-  free((Route *)old);
+  route_free((Route *)old);
   pl->route = r;
   for (int s = 0; s <= T; s++) free(starts[s]), free(ends[s]);
   free(starts), free(nstarts), free(ends), free(nends);

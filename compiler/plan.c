@@ -123,11 +123,7 @@ static Plan *plan_once(Graph *g, const PlanOpts *o, const DeviceProfile *dev, Po
 
 static void plan_free(Plan *pl) {
   if (!pl) return;
-  for (int s = 0; s < pl->route->ns; s++) {
-    Step *st = &pl->route->s[s];
-    free(st->in), free(st->out), free(st->wait), free(st->keep);
-  }
-  free(pl->route->s), free(pl->route);
+  route_free(pl->route);
   free(pl->inst), free(pl->tensor_inst), free(pl->live_bytes), free(pl->high_water), free(pl);
 }
 

@@ -60,16 +60,6 @@ static int new_instance(Plan *pl, int tensor, int64_t bytes) {
   return pl->ninst++;
 }
 
-static Step *push_step(Route *r, const Step *proto) {
-  xgrow((void **)&r->s, &r->caps, r->ns + 1, sizeof *r->s);
-  Step *s = &r->s[r->ns++];
-  *s = *proto;
-  s->in = xmalloc(sizeof(int) * (size_t)(proto->nin ? proto->nin : 1));
-  s->out = xmalloc(sizeof(int) * (size_t)(proto->nout ? proto->nout : 1));
-  memcpy(s->in, proto->in, sizeof(int) * (size_t)proto->nin);
-  memcpy(s->out, proto->out, sizeof(int) * (size_t)proto->nout);
-  return s;
-}
 
 /* The node a recompute step runs for forward node i. */
 static int recompute_node(RC *rc, int i) {
@@ -145,7 +135,7 @@ static int ensure(RC *rc, int t0) {
       rc->made[rc->nmade++] = y;
     }
     proto.in = inp, proto.out = outp;
-    push_step(rc->r, &proto);
+    route_push(rc->r, &proto);
     if (inp != in) free(inp);
     if (outp != out) free(outp);
   }
@@ -170,7 +160,7 @@ static void rebuild(RC *rc) {
         int t = g->n[nd].in[k];
         if (t >= 0 && rc->dropped[t]) ensure(rc, t);
       }
-      Step *ns = push_step(rc->r, st);
+      Step *ns = route_push(rc->r, st);
       for (int k = 0; k < g->n[nd].nin; k++) ns->in[k] = input_instance(rc, g->n[nd].in[k]);
       /* Memory-centric segments: what was recomputed for this step dies with it. */
       for (int i = 0; i < rc->nmade; i++) {
@@ -178,7 +168,7 @@ static void rebuild(RC *rc) {
         if (rc->memory[rc->seg[t]]) rc->cur[t] = -1;
       }
     } else {
-      push_step(rc->r, st);
+      route_push(rc->r, st);
     }
     if (s == old->train_steps - 1) rc->r->train_steps = rc->r->ns;
   }
@@ -221,11 +211,6 @@ static void find_segments(RC *rc) {
   rc->memory = xcalloc((size_t)rc->nseg + 1, sizeof(bool));
 }
 
-static void free_route(Route *r) {
-  for (int s = 0; s < r->ns; s++) free(r->s[s].in), free(r->s[s].out);
-  free(r->s);
-  free(r);
-}
 
 void recompute_plan(Graph *g, Plan *pl, int64_t target, int max_chain) {
   RC rc = {.g = g, .pl = pl, .old = pl->route};
@@ -310,9 +295,9 @@ void recompute_plan(Graph *g, Plan *pl, int64_t target, int max_chain) {
       free(diff);
     }
     if (!changed) break;
-    free_route(rc.r);
+    route_free(rc.r);
   }
-  free_route((Route *)old);
+  route_free((Route *)old);
   free(rc.dropped), free(rc.seg), free(rc.cur), free(rc.memory);
   free(rc.made), free(rc.stack);
 }

@@ -16,6 +16,7 @@
  * nodes do not read what training nodes have not written (done in liveness). */
 #include "snc.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 static StepKind kind_of_phase(Phase ph) {
@@ -76,4 +77,31 @@ void route_dump(const Graph *g, const Route *r, FILE *f) {
     dump_names(g, n->out, n->nout, f);
     fprintf(f, ")\n");
   }
+}
+
+/* Appends a copy of `proto` (its in/out/wait/keep arrays copied too): the
+ * passes that rebuild the route (recompute, offload) use it. */
+Step *route_push(Route *r, const Step *proto) {
+  xgrow((void **)&r->s, &r->caps, r->ns + 1, sizeof *r->s);
+  Step *s = &r->s[r->ns++];
+  *s = *proto;
+  s->in = xmalloc(sizeof(int) * (size_t)(proto->nin ? proto->nin : 1));
+  s->out = xmalloc(sizeof(int) * (size_t)(proto->nout ? proto->nout : 1));
+  memcpy(s->in, proto->in, sizeof(int) * (size_t)proto->nin);
+  memcpy(s->out, proto->out, sizeof(int) * (size_t)proto->nout);
+  s->wait = proto->nwait ? xmalloc(sizeof(int) * (size_t)proto->nwait) : NULL;
+  s->keep = proto->nkeep ? xmalloc(sizeof(int) * (size_t)proto->nkeep) : NULL;
+  if (proto->nwait) memcpy(s->wait, proto->wait, sizeof(int) * (size_t)proto->nwait);
+  if (proto->nkeep) memcpy(s->keep, proto->keep, sizeof(int) * (size_t)proto->nkeep);
+  return s;
+}
+
+void route_free(Route *r) {
+  if (!r) return;
+  for (int s = 0; s < r->ns; s++) {
+    Step *st = &r->s[s];
+    free(st->in), free(st->out), free(st->wait), free(st->keep);
+  }
+  free(r->s);
+  free(r);
 }

@@ -339,6 +339,8 @@ typedef struct Route {
 } Route;
 
 Route *route_build(const Graph *g);
+Step *route_push(Route *r, const Step *proto);   /* appends a deep copy */
+void route_free(Route *r);
 void route_dump(const Graph *g, const Route *r, FILE *f);
 
 /* ------------------------------------------------------------------ plan.c etc. */
