@@ -144,7 +144,8 @@ void liveness_assign(const Graph *g, Plan *pl) {
     if (st->node < 0) continue;
     const Node *n = &g->n[st->node];
     int k = inplace_input(n->op);
-    if (k < 0 || k >= n->nin || n->nout < 1) continue;
+    /* Policy none is the baseline: every tensor its own region, no sharing. */
+    if (pl->planned == POL_NONE || k < 0 || k >= n->nin || n->nout < 1) continue;
     int dy = n->in[k], dx = n->out[0];
     if (dy < 0 || dx < 0 || dy == dx || lastread[dy] != s) continue;
     TensorKind kd = g->t[dy].kind, kx = g->t[dx].kind;
@@ -166,8 +167,12 @@ void liveness_assign(const Graph *g, Plan *pl) {
     if (x->rank < 0) internal_error(__FILE__, __LINE__, "tensor '%s' has no shape", x->name);
     pl->tensor_inst[t] = add_inst(pl, t, tensor_bytes(x), -1, -1, is_persistent(x->kind));
   }
+  pl->aliased_bytes = 0;
   for (int t = 0; t < g->nt; t++)
-    if (alias[t] >= 0) pl->tensor_inst[t] = pl->tensor_inst[alias[t]];
+    if (alias[t] >= 0) {
+      pl->tensor_inst[t] = pl->tensor_inst[alias[t]];
+      pl->aliased_bytes += align_up(tensor_bytes(&g->t[t]));
+    }
   free(used), free(alias), free(lastread);
   for (int s = 0; s < T; s++) {
     Step *st = &r->s[s];

@@ -99,7 +99,7 @@ static Plan *plan_once(Graph *g, const PlanOpts *o, const DeviceProfile *dev, Po
   liveness_compute(g, pl);
   /* The baseline is the none policy's arena: the primary instances, each in
    * its own region (instances added by later passes are not in it). */
-  int64_t baseline = pl->baseline_bytes, layer_peak = pl->layer_peak_bytes;
+  int64_t baseline = pl->baseline_bytes + pl->aliased_bytes, layer_peak = pl->layer_peak_bytes;
   /* Recompute chains: unbounded alone (fewest checkpoints kept), 2 steps when
    * checkpoints are offloaded (a rebuild needs all its checkpoints prefetched
    * at once). */

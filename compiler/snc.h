@@ -387,6 +387,7 @@ typedef struct Plan {
   double recompute_flops, offload_bytes, est_step_seconds, step_flops;
   double compute_seconds, recompute_seconds, exposed_seconds;  // est_step_seconds' parts
   int nevents;             // events used by copy steps
+  int64_t aliased_bytes;   // tensors sharing another's instance in place (liveness_assign)
   int64_t *live_bytes;     // per step
   int64_t *high_water;     // per step: highest arena byte in use
 } Plan;
