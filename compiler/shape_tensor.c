@@ -273,11 +273,13 @@ void shape_pad(Graph *g, Node *n) {
   for (int d = 0; d < r; d++) {
     p->in_dims[d] = x->dims[d];
     p->before[d] = pads[d];
-    p->out_dims[d] = x->dims[d] + pads[d] + pads[d + r];
-    if (pads[d] < -x->dims[d] || pads[d + r] < -x->dims[d] || p->out_dims[d] < 0 ||
-        pads[d] > ((int64_t)1 << 40) || pads[d + r] > ((int64_t)1 << 40))
+    /* Range first: the sum below must not overflow on absurd pads. */
+    if (pads[d] < -x->dims[d] || pads[d + r] < -x->dims[d] ||
+        pads[d] > ((int64_t)1 << 40) || pads[d + r] > ((int64_t)1 << 40) ||
+        x->dims[d] + pads[d] + pads[d + r] < 0)
       node_error(n, "pads for axis %d (%lld, %lld) are out of range for %s", d,
                  (long long)pads[d], (long long)pads[d + r], shape_str(x));
+    p->out_dims[d] = x->dims[d] + pads[d] + pads[d + r];
   }
   shape_set_out(g, n, 0, x->dtype, r, p->out_dims);
   p->n_in = tensor_numel(x);
