@@ -390,7 +390,12 @@ static void add_loss(Graph *g) {
   const Tensor *y = &g->t[g->output];
   if (y->dtype != DT_FLOAT) fatal(EXIT_BADINPUT, "the model output '%s' is %s; training needs float32",
                                   y->name, dtype_name(y->dtype));
+  if (y->rank < 1 || y->dims[0] < 1 || tensor_numel(y) < 1)
+    fatal(EXIT_BADINPUT, "the model output '%s' is %s; training needs a (batch, ...) output with "
+          "at least one element per sample", y->name, shape_str(y));
   int64_t n = y->dims[0], numel = tensor_numel(y);
+  if (numel / n > INT32_MAX || n > INT32_MAX)
+    fatal(EXIT_BADINPUT, "the model output '%s' %s is too large for the loss", y->name, shape_str(y));
   snrt_loss_t *p = xcalloc(1, sizeof *p);
   p->n = (int)n;
   p->classes = (int)(numel / n);
