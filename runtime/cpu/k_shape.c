@@ -7,41 +7,42 @@
  * Pure copies: deterministic regardless of threading.
  * Not here: reshape/flatten/identity (the compiler aliases those: no kernel). */
 #include "kern.h"
+#include <stdlib.h>
+#include <stdio.h>
+
+/* Concat and split share one layout: rows of `outer`, each the parts'
+ * chunks in order. Offsets within a row are a running sum, so nothing is
+ * allocated in the step (a DenseNet concat can have thousands of parts). */
+static int64_t row_len(const snrt_concat_t *p) {
+  int64_t row = 0;
+  for (int i = 0; i < p->parts; i++) row += p->chunk[i];
+  return row;
+}
 
 void snrt_concat(snrt_ctx *c, const snrt_concat_t *p, const float *const *in, float *y) {
   (void)c;
-  int64_t row = 0;
-  for (int i = 0; i < p->parts; i++) row += p->chunk[i];
-  int64_t off[64], *offs = off;
-  int64_t big[p->parts > 64 ? p->parts : 1];
-  if (p->parts > 64) offs = big;
-  int64_t o = 0;
-  for (int i = 0; i < p->parts; i++) {
-    offs[i] = o;
-    o += p->chunk[i];
+  const int64_t row = row_len(p);
+#pragma omp parallel for schedule(static) if (p->outer * row > KERN_PAR_MIN)
+  for (int64_t r = 0; r < p->outer; r++) {
+    int64_t o = r * row;
+    for (int i = 0; i < p->parts; i++) {
+      memcpy(y + o, in[i] + r * p->chunk[i], sizeof(float) * p->chunk[i]);
+      o += p->chunk[i];
+    }
   }
-#pragma omp parallel for collapse(2) schedule(static) if (p->outer * row > KERN_PAR_MIN)
-  for (int64_t r = 0; r < p->outer; r++)
-    for (int i = 0; i < p->parts; i++)
-      memcpy(y + r * row + offs[i], in[i] + r * p->chunk[i], sizeof(float) * p->chunk[i]);
 }
 
 void snrt_split(snrt_ctx *c, const snrt_concat_t *p, const float *x, float *const *out) {
   (void)c;
-  int64_t row = 0;
-  for (int i = 0; i < p->parts; i++) row += p->chunk[i];
-  int64_t off[64], *offs = off;
-  int64_t big[p->parts > 64 ? p->parts : 1];
-  if (p->parts > 64) offs = big;
-  int64_t o = 0;
-  for (int i = 0; i < p->parts; i++) {
-    offs[i] = o;
-    o += p->chunk[i];
+  const int64_t row = row_len(p);
+#pragma omp parallel for schedule(static) if (p->outer * row > KERN_PAR_MIN)
+  for (int64_t r = 0; r < p->outer; r++) {
+    int64_t o = r * row;
+    for (int i = 0; i < p->parts; i++) {
+      if (out[i]) memcpy(out[i] + r * p->chunk[i], x + o, sizeof(float) * p->chunk[i]);
+      o += p->chunk[i];
+    }
   }
-#pragma omp parallel for collapse(2) schedule(static) if (p->outer * row > KERN_PAR_MIN)
-  for (int64_t r = 0; r < p->outer; r++)
-    for (int i = 0; i < p->parts; i++)
-      if (out[i]) memcpy(out[i] + r * p->chunk[i], x + r * row + offs[i], sizeof(float) * p->chunk[i]);
 }
 
 static void strides_of(int rank, const int64_t *dims, int64_t *st) {
