@@ -135,6 +135,7 @@ static void grad_add(Graph *g, int x, int t, int fwd) {
   (void)a;
 }
 
+static bool shape_has_bias(const Node *n) { return n->nin > 2 && n->in[2] >= 0; }
 static bool need(const Node *n, int k) { return k < n->nin && n->in[k] >= 0 && needs[n->in[k]]; }
 static int dy(const Graph *g, const Node *n, int k) { return g->t[n->out[k]].grad; }
 
@@ -347,6 +348,61 @@ void grad_reducemean(Graph *g, int node) {
   if (need(&n, 0)) bwd1(g, node, OP_EXPAND, "bwd", n.in[0], 1, (int[]){dy(g, &n, 0)}, n.p);
 }
 
+/* ---- transformer ops ---- */
+
+/* Sqrt and Reciprocal differentiate from their output, Erf and Pow from
+ * their input, Neg from neither (aux = 1: input 0 is y; 0: x; -1 absent). */
+void grad_math(Graph *g, int node) {
+  Node n = g->n[node];
+  if (!need(&n, 0)) return;
+  bool from_y = n.op == OP_SQRT || n.op == OP_RECIPROCAL;
+  int v = n.op == OP_NEG ? -1 : from_y ? n.out[0] : n.in[0];
+  int dx = grad_slot(g, n.in[0]);
+  int b = add_node(g, OP_MATH_BWD, node, "bwd", PH_BACKWARD, 2, (int[]){v, dy(g, &n, 0)}, 1, &dx, n.p);
+  g->n[b].aux = from_y;
+  grad_add(g, n.in[0], dx, node);
+}
+
+/* LN_BWD writes dx, dscale (and dbias when there is one) together, from the
+ * saved mean and 1/std; unneeded ones are dead outputs (as BN_BWD). */
+void grad_layernorm(Graph *g, int node) {
+  Node n = g->n[node];
+  int nout = shape_has_bias(&n) ? 3 : 2, out[3];
+  for (int k = 0; k < nout; k++) out[k] = grad_slot(g, n.in[k]);
+  int in[5] = {n.in[0], dy(g, &n, 0), n.in[1], n.out[1], n.out[2]};
+  add_node(g, OP_LN_BWD, node, "bwd", PH_BACKWARD, 5, in, nout, out, n.p);
+  for (int k = 0; k < nout; k++)
+    if (need(&n, k)) grad_add(g, n.in[k], out[k], node);
+}
+
+/* The table's gradient: a scatter-add of dy into a zeroed table (constant
+ * indices are in the params; data indices are read again). A table read by
+ * another node too (tied input and output embeddings) accumulates. */
+void grad_gather(Graph *g, int node) {
+  Node n = g->n[node];
+  const snrt_gather_t *p = n.p;
+  if (need(&n, 0))
+    bwd1(g, node, OP_GATHER_BWD, "bwd", n.in[0], 2, (int[]){p->idx ? -1 : n.in[1], dy(g, &n, 0)}, n.p);
+}
+
+/* A masked fill passes dy where the data was kept: the same fill, value 0. */
+void grad_where(Graph *g, int node) {
+  Node n = g->n[node];
+  if (!need(&n, n.aux)) return;
+  snrt_where_t *p = dup_params(n.p, sizeof *p);
+  p->value = 0.0f;
+  int dx = grad_slot(g, n.in[n.aux]);
+  int b = add_node(g, OP_WHERE, node, "bwd", PH_BACKWARD, 3, (int[]){-1, dy(g, &n, 0), -1}, 1, &dx, p);
+  g->n[b].aux = 1;
+  grad_add(g, n.in[n.aux], dx, node);
+}
+
+/* Expand's gradient sums dy over the broadcast dimensions. */
+void grad_broadcast(Graph *g, int node) {
+  Node n = g->n[node];
+  if (need(&n, 0)) bwd1(g, node, OP_REDUCE, "bwd", n.in[0], 1, (int[]){dy(g, &n, 0)}, n.p);
+}
+
 /* ---- the pass ---- */
 
 /* Training-mode rewrites of forward nodes: BatchNormalization writes y and the
@@ -360,7 +416,8 @@ static void rewrite_training_outputs(Graph *g) {
       if (g->n[i].in[k] >= 0) readers[g->n[i].in[k]]++;
   for (int i = 0; i < g->nfwd; i++) {
     Node *n = &g->n[i];
-    if (n->op != OP_BATCHNORM && n->op != OP_DROPOUT && n->op != OP_MAXPOOL) continue;
+    if (n->op != OP_BATCHNORM && n->op != OP_DROPOUT && n->op != OP_MAXPOOL &&
+        n->op != OP_LAYERNORM) continue;
     for (int k = 1; k < n->nout; k++) {
       if (n->out[k] < 0) continue;   /* an absent optional output ("") */
       Tensor *t = &g->t[n->out[k]];
@@ -377,6 +434,15 @@ static void rewrite_training_outputs(Graph *g) {
       int64_t c = p->c;
       int sm = new_tensor(g, xasprintf("%s.saved_mean", n->name), TK_AUX, DT_FLOAT, 1, &c);
       int si = new_tensor(g, xasprintf("%s.saved_invstd", n->name), TK_AUX, DT_FLOAT, 1, &c);
+      n = &g->n[i];
+      n->out = xrealloc(n->out, 3 * sizeof(int));
+      n->out[1] = sm, n->out[2] = si, n->nout = 3;
+      g->t[sm].producer = g->t[si].producer = i;
+    }
+    if (n->op == OP_LAYERNORM) {   /* mean and 1/std per row, for backward */
+      int64_t rows = ((const snrt_ln_t *)n->p)->rows;
+      int sm = new_tensor(g, xasprintf("%s.saved_mean", n->name), TK_AUX, DT_FLOAT, 1, &rows);
+      int si = new_tensor(g, xasprintf("%s.saved_rstd", n->name), TK_AUX, DT_FLOAT, 1, &rows);
       n = &g->n[i];
       n->out = xrealloc(n->out, 3 * sizeof(int));
       n->out[1] = sm, n->out[2] = si, n->nout = 3;
@@ -400,10 +466,17 @@ static void add_loss(Graph *g) {
   p->n = (int)n;
   p->classes = (int)(numel / n);
   if (opts->loss == LOSS_SOFTMAX_CE) {
-    if (y->rank != 2)
-      fatal(EXIT_BADINPUT, "softmax cross-entropy needs a (batch, classes) model output; '%s' is %s",
-            y->name, shape_str(y));
-    g->label = new_tensor(g, "labels", TK_LABEL, DT_INT32, 1, &n);
+    /* (batch, classes), or a sequence (batch, T, vocab): one label per
+     * position, the loss averaged over all batch x T positions. */
+    if (y->rank != 2 && y->rank != 3)
+      fatal(EXIT_BADINPUT, "softmax cross-entropy needs a (batch, classes) or (batch, T, vocab) "
+            "model output; '%s' is %s", y->name, shape_str(y));
+    int64_t ld[2] = {y->dims[0], y->rank == 3 ? y->dims[1] : 1};
+    p->n = (int)(n * ld[1]);
+    p->classes = (int)y->dims[y->rank - 1];
+    if (numel / y->dims[y->rank - 1] > INT32_MAX)
+      fatal(EXIT_BADINPUT, "the model output '%s' %s is too large for the loss", y->name, shape_str(y));
+    g->label = new_tensor(g, "labels", TK_LABEL, DT_INT32, y->rank - 1, ld);
   } else {
     g->label = new_tensor(g, "targets", TK_LABEL, DT_FLOAT, y->rank, y->dims);
   }
@@ -524,7 +597,7 @@ void train_build(Graph *g, const TrainOpts *o) {
         if (g->t[n->in[k]].kind == TK_PARAM) pending[n->in[k]]++;
       }
     /* BN's saved statistics are by-products, not differentiable outputs. */
-    int nout = n->op == OP_BATCHNORM ? 1 : n->nout;
+    int nout = n->op == OP_BATCHNORM || n->op == OP_LAYERNORM ? 1 : n->nout;
     for (int k = 0; k < nout; k++) needs[n->out[k]] = any;
   }
   if (!needs[g->output])

@@ -444,12 +444,23 @@ void emit_program(const Graph *g, const Plan *pl, const EmitOpts *o, const char 
   fprintf(f, "  .ntensors = %d,\n  .tensors = tensors,\n", tb.n);
   fprintf(f, "  .input = %d, .label = %d, .loss = %d, .logits = %d,\n", map[g->input], map[g->label],
           map[g->loss], map[g->eval_output]);
-  fprintf(f, "  .classes = %lld,\n", (long long)(tensor_numel(out) / out->dims[0]));
+  bool seq = o->train->loss == LOSS_SOFTMAX_CE && out->rank == 3;
+  fprintf(f, "  .classes = %lld,\n", (long long)(seq ? out->dims[2] : tensor_numel(out) / out->dims[0]));
   fprintf(f, "  .loss_kind = %s,\n", o->train->loss == LOSS_MSE ? "SNRT_LOSS_MSE" : "SNRT_LOSS_SOFTMAX_CE");
   fprintf(f, "  .opt_kind = %s,\n", o->train->optim == OPTIM_SGD ? "SNRT_OPT_SGD"
                                     : o->train->optim == OPTIM_ADAM ? "SNRT_OPT_ADAM" : "SNRT_OPT_ADAMW");
   fprintf(f, "  .lr = %s,\n  .policy = \"%s\",\n", emit_float(o->train->lr), policy_name(pl->opts.policy));
-  fprintf(f, "  .train_step = train_step,\n  .eval_step = eval_step,\n};\n");
+  fprintf(f, "  .train_step = train_step,\n  .eval_step = eval_step,\n");
+  /* Token models: the smallest table the token ids index, and T labels a sample. */
+  int64_t vocab = 0;
+  for (int i = 0; i < g->nfwd; i++)
+    if (g->n[i].op == OP_GATHER && g->n[i].in[1] == g->input) {
+      int64_t rows = ((const snrt_gather_t *)g->n[i].p)->rows;
+      if (!vocab || rows < vocab) vocab = rows;
+    }
+  if (vocab) fprintf(f, "  .vocab = %lld,\n", (long long)vocab);
+  if (seq) fprintf(f, "  .positions = %lld,\n", (long long)out->dims[1]);
+  fprintf(f, "};\n");
   finish(f, dir, "train.c");
 
   f = create(dir, "plan.txt", "w");

@@ -18,6 +18,7 @@
 #include "import.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -587,6 +588,8 @@ static int slot_class(const Node *n, int s) {
   case OP_SPLIT: case OP_REDUCEMEAN: case OP_UNSQUEEZE: case OP_SQUEEZE:
     return s == 1 ? SLOT_INT : SLOT_NONE;
   case OP_BATCHNORM: return s >= 3 ? SLOT_STATE : SLOT_NONE;
+  case OP_POW: return s == 1 ? SLOT_FLOAT : SLOT_NONE;
+  case OP_BROADCAST: return s == 1 ? SLOT_INT : SLOT_NONE;
   /* Ops evaluated only at compile time read constants of any type (Shape
    * reads only its input's shape). */
   case OP_SHAPE: return SLOT_NONE;
@@ -628,6 +631,57 @@ static void assign_kinds(Graph *g) {
       t->kind = TK_CONST;
     }
   }
+}
+
+/* Buffers are initializers too: a float initializer that only feeds values
+ * evaluated at compile time (torch's causal-mask buffer: Slice -> Equal ->
+ * Where's condition) is a constant, not a trainable parameter; so is one that
+ * holds an infinity or a NaN (an additive mask: no parameter starts there).
+ * const_only(t): every reader of t is a compile-time-only slot, Where's
+ * condition, or a data-movement op whose outputs are all const_only. */
+static bool const_only(const Graph *g, int t, const int *first, const int *next,
+                       const int *rnode, const int *rslot, signed char *memo) {
+  if (memo[t] >= 0) return memo[t] == 1;
+  memo[t] = 0;   /* in progress: a cycle (none in a sorted graph) would say no */
+  bool ok = first[t] >= 0;
+  for (int e = first[t]; ok && e >= 0; e = next[e]) {
+    const Node *n = &g->n[rnode[e]];
+    int s = rslot[e];
+    if (slot_class(n, s) == SLOT_ANY || (n->op == OP_WHERE && s == 0)) continue;
+    bool moves = (s == 0 && (n->op == OP_SLICE || n->op == OP_RESHAPE || n->op == OP_UNSQUEEZE ||
+                             n->op == OP_SQUEEZE)) ||
+                 n->op == OP_TRANSPOSE || n->op == OP_IDENTITY || n->op == OP_FLATTEN ||
+                 n->op == OP_CONCAT || n->op == OP_CAST;
+    ok = moves;
+    for (int o = 0; ok && o < n->nout; o++)
+      ok = n->out[o] < 0 || const_only(g, n->out[o], first, next, rnode, rslot, memo);
+  }
+  memo[t] = ok;
+  return ok;
+}
+
+static void mark_buffers(Graph *g) {
+  int ne = 0;
+  for (int i = 0; i < g->nn; i++) ne += g->n[i].nin;
+  int *first = xmalloc(sizeof(int) * (size_t)(g->nt + 1)), *next = xmalloc(sizeof(int) * (size_t)(ne + 1));
+  int *rnode = xmalloc(sizeof(int) * (size_t)(ne + 1)), *rslot = xmalloc(sizeof(int) * (size_t)(ne + 1));
+  signed char *memo = xmalloc((size_t)g->nt + 1);
+  for (int t = 0; t < g->nt; t++) first[t] = -1, memo[t] = -1;
+  int e = 0;
+  for (int i = g->nn - 1; i >= 0; i--)
+    for (int s = g->n[i].nin - 1; s >= 0; s--) {
+      int t = g->n[i].in[s];
+      if (t < 0) continue;
+      rnode[e] = i, rslot[e] = s, next[e] = first[t], first[t] = e++;
+    }
+  for (int t = 0; t < g->nt; t++) {
+    Tensor *x = &g->t[t];
+    if (x->kind != TK_PARAM || !x->data || x->dtype != DT_FLOAT) continue;
+    bool finite = true;
+    for (int64_t k = 0; k < x->ndata && finite; k++) finite = isfinite(((const float *)x->data)[k]);
+    if (!finite || const_only(g, t, first, next, rnode, rslot, memo)) x->kind = TK_CONST;
+  }
+  free(first), free(next), free(rnode), free(rslot), free(memo);
 }
 
 /* fan_in of a weight as PyTorch computes it (-1 if its shape is not known). */
@@ -759,6 +813,7 @@ Graph *onnx_import_bytes(unsigned char *buf, size_t len, const char *path,
   if (!used)
     fatal(EXIT_BADINPUT, "the model output '%s' does not depend on the data input '%s'",
           imp_esc(g->t[g->output].name), imp_esc(g->t[g->input].name));
+  mark_buffers(g);
   assign_kinds(g);
   assign_init(g);
   g->nfwd = g->nn;

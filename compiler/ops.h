@@ -54,14 +54,23 @@
   OP(CAST,          "Cast",                 1,1,  1,1,  COST_FREE,      shape_cast,       grad_reshape,    emit_copy,          flops_zero) \
   OP(UNSQUEEZE,     "Unsqueeze",            1,2,  1,1,  COST_FREE,      shape_unsqueeze,  grad_reshape,    emit_copy,          flops_zero) \
   OP(SQUEEZE,       "Squeeze",              1,2,  1,1,  COST_FREE,      shape_squeeze,    grad_reshape,    emit_copy,          flops_zero) \
+  /* ---- transformer ops (shape_seq.c, emit_seq.c; Gather and Where fold \
+   * when all their inputs are constants) ---- */ \
+  OP(SQRT,          "Sqrt",                 1,1,  1,1,  COST_CHEAP,     shape_math,       grad_math,       emit_math,          flops_elementwise) \
+  OP(ERF,           "Erf",                  1,1,  1,1,  COST_CHEAP,     shape_math,       grad_math,       emit_math,          flops_elementwise) \
+  OP(NEG,           "Neg",                  1,1,  1,1,  COST_CHEAP,     shape_math,       grad_math,       emit_math,          flops_elementwise) \
+  OP(RECIPROCAL,    "Reciprocal",           1,1,  1,1,  COST_CHEAP,     shape_math,       grad_math,       emit_math,          flops_elementwise) \
+  OP(POW,           "Pow",                  2,2,  1,1,  COST_CHEAP,     shape_math,       grad_math,       emit_math,          flops_elementwise) \
+  OP(LAYERNORM,     "LayerNormalization",   2,3,  1,3,  COST_EXPENSIVE, shape_layernorm,  grad_layernorm,  emit_layernorm,     flops_elementwise) \
+  OP(GATHER,        "Gather",               2,2,  1,1,  COST_CHEAP,     shape_gather,     grad_gather,     emit_gather,        flops_zero) \
+  OP(WHERE,         "Where",                3,3,  1,1,  COST_CHEAP,     shape_where,      grad_where,      emit_where,         flops_zero) \
+  OP(BROADCAST,     "Expand",               2,2,  1,1,  COST_CHEAP,     shape_broadcast,  grad_broadcast,  emit_expand,        flops_out) \
   /* ---- ONNX ops snc only evaluates at compile time (fold.c): shape_fold \
    * fails, naming the node, when an input is not a constant ---- */ \
   OP(SHAPE,         "Shape",                1,1,  1,1,  COST_FREE,      shape_fold,       grad_none,       emit_none,          flops_zero) \
-  OP(GATHER,        "Gather",               2,2,  1,1,  COST_FREE,      shape_fold,       grad_none,       emit_none,          flops_zero) \
   OP(CONSTANTOFSHAPE, "ConstantOfShape",    1,1,  1,1,  COST_FREE,      shape_fold,       grad_none,       emit_none,          flops_zero) \
   OP(RANGE,         "Range",                3,3,  1,1,  COST_FREE,      shape_fold,       grad_none,       emit_none,          flops_zero) \
   OP(EQUAL,         "Equal",                2,2,  1,1,  COST_FREE,      shape_fold,       grad_none,       emit_none,          flops_zero) \
-  OP(WHERE,         "Where",                3,3,  1,1,  COST_FREE,      shape_fold,       grad_none,       emit_none,          flops_zero) \
   /* ---- internal ops: created by autodiff and the planner ---- */ \
   OP(CONV_BWD_DATA,   "",  2,2, 1,1, COST_EXPENSIVE, shape_internal, grad_none, emit_conv_bwd_data,   flops_conv_bwd) \
   OP(CONV_BWD_FILTER, "",  2,2, 1,1, COST_EXPENSIVE, shape_internal, grad_none, emit_conv_bwd_filter, flops_conv_bwd) \
@@ -82,6 +91,9 @@
   OP(PAD_BWD,         "",  1,1, 1,1, COST_CHEAP, shape_internal, grad_none, emit_pad_bwd,         flops_zero) \
   OP(SOFTMAX_BWD,     "",  2,2, 1,1, COST_CHEAP, shape_internal, grad_none, emit_softmax_bwd,     flops_in) \
   OP(DROPOUT_BWD,     "",  1,1, 1,1, COST_CHEAP, shape_internal, grad_none, emit_dropout_bwd,     flops_in) \
+  OP(MATH_BWD,        "",  2,2, 1,1, COST_CHEAP, shape_internal, grad_none, emit_math_bwd,        flops_in) \
+  OP(LN_BWD,          "",  5,5, 3,3, COST_CHEAP, shape_internal, grad_none, emit_ln_bwd,          flops_in) \
+  OP(GATHER_BWD,      "",  2,2, 1,1, COST_CHEAP, shape_internal, grad_none, emit_gather_bwd,      flops_in) \
   OP(ACCUMULATE,      "",  2,2, 1,1, COST_CHEAP, shape_internal, grad_none, emit_accumulate,      flops_in) \
   OP(SOFTMAX_CE,      "",  2,2, 1,1, COST_CHEAP, shape_internal, grad_none, emit_softmax_ce,      flops_in) \
   OP(SOFTMAX_CE_BWD,  "",  2,2, 1,1, COST_CHEAP, shape_internal, grad_none, emit_softmax_ce_bwd,  flops_in) \

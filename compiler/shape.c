@@ -100,6 +100,9 @@ void shape_infer(Graph *g, int batch) {
   Tensor *x = &g->t[g->input];
   if (x->rank < 1) fatal(EXIT_BADINPUT, "the data input '%s' needs a known rank of 1 or more",
                          x->name);
+  /* Token ids: int64 in ONNX (as torch exports nn.Embedding's input), held
+   * as int32 in the arena (the loader checks them against the vocabulary). */
+  if (x->dtype == DT_INT64) x->dtype = DT_INT32;
   if (batch > 0) x->dims[0] = batch;
   else if (x->dims[0] <= 0)
     fatal(EXIT_BADINPUT, "the data input '%s' has a symbolic batch dimension; give --batch N",

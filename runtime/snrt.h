@@ -210,9 +210,52 @@ typedef struct snrt_dropout_t {
   uint32_t id;           /* a number unique to this dropout in the model */
 } snrt_dropout_t;
 
+/* Transformer ops (embedding, LayerNorm, masks, elementwise math). */
+
+enum snrt_math_kind { SNRT_SQRT, SNRT_ERF, SNRT_NEG, SNRT_RECIPROCAL, SNRT_POW };
+
+/* Elementwise y = f(x): sqrt, erf, -x, 1/x, x^exponent (Pow with a constant
+ * exponent). Backward reads y for Sqrt and Reciprocal, x for Erf and Pow,
+ * neither for Neg (the one it does not need may be NULL). */
+typedef struct snrt_math_t {
+  int64_t n;
+  int kind;              /* enum snrt_math_kind */
+  float exponent;        /* SNRT_POW */
+} snrt_math_t;
+
+/* LayerNormalization over the last `cols` elements of each of `rows` rows:
+ * y = (x - mean) * rstd * scale + bias, rstd = 1/sqrt(var + eps), var the
+ * biased variance (as torch). mean and rstd (rows values each) are saved
+ * for backward. */
+typedef struct snrt_ln_t {
+  int64_t rows, cols;
+  float eps;
+} snrt_ln_t;
+
+/* Embedding lookup (Gather on axis 0 of a float table (rows, dim)):
+ * y[i] = table[idx[i]]. Indices are int32 in the arena (token ids of the data
+ * input), or compile-time constants in `idx` (positions). Backward zero-fills
+ * dtable and adds each dy row to the row of its index (a scatter-add, summed
+ * in index order: deterministic). */
+typedef struct snrt_gather_t {
+  int64_t n_idx, rows, dim;
+  const int32_t *idx;    /* constant indices (n_idx of them), or NULL */
+} snrt_gather_t;
+
+/* Masked fill with a constant mask (Where(mask, value, x) as torch's
+ * masked_fill writes it): y[i] = fill[i % inner] ? value : x[i]. The mask
+ * (inner bytes) repeats over the leading dimensions. Its gradient is the
+ * same op on dy with value 0. */
+typedef struct snrt_where_t {
+  int64_t n, inner;
+  float value;
+  const uint8_t *fill;
+} snrt_where_t;
+
 /* Losses over logits (n, classes). Softmax cross-entropy takes int32 labels;
- * mse takes float targets of the logits' shape. Both average over the batch
- * (mse over every element, as torch.nn.MSELoss). */
+ * mse takes float targets of the logits' shape. Both average over the n rows
+ * (the batch; for (batch, T, vocab) logits every batch x T position; mse over
+ * every element, as torch.nn.MSELoss). */
 typedef struct snrt_loss_t {
   int n, classes;
 } snrt_loss_t;
@@ -291,13 +334,17 @@ typedef struct snrt_model {
   int ntensors;
   const snrt_tensor *tensors;
   int input, label, loss, logits;   /* indices into tensors */
-  int classes;               /* logits' second dimension */
+  int classes;               /* logits' last dimension (second for (batch, classes)) */
   int loss_kind;             /* enum snrt_loss_kind */
   int opt_kind;              /* enum snrt_opt_kind */
   float lr;                  /* default learning rate (--lr overrides) */
   const char *policy;        /* plan policy name, for --metrics */
   void (*train_step)(snrt_ctx *c);  /* forward, loss, backward, updates */
   void (*eval_step)(snrt_ctx *c);   /* forward with inference semantics */
+  /* Token models (an int32 data input of token ids (batch, T)): the
+   * embedding's vocabulary (ids must lie in [0, vocab)); 0 otherwise. */
+  int vocab;
+  int positions;             /* labels per sample: T for (batch, T, vocab) logits, else 1 */
 } snrt_model;
 
 /* Defined by the emitted train.c. */
@@ -403,6 +450,23 @@ void snrt_softmax_ce_bwd(snrt_ctx *c, const snrt_loss_t *p, const float *logits,
                          const int32_t *labels, float *dlogits);
 void snrt_mse_fwd(snrt_ctx *c, const snrt_loss_t *p, const float *out, const float *target, float *loss);
 void snrt_mse_bwd(snrt_ctx *c, const snrt_loss_t *p, const float *out, const float *target, float *dout);
+
+void snrt_math_fwd(snrt_ctx *c, const snrt_math_t *p, const float *x, float *y);
+void snrt_math_bwd(snrt_ctx *c, const snrt_math_t *p, const float *x, const float *y,
+                   const float *dy, float *dx);
+/* bias may be NULL; mean/rstd may be NULL (inference). */
+void snrt_ln_fwd(snrt_ctx *c, const snrt_ln_t *p, const float *x, const float *scale,
+                 const float *bias, float *y, float *mean, float *rstd);
+/* dbias may be NULL. */
+void snrt_ln_bwd(snrt_ctx *c, const snrt_ln_t *p, const float *x, const float *dy,
+                 const float *scale, const float *mean, const float *rstd, float *dx,
+                 float *dscale, float *dbias);
+/* idx NULL: p->idx. */
+void snrt_gather_fwd(snrt_ctx *c, const snrt_gather_t *p, const float *table, const int32_t *idx,
+                     float *y);
+void snrt_gather_bwd(snrt_ctx *c, const snrt_gather_t *p, const int32_t *idx, const float *dy,
+                     float *dtable);
+void snrt_where(snrt_ctx *c, const snrt_where_t *p, const float *x, float *y);
 
 /* PyTorch semantics (torch.optim.SGD, Adam, AdamW); buffers start at zero. */
 void snrt_sgd(snrt_ctx *c, const snrt_sgd_t *p, float *w, const float *g, float *mom);

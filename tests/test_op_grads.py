@@ -152,6 +152,111 @@ def op_softmax(opset):
     return make
 
 
+def positive(m, t):
+    """t*t + 0.5: a positive input for Sqrt, Reciprocal and Pow."""
+    return m.op("Add", [m.op("Mul", [t, t]), m.const(fc(0.5), np.float32)])
+
+
+def op_math(op_type, fn, exponent=None):
+    def make(m, rng):
+        def build(t):
+            ins = [positive(m, t)]
+            if exponent is not None:
+                ins.append(m.const(fc(exponent), np.float32))
+            return m.op(op_type, ins)
+        return build, lambda t, P: fn(t * t + 0.5)
+    return make
+
+
+def op_layernorm(axis):
+    def make(m, rng):
+        shp = SHAPE[axis - 1:] if axis > 0 else SHAPE[axis:]   # axis counts the batch
+        g, b = m.param("ln_g", rnd(rng, *shp, scale=0.2, shift=1.0)), m.param("ln_b", rnd(rng, *shp, scale=0.1))
+        return (lambda t: m.op("LayerNormalization", [t, g, b], axis=axis, epsilon=1e-5),
+                lambda t, P: F.layer_norm(t, shp, P[g], P[b], eps=1e-5))
+    return make
+
+
+def op_layernorm_decomposed(m, rng):
+    """What torch.onnx.export writes for nn.LayerNorm below opset 17."""
+    g, b = m.param("ln_g", rnd(rng, 5, scale=0.2, shift=1.0)), m.param("ln_b", rnd(rng, 5, scale=0.1))
+
+    def build(t):
+        mu = m.op("ReduceMean", [t], axes=[-1])
+        d = m.op("Sub", [t, mu])
+        var = m.op("ReduceMean", [m.op("Pow", [d, m.const(fc(2.0), np.float32)])], axes=[-1])
+        sd = m.op("Sqrt", [m.op("Add", [var, m.const(fc(1e-5), np.float32)])])
+        return m.op("Add", [m.op("Mul", [m.op("Div", [d, sd]), g]), b])
+    return build, lambda t, P: F.layer_norm(t, (5,), P[g], P[b], eps=1e-5)
+
+
+def op_gelu_erf(m, rng):
+    """Exact GELU as torch writes it: x * 0.5 * (1 + erf(x / sqrt(2)))."""
+    def build(t):
+        e = m.op("Erf", [m.op("Div", [t, m.const(fc(1.4142135381698608), np.float32)])])
+        return m.op("Mul", [m.op("Mul", [t, m.op("Add", [e, m.const(fc(1.0), np.float32)])]),
+                            m.const(fc(0.5), np.float32)])
+    return build, lambda t, P: F.gelu(t)
+
+
+def op_gelu_tanh(m, rng):
+    """tanh GELU: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), with Pow."""
+    def build(t):
+        x3 = m.op("Pow", [t, m.const(fc(3.0), np.float32)])
+        inner = m.op("Add", [t, m.op("Mul", [m.const(fc(0.044715), np.float32), x3])])
+        th = m.op("Tanh", [m.op("Mul", [m.const(fc(0.7978845834732056), np.float32), inner])])
+        return m.op("Mul", [m.op("Mul", [m.const(fc(0.5), np.float32), t]),
+                            m.op("Add", [m.const(fc(1.0), np.float32), th])])
+    return build, lambda t, P: F.gelu(t, approximate="tanh")
+
+
+def op_softmax4d_masked(m, rng):
+    """Causal attention probabilities: scores (B, 3, 5, 5), the upper triangle
+    filled with -inf by Where (constant mask), softmax over the last axis."""
+    mask = m.const(np.triu(np.ones((1, 1, 5, 5), dtype=bool), 1), np.bool_)
+    ninf = m.const(fc(-np.inf), np.float32)
+    tri = torch.triu(torch.ones(5, 5, dtype=torch.bool), 1)
+    return (lambda t: m.op("Softmax", [m.op("Where", [mask, ninf, t])], axis=-1),
+            lambda t, P: F.softmax(t.masked_fill(tri, float("-inf")), -1))
+
+
+def op_additive_mask(m, rng):
+    """An additive causal mask held in a float initializer with -inf (a buffer)."""
+    buf = np.triu(np.full((5, 5), -np.inf, dtype=np.float32), 1)
+    name = m.fresh("mask")
+    from onnx import numpy_helper
+    m.inits.append(numpy_helper.from_array(buf, name))
+    tb = torch.tensor(buf, dtype=torch.float64)
+    return (lambda t: m.op("Softmax", [m.op("Add", [t, name])], axis=-1),
+            lambda t, P: F.softmax(t + tb.to(t.dtype), -1))
+
+
+def op_matmul4d(m, rng):
+    """Batched 4-D products: (B, 3, 5, 5) @ (B, 3, 5, 5)^T, then @ a (5, 4) weight."""
+    w = m.param("w", rnd(rng, 5, 4, scale=0.3))
+
+    def build(t):
+        s = m.op("MatMul", [t, m.op("Transpose", [m.op("Tanh", [t])], perm=[0, 1, 3, 2])])
+        return m.op("MatMul", [s, w])
+    return build, lambda t, P: (t @ torch.tanh(t).transpose(-1, -2)) @ P[w]
+
+
+def op_expand(m, rng):
+    p = m.param("p", rnd(rng, 1, 5, 1, scale=0.5))
+    shape = m.const([3, 5, 5])
+    return (lambda t: m.op("Mul", [t, m.op("Expand", [p, shape])]),
+            lambda t, P: t * P[p].expand(3, 5, 5))
+
+
+def op_gather_const(m, rng):
+    """An embedding table read at constant positions (torch's wpe(arange(T)))."""
+    table = m.param("table", rnd(rng, 7, 5, scale=0.5))
+    pos = m.const([[6, 0, 2, 2, 5]] * 3)
+    ix = torch.tensor([[6, 0, 2, 2, 5]] * 3)
+    return (lambda t: m.op("Add", [t, m.op("Gather", [table, pos], axis=0)]),
+            lambda t, P: t + P[table][ix])
+
+
 OPS = {
     "Conv": (op_conv, 13),
     "Conv_group_dilated": (op_conv_group, 13),
@@ -188,6 +293,22 @@ OPS = {
     "Softmax_13": (op_softmax(13), 13),
     "Softmax_11": (op_softmax(11), 11),
     "ReduceMean": (unary("ReduceMean", lambda t: t.mean((2, 3)), axes=[2, 3], keepdims=0), 13),
+    "Sqrt": (op_math("Sqrt", torch.sqrt), 13),
+    "Reciprocal": (op_math("Reciprocal", torch.reciprocal), 13),
+    "Pow2": (op_math("Pow", lambda t: t ** 2, 2.0), 13),
+    "Pow3_5": (op_math("Pow", lambda t: t ** 3.5, 3.5), 13),
+    "Erf": (unary("Erf", torch.erf), 13),
+    "Neg": (unary("Neg", torch.neg), 13),
+    "LayerNormalization_17": (op_layernorm(-1), 17),
+    "LayerNormalization_axis1": (op_layernorm(1), 17),
+    "LayerNorm_decomposed_13": (op_layernorm_decomposed, 13),
+    "GELU_erf": (op_gelu_erf, 13),
+    "GELU_tanh": (op_gelu_tanh, 13),
+    "Softmax4d_where_mask": (op_softmax4d_masked, 13),
+    "Softmax4d_additive_mask": (op_additive_mask, 13),
+    "MatMul4d": (op_matmul4d, 13),
+    "Expand": (op_expand, 13),
+    "Gather_const": (op_gather_const, 13),
 }
 
 

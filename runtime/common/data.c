@@ -1,4 +1,5 @@
-/* data.c — training and evaluation data: IDX (raw or gzip), NPY, synthetic.
+/* data.c — training and evaluation data: IDX (raw or gzip), NPY, synthetic,
+ * and token streams for language models (tokens:FILE).
  *
  * What it is: loads a whole data set into host memory once (uint8 images stay
  * uint8, 4x smaller than floats), checks it against the model (sample size,
@@ -27,6 +28,13 @@ struct rt_data {
   int channels;                  /* for per-channel normalization */
   int64_t plane;                 /* elems / channels */
   float mean[32], inv_std[32];   /* per channel; identity when not given */
+  /* Token models (int32 input of T ids): */
+  bool tokens;                   /* the model's input is token ids */
+  int positions;                 /* labels per sample (T for sequence models, else 1) */
+  int vocab;                     /* ids must lie in [0, vocab) */
+  int32_t *ids;                  /* npy X: n x T ids (else NULL) */
+  int32_t *stream;               /* tokens:FILE: the whole stream (else NULL) */
+  int64_t nstream;
 };
 
 /* ---- reading files ---------------------------------------------------------- */
@@ -194,7 +202,76 @@ static void dims_str(char *buf, size_t n, const int64_t *dims, int rank) {
     k += (size_t)snprintf(buf + k, n - k, "%s%lld", i ? "x" : "", (long long)dims[i]);
 }
 
+/* Token ids (int32 or int64) into d->ids, each checked against the vocabulary. */
+static void set_ids(rt_data *d, const char *path, array *a, const snrt_tensor *in) {
+  if (a->type != 'i' && a->type != 'l')
+    rt_fail(SNRT_EXIT_DATA, "%s: the model's input '%s' takes token ids; they must be int64 or int32",
+            path, in->name);
+  if (a->rank != 2 || a->dims[1] != d->elems)
+    rt_fail(SNRT_EXIT_DATA, "%s: token ids must be (N, %lld): the model's sequence length is %lld",
+            path, (long long)d->elems, (long long)d->elems);
+  d->n = a->dims[0];
+  d->ids = rt_xmalloc(sizeof(int32_t) * (size_t)(a->count ? a->count : 1));
+  for (int64_t i = 0; i < a->count; i++) {
+    int64_t v;
+    if (a->type == 'i') { int32_t t; memcpy(&t, a->data + 4 * i, 4); v = t; }
+    else memcpy(&v, a->data + 8 * i, 8);
+    if (v < 0 || v >= d->vocab)
+      rt_fail(SNRT_EXIT_DATA, "%s: token id %lld at sample %lld, position %lld is outside the "
+              "model's vocabulary [0, %d)", path, (long long)v, (long long)(i / d->elems),
+              (long long)(i % d->elems), d->vocab);
+    d->ids[i] = (int32_t)v;
+  }
+  free(a->file);
+}
+
+/* tokens:FILE — llm.c's layout (a header of 256 int32: magic 20240520,
+ * version 1, token count; then uint16 tokens) or any other file as raw
+ * bytes (vocabulary 256). Samples are windows of T + 1 tokens starting at
+ * multiples of T: inputs w[0:T], targets w[1:T+1]. */
+static void set_stream(rt_data *d, const char *path) {
+  int64_t len;
+  uint8_t *f = read_file(path, &len);
+  int32_t h[3] = {0, 0, 0};
+  if (len >= 12) memcpy(h, f, 12);
+  int64_t n;
+  const uint8_t *src;
+  bool u16 = h[0] == 20240520;
+  if (u16) {
+    if (len < 1024) rt_fail(SNRT_EXIT_DATA, "%s is truncated: %lld bytes, less than its 1024-byte token header", path, (long long)len);
+    if (h[1] != 1)
+      rt_fail(SNRT_EXIT_DATA, "%s: token file version %d is not supported (1: uint16 tokens)", path, h[1]);
+    if (h[2] < 0 || (len - 1024) % 2 || (len - 1024) / 2 != h[2])
+      rt_fail(SNRT_EXIT_DATA, "%s: the header promises %d tokens (%lld bytes after it) but %lld bytes follow",
+              path, h[2], 2 * (long long)h[2], (long long)(len - 1024));
+    n = h[2];
+    src = f + 1024;
+  } else {
+    n = len;
+    src = f;
+  }
+  d->stream = rt_xmalloc(sizeof(int32_t) * (size_t)(n ? n : 1));
+  for (int64_t i = 0; i < n; i++) {
+    int32_t v = u16 ? (int32_t)(src[2 * i] | src[2 * i + 1] << 8) : src[i];
+    if (v >= d->vocab || v >= d->classes)
+      rt_fail(SNRT_EXIT_DATA, "%s: token %d at position %lld is outside the model's vocabulary "
+              "[0, %d)%s", path, v, (long long)i, d->vocab < d->classes ? d->vocab : d->classes,
+              u16 ? "" : " (a file without the token header is read as bytes)");
+    d->stream[i] = v;
+  }
+  free(f);
+  d->nstream = n;
+  d->n = n > d->elems ? (n - 1) / d->elems : 0;
+  if (d->n < 1)
+    rt_fail(SNRT_EXIT_DATA, "%s has %lld tokens, fewer than one window of %lld + 1", path,
+            (long long)n, (long long)d->elems);
+}
+
 static void set_images(rt_data *d, const char *path, array *a, const snrt_tensor *in) {
+  if (d->tokens) {
+    set_ids(d, path, a, in);
+    return;
+  }
   int64_t per = a->dims[0] ? a->count / a->dims[0] : 0;
   if (per != d->elems) {
     char have[128], want[128];
@@ -216,13 +293,17 @@ static void set_images(rt_data *d, const char *path, array *a, const snrt_tensor
 }
 
 static void set_labels(rt_data *d, const char *path, array *a, const char *images) {
-  if (a->rank != 1 && !(a->rank == 2 && a->dims[1] == 1))
+  int64_t P = d->positions;
+  if (P > 1 && (a->rank != 2 || a->dims[1] != P))
+    rt_fail(SNRT_EXIT_DATA, "%s: targets must be (N, %lld) token ids, one per input position", path,
+            (long long)P);
+  if (P == 1 && a->rank != 1 && !(a->rank == 2 && a->dims[1] == 1))
     rt_fail(SNRT_EXIT_DATA, "%s: labels must be a vector of class indices (rank %d given)", path, a->rank);
   if (a->dims[0] != d->n)
     rt_fail(SNRT_EXIT_DATA, "%s has %lld labels but %s has %lld images", path,
             (long long)a->dims[0], images, (long long)d->n);
-  d->labels = rt_xmalloc(sizeof(int32_t) * (size_t)(d->n ? d->n : 1));
-  for (int64_t i = 0; i < d->n; i++) {
+  d->labels = rt_xmalloc(sizeof(int32_t) * (size_t)(d->n ? d->n * P : 1));
+  for (int64_t i = 0; i < d->n * P; i++) {
     int64_t v;
     if (a->type == 'u') v = a->data[i];
     else if (a->type == 'i') { int32_t t; memcpy(&t, a->data + 4 * i, 4); v = t; }
@@ -294,15 +375,28 @@ rt_data *rt_data_load(const char *spec, const snrt_model *m, uint64_t seed, cons
   d->elems = in->nbytes / 4 / m->batch;
   d->classes = m->classes;
   d->seed = seed;
+  d->tokens = in->dtype == SNRT_I32;
+  d->positions = m->positions > 1 ? m->positions : 1;
+  d->vocab = m->vocab > 0 ? m->vocab : m->classes;
   set_norm(d, in, o);
   if (!strcmp(spec, "synthetic")) {
     d->n = (int64_t)m->batch * 64;
     return d;
   }
+  if (!strncmp(spec, "tokens:", 7)) {
+    if (!d->tokens || d->positions != d->elems)
+      rt_fail(SNRT_EXIT_USAGE, "tokens:FILE needs a language model (token ids in, (batch, T, vocab) "
+              "logits out); this model's input '%s' is %s", in->name, d->tokens ? "token ids without "
+              "a per-position output" : "float data");
+    if (!spec[7]) rt_fail(SNRT_EXIT_USAGE, "tokens: needs a file name");
+    set_stream(d, spec + 7);
+    return d;
+  }
   bool idx = !strncmp(spec, "idx:", 4), npy = !strncmp(spec, "npy:", 4);
   const char *comma = strchr(spec, ',');
   if ((!idx && !npy) || !comma || comma == spec + 4 || !comma[1])
-    rt_fail(SNRT_EXIT_USAGE, "data must be synthetic, idx:IMAGES,LABELS or npy:X.npy,Y.npy, not '%s'", spec);
+    rt_fail(SNRT_EXIT_USAGE, "data must be synthetic, idx:IMAGES,LABELS, npy:X.npy,Y.npy or "
+            "tokens:FILE, not '%s'", spec);
   char *images = strndup(spec + 4, (size_t)(comma - spec - 4));
   const char *labels = comma + 1;
   array a = idx ? read_idx(images) : read_npy(images);
@@ -320,6 +414,8 @@ void rt_data_free(rt_data *d) {
   free(d->f32);
   free(d->labels);
   free(d->targets);
+  free(d->ids);
+  free(d->stream);
   free(d);
 }
 
@@ -327,8 +423,27 @@ int64_t rt_data_count(const rt_data *d) {
   return d->n;
 }
 
-void rt_data_sample(const rt_data *d, int64_t i, float *x, int32_t *label) {
+void rt_data_sample(const rt_data *d, int64_t i, void *xv, int32_t *label) {
   int64_t e = d->elems;
+  float *x = xv;
+  if (d->tokens) {   /* ids in, int32 */
+    int32_t *ids = xv;
+    int P = d->positions;
+    if (d->stream) {
+      memcpy(ids, d->stream + i * e, sizeof(int32_t) * (size_t)e);
+      memcpy(label, d->stream + i * e + 1, sizeof(int32_t) * (size_t)P);
+    } else if (d->ids) {
+      memcpy(ids, d->ids + i * e, sizeof(int32_t) * (size_t)e);
+      memcpy(label, d->labels + i * P, sizeof(int32_t) * (size_t)P);
+    } else {   /* synthetic: random ids; each target is a function of its input */
+      for (int64_t j = 0; j < e; j++) {
+        int32_t v = (int32_t)(snrt_uniform(d->seed, 0xFFFFFFFFFFFF3000ull, 11, (uint64_t)(i * e + j)) * d->vocab);
+        ids[j] = v < d->vocab ? v : d->vocab - 1;
+      }
+      for (int p = 0; p < P; p++) label[p] = (ids[p < e ? p : 0] * 7 + 3) % d->classes;
+    }
+    return;
+  }
   if (d->u8) {
     const uint8_t *s = d->u8 + i * e;
     for (int64_t j = 0; j < e; j++) x[j] = s[j] * (1.0f / 255.0f);

@@ -59,11 +59,16 @@ int64_t rt_label_bytes(const snrt_model *m) {
   return m->tensors[m->label].nbytes;
 }
 
+int rt_label_positions(const snrt_model *m) {
+  return m->positions > 1 && m->tensors[m->label].dtype == SNRT_I32 ? m->positions : 1;
+}
+
 void rt_encode_labels(const snrt_model *m, const int32_t *labels, int n, void *y) {
   const snrt_tensor *t = &m->tensors[m->label];
   if (t->dtype == SNRT_I32) {
-    memcpy(y, labels, sizeof(int32_t) * (size_t)n);
-    memset((int32_t *)y + n, 0, (size_t)(t->nbytes - 4 * (int64_t)n));
+    int64_t cnt = (int64_t)n * rt_label_positions(m);
+    memcpy(y, labels, sizeof(int32_t) * (size_t)cnt);
+    memset((int32_t *)y + cnt, 0, (size_t)(t->nbytes - 4 * cnt));
     return;
   }
   /* mse: class indices become one-hot targets of the logits' shape. */
@@ -78,7 +83,8 @@ static void fill_batch(rt_loader *l, int slot) {
   if (l->perm_epoch != l->epoch) shuffle(l, l->epoch);
   for (int i = 0; i < l->batch; i++) {
     int64_t idx = l->perm[l->pos * l->batch + i];
-    rt_data_sample(l->d, idx, l->x[slot] + (int64_t)i * l->elems, &l->lab[i]);
+    rt_data_sample(l->d, idx, l->x[slot] + (int64_t)i * l->elems,
+                   l->lab + (int64_t)i * rt_label_positions(l->m));
   }
   rt_encode_labels(l->m, l->lab, l->batch, l->y[slot]);
   if (rt_data_target(l->d, 0)) {   /* float targets replace the one-hot rows */
@@ -125,7 +131,7 @@ rt_loader *rt_loader_start(const rt_data *d, const snrt_model *m, uint64_t seed,
   l->pos = pos;
   l->perm_epoch = -1;
   l->perm = rt_xmalloc(sizeof(int64_t) * (size_t)(rt_data_count(d) + 1));
-  l->lab = rt_xmalloc(sizeof(int32_t) * (size_t)m->batch);
+  l->lab = rt_xmalloc(sizeof(int32_t) * (size_t)m->batch * (size_t)rt_label_positions(m));
   for (int s = 0; s < 2; s++) {
     l->x[s] = rt_xmalloc((size_t)m->tensors[m->input].nbytes);
     l->y[s] = rt_xmalloc((size_t)rt_label_bytes(m));

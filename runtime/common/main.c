@@ -27,8 +27,10 @@ const char *rt_prog = "train";
 
 static const char usage_text[] =
     "usage: %s [options]\n"
-    "  --data synthetic | idx:IMAGES,LABELS | npy:X.npy,Y.npy   training data (IDX raw or .gz)\n"
-    "  --eval idx:IMAGES,LABELS | npy:X.npy,Y.npy   test loss and accuracy after each epoch\n"
+    "  --data synthetic | idx:IMAGES,LABELS | npy:X.npy,Y.npy | tokens:FILE   training data\n"
+    "                     (IDX raw or .gz; tokens: llm.c's .bin layout, or any file as bytes)\n"
+    "  --eval idx:IMAGES,LABELS | npy:X.npy,Y.npy | tokens:FILE   test loss and accuracy after\n"
+    "                     each epoch\n"
     "  --steps N          steps to run in this invocation\n"
     "  --epochs N         train until the end of epoch N (counted across --resume; default 1\n"
     "                     when --steps is not given)\n"
@@ -189,18 +191,21 @@ static bool evaluate(snrt_ctx *c, const rt_data *d, eval_result *r) {
   const snrt_tensor *in = &m->tensors[m->input], *lg = &m->tensors[m->logits];
   int B = m->batch;
   int64_t elems = in->nbytes / 4 / B, per = lg->nbytes / 4 / B, n = rt_data_count(d);
+  /* P labels a sample (T positions of a language model), V logits each. */
+  int P = rt_label_positions(m);
+  int64_t V = per / P;
   float *x = rt_xmalloc((size_t)in->nbytes);
   float *logits = rt_xmalloc((size_t)lg->nbytes);
-  int32_t *lab = rt_xmalloc(sizeof(int32_t) * (size_t)B);
+  int32_t *lab = rt_xmalloc(sizeof(int32_t) * (size_t)B * (size_t)P);
   void *y = rt_xmalloc((size_t)rt_label_bytes(m));
   int64_t correct = 0;
   double loss = 0;
   int64_t done = 0;
   for (int64_t start = 0; start < n && !stop_signal; start += B) {
     int rows = (int)(n - start < B ? n - start : B);
-    for (int i = 0; i < rows; i++) rt_data_sample(d, start + i, x + i * elems, &lab[i]);
+    for (int i = 0; i < rows; i++) rt_data_sample(d, start + i, x + i * elems, lab + (int64_t)i * P);
     memset(x + rows * elems, 0, sizeof(float) * (size_t)((B - rows) * elems));
-    for (int i = rows; i < B; i++) lab[i] = 0;
+    for (int64_t i = (int64_t)rows * P; i < (int64_t)B * P; i++) lab[i] = 0;
     snrt_dev_upload(c, in->offset, x, in->nbytes);
     rt_encode_labels(m, lab, B, y);
     if (rt_data_target(d, 0))
@@ -210,8 +215,9 @@ static bool evaluate(snrt_ctx *c, const rt_data *d, eval_result *r) {
     m->eval_step(c);
     snrt_dev_sync(c);
     snrt_dev_download(c, logits, lg->offset, lg->nbytes);
-    for (int i = 0; i < rows; i++) {
-      const float *l = logits + i * per;
+    for (int64_t q = 0; q < (int64_t)rows * P; q++) {
+      const float *l = logits + q * V;
+      int i = (int)q;   /* the label row (the sample unless P > 1) */
       int best = 0;
       for (int k = 1; k < m->classes; k++)
         if (l[k] > l[best]) best = k;
@@ -238,9 +244,18 @@ static bool evaluate(snrt_ctx *c, const rt_data *d, eval_result *r) {
   free(lab);
   free(y);
   if (done < n) return false;   /* interrupted */
-  r->accuracy = n ? (double)correct / n : 0;
-  r->loss = n ? loss / n : 0;
+  r->accuracy = n ? (double)correct / ((double)n * P) : 0;
+  r->loss = n ? loss / ((double)n * P) : 0;
   return true;
+}
+
+/* Language models: the test loss also in bits per token and as perplexity. */
+static const char *lm_extra(const snrt_model *m, double loss) {
+  static char buf[96];
+  buf[0] = 0;
+  if (rt_label_positions(m) > 1)
+    snprintf(buf, sizeof buf, " (%.3f bits/token, perplexity %.2f)", loss / log(2.0), exp(loss));
+  return buf;
 }
 
 /* ---- progress ----------------------------------------------------------------- */
@@ -393,8 +408,8 @@ int main(int argc, char **argv) {
     evaluated_last = false;
     if (epoch_end && test) {
       if (evaluate(&c, test, &ev)) {
-        printf("%sepoch %lld: test accuracy %.4f, test loss %.4f\n", tty ? "\r\033[K" : "",
-               (long long)pos.epoch, ev.accuracy, ev.loss);
+        printf("%sepoch %lld: test accuracy %.4f, test loss %.4f%s\n", tty ? "\r\033[K" : "",
+               (long long)pos.epoch, ev.accuracy, ev.loss, lm_extra(m, ev.loss));
         fflush(stdout);
         evaluated_last = true;
       }
@@ -407,7 +422,8 @@ int main(int argc, char **argv) {
     printf("%s: stopped by %s after step %lld%s%s\n", rt_prog, stop_signal == SIGINT ? "SIGINT" : "SIGTERM",
            (long long)pos.step, o.save ? "; saving " : "", o.save ? o.save : "");
   else if (test && !evaluated_last && evaluate(&c, test, &ev)) {
-    printf("%s: test accuracy %.4f, test loss %.4f\n", rt_prog, ev.accuracy, ev.loss);
+    printf("%s: test accuracy %.4f, test loss %.4f%s\n", rt_prog, ev.accuracy, ev.loss,
+           lm_extra(m, ev.loss));
     evaluated_last = true;
   }
   fflush(stdout);

@@ -59,13 +59,16 @@ void rt_init_tensors(snrt_ctx *c);
 typedef struct rt_data rt_data;
 typedef struct rt_loader rt_loader;
 
-/* Loads "synthetic", "idx:IMAGES,LABELS" or "npy:X,Y" and checks it against
+/* Loads "synthetic", "idx:IMAGES,LABELS", "npy:X,Y" or "tokens:FILE" and checks it against
  * the model's input shape and classes. */
 rt_data *rt_data_load(const char *spec, const snrt_model *m, uint64_t seed, const rt_opts *o);
 void rt_data_free(rt_data *d);
 int64_t rt_data_count(const rt_data *d);
-/* Sample i into x (float, model input sample size, normalized) and its class. */
-void rt_data_sample(const rt_data *d, int64_t i, float *x, int32_t *label);
+/* Sample i into x (float, model input sample size, normalized; int32 token
+ * ids for token models) and its class (its rt_label_positions() targets). */
+void rt_data_sample(const rt_data *d, int64_t i, void *x, int32_t *label);
+/* Labels per sample: T for a language model's (batch, T, vocab) output, else 1. */
+int rt_label_positions(const snrt_model *m);
 /* mse with float32 targets (npy Y): sample i's target row; NULL otherwise. */
 const float *rt_data_target(const rt_data *d, int64_t i);
 

@@ -1,0 +1,193 @@
+/* shape_seq.c — shape inference for the ops transformers add: elementwise
+ * math (Sqrt, Erf, Neg, Reciprocal, Pow with a constant exponent),
+ * LayerNormalization, Gather (the embedding lookup), Where with a constant
+ * condition (torch's masked_fill of a causal mask) and Expand.
+ *
+ * Requires: inputs shaped (shape.c walks the nodes in order); Gather and
+ * Where whose inputs are all constants were folded before (fold.c).
+ * Provides: output shapes and node->p (snrt_math_t, snrt_ln_t,
+ * snrt_gather_t, snrt_where_t, snrt_reduce_t for Expand).
+ *
+ * What it is not: general Gather or Where. Gather on data is an embedding
+ * (axis 0 of a float table, int indices that are the data input or
+ * constants); Where takes a constant condition and one constant scalar
+ * branch (a mask), the other branch being data of the output's shape. */
+#include "shape.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- Sqrt, Erf, Neg, Reciprocal, Pow ---- */
+
+void shape_math(Graph *g, Node *n) {
+  Tensor *x = shape_in_float(g, n, 0, -1);
+  snrt_math_t *p = shape_alloc(sizeof *p);
+  switch (n->op) {
+  case OP_SQRT: p->kind = SNRT_SQRT; break;
+  case OP_ERF: p->kind = SNRT_ERF; break;
+  case OP_NEG: p->kind = SNRT_NEG; break;
+  case OP_RECIPROCAL: p->kind = SNRT_RECIPROCAL; break;
+  case OP_POW: {
+    p->kind = SNRT_POW;
+    const Tensor *e = shape_in(g, n, 1);
+    if (e->kind != TK_CONST || !e->data || e->ndata != 1)
+      node_error(n, "the exponent ('%s') must be a constant scalar", e->name);
+    p->exponent = const_float(g, n, 1, 1.0f);
+    break;
+  }
+  default: unreachable();
+  }
+  p->n = tensor_numel(x);
+  shape_set_out(g, n, 0, DT_FLOAT, x->rank, x->dims);
+  n->aux = p->kind;
+  n->p = p;
+}
+
+/* ---- LayerNormalization (opset 17) ---- */
+
+void shape_layernorm(Graph *g, Node *n) {
+  Tensor *x = shape_in_float(g, n, 0, -1);
+  if (x->rank < 1) node_error(n, "input must have rank 1 or more");
+  int axis = shape_axis(n, attr_int(n, "axis", -1), x->rank, false, "axis");
+  for (int k = 1; k <= 2; k++) {
+    if (!shape_has_in(n, k)) continue;
+    Tensor *s = shape_in_float(g, n, k, -1);
+    bool ok = s->rank == x->rank - axis;
+    for (int d = 0; ok && d < s->rank; d++) ok = s->dims[d] == x->dims[axis + d];
+    if (!ok)
+      node_error(n, "%s ('%s') is %s; it must be the normalized shape of %s from axis %d",
+                 k == 1 ? "scale" : "bias", s->name, shape_str(s), shape_str(x), axis);
+  }
+  snrt_ln_t *p = shape_alloc(sizeof *p);
+  p->rows = shape_prod(n, x->dims, 0, axis);
+  p->cols = shape_prod(n, x->dims, axis, x->rank);
+  p->eps = attr_float(n, "epsilon", 1e-5f);
+  if (!(p->eps >= 0)) node_error(n, "epsilon %g must be >= 0", p->eps);
+  if (p->cols < 1) node_error(n, "normalizes over no elements %s", shape_str(x));
+  shape_set_out(g, n, 0, DT_FLOAT, x->rank, x->dims);
+  int64_t sd[MAX_RANK];
+  for (int d = 0; d < x->rank; d++) sd[d] = d < axis ? x->dims[d] : 1;
+  shape_set_out(g, n, 1, DT_FLOAT, x->rank, sd);
+  shape_set_out(g, n, 2, DT_FLOAT, x->rank, sd);
+  n->p = p;
+}
+
+/* ---- Gather: the embedding lookup ---- */
+
+void shape_gather(Graph *g, Node *n) {
+  Tensor *t = shape_in_float(g, n, 0, -1), *ix = shape_in(g, n, 1);
+  if (attr_int(n, "axis", 0) != 0 && attr_int(n, "axis", 0) != -t->rank)
+    node_error(n, "Gather on data supports axis 0 only (an embedding lookup), not axis %lld",
+               (long long)attr_int(n, "axis", 0));
+  if (t->rank < 1) node_error(n, "the table '%s' must have rank 1 or more", t->name);
+  if (ix->dtype != DT_INT64 && ix->dtype != DT_INT32)
+    node_error(n, "indices ('%s') must be int64 or int32, not %s", ix->name, dtype_name(ix->dtype));
+  if (ix->rank + t->rank - 1 > MAX_RANK) node_error(n, "output rank is above %d", MAX_RANK);
+  snrt_gather_t *p = shape_alloc(sizeof *p);
+  p->rows = t->dims[0];
+  p->dim = shape_prod(n, t->dims, 1, t->rank);
+  p->n_idx = tensor_numel(ix);
+  if (p->rows < 1 || p->rows > INT32_MAX) node_error(n, "the table '%s' %s has no rows or too many",
+                                                     t->name, shape_str(t));
+  if (ix->kind == TK_CONST && ix->data) {
+    int32_t *v = xcalloc((size_t)(p->n_idx ? p->n_idx : 1), sizeof *v);
+    for (int64_t i = 0; i < p->n_idx; i++) {
+      int64_t k = ix->dtype == DT_INT64 ? ((const int64_t *)ix->data)[i] : ((const int32_t *)ix->data)[i];
+      if (k < -p->rows || k >= p->rows)
+        node_error(n, "index %lld at position %lld is outside the table '%s' of %lld rows",
+                   (long long)k, (long long)i, t->name, (long long)p->rows);
+      v[i] = (int32_t)(k < 0 ? k + p->rows : k);
+    }
+    p->idx = v;
+  } else if (ix->kind != TK_INPUT) {
+    node_error(n, "indices ('%s') must be the data input (token ids) or a constant", ix->name);
+  }
+  int64_t dims[MAX_RANK];
+  int r = 0;
+  for (int d = 0; d < ix->rank; d++) dims[r++] = ix->dims[d];
+  for (int d = 1; d < t->rank; d++) dims[r++] = t->dims[d];
+  shape_set_out(g, n, 0, DT_FLOAT, r, dims);
+  n->p = p;
+}
+
+/* ---- Where with a constant condition: a masked fill ---- */
+
+static bool const_scalar(const Tensor *t) {
+  return t->kind == TK_CONST && t->data && t->ndata == 1 && t->dtype == DT_FLOAT;
+}
+
+void shape_where(Graph *g, Node *n) {
+  Tensor *c = shape_in(g, n, 0), *a = shape_in(g, n, 1), *b = shape_in(g, n, 2);
+  if (c->kind != TK_CONST || !c->data || c->dtype != DT_BOOL)
+    node_error(n, "the condition ('%s') must be a constant bool tensor (a mask); Where on a "
+               "condition computed from data is not supported", c->name);
+  bool fill_a = const_scalar(a), fill_b = const_scalar(b);
+  if (fill_a == fill_b)
+    node_error(n, "exactly one branch must be a constant float scalar (a masked fill); '%s' and "
+               "'%s' are %s", a->name, b->name, fill_a ? "both constants" : "both data");
+  Tensor *x = fill_a ? b : a, *v = fill_a ? a : b;
+  if (x->dtype != DT_FLOAT) node_error(n, "the data branch '%s' must be float32", x->name);
+  if (c->rank > x->rank) node_error(n, "the condition %s has a higher rank than the data %s",
+                                    shape_str(c), shape_str(x));
+  /* The mask covers out dims [lead, rank): the first dim where the
+   * (right-aligned) condition is not 1; it repeats over the dims before. */
+  int r = x->rank, off = r - c->rank, lead = r;
+  for (int d = 0; d < c->rank; d++) {
+    if (c->dims[d] != 1 && c->dims[d] != x->dims[off + d])
+      node_error(n, "the condition %s does not broadcast to the data %s", shape_str(c), shape_str(x));
+    if (c->dims[d] != 1 && lead == r) lead = off + d;
+  }
+  if (lead == r) lead = r - 1 < 0 ? 0 : r - 1;
+  snrt_where_t *p = shape_alloc(sizeof *p);
+  p->n = tensor_numel(x);
+  p->inner = shape_prod(n, x->dims, lead, r);
+  p->value = ((const float *)v->data)[0];
+  uint8_t *fill = xcalloc((size_t)(p->inner ? p->inner : 1), 1);
+  int64_t cst[MAX_RANK], idx[MAX_RANK] = {0}, s = 1;
+  for (int d = r - 1; d >= 0; d--) {
+    int cd = d - off;
+    cst[d] = cd >= 0 && c->dims[cd] != 1 ? s : 0;
+    if (cd >= 0) s *= c->dims[cd];
+  }
+  const uint8_t *cv = c->data;
+  for (int64_t i = 0; i < p->inner; i++) {
+    int64_t o = 0;
+    for (int d = lead; d < r; d++) o += idx[d] * cst[d];
+    fill[i] = (cv[o] != 0) == fill_a;
+    for (int d = r - 1; d >= lead; d--) {
+      if (++idx[d] < x->dims[d]) break;
+      idx[d] = 0;
+    }
+  }
+  p->fill = fill;
+  shape_set_out(g, n, 0, DT_FLOAT, r, x->dims);
+  n->aux = fill_a ? 2 : 1;   /* the data branch's input slot */
+  n->p = p;
+}
+
+/* ---- Expand: numpy broadcasting to a constant shape ---- */
+
+void shape_broadcast(Graph *g, Node *n) {
+  Tensor *x = shape_in_float(g, n, 0, -1);
+  int64_t shape[MAX_RANK], dims[MAX_RANK];
+  int ns = const_ints(g, n, 1, shape, MAX_RANK);
+  int r = ns > x->rank ? ns : x->rank;
+  snrt_reduce_t *p = shape_alloc(sizeof *p);
+  int64_t stride = 1;
+  for (int i = r - 1; i >= 0; i--) {
+    int ix = i - (r - x->rank), is = i - (r - ns);
+    int64_t dx = ix >= 0 ? x->dims[ix] : 1, ds = is >= 0 ? shape[is] : 1;
+    if (dx != ds && dx != 1 && ds != 1)
+      node_error(n, "%s does not broadcast to the shape given", shape_str(x));
+    dims[i] = dx == 1 ? ds : dx;
+    p->dims[i] = dims[i];
+    p->ss[i] = dx == 1 ? 0 : stride;
+    stride *= dx;
+  }
+  p->rank = r;
+  shape_set_out(g, n, 0, DT_FLOAT, r, dims);
+  p->n_big = tensor_numel(&g->t[n->out[0]]);
+  p->n_small = tensor_numel(x);
+  p->scale = 1.0f;
+  n->p = p;
+}

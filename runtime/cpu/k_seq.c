@@ -1,0 +1,199 @@
+/* k_seq.c — CPU kernels of the transformer ops: elementwise math (Sqrt, Erf,
+ * Neg, Reciprocal, Pow), LayerNormalization, the embedding lookup and its
+ * scatter-add gradient, the masked fill.
+ *
+ * Determinism (kern.h): each output element is owned by one thread and sums
+ * in a fixed order: LayerNorm rows per thread, its dscale/dbias by column
+ * blocks over all rows in row order; the embedding gradient by column blocks
+ * over all indices in index order. No scratch memory. */
+#include "kern.h"
+
+/* ---- math ------------------------------------------------------------------- */
+
+static inline float pow_k(float x, float e) {
+  /* The exponents exporters write, computed as torch does (x*x for 2). */
+  if (e == 2.0f) return x * x;
+  if (e == 1.0f) return x;
+  if (e == 3.0f) return x * x * x;
+  if (e == 0.5f) return sqrtf(x);
+  return powf(x, e);
+}
+
+void snrt_math_fwd(snrt_ctx *c, const snrt_math_t *p, const float *x, float *y) {
+  (void)c;
+  const int64_t n = p->n;
+  const float e = p->exponent;
+  switch (p->kind) {
+  case SNRT_SQRT:
+#pragma omp parallel for simd schedule(static) if (n > KERN_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) y[i] = sqrtf(x[i]);
+    break;
+  case SNRT_ERF:
+#pragma omp parallel for schedule(static) if (n > KERN_PAR_MIN / 8)
+    for (int64_t i = 0; i < n; i++) y[i] = erff(x[i]);
+    break;
+  case SNRT_NEG:
+#pragma omp parallel for simd schedule(static) if (n > KERN_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) y[i] = -x[i];
+    break;
+  case SNRT_RECIPROCAL:
+#pragma omp parallel for simd schedule(static) if (n > KERN_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) y[i] = 1.0f / x[i];
+    break;
+  case SNRT_POW:
+#pragma omp parallel for schedule(static) if (n > KERN_PAR_MIN / 8)
+    for (int64_t i = 0; i < n; i++) y[i] = pow_k(x[i], e);
+    break;
+  }
+}
+
+void snrt_math_bwd(snrt_ctx *c, const snrt_math_t *p, const float *x, const float *y,
+                   const float *dy, float *dx) {
+  (void)c;
+  const int64_t n = p->n;
+  const float e = p->exponent;
+  switch (p->kind) {
+  case SNRT_SQRT:   /* d sqrt(x) = 1 / (2 y) */
+#pragma omp parallel for simd schedule(static) if (n > KERN_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) dx[i] = dy[i] / (2.0f * y[i]);
+    break;
+  case SNRT_ERF:    /* 2/sqrt(pi) exp(-x^2) */
+#pragma omp parallel for schedule(static) if (n > KERN_PAR_MIN / 8)
+    for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * 1.12837916709551257f * expf(-x[i] * x[i]);
+    break;
+  case SNRT_NEG:
+#pragma omp parallel for simd schedule(static) if (n > KERN_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) dx[i] = -dy[i];
+    break;
+  case SNRT_RECIPROCAL:   /* -1/x^2 = -y^2 */
+#pragma omp parallel for simd schedule(static) if (n > KERN_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) dx[i] = -dy[i] * y[i] * y[i];
+    break;
+  case SNRT_POW:    /* e x^(e-1) */
+#pragma omp parallel for schedule(static) if (n > KERN_PAR_MIN / 8)
+    for (int64_t i = 0; i < n; i++)
+      dx[i] = e == 2.0f ? dy[i] * 2.0f * x[i] : dy[i] * e * pow_k(x[i], e - 1.0f);
+    break;
+  }
+}
+
+/* ---- LayerNormalization --------------------------------------------------------- */
+
+void snrt_ln_fwd(snrt_ctx *c, const snrt_ln_t *p, const float *x, const float *scale,
+                 const float *bias, float *y, float *mean, float *rstd) {
+  (void)c;
+  const int64_t R = p->rows, C = p->cols;
+#pragma omp parallel for schedule(static) if (R * C > KERN_PAR_MIN)
+  for (int64_t r = 0; r < R; r++) {
+    const float *xr = x + r * C;
+    float *yr = y + r * C;
+    double s = 0, q = 0;
+    for (int64_t j = 0; j < C; j++) s += xr[j];
+    double m = s / (double)C;
+    for (int64_t j = 0; j < C; j++) q += (xr[j] - m) * (xr[j] - m);
+    float mf = (float)m, rs = (float)(1.0 / sqrt(q / (double)C + p->eps));
+    for (int64_t j = 0; j < C; j++) {
+      float v = (xr[j] - mf) * rs * scale[j];
+      yr[j] = bias ? v + bias[j] : v;
+    }
+    if (mean) mean[r] = mf;
+    if (rstd) rstd[r] = rs;
+  }
+}
+
+#define LN_COLS 64   /* columns per block of the parameter gradients */
+
+void snrt_ln_bwd(snrt_ctx *c, const snrt_ln_t *p, const float *x, const float *dy,
+                 const float *scale, const float *mean, const float *rstd, float *dx,
+                 float *dscale, float *dbias) {
+  (void)c;
+  const int64_t R = p->rows, C = p->cols;
+  /* Parameter gradients first: dx may be written over dy by a later plan. */
+  if (dscale || dbias) {
+    int64_t nblk = (C + LN_COLS - 1) / LN_COLS;
+#pragma omp parallel for schedule(static) if (R * C > KERN_PAR_MIN)
+    for (int64_t b = 0; b < nblk; b++) {
+      int64_t j0 = b * LN_COLS, j1 = kern_min(C, j0 + LN_COLS);
+      double as[LN_COLS] = {0}, ab[LN_COLS] = {0};
+      for (int64_t r = 0; r < R; r++) {
+        const float *xr = x + r * C, *dr = dy + r * C;
+        float m = mean[r], rs = rstd[r];
+        for (int64_t j = j0; j < j1; j++) {
+          as[j - j0] += (double)dr[j] * ((xr[j] - m) * rs);
+          ab[j - j0] += dr[j];
+        }
+      }
+      for (int64_t j = j0; j < j1; j++) {
+        if (dscale) dscale[j] = (float)as[j - j0];
+        if (dbias) dbias[j] = (float)ab[j - j0];
+      }
+    }
+  }
+  if (!dx) return;
+#pragma omp parallel for schedule(static) if (R * C > KERN_PAR_MIN)
+  for (int64_t r = 0; r < R; r++) {
+    const float *xr = x + r * C, *dr = dy + r * C;
+    float *o = dx + r * C;
+    float m = mean[r], rs = rstd[r];
+    double sg = 0, sgx = 0;
+    for (int64_t j = 0; j < C; j++) {
+      double g = (double)dr[j] * scale[j];
+      sg += g;
+      sgx += g * ((xr[j] - m) * rs);
+    }
+    float a = (float)(sg / (double)C), bb = (float)(sgx / (double)C);
+    for (int64_t j = 0; j < C; j++) {
+      float xh = (xr[j] - m) * rs;
+      o[j] = rs * (dr[j] * scale[j] - a - xh * bb);
+    }
+  }
+}
+
+/* ---- embedding ------------------------------------------------------------------- */
+
+void snrt_gather_fwd(snrt_ctx *c, const snrt_gather_t *p, const float *table, const int32_t *idx,
+                     float *y) {
+  (void)c;
+  const int32_t *ix = idx ? idx : p->idx;
+  const int64_t D = p->dim;
+#pragma omp parallel for schedule(static) if (p->n_idx * D > KERN_PAR_MIN)
+  for (int64_t i = 0; i < p->n_idx; i++) {
+    int64_t k = ix[i];
+    if (k < 0 || k >= p->rows) {   /* the loader rejects such ids; never read outside */
+      for (int64_t j = 0; j < D; j++) y[i * D + j] = NAN;
+      continue;
+    }
+    memcpy(y + i * D, table + k * D, sizeof(float) * (size_t)D);
+  }
+}
+
+void snrt_gather_bwd(snrt_ctx *c, const snrt_gather_t *p, const int32_t *idx, const float *dy,
+                     float *dtable) {
+  (void)c;
+  const int32_t *ix = idx ? idx : p->idx;
+  const int64_t D = p->dim, N = p->n_idx;
+  memset(dtable, 0, sizeof(float) * (size_t)(p->rows * D));
+  int64_t nblk = (D + LN_COLS - 1) / LN_COLS;
+#pragma omp parallel for schedule(static) if (N * D > KERN_PAR_MIN)
+  for (int64_t b = 0; b < nblk; b++) {
+    int64_t j0 = b * LN_COLS, j1 = kern_min(D, j0 + LN_COLS);
+    for (int64_t i = 0; i < N; i++) {
+      int64_t k = ix[i];
+      if (k < 0 || k >= p->rows) continue;
+      float *o = dtable + k * D;
+      const float *d = dy + i * D;
+      for (int64_t j = j0; j < j1; j++) o[j] += d[j];
+    }
+  }
+}
+
+/* ---- masked fill --------------------------------------------------------------------- */
+
+void snrt_where(snrt_ctx *c, const snrt_where_t *p, const float *x, float *y) {
+  (void)c;
+  const int64_t in = p->inner, outer = p->n / p->inner;
+  const float v = p->value;
+#pragma omp parallel for schedule(static) if (p->n > KERN_PAR_MIN)
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t i = 0; i < in; i++) y[o * in + i] = p->fill[i] ? v : x[o * in + i];
+}

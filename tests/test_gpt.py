@@ -1,0 +1,181 @@
+"""GPT-style language models from torch.onnx.export: one training step of the
+whole model against PyTorch (loss and every parameter gradient, float32 and
+float64 references), token data (npy int64 ids, tokens:FILE in llm.c's
+layout and as raw bytes) and its errors.
+
+The model is examples/make_gpt.py: token + position embeddings (Gather with
+int64 ids and with constant positions), causal self-attention written out
+(4-D batched MatMul, a constant mask through Where, Softmax over the last
+axis), LayerNorm (decomposed below opset 17, LayerNormalization at 17), GELU
+(Erf, or tanh with Pow at opset 13 / Mul at 17), and a head tied to the token
+embedding, so the embedding's gradient sums a scatter-add and a matmul. The
+loss is cross-entropy averaged over all batch x T positions, as
+F.cross_entropy(logits.view(-1, V), y.view(-1)).
+
+Tolerance as the CNN reference tests (onnx_ref.check): every gradient within
+1e-4 of PyTorch float32 (or, where PyTorch float32 is itself that far from
+float64, no farther from float64 than twice its error), the loss within 1e-5.
+"""
+import os
+import struct
+import sys
+
+import numpy as np
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
+torch = pytest.importorskip("torch")
+pytest.importorskip("onnx")
+from onnx_ref import check  # noqa: E402
+from snc_harness import compile_model, load_dump, run  # noqa: E402
+
+import make_gpt  # noqa: E402
+
+F = torch.nn.functional
+
+
+def gpt_step(tmp, V, T, C, H, L, gelu, opset, batch=2, seed=0, tied=True):
+    torch.manual_seed(seed)
+    model = make_gpt.GPT(V, T, C, H, L, gelu, tied)
+    # Larger weights than GPT-2's 0.02, so every path carries a gradient well
+    # above rounding (LayerNorm scales and biases away from 1 and 0 too).
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.add_(torch.randn_like(p) * (0.3 if p.dim() > 1 else 0.2))
+    path = os.path.join(tmp, "gpt.onnx")
+    make_gpt.export(model, path, batch, T, opset)
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, V, (batch, T)).astype(np.int64)
+    y = rng.integers(0, V, (batch, T)).astype(np.int64)
+    np.save(os.path.join(tmp, "x.npy"), x)
+    np.save(os.path.join(tmp, "y.npy"), y)
+    prog = compile_model(path, os.path.join(tmp, "prog"), batch, "--policy", "none")
+    dump = os.path.join(tmp, "grads")
+    run([prog, "--data", "npy:%s,%s" % (os.path.join(tmp, "x.npy"), os.path.join(tmp, "y.npy")),
+         "--steps", "1", "--dump-grads", dump, "--threads", "2"])
+    res = {"ours": float(np.load(os.path.join(dump, "loss.npy")).ravel()[0]), "grads": {}}
+    refs = {}
+    for dt in (torch.float32, torch.float64):
+        m = make_gpt.GPT(V, T, C, H, L, gelu, tied)
+        m.load_state_dict(model.state_dict())
+        m = m.to(dt)
+        logits = m(torch.tensor(x))
+        loss = F.cross_entropy(logits.reshape(-1, V), torch.tensor(y).reshape(-1))
+        loss.backward()
+        refs[dt] = (loss.item(), {k: p.grad.numpy() for k, p in m.named_parameters()})
+    res["ref32"], res["ref64"] = refs[torch.float32][0], refs[torch.float64][0]
+    for k in refs[torch.float64][1]:
+        res["grads"][k] = (load_dump(dump, k), refs[torch.float32][1][k], refs[torch.float64][1][k])
+    return res
+
+
+@pytest.mark.parametrize("gelu,opset", [("erf", 13), ("tanh", 13), ("erf", 17), ("tanh", 17)])
+def test_gpt_gradients_tied(gelu, opset, tmp_path):
+    """The issue's model: T = 64, 4 layers, 4 heads, tied embeddings."""
+    res = gpt_step(str(tmp_path), V=96, T=64, C=32, H=4, L=4, gelu=gelu, opset=opset)
+    assert len(res["grads"]) == 2 + 4 * 12 + 2   # wte (tied with the head), wpe, blocks, lnf
+    check(res, "gpt %s opset %d" % (gelu, opset))
+
+
+def test_gpt_gradients_untied(tmp_path):
+    res = gpt_step(str(tmp_path), V=50, T=16, C=32, H=2, L=1, gelu="erf", opset=13, batch=3,
+                   tied=False)
+    assert "head.weight" in res["grads"]
+    check(res, "gpt untied")
+
+
+# ---- token data -------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_prog(tmp_path_factory):
+    """A 1-layer byte-level GPT (vocab 256, T 8), batch 2."""
+    tmp = str(tmp_path_factory.mktemp("tok"))
+    torch.manual_seed(1)
+    m = make_gpt.GPT(256, 8, 16, 2, 1, "erf", True)
+    path = os.path.join(tmp, "gpt.onnx")
+    make_gpt.export(m, path, 2, 8, 13)
+    return compile_model(path, os.path.join(tmp, "prog"), 2, "--policy", "none", "--lr", "0"), tmp
+
+
+def llmc_file(path, tokens, magic=20240520, version=1, count=None):
+    hdr = [0] * 256
+    hdr[0], hdr[1], hdr[2] = magic, version, len(tokens) if count is None else count
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", *hdr))
+        f.write(np.asarray(tokens, dtype="<u2").tobytes())
+
+
+def test_tokens_file_equals_npy_windows(tiny_prog):
+    """tokens:FILE (llm.c layout and raw bytes) gives exactly the loss of the
+    same windows given as npy ids: inputs w[0:T], targets w[1:T+1]."""
+    prog, tmp = tiny_prog
+    text = b"The quick brown fox jumps over the lazy dog; " * 3
+    stream = np.frombuffer(text, dtype=np.uint8).astype(np.int64)
+    T = 8
+    n = (len(stream) - 1) // T
+    X = np.stack([stream[i * T:i * T + T] for i in range(n)])
+    Y = np.stack([stream[i * T + 1:i * T + T + 1] for i in range(n)])
+    np.save(os.path.join(tmp, "X.npy"), X)
+    np.save(os.path.join(tmp, "Y.npy"), Y)
+    raw = os.path.join(tmp, "text.txt")
+    with open(raw, "wb") as f:
+        f.write(text)
+    llmc = os.path.join(tmp, "text.bin")
+    llmc_file(llmc, stream)
+    outs = []
+    for spec in ("npy:%s,%s" % (os.path.join(tmp, "X.npy"), os.path.join(tmp, "Y.npy")),
+                 "tokens:" + raw, "tokens:" + llmc):
+        r = run([prog, "--data", "synthetic", "--steps", "0", "--eval", spec, "--threads", "1"])
+        line = [s for s in r.stdout.splitlines() if "test loss" in s][-1]
+        outs.append(line)
+    assert outs[0] == outs[1] == outs[2], outs
+    assert "bits/token" in outs[0] and "perplexity" in outs[0]
+    # An independent check of the value: torch on the same windows.
+    m = make_gpt.GPT(256, 8, 16, 2, 1, "erf", True)
+    torch.manual_seed(1)
+    m = make_gpt.GPT(256, 8, 16, 2, 1, "erf", True)
+    with torch.no_grad():
+        loss = F.cross_entropy(m(torch.tensor(X)).reshape(-1, 256), torch.tensor(Y).reshape(-1))
+    ours = float(outs[0].split("test loss")[1].split()[0])
+    assert abs(ours - loss.item()) < 1e-3, (ours, loss.item())
+
+
+@pytest.mark.parametrize("case,expect", [
+    ("bad_version", "version 7 is not supported"),
+    ("odd_bytes", "but 201 bytes follow"),
+    ("count", "promises 150 tokens"),
+    ("short", "fewer than one window"),
+    ("id_range", "outside the model's vocabulary"),
+    ("npy_range", "token id 300 at sample 1, position 2"),
+    ("npy_len", "sequence length is 8"),
+])
+def test_token_data_errors(tiny_prog, case, expect):
+    prog, tmp = tiny_prog
+    path = os.path.join(tmp, case + ".bin")
+    spec = "tokens:" + path
+    if case == "bad_version":
+        llmc_file(path, list(range(100)), version=7)
+    elif case == "odd_bytes":
+        llmc_file(path, list(range(100)))
+        with open(path, "ab") as f:
+            f.write(b"x")
+    elif case == "count":
+        llmc_file(path, list(range(100)), count=150)
+    elif case == "short":
+        with open(path, "wb") as f:
+            f.write(b"tiny")
+    elif case == "id_range":
+        llmc_file(path, [1, 2, 3] * 10 + [300])
+    else:
+        X = np.zeros((3, 8 if case == "npy_range" else 9), dtype=np.int64)
+        if case == "npy_range":
+            X[1, 2] = 300
+        np.save(path + ".x.npy", X)
+        np.save(path + ".y.npy", np.zeros((3, 8), dtype=np.int64))
+        spec = "npy:%s.x.npy,%s.y.npy" % (path, path)
+    r = run([prog, "--data", spec, "--steps", "1"], check=False)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert expect in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
