@@ -638,7 +638,8 @@ static void assign_kinds(Graph *g) {
  * Where's condition) is a constant, not a trainable parameter; so is one that
  * holds an infinity or a NaN (an additive mask: no parameter starts there).
  * const_only(t): every reader of t is a compile-time-only slot, Where's
- * condition, or a data-movement op whose outputs are all const_only. */
+ * condition or scalar fill value, or a data-movement op whose outputs are
+ * all const_only. */
 static bool const_only(const Graph *g, int t, const int *first, const int *next,
                        const int *rnode, const int *rslot, signed char *memo) {
   if (memo[t] >= 0) return memo[t] == 1;
@@ -647,7 +648,9 @@ static bool const_only(const Graph *g, int t, const int *first, const int *next,
   for (int e = first[t]; ok && e >= 0; e = next[e]) {
     const Node *n = &g->n[rnode[e]];
     int s = rslot[e];
-    if (slot_class(n, s) == SLOT_ANY || (n->op == OP_WHERE && s == 0)) continue;
+    /* Where's condition, or a scalar fill value of a masked fill. */
+    if (slot_class(n, s) == SLOT_ANY || (n->op == OP_WHERE && (s == 0 || g->t[t].ndata == 1)))
+      continue;
     bool moves = (s == 0 && (n->op == OP_SLICE || n->op == OP_RESHAPE || n->op == OP_UNSQUEEZE ||
                              n->op == OP_SQUEEZE)) ||
                  n->op == OP_TRANSPOSE || n->op == OP_IDENTITY || n->op == OP_FLATTEN ||

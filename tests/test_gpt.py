@@ -179,3 +179,22 @@ def test_token_data_errors(tiny_prog, case, expect):
     assert r.returncode == 2, (r.returncode, r.stderr)
     assert expect in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+# ---- plans ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("policy", ["liveness", "recompute", "offload", "superneurons"])
+def test_gpt_policies_bit_identical(policy, tmp_path):
+    """Every policy gives parameters bit-identical to `none` after 3 steps with
+    --poison (a read of a dead region would be NaN), on a 2-layer GPT."""
+    from test_policies import same_files, train3
+    tmp = str(tmp_path)
+    torch.manual_seed(2)
+    path = os.path.join(tmp, "gpt.onnx")
+    make_gpt.export(make_gpt.GPT(64, 16, 32, 4, 2, "tanh", True), path, 2, 16, 13)
+    base = train3(path, 2, "none", os.path.join(tmp, "none"))
+    other = train3(path, 2, policy, os.path.join(tmp, policy))
+    assert not same_files(base, other), policy
+    import json
+    arena = [json.load(open(os.path.join(tmp, p, "plan.json")))["arena_bytes"] for p in ("none", policy)]
+    assert arena[1] < arena[0], (policy, arena)   # the plan did share or move memory

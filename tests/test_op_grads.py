@@ -220,6 +220,16 @@ def op_softmax4d_masked(m, rng):
             lambda t, P: F.softmax(t.masked_fill(tri, float("-inf")), -1))
 
 
+def op_where_keep(m, rng):
+    """The same with the mask as 'keep' and the fill in the false branch:
+    Where(tril, x, -1e4), over a (5, 1) condition that broadcasts."""
+    keep = m.const(np.array([[True], [False], [True], [True], [False]]), np.bool_)
+    fill = m.const(fc(-1e4), np.float32)
+    kt = torch.tensor([[True], [False], [True], [True], [False]])
+    return (lambda t: m.op("Softmax", [m.op("Where", [keep, t, fill])], axis=-1),
+            lambda t, P: F.softmax(torch.where(kt, t, torch.tensor(-1e4, dtype=t.dtype)), -1))
+
+
 def op_additive_mask(m, rng):
     """An additive causal mask held in a float initializer with -inf (a buffer)."""
     buf = np.triu(np.full((5, 5), -np.inf, dtype=np.float32), 1)
@@ -306,6 +316,7 @@ OPS = {
     "GELU_tanh": (op_gelu_tanh, 13),
     "Softmax4d_where_mask": (op_softmax4d_masked, 13),
     "Softmax4d_additive_mask": (op_additive_mask, 13),
+    "Where_keep_broadcast": (op_where_keep, 13),
     "MatMul4d": (op_matmul4d, 13),
     "Expand": (op_expand, 13),
     "Gather_const": (op_gather_const, 13),
