@@ -238,3 +238,22 @@ def test_example_links_for_cuda(name, example_models, tmp_path):
     assert os.access(os.path.join(out, "train"), os.X_OK)
     if policy == "superneurons":
         assert "snrt_prefetch" in open(os.path.join(out, "train.c")).read()
+
+
+def test_gpt_example_links_for_cuda(tmp_path):
+    """The byte-level GPT example (examples/gpt_bytes.onnx: embeddings,
+    LayerNorm, masked attention, GELU) links for cuda under superneurons."""
+    require_lib()
+    out = str(tmp_path / "prog")
+    r = subprocess.run([os.path.join(ROOT, "build", "snc"), "compile",
+                        os.path.join(ROOT, "examples", "gpt_bytes.onnx"), "-o", out, "--batch", "16",
+                        "--target", "cuda", "--policy", "superneurons"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run(["ninja", "-C", out], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True)
+    assert r.returncode == 0, r.stdout[-3000:]
+    src = open(os.path.join(out, "train.c")).read()
+    for fn in ("snrt_gather_fwd", "snrt_gather_bwd", "snrt_ln_fwd", "snrt_ln_bwd", "snrt_where",
+               "snrt_math_fwd", "snrt_math_bwd"):
+        assert fn + "(" in src, fn

@@ -1,0 +1,224 @@
+/* seq.cu — CUDA kernels of the transformer ops (snrt.h): elementwise math
+ * (Sqrt, Erf, Neg, Reciprocal, Pow), LayerNormalization, the embedding
+ * lookup and its scatter-add gradient, the masked fill.
+ *
+ * Deterministic like the rest of the runtime: no float atomics. A LayerNorm
+ * row is one block (fixed-order block sums); dscale/dbias and the embedding
+ * gradient give each output column to one thread, which adds in row (index)
+ * order. The embedding gradient is therefore serial over the indices per
+ * column: exact and reproducible, not fast for long batches.
+ *
+ * Constant index and mask arrays (snrt_gather_t.idx, snrt_where_t.fill) are
+ * static arrays of the emitted train.c, in host memory: the first call copies
+ * each to the device once (the warm-up step runs eagerly before any graph
+ * capture) and later calls, captured ones included, reuse the copy. */
+#include "cuda_rt.h"
+
+/* ---- constant arrays on the device ------------------------------------------ */
+
+#define SEQ_MAX_CONSTS 4096
+static struct { const void *host; void *dev; } seq_consts[SEQ_MAX_CONSTS];
+static int seq_nconsts;
+
+static const void *seq_device_copy(snrt_ctx *c, const void *host, size_t bytes) {
+  for (int i = 0; i < seq_nconsts; i++)
+    if (seq_consts[i].host == host) return seq_consts[i].dev;
+  if (snrt_cu(c)->capturing)
+    snrt_cu_fail("seq_device_copy", "a constant array was first used inside a graph capture",
+                 __FILE__, __LINE__);
+  if (seq_nconsts == SEQ_MAX_CONSTS)
+    snrt_cu_fail("seq_device_copy", "too many constant index/mask arrays", __FILE__, __LINE__);
+  void *d;
+  CUDA_CHECK(cudaMalloc(&d, bytes ? bytes : 1));
+  CUDA_CHECK(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice));
+  seq_consts[seq_nconsts].host = host;
+  seq_consts[seq_nconsts++].dev = d;
+  return d;
+}
+
+/* ---- math --------------------------------------------------------------------- */
+
+__device__ __forceinline__ float pow_k(float x, float e) {
+  if (e == 2.0f) return x * x;
+  if (e == 1.0f) return x;
+  if (e == 3.0f) return x * x * x;
+  if (e == 0.5f) return sqrtf(x);
+  return powf(x, e);
+}
+
+__global__ void k_math_fwd(snrt_math_t p, const float *x, float *y) {
+  SNRT_FOR(i, p.n) {
+    float v = x[i];
+    switch (p.kind) {
+    case SNRT_SQRT: v = sqrtf(v); break;
+    case SNRT_ERF: v = erff(v); break;
+    case SNRT_NEG: v = -v; break;
+    case SNRT_RECIPROCAL: v = 1.0f / v; break;
+    case SNRT_POW: v = pow_k(v, p.exponent); break;
+    }
+    y[i] = v;
+  }
+}
+
+__global__ void k_math_bwd(snrt_math_t p, const float *x, const float *y, const float *dy,
+                           float *dx) {
+  SNRT_FOR(i, p.n) {
+    float g = dy[i], r = 0.0f;
+    switch (p.kind) {
+    case SNRT_SQRT: r = g / (2.0f * y[i]); break;
+    case SNRT_ERF: r = g * 1.12837916709551257f * expf(-x[i] * x[i]); break;
+    case SNRT_NEG: r = -g; break;
+    case SNRT_RECIPROCAL: r = -g * y[i] * y[i]; break;
+    case SNRT_POW:
+      r = p.exponent == 2.0f ? g * 2.0f * x[i] : g * p.exponent * pow_k(x[i], p.exponent - 1.0f);
+      break;
+    }
+    dx[i] = r;
+  }
+}
+
+void snrt_math_fwd(snrt_ctx *c, const snrt_math_t *p, const float *x, float *y) {
+  if (p->n <= 0) return;
+  k_math_fwd<<<snrt_cu_blocks(p->n), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(*p, x, y);
+  SNRT_LAUNCH_CHECK();
+}
+
+void snrt_math_bwd(snrt_ctx *c, const snrt_math_t *p, const float *x, const float *y,
+                   const float *dy, float *dx) {
+  if (p->n <= 0) return;
+  k_math_bwd<<<snrt_cu_blocks(p->n), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(*p, x, y, dy, dx);
+  SNRT_LAUNCH_CHECK();
+}
+
+/* ---- LayerNormalization ----------------------------------------------------------- */
+
+#define LN_THREADS 256
+
+__global__ void k_ln_fwd(snrt_ln_t p, const float *x, const float *scale, const float *bias,
+                         float *y, float *mean, float *rstd) {
+  for (int64_t r = blockIdx.x; r < p.rows; r += gridDim.x) {
+    const float *xr = x + r * p.cols;
+    float *yr = y + r * p.cols;
+    float s = 0.0f;
+    for (int64_t j = threadIdx.x; j < p.cols; j += blockDim.x) s += xr[j];
+    float m = snrt_block_sum(s) / (float)p.cols;
+    float q = 0.0f;
+    for (int64_t j = threadIdx.x; j < p.cols; j += blockDim.x) q += (xr[j] - m) * (xr[j] - m);
+    float rs = rsqrtf(snrt_block_sum(q) / (float)p.cols + p.eps);
+    for (int64_t j = threadIdx.x; j < p.cols; j += blockDim.x) {
+      float v = (xr[j] - m) * rs * scale[j];
+      yr[j] = bias ? v + bias[j] : v;
+    }
+    if (threadIdx.x == 0) {
+      if (mean) mean[r] = m;
+      if (rstd) rstd[r] = rs;
+    }
+  }
+}
+
+__global__ void k_ln_bwd_dx(snrt_ln_t p, const float *x, const float *dy, const float *scale,
+                            const float *mean, const float *rstd, float *dx) {
+  for (int64_t r = blockIdx.x; r < p.rows; r += gridDim.x) {
+    const float *xr = x + r * p.cols, *dr = dy + r * p.cols;
+    float m = mean[r], rs = rstd[r], sg = 0.0f, sgx = 0.0f;
+    for (int64_t j = threadIdx.x; j < p.cols; j += blockDim.x) {
+      float g = dr[j] * scale[j];
+      sg += g;
+      sgx += g * ((xr[j] - m) * rs);
+    }
+    float a = snrt_block_sum(sg) / (float)p.cols, b = snrt_block_sum(sgx) / (float)p.cols;
+    for (int64_t j = threadIdx.x; j < p.cols; j += blockDim.x)
+      dx[r * p.cols + j] = rs * (dr[j] * scale[j] - a - ((xr[j] - m) * rs) * b);
+  }
+}
+
+__global__ void k_ln_bwd_params(snrt_ln_t p, const float *x, const float *dy, const float *mean,
+                                const float *rstd, float *dscale, float *dbias) {
+  SNRT_FOR(j, p.cols) {
+    float as = 0.0f, ab = 0.0f;
+    for (int64_t r = 0; r < p.rows; r++) {
+      float d = dy[r * p.cols + j];
+      as += d * ((x[r * p.cols + j] - mean[r]) * rstd[r]);
+      ab += d;
+    }
+    if (dscale) dscale[j] = as;
+    if (dbias) dbias[j] = ab;
+  }
+}
+
+static unsigned ln_blocks(int64_t rows) { return (unsigned)(rows < 65536 ? (rows > 0 ? rows : 1) : 65536); }
+
+void snrt_ln_fwd(snrt_ctx *c, const snrt_ln_t *p, const float *x, const float *scale,
+                 const float *bias, float *y, float *mean, float *rstd) {
+  if (p->rows <= 0) return;
+  k_ln_fwd<<<ln_blocks(p->rows), LN_THREADS, 0, snrt_cu_stream(c)>>>(*p, x, scale, bias, y, mean, rstd);
+  SNRT_LAUNCH_CHECK();
+}
+
+void snrt_ln_bwd(snrt_ctx *c, const snrt_ln_t *p, const float *x, const float *dy,
+                 const float *scale, const float *mean, const float *rstd, float *dx,
+                 float *dscale, float *dbias) {
+  if (p->rows <= 0) return;
+  /* Parameter gradients first, as on the CPU. */
+  if (dscale || dbias) {
+    k_ln_bwd_params<<<snrt_cu_blocks(p->cols), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(*p, x, dy, mean,
+                                                                                 rstd, dscale, dbias);
+    SNRT_LAUNCH_CHECK();
+  }
+  if (dx) {
+    k_ln_bwd_dx<<<ln_blocks(p->rows), LN_THREADS, 0, snrt_cu_stream(c)>>>(*p, x, dy, scale, mean, rstd, dx);
+    SNRT_LAUNCH_CHECK();
+  }
+}
+
+/* ---- embedding --------------------------------------------------------------------- */
+
+__global__ void k_gather_fwd(snrt_gather_t p, const float *table, const int32_t *idx, float *y) {
+  SNRT_FOR(e, p.n_idx * p.dim) {
+    int64_t i = e / p.dim, j = e % p.dim, k = idx[i];
+    y[e] = k >= 0 && k < p.rows ? table[k * p.dim + j] : __int_as_float(0x7fc00000);
+  }
+}
+
+__global__ void k_gather_bwd(snrt_gather_t p, const int32_t *idx, const float *dy, float *dtable) {
+  SNRT_FOR(j, p.dim) {
+    for (int64_t i = 0; i < p.n_idx; i++) {
+      int64_t k = idx[i];
+      if (k >= 0 && k < p.rows) dtable[k * p.dim + j] += dy[i * p.dim + j];
+    }
+  }
+}
+
+static const int32_t *gather_idx(snrt_ctx *c, const snrt_gather_t *p, const int32_t *idx) {
+  return idx ? idx : (const int32_t *)seq_device_copy(c, p->idx, sizeof(int32_t) * (size_t)p->n_idx);
+}
+
+void snrt_gather_fwd(snrt_ctx *c, const snrt_gather_t *p, const float *table, const int32_t *idx,
+                     float *y) {
+  if (p->n_idx * p->dim <= 0) return;
+  const int32_t *ix = gather_idx(c, p, idx);
+  k_gather_fwd<<<snrt_cu_blocks(p->n_idx * p->dim), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(*p, table, ix, y);
+  SNRT_LAUNCH_CHECK();
+}
+
+void snrt_gather_bwd(snrt_ctx *c, const snrt_gather_t *p, const int32_t *idx, const float *dy,
+                     float *dtable) {
+  snrt_cu_fill(c, dtable, p->rows * p->dim, 0.0f);
+  if (p->n_idx * p->dim <= 0) return;
+  const int32_t *ix = gather_idx(c, p, idx);
+  k_gather_bwd<<<snrt_cu_blocks(p->dim), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(*p, ix, dy, dtable);
+  SNRT_LAUNCH_CHECK();
+}
+
+/* ---- masked fill --------------------------------------------------------------------- */
+
+__global__ void k_where(snrt_where_t p, const uint8_t *fill, const float *x, float *y) {
+  SNRT_FOR(i, p.n) y[i] = fill[i % p.inner] ? p.value : x[i];
+}
+
+void snrt_where(snrt_ctx *c, const snrt_where_t *p, const float *x, float *y) {
+  if (p->n <= 0) return;
+  const uint8_t *fill = (const uint8_t *)seq_device_copy(c, p->fill, (size_t)p->inner);
+  k_where<<<snrt_cu_blocks(p->n), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(*p, fill, x, y);
+  SNRT_LAUNCH_CHECK();
+}
