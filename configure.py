@@ -16,9 +16,10 @@ import sys
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
-# Debian packages. Building and the main job need DEPS; the tests add TEST_DEPS.
+# Debian packages. Building and the main jobs need DEPS (fortunes: the text of
+# `ninja demo-gpt`); the tests add TEST_DEPS.
 DEPS = ["gcc", "ninja-build", "protobuf-c-compiler", "libprotobuf-c-dev",
-        "libopenblas-dev", "zlib1g-dev", "dataset-fashion-mnist", "python3"]
+        "libopenblas-dev", "zlib1g-dev", "dataset-fashion-mnist", "python3", "fortunes"]
 # clang + libclang-rt-14-dev: the compiler fuzzer (tests/fuzz/, libFuzzer).
 TEST_DEPS = ["python3-torch", "python3-torchvision", "python3-onnx", "python3-numpy",
              "python3-pytest", "python3-pil", "chromium", "clang", "libclang-rt-14-dev"]
@@ -261,6 +262,8 @@ def main():
                        "desc": "TEST"})
     w.build("demo", "run", implicit=targets,
             variables={"cmd": "sh examples/demo.sh", "desc": "DEMO"})
+    w.build("demo-gpt", "run", implicit=targets,
+            variables={"cmd": "sh examples/demo_gpt.sh", "desc": "DEMO-GPT"})
     w.build("generated", "run", implicit=targets,
             variables={"cmd": "$python generated/regenerate.py", "desc": "GENERATED"})
     w.build("all", "phony", targets)

@@ -38,6 +38,8 @@ EXAMPLES = {
     "resnet50_32px": ([os.path.join(ROOT, "examples", "make_resnet.py"), "--depth", "50",
                        "--size", "32", "--classes", "10"],
                       ["--batch", "8", "--policy", "liveness"]),
+    "gpt_bytes": (os.path.join(ROOT, "examples", "gpt_bytes.onnx"),
+                  ["--batch", "16", "--policy", "liveness"]),
 }
 
 

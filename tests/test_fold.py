@@ -91,11 +91,22 @@ def test_pads_from_range_where_constantofshape(tmp_path):
 
 
 def test_fold_only_op_on_data_is_a_clear_error(tmp_path):
+    nodes = [helper.make_node("Equal", ["x", "v"], ["g"], name="pick"),
+             helper.make_node("Cast", ["g"], ["c"], name="tofloat", to=TensorProto.FLOAT),
+             helper.make_node("Relu", ["c"], ["y"], name="relu")]
+    p = save(tmp_path, nodes, [const("v", np.array([0, 2, 1], np.float32))], [2, 3])
+    e = snc_error("inspect", p, "--batch", "2")
+    assert "op Equal is supported only on constant inputs" in e and "'pick'" in e and "'x'" in e
+
+
+def test_gather_on_data_is_an_embedding_lookup_only(tmp_path):
+    """Gather on data runs (an embedding lookup) on axis 0; another axis is a
+    clear error naming the node."""
     nodes = [helper.make_node("Gather", ["x", "idx"], ["g"], name="pick", axis=1),
              helper.make_node("Relu", ["g"], ["y"], name="relu")]
     p = save(tmp_path, nodes, [const("idx", np.array([0, 2], np.int64))], [2, 3])
     e = snc_error("inspect", p, "--batch", "2")
-    assert "op Gather is supported only on constant inputs" in e and "'pick'" in e and "'x'" in e
+    assert "Gather on data supports axis 0 only" in e and "'pick'" in e
 
 
 def test_cast_of_data_to_int_is_a_clear_error(tmp_path):

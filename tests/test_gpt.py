@@ -198,3 +198,38 @@ def test_gpt_policies_bit_identical(policy, tmp_path):
     import json
     arena = [json.load(open(os.path.join(tmp, p, "plan.json")))["arena_bytes"] for p in ("none", policy)]
     assert arena[1] < arena[0], (policy, arena)   # the plan did share or move memory
+
+
+# ---- generation -------------------------------------------------------------------
+
+def test_generate_samples_from_the_models_top5(tiny_prog):
+    """--generate N --prompt TEXT: N bytes, the same for the same seed; the
+    first one is among torch's 5 likeliest next bytes after the prompt."""
+    prog, tmp = tiny_prog
+    outs = []
+    import subprocess
+    for seed in (3, 3, 4):
+        r = subprocess.run([prog, "--data", "synthetic", "--steps", "0", "--generate", "12",
+                            "--prompt", "abc", "--seed", str(seed), "--threads", "1"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+        assert r.returncode == 0, r.stderr
+        text = r.stdout.split(b"after the prompt):\n", 1)[1]
+        assert text.startswith(b"abc") and len(text) == 3 + 12 + 1, text
+        outs.append(text)
+    assert outs[0] == outs[1]
+    torch.manual_seed(1)
+    m = make_gpt.GPT(256, 8, 16, 2, 1, "erf", True)
+    with torch.no_grad():
+        logits = m(torch.tensor([[97, 98, 99, 0, 0, 0, 0, 0]]))[0, 2]
+    top5 = set(torch.topk(logits, 5).indices.tolist())
+    for t in outs:
+        assert t[3] in top5, (t, top5)
+
+
+def test_generate_needs_a_byte_level_model(tmp_path):
+    torch.manual_seed(0)
+    path = os.path.join(str(tmp_path), "g.onnx")
+    make_gpt.export(make_gpt.GPT(50, 8, 16, 2, 1, "erf", True), path, 2, 8, 13)
+    prog = compile_model(path, os.path.join(str(tmp_path), "prog"), 2, "--policy", "none")
+    r = run([prog, "--generate", "5"], check=False)
+    assert r.returncode == 1 and "byte-level language model" in r.stderr, r.stderr

@@ -47,6 +47,8 @@ static const char usage_text[] =
     "  --metrics FILE     JSON summary of the run\n"
     "  --poison           fill each arena region with NaN when its tensor dies\n"
     "  --threads N        CPU threads (default: all cores)\n"
+    "  --generate N       byte-level language models: after training, sample N bytes\n"
+    "                     after --prompt TEXT (top-5 sampling, seeded by --seed)\n"
     "exit codes: 0 ok, 1 usage, 2 bad data, file or checkpoint, 3 loss became NaN/Inf,\n"
     "            4 device or memory error\n";
 
@@ -142,6 +144,8 @@ static void parse_args(rt_opts *o, int argc, char **argv) {
     else if (!strcmp(s, "--dump-params")) o->dump_params = value(argc, argv, &i);
     else if (!strcmp(s, "--metrics")) o->metrics = value(argc, argv, &i);
     else if (!strcmp(s, "--poison")) o->poison = true;
+    else if (!strcmp(s, "--generate")) o->generate = parse_int(s, value(argc, argv, &i), 1);
+    else if (!strcmp(s, "--prompt")) o->prompt = value(argc, argv, &i);
     else if (!strcmp(s, "--lr")) {
       const char *v = value(argc, argv, &i);
       char *end;
@@ -258,6 +262,62 @@ static const char *lm_extra(const snrt_model *m, double loss) {
   return buf;
 }
 
+/* ---- generation ---------------------------------------------------------------- */
+
+/* --generate N: the eval step over a window holding the last T bytes of the
+ * text so far (row 0 of the batch; the model is causal, so the positions
+ * after it do not matter), then one byte drawn from the 5 likeliest at the
+ * last position, with probabilities from the softmax; the draw is
+ * snrt_uniform(seed, ...): reproducible. Prints the prompt and the bytes. */
+#define GEN_TOP_K 5
+
+static void generate(snrt_ctx *c, const rt_opts *o) {
+  const snrt_model *m = c->m;
+  const snrt_tensor *in = &m->tensors[m->input], *lg = &m->tensors[m->logits];
+  int B = m->batch;
+  int64_t T = in->nbytes / 4 / B, V = m->classes;
+  const char *prompt = o->prompt ? o->prompt : "\n";
+  int64_t np = (int64_t)strlen(prompt), n = np + o->generate;
+  if (np == 0) prompt = "\n", np = 1, n = 1 + o->generate;
+  unsigned char *text = rt_xmalloc((size_t)n);
+  memcpy(text, prompt, (size_t)np);
+  int32_t *x = rt_xmalloc((size_t)in->nbytes);
+  float *logits = rt_xmalloc((size_t)lg->nbytes);
+  printf("%s: generated (%lld bytes after the prompt):\n%s", rt_prog, (long long)o->generate, prompt);
+  for (int64_t len = np; len < n && !stop_signal; len++) {
+    int64_t w = len < T ? len : T;
+    memset(x, 0, (size_t)in->nbytes);
+    for (int64_t j = 0; j < w; j++) x[j] = text[len - w + j];
+    snrt_dev_upload(c, in->offset, x, in->nbytes);
+    m->eval_step(c);
+    snrt_dev_sync(c);
+    snrt_dev_download(c, logits, lg->offset, lg->nbytes);
+    const float *l = logits + (w - 1) * V;
+    int top[GEN_TOP_K];
+    int k = 0;
+    for (int v = 0; v < V; v++) {   /* insertion into the k best, highest first */
+      int at = k < GEN_TOP_K ? k++ : GEN_TOP_K;
+      while (at > 0 && l[v] > l[top[at - 1]]) {
+        if (at < GEN_TOP_K) top[at] = top[at - 1];
+        at--;
+      }
+      if (at < GEN_TOP_K) top[at] = v;
+    }
+    double p[GEN_TOP_K], s = 0;
+    for (int i = 0; i < k; i++) s += p[i] = exp((double)l[top[i]] - l[top[0]]);
+    double u = snrt_uniform(c->seed, 0xFFFFFFFFFFFF4000ull, 13, (uint64_t)len) * s;
+    int pick = 0;
+    while (pick < k - 1 && u >= p[pick]) u -= p[pick++];
+    text[len] = (unsigned char)top[pick];
+    putchar(text[len]);
+    fflush(stdout);
+  }
+  putchar('\n');
+  free(text);
+  free(x);
+  free(logits);
+}
+
 /* ---- progress ----------------------------------------------------------------- */
 
 static double now(void) {
@@ -303,6 +363,10 @@ int main(int argc, char **argv) {
       m->logits >= m->ntensors)
     rt_fail(SNRT_EXIT_DATA, "the compiled model descriptor is inconsistent (input/label/loss/logits)");
 
+  if (o.generate && (m->tensors[m->input].dtype != SNRT_I32 || m->classes != 256 ||
+                     rt_label_positions(m) < 2))
+    rt_fail(SNRT_EXIT_USAGE, "--generate needs a byte-level language model (token ids in, "
+            "(batch, T, 256) logits out)");
   snrt_ctx c = {.m = m, .lr = o.lr_set ? o.lr : m->lr, .seed = o.seed, .poison = o.poison,
                 .dump_grads = o.dump_grads != NULL, .threads = o.threads};
   rt_position pos = {.step = 0, .epoch = 0, .pos = 0, .seed = o.seed};
@@ -428,6 +492,7 @@ int main(int argc, char **argv) {
   }
   fflush(stdout);
 
+  if (o.generate && !stop_signal) generate(&c, &o);
   if (o.save) rt_checkpoint_save(&c, o.save, &pos);
   if (o.dump_params) rt_dump_params(&c, o.dump_params);
   if (o.dump_grads && done > 0) rt_dump_grads(&c, o.dump_grads, loss);

@@ -29,6 +29,8 @@ typedef struct rt_opts {
   int64_t save_every;             /* 0: only at the end */
   bool poison;
   int threads;                    /* 0: all cores */
+  int64_t generate;               /* --generate N: bytes to sample after training */
+  const char *prompt;             /* --prompt TEXT */
   int nnorm;                      /* --normalize values: 2 (all channels) or 2*C */
   float norm[64];
 } rt_opts;
