@@ -90,6 +90,8 @@ void shape_gather(Graph *g, Node *n) {
   if (p->rows < 1 || p->rows > INT32_MAX) node_error(n, "the table '%s' %s has no rows or too many",
                                                      t->name, shape_str(t));
   if (ix->kind == TK_CONST && ix->data) {
+    if (ix->ndata < p->n_idx) node_error(n, "the constant indices '%s' hold fewer values than their shape %s",
+                                         ix->name, shape_str(ix));
     int32_t *v = xcalloc((size_t)(p->n_idx ? p->n_idx : 1), sizeof *v);
     for (int64_t i = 0; i < p->n_idx; i++) {
       int64_t k = ix->dtype == DT_INT64 ? ((const int64_t *)ix->data)[i] : ((const int32_t *)ix->data)[i];
@@ -138,9 +140,15 @@ void shape_where(Graph *g, Node *n) {
     if (c->dims[d] != 1 && lead == r) lead = off + d;
   }
   if (lead == r) lead = r - 1 < 0 ? 0 : r - 1;
+  if (c->ndata < tensor_numel(c))
+    node_error(n, "the condition '%s' holds fewer values than its shape %s", c->name, shape_str(c));
   snrt_where_t *p = shape_alloc(sizeof *p);
   p->n = tensor_numel(x);
   p->inner = shape_prod(n, x->dims, lead, r);
+  /* The mask is a byte array in train.c: keep it to a sane size. */
+  if (p->inner > ((int64_t)1 << 26))
+    node_error(n, "the mask would take %lld bytes (at most %lld)", (long long)p->inner,
+               (long long)1 << 26);
   p->value = ((const float *)v->data)[0];
   uint8_t *fill = xcalloc((size_t)(p->inner ? p->inner : 1), 1);
   int64_t cst[MAX_RANK], idx[MAX_RANK] = {0}, s = 1;

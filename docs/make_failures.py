@@ -101,6 +101,21 @@ prog("arena cannot be allocated (1 GiB address-space limit, batch 8192)","--step
 os.rename(T+"/fc/params.bin",T+"/fc/params.bin.x"); prog("params.bin missing","--steps","1"); os.rename(T+"/fc/params.bin.x",T+"/fc/params.bin")
 prog("--export-onnx to an unwritable path","--data",D,"--steps","1","--export-onnx","/proc/x.onnx")
 prog("--metrics to an unwritable path","--data",D,"--steps","1","--metrics","/proc/m.json")
+# token data (the byte-level GPT example)
+gx=comp(T+"/gpt",16,R+"/examples/gpt_bytes.onnx")
+import struct
+def llmc(name,ntok,version=1,count=None,extra=b""):
+    h=[0]*256; h[0],h[1],h[2]=20240520,version,ntok if count is None else count
+    open(name,"wb").write(struct.pack("<256i",*h)+(np.arange(ntok)%256).astype("<u2").tobytes()+extra)
+llmc("tok-v7.bin",2000,version=7); prog("token file: unknown version","--data","tokens:%s/tok-v7.bin"%T,e=gx)
+llmc("tok-odd.bin",2000,extra=b"x"); prog("token file: odd byte count","--data","tokens:%s/tok-odd.bin"%T,e=gx)
+llmc("tok-count.bin",2000,count=3000); prog("token file: header count does not match","--data","tokens:%s/tok-count.bin"%T,e=gx)
+h=[0]*256; h[0],h[1],h[2]=20240520,1,1200; open("tok-big.bin","wb").write(struct.pack("<256i",*h)+np.full(1200,300,dtype="<u2").tobytes())
+prog("token id outside the vocabulary (300 of 256)","--data","tokens:%s/tok-big.bin"%T,e=gx)
+open("tiny.txt","wb").write(b"too short"); prog("text shorter than one window","--data","tokens:%s/tiny.txt"%T,e=gx)
+np.save("ids.npy",np.zeros((32,65),np.int64)); np.save("tg.npy",np.zeros((32,64),np.int64))
+prog("npy token ids of the wrong length","--data","npy:%s/ids.npy,%s/tg.npy"%(T,T),e=gx)
+prog("--generate on an image model","--generate","10")
 # SIGTERM
 p=subprocess.Popen([exe,"--threads","1","--data",D,"--steps","1000000","--log-every","1","--save",T+"/ck2"],stdout=subprocess.PIPE,stderr=subprocess.PIPE,text=True)
 n=0

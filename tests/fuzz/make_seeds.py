@@ -19,12 +19,13 @@ from onnx import helper
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def strip(model):
-    """Initializers -> declared inputs (keeps small int64 constants: shapes)."""
+def strip(model, keep_names=()):
+    """Initializers -> declared inputs (keeps small int64 constants: shapes,
+    and the initializers named in keep_names)."""
     g = model.graph
     keep = []
     for init in g.initializer:
-        if init.data_type == onnx.TensorProto.INT64 and len(init.dims) <= 1:
+        if (init.data_type == onnx.TensorProto.INT64 and len(init.dims) <= 1) or init.name in keep_names:
             keep.append(init)
             continue
         g.input.append(helper.make_tensor_value_info(init.name, init.data_type, list(init.dims)))
@@ -125,6 +126,15 @@ def main():
     export(Mlp(), (2, 12), os.path.join(out, "mlp.onnx"))
     export(ConvNet(), (2, 3, 8, 8), os.path.join(out, "convnet.onnx"))
     all_ops(os.path.join(out, "all_ops.onnx"))
+    # GPT blocks (embeddings, LayerNorm decomposed at 13 and as an op at 17,
+    # masked attention, GELU); the causal-mask buffer stays an initializer.
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    import make_gpt
+    for opset, gelu in ((13, "erf"), (17, "tanh")):
+        path = os.path.join(out, "gpt%d.onnx" % opset)
+        make_gpt.export(make_gpt.GPT(16, 8, 8, 2, 1, gelu), path, 2, 8, opset)
+        m = onnx.load(path)
+        onnx.save(strip(m, [i.name for i in m.graph.initializer if i.name.endswith("mask")]), path)
 
 
 if __name__ == "__main__":
