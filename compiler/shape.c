@@ -103,6 +103,9 @@ void shape_infer(Graph *g, int batch) {
   /* Token ids: int64 in ONNX (as torch exports nn.Embedding's input), held
    * as int32 in the arena (the loader checks them against the vocabulary). */
   if (x->dtype == DT_INT64) x->dtype = DT_INT32;
+  g->export_batch = x->dims[0] > 0 && x->dims[0] <= INT32_MAX ? (int)x->dims[0] : 0;
+  g->batch_reshapes = 0;
+  x->batched = true;
   if (batch > 0) x->dims[0] = batch;
   else if (x->dims[0] <= 0)
     fatal(EXIT_BADINPUT, "the data input '%s' has a symbolic batch dimension; give --batch N",
@@ -123,8 +126,19 @@ void shape_infer(Graph *g, int batch) {
     Node *n = &g->n[i];
     check_node(g, n);
     /* Constant subgraphs (shape arithmetic) are evaluated here and dropped. */
-    if (fold_node(g, n)) folded[i] = any = true;
-    else op_info[n->op].shape(g, n);
+    if (fold_node(g, n)) {
+      folded[i] = any = true;
+    } else {
+      op_info[n->op].shape(g, n);
+      /* Batch tracking (shape_reshape reads it): an output computed from the
+       * data input whose leading dimension is the batch carries it. */
+      bool from_data = false;
+      for (int k = 0; k < n->nin; k++) from_data |= n->in[k] >= 0 && g->t[n->in[k]].batched;
+      for (int o = 0; o < n->nout; o++) {
+        Tensor *t = n->out[o] >= 0 ? &g->t[n->out[o]] : NULL;
+        if (t) t->batched = from_data && t->rank >= 1 && t->dims[0] == g->batch;
+      }
+    }
     for (int o = 0; o < n->nout; o++)
       if (n->out[o] >= 0 && g->t[n->out[o]].rank < 0)
         internal_error(__FILE__, __LINE__, "node '%s' left output %d without a shape", n->name, o);

@@ -24,6 +24,18 @@ void shape_reshape(Graph *g, Node *n) {
   int64_t shape[MAX_RANK];
   int r = const_ints(g, n, 1, shape, MAX_RANK);
   bool allowzero = attr_int(n, "allowzero", 0) != 0;
+  /* torch bakes the export batch into view(b, ...) targets. On a tensor that
+   * carries the batch, a leading target equal to the export batch follows
+   * --batch; an export batch of 1 cannot be told from a literal 1. */
+  int eb = g->export_batch;
+  if (eb > 0 && eb != g->batch && x->batched && r >= 1 && shape[0] == eb) {
+    if (eb == 1)
+      node_error(n, "the target's leading dimension 1 may be the export batch (1) or a literal 1 "
+                 "on a tensor of batch %d; re-export with dynamic_axes on the batch, or compile "
+                 "with --batch 1", g->batch);
+    shape[0] = g->batch;
+    g->batch_reshapes++;
+  }
   int infer = -1;
   int64_t known = 1;
   for (int i = 0; i < r; i++) {

@@ -130,6 +130,7 @@ typedef struct Tensor {
   bool has_init;           // initializer present (parameters: initial value given)
   int64_t fan_in;          // parameters without initializer: for PyTorch's default init
   int init;                // SNRT_INIT_* for parameters/state (set by autodiff)
+  bool batched;            // shape inference: computed from the data input, dim 0 its batch
 } Tensor;
 
 int64_t tensor_numel(const Tensor *t);
@@ -186,6 +187,8 @@ typedef struct Graph {
   int batch;               // batch size after shape inference
   int nfwd;                // nodes [0, nfwd) are the forward graph (topologically sorted)
   int eval_output;         // the eval graph's copy of `output` (autodiff), -1 before
+  int export_batch;        // the data input's declared batch (0: symbolic)
+  int batch_reshapes;      // Reshape targets whose export batch now follows --batch
 } Graph;
 
 Graph *graph_new(const char *path);

@@ -36,7 +36,7 @@ import make_gpt  # noqa: E402
 F = torch.nn.functional
 
 
-def gpt_step(tmp, V, T, C, H, L, gelu, opset, batch=2, seed=0, tied=True):
+def gpt_step(tmp, V, T, C, H, L, gelu, opset, batch=2, seed=0, tied=True, export_batch=None):
     torch.manual_seed(seed)
     model = make_gpt.GPT(V, T, C, H, L, gelu, tied)
     # Larger weights than GPT-2's 0.02, so every path carries a gradient well
@@ -45,7 +45,7 @@ def gpt_step(tmp, V, T, C, H, L, gelu, opset, batch=2, seed=0, tied=True):
         for name, p in model.named_parameters():
             p.add_(torch.randn_like(p) * (0.3 if p.dim() > 1 else 0.2))
     path = os.path.join(tmp, "gpt.onnx")
-    make_gpt.export(model, path, batch, T, opset)
+    make_gpt.export(model, path, export_batch or batch, T, opset)
     rng = np.random.default_rng(seed)
     x = rng.integers(0, V, (batch, T)).astype(np.int64)
     y = rng.integers(0, V, (batch, T)).astype(np.int64)
@@ -84,6 +84,13 @@ def test_gpt_gradients_untied(tmp_path):
                    tied=False)
     assert "head.weight" in res["grads"]
     check(res, "gpt untied")
+
+
+def test_gpt_exported_at_another_batch(tmp_path):
+    """Exported at batch 2 (view(2, T, H, D) targets), compiled at batch 3."""
+    res = gpt_step(str(tmp_path), V=40, T=8, C=16, H=2, L=1, gelu="erf", opset=13, batch=3,
+                   export_batch=2)
+    check(res, "gpt exported at 2, run at 3")
 
 
 # ---- token data -------------------------------------------------------------------
