@@ -39,7 +39,7 @@ rec(C,"a folder as the model",[SNC,"inspect","adir","--batch","1"])
 open("empty.onnx","wb").close(); rec(C,"empty file",[SNC,"inspect","empty.onnx","--batch","1"])
 open("junk.onnx","wb").write(os.urandom(3000)); rec(C,"random bytes",[SNC,"inspect","junk.onnx","--batch","1"])
 b=open(R+"/examples/fashion_cnn.onnx","rb").read(); open("trunc.onnx","wb").write(b[:len(b)//2]); rec(C,"truncated model",[SNC,"inspect","trunc.onnx","--batch","1"])
-save("unsup.onnx",[fc,helper.make_node("Erf",["t"],["y"],name="erf1")],[vi("x",["N",4])],[vi("y",["N",4])],[W]); rec(C,"unsupported op",[SNC,"inspect","unsup.onnx","--batch","1"])
+save("unsup.onnx",[fc,helper.make_node("Celu",["t"],["y"],name="celu1")],[vi("x",["N",4])],[vi("y",["N",4])],[W]); rec(C,"unsupported op",[SNC,"inspect","unsup.onnx","--batch","1"])
 save("cycle.onnx",[fc,helper.make_node("Add",["t","z"],["z"],name="self"),helper.make_node("Relu",["z"],["y"],name="r")],[vi("x",["N",4])],[vi("y",["N",4])],[W]); rec(C,"cyclic graph",[SNC,"plan","cycle.onnx","--batch","2"])
 save("dangling.onnx",[fc,helper.make_node("Add",["t","ghost"],["y"],name="adder")],[vi("x",["N",4])],[vi("y",["N",4])],[W]); rec(C,"input nobody produces",[SNC,"plan","dangling.onnx","--batch","2"])
 t=TensorProto(); t.name="W"; t.data_type=F; t.dims.extend([1<<20,1<<20,1<<20]); t.raw_data=b""
