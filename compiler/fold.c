@@ -210,7 +210,9 @@ static void fold_elementwise(Graph *g, Node *n) {
   for (int64_t k = 0; k < y->ndata; k++) {
     int64_t ia = bcast_at(a, r, idx), ib = bcast_at(b, r, idx);
     double fa = get_f(a, ia), fb = get_f(b, ib), f = 0;
-    int64_t xa = get_i(a, ia), xb = get_i(b, ib), v = 0;
+    /* Integer views only of integer operands: a float such as -inf (a mask
+     * value) has none. */
+    int64_t xa = fl ? 0 : get_i(a, ia), xb = fl ? 0 : get_i(b, ib), v = 0;
     switch (n->op) {
     case OP_ADD: f = fa + fb, v = (int64_t)((uint64_t)xa + (uint64_t)xb); break;
     case OP_SUB: f = fa - fb, v = (int64_t)((uint64_t)xa - (uint64_t)xb); break;
