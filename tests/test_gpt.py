@@ -93,6 +93,56 @@ def test_gpt_exported_at_another_batch(tmp_path):
     check(res, "gpt exported at 2, run at 3")
 
 
+class EncoderLM(torch.nn.Module):
+    """nn.Embedding + nn.TransformerEncoderLayer (GELU, no dropout) + nn.Linear."""
+    def __init__(self, V, C, H, norm_first):
+        super().__init__()
+        self.emb = torch.nn.Embedding(V, C)
+        self.enc = torch.nn.TransformerEncoderLayer(C, H, 2 * C, dropout=0.0, activation="gelu",
+                                                    batch_first=True, norm_first=norm_first)
+        self.head = torch.nn.Linear(C, V)
+
+    def forward(self, x):
+        return self.head(self.enc(self.emb(x)))
+
+
+@pytest.mark.parametrize("norm_first,opset", [(False, 13), (True, 17)])
+def test_transformer_encoder_layer_gradients(norm_first, opset, tmp_path):
+    """torch's own nn.TransformerEncoderLayer (nn.MultiheadAttention inside),
+    post-norm at opset 13 and pre-norm at 17."""
+    tmp, V, T, B = str(tmp_path), 30, 8, 2
+    torch.manual_seed(3)
+    model = EncoderLM(V, 16, 4, norm_first)
+    path = os.path.join(tmp, "enc.onnx")
+    model.train()
+    torch.onnx.export(model, (torch.zeros(B, T, dtype=torch.long),), path, opset_version=opset,
+                      training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
+                      input_names=["idx"], output_names=["logits"])
+    rng = np.random.default_rng(1)
+    x = rng.integers(0, V, (B, T)).astype(np.int64)
+    y = rng.integers(0, V, (B, T)).astype(np.int64)
+    np.save(os.path.join(tmp, "x.npy"), x)
+    np.save(os.path.join(tmp, "y.npy"), y)
+    prog = compile_model(path, os.path.join(tmp, "prog"), B, "--policy", "none")
+    dump = os.path.join(tmp, "grads")
+    run([prog, "--data", "npy:%s,%s" % (os.path.join(tmp, "x.npy"), os.path.join(tmp, "y.npy")),
+         "--steps", "1", "--dump-grads", dump, "--threads", "1"])
+    res = {"ours": float(np.load(os.path.join(dump, "loss.npy")).ravel()[0]), "grads": {}}
+    refs = {}
+    for dt in (torch.float32, torch.float64):
+        m = EncoderLM(V, 16, 4, norm_first)
+        m.load_state_dict(model.state_dict())
+        m = m.to(dt)
+        loss = F.cross_entropy(m(torch.tensor(x)).reshape(-1, V), torch.tensor(y).reshape(-1))
+        loss.backward()
+        refs[dt] = (loss.item(), {k: p.grad.numpy() for k, p in m.named_parameters()})
+    res["ref32"], res["ref64"] = refs[torch.float32][0], refs[torch.float64][0]
+    for k in refs[torch.float64][1]:
+        res["grads"][k] = (load_dump(dump, k), refs[torch.float32][1][k], refs[torch.float64][1][k])
+    assert len(res["grads"]) == 15   # emb, in/out proj, 2 linears, 2 norms, head (w, b)
+    check(res, "TransformerEncoderLayer norm_first=%s opset %d" % (norm_first, opset))
+
+
 # ---- token data -------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
