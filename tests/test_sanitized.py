@@ -136,3 +136,36 @@ def test_program_through_most_ops(san, tmp_path):
     r = run([exe, "--data", data, "--eval", data, "--steps", 4, "--poison", "--threads", 2,
              "--export-onnx", tmp_path / "e.onnx"])
     assert "test accuracy" in r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("opset,policy", [(13, "superneurons"), (17, "liveness")])
+def test_program_gpt_tokens(san, tmp_path, opset, policy):
+    """A byte-level GPT (embeddings, LayerNorm decomposed at 13 and as an op
+    at 17, masked attention, GELU, tied head) trained under the sanitizers on
+    a text file (tokens:FILE as raw bytes), evaluated and sampled from
+    (--generate); a token file with a bad header is refused cleanly."""
+    import sys
+    import torch
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    import make_gpt
+    torch.manual_seed(0)
+    model = tmp_path / "gpt.onnx"
+    make_gpt.export(make_gpt.GPT(256, 16, 16, 2, 1, "tanh" if opset == 17 else "erf"), str(model),
+                    2, 16, opset)
+    run([SNC, "compile", model, "-o", tmp_path / "g", "--batch", 2, "--policy", policy,
+         "--optimizer", "adamw"], leaks=0)
+    exe = tmp_path / "g" / "train_san"
+    subprocess.run(["gcc", "-std=c11", "-O1", "-g"] + SAN + ["-I" + os.path.join(ROOT, "runtime"),
+                    str(tmp_path / "g" / "train.c"), LIB, "-o", str(exe), "-fopenmp", "-lopenblas",
+                    "-lprotobuf-c", "-lz", "-lm", "-lpthread"], check=True)
+    text = tmp_path / "text.txt"
+    text.write_bytes(b"It is a truth universally acknowledged, that a single man in possession "
+                     b"of a good fortune, must be in want of a wife.\n" * 4)
+    r = run([exe, "--data", "tokens:%s" % text, "--eval", "tokens:%s" % text, "--steps", 5,
+             "--poison", "--threads", 2, "--generate", 20, "--prompt", "It is"])
+    assert "bits/token" in r.stdout and "after the prompt" in r.stdout, r.stdout
+    bad = tmp_path / "bad.bin"
+    bad.write_bytes((20240520).to_bytes(4, "little") + (1).to_bytes(4, "little") +
+                    (99).to_bytes(4, "little") + bytes(1012) + bytes(7))
+    r = run([exe, "--data", "tokens:%s" % bad, "--steps", 1], ok=(2,))
+    assert "promises 99 tokens" in r.stderr, r.stderr
