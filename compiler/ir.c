@@ -32,6 +32,14 @@ bool op_slot_is_data(OpKind op, int k) {
   }
 }
 
+int node_cost(const Graph *g, const Node *n) {
+  if (n->op == OP_MATMUL && n->p && n->nin == 2 && n->in[0] >= 0 && n->in[1] >= 0 &&
+      g->t[n->in[0]].batched && g->t[n->in[1]].batched &&
+      ((const snrt_mm_t *)n->p)->k <= NODE_CHEAP_MATMUL_K)
+    return COST_CHEAP;
+  return op_info[n->op].cost;
+}
+
 int op_from_onnx(const char *op_type) {
   for (int i = 0; i < OP_COUNT; i++)
     if (op_info[i].onnx[0] && strcmp(op_info[i].onnx, op_type) == 0) return i;

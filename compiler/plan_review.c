@@ -177,7 +177,7 @@ const char *review_reason(const Graph *g, const Plan *pl, const Review *rv, int 
   }
   if (rv->dec[t] == DEC_RECOMPUTED) {
     const char *op = x->producer >= 0 ? op_name(g->n[x->producer].op) : "?";
-    int cost = x->producer >= 0 ? op_info[g->n[x->producer].op].cost : COST_EXPENSIVE;
+    int cost = x->producer >= 0 ? node_cost(g, &g->n[x->producer]) : COST_EXPENSIVE;
     snprintf(buf, sizeof buf, "%s output (%s to recompute): not kept from forward to backward%s; "
              "recomputed %d time%s", op, cost == COST_EXPENSIVE ? "expensive" : "cheap",
              pi >= 0 ? xasprintf(" (would live steps %d-%d)", pl->inst[pi].first,

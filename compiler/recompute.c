@@ -230,7 +230,7 @@ void recompute_plan(Graph *g, Plan *pl, int64_t target, int max_chain) {
       const Tensor *x = &g->t[t];
       if (x->kind != TK_ACT || x->producer < 0) continue;
       const Node *p = &g->n[x->producer];
-      if (p->phase != PH_FORWARD || op_info[p->op].cost == COST_EXPENSIVE) continue;
+      if (p->phase != PH_FORWARD || node_cost(g, p) == COST_EXPENSIVE) continue;
       rc.dropped[t] = true;
     }
   }
@@ -246,7 +246,7 @@ void recompute_plan(Graph *g, Plan *pl, int64_t target, int max_chain) {
       int t = n->in[k];
       if (t < 0 || g->t[t].kind != TK_ACT || g->t[t].producer < 0) continue;
       const Node *p = &g->n[g->t[t].producer];
-      if (p->phase == PH_FORWARD && op_info[p->op].cost != COST_EXPENSIVE) rc.dropped[t] = true;
+      if (p->phase == PH_FORWARD && node_cost(g, p) != COST_EXPENSIVE) rc.dropped[t] = true;
     }
   }
   /* Bound each recomputation: a dropped tensor whose rebuild would take more

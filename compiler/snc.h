@@ -259,6 +259,16 @@ typedef struct OpInfo {
 } OpInfo;
 
 extern const OpInfo op_info[];
+/* The recomputation class of one node: its op's cost column, except that a
+ * MatMul of two activations computed from the data (Tensor.batched: not a
+ * weight, nor a transposed weight) with a short inner dimension (at most
+ * NODE_CHEAP_MATMUL_K: attention scores Q K^T, inner dimension the head
+ * width) is COST_CHEAP. Such a product costs k/2 FLOPs per byte it would
+ * keep (a weight product of width C: C/2), and its output (batch x heads x
+ * T x T) is the largest tensor of a transformer layer: cheap to rebuild and
+ * expensive to keep, as in Megatron's selective recomputation. (ir.c) */
+#define NODE_CHEAP_MATMUL_K 256
+int node_cost(const Graph *g, const Node *n);
 const char *op_name(OpKind op);        /* ONNX name, or internal name */
 /* False for inputs that shape inference folds into the node's params
  * (Reshape's shape, Slice's starts..., Pad's pads, Clip's bounds, Dropout's
