@@ -226,6 +226,9 @@ float const_float(const Graph *g, const Node *n, int input, float dflt);
  *   PAD, PAD_BWD                snrt_pad_t         DROPOUT(_BWD)      snrt_dropout_t
  *   SOFTMAX(_BWD)               snrt_softmax_t     REDUCEMEAN, REDUCE, EXPAND  snrt_reduce_t
  *   SOFTMAX_CE*, MSE*           snrt_loss_t        SGD / ADAM         snrt_sgd_t / snrt_adam_t
+ *   SQRT..POW, MATH_BWD         snrt_math_t        LAYERNORM, LN_BWD  snrt_ln_t
+ *   GATHER, GATHER_BWD          snrt_gather_t      WHERE              snrt_where_t
+ *   BROADCAST (Expand)          snrt_reduce_t
  *   FLATTEN, RESHAPE, IDENTITY, ACCUMULATE, CONSTANT: NULL (a copy / y = a + b). */
 typedef struct GemmParams {
   snrt_mm_t mm;            // Y = alpha * op(A) op(B)   (batch 1)
