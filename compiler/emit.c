@@ -233,6 +233,37 @@ static const char *comment_safe(const char *s) {
 
 /* ---- steps ---- */
 
+/* Poison mode checks what a step reads before it runs (snrt_reads): every
+ * float input in the device arena (an offload's source included), each once,
+ * over the tensor's own bytes (not the alignment tail, which nothing writes). */
+static void emit_reads(Emit *e, int s) {
+  const Graph *g = e->g;
+  const Plan *pl = e->pl;
+  const Step *st = &pl->route->s[s];
+  if (st->kind == SK_PREFETCH) return;   /* reads the host arena */
+  char buf[1024];
+  size_t len = 0;
+  int n = 0;
+  for (int k = 0; k < st->nin; k++) {
+    int i = st->in[k];
+    if (i < 0 || i >= pl->ninst) continue;
+    const Instance *in = &pl->inst[i];
+    if (in->offset < 0 || in->tensor < 0 || g->t[in->tensor].dtype != DT_FLOAT) continue;
+    bool seen = false;
+    for (int j = 0; j < k; j++) seen |= st->in[j] == i;
+    int64_t bytes = tensor_bytes(&g->t[in->tensor]);
+    if (seen || bytes <= 0) continue;
+    if (len > sizeof buf - 64) {   /* a step with very many inputs: one call per chunk */
+      fprintf(e->f, "  snrt_reads(c, %d, %d, (const int64_t[]){%s});\n", s, n, buf);
+      len = 0, n = 0;
+    }
+    len += (size_t)snprintf(buf + len, sizeof buf - len, "%s0x%llx, %lld", n ? ", " : "",
+                            (unsigned long long)in->offset, (long long)bytes);
+    n++;
+  }
+  if (n) fprintf(e->f, "  snrt_reads(c, %d, %d, (const int64_t[]){%s});\n", s, n, buf);
+}
+
 static void emit_steps(Emit *e, int from, int to, const char *fname, int **deaths, int *ndeaths) {
   const Graph *g = e->g;
   const Plan *pl = e->pl;
@@ -245,6 +276,7 @@ static void emit_steps(Emit *e, int from, int to, const char *fname, int **death
     const Step *st = &pl->route->s[s];
     e->st = st;
     e->step = s;
+    emit_reads(e, s);
     if (st->node >= 0) {
       const Node *n = &g->n[st->node];
       fprintf(e->f, "  /* %5d %-9s %-18s %s  live %s */\n", s, step_kind_name(st->kind), op_name(n->op),

@@ -148,9 +148,12 @@ static void close_out(FILE *f, const char *path) {
   if (ferror(f) | fclose(f)) fatal(EXIT_BADINPUT, "error writing '%s'", path);
 }
 
-static Plan *plan_model(const Args *a, Graph *g) {
+/* The planning passes, then the schedule's waits (--dump schedule logs them). */
+static Plan *plan_model(const Args *a, Graph *g, FILE *schedule_log) {
   train_build(g, &a->train);
-  return plan_build(g, &a->plan);
+  Plan *pl = plan_build(g, &a->plan);
+  schedule_waits(g, pl, schedule_log);
+  return pl;
 }
 
 static int cmd_inspect(const Args *a) {
@@ -170,8 +173,11 @@ static int cmd_inspect(const Args *a) {
 static int cmd_plan(const Args *a) {
   if (a->diff_a) return plan_diff(a->diff_a, a->diff_b, stdout);
   Graph *g = load(a, a->batch);
-  Plan *pl = plan_model(a, g);
-  if (a->dump) plan_dump(g, pl, a->dump, stdout);
+  bool dump_schedule = a->dump && strcmp(a->dump, "schedule") == 0;
+  Plan *pl = plan_model(a, g, dump_schedule ? stdout : NULL);
+  if (dump_schedule) {
+    /* printed while the pass ran */
+  } else if (a->dump) plan_dump(g, pl, a->dump, stdout);
   else plan_print_text(g, pl, stdout);
   if (a->json) {
     FILE *f = open_out(a->json);
@@ -188,7 +194,7 @@ static int cmd_plan(const Args *a) {
 
 static int cmd_compile(const Args *a) {
   Graph *g = load(a, a->batch);
-  Plan *pl = plan_model(a, g);
+  Plan *pl = plan_model(a, g, NULL);
   EmitOpts eo = {.target = a->target, .model_path = a->model, .train = &a->train};
   emit_program(g, pl, &eo, a->out_dir);
   plan_print_summary(g, pl, stdout);

@@ -255,7 +255,7 @@ void plan_dump(const Graph *g, const Plan *pl, const char *pass, FILE *f) {
   else if (strcmp(pass, "offload") == 0) offload_dump(g, pl, f);
   else {
     fprintf(stderr, "snc: error: unknown pass '%s' for --dump (route, liveness, recompute, "
-            "offload, offsets)\n", pass);
+            "offload, offsets, schedule)\n", pass);
     exit(EXIT_USAGE);
   }
 }

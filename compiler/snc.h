@@ -442,6 +442,10 @@ void offload_dump(const Graph *g, const Plan *pl, FILE *f);
 int offload_persistent(Graph *g, Plan *pl, const DeviceProfile *dev, bool params);
 /* Estimated seconds of each training step (compute only); caller frees. */
 double *offload_step_times(const Graph *g, const Plan *pl, const DeviceProfile *dev);
+/* schedule.c: removes the waits implied by others (a later copy on the same
+ * queue waited for at the same step, or already); returns how many. With a
+ * non-NULL log, prints every wait and what became of it (--dump schedule). */
+int schedule_waits(const Graph *g, Plan *pl, FILE *log);
 /* --dump PASS: route | liveness | recompute | offload | offsets */
 void plan_dump(const Graph *g, const Plan *pl, const char *pass, FILE *f);
 /* Largest batch whose plan fits o->budget (0 if none). */

@@ -316,6 +316,15 @@ uint64_t snrt_seed(snrt_ctx *c);
  * A no-op otherwise. */
 void snrt_dead(snrt_ctx *c, int64_t off, int64_t bytes);
 
+/* Poison mode: called before step `step` (its index in the plan) with the
+ * step's n float inputs in the device arena, as (offset, bytes) pairs in
+ * `regions`. If any holds the poison pattern (a region that died and was not
+ * written since, or was never written) the program stops: it names the step,
+ * the region and the offset, and exits with 4. Checking reads, not only
+ * results, is what makes poison catch reads that a kernel would launder
+ * (ReLU, max-pool and Clip turn NaN into numbers). A no-op otherwise. */
+void snrt_reads(snrt_ctx *c, int step, int n, const int64_t *regions);
+
 /* Called by the update kernels with each parameter's final gradient before
  * it is applied (records it when --dump-grads is on). */
 void snrt_grad_ready(snrt_ctx *c, int param, const float *g, int64_t n);

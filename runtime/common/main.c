@@ -43,7 +43,8 @@ static const char usage_text[] =
     "  --dump-grads DIR   gradients of the last step, DIR/<name>.npy, and DIR/loss.npy\n"
     "  --dump-params DIR  parameters and state after the last step, DIR/<name>.npy\n"
     "  --metrics FILE     JSON summary of the run\n"
-    "  --poison           fill each arena region with NaN when its tensor dies\n"
+    "  --poison           fill dead arena regions with a NaN pattern; stop (exit 4) on a step\n"
+    "                     that reads one\n"
     "  --threads N        CPU threads (default: all cores)\n"
     "exit codes: 0 ok, 1 usage, 2 bad data, file or checkpoint, 3 loss became NaN/Inf,\n"
     "            4 device or memory error\n";

@@ -204,7 +204,10 @@ void snrt_dev_sync(snrt_ctx *c) {
 
 void snrt_dev_poison(snrt_ctx *c, int64_t dev_off, int64_t bytes) {
   check_range(c, "poison", dev_off, bytes);
-  snrt_cu_fill(c, (float *)(c->arena + dev_off), bytes / 4, __builtin_nanf(""));
+  unsigned bits = SNRT_POISON_BITS;
+  float v;
+  memcpy(&v, &bits, sizeof v);
+  snrt_cu_fill(c, (float *)(c->arena + dev_off), bytes / 4, v);
 }
 
 const char *snrt_dev_describe(snrt_ctx *c) { return snrt_cu(c)->describe; }
