@@ -150,7 +150,9 @@ static void close_out(FILE *f, const char *path) {
 
 static Plan *plan_model(const Args *a, Graph *g) {
   train_build(g, &a->train);
-  return plan_build(g, &a->plan);
+  Plan *pl = plan_build(g, &a->plan);
+  if (strcmp(a->target, "cuda") == 0) workspace_plan(g, pl, WS_CUDA_CAP);
+  return pl;
 }
 
 static int cmd_inspect(const Args *a) {
