@@ -335,7 +335,8 @@ static void write_ninja(const char *dir, const char *root, const char *target) {
               root);
     }
     free(frag);
-    fprintf(f, "build train.o: cc train.c\nbuild train: link train.o $snc_root/build/libsnrt_cuda.a\n");
+    fprintf(f, "build train.o: cc train.c\nbuild train: link train.o%s\n",
+            have ? " $snc_root/build/libsnrt_cuda.a" : "");
   } else {
     fprintf(f, "rule link\n  command = gcc -o $out $in -fopenmp -lopenblas -lprotobuf-c -lz -lm -lpthread\n"
                "  description = LINK $out\n");
@@ -471,9 +472,15 @@ void emit_program(const Graph *g, const Plan *pl, const EmitOpts *o, const char 
                                     : o->train->optim == OPTIM_ADAM ? "SNRT_OPT_ADAM" : "SNRT_OPT_ADAMW");
   fprintf(f, "  .lr = %s,\n  .policy = \"%s\",\n", emit_float(o->train->lr), policy_name(pl->opts.policy));
   fprintf(f, "  .train_step = train_step,\n  .eval_step = eval_step,\n");
-  if (strcmp(o->target, "cuda") == 0)
-    fprintf(f, "  .reserve_bytes = %lld,\n  .device = \"%s\",\n",
-            (long long)device_find(pl->opts.device)->reserve_bytes, pl->opts.device);
+  if (strcmp(o->target, "cuda") == 0) {
+    const DeviceProfile *dev = device_find(pl->opts.device);
+    fprintf(f, "  .reserve_bytes = %lld,\n  .device = \"%s\",\n", (long long)dev->reserve_bytes,
+            pl->opts.device);
+    if (dev->sm > 0 && dev->sm < 75)
+      fprintf(stderr, "snc: warning: profile '%s' (sm_%d) is planning-only: CUDA 13 builds no code "
+                      "for it, so this program will not run on that GPU (README \"The CUDA "
+                      "target\")\n", dev->name, dev->sm);
+  }
   fprintf(f, "};\n");
   finish(f, dir, "train.c");
 
