@@ -5,6 +5,9 @@
  * order: deterministic); SGD and Adam/AdamW with torch.optim's semantics.
  * The learning rate and step come from the device copy of snrt_cuda_vars, so
  * a captured CUDA graph stays right when they change.
+ * NaN: the row maxima use fmaxf, which skips NaN, but a NaN logit still
+ * reaches the sum of exponentials, so the loss and the row's gradient are NaN
+ * as on the CPU (the main loop then stops with exit 3).
  * What it is not: fused with the layers around it. */
 #include "cuda_rt.h"
 
