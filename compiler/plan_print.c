@@ -44,7 +44,11 @@ void plan_print_summary(const Graph *g, const Plan *pl, FILE *f) {
           fmt_bytes(pl->arena_bytes), (long long)pl->arena_bytes, pct(pl->arena_bytes, pl->budget),
           pl->layer_peak_bytes ? (double)pl->arena_bytes / (double)pl->layer_peak_bytes : 0.0);
   fprintf(f, "  budget          %12s   (%s; %s left)\n", fmt_bytes(pl->budget),
-          pl->opts.budget ? "--budget" : xasprintf("device %s memory less its reserve", pl->opts.device),
+          pl->opts.budget ? "--budget"
+          : device_find(pl->opts.device)->reserve_bytes > 0
+              ? xasprintf("device %s memory less its %s reserve", pl->opts.device,
+                          fmt_bytes(device_find(pl->opts.device)->reserve_bytes))
+              : xasprintf("device %s memory", pl->opts.device),
           pl->budget >= pl->arena_bytes ? fmt_bytes(pl->budget - pl->arena_bytes) : "none");
   fprintf(f, "  persistent      %12s   (parameters, state, optimizer)\n",
           fmt_bytes(pl->persistent_bytes));
