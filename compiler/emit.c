@@ -343,10 +343,32 @@ static void write_ninja(const char *dir, const char *root, const char *target) {
   fprintf(f, "cflags = -std=c11 -O1 -g -I$snc_root/runtime\n");
   fprintf(f, "rule cc\n  command = gcc $cflags -c $in -o $out\n  description = CC $out\n");
   if (strcmp(target, "cuda") == 0) {
-    fprintf(f, "cuda = /usr/local/cuda\n");
-    fprintf(f, "rule link\n  command = $cuda/bin/nvcc -o $out $in -L$cuda/lib64 -lcudnn -lcublas -lcudart "
-               "-lprotobuf-c -lz -lm -lpthread -Xcompiler -fopenmp\n  description = LINK $out\n");
-    fprintf(f, "build train.o: cc train.c\nbuild train: link train.o $snc_root/build/libsnrt_cuda.a\n");
+    /* What configure.py found (nvcc, CUDNN_HOME/CUBLAS_HOME, rpaths), copied
+     * from build/snrt_cuda.ninja so that this file stands alone. */
+    char *frag = xasprintf("%s/build/snrt_cuda.ninja", root);
+    FILE *in = fopen(frag, "r");
+    bool have = false;
+    if (in) {
+      char line[8192];
+      while (fgets(line, sizeof line, in))
+        if (strncmp(line, "nvcc = ", 7) == 0 || strncmp(line, "cudalibs = ", 11) == 0) {
+          fputs(line, f);
+          have = true;
+        }
+      fclose(in);
+    }
+    if (have) {
+      fprintf(f, "rule link\n  command = $nvcc -o $out $in $cudalibs\n  description = LINK $out\n");
+    } else {
+      fprintf(stderr, "snc: warning: %s not found: configure.py built no CUDA runtime here "
+                      "(nvcc or cuDNN missing), so `ninja -C %s` will fail\n", frag, dir);
+      fprintf(f, "rule link\n  command = echo 'snc: error: no CUDA runtime was built in %s/build "
+                 "(configure.py found no nvcc or cuDNN)' >&2; false\n  description = LINK $out\n",
+              root);
+    }
+    free(frag);
+    fprintf(f, "build train.o: cc train.c\nbuild train: link train.o%s\n",
+            have ? " $snc_root/build/libsnrt_cuda.a" : "");
   } else {
     fprintf(f, "rule link\n  command = gcc -o $out $in -fopenmp -lopenblas -lprotobuf-c -lz -lm -lpthread\n"
                "  description = LINK $out\n");
@@ -415,7 +437,7 @@ void emit_program(const Graph *g, const Plan *pl, const EmitOpts *o, const char 
    * they declare can be printed above them. */
   char *body = NULL, *decl = NULL;
   size_t body_len = 0, decl_len = 0;
-  Emit e = {.g = g, .pl = pl, .table = map};
+  Emit e = {.g = g, .pl = pl, .table = map, .ws_per_step = pl->ws_cap > 0};
   e.f = open_memstream(&body, &body_len);
   e.decl = open_memstream(&decl, &decl_len);
   if (!e.f || !e.decl) fatal(EXIT_BADINPUT, "out of memory");
@@ -481,7 +503,17 @@ void emit_program(const Graph *g, const Plan *pl, const EmitOpts *o, const char 
   fprintf(f, "  .opt_kind = %s,\n", o->train->optim == OPTIM_SGD ? "SNRT_OPT_SGD"
                                     : o->train->optim == OPTIM_ADAM ? "SNRT_OPT_ADAM" : "SNRT_OPT_ADAMW");
   fprintf(f, "  .lr = %s,\n  .policy = \"%s\",\n", emit_float(o->train->lr), policy_name(pl->opts.policy));
-  fprintf(f, "  .train_step = train_step,\n  .eval_step = eval_step,\n};\n");
+  fprintf(f, "  .train_step = train_step,\n  .eval_step = eval_step,\n");
+  if (strcmp(o->target, "cuda") == 0) {
+    const DeviceProfile *dev = device_find(pl->opts.device);
+    fprintf(f, "  .reserve_bytes = %lld,\n  .device = \"%s\",\n", (long long)dev->reserve_bytes,
+            pl->opts.device);
+    if (dev->sm > 0 && dev->sm < 75)
+      fprintf(stderr, "snc: warning: profile '%s' (sm_%d) is planning-only: CUDA 13 builds no code "
+                      "for it, so this program will not run on that GPU (README \"The CUDA "
+                      "target\")\n", dev->name, dev->sm);
+  }
+  fprintf(f, "};\n");
   finish(f, dir, "train.c");
 
   f = create(dir, "plan.txt", "w");

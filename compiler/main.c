@@ -10,7 +10,8 @@ static const char usage_text[] =
     "usage:\n"
     "  snc inspect MODEL.onnx [--batch N] [--input NAME] [--json] [--dump import]\n"
     "  snc plan    MODEL.onnx --batch N [--policy P] [--budget SIZE] [--device PROFILE]\n"
-    "                         [--json FILE] [--html FILE] [--dump PASS] [--input NAME]\n"
+    "                         [--target cpu|cuda] [--json FILE] [--html FILE] [--dump PASS]\n"
+    "                         [--input NAME]\n"
     "  snc plan    --diff A.json B.json\n"
     "  snc compile MODEL.onnx -o DIR --batch N [--target cpu|cuda] [--policy P]\n"
     "                         [--budget SIZE] [--device PROFILE] [--loss softmax-ce|mse]\n"
@@ -153,6 +154,7 @@ static Plan *plan_model(const Args *a, Graph *g, FILE *schedule_log) {
   train_build(g, &a->train);
   Plan *pl = plan_build(g, &a->plan);
   schedule_waits(g, pl, schedule_log);
+  if (strcmp(a->target, "cuda") == 0) workspace_plan(g, pl, WS_CUDA_CAP);
   return pl;
 }
 

@@ -298,6 +298,11 @@ typedef struct snrt_model {
   const char *policy;        /* plan policy name, for --metrics */
   void (*train_step)(snrt_ctx *c);  /* forward, loss, backward, updates */
   void (*eval_step)(snrt_ctx *c);   /* forward with inference semantics */
+  /* CUDA target: device memory the profile reserves outside the arena (CUDA
+   * context, cuDNN/cuBLAS and their lazily loaded kernels); the runtime
+   * refuses to start when the arena does not leave it free. 0 on the CPU. */
+  int64_t reserve_bytes;
+  const char *device;        /* the device profile planned for */
 } snrt_model;
 
 /* Defined by the emitted train.c. */
