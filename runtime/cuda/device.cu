@@ -153,10 +153,10 @@ void snrt_dev_init(snrt_ctx *c) {
   if (m->arena_bytes > 0) {
     e = cudaMalloc((void **)&c->arena, (size_t)m->arena_bytes);
     if (e != cudaSuccess) alloc_failed("device arena", m->arena_bytes, e);
-    /* As the CPU: zeroed, or NaN under --poison so that a read of memory no
-     * step wrote shows up. */
+    /* As the CPU: zeroed, or poisoned under --poison so that a read of
+     * memory no step wrote shows up. */
     if (c->poison)
-      snrt_cu_fill(c, (float *)c->arena, m->arena_bytes / 4, __builtin_nanf(""));
+      snrt_dev_poison(c, 0, m->arena_bytes);
     else
       CUDA_CHECK(cudaMemsetAsync(c->arena, 0, (size_t)m->arena_bytes, d->compute));
     CUDA_CHECK(cudaStreamSynchronize(d->compute));
