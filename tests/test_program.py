@@ -146,8 +146,8 @@ def test_resume_mid_epoch_is_bit_identical(env, tmp_path):
     assert "at step 5 (epoch 1, batch 5)" in r.stdout
     full = open(tmp_path / "full", "rb").read()
     assert open(tmp_path / "ck5", "rb").read() != full
-    assert open(tmp_path / "res", "rb").read() == full
     assert dumps(tmp_path / "dres") == dumps(tmp_path / "dfull")
+    assert open(tmp_path / "res", "rb").read() == full
     # Two hops, the second starting in the next epoch (5 + 7 = 12 = epoch 2, batch 3).
     ok(exe, "--data", data, "--steps", 7, "--resume", tmp_path / "ck5", "--save", tmp_path / "ck12")
     r = ok(exe, "--data", data, "--epochs", 2, "--resume", tmp_path / "ck12", "--save", tmp_path / "res2")
