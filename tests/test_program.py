@@ -361,4 +361,5 @@ def test_normalize(tmp_path, form):
     assert grad_err(load_dump(tmp_path / "g0", "W"), Wt.grad.numpy()) > 1e-2
     # A count that is neither 2 nor 2 x channels is a usage error.
     r = prog(exe, "--data", data, "--steps", 1, "--normalize", "0.1,0.2,1,2")
-    assert r.returncode == 1 and "--normalize" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "--normalize takes MEAN,STD or 3 means then 3 deviations" in r.stderr, r.stderr
