@@ -14,7 +14,7 @@ samples at batch 4: 9 steps per epoch, the last 2 samples dropped.
   seed are in it), and the same --dump-params;
 - --epochs counts across resumes; SIGINT and SIGTERM finish the step, save,
   exit 0 and the checkpoint resumes bit-exactly;
-- a checkpoint of another optimizer, model or batch is refused (exit 2);
+- a checkpoint of another optimizer, loss, model or batch is refused (exit 2);
 - steps per epoch are floor(N / batch);
 - eval with a partial last batch counts every sample: the expected number of
   correct answers comes from the exported ONNX run in PyTorch
@@ -95,6 +95,7 @@ def env(tmp_path_factory):
     e["adam"] = build(onnx_path, str(root / "adam"), B, "--optimizer", "adam", "--policy", "auto",
                       "--budget", str(budget), "--lr", "0.01")
     e["sgd"] = build(onnx_path, str(root / "sgd"), B, "--optimizer", "sgd")
+    e["mse"] = build(onnx_path, str(root / "mse"), B, "--optimizer", "adam", "--loss", "mse")
     e["b8"] = build(onnx_path, str(root / "b8"), 8, "--optimizer", "adam")
     e["other"] = build(str(root / "other.onnx"), str(root / "other"), B, "--optimizer", "adam")
     return e
@@ -119,6 +120,26 @@ def dumps(d):
 def metrics(path):
     with open(path) as f:
         return json.load(f)
+
+
+def read_checkpoint(path):
+    """The checkpoint's header fields and tensors, from the layout documented
+    in runtime/common/checkpoint.c (little-endian, header of 80 bytes)."""
+    import struct
+    raw = open(path, "rb").read()
+    assert raw[:8] == b"SNRTCKPT"
+    batch, count = struct.unpack_from("<ii", raw, 40)
+    step, epoch, pos, seed = struct.unpack_from("<qqqQ", raw, 48)
+    off, tensors = 80, {}
+    for _ in range(count):
+        (nl,) = struct.unpack_from("<I", raw, off)
+        name = raw[off + 4:off + 4 + nl].decode()
+        (nb,) = struct.unpack_from("<q", raw, off + 4 + nl)
+        off += 4 + nl + 8
+        tensors[name] = np.frombuffer(raw, np.float32, nb // 4, off)
+        off += nb
+    assert off == len(raw)
+    return {"batch": batch, "step": step, "epoch": epoch, "pos": pos, "seed": seed, "tensors": tensors}
 
 
 def test_plan_keeps_parameters_and_adam_state_on_the_host(env):
@@ -147,6 +168,13 @@ def test_resume_mid_epoch_is_bit_identical(env, tmp_path):
     full = open(tmp_path / "full", "rb").read()
     assert open(tmp_path / "ck5", "rb").read() != full
     assert dumps(tmp_path / "dres") == dumps(tmp_path / "dfull")
+    # Adam's moments and step (not in --dump-params) as the checkpoint holds them.
+    a, b = read_checkpoint(tmp_path / "full"), read_checkpoint(tmp_path / "res")
+    assert (a["step"], a["epoch"], a["pos"], a["seed"]) == (2 * STEPS_PER_EPOCH, 2, 0, 3)
+    moments = [k for k in a["tensors"] if ".adam_" in k]
+    assert len(moments) == 10 and all(np.abs(a["tensors"][k]).max() > 0 for k in moments)
+    for k in a["tensors"]:
+        assert a["tensors"][k].tobytes() == b["tensors"][k].tobytes(), k
     assert open(tmp_path / "res", "rb").read() == full
     # Two hops, the second starting in the next epoch (5 + 7 = 12 = epoch 2, batch 3).
     ok(exe, "--data", data, "--steps", 7, "--resume", tmp_path / "ck5", "--save", tmp_path / "ck12")
@@ -228,6 +256,8 @@ def test_refuses_a_checkpoint_of_another_optimizer_model_or_batch(env, tmp_path)
     assert "training with sgd" in line and "trains with adam" in line, line
     line = one_error(prog(env["sgd"], "--data", data, "--resume", tmp_path / "adam"))
     assert "training with adam" in line and "trains with sgd" in line, line
+    line = one_error(prog(env["mse"], "--data", data, "--resume", tmp_path / "adam"))
+    assert "loss softmax-ce" in line and "loss is mse" in line, line
     d3 = "npy:%s,%s" % (env["root"] / "x.npy", env["root"] / "y3.npy")
     line = one_error(prog(env["other"], "--data", d3, "--resume", tmp_path / "adam"))
     assert "another model" in line, line
