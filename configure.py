@@ -10,6 +10,7 @@ configure.py changes or a file is added to one of those folders.
 """
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -123,6 +124,36 @@ def probe_cuda(mode):
     return None, None
 
 
+def cuda_link_flags(cuda_home, env=None):
+    """(include flags, link flags) for the CUDA runtime: cuDNN/cuBLAS from
+    CUDNN_HOME/CUBLAS_HOME (folders with include/ and lib/, e.g. PyTorch's pip
+    wheels) before the toolkit's, each library folder with an rpath so that
+    the program finds its libraries at run time without LD_LIBRARY_PATH."""
+    env = os.environ if env is None else env
+    inc, libdirs = "", []
+    for var in ("CUDNN_HOME", "CUBLAS_HOME"):
+        d = env.get(var)
+        if d:
+            inc += " -I%s/include" % d
+            libdirs.append(os.path.join(d, "lib"))
+    libdirs.append(os.path.join(cuda_home, "lib64"))
+    flags = []
+    for d in dict.fromkeys(libdirs):  # in order, without repeats
+        flags.append("-L{0} -Xlinker -rpath={0}".format(d))
+    return inc, " ".join(flags) + " -lcudnn -lcublas -lcudart -lprotobuf-c -lz -lgomp -lpthread -lm"
+
+
+def cuda_archs(nvcc):
+    """The real architectures nvcc can build, from sm_75 on (numbers, sorted)."""
+    try:
+        out = subprocess.run([nvcc, "--list-gpu-arch"], stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        out = ""
+    archs = sorted({int(m) for m in re.findall(r"compute_(\d+)", out) if int(m) >= 75})
+    return archs or [80, 90]  # an nvcc too old to list them: the two we know it has
+
+
 def cpu_flags():
     try:
         info = open("/proc/cpuinfo").read()
@@ -219,24 +250,30 @@ def main():
     cuda_srcs = listdir("runtime/cuda", ".cu") + listdir("runtime/cuda", ".c")
     if nvcc and cuda_srcs:
         w.variable("nvcc", nvcc)
-        # A fat binary: SASS for A100 (sm_80) and H100/H200 (sm_90), plus
-        # compute_90 PTX that newer GPUs JIT-compile. -Werror=all-warnings and
-        # -Xcompiler -Wall keep the CUDA runtime as warning-clean as the C.
+        # A fat binary: SASS for every architecture this nvcc supports from
+        # sm_75 (Turing) on, plus PTX of the newest, which later GPUs
+        # JIT-compile (README "The CUDA target": which profiles can run).
+        # -fmad=false: our kernels round each operation as the CPU's C11 does
+        # (no contraction), so formulas both targets share give the same bits.
+        # -Werror=all-warnings and -Xcompiler -Wall keep the CUDA runtime as
+        # warning-clean as the C.
         werr = " -Werror=all-warnings" if args.werror else ""
-        extra_inc, extra_lib = "", ""
-        for var in ("CUDNN_HOME", "CUBLAS_HOME"):
-            d = os.environ.get(var)
-            if d:
-                extra_inc += " -I%s/include" % d
-                extra_lib += " -L{0}/lib -Xlinker -rpath={0}/lib".format(d)
-        w.variable("nvccflags", "-O3 -std=c++17 -lineinfo -Iruntime -I$builddir/gen%s -I%s/include "
-                   "-gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 "
-                   "-gencode arch=compute_90,code=compute_90 "
-                   "-Xcompiler -fPIC,-Wall,-Wextra,-Wno-unused-parameter%s" % (extra_inc, cuda_home, werr))
+        extra_inc, cudalibs = cuda_link_flags(cuda_home)
+        archs = cuda_archs(nvcc)
+        gencode = " ".join("-gencode arch=compute_{0},code=sm_{0}".format(a) for a in archs)
+        gencode += " -gencode arch=compute_{0},code=compute_{0}".format(archs[-1])
+        w.variable("cuda_archs", " ".join("sm_%d" % a for a in archs))
+        w.variable("nvccflags", "-O3 -std=c++17 -lineinfo -fmad=false -Iruntime -I$builddir/gen%s "
+                   "-I%s/include %s -Xcompiler -fPIC,-Wall,-Wextra,-Wno-unused-parameter%s"
+                   % (extra_inc, cuda_home, gencode, werr))
         # What a program linked with build/libsnrt_cuda.a needs (the emitter
         # and tests/test_cuda_build.py use the same list).
-        w.variable("cudalibs", "%s -L%s/lib64 -lcudnn -lcublas -lcudart -lprotobuf-c -lz -lgomp "
-                   "-lpthread -lm" % (extra_lib.strip(), cuda_home))
+        w.variable("cudalibs", cudalibs)
+        # The same, for the programs snc emits: snc compile --target cuda
+        # copies these lines into DIR/build.ninja (compiler/emit.c).
+        with open(os.path.join(B, "snrt_cuda.ninja"), "w") as f:
+            f.write("# Written by configure.py: how a program links against libsnrt_cuda.a\n")
+            f.write("nvcc = %s\ncudalibs = %s\n" % (nvcc, cudalibs))
         w.rule("nvcc", "$nvcc -MD -MF $out.d $nvccflags -c $in -o $out", "NVCC $out",
                depfile="$out.d")
         cobjs = [pb_obj] + common

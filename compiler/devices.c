@@ -1,7 +1,11 @@
 /* devices.c — device profiles for the cost model and the default budget.
  *
  * The numbers are datasheet peaks (FP32 FLOP/s, memory bandwidth, PCIe/host
- * link bandwidth one way, memory as the driver reports it). They mirror
+ * link bandwidth one way, memory as the driver reports it), the reserve (device
+ * memory a CUDA program needs outside its arena: context, cuDNN/cuBLAS and
+ * their lazily loaded kernels; an estimate until a GPU run measures it, which
+ * the program prints at start-up) and the compute capability (sm; below 75,
+ * CUDA 13 builds nothing for it: planning only). They mirror
  * schemas/devices.json, the data file users read; tests/test_plan.py fails
  * when the two disagree. Peaks, not measurements: the cost model ranks plans,
  * it does not promise seconds. */
@@ -11,14 +15,14 @@
 #include <string.h>
 
 const DeviceProfile device_profiles[] = {
-    /* name        FLOP/s    mem B/s   link B/s  memory bytes */
-    {"k40c",     4.29e12, 288e9,    12e9, 12884901888LL},   // 12 GiB (K40c)
-    {"titan-xp", 12.1e12, 547.7e9,  12e9, 12884901888LL},   // 12 GiB
-    {"v100",     15.7e12, 900e9,    12e9, 34359738368LL},   // 32 GiB (V100 32 GB)
-    {"a100",     19.5e12, 2039e9,   25e9, 85899345920LL},   // 80 GiB (A100 80 GB)
-    {"h100",     67e12,   3350e9,   50e9, 85899345920LL},   // 80 GiB (H100 SXM)
-    {"h200",     67e12,   4800e9,   50e9, 150754820096LL},  // 143771 MiB
-    {"cpu",      1e11,    20e9,     10e9, 68719476736LL},   // the CPU target's emulated arena
+    /* name        FLOP/s    mem B/s   link B/s  memory bytes    reserve bytes  sm */
+    {"k40c",     4.29e12, 288e9,    12e9, 12884901888LL,  1073741824LL, 35},  // 12 GiB (K40c)
+    {"titan-xp", 12.1e12, 547.7e9,  12e9, 12884901888LL,  1073741824LL, 61},  // 12 GiB
+    {"v100",     15.7e12, 900e9,    12e9, 34359738368LL,  1073741824LL, 70},  // 32 GiB (V100 32 GB)
+    {"a100",     19.5e12, 2039e9,   25e9, 85899345920LL,  1610612736LL, 80},  // 80 GiB (A100 80 GB)
+    {"h100",     67e12,   3350e9,   50e9, 85899345920LL,  2147483648LL, 90},  // 80 GiB (H100 SXM)
+    {"h200",     67e12,   4800e9,   50e9, 150754820096LL, 2147483648LL, 90},  // 143771 MiB
+    {"cpu",      1e11,    20e9,     10e9, 68719476736LL,  0LL,          0},   // the CPU target's emulated arena
 };
 const int device_profile_count = sizeof device_profiles / sizeof device_profiles[0];
 
@@ -33,3 +37,5 @@ const DeviceProfile *device_find(const char *name) {
   fprintf(stderr, "snc: error: unknown device profile '%s' (known: %s)\n", name, known);
   exit(EXIT_USAGE);
 }
+
+int64_t device_budget(const DeviceProfile *d) { return d->mem_bytes - d->reserve_bytes; }

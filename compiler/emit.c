@@ -233,6 +233,37 @@ static const char *comment_safe(const char *s) {
 
 /* ---- steps ---- */
 
+/* Poison mode checks what a step reads before it runs (snrt_reads): every
+ * float input in the device arena (an offload's source included), each once,
+ * over the tensor's own bytes (not the alignment tail, which nothing writes). */
+static void emit_reads(Emit *e, int s) {
+  const Graph *g = e->g;
+  const Plan *pl = e->pl;
+  const Step *st = &pl->route->s[s];
+  if (st->kind == SK_PREFETCH) return;   /* reads the host arena */
+  char buf[1024];
+  size_t len = 0;
+  int n = 0;
+  for (int k = 0; k < st->nin; k++) {
+    int i = st->in[k];
+    if (i < 0 || i >= pl->ninst) continue;
+    const Instance *in = &pl->inst[i];
+    if (in->offset < 0 || in->tensor < 0 || g->t[in->tensor].dtype != DT_FLOAT) continue;
+    bool seen = false;
+    for (int j = 0; j < k; j++) seen |= st->in[j] == i;
+    int64_t bytes = tensor_bytes(&g->t[in->tensor]);
+    if (seen || bytes <= 0) continue;
+    if (len > sizeof buf - 64) {   /* a step with very many inputs: one call per chunk */
+      fprintf(e->f, "  snrt_reads(c, %d, %d, (const int64_t[]){%s});\n", s, n, buf);
+      len = 0, n = 0;
+    }
+    len += (size_t)snprintf(buf + len, sizeof buf - len, "%s0x%llx, %lld", n ? ", " : "",
+                            (unsigned long long)in->offset, (long long)bytes);
+    n++;
+  }
+  if (n) fprintf(e->f, "  snrt_reads(c, %d, %d, (const int64_t[]){%s});\n", s, n, buf);
+}
+
 static void emit_steps(Emit *e, int from, int to, const char *fname, int **deaths, int *ndeaths) {
   const Graph *g = e->g;
   const Plan *pl = e->pl;
@@ -245,6 +276,7 @@ static void emit_steps(Emit *e, int from, int to, const char *fname, int **death
     const Step *st = &pl->route->s[s];
     e->st = st;
     e->step = s;
+    emit_reads(e, s);
     if (st->node >= 0) {
       const Node *n = &g->n[st->node];
       fprintf(e->f, "  /* %5d %-9s %-18s %s  live %s */\n", s, step_kind_name(st->kind), op_name(n->op),
@@ -311,10 +343,32 @@ static void write_ninja(const char *dir, const char *root, const char *target) {
   fprintf(f, "cflags = -std=c11 -O1 -g -I$snc_root/runtime\n");
   fprintf(f, "rule cc\n  command = gcc $cflags -c $in -o $out\n  description = CC $out\n");
   if (strcmp(target, "cuda") == 0) {
-    fprintf(f, "cuda = /usr/local/cuda\n");
-    fprintf(f, "rule link\n  command = $cuda/bin/nvcc -o $out $in -L$cuda/lib64 -lcudnn -lcublas -lcudart "
-               "-lprotobuf-c -lz -lm -lpthread -Xcompiler -fopenmp\n  description = LINK $out\n");
-    fprintf(f, "build train.o: cc train.c\nbuild train: link train.o $snc_root/build/libsnrt_cuda.a\n");
+    /* What configure.py found (nvcc, CUDNN_HOME/CUBLAS_HOME, rpaths), copied
+     * from build/snrt_cuda.ninja so that this file stands alone. */
+    char *frag = xasprintf("%s/build/snrt_cuda.ninja", root);
+    FILE *in = fopen(frag, "r");
+    bool have = false;
+    if (in) {
+      char line[8192];
+      while (fgets(line, sizeof line, in))
+        if (strncmp(line, "nvcc = ", 7) == 0 || strncmp(line, "cudalibs = ", 11) == 0) {
+          fputs(line, f);
+          have = true;
+        }
+      fclose(in);
+    }
+    if (have) {
+      fprintf(f, "rule link\n  command = $nvcc -o $out $in $cudalibs\n  description = LINK $out\n");
+    } else {
+      fprintf(stderr, "snc: warning: %s not found: configure.py built no CUDA runtime here "
+                      "(nvcc or cuDNN missing), so `ninja -C %s` will fail\n", frag, dir);
+      fprintf(f, "rule link\n  command = echo 'snc: error: no CUDA runtime was built in %s/build "
+                 "(configure.py found no nvcc or cuDNN)' >&2; false\n  description = LINK $out\n",
+              root);
+    }
+    free(frag);
+    fprintf(f, "build train.o: cc train.c\nbuild train: link train.o%s\n",
+            have ? " $snc_root/build/libsnrt_cuda.a" : "");
   } else {
     fprintf(f, "rule link\n  command = gcc -o $out $in -fopenmp -lopenblas -lprotobuf-c -lz -lm -lpthread\n"
                "  description = LINK $out\n");
@@ -383,7 +437,7 @@ void emit_program(const Graph *g, const Plan *pl, const EmitOpts *o, const char 
    * they declare can be printed above them. */
   char *body = NULL, *decl = NULL;
   size_t body_len = 0, decl_len = 0;
-  Emit e = {.g = g, .pl = pl, .table = map};
+  Emit e = {.g = g, .pl = pl, .table = map, .ws_per_step = pl->ws_cap > 0};
   e.f = open_memstream(&body, &body_len);
   e.decl = open_memstream(&decl, &decl_len);
   if (!e.f || !e.decl) fatal(EXIT_BADINPUT, "out of memory");
@@ -460,6 +514,15 @@ void emit_program(const Graph *g, const Plan *pl, const EmitOpts *o, const char 
     }
   if (vocab) fprintf(f, "  .vocab = %lld,\n", (long long)vocab);
   if (seq) fprintf(f, "  .positions = %lld,\n", (long long)out->dims[1]);
+  if (strcmp(o->target, "cuda") == 0) {
+    const DeviceProfile *dev = device_find(pl->opts.device);
+    fprintf(f, "  .reserve_bytes = %lld,\n  .device = \"%s\",\n", (long long)dev->reserve_bytes,
+            pl->opts.device);
+    if (dev->sm > 0 && dev->sm < 75)
+      fprintf(stderr, "snc: warning: profile '%s' (sm_%d) is planning-only: CUDA 13 builds no code "
+                      "for it, so this program will not run on that GPU (README \"The CUDA "
+                      "target\")\n", dev->name, dev->sm);
+  }
   fprintf(f, "};\n");
   finish(f, dir, "train.c");
 

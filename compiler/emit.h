@@ -19,6 +19,7 @@ struct Emit {
   int *phash;              // index of pkeys by pointer (slot: i + 1, 0 empty)
   int phcap;               // a power of two, or 0
   int nparams;             // counter for P<n> names
+  bool ws_per_step;        // cuda: each conv step its own params, .ws_bytes = its workspace
 };
 
 /* "F(0x1200)" for node input k / output k at the current step, "NULL" if absent. */

@@ -27,13 +27,35 @@ static const char *dims_list(const int64_t *v, int n) {
   return o;
 }
 
-static const char *p_conv(Emit *e, const snrt_conv_t *p) {
+/* The cuda target (workspace.c ran): one struct per conv step, whose ws_bytes
+ * is the workspace lent to that step; the runtime chooses an algorithm per
+ * struct. Otherwise one per node, ws_bytes as shape_nn.c sized it. */
+static const char *p_conv_step(Emit *e, const snrt_conv_t *p) {
+  if (!e->ws_per_step) return NULL;
+  snrt_conv_t q = *p;
+  q.ws_bytes = e->st->ws >= 0 ? e->pl->inst[e->st->ws].bytes : 0;
+  const char *have = emit_params_find(e, e->st);
+  if (have) return have;
+  snprintf(pb, BUF, ".n = %d, .c = %d, .h = %d, .w = %d, .k = %d, .oh = %d, .ow = %d, "
+           ".kh = %d, .kw = %d, .sh = %d, .sw = %d, .pt = %d, .pl = %d, .dh = %d, .dw = %d, "
+           ".group = %d, .ws_images = %d, .ws_bytes = %lld",
+           q.n, q.c, q.h, q.w, q.k, q.oh, q.ow, q.kh, q.kw, q.sh, q.sw, q.pt, q.pl,
+           q.dh, q.dw, q.group, q.ws_images, (long long)q.ws_bytes);
+  return emit_params(e, e->st, "snrt_conv_t", pb);
+}
+
+static const char *p_conv_node(Emit *e, const snrt_conv_t *p) {
   snprintf(pb, BUF, ".n = %d, .c = %d, .h = %d, .w = %d, .k = %d, .oh = %d, .ow = %d, "
            ".kh = %d, .kw = %d, .sh = %d, .sw = %d, .pt = %d, .pl = %d, .dh = %d, .dw = %d, "
            ".group = %d, .ws_images = %d, .ws_bytes = %lld",
            p->n, p->c, p->h, p->w, p->k, p->oh, p->ow, p->kh, p->kw, p->sh, p->sw, p->pt, p->pl,
            p->dh, p->dw, p->group, p->ws_images, (long long)p->ws_bytes);
   return emit_params(e, p, "snrt_conv_t", pb);
+}
+
+static const char *p_conv(Emit *e, const snrt_conv_t *p) {
+  const char *per_step = p_conv_step(e, p);
+  return per_step ? per_step : p_conv_node(e, p);
 }
 
 static const char *p_pool(Emit *e, const snrt_pool_t *p) {
@@ -175,7 +197,7 @@ void emit_conv_bwd_filter(Emit *e, const Graph *g, const Node *n) {
           emit_in(e, 1), emit_out(e, 0), emit_ws(e));
 }
 void emit_conv_bwd_bias(Emit *e, const Graph *g, const Node *n) {
-  fprintf(OUT, "  snrt_conv_bwd_bias(c, %s, %s, %s);\n", p_conv(e, n->p), emit_in(e, 0), emit_out(e, 0));
+  fprintf(OUT, "  snrt_conv_bwd_bias(c, %s, %s, %s);\n", p_conv_node(e, n->p), emit_in(e, 0), emit_out(e, 0));
 }
 
 void emit_batchnorm(Emit *e, const Graph *g, const Node *n) {

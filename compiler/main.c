@@ -10,7 +10,8 @@ static const char usage_text[] =
     "usage:\n"
     "  snc inspect MODEL.onnx [--batch N] [--input NAME] [--json] [--dump import]\n"
     "  snc plan    MODEL.onnx --batch N [--policy P] [--budget SIZE] [--device PROFILE]\n"
-    "                         [--json FILE] [--html FILE] [--dump PASS] [--input NAME]\n"
+    "                         [--target cpu|cuda] [--json FILE] [--html FILE] [--dump PASS]\n"
+    "                         [--input NAME]\n"
     "  snc plan    --diff A.json B.json\n"
     "  snc compile MODEL.onnx -o DIR --batch N [--target cpu|cuda] [--policy P]\n"
     "                         [--budget SIZE] [--device PROFILE] [--loss softmax-ce|mse]\n"
@@ -148,9 +149,13 @@ static void close_out(FILE *f, const char *path) {
   if (ferror(f) | fclose(f)) fatal(EXIT_BADINPUT, "error writing '%s'", path);
 }
 
-static Plan *plan_model(const Args *a, Graph *g) {
+/* The planning passes, then the schedule's waits (--dump schedule logs them). */
+static Plan *plan_model(const Args *a, Graph *g, FILE *schedule_log) {
   train_build(g, &a->train);
-  return plan_build(g, &a->plan);
+  Plan *pl = plan_build(g, &a->plan);
+  schedule_waits(g, pl, schedule_log);
+  if (strcmp(a->target, "cuda") == 0) workspace_plan(g, pl, WS_CUDA_CAP);
+  return pl;
 }
 
 static int cmd_inspect(const Args *a) {
@@ -170,8 +175,11 @@ static int cmd_inspect(const Args *a) {
 static int cmd_plan(const Args *a) {
   if (a->diff_a) return plan_diff(a->diff_a, a->diff_b, stdout);
   Graph *g = load(a, a->batch);
-  Plan *pl = plan_model(a, g);
-  if (a->dump) plan_dump(g, pl, a->dump, stdout);
+  bool dump_schedule = a->dump && strcmp(a->dump, "schedule") == 0;
+  Plan *pl = plan_model(a, g, dump_schedule ? stdout : NULL);
+  if (dump_schedule) {
+    /* printed while the pass ran */
+  } else if (a->dump) plan_dump(g, pl, a->dump, stdout);
   else plan_print_text(g, pl, stdout);
   if (a->json) {
     FILE *f = open_out(a->json);
@@ -188,7 +196,7 @@ static int cmd_plan(const Args *a) {
 
 static int cmd_compile(const Args *a) {
   Graph *g = load(a, a->batch);
-  Plan *pl = plan_model(a, g);
+  Plan *pl = plan_model(a, g, NULL);
   EmitOpts eo = {.target = a->target, .model_path = a->model, .train = &a->train};
   emit_program(g, pl, &eo, a->out_dir);
   plan_print_summary(g, pl, stdout);

@@ -93,7 +93,7 @@ static Plan *plan_once(Graph *g, const PlanOpts *o, const DeviceProfile *dev, Po
   pl->opts = *o;
   pl->opts.device = dev->name;
   pl->batch = g->batch;
-  pl->budget = o->budget ? o->budget : dev->mem_bytes;
+  pl->budget = o->budget ? o->budget : device_budget(dev);
   pl->planned = planned;
   pl->route = route_build(g);
   liveness_compute(g, pl);
@@ -198,7 +198,7 @@ static Plan *plan_auto(Graph *g, const PlanOpts *o, const DeviceProfile *dev, in
 /* The plan for o->policy, without the budget check. */
 static Plan *build(Graph *g, const PlanOpts *o, int64_t *smallest) {
   const DeviceProfile *dev = device_find(o->device ? o->device : "h200");
-  int64_t budget = o->budget ? o->budget : dev->mem_bytes;
+  int64_t budget = o->budget ? o->budget : device_budget(dev);
   *smallest = -1;
   switch (o->policy) {
   case POL_NONE: return plan_once(g, o, dev, POL_NONE, -1, NULL, false, 0, 0);
@@ -232,7 +232,7 @@ Plan *plan_build(Graph *g, const PlanOpts *o) {
   int64_t smallest;
   Plan *pl = build(g, o, &smallest);
   const DeviceProfile *dev = device_find(o->device ? o->device : "h200");
-  int64_t budget = o->budget ? o->budget : dev->mem_bytes;
+  int64_t budget = o->budget ? o->budget : device_budget(dev);
   if (!pl)
     fatal(EXIT_BADINPUT, "budget %s is too small for this model at batch %d: the smallest "
           "budget that fits is %s (%lld bytes)", fmt_bytes(budget), g->batch,
@@ -255,7 +255,7 @@ void plan_dump(const Graph *g, const Plan *pl, const char *pass, FILE *f) {
   else if (strcmp(pass, "offload") == 0) offload_dump(g, pl, f);
   else {
     fprintf(stderr, "snc: error: unknown pass '%s' for --dump (route, liveness, recompute, "
-            "offload, offsets)\n", pass);
+            "offload, offsets, schedule)\n", pass);
     exit(EXIT_USAGE);
   }
 }
@@ -282,7 +282,7 @@ static int64_t arena_at(const char *model, const char *input, const TrainOpts *t
  * batch (it does: every activation scales with it). */
 int plan_max_batch(const char *model, const char *input, const TrainOpts *t, const PlanOpts *o) {
   const DeviceProfile *dev = device_find(o->device ? o->device : "h200");
-  int64_t budget = o->budget ? o->budget : dev->mem_bytes;
+  int64_t budget = o->budget ? o->budget : device_budget(dev);
   const int cap = 1000000;             // --batch's own limit
   if (arena_at(model, input, t, o, 1) > budget) return 0;
   int lo = 1, hi = 2;                  // lo fits; hi is untested or too big

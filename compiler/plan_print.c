@@ -44,7 +44,11 @@ void plan_print_summary(const Graph *g, const Plan *pl, FILE *f) {
           fmt_bytes(pl->arena_bytes), (long long)pl->arena_bytes, pct(pl->arena_bytes, pl->budget),
           pl->layer_peak_bytes ? (double)pl->arena_bytes / (double)pl->layer_peak_bytes : 0.0);
   fprintf(f, "  budget          %12s   (%s; %s left)\n", fmt_bytes(pl->budget),
-          pl->opts.budget ? "--budget" : xasprintf("device %s memory", pl->opts.device),
+          pl->opts.budget ? "--budget"
+          : device_find(pl->opts.device)->reserve_bytes > 0
+              ? xasprintf("device %s memory less its %s reserve", pl->opts.device,
+                          fmt_bytes(device_find(pl->opts.device)->reserve_bytes))
+              : xasprintf("device %s memory", pl->opts.device),
           pl->budget >= pl->arena_bytes ? fmt_bytes(pl->budget - pl->arena_bytes) : "none");
   fprintf(f, "  persistent      %12s   (parameters, state, optimizer)\n",
           fmt_bytes(pl->persistent_bytes));
@@ -174,6 +178,7 @@ void plan_print_text(const Graph *g, const Plan *pl, FILE *f) {
   Review *rv = review_build(g, pl);
   print_peak(g, pl, rv, f);
   print_decisions(g, pl, rv, f);
+  workspace_print(g, pl, f);
   int peak = rv->peak;
   fprintf(f, "\n%7s  %-9s %-18s %11s %11s  %s\n", "step", "kind", "op", "live MiB",
           "arena MiB", "node");
@@ -181,9 +186,12 @@ void plan_print_text(const Graph *g, const Plan *pl, FILE *f) {
     const Step *st = &r->s[s];
     if (s == r->train_steps) fprintf(f, "%7s  -- eval (inference semantics) --\n", "");
     else if (s == rv->first_bwd) fprintf(f, "%7s  -- backward (loss, gradients, updates) --\n", "");
-    fprintf(f, "%7d  %-9s %-18s %11.1f %11.1f  %s%s\n", s, step_kind_name(st->kind),
+    fprintf(f, "%7d  %-9s %-18s %11.1f %11.1f  %s%s", s, step_kind_name(st->kind),
             review_step_op(g, pl, s), mib(pl->live_bytes[s]), mib(pl->high_water[s]),
             review_step_node(g, pl, s), s == peak ? "   <- peak live" : "");
+    if (pl->ws_cap > 0 && st->ws >= 0)
+      fprintf(f, "   (workspace %s)", fmt_bytes(pl->inst[st->ws].bytes));
+    fputc('\n', f);
   }
   review_free(rv);
 }
@@ -241,6 +249,7 @@ void plan_print_json(const Graph *g, const Plan *pl, FILE *f) {
   json_num(f, pl->recompute_seconds);
   fprintf(f, ",\n  \"exposed_seconds\": ");
   json_num(f, pl->exposed_seconds);
+  if (pl->ws_cap > 0) fprintf(f, ",\n  \"workspace_cap_bytes\": %lld", (long long)pl->ws_cap);
   fprintf(f, ",\n  \"train_steps\": %d,\n  \"steps\": [", r->train_steps);
   for (int s = 0; s < r->ns; s++) {
     const Step *st = &r->s[s];

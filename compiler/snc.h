@@ -406,6 +406,7 @@ typedef struct Plan {
   int64_t aliased_bytes;   // tensors sharing another's instance in place (liveness_assign)
   int64_t *live_bytes;     // per step
   int64_t *high_water;     // per step: highest arena byte in use
+  int64_t ws_cap;          // cuda target: conv workspaces lent up to this (workspace.c); 0: not
 } Plan;
 
 /* devices.c: device profiles (the table mirrors schemas/devices.json). */
@@ -415,11 +416,15 @@ typedef struct DeviceProfile {
   double mem_bw;           // device memory bytes/s
   double link_bw;          // host <-> device bytes/s (pinned)
   int64_t mem_bytes;       // device memory
+  int64_t reserve_bytes;   // device memory a CUDA program needs outside its arena
+  int sm;                  // compute capability x 10 (0: not a GPU); < 75: planning only
 } DeviceProfile;
 extern const DeviceProfile device_profiles[];
 extern const int device_profile_count;
 /* The named profile; a usage error (exit 1) naming the known ones if absent. */
 const DeviceProfile *device_find(const char *name);
+/* The default budget: the memory less the reserve. */
+int64_t device_budget(const DeviceProfile *d);
 
 /* plan.c: runs the planning passes for the policy. */
 Plan *plan_build(Graph *g, const PlanOpts *o);
@@ -458,6 +463,15 @@ void offload_dump(const Graph *g, const Plan *pl, FILE *f);
 int offload_persistent(Graph *g, Plan *pl, const DeviceProfile *dev, bool params);
 /* Estimated seconds of each training step (compute only); caller frees. */
 double *offload_step_times(const Graph *g, const Plan *pl, const DeviceProfile *dev);
+/* schedule.c: removes the waits implied by others (a later copy on the same
+ * queue waited for at the same step, or already); returns how many. With a
+ * non-NULL log, prints every wait and what became of it (--dump schedule). */
+int schedule_waits(const Graph *g, Plan *pl, FILE *log);
+/* workspace.c (cuda target, after offsets): each conv step gets the largest
+ * free hole of the arena at that step, up to cap bytes. */
+#define WS_CUDA_CAP (1LL << 30)
+void workspace_plan(const Graph *g, Plan *pl, int64_t cap);
+void workspace_print(const Graph *g, const Plan *pl, FILE *f);
 /* --dump PASS: route | liveness | recompute | offload | offsets */
 void plan_dump(const Graph *g, const Plan *pl, const char *pass, FILE *f);
 /* Largest batch whose plan fits o->budget (0 if none). */

@@ -85,7 +85,7 @@ prog("checkpoint of another batch size","--data",D,"--resume",ck,e=exe32)
 # another model
 import shutil
 fcs=T+"/fcsgd"; subprocess.run([SNC,"compile",R+"/examples/fashion_cnn.onnx","-o",fcs,"--batch","16","--optimizer","adam"],check=True,stdout=subprocess.DEVNULL); subprocess.run(["ninja","-C",fcs],check=True,stdout=subprocess.DEVNULL)
-prog("checkpoint of another model (Adam build)","--data",D,"--resume",ck,e=fcs+"/train")
+prog("checkpoint of another optimizer (Adam build)","--data",D,"--resume",ck,e=fcs+"/train")
 fl=bytearray(good); fl[len(good)//2]^=0x10; open("flip","wb").write(bytes(fl)); prog("corrupted checkpoint (1 bit)","--data",D,"--resume",T+"/flip")
 open("ck-trunc","wb").write(good[:-100]); prog("truncated checkpoint","--data",D,"--resume",T+"/ck-trunc")
 open("notck","wb").write(b"hello"*20); prog("not a checkpoint","--data",D,"--resume",T+"/notck")

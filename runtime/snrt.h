@@ -345,6 +345,11 @@ typedef struct snrt_model {
    * embedding's vocabulary (ids must lie in [0, vocab)); 0 otherwise. */
   int vocab;
   int positions;             /* labels per sample: T for (batch, T, vocab) logits, else 1 */
+  /* CUDA target: device memory the profile reserves outside the arena (CUDA
+   * context, cuDNN/cuBLAS and their lazily loaded kernels); the runtime
+   * refuses to start when the arena does not leave it free. 0 on the CPU. */
+  int64_t reserve_bytes;
+  const char *device;        /* the device profile planned for */
 } snrt_model;
 
 /* Defined by the emitted train.c. */
@@ -362,6 +367,15 @@ uint64_t snrt_seed(snrt_ctx *c);
 /* Poison mode (--poison): fill [off, off+bytes) with NaN when its tensor dies.
  * A no-op otherwise. */
 void snrt_dead(snrt_ctx *c, int64_t off, int64_t bytes);
+
+/* Poison mode: called before step `step` (its index in the plan) with the
+ * step's n float inputs in the device arena, as (offset, bytes) pairs in
+ * `regions`. If any holds the poison pattern (a region that died and was not
+ * written since, or was never written) the program stops: it names the step,
+ * the region and the offset, and exits with 4. Checking reads, not only
+ * results, is what makes poison catch reads that a kernel would launder
+ * (ReLU, max-pool and Clip turn NaN into numbers). A no-op otherwise. */
+void snrt_reads(snrt_ctx *c, int step, int n, const int64_t *regions);
 
 /* Called by the update kernels with each parameter's final gradient before
  * it is applied (records it when --dump-grads is on). */

@@ -39,7 +39,12 @@ void snrt_dev_upload(snrt_ctx *c, int64_t dev_off, const void *src, int64_t byte
 void snrt_dev_download(snrt_ctx *c, void *dst, int64_t dev_off, int64_t bytes);
 /* Waits for all device work (compute and copies). */
 void snrt_dev_sync(snrt_ctx *c);
-/* Fill bytes at dev_off with NaN (poison mode). */
+/* The poison pattern: a quiet NaN whose payload (0xDEAD) arithmetic does not
+ * produce (invalid operations give the default NaN, and operations on a NaN
+ * propagate its payload), so that it marks "never written since it died". */
+#define SNRT_POISON_BITS 0x7fc0deadu
+
+/* Fill bytes at dev_off with SNRT_POISON_BITS (poison mode). */
 void snrt_dev_poison(snrt_ctx *c, int64_t dev_off, int64_t bytes);
 /* "cpu (2 threads, OpenBLAS)" / "NVIDIA H200 (cuDNN 9.x)" */
 const char *snrt_dev_describe(snrt_ctx *c);

@@ -89,3 +89,48 @@ def test_export_and_reference_on_cpu(tmp_path):
     assert params <= inits, sorted(params - inits)
     # A reference compared with itself passes.
     assert compare(d / "ref", d / "ref").returncode == 0
+
+
+def same_losses(a, b, n):
+    return subprocess.run([PY, REF, "same-losses", str(a), str(b), str(n)],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def test_graph_replay_check_on_cpu(tmp_path):
+    """run.sh's CUDA-graph check, its CPU-side parts: the same program and
+    flags (on the CPU target, where SNRT_CUDA_GRAPH changes nothing), one run
+    of --steps k per k, two series compared exactly by torchref.py
+    same-losses; a changed loss (last digit) or a missing run fails it."""
+    import json
+    text = open(RUN).read()
+    assert 'SNRT_DETERMINISTIC=1 SNRT_CUDA_GRAPH=$mode run' in text
+    assert 'torchref.py same-losses "$G/g0" "$G/g1" 5' in text
+    prog = tmp_path / "prog"
+    r = subprocess.run([os.path.join(ROOT, "build", "snc"), "compile",
+                        os.path.join(ROOT, "examples", "fashion_cnn.onnx"), "-o", str(prog),
+                        "--batch", "8", "--optimizer", "adam", "--policy", "superneurons"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert r.returncode == 0, r.stdout
+    r = subprocess.run(["ninja", "-C", str(prog)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True)
+    assert r.returncode == 0, r.stdout
+    n = 3
+    for mode in (0, 1):
+        d = tmp_path / ("g%d" % mode)
+        d.mkdir()
+        for k in range(1, n + 1):
+            env = dict(os.environ, SNRT_DETERMINISTIC="1", SNRT_CUDA_GRAPH=str(mode))
+            subprocess.run([str(prog / "train"), "--data", "synthetic", "--steps", str(k),
+                            "--threads", "1", "--metrics", str(d / ("m%d.json" % k))],
+                           env=env, stdout=subprocess.DEVNULL, check=True, timeout=120)
+    r = same_losses(tmp_path / "g0", tmp_path / "g1", n)
+    assert r.returncode == 0, r.stdout
+    losses = json.loads(r.stdout)["a"]
+    assert len(set(losses)) == n, losses  # training moves the loss at every step
+    m = json.load(open(tmp_path / "g1" / "m2.json"))
+    m["train_loss"] = float(m["train_loss"]) * (1 + 2 ** -22)  # about one float32 ulp
+    json.dump(m, open(tmp_path / "g1" / "m2.json", "w"))
+    assert same_losses(tmp_path / "g0", tmp_path / "g1", n).returncode == 1
+    os.remove(tmp_path / "g1" / "m2.json")
+    assert same_losses(tmp_path / "g0", tmp_path / "g1", n).returncode == 1
+    assert same_losses(tmp_path / "g0", tmp_path / "g0", n + 1).returncode == 1

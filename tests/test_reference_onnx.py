@@ -349,39 +349,85 @@ def test_mse_target_shape_mismatch(tmp_path):
     assert r.returncode == 2 and "targets have 6 values each" in r.stderr, r.stderr
 
 
-def test_dropout_mask_consistent(tmp_path):
-    """Dropout with ratio 0.5 cannot be compared with torch's RNG. Instead:
-    logits = W dropout(x) + b with W = 0 and MSE against targets t, batch 1.
-    Then dlogits = 2(b - t)/N exactly, and dW[n, k] = dlogits[n] m[k] x[k] / 0.5
-    with the program's own mask m: every recovered m[k] must be 0 or 1 (the
-    same for every row n), about half of them 1, and db = dlogits."""
+@pytest.mark.parametrize("policy", ["none", "superneurons"])
+def test_dropout_mask_consistent(tmp_path, policy):
+    """Dropout with ratio 0.5 cannot be compared with torch's RNG, so the
+    masks are read back from the gradients. logits = W dropout(x * s) + b,
+    MSE, batch 2; sample A is nonzero on features [0, 2K/3), sample B on
+    [K/3, K), zero elsewhere. Then column k of dW is sum_i dl_i y_ik with
+    y = mask * x * s / 0.5: on A's own third it is dl_A or 0 (times a known
+    scale), which gives dl_A and A's mask there; likewise B; on the shared
+    third a 2-unknown fit gives both masks. Checked: every mask value is 0
+    or 1, about half are 1, the two samples' masks differ (a mask that
+    ignored the sample would not); the loss and db recomputed from the
+    recovered forward masks are the program's (the forward used them); ds,
+    which flows through the backward's mask, is what those same masks give
+    (forward, recomputation and backward agree). Under superneurons the
+    dropout output is recomputed for backward."""
     rng = np.random.default_rng(5)
-    k, n = 400, 3
+    k, n, bsz = 300, 3, 2
     m = Model()
-    w = m.param("w", np.zeros((n, k), np.float32))
+    s = m.param("s", rng.uniform(0.5, 1.5, k))
+    w = m.param("w", rnd(rng, n, k, scale=0.1))
     b = m.param("b", rnd(rng, n))
-    y = m.op("Dropout", ["x", m.const(np.float32(0.5), np.float32), m.const(True, np.bool_)])
+    h = m.op("Mul", ["x", s])
+    y = m.op("Dropout", [h, m.const(np.float32(0.5), np.float32), m.const(True, np.bool_)])
     out = m.op("Gemm", [y, w, b], transB=1)
-    m.save(str(tmp_path / "m.onnx"), (1, k), out)
-    x = (rng.uniform(0.5, 1.5, (1, k)) * rng.choice([-1, 1], (1, k))).astype(np.float32)
-    t = rnd(rng, 1, n)
+    m.save(str(tmp_path / "m.onnx"), (bsz, k), out)
+    x = (rng.uniform(0.5, 1.5, (bsz, k)) * rng.choice([-1, 1], (bsz, k))).astype(np.float32)
+    third = k // 3
+    x[0, 2 * third:] = 0
+    x[1, :third] = 0
+    t = rnd(rng, bsz, n)
     np.save(tmp_path / "x.npy", x)
     np.save(tmp_path / "y.npy", t)
-    prog = compile_model(str(tmp_path / "m.onnx"), str(tmp_path / "p"), 1, "--loss", "mse",
-                         "--policy", "none")
+    prog = compile_model(str(tmp_path / "m.onnx"), str(tmp_path / "p"), bsz, "--loss", "mse",
+                         "--policy", policy)
     run([prog, "--data", "npy:%s,%s" % (tmp_path / "x.npy", tmp_path / "y.npy"), "--steps", "1",
          "--dump-grads", str(tmp_path / "g")])
-    dl = 2.0 * (m.params[b] - t[0]) / n
+    G = {p_: load_dump(tmp_path / "g", p_).astype(np.float64) for p_ in (s, w, b)}
+    S, W = m.params[s].astype(np.float64), m.params[w].astype(np.float64)
+    a = 2.0 * x.astype(np.float64) * S[None, :]          # y = mask * a
+    dW = G[w]
+    own = [np.arange(0, third), np.arange(2 * third, k)]
+    shared = np.arange(third, 2 * third)
+    masks = np.full((bsz, k), np.nan)
+    dl = np.zeros((bsz, n))
+    for i in range(bsz):
+        cols = dW[:, own[i]] / a[i, own[i]][None, :]       # dl_i or 0 per column
+        norms = np.linalg.norm(cols, axis=0)
+        dl[i] = cols[:, norms.argmax()]
+        ratio = cols.T @ dl[i] / (dl[i] @ dl[i])
+        assert np.allclose(cols, np.outer(dl[i], ratio), rtol=0, atol=1e-5 * np.abs(dl[i]).max()), \
+            "a dW column is not a multiple of the sample's dlogits"
+        masks[i, own[i]] = ratio
+    for c in shared:
+        A = np.stack([dl[0] * a[0, c], dl[1] * a[1, c]], axis=1)
+        sol, *_ = np.linalg.lstsq(A, dW[:, c], rcond=None)
+        assert np.allclose(A @ sol, dW[:, c], rtol=1e-4, atol=1e-7), c
+        masks[:, c] = sol
+    live = x != 0                                       # where a mask matters
+    assert not np.any(np.isnan(masks[live]))
+    masks[~live] = 0
+    assert np.all(np.abs(masks - np.round(masks)) < 1e-3), "gradient is not a masked, scaled x"
+    mask = np.round(masks)
+    assert np.all((mask == 0) | (mask == 1))
+    for i in range(bsz):
+        kept = mask[i, x[i] != 0].mean()
+        assert 0.35 < kept < 0.65, kept
+    differ = (mask[0, shared] != mask[1, shared]).mean()
+    assert 0.25 < differ < 0.75, "the two samples' masks differ at %.0f%% of shared features" % (100 * differ)
+    # The forward used these masks: loss, dlogits and db follow from them.
+    logits = (mask * a) @ W.T + m.params[b]
+    ref_dl = 2.0 * (logits - t) / (bsz * n)
     loss = float(np.load(tmp_path / "g" / "loss.npy").ravel()[0])
-    assert abs(loss - float(np.mean((m.params[b] - t[0]) ** 2))) < 1e-6
-    assert np.allclose(load_dump(tmp_path / "g", b), dl, rtol=1e-5, atol=1e-7)
-    dw = load_dump(tmp_path / "g", w).astype(np.float64)
-    mask = dw * 0.5 / (dl[:, None] * x[0][None, :])
-    assert np.all(np.abs(mask - np.round(mask)) < 1e-5), "gradient is not a masked, scaled x"
-    assert np.all((np.round(mask) == 0) | (np.round(mask) == 1))
-    assert np.all(np.round(mask) == np.round(mask[0])), "rows use different masks"
-    kept = np.round(mask[0]).mean()
-    assert 0.4 < kept < 0.6, kept
+    assert abs(loss - float(np.mean((logits - t) ** 2))) <= 1e-5 * loss, loss
+    assert np.allclose(dl, ref_dl, rtol=1e-4, atol=1e-7)
+    assert np.allclose(G[b], ref_dl.sum(0), rtol=1e-5, atol=1e-7)
+    # The backward's mask is the same: ds = sum_i (W^T dl_i) * mask_i * 2 x_i.
+    ds = ((ref_dl @ W) * mask * 2.0 * x).sum(0)
+    assert np.allclose(G[s], ds, rtol=1e-4, atol=1e-6 * np.abs(ds).max()), \
+        "the backward's dropout mask is not the forward's"
 
 
 # ---- compositions the tests have never seen: random stacks of the op set

@@ -261,8 +261,34 @@ def test_usage_errors(env):
 
 
 def test_nan_loss_exits_3_and_keeps_checkpoint(env, tmp_path):
+    """lr 1e8 blows the MLP up: the loss becomes NaN a few steps in. Saving
+    every step, the checkpoint left is that of the last step whose loss was
+    finite (S - 1), byte for byte what a run stopped there saves, and it
+    resumes; the next step from it is the NaN one again. --save-every 3 keeps
+    step 3's; with no save due before the NaN, the old checkpoint is kept."""
     exe, data = env["exe"], env["npy"]
     ck = tmp_path / "ck"
+    r = run(exe, "--data", data, "--steps", 50, "--lr", "1e8", "--save", ck, "--save-every", 1)
+    line = one_error_line(r, 3)
+    m = re.search(r"NaN at step (\d+)", line)
+    assert m and "last good checkpoint" in line, line
+    s = int(m.group(1))
+    assert s >= 4, line
+    r = run(exe, "--data", data, "--steps", 0, "--resume", ck, "--dump-params", tmp_path / "d")
+    assert r.returncode == 0 and "at step %d " % (s - 1) in r.stdout, (r.stdout, r.stderr)
+    for f in os.listdir(tmp_path / "d"):
+        assert np.all(np.isfinite(np.load(tmp_path / "d" / f))), f
+    ref = tmp_path / "ref"
+    assert run(exe, "--data", data, "--steps", s - 1, "--lr", "1e8", "--save", ref).returncode == 0
+    assert open(ck, "rb").read() == open(ref, "rb").read()
+    line = one_error_line(run(exe, "--data", data, "--steps", 1, "--lr", "1e8", "--resume", ck), 3)
+    assert "NaN at step %d " % s in line, line
+    # Every 3 steps: step 3's checkpoint.
+    ck3 = tmp_path / "ck3"
+    one_error_line(run(exe, "--data", data, "--steps", 50, "--lr", "1e8", "--save", ck3, "--save-every", 3), 3)
+    assert run(exe, "--data", data, "--steps", 3, "--lr", "1e8", "--save", ref).returncode == 0
+    assert open(ck3, "rb").read() == open(ref, "rb").read()
+    # No save due before the NaN: the checkpoint resumed from is kept.
     assert run(exe, "--data", data, "--steps", 2, "--save", ck).returncode == 0
     good = open(ck, "rb").read()
     r = run(exe, "--data", data, "--steps", 50, "--lr", "1e30", "--resume", ck, "--save", ck,

@@ -46,140 +46,187 @@ static const snrt_sgd_t P32 = {.n = 32, .momentum = 0.899999976f, .weight_decay 
 
 static void train_step_0(snrt_ctx *c) {
   char *const A = snrt_arena(c);
+  snrt_reads(c, 0, 3, (const int64_t[]){0x1bb7200, 200704, 0x0, 1152, 0x500, 128});
   /*     0 forward   Conv               /features/features.0/Conv  live 9.7 MiB */
   snrt_conv_fwd(c, &P0, F(0x1bb7200), F(0x0), F(0x500), F(0x1af200), F(0x7cf200));
   snrt_dead(c, 0x7cf200, 1806336);
+  snrt_reads(c, 1, 5, (const int64_t[]){0x1af200, 6422528, 0x600, 128, 0x700, 128, 0x800, 128, 0x900, 128});
   /*     1 forward   BatchNormalization /features/features.1/BatchNormalization  live 14.1 MiB */
   snrt_bn_fwd_train(c, &P1, F(0x1af200), F(0x600), F(0x700), F(0x800), F(0x900), F(0x7cf200), F(0x1be8200), F(0x1be8300));
+  snrt_reads(c, 2, 1, (const int64_t[]){0x7cf200, 6422528});
   /*     2 forward   Relu               /features/features.2/Relu  live 20.3 MiB */
   snrt_unary_fwd(c, &P2, F(0x7cf200), F(0xdef200));
   snrt_dead(c, 0x7cf200, 6422528);
+  snrt_reads(c, 3, 1, (const int64_t[]){0xdef200, 6422528});
   /*     3 forward   MaxPool            /features/features.3/MaxPool  live 15.7 MiB */
   snrt_maxpool_fwd(c, &P3, F(0xdef200), F(0x1a2f200));
+  snrt_reads(c, 4, 3, (const int64_t[]){0x1a2f200, 1605632, 0xa00, 73728, 0x12a00, 256});
   /*     4 forward   Conv               /features/features.4/Conv  live 22.6 MiB */
   snrt_conv_fwd(c, &P4, F(0x1a2f200), F(0xa00), F(0x12a00), F(0x140f200), F(0x7cf200));
   snrt_dead(c, 0x7cf200, 4064256);
+  snrt_reads(c, 5, 5, (const int64_t[]){0x140f200, 3211264, 0x12b00, 256, 0x12c00, 256, 0x12d00, 256, 0x12e00, 256});
   /*     5 forward   BatchNormalization /features/features.5/BatchNormalization  live 21.8 MiB */
   snrt_bn_fwd_train(c, &P5, F(0x140f200), F(0x12b00), F(0x12c00), F(0x12d00), F(0x12e00), F(0x7cf200), F(0x1be8400), F(0x1be8500));
+  snrt_reads(c, 6, 1, (const int64_t[]){0x7cf200, 3211264});
   /*     6 forward   Relu               /features/features.6/Relu  live 24.8 MiB */
   snrt_unary_fwd(c, &P6, F(0x7cf200), F(0xadf200));
   snrt_dead(c, 0x7cf200, 3211264);
+  snrt_reads(c, 7, 1, (const int64_t[]){0xadf200, 3211264});
   /*     7 forward   MaxPool            /features/features.7/MaxPool  live 22.5 MiB */
   snrt_maxpool_fwd(c, &P7, F(0xadf200), F(0x7cf200));
+  snrt_reads(c, 8, 1, (const int64_t[]){0x7cf200, 802816});
   /*     8 forward   Flatten            /classifier/classifier.0/Flatten  live 23.3 MiB */
   snrt_copy(c, 802816, F(0x7cf200), F(0x893200));
   snrt_dead(c, 0x7cf200, 802816);
+  snrt_reads(c, 9, 1, (const int64_t[]){0x893200, 802816});
   /*     9 forward   Dropout            /classifier/classifier.1/Dropout  live 23.3 MiB */
   snrt_dropout_fwd(c, &P8, F(0x893200), F(0x7cf200));
   snrt_dead(c, 0x893200, 802816);
+  snrt_reads(c, 10, 3, (const int64_t[]){0x7cf200, 802816, 0x12f00, 802816, 0xd6f00, 256});
   /*    10 forward   Gemm               /classifier/classifier.2/Gemm  live 22.6 MiB */
   snrt_matmul(c, &P9, F(0x7cf200), F(0x12f00), F(0x893200));
   snrt_bias_fwd(c, &P10, F(0xd6f00), F(0x893200));
+  snrt_reads(c, 11, 1, (const int64_t[]){0x893200, 16384});
   /*    11 forward   Relu               /classifier/classifier.3/Relu  live 22.6 MiB */
   snrt_unary_fwd(c, &P11, F(0x893200), F(0x897200));
   snrt_dead(c, 0x893200, 16384);
+  snrt_reads(c, 12, 3, (const int64_t[]){0x897200, 16384, 0xd7000, 2560, 0xd7a00, 40});
   /*    12 forward   Gemm               /classifier/classifier.4/Gemm  live 22.6 MiB */
   snrt_matmul(c, &P12, F(0x897200), F(0xd7000), F(0x893200));
   snrt_bias_fwd(c, &P13, F(0xd7a00), F(0x893200));
+  snrt_reads(c, 13, 1, (const int64_t[]){0x893200, 2560});
   /*    13 loss      SOFTMAX_CE         loss  live 22.6 MiB */
   snrt_softmax_ce_fwd(c, &P14, F(0x893200), I(0x171f200), F(0x1be8600));
+  snrt_reads(c, 14, 1, (const int64_t[]){0x893200, 2560});
   /*    14 backward  SOFTMAX_CE_BWD     loss/bwd  live 22.6 MiB */
   snrt_softmax_ce_bwd(c, &P14, F(0x893200), I(0x171f200), F(0x893c00));
   snrt_dead(c, 0x893200, 2560);
+  snrt_reads(c, 15, 2, (const int64_t[]){0x893c00, 2560, 0xd7000, 2560});
   /*    15 backward  MATMUL_RAW         /classifier/classifier.4/Gemm/bwd_a  live 22.6 MiB */
   snrt_matmul(c, &P15, F(0x893c00), F(0xd7000), F(0xa1b200));
+  snrt_reads(c, 16, 2, (const int64_t[]){0x893c00, 2560, 0x897200, 16384});
   /*    16 backward  MATMUL_RAW         /classifier/classifier.4/Gemm/bwd_b  live 22.6 MiB */
   snrt_matmul(c, &P16, F(0x893c00), F(0x897200), F(0x893200));
+  snrt_reads(c, 17, 1, (const int64_t[]){0x893c00, 2560});
   /*    17 backward  BIAS_BWD           /classifier/classifier.4/Gemm/bwd_c  live 22.6 MiB */
   snrt_bias_bwd(c, &P17, F(0x893c00), F(0x894600));
   snrt_dead(c, 0x893c00, 2560);
+  snrt_reads(c, 18, 3, (const int64_t[]){0xd7000, 2560, 0x893200, 2560, 0xd7b00, 2560});
   /*    18 update    SGD                classifier.4.weight/sgd  live 22.6 MiB */
   snrt_sgd(c, &P18, F(0xd7000), F(0x893200), F(0xd7b00));
   snrt_dead(c, 0x893200, 2560);
+  snrt_reads(c, 19, 3, (const int64_t[]){0xd7a00, 40, 0x894600, 40, 0xd8500, 40});
   /*    19 update    SGD                classifier.4.bias/sgd  live 22.6 MiB */
   snrt_sgd(c, &P19, F(0xd7a00), F(0x894600), F(0xd8500));
   snrt_dead(c, 0x894600, 256);
+  snrt_reads(c, 20, 2, (const int64_t[]){0x897200, 16384, 0xa1b200, 16384});
   /*    20 backward  UNARY_BWD          /classifier/classifier.3/Relu/bwd  live 22.6 MiB */
   snrt_unary_bwd(c, &P11, NULL, F(0x897200), F(0xa1b200), F(0xa1b200));
   snrt_dead(c, 0x897200, 16384);
+  snrt_reads(c, 21, 2, (const int64_t[]){0xa1b200, 16384, 0x12f00, 802816});
   /*    21 backward  MATMUL_RAW         /classifier/classifier.2/Gemm/bwd_a  live 23.3 MiB */
   snrt_matmul(c, &P20, F(0xa1b200), F(0x12f00), F(0x893200));
+  snrt_reads(c, 22, 2, (const int64_t[]){0xa1b200, 16384, 0x7cf200, 802816});
   /*    22 backward  MATMUL_RAW         /classifier/classifier.2/Gemm/bwd_b  live 24.1 MiB */
   snrt_matmul(c, &P21, F(0xa1b200), F(0x7cf200), F(0x957200));
   snrt_dead(c, 0x7cf200, 802816);
+  snrt_reads(c, 23, 1, (const int64_t[]){0xa1b200, 16384});
   /*    23 backward  BIAS_BWD           /classifier/classifier.2/Gemm/bwd_c  live 23.3 MiB */
   snrt_bias_bwd(c, &P22, F(0xa1b200), F(0x7cf200));
   snrt_dead(c, 0xa1b200, 16384);
+  snrt_reads(c, 24, 3, (const int64_t[]){0x12f00, 802816, 0x957200, 802816, 0xd8600, 802816});
   /*    24 update    SGD                classifier.2.weight/sgd  live 23.3 MiB */
   snrt_sgd(c, &P23, F(0x12f00), F(0x957200), F(0xd8600));
   snrt_dead(c, 0x957200, 802816);
+  snrt_reads(c, 25, 3, (const int64_t[]){0xd6f00, 256, 0x7cf200, 256, 0x19c600, 256});
   /*    25 update    SGD                classifier.2.bias/sgd  live 22.5 MiB */
   snrt_sgd(c, &P24, F(0xd6f00), F(0x7cf200), F(0x19c600));
   snrt_dead(c, 0x7cf200, 256);
+  snrt_reads(c, 26, 1, (const int64_t[]){0x893200, 802816});
   /*    26 backward  DROPOUT_BWD        /classifier/classifier.1/Dropout/bwd  live 22.5 MiB */
   snrt_dropout_bwd(c, &P8, F(0x893200), F(0x893200));
+  snrt_reads(c, 27, 1, (const int64_t[]){0x893200, 802816});
   /*    27 backward  Identity           /classifier/classifier.0/Flatten/bwd  live 23.3 MiB */
   snrt_copy(c, 802816, F(0x893200), F(0x7cf200));
   snrt_dead(c, 0x893200, 802816);
+  snrt_reads(c, 28, 2, (const int64_t[]){0xadf200, 3211264, 0x7cf200, 802816});
   /*    28 backward  MAXPOOL_BWD        /features/features.7/MaxPool/bwd  live 25.6 MiB */
   snrt_maxpool_bwd(c, &P7, F(0xadf200), F(0x7cf200), F(0x171f200));
   snrt_dead(c, 0x7cf200, 802816);
+  snrt_reads(c, 29, 2, (const int64_t[]){0xadf200, 3211264, 0x171f200, 3211264});
   /*    29 backward  UNARY_BWD          /features/features.6/Relu/bwd  live 24.8 MiB */
   snrt_unary_bwd(c, &P6, NULL, F(0xadf200), F(0x171f200), F(0x171f200));
   snrt_dead(c, 0xadf200, 3211264);
+  snrt_reads(c, 30, 5, (const int64_t[]){0x140f200, 3211264, 0x171f200, 3211264, 0x12b00, 256, 0x1be8400, 256, 0x1be8500, 256});
   /*    30 backward  BN_BWD             /features/features.5/BatchNormalization/bwd  live 21.8 MiB */
   snrt_bn_bwd(c, &P5, F(0x140f200), F(0x171f200), F(0x12b00), F(0x1be8400), F(0x1be8500), F(0x171f200), F(0x7cf200), F(0x7cf300));
   snrt_dead(c, 0x140f200, 3211264);
   snrt_dead(c, 0x1be8400, 256);
   snrt_dead(c, 0x1be8500, 256);
+  snrt_reads(c, 31, 3, (const int64_t[]){0x12b00, 256, 0x7cf200, 256, 0x19c700, 256});
   /*    31 update    SGD                features.5.weight/sgd  live 18.7 MiB */
   snrt_sgd(c, &P25, F(0x12b00), F(0x7cf200), F(0x19c700));
   snrt_dead(c, 0x7cf200, 256);
+  snrt_reads(c, 32, 3, (const int64_t[]){0x12c00, 256, 0x7cf300, 256, 0x19c800, 256});
   /*    32 update    SGD                features.5.bias/sgd  live 18.7 MiB */
   snrt_sgd(c, &P26, F(0x12c00), F(0x7cf300), F(0x19c800));
   snrt_dead(c, 0x7cf300, 256);
+  snrt_reads(c, 33, 2, (const int64_t[]){0x1a2f200, 1605632, 0x171f200, 3211264});
   /*    33 backward  CONV_BWD_FILTER    /features/features.4/Conv/bwd_filter  live 22.7 MiB */
   snrt_conv_bwd_filter(c, &P4, F(0x1a2f200), F(0x171f200), F(0xbaf600), F(0x7cf200));
   snrt_dead(c, 0x1a2f200, 1605632);
   snrt_dead(c, 0x7cf200, 4064256);
+  snrt_reads(c, 34, 2, (const int64_t[]){0x171f200, 3211264, 0xa00, 73728});
   /*    34 backward  CONV_BWD_DATA      /features/features.4/Conv/bwd_data  live 22.7 MiB */
   snrt_conv_bwd_data(c, &P4, F(0x171f200), F(0xa00), F(0x140f200), F(0x7cf200));
   snrt_dead(c, 0x7cf200, 4064256);
+  snrt_reads(c, 35, 1, (const int64_t[]){0x171f200, 3211264});
   /*    35 backward  CONV_BWD_BIAS      /features/features.4/Conv/bwd_bias  live 18.8 MiB */
   snrt_conv_bwd_bias(c, &P4, F(0x171f200), F(0x7cf200));
   snrt_dead(c, 0x171f200, 3211264);
+  snrt_reads(c, 36, 3, (const int64_t[]){0xa00, 73728, 0xbaf600, 73728, 0x19c900, 73728});
   /*    36 update    SGD                features.4.weight/sgd  live 15.7 MiB */
   snrt_sgd(c, &P27, F(0xa00), F(0xbaf600), F(0x19c900));
   snrt_dead(c, 0xbaf600, 73728);
+  snrt_reads(c, 37, 3, (const int64_t[]){0x12a00, 256, 0x7cf200, 256, 0x1ae900, 256});
   /*    37 update    SGD                features.4.bias/sgd  live 15.7 MiB */
   snrt_sgd(c, &P28, F(0x12a00), F(0x7cf200), F(0x1ae900));
   snrt_dead(c, 0x7cf200, 256);
+  snrt_reads(c, 38, 2, (const int64_t[]){0xdef200, 6422528, 0x140f200, 1605632});
   /*    38 backward  MAXPOOL_BWD        /features/features.3/MaxPool/bwd  live 21.8 MiB */
   snrt_maxpool_bwd(c, &P3, F(0xdef200), F(0x140f200), F(0x7cf200));
   snrt_dead(c, 0x140f200, 1605632);
+  snrt_reads(c, 39, 2, (const int64_t[]){0xdef200, 6422528, 0x7cf200, 6422528});
   /*    39 backward  UNARY_BWD          /features/features.2/Relu/bwd  live 20.3 MiB */
   snrt_unary_bwd(c, &P2, NULL, F(0xdef200), F(0x7cf200), F(0x7cf200));
   snrt_dead(c, 0xdef200, 6422528);
+  snrt_reads(c, 40, 5, (const int64_t[]){0x1af200, 6422528, 0x7cf200, 6422528, 0x600, 128, 0x1be8200, 128, 0x1be8300, 128});
   /*    40 backward  BN_BWD             /features/features.1/BatchNormalization/bwd  live 14.1 MiB */
   snrt_bn_bwd(c, &P1, F(0x1af200), F(0x7cf200), F(0x600), F(0x1be8200), F(0x1be8300), F(0x7cf200), F(0xdef200), F(0xdef300));
   snrt_dead(c, 0x1af200, 6422528);
   snrt_dead(c, 0x1be8200, 256);
   snrt_dead(c, 0x1be8300, 256);
+  snrt_reads(c, 41, 3, (const int64_t[]){0x600, 128, 0xdef200, 128, 0x1aea00, 128});
   /*    41 update    SGD                features.1.weight/sgd  live 8.0 MiB */
   snrt_sgd(c, &P29, F(0x600), F(0xdef200), F(0x1aea00));
   snrt_dead(c, 0xdef200, 256);
+  snrt_reads(c, 42, 3, (const int64_t[]){0x700, 128, 0xdef300, 128, 0x1aeb00, 128});
   /*    42 update    SGD                features.1.bias/sgd  live 8.0 MiB */
   snrt_sgd(c, &P30, F(0x700), F(0xdef300), F(0x1aeb00));
   snrt_dead(c, 0xdef300, 256);
+  snrt_reads(c, 43, 2, (const int64_t[]){0x1bb7200, 200704, 0x7cf200, 6422528});
   /*    43 backward  CONV_BWD_FILTER    /features/features.0/Conv/bwd_filter  live 9.7 MiB */
   snrt_conv_bwd_filter(c, &P0, F(0x1bb7200), F(0x7cf200), F(0x368200), F(0x1af200));
   snrt_dead(c, 0x1af200, 1806336);
+  snrt_reads(c, 44, 1, (const int64_t[]){0x7cf200, 6422528});
   /*    44 backward  CONV_BWD_BIAS      /features/features.0/Conv/bwd_bias  live 8.0 MiB */
   snrt_conv_bwd_bias(c, &P0, F(0x7cf200), F(0x1af200));
   snrt_dead(c, 0x7cf200, 6422528);
+  snrt_reads(c, 45, 3, (const int64_t[]){0x0, 1152, 0x368200, 1152, 0x1aec00, 1152});
   /*    45 update    SGD                features.0.weight/sgd  live 1.9 MiB */
   snrt_sgd(c, &P31, F(0x0), F(0x368200), F(0x1aec00));
   snrt_dead(c, 0x368200, 1280);
+  snrt_reads(c, 46, 3, (const int64_t[]){0x500, 128, 0x1af200, 128, 0x1af100, 128});
   /*    46 update    SGD                features.0.bias/sgd  live 1.9 MiB */
   snrt_sgd(c, &P32, F(0x500), F(0x1af200), F(0x1af100));
   snrt_dead(c, 0x1af200, 256);
@@ -191,41 +238,53 @@ static void train_step(snrt_ctx *c) {
 
 static void eval_step_0(snrt_ctx *c) {
   char *const A = snrt_arena(c);
+  snrt_reads(c, 47, 3, (const int64_t[]){0x1bb7200, 200704, 0x0, 1152, 0x500, 128});
   /*    47 eval      Conv               /features/features.0/Conv/eval  live 9.7 MiB */
   snrt_conv_fwd(c, &P0, F(0x1bb7200), F(0x0), F(0x500), F(0x1af200), F(0x7cf200));
   snrt_dead(c, 0x7cf200, 1806336);
+  snrt_reads(c, 48, 5, (const int64_t[]){0x1af200, 6422528, 0x600, 128, 0x700, 128, 0x800, 128, 0x900, 128});
   /*    48 eval      BN_INFER           /features/features.1/BatchNormalization/eval  live 13.9 MiB */
   snrt_bn_fwd_infer(c, &P1, F(0x1af200), F(0x600), F(0x700), F(0x800), F(0x900), F(0x7cf200));
   snrt_dead(c, 0x1af200, 6422528);
+  snrt_reads(c, 49, 1, (const int64_t[]){0x7cf200, 6422528});
   /*    49 eval      Relu               /features/features.2/Relu/eval  live 13.9 MiB */
   snrt_unary_fwd(c, &P2, F(0x7cf200), F(0x1af200));
   snrt_dead(c, 0x7cf200, 6422528);
+  snrt_reads(c, 50, 1, (const int64_t[]){0x1af200, 6422528});
   /*    50 eval      MaxPool            /features/features.3/MaxPool/eval  live 9.3 MiB */
   snrt_maxpool_fwd(c, &P3, F(0x1af200), F(0x89f600));
   snrt_dead(c, 0x1af200, 6422528);
+  snrt_reads(c, 51, 3, (const int64_t[]){0x89f600, 1605632, 0xa00, 73728, 0x12a00, 256});
   /*    51 eval      Conv               /features/features.4/Conv/eval  live 10.2 MiB */
   snrt_conv_fwd(c, &P4, F(0x89f600), F(0xa00), F(0x12a00), F(0x58f600), F(0x1af200));
   snrt_dead(c, 0x89f600, 1605632);
   snrt_dead(c, 0x1af200, 4064256);
+  snrt_reads(c, 52, 5, (const int64_t[]){0x58f600, 3211264, 0x12b00, 256, 0x12c00, 256, 0x12d00, 256, 0x12e00, 256});
   /*    52 eval      BN_INFER           /features/features.5/BatchNormalization/eval  live 7.8 MiB */
   snrt_bn_fwd_infer(c, &P5, F(0x58f600), F(0x12b00), F(0x12c00), F(0x12d00), F(0x12e00), F(0x1af200));
   snrt_dead(c, 0x58f600, 3211264);
+  snrt_reads(c, 53, 1, (const int64_t[]){0x1af200, 3211264});
   /*    53 eval      Relu               /features/features.6/Relu/eval  live 7.8 MiB */
   snrt_unary_fwd(c, &P6, F(0x1af200), F(0x4bf200));
   snrt_dead(c, 0x1af200, 3211264);
+  snrt_reads(c, 54, 1, (const int64_t[]){0x4bf200, 3211264});
   /*    54 eval      MaxPool            /features/features.7/MaxPool/eval  live 5.5 MiB */
   snrt_maxpool_fwd(c, &P7, F(0x4bf200), F(0x1af200));
   snrt_dead(c, 0x4bf200, 3211264);
+  snrt_reads(c, 55, 1, (const int64_t[]){0x1af200, 802816});
   /*    55 eval      Flatten            /classifier/classifier.0/Flatten/eval  live 3.2 MiB */
   snrt_copy(c, 802816, F(0x1af200), F(0x273200));
   snrt_dead(c, 0x1af200, 802816);
+  snrt_reads(c, 56, 3, (const int64_t[]){0x273200, 802816, 0x12f00, 802816, 0xd6f00, 256});
   /*    56 eval      Gemm               /classifier/classifier.2/Gemm/eval  live 2.5 MiB */
   snrt_matmul(c, &P9, F(0x273200), F(0x12f00), F(0x1af200));
   snrt_bias_fwd(c, &P10, F(0xd6f00), F(0x1af200));
   snrt_dead(c, 0x273200, 802816);
+  snrt_reads(c, 57, 1, (const int64_t[]){0x1af200, 16384});
   /*    57 eval      Relu               /classifier/classifier.3/Relu/eval  live 1.7 MiB */
   snrt_unary_fwd(c, &P11, F(0x1af200), F(0x1b3200));
   snrt_dead(c, 0x1af200, 16384);
+  snrt_reads(c, 58, 3, (const int64_t[]){0x1b3200, 16384, 0xd7000, 2560, 0xd7a00, 40});
   /*    58 eval      Gemm               /classifier/classifier.4/Gemm/eval  live 1.7 MiB */
   snrt_matmul(c, &P12, F(0x1b3200), F(0xd7000), F(0x1af200));
   snrt_bias_fwd(c, &P13, F(0xd7a00), F(0x1af200));

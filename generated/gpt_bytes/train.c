@@ -2429,1162 +2429,1562 @@ static const snrt_sgd_t P341 = {.n = 16384, .momentum = 0.899999976f, .weight_de
 
 static void train_step_0(snrt_ctx *c) {
   char *const A = snrt_arena(c);
+  snrt_reads(c, 0, 1, (const int64_t[]){0x0, 65536});
   /*     0 forward   Gather             /wte/Gather  live 1.9 MiB */
   snrt_gather_fwd(c, &P0, F(0x0), I(0x2340500), F(0x1b0500));
+  snrt_reads(c, 1, 1, (const int64_t[]){0x10000, 16384});
   /*     1 forward   Gather             /wpe/Gather  live 2.0 MiB */
   snrt_gather_fwd(c, &P1, F(0x10000), NULL, F(0x1f0500));
+  snrt_reads(c, 2, 2, (const int64_t[]){0x1b0500, 262144, 0x1f0500, 16384});
   /*     2 forward   Add                /Add  live 2.2 MiB */
   snrt_binary_fwd(c, &P2, F(0x1b0500), F(0x1f0500), F(0x3b0500));
   snrt_dead(c, 0x1b0500, 262144);
   snrt_dead(c, 0x1f0500, 16384);
+  snrt_reads(c, 3, 1, (const int64_t[]){0x3b0500, 262144});
   /*     3 forward   ReduceMean         /blocks.0/ln1/ReduceMean  live 2.0 MiB */
   snrt_reduce(c, &P3, F(0x3b0500), F(0x1b0500));
+  snrt_reads(c, 4, 2, (const int64_t[]){0x3b0500, 262144, 0x1b0500, 4096});
   /*     4 forward   Sub                /blocks.0/ln1/Sub  live 2.2 MiB */
   snrt_binary_fwd(c, &P4, F(0x3b0500), F(0x1b0500), F(0x17b0500));
   snrt_dead(c, 0x1b0500, 4096);
+  snrt_reads(c, 5, 1, (const int64_t[]){0x17b0500, 262144});
   /*     5 forward   Pow                /blocks.0/ln1/Pow  live 2.4 MiB */
   snrt_math_fwd(c, &P5, F(0x17b0500), F(0x1b0500));
+  snrt_reads(c, 6, 1, (const int64_t[]){0x1b0500, 262144});
   /*     6 forward   ReduceMean         /blocks.0/ln1/ReduceMean_1  live 2.5 MiB */
   snrt_reduce(c, &P6, F(0x1b0500), F(0x1f0500));
   snrt_dead(c, 0x1b0500, 262144);
+  snrt_reads(c, 7, 2, (const int64_t[]){0x1f0500, 4096, 0xd7600, 4});
   /*     7 forward   Add                /blocks.0/ln1/Add  live 2.2 MiB */
   snrt_binary_fwd(c, &P7, F(0x1f0500), F(0xd7600), F(0x1b0500));
   snrt_dead(c, 0x1f0500, 4096);
+  snrt_reads(c, 8, 1, (const int64_t[]){0x1b0500, 4096});
   /*     8 forward   Sqrt               /blocks.0/ln1/Sqrt  live 2.2 MiB */
   snrt_math_fwd(c, &P8, F(0x1b0500), F(0x2342500));
   snrt_dead(c, 0x1b0500, 4096);
+  snrt_reads(c, 9, 2, (const int64_t[]){0x17b0500, 262144, 0x2342500, 4096});
   /*     9 forward   Div                /blocks.0/ln1/Div  live 2.5 MiB */
   snrt_binary_fwd(c, &P9, F(0x17b0500), F(0x2342500), F(0x17f0500));
+  snrt_reads(c, 10, 2, (const int64_t[]){0x17f0500, 262144, 0x14000, 256});
   /*    10 forward   Mul                /blocks.0/ln1/Mul  live 2.7 MiB */
   snrt_binary_fwd(c, &P10, F(0x17f0500), F(0x14000), F(0x1b0500));
+  snrt_reads(c, 11, 2, (const int64_t[]){0x1b0500, 262144, 0x14100, 256});
   /*    11 forward   Add                /blocks.0/ln1/Add_1  live 3.0 MiB */
   snrt_binary_fwd(c, &P11, F(0x1b0500), F(0x14100), F(0x1830500));
   snrt_dead(c, 0x1b0500, 262144);
+  snrt_reads(c, 12, 1, (const int64_t[]){0x14400, 49152});
   /*    12 forward   Transpose          /blocks.0/qkv/Transpose  live 2.7 MiB */
   snrt_transpose(c, &P12, F(0x14400), F(0x2300500));
+  snrt_reads(c, 13, 2, (const int64_t[]){0x1830500, 262144, 0x2300500, 49152});
   /*    13 forward   MatMul             /blocks.0/qkv/MatMul  live 3.5 MiB */
   snrt_matmul(c, &P13, F(0x1830500), F(0x2300500), F(0x1b0500));
+  snrt_reads(c, 14, 2, (const int64_t[]){0x20400, 768, 0x1b0500, 786432});
   /*    14 forward   Add                /blocks.0/qkv/Add  live 4.2 MiB */
   snrt_binary_fwd(c, &P14, F(0x20400), F(0x1b0500), F(0x270500));
   snrt_dead(c, 0x1b0500, 786432);
+  snrt_reads(c, 15, 1, (const int64_t[]){0x270500, 786432});
   /*    15 forward   Split              /blocks.0/Split  live 4.2 MiB */
   snrt_split(c, &P15, F(0x270500), (float *const[]){F(0x1b0500), F(0x1f0500), F(0x230500)});
   snrt_dead(c, 0x270500, 786432);
+  snrt_reads(c, 16, 1, (const int64_t[]){0x1b0500, 262144});
   /*    16 forward   Reshape            /blocks.0/Reshape  live 3.7 MiB */
   snrt_copy(c, 262144, F(0x1b0500), F(0x270500));
   snrt_dead(c, 0x1b0500, 262144);
+  snrt_reads(c, 17, 1, (const int64_t[]){0x270500, 262144});
   /*    17 forward   Transpose          /blocks.0/Transpose  live 3.7 MiB */
   snrt_transpose(c, &P16, F(0x270500), F(0x1870500));
   snrt_dead(c, 0x270500, 262144);
+  snrt_reads(c, 18, 1, (const int64_t[]){0x1f0500, 262144});
   /*    18 forward   Reshape            /blocks.0/Reshape_1  live 3.7 MiB */
   snrt_copy(c, 262144, F(0x1f0500), F(0x1b0500));
   snrt_dead(c, 0x1f0500, 262144);
+  snrt_reads(c, 19, 1, (const int64_t[]){0x230500, 262144});
   /*    19 forward   Reshape            /blocks.0/Reshape_2  live 3.7 MiB */
   snrt_copy(c, 262144, F(0x230500), F(0x1f0500));
   snrt_dead(c, 0x230500, 262144);
+  snrt_reads(c, 20, 1, (const int64_t[]){0x1f0500, 262144});
   /*    20 forward   Transpose          /blocks.0/Transpose_1  live 3.7 MiB */
   snrt_transpose(c, &P17, F(0x1f0500), F(0x18b0500));
   snrt_dead(c, 0x1f0500, 262144);
+  snrt_reads(c, 21, 1, (const int64_t[]){0x1b0500, 262144});
   /*    21 forward   Transpose          /blocks.0/Transpose_2  live 3.7 MiB */
   snrt_transpose(c, &P18, F(0x1b0500), F(0x18f0500));
   snrt_dead(c, 0x1b0500, 262144);
+  snrt_reads(c, 22, 2, (const int64_t[]){0x1870500, 262144, 0x18f0500, 262144});
   /*    22 forward   MatMul             /blocks.0/MatMul  live 4.5 MiB */
   snrt_matmul(c, &P19, F(0x1870500), F(0x18f0500), F(0x1b0500));
+  snrt_reads(c, 23, 2, (const int64_t[]){0x1b0500, 1048576, 0xd7700, 4});
   /*    23 forward   Mul                /blocks.0/Mul  live 5.5 MiB */
   snrt_binary_fwd(c, &P20, F(0x1b0500), F(0xd7700), F(0x2b0500));
   snrt_dead(c, 0x1b0500, 1048576);
+  snrt_reads(c, 24, 1, (const int64_t[]){0x2b0500, 1048576});
   /*    24 forward   Where              /blocks.0/Where  live 5.5 MiB */
   snrt_where(c, &P21, F(0x2b0500), F(0x1b0500));
   snrt_dead(c, 0x2b0500, 1048576);
+  snrt_reads(c, 25, 1, (const int64_t[]){0x1b0500, 1048576});
   /*    25 forward   Softmax            /blocks.0/Softmax  live 5.5 MiB */
   snrt_softmax_fwd(c, &P22, F(0x1b0500), F(0x2b0500));
   snrt_dead(c, 0x1b0500, 1048576);
+  snrt_reads(c, 26, 2, (const int64_t[]){0x2b0500, 1048576, 0x18b0500, 262144});
   /*    26 forward   MatMul             /blocks.0/MatMul_1  live 4.7 MiB */
   snrt_matmul(c, &P23, F(0x2b0500), F(0x18b0500), F(0x1b0500));
+  snrt_reads(c, 27, 1, (const int64_t[]){0x1b0500, 262144});
   /*    27 forward   Transpose          /blocks.0/Transpose_3  live 5.0 MiB */
   snrt_transpose(c, &P24, F(0x1b0500), F(0x1f0500));
   snrt_dead(c, 0x1b0500, 262144);
+  snrt_reads(c, 28, 1, (const int64_t[]){0x1f0500, 262144});
   /*    28 forward   Reshape            /blocks.0/Reshape_3  live 5.0 MiB */
   snrt_copy(c, 262144, F(0x1f0500), F(0x1930500));
   snrt_dead(c, 0x1f0500, 262144);
+  snrt_reads(c, 29, 1, (const int64_t[]){0x20700, 16384});
   /*    29 forward   Transpose          /blocks.0/proj/Transpose  live 4.8 MiB */
   snrt_transpose(c, &P25, F(0x20700), F(0x2330500));
+  snrt_reads(c, 30, 2, (const int64_t[]){0x1930500, 262144, 0x2330500, 16384});
   /*    30 forward   MatMul             /blocks.0/proj/MatMul  live 5.0 MiB */
   snrt_matmul(c, &P26, F(0x1930500), F(0x2330500), F(0x1b0500));
+  snrt_reads(c, 31, 2, (const int64_t[]){0x24700, 256, 0x1b0500, 262144});
   /*    31 forward   Add                /blocks.0/proj/Add  live 5.3 MiB */
   snrt_binary_fwd(c, &P27, F(0x24700), F(0x1b0500), F(0x1f0500));
   snrt_dead(c, 0x1b0500, 262144);
+  snrt_reads(c, 32, 2, (const int64_t[]){0x3b0500, 262144, 0x1f0500, 262144});
   /*    32 forward   Add                /blocks.0/Add  live 5.3 MiB */
   snrt_binary_fwd(c, &P28, F(0x3b0500), F(0x1f0500), F(0x7b0500));
   snrt_dead(c, 0x3b0500, 262144);
   snrt_dead(c, 0x1f0500, 262144);
+  snrt_reads(c, 33, 1, (const int64_t[]){0x7b0500, 262144});
   /*    33 forward   ReduceMean         /blocks.0/ln2/ReduceMean  live 4.8 MiB */
   snrt_reduce(c, &P29, F(0x7b0500), F(0x1b0500));
+  snrt_reads(c, 34, 2, (const int64_t[]){0x7b0500, 262144, 0x1b0500, 4096});
   /*    34 forward   Sub                /blocks.0/ln2/Sub  live 5.0 MiB */
   snrt_binary_fwd(c, &P30, F(0x7b0500), F(0x1b0500), F(0x1970500));
   snrt_dead(c, 0x1b0500, 4096);
+  snrt_reads(c, 35, 1, (const int64_t[]){0x1970500, 262144});
   /*    35 forward   Pow                /blocks.0/ln2/Pow  live 5.3 MiB */
   snrt_math_fwd(c, &P31, F(0x1970500), F(0x1b0500));
+  snrt_reads(c, 36, 1, (const int64_t[]){0x1b0500, 262144});
   /*    36 forward   ReduceMean         /blocks.0/ln2/ReduceMean_1  live 5.3 MiB */
   snrt_reduce(c, &P32, F(0x1b0500), F(0x1f0500));
   snrt_dead(c, 0x1b0500, 262144);
+  snrt_reads(c, 37, 2, (const int64_t[]){0x1f0500, 4096, 0xd7800, 4});
   /*    37 forward   Add                /blocks.0/ln2/Add  live 5.0 MiB */
   snrt_binary_fwd(c, &P33, F(0x1f0500), F(0xd7800), F(0x1b0500));
   snrt_dead(c, 0x1f0500, 4096);
+  snrt_reads(c, 38, 1, (const int64_t[]){0x1b0500, 4096});
   /*    38 forward   Sqrt               /blocks.0/ln2/Sqrt  live 5.0 MiB */
   snrt_math_fwd(c, &P34, F(0x1b0500), F(0x2343500));
   snrt_dead(c, 0x1b0500, 4096);
+  snrt_reads(c, 39, 2, (const int64_t[]){0x1970500, 262144, 0x2343500, 4096});
   /*    39 forward   Div                /blocks.0/ln2/Div  live 5.3 MiB */
   snrt_binary_fwd(c, &P35, F(0x1970500), F(0x2343500), F(0x19b0500));
+  snrt_reads(c, 40, 2, (const int64_t[]){0x19b0500, 262144, 0x14200, 256});
   /*    40 forward   Mul                /blocks.0/ln2/Mul  live 5.5 MiB */
   snrt_binary_fwd(c, &P36, F(0x19b0500), F(0x14200), F(0x1b0500));
+  snrt_reads(c, 41, 2, (const int64_t[]){0x1b0500, 262144, 0x14300, 256});
   /*    41 forward   Add                /blocks.0/ln2/Add_1  live 5.8 MiB */
   snrt_binary_fwd(c, &P37, F(0x1b0500), F(0x14300), F(0x19f0500));
   snrt_dead(c, 0x1b0500, 262144);
+  snrt_reads(c, 42, 1, (const int64_t[]){0x24800, 65536});
   /*    42 forward   Transpose          /blocks.0/fc/Transpose  live 5.6 MiB */
   snrt_transpose(c, &P38, F(0x24800), F(0x2270500));
+  snrt_reads(c, 43, 2, (const int64_t[]){0x19f0500, 262144, 0x2270500, 65536});
   /*    43 forward   MatMul             /blocks.0/fc/MatMul  live 6.6 MiB */
   snrt_matmul(c, &P39, F(0x19f0500), F(0x2270500), F(0x1b0500));
+  snrt_reads(c, 44, 2, (const int64_t[]){0x34800, 1024, 0x1b0500, 1048576});
   /*    44 forward   Add                /blocks.0/fc/Add  live 7.6 MiB */
   snrt_binary_fwd(c, &P40, F(0x34800), F(0x1b0500), F(0x3b0500));
   snrt_dead(c, 0x1b0500, 1048576);
+  snrt_reads(c, 45, 2, (const int64_t[]){0x3b0500, 1048576, 0xd7900, 4});
   /*    45 forward   Div                /blocks.0/Div  live 7.6 MiB */
   snrt_binary_fwd(c, &P41, F(0x3b0500), F(0xd7900), F(0x1b0500));
+  snrt_reads(c, 46, 1, (const int64_t[]){0x1b0500, 1048576});
   /*    46 forward   Erf                /blocks.0/Erf  live 8.6 MiB */
   snrt_math_fwd(c, &P42, F(0x1b0500), F(0x4b0500));
+  snrt_reads(c, 47, 2, (const int64_t[]){0x4b0500, 1048576, 0xd7a00, 4});
   /*    47 forward   Add                /blocks.0/Add_1  live 9.6 MiB */
   snrt_binary_fwd(c, &P43, F(0x4b0500), F(0xd7a00), F(0x5b0500));
   snrt_dead(c, 0x4b0500, 1048576);
+  snrt_reads(c, 48, 2, (const int64_t[]){0x3b0500, 1048576, 0x5b0500, 1048576});
   /*    48 forward   Mul                /blocks.0/Mul_1  live 9.6 MiB */
   snrt_binary_fwd(c, &P44, F(0x3b0500), F(0x5b0500), F(0x4b0500));
+  snrt_reads(c, 49, 2, (const int64_t[]){0x4b0500, 1048576, 0xd7b00, 4});
   /*    49 forward   Mul                /blocks.0/Mul_2  live 10.6 MiB */
   snrt_binary_fwd(c, &P45, F(0x4b0500), F(0xd7b00), F(0x6b0500));
   snrt_dead(c, 0x4b0500, 1048576);
+  snrt_reads(c, 50, 1, (const int64_t[]){0x34c00, 65536});
   /*    50 forward   Transpose          /blocks.0/fc2/Transpose  live 9.6 MiB */
   snrt_transpose(c, &P46, F(0x34c00), F(0x2280500));
+  snrt_reads(c, 51, 2, (const int64_t[]){0x6b0500, 1048576, 0x2280500, 65536});
   /*    51 forward   MatMul             /blocks.0/fc2/MatMul  live 9.9 MiB */
   snrt_matmul(c, &P47, F(0x6b0500), F(0x2280500), F(0x4b0500));
+  snrt_reads(c, 52, 2, (const int64_t[]){0x44c00, 256, 0x4b0500, 262144});
   /*    52 forward   Add                /blocks.0/fc2/Add  live 10.1 MiB */
   snrt_binary_fwd(c, &P48, F(0x44c00), F(0x4b0500), F(0x4f0500));
   snrt_dead(c, 0x4b0500, 262144);
+  snrt_reads(c, 53, 2, (const int64_t[]){0x7b0500, 262144, 0x4f0500, 262144});
   /*    53 forward   Add                /blocks.0/Add_2  live 10.1 MiB */
   snrt_binary_fwd(c, &P49, F(0x7b0500), F(0x4f0500), F(0x8b0500));
   snrt_dead(c, 0x7b0500, 262144);
   snrt_dead(c, 0x4f0500, 262144);
+  snrt_reads(c, 54, 1, (const int64_t[]){0x8b0500, 262144});
   /*    54 forward   ReduceMean         /blocks.1/ln1/ReduceMean  live 9.6 MiB */
   snrt_reduce(c, &P50, F(0x8b0500), F(0x4b0500));
+  snrt_reads(c, 55, 2, (const int64_t[]){0x8b0500, 262144, 0x4b0500, 4096});
   /*    55 forward   Sub                /blocks.1/ln1/Sub  live 9.9 MiB */
   snrt_binary_fwd(c, &P51, F(0x8b0500), F(0x4b0500), F(0x1a30500));
   snrt_dead(c, 0x4b0500, 4096);
+  snrt_reads(c, 56, 1, (const int64_t[]){0x1a30500, 262144});
   /*    56 forward   Pow                /blocks.1/ln1/Pow  live 10.1 MiB */
   snrt_math_fwd(c, &P52, F(0x1a30500), F(0x4b0500));
+  snrt_reads(c, 57, 1, (const int64_t[]){0x4b0500, 262144});
   /*    57 forward   ReduceMean         /blocks.1/ln1/ReduceMean_1  live 10.1 MiB */
   snrt_reduce(c, &P53, F(0x4b0500), F(0x4f0500));
   snrt_dead(c, 0x4b0500, 262144);
+  snrt_reads(c, 58, 2, (const int64_t[]){0x4f0500, 4096, 0xd7c00, 4});
   /*    58 forward   Add                /blocks.1/ln1/Add  live 9.9 MiB */
   snrt_binary_fwd(c, &P54, F(0x4f0500), F(0xd7c00), F(0x4b0500));
   snrt_dead(c, 0x4f0500, 4096);
+  snrt_reads(c, 59, 1, (const int64_t[]){0x4b0500, 4096});
   /*    59 forward   Sqrt               /blocks.1/ln1/Sqrt  live 9.9 MiB */
   snrt_math_fwd(c, &P55, F(0x4b0500), F(0x2344500));
   snrt_dead(c, 0x4b0500, 4096);
+  snrt_reads(c, 60, 2, (const int64_t[]){0x1a30500, 262144, 0x2344500, 4096});
   /*    60 forward   Div                /blocks.1/ln1/Div  live 10.1 MiB */
   snrt_binary_fwd(c, &P56, F(0x1a30500), F(0x2344500), F(0x1a70500));
+  snrt_reads(c, 61, 2, (const int64_t[]){0x1a70500, 262144, 0x44d00, 256});
   /*    61 forward   Mul                /blocks.1/ln1/Mul  live 10.4 MiB */
   snrt_binary_fwd(c, &P57, F(0x1a70500), F(0x44d00), F(0x4b0500));
+  snrt_reads(c, 62, 2, (const int64_t[]){0x4b0500, 262144, 0x44e00, 256});
   /*    62 forward   Add                /blocks.1/ln1/Add_1  live 10.6 MiB */
   snrt_binary_fwd(c, &P58, F(0x4b0500), F(0x44e00), F(0x1ab0500));
   snrt_dead(c, 0x4b0500, 262144);
+  snrt_reads(c, 63, 1, (const int64_t[]){0x45100, 49152});
   /*    63 forward   Transpose          /blocks.1/qkv/Transpose  live 10.4 MiB */
   snrt_transpose(c, &P59, F(0x45100), F(0x230c500));
+  snrt_reads(c, 64, 2, (const int64_t[]){0x1ab0500, 262144, 0x230c500, 49152});
   /*    64 forward   MatMul             /blocks.1/qkv/MatMul  live 11.2 MiB */
   snrt_matmul(c, &P60, F(0x1ab0500), F(0x230c500), F(0x4b0500));
+  snrt_reads(c, 65, 2, (const int64_t[]){0x51100, 768, 0x4b0500, 786432});
   /*    65 forward   Add                /blocks.1/qkv/Add  live 11.9 MiB */
   snrt_binary_fwd(c, &P61, F(0x51100), F(0x4b0500), F(0x7b0500));
   snrt_dead(c, 0x4b0500, 786432);
+  snrt_reads(c, 66, 1, (const int64_t[]){0x7b0500, 786432});
   /*    66 forward   Split              /blocks.1/Split  live 11.9 MiB */
   snrt_split(c, &P62, F(0x7b0500), (float *const[]){F(0x4b0500), F(0x4f0500), F(0x530500)});
   snrt_dead(c, 0x7b0500, 786432);
+  snrt_reads(c, 67, 1, (const int64_t[]){0x4b0500, 262144});
   /*    67 forward   Reshape            /blocks.1/Reshape  live 11.4 MiB */
   snrt_copy(c, 262144, F(0x4b0500), F(0x570500));
   snrt_dead(c, 0x4b0500, 262144);
+  snrt_reads(c, 68, 1, (const int64_t[]){0x570500, 262144});
   /*    68 forward   Transpose          /blocks.1/Transpose  live 11.4 MiB */
   snrt_transpose(c, &P63, F(0x570500), F(0x1af0500));
   snrt_dead(c, 0x570500, 262144);
+  snrt_reads(c, 69, 1, (const int64_t[]){0x4f0500, 262144});
   /*    69 forward   Reshape            /blocks.1/Reshape_1  live 11.4 MiB */
   snrt_copy(c, 262144, F(0x4f0500), F(0x4b0500));
   snrt_dead(c, 0x4f0500, 262144);
+  snrt_reads(c, 70, 1, (const int64_t[]){0x530500, 262144});
   /*    70 forward   Reshape            /blocks.1/Reshape_2  live 11.4 MiB */
   snrt_copy(c, 262144, F(0x530500), F(0x4f0500));
   snrt_dead(c, 0x530500, 262144);
+  snrt_reads(c, 71, 1, (const int64_t[]){0x4f0500, 262144});
   /*    71 forward   Transpose          /blocks.1/Transpose_1  live 11.4 MiB */
   snrt_transpose(c, &P64, F(0x4f0500), F(0x1b30500));
   snrt_dead(c, 0x4f0500, 262144);
+  snrt_reads(c, 72, 1, (const int64_t[]){0x4b0500, 262144});
   /*    72 forward   Transpose          /blocks.1/Transpose_2  live 11.4 MiB */
   snrt_transpose(c, &P65, F(0x4b0500), F(0x1b70500));
   snrt_dead(c, 0x4b0500, 262144);
+  snrt_reads(c, 73, 2, (const int64_t[]){0x1af0500, 262144, 0x1b70500, 262144});
   /*    73 forward   MatMul             /blocks.1/MatMul  live 12.2 MiB */
   snrt_matmul(c, &P66, F(0x1af0500), F(0x1b70500), F(0x4b0500));
+  snrt_reads(c, 74, 2, (const int64_t[]){0x4b0500, 1048576, 0xd7d00, 4});
   /*    74 forward   Mul                /blocks.1/Mul  live 13.2 MiB */
   snrt_binary_fwd(c, &P67, F(0x4b0500), F(0xd7d00), F(0x7b0500));
   snrt_dead(c, 0x4b0500, 1048576);
+  snrt_reads(c, 75, 1, (const int64_t[]){0x7b0500, 1048576});
   /*    75 forward   Where              /blocks.1/Where  live 13.2 MiB */
   snrt_where(c, &P68, F(0x7b0500), F(0x4b0500));
   snrt_dead(c, 0x7b0500, 1048576);
+  snrt_reads(c, 76, 1, (const int64_t[]){0x4b0500, 1048576});
   /*    76 forward   Softmax            /blocks.1/Softmax  live 13.2 MiB */
   snrt_softmax_fwd(c, &P69, F(0x4b0500), F(0x7b0500));
   snrt_dead(c, 0x4b0500, 1048576);
+  snrt_reads(c, 77, 2, (const int64_t[]){0x7b0500, 1048576, 0x1b30500, 262144});
   /*    77 forward   MatMul             /blocks.1/MatMul_1  live 12.4 MiB */
   snrt_matmul(c, &P70, F(0x7b0500), F(0x1b30500), F(0x4b0500));
+  snrt_reads(c, 78, 1, (const int64_t[]){0x4b0500, 262144});
   /*    78 forward   Transpose          /blocks.1/Transpose_3  live 12.7 MiB */
   snrt_transpose(c, &P71, F(0x4b0500), F(0x4f0500));
   snrt_dead(c, 0x4b0500, 262144);
+  snrt_reads(c, 79, 1, (const int64_t[]){0x4f0500, 262144});
   /*    79 forward   Reshape            /blocks.1/Reshape_3  live 12.7 MiB */
   snrt_copy(c, 262144, F(0x4f0500), F(0x1bb0500));
   snrt_dead(c, 0x4f0500, 262144);
+  snrt_reads(c, 80, 1, (const int64_t[]){0x51400, 16384});
   /*    80 forward   Transpose          /blocks.1/proj/Transpose  live 12.5 MiB */
   snrt_transpose(c, &P72, F(0x51400), F(0x2334500));
+  snrt_reads(c, 81, 2, (const int64_t[]){0x1bb0500, 262144, 0x2334500, 16384});
   /*    81 forward   MatMul             /blocks.1/proj/MatMul  live 12.7 MiB */
   snrt_matmul(c, &P73, F(0x1bb0500), F(0x2334500), F(0x4b0500));
+  snrt_reads(c, 82, 2, (const int64_t[]){0x55400, 256, 0x4b0500, 262144});
   /*    82 forward   Add                /blocks.1/proj/Add  live 13.0 MiB */
   snrt_binary_fwd(c, &P74, F(0x55400), F(0x4b0500), F(0x4f0500));
   snrt_dead(c, 0x4b0500, 262144);
+  snrt_reads(c, 83, 2, (const int64_t[]){0x8b0500, 262144, 0x4f0500, 262144});
   /*    83 forward   Add                /blocks.1/Add  live 13.0 MiB */
   snrt_binary_fwd(c, &P75, F(0x8b0500), F(0x4f0500), F(0xcb0500));
   snrt_dead(c, 0x8b0500, 262144);
   snrt_dead(c, 0x4f0500, 262144);
+  snrt_reads(c, 84, 1, (const int64_t[]){0xcb0500, 262144});
   /*    84 forward   ReduceMean         /blocks.1/ln2/ReduceMean  live 12.5 MiB */
   snrt_reduce(c, &P76, F(0xcb0500), F(0x4b0500));
+  snrt_reads(c, 85, 2, (const int64_t[]){0xcb0500, 262144, 0x4b0500, 4096});
   /*    85 forward   Sub                /blocks.1/ln2/Sub  live 12.7 MiB */
   snrt_binary_fwd(c, &P77, F(0xcb0500), F(0x4b0500), F(0x1bf0500));
   snrt_dead(c, 0x4b0500, 4096);
+  snrt_reads(c, 86, 1, (const int64_t[]){0x1bf0500, 262144});
   /*    86 forward   Pow                /blocks.1/ln2/Pow  live 13.0 MiB */
   snrt_math_fwd(c, &P78, F(0x1bf0500), F(0x4b0500));
+  snrt_reads(c, 87, 1, (const int64_t[]){0x4b0500, 262144});
   /*    87 forward   ReduceMean         /blocks.1/ln2/ReduceMean_1  live 13.0 MiB */
   snrt_reduce(c, &P79, F(0x4b0500), F(0x4f0500));
   snrt_dead(c, 0x4b0500, 262144);
+  snrt_reads(c, 88, 2, (const int64_t[]){0x4f0500, 4096, 0xd7e00, 4});
   /*    88 forward   Add                /blocks.1/ln2/Add  live 12.7 MiB */
   snrt_binary_fwd(c, &P80, F(0x4f0500), F(0xd7e00), F(0x4b0500));
   snrt_dead(c, 0x4f0500, 4096);
+  snrt_reads(c, 89, 1, (const int64_t[]){0x4b0500, 4096});
   /*    89 forward   Sqrt               /blocks.1/ln2/Sqrt  live 12.7 MiB */
   snrt_math_fwd(c, &P81, F(0x4b0500), F(0x2345500));
   snrt_dead(c, 0x4b0500, 4096);
+  snrt_reads(c, 90, 2, (const int64_t[]){0x1bf0500, 262144, 0x2345500, 4096});
   /*    90 forward   Div                /blocks.1/ln2/Div  live 13.0 MiB */
   snrt_binary_fwd(c, &P82, F(0x1bf0500), F(0x2345500), F(0x1c30500));
+  snrt_reads(c, 91, 2, (const int64_t[]){0x1c30500, 262144, 0x44f00, 256});
   /*    91 forward   Mul                /blocks.1/ln2/Mul  live 13.2 MiB */
   snrt_binary_fwd(c, &P83, F(0x1c30500), F(0x44f00), F(0x4b0500));
+  snrt_reads(c, 92, 2, (const int64_t[]){0x4b0500, 262144, 0x45000, 256});
   /*    92 forward   Add                /blocks.1/ln2/Add_1  live 13.5 MiB */
   snrt_binary_fwd(c, &P84, F(0x4b0500), F(0x45000), F(0x1c70500));
   snrt_dead(c, 0x4b0500, 262144);
+  snrt_reads(c, 93, 1, (const int64_t[]){0x55500, 65536});
   /*    93 forward   Transpose          /blocks.1/fc/Transpose  live 13.3 MiB */
   snrt_transpose(c, &P85, F(0x55500), F(0x2290500));
+  snrt_reads(c, 94, 2, (const int64_t[]){0x1c70500, 262144, 0x2290500, 65536});
   /*    94 forward   MatMul             /blocks.1/fc/MatMul  live 14.3 MiB */
   snrt_matmul(c, &P86, F(0x1c70500), F(0x2290500), F(0x4b0500));
+  snrt_reads(c, 95, 2, (const int64_t[]){0x65500, 1024, 0x4b0500, 1048576});
   /*    95 forward   Add                /blocks.1/fc/Add  live 15.3 MiB */
   snrt_binary_fwd(c, &P87, F(0x65500), F(0x4b0500), F(0x8b0500));
   snrt_dead(c, 0x4b0500, 1048576);
+  snrt_reads(c, 96, 2, (const int64_t[]){0x8b0500, 1048576, 0xd7f00, 4});
   /*    96 forward   Div                /blocks.1/Div  live 15.3 MiB */
   snrt_binary_fwd(c, &P88, F(0x8b0500), F(0xd7f00), F(0x4b0500));
+  snrt_reads(c, 97, 1, (const int64_t[]){0x4b0500, 1048576});
   /*    97 forward   Erf                /blocks.1/Erf  live 16.3 MiB */
   snrt_math_fwd(c, &P89, F(0x4b0500), F(0x9b0500));
+  snrt_reads(c, 98, 2, (const int64_t[]){0x9b0500, 1048576, 0xd8000, 4});
   /*    98 forward   Add                /blocks.1/Add_1  live 17.3 MiB */
   snrt_binary_fwd(c, &P90, F(0x9b0500), F(0xd8000), F(0xab0500));
   snrt_dead(c, 0x9b0500, 1048576);
+  snrt_reads(c, 99, 2, (const int64_t[]){0x8b0500, 1048576, 0xab0500, 1048576});
   /*    99 forward   Mul                /blocks.1/Mul_1  live 17.3 MiB */
   snrt_binary_fwd(c, &P91, F(0x8b0500), F(0xab0500), F(0x9b0500));
+  snrt_reads(c, 100, 2, (const int64_t[]){0x9b0500, 1048576, 0xd8100, 4});
   /*   100 forward   Mul                /blocks.1/Mul_2  live 18.3 MiB */
   snrt_binary_fwd(c, &P92, F(0x9b0500), F(0xd8100), F(0xbb0500));
   snrt_dead(c, 0x9b0500, 1048576);
+  snrt_reads(c, 101, 1, (const int64_t[]){0x65900, 65536});
   /*   101 forward   Transpose          /blocks.1/fc2/Transpose  live 17.3 MiB */
   snrt_transpose(c, &P93, F(0x65900), F(0x22a0500));
+  snrt_reads(c, 102, 2, (const int64_t[]){0xbb0500, 1048576, 0x22a0500, 65536});
   /*   102 forward   MatMul             /blocks.1/fc2/MatMul  live 17.6 MiB */
   snrt_matmul(c, &P94, F(0xbb0500), F(0x22a0500), F(0x9b0500));
+  snrt_reads(c, 103, 2, (const int64_t[]){0x75900, 256, 0x9b0500, 262144});
   /*   103 forward   Add                /blocks.1/fc2/Add  live 17.8 MiB */
   snrt_binary_fwd(c, &P95, F(0x75900), F(0x9b0500), F(0x9f0500));
   snrt_dead(c, 0x9b0500, 262144);
+  snrt_reads(c, 104, 2, (const int64_t[]){0xcb0500, 262144, 0x9f0500, 262144});
   /*   104 forward   Add                /blocks.1/Add_2  live 17.8 MiB */
   snrt_binary_fwd(c, &P96, F(0xcb0500), F(0x9f0500), F(0xdb0500));
   snrt_dead(c, 0xcb0500, 262144);
   snrt_dead(c, 0x9f0500, 262144);
+  snrt_reads(c, 105, 1, (const int64_t[]){0xdb0500, 262144});
   /*   105 forward   ReduceMean         /blocks.2/ln1/ReduceMean  live 17.3 MiB */
   snrt_reduce(c, &P97, F(0xdb0500), F(0x9b0500));
+  snrt_reads(c, 106, 2, (const int64_t[]){0xdb0500, 262144, 0x9b0500, 4096});
   /*   106 forward   Sub                /blocks.2/ln1/Sub  live 17.6 MiB */
   snrt_binary_fwd(c, &P98, F(0xdb0500), F(0x9b0500), F(0x1cb0500));
   snrt_dead(c, 0x9b0500, 4096);
+  snrt_reads(c, 107, 1, (const int64_t[]){0x1cb0500, 262144});
   /*   107 forward   Pow                /blocks.2/ln1/Pow  live 17.8 MiB */
   snrt_math_fwd(c, &P99, F(0x1cb0500), F(0x9b0500));
+  snrt_reads(c, 108, 1, (const int64_t[]){0x9b0500, 262144});
   /*   108 forward   ReduceMean         /blocks.2/ln1/ReduceMean_1  live 17.8 MiB */
   snrt_reduce(c, &P100, F(0x9b0500), F(0x9f0500));
   snrt_dead(c, 0x9b0500, 262144);
+  snrt_reads(c, 109, 2, (const int64_t[]){0x9f0500, 4096, 0xd8200, 4});
   /*   109 forward   Add                /blocks.2/ln1/Add  live 17.6 MiB */
   snrt_binary_fwd(c, &P101, F(0x9f0500), F(0xd8200), F(0x9b0500));
   snrt_dead(c, 0x9f0500, 4096);
+  snrt_reads(c, 110, 1, (const int64_t[]){0x9b0500, 4096});
   /*   110 forward   Sqrt               /blocks.2/ln1/Sqrt  live 17.6 MiB */
   snrt_math_fwd(c, &P102, F(0x9b0500), F(0x2346500));
   snrt_dead(c, 0x9b0500, 4096);
+  snrt_reads(c, 111, 2, (const int64_t[]){0x1cb0500, 262144, 0x2346500, 4096});
   /*   111 forward   Div                /blocks.2/ln1/Div  live 17.8 MiB */
   snrt_binary_fwd(c, &P103, F(0x1cb0500), F(0x2346500), F(0x1cf0500));
+  snrt_reads(c, 112, 2, (const int64_t[]){0x1cf0500, 262144, 0x75a00, 256});
   /*   112 forward   Mul                /blocks.2/ln1/Mul  live 18.1 MiB */
   snrt_binary_fwd(c, &P104, F(0x1cf0500), F(0x75a00), F(0x9b0500));
+  snrt_reads(c, 113, 2, (const int64_t[]){0x9b0500, 262144, 0x75b00, 256});
   /*   113 forward   Add                /blocks.2/ln1/Add_1  live 18.3 MiB */
   snrt_binary_fwd(c, &P105, F(0x9b0500), F(0x75b00), F(0x1d30500));
   snrt_dead(c, 0x9b0500, 262144);
+  snrt_reads(c, 114, 1, (const int64_t[]){0x75e00, 49152});
   /*   114 forward   Transpose          /blocks.2/qkv/Transpose  live 18.1 MiB */
   snrt_transpose(c, &P106, F(0x75e00), F(0x2318500));
+  snrt_reads(c, 115, 2, (const int64_t[]){0x1d30500, 262144, 0x2318500, 49152});
   /*   115 forward   MatMul             /blocks.2/qkv/MatMul  live 18.9 MiB */
   snrt_matmul(c, &P107, F(0x1d30500), F(0x2318500), F(0x9b0500));
+  snrt_reads(c, 116, 2, (const int64_t[]){0x81e00, 768, 0x9b0500, 786432});
   /*   116 forward   Add                /blocks.2/qkv/Add  live 19.6 MiB */
   snrt_binary_fwd(c, &P108, F(0x81e00), F(0x9b0500), F(0xcb0500));
   snrt_dead(c, 0x9b0500, 786432);
+  snrt_reads(c, 117, 1, (const int64_t[]){0xcb0500, 786432});
   /*   117 forward   Split              /blocks.2/Split  live 19.6 MiB */
   snrt_split(c, &P109, F(0xcb0500), (float *const[]){F(0x9b0500), F(0x9f0500), F(0xa30500)});
   snrt_dead(c, 0xcb0500, 786432);
+  snrt_reads(c, 118, 1, (const int64_t[]){0x9b0500, 262144});
   /*   118 forward   Reshape            /blocks.2/Reshape  live 19.1 MiB */
   snrt_copy(c, 262144, F(0x9b0500), F(0xa70500));
   snrt_dead(c, 0x9b0500, 262144);
+  snrt_reads(c, 119, 1, (const int64_t[]){0xa70500, 262144});
   /*   119 forward   Transpose          /blocks.2/Transpose  live 19.1 MiB */
   snrt_transpose(c, &P110, F(0xa70500), F(0x1d70500));
   snrt_dead(c, 0xa70500, 262144);
+  snrt_reads(c, 120, 1, (const int64_t[]){0x9f0500, 262144});
   /*   120 forward   Reshape            /blocks.2/Reshape_1  live 19.1 MiB */
   snrt_copy(c, 262144, F(0x9f0500), F(0x9b0500));
   snrt_dead(c, 0x9f0500, 262144);
+  snrt_reads(c, 121, 1, (const int64_t[]){0xa30500, 262144});
   /*   121 forward   Reshape            /blocks.2/Reshape_2  live 19.1 MiB */
   snrt_copy(c, 262144, F(0xa30500), F(0x9f0500));
   snrt_dead(c, 0xa30500, 262144);
+  snrt_reads(c, 122, 1, (const int64_t[]){0x9f0500, 262144});
   /*   122 forward   Transpose          /blocks.2/Transpose_1  live 19.1 MiB */
   snrt_transpose(c, &P111, F(0x9f0500), F(0x1db0500));
   snrt_dead(c, 0x9f0500, 262144);
+  snrt_reads(c, 123, 1, (const int64_t[]){0x9b0500, 262144});
   /*   123 forward   Transpose          /blocks.2/Transpose_2  live 19.1 MiB */
   snrt_transpose(c, &P112, F(0x9b0500), F(0x1df0500));
   snrt_dead(c, 0x9b0500, 262144);
+  snrt_reads(c, 124, 2, (const int64_t[]){0x1d70500, 262144, 0x1df0500, 262144});
   /*   124 forward   MatMul             /blocks.2/MatMul  live 19.9 MiB */
   snrt_matmul(c, &P113, F(0x1d70500), F(0x1df0500), F(0x9b0500));
+  snrt_reads(c, 125, 2, (const int64_t[]){0x9b0500, 1048576, 0xd8300, 4});
   /*   125 forward   Mul                /blocks.2/Mul  live 20.9 MiB */
   snrt_binary_fwd(c, &P114, F(0x9b0500), F(0xd8300), F(0xcb0500));
   snrt_dead(c, 0x9b0500, 1048576);
+  snrt_reads(c, 126, 1, (const int64_t[]){0xcb0500, 1048576});
   /*   126 forward   Where              /blocks.2/Where  live 20.9 MiB */
   snrt_where(c, &P115, F(0xcb0500), F(0x9b0500));
   snrt_dead(c, 0xcb0500, 1048576);
+  snrt_reads(c, 127, 1, (const int64_t[]){0x9b0500, 1048576});
   /*   127 forward   Softmax            /blocks.2/Softmax  live 20.9 MiB */
   snrt_softmax_fwd(c, &P116, F(0x9b0500), F(0xcb0500));
   snrt_dead(c, 0x9b0500, 1048576);
+  snrt_reads(c, 128, 2, (const int64_t[]){0xcb0500, 1048576, 0x1db0500, 262144});
   /*   128 forward   MatMul             /blocks.2/MatMul_1  live 20.1 MiB */
   snrt_matmul(c, &P117, F(0xcb0500), F(0x1db0500), F(0x9b0500));
+  snrt_reads(c, 129, 1, (const int64_t[]){0x9b0500, 262144});
   /*   129 forward   Transpose          /blocks.2/Transpose_3  live 20.4 MiB */
   snrt_transpose(c, &P118, F(0x9b0500), F(0x9f0500));
   snrt_dead(c, 0x9b0500, 262144);
+  snrt_reads(c, 130, 1, (const int64_t[]){0x9f0500, 262144});
   /*   130 forward   Reshape            /blocks.2/Reshape_3  live 20.4 MiB */
   snrt_copy(c, 262144, F(0x9f0500), F(0x1e30500));
   snrt_dead(c, 0x9f0500, 262144);
+  snrt_reads(c, 131, 1, (const int64_t[]){0x82100, 16384});
   /*   131 forward   Transpose          /blocks.2/proj/Transpose  live 20.2 MiB */
   snrt_transpose(c, &P119, F(0x82100), F(0x2338500));
+  snrt_reads(c, 132, 2, (const int64_t[]){0x1e30500, 262144, 0x2338500, 16384});
   /*   132 forward   MatMul             /blocks.2/proj/MatMul  live 20.4 MiB */
   snrt_matmul(c, &P120, F(0x1e30500), F(0x2338500), F(0x9b0500));
+  snrt_reads(c, 133, 2, (const int64_t[]){0x86100, 256, 0x9b0500, 262144});
   /*   133 forward   Add                /blocks.2/proj/Add  live 20.7 MiB */
   snrt_binary_fwd(c, &P121, F(0x86100), F(0x9b0500), F(0x9f0500));
   snrt_dead(c, 0x9b0500, 262144);
+  snrt_reads(c, 134, 2, (const int64_t[]){0xdb0500, 262144, 0x9f0500, 262144});
   /*   134 forward   Add                /blocks.2/Add  live 20.7 MiB */
   snrt_binary_fwd(c, &P122, F(0xdb0500), F(0x9f0500), F(0x11b0500));
   snrt_dead(c, 0xdb0500, 262144);
   snrt_dead(c, 0x9f0500, 262144);
+  snrt_reads(c, 135, 1, (const int64_t[]){0x11b0500, 262144});
   /*   135 forward   ReduceMean         /blocks.2/ln2/ReduceMean  live 20.2 MiB */
   snrt_reduce(c, &P123, F(0x11b0500), F(0x9b0500));
+  snrt_reads(c, 136, 2, (const int64_t[]){0x11b0500, 262144, 0x9b0500, 4096});
   /*   136 forward   Sub                /blocks.2/ln2/Sub  live 20.4 MiB */
   snrt_binary_fwd(c, &P124, F(0x11b0500), F(0x9b0500), F(0x1e70500));
   snrt_dead(c, 0x9b0500, 4096);
+  snrt_reads(c, 137, 1, (const int64_t[]){0x1e70500, 262144});
   /*   137 forward   Pow                /blocks.2/ln2/Pow  live 20.7 MiB */
   snrt_math_fwd(c, &P125, F(0x1e70500), F(0x9b0500));
+  snrt_reads(c, 138, 1, (const int64_t[]){0x9b0500, 262144});
   /*   138 forward   ReduceMean         /blocks.2/ln2/ReduceMean_1  live 20.7 MiB */
   snrt_reduce(c, &P126, F(0x9b0500), F(0x9f0500));
   snrt_dead(c, 0x9b0500, 262144);
+  snrt_reads(c, 139, 2, (const int64_t[]){0x9f0500, 4096, 0xd8400, 4});
   /*   139 forward   Add                /blocks.2/ln2/Add  live 20.4 MiB */
   snrt_binary_fwd(c, &P127, F(0x9f0500), F(0xd8400), F(0x9b0500));
   snrt_dead(c, 0x9f0500, 4096);
+  snrt_reads(c, 140, 1, (const int64_t[]){0x9b0500, 4096});
   /*   140 forward   Sqrt               /blocks.2/ln2/Sqrt  live 20.4 MiB */
   snrt_math_fwd(c, &P128, F(0x9b0500), F(0x2347500));
   snrt_dead(c, 0x9b0500, 4096);
+  snrt_reads(c, 141, 2, (const int64_t[]){0x1e70500, 262144, 0x2347500, 4096});
   /*   141 forward   Div                /blocks.2/ln2/Div  live 20.7 MiB */
   snrt_binary_fwd(c, &P129, F(0x1e70500), F(0x2347500), F(0x1eb0500));
+  snrt_reads(c, 142, 2, (const int64_t[]){0x1eb0500, 262144, 0x75c00, 256});
   /*   142 forward   Mul                /blocks.2/ln2/Mul  live 20.9 MiB */
   snrt_binary_fwd(c, &P130, F(0x1eb0500), F(0x75c00), F(0x9b0500));
+  snrt_reads(c, 143, 2, (const int64_t[]){0x9b0500, 262144, 0x75d00, 256});
   /*   143 forward   Add                /blocks.2/ln2/Add_1  live 21.2 MiB */
   snrt_binary_fwd(c, &P131, F(0x9b0500), F(0x75d00), F(0x1ef0500));
   snrt_dead(c, 0x9b0500, 262144);
+  snrt_reads(c, 144, 1, (const int64_t[]){0x86200, 65536});
   /*   144 forward   Transpose          /blocks.2/fc/Transpose  live 21.0 MiB */
   snrt_transpose(c, &P132, F(0x86200), F(0x22b0500));
+  snrt_reads(c, 145, 2, (const int64_t[]){0x1ef0500, 262144, 0x22b0500, 65536});
   /*   145 forward   MatMul             /blocks.2/fc/MatMul  live 22.0 MiB */
   snrt_matmul(c, &P133, F(0x1ef0500), F(0x22b0500), F(0x9b0500));
+  snrt_reads(c, 146, 2, (const int64_t[]){0x96200, 1024, 0x9b0500, 1048576});
   /*   146 forward   Add                /blocks.2/fc/Add  live 23.0 MiB */
   snrt_binary_fwd(c, &P134, F(0x96200), F(0x9b0500), F(0xdb0500));
   snrt_dead(c, 0x9b0500, 1048576);
+  snrt_reads(c, 147, 2, (const int64_t[]){0xdb0500, 1048576, 0xd8500, 4});
   /*   147 forward   Div                /blocks.2/Div  live 23.0 MiB */
   snrt_binary_fwd(c, &P135, F(0xdb0500), F(0xd8500), F(0x9b0500));
+  snrt_reads(c, 148, 1, (const int64_t[]){0x9b0500, 1048576});
   /*   148 forward   Erf                /blocks.2/Erf  live 24.0 MiB */
   snrt_math_fwd(c, &P136, F(0x9b0500), F(0xeb0500));
+  snrt_reads(c, 149, 2, (const int64_t[]){0xeb0500, 1048576, 0xd8600, 4});
   /*   149 forward   Add                /blocks.2/Add_1  live 25.0 MiB */
   snrt_binary_fwd(c, &P137, F(0xeb0500), F(0xd8600), F(0xfb0500));
   snrt_dead(c, 0xeb0500, 1048576);
+  snrt_reads(c, 150, 2, (const int64_t[]){0xdb0500, 1048576, 0xfb0500, 1048576});
   /*   150 forward   Mul                /blocks.2/Mul_1  live 25.0 MiB */
   snrt_binary_fwd(c, &P138, F(0xdb0500), F(0xfb0500), F(0xeb0500));
+  snrt_reads(c, 151, 2, (const int64_t[]){0xeb0500, 1048576, 0xd8700, 4});
   /*   151 forward   Mul                /blocks.2/Mul_2  live 26.0 MiB */
   snrt_binary_fwd(c, &P139, F(0xeb0500), F(0xd8700), F(0x10b0500));
   snrt_dead(c, 0xeb0500, 1048576);
+  snrt_reads(c, 152, 1, (const int64_t[]){0x96600, 65536});
   /*   152 forward   Transpose          /blocks.2/fc2/Transpose  live 25.0 MiB */
   snrt_transpose(c, &P140, F(0x96600), F(0x22c0500));
+  snrt_reads(c, 153, 2, (const int64_t[]){0x10b0500, 1048576, 0x22c0500, 65536});
   /*   153 forward   MatMul             /blocks.2/fc2/MatMul  live 25.3 MiB */
   snrt_matmul(c, &P141, F(0x10b0500), F(0x22c0500), F(0xeb0500));
+  snrt_reads(c, 154, 2, (const int64_t[]){0xa6600, 256, 0xeb0500, 262144});
   /*   154 forward   Add                /blocks.2/fc2/Add  live 25.5 MiB */
   snrt_binary_fwd(c, &P142, F(0xa6600), F(0xeb0500), F(0xef0500));
   snrt_dead(c, 0xeb0500, 262144);
+  snrt_reads(c, 155, 2, (const int64_t[]){0x11b0500, 262144, 0xef0500, 262144});
   /*   155 forward   Add                /blocks.2/Add_2  live 25.5 MiB */
   snrt_binary_fwd(c, &P143, F(0x11b0500), F(0xef0500), F(0x12b0500));
   snrt_dead(c, 0x11b0500, 262144);
   snrt_dead(c, 0xef0500, 262144);
+  snrt_reads(c, 156, 1, (const int64_t[]){0x12b0500, 262144});
   /*   156 forward   ReduceMean         /blocks.3/ln1/ReduceMean  live 25.0 MiB */
   snrt_reduce(c, &P144, F(0x12b0500), F(0xeb0500));
+  snrt_reads(c, 157, 2, (const int64_t[]){0x12b0500, 262144, 0xeb0500, 4096});
   /*   157 forward   Sub                /blocks.3/ln1/Sub  live 25.3 MiB */
   snrt_binary_fwd(c, &P145, F(0x12b0500), F(0xeb0500), F(0x1f30500));
   snrt_dead(c, 0xeb0500, 4096);
+  snrt_reads(c, 158, 1, (const int64_t[]){0x1f30500, 262144});
   /*   158 forward   Pow                /blocks.3/ln1/Pow  live 25.5 MiB */
   snrt_math_fwd(c, &P146, F(0x1f30500), F(0xeb0500));
+  snrt_reads(c, 159, 1, (const int64_t[]){0xeb0500, 262144});
   /*   159 forward   ReduceMean         /blocks.3/ln1/ReduceMean_1  live 25.5 MiB */
   snrt_reduce(c, &P147, F(0xeb0500), F(0xef0500));
   snrt_dead(c, 0xeb0500, 262144);
+  snrt_reads(c, 160, 2, (const int64_t[]){0xef0500, 4096, 0xd8800, 4});
   /*   160 forward   Add                /blocks.3/ln1/Add  live 25.3 MiB */
   snrt_binary_fwd(c, &P148, F(0xef0500), F(0xd8800), F(0xeb0500));
   snrt_dead(c, 0xef0500, 4096);
+  snrt_reads(c, 161, 1, (const int64_t[]){0xeb0500, 4096});
   /*   161 forward   Sqrt               /blocks.3/ln1/Sqrt  live 25.3 MiB */
   snrt_math_fwd(c, &P149, F(0xeb0500), F(0x2348500));
   snrt_dead(c, 0xeb0500, 4096);
+  snrt_reads(c, 162, 2, (const int64_t[]){0x1f30500, 262144, 0x2348500, 4096});
   /*   162 forward   Div                /blocks.3/ln1/Div  live 25.5 MiB */
   snrt_binary_fwd(c, &P150, F(0x1f30500), F(0x2348500), F(0x1f70500));
+  snrt_reads(c, 163, 2, (const int64_t[]){0x1f70500, 262144, 0xa6700, 256});
   /*   163 forward   Mul                /blocks.3/ln1/Mul  live 25.8 MiB */
   snrt_binary_fwd(c, &P151, F(0x1f70500), F(0xa6700), F(0xeb0500));
+  snrt_reads(c, 164, 2, (const int64_t[]){0xeb0500, 262144, 0xa6800, 256});
   /*   164 forward   Add                /blocks.3/ln1/Add_1  live 26.0 MiB */
   snrt_binary_fwd(c, &P152, F(0xeb0500), F(0xa6800), F(0x1fb0500));
   snrt_dead(c, 0xeb0500, 262144);
+  snrt_reads(c, 165, 1, (const int64_t[]){0xa6b00, 49152});
   /*   165 forward   Transpose          /blocks.3/qkv/Transpose  live 25.8 MiB */
   snrt_transpose(c, &P153, F(0xa6b00), F(0x2324500));
+  snrt_reads(c, 166, 2, (const int64_t[]){0x1fb0500, 262144, 0x2324500, 49152});
   /*   166 forward   MatMul             /blocks.3/qkv/MatMul  live 26.6 MiB */
   snrt_matmul(c, &P154, F(0x1fb0500), F(0x2324500), F(0xeb0500));
+  snrt_reads(c, 167, 2, (const int64_t[]){0xb2b00, 768, 0xeb0500, 786432});
   /*   167 forward   Add                /blocks.3/qkv/Add  live 27.3 MiB */
   snrt_binary_fwd(c, &P155, F(0xb2b00), F(0xeb0500), F(0x11b0500));
   snrt_dead(c, 0xeb0500, 786432);
+  snrt_reads(c, 168, 1, (const int64_t[]){0x11b0500, 786432});
   /*   168 forward   Split              /blocks.3/Split  live 27.3 MiB */
   snrt_split(c, &P156, F(0x11b0500), (float *const[]){F(0xeb0500), F(0xef0500), F(0xf30500)});
   snrt_dead(c, 0x11b0500, 786432);
+  snrt_reads(c, 169, 1, (const int64_t[]){0xeb0500, 262144});
   /*   169 forward   Reshape            /blocks.3/Reshape  live 26.8 MiB */
   snrt_copy(c, 262144, F(0xeb0500), F(0xf70500));
   snrt_dead(c, 0xeb0500, 262144);
+  snrt_reads(c, 170, 1, (const int64_t[]){0xf70500, 262144});
   /*   170 forward   Transpose          /blocks.3/Transpose  live 26.8 MiB */
   snrt_transpose(c, &P157, F(0xf70500), F(0x1ff0500));
   snrt_dead(c, 0xf70500, 262144);
+  snrt_reads(c, 171, 1, (const int64_t[]){0xef0500, 262144});
   /*   171 forward   Reshape            /blocks.3/Reshape_1  live 26.8 MiB */
   snrt_copy(c, 262144, F(0xef0500), F(0xeb0500));
   snrt_dead(c, 0xef0500, 262144);
+  snrt_reads(c, 172, 1, (const int64_t[]){0xf30500, 262144});
   /*   172 forward   Reshape            /blocks.3/Reshape_2  live 26.8 MiB */
   snrt_copy(c, 262144, F(0xf30500), F(0xef0500));
   snrt_dead(c, 0xf30500, 262144);
+  snrt_reads(c, 173, 1, (const int64_t[]){0xef0500, 262144});
   /*   173 forward   Transpose          /blocks.3/Transpose_1  live 26.8 MiB */
   snrt_transpose(c, &P158, F(0xef0500), F(0x2030500));
   snrt_dead(c, 0xef0500, 262144);
+  snrt_reads(c, 174, 1, (const int64_t[]){0xeb0500, 262144});
   /*   174 forward   Transpose          /blocks.3/Transpose_2  live 26.8 MiB */
   snrt_transpose(c, &P159, F(0xeb0500), F(0x2070500));
   snrt_dead(c, 0xeb0500, 262144);
+  snrt_reads(c, 175, 2, (const int64_t[]){0x1ff0500, 262144, 0x2070500, 262144});
   /*   175 forward   MatMul             /blocks.3/MatMul  live 27.6 MiB */
   snrt_matmul(c, &P160, F(0x1ff0500), F(0x2070500), F(0xeb0500));
+  snrt_reads(c, 176, 2, (const int64_t[]){0xeb0500, 1048576, 0xd8900, 4});
   /*   176 forward   Mul                /blocks.3/Mul  live 28.6 MiB */
   snrt_binary_fwd(c, &P161, F(0xeb0500), F(0xd8900), F(0x11b0500));
   snrt_dead(c, 0xeb0500, 1048576);
+  snrt_reads(c, 177, 1, (const int64_t[]){0x11b0500, 1048576});
   /*   177 forward   Where              /blocks.3/Where  live 28.6 MiB */
   snrt_where(c, &P162, F(0x11b0500), F(0xeb0500));
   snrt_dead(c, 0x11b0500, 1048576);
+  snrt_reads(c, 178, 1, (const int64_t[]){0xeb0500, 1048576});
   /*   178 forward   Softmax            /blocks.3/Softmax  live 28.6 MiB */
   snrt_softmax_fwd(c, &P163, F(0xeb0500), F(0x11b0500));
   snrt_dead(c, 0xeb0500, 1048576);
+  snrt_reads(c, 179, 2, (const int64_t[]){0x11b0500, 1048576, 0x2030500, 262144});
   /*   179 forward   MatMul             /blocks.3/MatMul_1  live 27.8 MiB */
   snrt_matmul(c, &P164, F(0x11b0500), F(0x2030500), F(0xeb0500));
+  snrt_reads(c, 180, 1, (const int64_t[]){0xeb0500, 262144});
   /*   180 forward   Transpose          /blocks.3/Transpose_3  live 28.1 MiB */
   snrt_transpose(c, &P165, F(0xeb0500), F(0xef0500));
   snrt_dead(c, 0xeb0500, 262144);
+  snrt_reads(c, 181, 1, (const int64_t[]){0xef0500, 262144});
   /*   181 forward   Reshape            /blocks.3/Reshape_3  live 28.1 MiB */
   snrt_copy(c, 262144, F(0xef0500), F(0x20b0500));
   snrt_dead(c, 0xef0500, 262144);
+  snrt_reads(c, 182, 1, (const int64_t[]){0xb2e00, 16384});
   /*   182 forward   Transpose          /blocks.3/proj/Transpose  live 27.8 MiB */
   snrt_transpose(c, &P166, F(0xb2e00), F(0x233c500));
+  snrt_reads(c, 183, 2, (const int64_t[]){0x20b0500, 262144, 0x233c500, 16384});
   /*   183 forward   MatMul             /blocks.3/proj/MatMul  live 28.1 MiB */
   snrt_matmul(c, &P167, F(0x20b0500), F(0x233c500), F(0xeb0500));
+  snrt_reads(c, 184, 2, (const int64_t[]){0xb6e00, 256, 0xeb0500, 262144});
   /*   184 forward   Add                /blocks.3/proj/Add  live 28.3 MiB */
   snrt_binary_fwd(c, &P168, F(0xb6e00), F(0xeb0500), F(0xef0500));
   snrt_dead(c, 0xeb0500, 262144);
+  snrt_reads(c, 185, 2, (const int64_t[]){0x12b0500, 262144, 0xef0500, 262144});
   /*   185 forward   Add                /blocks.3/Add  live 28.3 MiB */
   snrt_binary_fwd(c, &P169, F(0x12b0500), F(0xef0500), F(0x16b0500));
   snrt_dead(c, 0x12b0500, 262144);
   snrt_dead(c, 0xef0500, 262144);
+  snrt_reads(c, 186, 1, (const int64_t[]){0x16b0500, 262144});
   /*   186 forward   ReduceMean         /blocks.3/ln2/ReduceMean  live 27.9 MiB */
   snrt_reduce(c, &P170, F(0x16b0500), F(0xeb0500));
+  snrt_reads(c, 187, 2, (const int64_t[]){0x16b0500, 262144, 0xeb0500, 4096});
   /*   187 forward   Sub                /blocks.3/ln2/Sub  live 28.1 MiB */
   snrt_binary_fwd(c, &P171, F(0x16b0500), F(0xeb0500), F(0x20f0500));
   snrt_dead(c, 0xeb0500, 4096);
+  snrt_reads(c, 188, 1, (const int64_t[]){0x20f0500, 262144});
   /*   188 forward   Pow                /blocks.3/ln2/Pow  live 28.3 MiB */
   snrt_math_fwd(c, &P172, F(0x20f0500), F(0xeb0500));
+  snrt_reads(c, 189, 1, (const int64_t[]){0xeb0500, 262144});
   /*   189 forward   ReduceMean         /blocks.3/ln2/ReduceMean_1  live 28.4 MiB */
   snrt_reduce(c, &P173, F(0xeb0500), F(0xef0500));
   snrt_dead(c, 0xeb0500, 262144);
+  snrt_reads(c, 190, 2, (const int64_t[]){0xef0500, 4096, 0xd8a00, 4});
   /*   190 forward   Add                /blocks.3/ln2/Add  live 28.1 MiB */
   snrt_binary_fwd(c, &P174, F(0xef0500), F(0xd8a00), F(0xeb0500));
   snrt_dead(c, 0xef0500, 4096);
+  snrt_reads(c, 191, 1, (const int64_t[]){0xeb0500, 4096});
   /*   191 forward   Sqrt               /blocks.3/ln2/Sqrt  live 28.1 MiB */
   snrt_math_fwd(c, &P175, F(0xeb0500), F(0x2349500));
   snrt_dead(c, 0xeb0500, 4096);
+  snrt_reads(c, 192, 2, (const int64_t[]){0x20f0500, 262144, 0x2349500, 4096});
   /*   192 forward   Div                /blocks.3/ln2/Div  live 28.4 MiB */
   snrt_binary_fwd(c, &P176, F(0x20f0500), F(0x2349500), F(0x2130500));
+  snrt_reads(c, 193, 2, (const int64_t[]){0x2130500, 262144, 0xa6900, 256});
   /*   193 forward   Mul                /blocks.3/ln2/Mul  live 28.6 MiB */
   snrt_binary_fwd(c, &P177, F(0x2130500), F(0xa6900), F(0xeb0500));
+  snrt_reads(c, 194, 2, (const int64_t[]){0xeb0500, 262144, 0xa6a00, 256});
   /*   194 forward   Add                /blocks.3/ln2/Add_1  live 28.9 MiB */
   snrt_binary_fwd(c, &P178, F(0xeb0500), F(0xa6a00), F(0x2170500));
   snrt_dead(c, 0xeb0500, 262144);
+  snrt_reads(c, 195, 1, (const int64_t[]){0xb6f00, 65536});
   /*   195 forward   Transpose          /blocks.3/fc/Transpose  live 28.7 MiB */
   snrt_transpose(c, &P179, F(0xb6f00), F(0x22d0500));
+  snrt_reads(c, 196, 2, (const int64_t[]){0x2170500, 262144, 0x22d0500, 65536});
   /*   196 forward   MatMul             /blocks.3/fc/MatMul  live 29.7 MiB */
   snrt_matmul(c, &P180, F(0x2170500), F(0x22d0500), F(0xeb0500));
+  snrt_reads(c, 197, 2, (const int64_t[]){0xc6f00, 1024, 0xeb0500, 1048576});
   /*   197 forward   Add                /blocks.3/fc/Add  live 30.7 MiB */
   snrt_binary_fwd(c, &P181, F(0xc6f00), F(0xeb0500), F(0x12b0500));
   snrt_dead(c, 0xeb0500, 1048576);
+  snrt_reads(c, 198, 2, (const int64_t[]){0x12b0500, 1048576, 0xd8b00, 4});
   /*   198 forward   Div                /blocks.3/Div  live 30.7 MiB */
   snrt_binary_fwd(c, &P182, F(0x12b0500), F(0xd8b00), F(0xeb0500));
+  snrt_reads(c, 199, 1, (const int64_t[]){0xeb0500, 1048576});
   /*   199 forward   Erf                /blocks.3/Erf  live 31.7 MiB */
   snrt_math_fwd(c, &P183, F(0xeb0500), F(0x13b0500));
+  snrt_reads(c, 200, 2, (const int64_t[]){0x13b0500, 1048576, 0xd8c00, 4});
   /*   200 forward   Add                /blocks.3/Add_1  live 32.7 MiB */
   snrt_binary_fwd(c, &P184, F(0x13b0500), F(0xd8c00), F(0x14b0500));
   snrt_dead(c, 0x13b0500, 1048576);
+  snrt_reads(c, 201, 2, (const int64_t[]){0x12b0500, 1048576, 0x14b0500, 1048576});
   /*   201 forward   Mul                /blocks.3/Mul_1  live 32.7 MiB */
   snrt_binary_fwd(c, &P185, F(0x12b0500), F(0x14b0500), F(0x13b0500));
+  snrt_reads(c, 202, 2, (const int64_t[]){0x13b0500, 1048576, 0xd8d00, 4});
   /*   202 forward   Mul                /blocks.3/Mul_2  live 33.7 MiB */
   snrt_binary_fwd(c, &P186, F(0x13b0500), F(0xd8d00), F(0x15b0500));
   snrt_dead(c, 0x13b0500, 1048576);
+  snrt_reads(c, 203, 1, (const int64_t[]){0xc7300, 65536});
   /*   203 forward   Transpose          /blocks.3/fc2/Transpose  live 32.7 MiB */
   snrt_transpose(c, &P187, F(0xc7300), F(0x22e0500));
+  snrt_reads(c, 204, 2, (const int64_t[]){0x15b0500, 1048576, 0x22e0500, 65536});
   /*   204 forward   MatMul             /blocks.3/fc2/MatMul  live 33.0 MiB */
   snrt_matmul(c, &P188, F(0x15b0500), F(0x22e0500), F(0x13b0500));
+  snrt_reads(c, 205, 2, (const int64_t[]){0xd7300, 256, 0x13b0500, 262144});
   /*   205 forward   Add                /blocks.3/fc2/Add  live 33.2 MiB */
   snrt_binary_fwd(c, &P189, F(0xd7300), F(0x13b0500), F(0x13f0500));
   snrt_dead(c, 0x13b0500, 262144);
+  snrt_reads(c, 206, 2, (const int64_t[]){0x16b0500, 262144, 0x13f0500, 262144});
   /*   206 forward   Add                /blocks.3/Add_2  live 33.2 MiB */
   snrt_binary_fwd(c, &P190, F(0x16b0500), F(0x13f0500), F(0x13b0500));
   snrt_dead(c, 0x16b0500, 262144);
   snrt_dead(c, 0x13f0500, 262144);
+  snrt_reads(c, 207, 1, (const int64_t[]){0x13b0500, 262144});
   /*   207 forward   ReduceMean         /lnf/ReduceMean  live 32.7 MiB */
   snrt_reduce(c, &P191, F(0x13b0500), F(0x13f0500));
+  snrt_reads(c, 208, 2, (const int64_t[]){0x13b0500, 262144, 0x13f0500, 4096});
   /*   208 forward   Sub                /lnf/Sub  live 33.0 MiB */
   snrt_binary_fwd(c, &P192, F(0x13b0500), F(0x13f0500), F(0x21b0500));
   snrt_dead(c, 0x13b0500, 262144);
   snrt_dead(c, 0x13f0500, 4096);
+  snrt_reads(c, 209, 1, (const int64_t[]){0x21b0500, 262144});
   /*   209 forward   Pow                /lnf/Pow  live 33.0 MiB */
   snrt_math_fwd(c, &P193, F(0x21b0500), F(0x13b0500));
+  snrt_reads(c, 210, 1, (const int64_t[]){0x13b0500, 262144});
   /*   210 forward   ReduceMean         /lnf/ReduceMean_1  live 33.0 MiB */
   snrt_reduce(c, &P194, F(0x13b0500), F(0x13f0500));
   snrt_dead(c, 0x13b0500, 262144);
+  snrt_reads(c, 211, 2, (const int64_t[]){0x13f0500, 4096, 0xd8e00, 4});
   /*   211 forward   Add                /lnf/Add  live 32.7 MiB */
   snrt_binary_fwd(c, &P195, F(0x13f0500), F(0xd8e00), F(0x13b0500));
   snrt_dead(c, 0x13f0500, 4096);
+  snrt_reads(c, 212, 1, (const int64_t[]){0x13b0500, 4096});
   /*   212 forward   Sqrt               /lnf/Sqrt  live 32.7 MiB */
   snrt_math_fwd(c, &P196, F(0x13b0500), F(0x234a500));
   snrt_dead(c, 0x13b0500, 4096);
+  snrt_reads(c, 213, 2, (const int64_t[]){0x21b0500, 262144, 0x234a500, 4096});
   /*   213 forward   Div                /lnf/Div  live 33.0 MiB */
   snrt_binary_fwd(c, &P197, F(0x21b0500), F(0x234a500), F(0x21f0500));
+  snrt_reads(c, 214, 2, (const int64_t[]){0x21f0500, 262144, 0xd7400, 256});
   /*   214 forward   Mul                /lnf/Mul  live 33.2 MiB */
   snrt_binary_fwd(c, &P198, F(0x21f0500), F(0xd7400), F(0x13b0500));
+  snrt_reads(c, 215, 2, (const int64_t[]){0x13b0500, 262144, 0xd7500, 256});
   /*   215 forward   Add                /lnf/Add_1  live 33.5 MiB */
   snrt_binary_fwd(c, &P199, F(0x13b0500), F(0xd7500), F(0x2230500));
   snrt_dead(c, 0x13b0500, 262144);
+  snrt_reads(c, 216, 1, (const int64_t[]){0x0, 65536});
   /*   216 forward   Transpose          /head/Transpose  live 33.3 MiB */
   snrt_transpose(c, &P200, F(0x0), F(0x22f0500));
+  snrt_reads(c, 217, 2, (const int64_t[]){0x2230500, 262144, 0x22f0500, 65536});
   /*   217 forward   MatMul             /head/MatMul  live 34.3 MiB */
   snrt_matmul(c, &P201, F(0x2230500), F(0x22f0500), F(0x13b0500));
+  snrt_reads(c, 218, 1, (const int64_t[]){0x13b0500, 1048576});
   /*   218 loss      SOFTMAX_CE         loss  live 34.3 MiB */
   snrt_softmax_ce_fwd(c, &P202, F(0x13b0500), I(0x2341500), F(0x234b500));
+  snrt_reads(c, 219, 1, (const int64_t[]){0x13b0500, 1048576});
   /*   219 backward  SOFTMAX_CE_BWD     loss/bwd  live 35.3 MiB */
   snrt_softmax_ce_bwd(c, &P202, F(0x13b0500), I(0x2341500), F(0x16b0500));
   snrt_dead(c, 0x13b0500, 1048576);
+  snrt_reads(c, 220, 2, (const int64_t[]){0x16b0500, 1048576, 0x22f0500, 65536});
   /*   220 backward  MATMUL_RAW         /head/MatMul/bwd_a  live 34.5 MiB */
   snrt_matmul(c, &P203, F(0x16b0500), F(0x22f0500), F(0x13b0500));
   snrt_dead(c, 0x22f0500, 65536);
+  snrt_reads(c, 221, 2, (const int64_t[]){0x2230500, 262144, 0x16b0500, 1048576});
   /*   221 backward  MATMUL_RAW         /head/MatMul/bwd_b  live 34.5 MiB */
   snrt_matmul(c, &P204, F(0x2230500), F(0x16b0500), F(0x13f0500));
   snrt_dead(c, 0x2230500, 262144);
   snrt_dead(c, 0x16b0500, 1048576);
+  snrt_reads(c, 222, 1, (const int64_t[]){0x13f0500, 65536});
   /*   222 backward  Transpose          /head/Transpose/bwd  live 33.4 MiB */
   snrt_transpose(c, &P205, F(0x13f0500), F(0x2230500));
   snrt_dead(c, 0x13f0500, 65536);
+  snrt_reads(c, 223, 1, (const int64_t[]){0x13b0500, 262144});
   /*   223 backward  BINARY_BWD         /lnf/Add_1/bwd  live 33.5 MiB */
   snrt_binary_bwd(c, &P199, NULL, NULL, F(0x13b0500), F(0x13f0500), F(0x1430500));
   snrt_dead(c, 0x13b0500, 262144);
+  snrt_reads(c, 224, 3, (const int64_t[]){0xd7500, 256, 0x1430500, 256, 0xd8f00, 256});
   /*   224 update    SGD                lnf.bias/sgd  live 33.3 MiB */
   snrt_sgd(c, &P206, F(0xd7500), F(0x1430500), F(0xd8f00));
   snrt_dead(c, 0x1430500, 256);
+  snrt_reads(c, 225, 3, (const int64_t[]){0x21f0500, 262144, 0xd7400, 256, 0x13f0500, 262144});
   /*   225 backward  BINARY_BWD         /lnf/Mul/bwd  live 33.5 MiB */
   snrt_binary_bwd(c, &P198, F(0x21f0500), F(0xd7400), F(0x13f0500), F(0x13b0500), F(0x1430500));
   snrt_dead(c, 0x21f0500, 262144);
   snrt_dead(c, 0x13f0500, 262144);
+  snrt_reads(c, 226, 3, (const int64_t[]){0xd7400, 256, 0x1430500, 256, 0xd9000, 256});
   /*   226 update    SGD                lnf.weight/sgd  live 33.0 MiB */
   snrt_sgd(c, &P207, F(0xd7400), F(0x1430500), F(0xd9000));
   snrt_dead(c, 0x1430500, 256);
+  snrt_reads(c, 227, 3, (const int64_t[]){0x21b0500, 262144, 0x234a500, 4096, 0x13b0500, 262144});
   /*   227 backward  BINARY_BWD         /lnf/Div/bwd  live 33.3 MiB */
   snrt_binary_bwd(c, &P197, F(0x21b0500), F(0x234a500), F(0x13b0500), F(0x13f0500), F(0x1430500));
   snrt_dead(c, 0x13b0500, 262144);
+  snrt_reads(c, 228, 2, (const int64_t[]){0x234a500, 4096, 0x1430500, 4096});
   /*   228 backward  MATH_BWD           /lnf/Sqrt/bwd  live 33.0 MiB */
   snrt_math_bwd(c, &P196, NULL, F(0x234a500), F(0x1430500), F(0x13b0500));
   snrt_dead(c, 0x234a500, 4096);
   snrt_dead(c, 0x1430500, 4096);
+  snrt_reads(c, 229, 1, (const int64_t[]){0x13b0500, 4096});
   /*   229 backward  BINARY_BWD         /lnf/Add/bwd  live 33.0 MiB */
   snrt_binary_bwd(c, &P195, NULL, NULL, F(0x13b0500), F(0x1430500), NULL);
   snrt_dead(c, 0x13b0500, 4096);
+  snrt_reads(c, 230, 1, (const int64_t[]){0x1430500, 4096});
   /*   230 backward  EXPAND             /lnf/ReduceMean_1/bwd  live 33.3 MiB */
   snrt_expand(c, &P194, F(0x1430500), F(0x13b0500));
   snrt_dead(c, 0x1430500, 4096);
+  snrt_reads(c, 231, 2, (const int64_t[]){0x21b0500, 262144, 0x13b0500, 262144});
   /*   231 backward  MATH_BWD           /lnf/Pow/bwd  live 33.5 MiB */
   snrt_math_bwd(c, &P193, F(0x21b0500), NULL, F(0x13b0500), F(0x1430500));
   snrt_dead(c, 0x21b0500, 262144);
   snrt_dead(c, 0x13b0500, 262144);
+  snrt_reads(c, 232, 2, (const int64_t[]){0x13f0500, 262144, 0x1430500, 262144});
   /*   232 backward  ACCUMULATE         /lnf/Pow/accumulate  live 33.0 MiB */
   snrt_add(c, 65536, F(0x13f0500), F(0x1430500), F(0x13f0500));
   snrt_dead(c, 0x1430500, 262144);
+  snrt_reads(c, 233, 1, (const int64_t[]){0x13f0500, 262144});
   /*   233 backward  BINARY_BWD         /lnf/Sub/bwd  live 33.0 MiB */
   snrt_binary_bwd(c, &P192, NULL, NULL, F(0x13f0500), F(0x13b0500), F(0x1430500));
   snrt_dead(c, 0x13f0500, 262144);
+  snrt_reads(c, 234, 1, (const int64_t[]){0x1430500, 4096});
   /*   234 backward  EXPAND             /lnf/ReduceMean/bwd  live 33.0 MiB */
   snrt_expand(c, &P191, F(0x1430500), F(0x13f0500));
   snrt_dead(c, 0x1430500, 4096);
+  snrt_reads(c, 235, 2, (const int64_t[]){0x13b0500, 262144, 0x13f0500, 262144});
   /*   235 backward  ACCUMULATE         /lnf/ReduceMean/accumulate  live 33.0 MiB */
   snrt_add(c, 65536, F(0x13b0500), F(0x13f0500), F(0x13b0500));
   snrt_dead(c, 0x13f0500, 262144);
+  snrt_reads(c, 236, 1, (const int64_t[]){0x13b0500, 262144});
   /*   236 backward  BINARY_BWD         /blocks.3/Add_2/bwd  live 33.3 MiB */
   snrt_binary_bwd(c, &P190, NULL, NULL, F(0x13b0500), F(0x21b0500), F(0x13f0500));
   snrt_dead(c, 0x13b0500, 262144);
+  snrt_reads(c, 237, 1, (const int64_t[]){0x13f0500, 262144});
   /*   237 backward  BINARY_BWD         /blocks.3/fc2/Add/bwd  live 33.3 MiB */
   snrt_binary_bwd(c, &P189, NULL, NULL, F(0x13f0500), F(0x13b0500), F(0x16b0500));
   snrt_dead(c, 0x13f0500, 262144);
+  snrt_reads(c, 238, 3, (const int64_t[]){0xd7300, 256, 0x13b0500, 256, 0xd9100, 256});
   /*   238 update    SGD                blocks.3.fc2.bias/sgd  live 33.0 MiB */
   snrt_sgd(c, &P208, F(0xd7300), F(0x13b0500), F(0xd9100));
   snrt_dead(c, 0x13b0500, 256);
+  snrt_reads(c, 239, 2, (const int64_t[]){0x16b0500, 262144, 0x22e0500, 65536});
   /*   239 backward  MATMUL_RAW         /blocks.3/fc2/MatMul/bwd_a  live 34.0 MiB */
   snrt_matmul(c, &P209, F(0x16b0500), F(0x22e0500), F(0x13b0500));
   snrt_dead(c, 0x22e0500, 65536);
+  snrt_reads(c, 240, 2, (const int64_t[]){0x15b0500, 1048576, 0x16b0500, 262144});
   /*   240 backward  MATMUL_RAW         /blocks.3/fc2/MatMul/bwd_b  live 34.0 MiB */
   snrt_matmul(c, &P210, F(0x15b0500), F(0x16b0500), F(0x16f0500));
   snrt_dead(c, 0x15b0500, 1048576);
   snrt_dead(c, 0x16b0500, 262144);
+  snrt_reads(c, 241, 1, (const int64_t[]){0x16f0500, 65536});
   /*   241 backward  Transpose          /blocks.3/fc2/Transpose/bwd  live 32.8 MiB */
   snrt_transpose(c, &P211, F(0x16f0500), F(0x15b0500));
   snrt_dead(c, 0x16f0500, 65536);
+  snrt_reads(c, 242, 3, (const int64_t[]){0xc7300, 65536, 0x15b0500, 65536, 0xd9200, 65536});
   /*   242 update    SGD                blocks.3.fc2.weight/sgd  live 32.8 MiB */
   snrt_sgd(c, &P212, F(0xc7300), F(0x15b0500), F(0xd9200));
   snrt_dead(c, 0x15b0500, 65536);
+  snrt_reads(c, 243, 2, (const int64_t[]){0xd8d00, 4, 0x13b0500, 1048576});
   /*   243 backward  BINARY_BWD         /blocks.3/Mul_2/bwd  live 33.7 MiB */
   snrt_binary_bwd(c, &P186, NULL, F(0xd8d00), F(0x13b0500), F(0x15b0500), NULL);
   snrt_dead(c, 0x13b0500, 1048576);
+  snrt_reads(c, 244, 3, (const int64_t[]){0x12b0500, 1048576, 0x14b0500, 1048576, 0x15b0500, 1048576});
   /*   244 backward  BINARY_BWD         /blocks.3/Mul_1/bwd  live 34.7 MiB */
   snrt_binary_bwd(c, &P185, F(0x12b0500), F(0x14b0500), F(0x15b0500), F(0x13b0500), F(0x16b0500));
   snrt_dead(c, 0x12b0500, 1048576);
   snrt_dead(c, 0x14b0500, 1048576);
   snrt_dead(c, 0x15b0500, 1048576);
+  snrt_reads(c, 245, 1, (const int64_t[]){0x16b0500, 1048576});
   /*   245 backward  BINARY_BWD         /blocks.3/Add_1/bwd  live 32.7 MiB */
   snrt_binary_bwd(c, &P184, NULL, NULL, F(0x16b0500), F(0x12b0500), NULL);
   snrt_dead(c, 0x16b0500, 1048576);
+  snrt_reads(c, 246, 2, (const int64_t[]){0xeb0500, 1048576, 0x12b0500, 1048576});
   /*   246 backward  MATH_BWD           /blocks.3/Erf/bwd  live 32.7 MiB */
   snrt_math_bwd(c, &P183, F(0xeb0500), NULL, F(0x12b0500), F(0x14b0500));
   snrt_dead(c, 0xeb0500, 1048576);
   snrt_dead(c, 0x12b0500, 1048576);
+  snrt_reads(c, 247, 2, (const int64_t[]){0xd8b00, 4, 0x14b0500, 1048576});
   /*   247 backward  BINARY_BWD         /blocks.3/Div/bwd  live 31.7 MiB */
   snrt_binary_bwd(c, &P182, NULL, F(0xd8b00), F(0x14b0500), F(0xeb0500), NULL);
   snrt_dead(c, 0x14b0500, 1048576);
+  snrt_reads(c, 248, 2, (const int64_t[]){0x13b0500, 1048576, 0xeb0500, 1048576});
   /*   248 backward  ACCUMULATE         /blocks.3/Div/accumulate  live 30.7 MiB */
   snrt_add(c, 262144, F(0x13b0500), F(0xeb0500), F(0x13b0500));
   snrt_dead(c, 0xeb0500, 1048576);
+  snrt_reads(c, 249, 1, (const int64_t[]){0x13b0500, 1048576});
   /*   249 backward  BINARY_BWD         /blocks.3/fc/Add/bwd  live 30.7 MiB */
   snrt_binary_bwd(c, &P181, NULL, NULL, F(0x13b0500), F(0x12b0500), F(0xeb0500));
   snrt_dead(c, 0x13b0500, 1048576);
+  snrt_reads(c, 250, 3, (const int64_t[]){0xc6f00, 1024, 0x12b0500, 1024, 0xe9200, 1024});
   /*   250 update    SGD                blocks.3.fc.bias/sgd  live 29.7 MiB */
   snrt_sgd(c, &P213, F(0xc6f00), F(0x12b0500), F(0xe9200));
   snrt_dead(c, 0x12b0500, 1024);
+  snrt_reads(c, 251, 2, (const int64_t[]){0xeb0500, 1048576, 0x22d0500, 65536});
   /*   251 backward  MATMUL_RAW         /blocks.3/fc/MatMul/bwd_a  live 30.0 MiB */
   snrt_matmul(c, &P214, F(0xeb0500), F(0x22d0500), F(0x12b0500));
   snrt_dead(c, 0x22d0500, 65536);
+  snrt_reads(c, 252, 2, (const int64_t[]){0x2170500, 262144, 0xeb0500, 1048576});
   /*   252 backward  MATMUL_RAW         /blocks.3/fc/MatMul/bwd_b  live 30.0 MiB */
   snrt_matmul(c, &P215, F(0x2170500), F(0xeb0500), F(0x12f0500));
   snrt_dead(c, 0x2170500, 262144);
   snrt_dead(c, 0xeb0500, 1048576);
+  snrt_reads(c, 253, 1, (const int64_t[]){0x12f0500, 65536});
   /*   253 backward  Transpose          /blocks.3/fc/Transpose/bwd  live 28.8 MiB */
   snrt_transpose(c, &P216, F(0x12f0500), F(0xeb0500));
   snrt_dead(c, 0x12f0500, 65536);
+  snrt_reads(c, 254, 3, (const int64_t[]){0xb6f00, 65536, 0xeb0500, 65536, 0xe9600, 65536});
   /*   254 update    SGD                blocks.3.fc.weight/sgd  live 28.7 MiB */
   snrt_sgd(c, &P217, F(0xb6f00), F(0xeb0500), F(0xe9600));
   snrt_dead(c, 0xeb0500, 65536);
+  snrt_reads(c, 255, 1, (const int64_t[]){0x12b0500, 262144});
   /*   255 backward  BINARY_BWD         /blocks.3/ln2/Add_1/bwd  live 28.9 MiB */
   snrt_binary_bwd(c, &P178, NULL, NULL, F(0x12b0500), F(0xeb0500), F(0xef0500));
   snrt_dead(c, 0x12b0500, 262144);
+  snrt_reads(c, 256, 3, (const int64_t[]){0xa6a00, 256, 0xef0500, 256, 0xf9600, 256});
   /*   256 update    SGD                blocks.3.ln2.bias/sgd  live 28.7 MiB */
   snrt_sgd(c, &P218, F(0xa6a00), F(0xef0500), F(0xf9600));
   snrt_dead(c, 0xef0500, 256);
+  snrt_reads(c, 257, 3, (const int64_t[]){0x2130500, 262144, 0xa6900, 256, 0xeb0500, 262144});
   /*   257 backward  BINARY_BWD         /blocks.3/ln2/Mul/bwd  live 28.9 MiB */
   snrt_binary_bwd(c, &P177, F(0x2130500), F(0xa6900), F(0xeb0500), F(0xef0500), F(0xf30500));
   snrt_dead(c, 0x2130500, 262144);
   snrt_dead(c, 0xeb0500, 262144);
+  snrt_reads(c, 258, 3, (const int64_t[]){0xa6900, 256, 0xf30500, 256, 0xf9700, 256});
   /*   258 update    SGD                blocks.3.ln2.weight/sgd  live 28.4 MiB */
   snrt_sgd(c, &P219, F(0xa6900), F(0xf30500), F(0xf9700));
   snrt_dead(c, 0xf30500, 256);
+  snrt_reads(c, 259, 3, (const int64_t[]){0x20f0500, 262144, 0x2349500, 4096, 0xef0500, 262144});
   /*   259 backward  BINARY_BWD         /blocks.3/ln2/Div/bwd  live 28.7 MiB */
   snrt_binary_bwd(c, &P176, F(0x20f0500), F(0x2349500), F(0xef0500), F(0xeb0500), F(0xf30500));
   snrt_dead(c, 0xef0500, 262144);
+  snrt_reads(c, 260, 2, (const int64_t[]){0x2349500, 4096, 0xf30500, 4096});
   /*   260 backward  MATH_BWD           /blocks.3/ln2/Sqrt/bwd  live 28.4 MiB */
   snrt_math_bwd(c, &P175, NULL, F(0x2349500), F(0xf30500), F(0xef0500));
   snrt_dead(c, 0x2349500, 4096);
   snrt_dead(c, 0xf30500, 4096);
+  snrt_reads(c, 261, 1, (const int64_t[]){0xef0500, 4096});
   /*   261 backward  BINARY_BWD         /blocks.3/ln2/Add/bwd  live 28.4 MiB */
   snrt_binary_bwd(c, &P174, NULL, NULL, F(0xef0500), F(0xf30500), NULL);
   snrt_dead(c, 0xef0500, 4096);
+  snrt_reads(c, 262, 1, (const int64_t[]){0xf30500, 4096});
   /*   262 backward  EXPAND             /blocks.3/ln2/ReduceMean_1/bwd  live 28.7 MiB */
   snrt_expand(c, &P173, F(0xf30500), F(0xef0500));
   snrt_dead(c, 0xf30500, 4096);
+  snrt_reads(c, 263, 2, (const int64_t[]){0x20f0500, 262144, 0xef0500, 262144});
   /*   263 backward  MATH_BWD           /blocks.3/ln2/Pow/bwd  live 28.9 MiB */
   snrt_math_bwd(c, &P172, F(0x20f0500), NULL, F(0xef0500), F(0xf30500));
   snrt_dead(c, 0x20f0500, 262144);
   snrt_dead(c, 0xef0500, 262144);
+  snrt_reads(c, 264, 2, (const int64_t[]){0xeb0500, 262144, 0xf30500, 262144});
   /*   264 backward  ACCUMULATE         /blocks.3/ln2/Pow/accumulate  live 28.4 MiB */
   snrt_add(c, 65536, F(0xeb0500), F(0xf30500), F(0xeb0500));
   snrt_dead(c, 0xf30500, 262144);
+  snrt_reads(c, 265, 1, (const int64_t[]){0xeb0500, 262144});
   /*   265 backward  BINARY_BWD         /blocks.3/ln2/Sub/bwd  live 28.4 MiB */
   snrt_binary_bwd(c, &P171, NULL, NULL, F(0xeb0500), F(0xef0500), F(0xf30500));
   snrt_dead(c, 0xeb0500, 262144);
+  snrt_reads(c, 266, 2, (const int64_t[]){0x21b0500, 262144, 0xef0500, 262144});
   /*   266 backward  ACCUMULATE         /blocks.3/ln2/Sub/accumulate  live 28.2 MiB */
   snrt_add(c, 65536, F(0x21b0500), F(0xef0500), F(0x21b0500));
   snrt_dead(c, 0xef0500, 262144);
+  snrt_reads(c, 267, 1, (const int64_t[]){0xf30500, 4096});
   /*   267 backward  EXPAND             /blocks.3/ln2/ReduceMean/bwd  live 28.2 MiB */
   snrt_expand(c, &P170, F(0xf30500), F(0xeb0500));
   snrt_dead(c, 0xf30500, 4096);
+  snrt_reads(c, 268, 2, (const int64_t[]){0x21b0500, 262144, 0xeb0500, 262144});
   /*   268 backward  ACCUMULATE         /blocks.3/ln2/ReduceMean/accumulate  live 28.2 MiB */
   snrt_add(c, 65536, F(0x21b0500), F(0xeb0500), F(0x21b0500));
   snrt_dead(c, 0xeb0500, 262144);
+  snrt_reads(c, 269, 1, (const int64_t[]){0x21b0500, 262144});
   /*   269 backward  BINARY_BWD         /blocks.3/Add/bwd  live 28.4 MiB */
   snrt_binary_bwd(c, &P169, NULL, NULL, F(0x21b0500), F(0x13b0500), F(0xeb0500));
   snrt_dead(c, 0x21b0500, 262144);
+  snrt_reads(c, 270, 1, (const int64_t[]){0xeb0500, 262144});
   /*   270 backward  BINARY_BWD         /blocks.3/proj/Add/bwd  live 28.4 MiB */
   snrt_binary_bwd(c, &P168, NULL, NULL, F(0xeb0500), F(0xf30500), F(0xef0500));
   snrt_dead(c, 0xeb0500, 262144);
+  snrt_reads(c, 271, 3, (const int64_t[]){0xb6e00, 256, 0xf30500, 256, 0xf9800, 256});
   /*   271 update    SGD                blocks.3.proj.bias/sgd  live 28.2 MiB */
   snrt_sgd(c, &P220, F(0xb6e00), F(0xf30500), F(0xf9800));
   snrt_dead(c, 0xf30500, 256);
+  snrt_reads(c, 272, 2, (const int64_t[]){0xef0500, 262144, 0x233c500, 16384});
   /*   272 backward  MATMUL_RAW         /blocks.3/proj/MatMul/bwd_a  live 28.4 MiB */
   snrt_matmul(c, &P221, F(0xef0500), F(0x233c500), F(0xeb0500));
   snrt_dead(c, 0x233c500, 16384);
+  snrt_reads(c, 273, 2, (const int64_t[]){0x20b0500, 262144, 0xef0500, 262144});
   /*   273 backward  MATMUL_RAW         /blocks.3/proj/MatMul/bwd_b  live 28.4 MiB */
   snrt_matmul(c, &P222, F(0x20b0500), F(0xef0500), F(0xf30500));
   snrt_dead(c, 0x20b0500, 262144);
   snrt_dead(c, 0xef0500, 262144);
+  snrt_reads(c, 274, 1, (const int64_t[]){0xf30500, 16384});
   /*   274 backward  Transpose          /blocks.3/proj/Transpose/bwd  live 27.9 MiB */
   snrt_transpose(c, &P223, F(0xf30500), F(0xef0500));
   snrt_dead(c, 0xf30500, 16384);
+  snrt_reads(c, 275, 3, (const int64_t[]){0xb2e00, 16384, 0xef0500, 16384, 0xf9900, 16384});
   /*   275 update    SGD                blocks.3.proj.weight/sgd  live 27.9 MiB */
   snrt_sgd(c, &P224, F(0xb2e00), F(0xef0500), F(0xf9900));
   snrt_dead(c, 0xef0500, 16384);
+  snrt_reads(c, 276, 1, (const int64_t[]){0xeb0500, 262144});
   /*   276 backward  Identity           /blocks.3/Reshape_3/bwd  live 28.1 MiB */
   snrt_copy(c, 262144, F(0xeb0500), F(0xef0500));
   snrt_dead(c, 0xeb0500, 262144);
+  snrt_reads(c, 277, 1, (const int64_t[]){0xef0500, 262144});
   /*   277 backward  Transpose          /blocks.3/Transpose_3/bwd  live 28.1 MiB */
   snrt_transpose(c, &P225, F(0xef0500), F(0x12b0500));
   snrt_dead(c, 0xef0500, 262144);
+  snrt_reads(c, 278, 2, (const int64_t[]){0x12b0500, 262144, 0x2030500, 262144});
   /*   278 backward  MATMUL_RAW         /blocks.3/MatMul_1/bwd_a  live 28.9 MiB */
   snrt_matmul(c, &P226, F(0x12b0500), F(0x2030500), F(0xeb0500));
   snrt_dead(c, 0x2030500, 262144);
+  snrt_reads(c, 279, 2, (const int64_t[]){0x11b0500, 1048576, 0x12b0500, 262144});
   /*   279 backward  MATMUL_RAW         /blocks.3/MatMul_1/bwd_b  live 28.9 MiB */
   snrt_matmul(c, &P227, F(0x11b0500), F(0x12b0500), F(0x13f0500));
   snrt_dead(c, 0x12b0500, 262144);
+  snrt_reads(c, 280, 2, (const int64_t[]){0x11b0500, 1048576, 0xeb0500, 1048576});
   /*   280 backward  SOFTMAX_BWD        /blocks.3/Softmax/bwd  live 29.6 MiB */
   snrt_softmax_bwd(c, &P163, F(0x11b0500), F(0xeb0500), F(0x12b0500));
   snrt_dead(c, 0x11b0500, 1048576);
   snrt_dead(c, 0xeb0500, 1048576);
+  snrt_reads(c, 281, 1, (const int64_t[]){0x12b0500, 1048576});
   /*   281 backward  Where              /blocks.3/Where/bwd  live 28.6 MiB */
   snrt_where(c, &P228, F(0x12b0500), F(0xeb0500));
   snrt_dead(c, 0x12b0500, 1048576);
+  snrt_reads(c, 282, 2, (const int64_t[]){0xd8900, 4, 0xeb0500, 1048576});
   /*   282 backward  BINARY_BWD         /blocks.3/Mul/bwd  live 28.6 MiB */
   snrt_binary_bwd(c, &P161, NULL, F(0xd8900), F(0xeb0500), F(0x11b0500), NULL);
   snrt_dead(c, 0xeb0500, 1048576);
+  snrt_reads(c, 283, 2, (const int64_t[]){0x11b0500, 1048576, 0x2070500, 262144});
   /*   283 backward  MATMUL_RAW         /blocks.3/MatMul/bwd_a  live 27.9 MiB */
   snrt_matmul(c, &P229, F(0x11b0500), F(0x2070500), F(0xeb0500));
   snrt_dead(c, 0x2070500, 262144);
+  snrt_reads(c, 284, 2, (const int64_t[]){0x1ff0500, 262144, 0x11b0500, 1048576});
   /*   284 backward  MATMUL_RAW         /blocks.3/MatMul/bwd_b  live 27.9 MiB */
   snrt_matmul(c, &P230, F(0x1ff0500), F(0x11b0500), F(0xef0500));
   snrt_dead(c, 0x1ff0500, 262144);
   snrt_dead(c, 0x11b0500, 1048576);
+  snrt_reads(c, 285, 1, (const int64_t[]){0xef0500, 262144});
   /*   285 backward  Transpose          /blocks.3/Transpose_2/bwd  live 26.9 MiB */
   snrt_transpose(c, &P231, F(0xef0500), F(0xf30500));
   snrt_dead(c, 0xef0500, 262144);
+  snrt_reads(c, 286, 1, (const int64_t[]){0x13f0500, 262144});
   /*   286 backward  Transpose          /blocks.3/Transpose_1/bwd  live 26.9 MiB */
   snrt_transpose(c, &P232, F(0x13f0500), F(0xef0500));
   snrt_dead(c, 0x13f0500, 262144);
+  snrt_reads(c, 287, 1, (const int64_t[]){0xef0500, 262144});
   /*   287 backward  Identity           /blocks.3/Reshape_2/bwd  live 26.9 MiB */
   snrt_copy(c, 262144, F(0xef0500), F(0xf70500));
   snrt_dead(c, 0xef0500, 262144);
+  snrt_reads(c, 288, 1, (const int64_t[]){0xf30500, 262144});
   /*   288 backward  Identity           /blocks.3/Reshape_1/bwd  live 26.9 MiB */
   snrt_copy(c, 262144, F(0xf30500), F(0x11b0500));
   snrt_dead(c, 0xf30500, 262144);
+  snrt_reads(c, 289, 1, (const int64_t[]){0xeb0500, 262144});
   /*   289 backward  Transpose          /blocks.3/Transpose/bwd  live 26.9 MiB */
   snrt_transpose(c, &P233, F(0xeb0500), F(0xef0500));
   snrt_dead(c, 0xeb0500, 262144);
+  snrt_reads(c, 290, 1, (const int64_t[]){0xef0500, 262144});
   /*   290 backward  Identity           /blocks.3/Reshape/bwd  live 26.9 MiB */
   snrt_copy(c, 262144, F(0xef0500), F(0x11f0500));
   snrt_dead(c, 0xef0500, 262144);
+  snrt_reads(c, 291, 3, (const int64_t[]){0x11f0500, 262144, 0x11b0500, 262144, 0xf70500, 262144});
   /*   291 backward  Concat             /blocks.3/Split/bwd  live 27.4 MiB */
   snrt_concat(c, &P156, (const float *const[]){F(0x11f0500), F(0x11b0500), F(0xf70500)}, F(0xeb0500));
   snrt_dead(c, 0xf70500, 262144);
   snrt_dead(c, 0x11b0500, 262144);
   snrt_dead(c, 0x11f0500, 262144);
+  snrt_reads(c, 292, 1, (const int64_t[]){0xeb0500, 786432});
   /*   292 backward  BINARY_BWD         /blocks.3/qkv/Add/bwd  live 27.4 MiB */
   snrt_binary_bwd(c, &P155, NULL, NULL, F(0xeb0500), F(0xf70500), F(0x11b0500));
   snrt_dead(c, 0xeb0500, 786432);
+  snrt_reads(c, 293, 3, (const int64_t[]){0xb2b00, 768, 0xf70500, 768, 0xfd900, 768});
   /*   293 update    SGD                blocks.3.qkv.bias/sgd  live 26.6 MiB */
   snrt_sgd(c, &P234, F(0xb2b00), F(0xf70500), F(0xfd900));
   snrt_dead(c, 0xf70500, 768);
+  snrt_reads(c, 294, 2, (const int64_t[]){0x11b0500, 786432, 0x2324500, 49152});
   /*   294 backward  MATMUL_RAW         /blocks.3/qkv/MatMul/bwd_a  live 26.9 MiB */
   snrt_matmul(c, &P235, F(0x11b0500), F(0x2324500), F(0xeb0500));
   snrt_dead(c, 0x2324500, 49152);
+  snrt_reads(c, 295, 2, (const int64_t[]){0x1fb0500, 262144, 0x11b0500, 786432});
   /*   295 backward  MATMUL_RAW         /blocks.3/qkv/MatMul/bwd_b  live 26.9 MiB */
   snrt_matmul(c, &P236, F(0x1fb0500), F(0x11b0500), F(0xef0500));
   snrt_dead(c, 0x1fb0500, 262144);
   snrt_dead(c, 0x11b0500, 786432);
+  snrt_reads(c, 296, 1, (const int64_t[]){0xef0500, 49152});
   /*   296 backward  Transpose          /blocks.3/qkv/Transpose/bwd  live 25.9 MiB */
   snrt_transpose(c, &P237, F(0xef0500), F(0xefc500));
   snrt_dead(c, 0xef0500, 49152);
+  snrt_reads(c, 297, 3, (const int64_t[]){0xa6b00, 49152, 0xefc500, 49152, 0xfdc00, 49152});
   /*   297 update    SGD                blocks.3.qkv.weight/sgd  live 25.9 MiB */
   snrt_sgd(c, &P238, F(0xa6b00), F(0xefc500), F(0xfdc00));
   snrt_dead(c, 0xefc500, 49152);
+  snrt_reads(c, 298, 1, (const int64_t[]){0xeb0500, 262144});
   /*   298 backward  BINARY_BWD         /blocks.3/ln1/Add_1/bwd  live 26.1 MiB */
   snrt_binary_bwd(c, &P152, NULL, NULL, F(0xeb0500), F(0xef0500), F(0xf30500));
   snrt_dead(c, 0xeb0500, 262144);
+  snrt_reads(c, 299, 3, (const int64_t[]){0xa6800, 256, 0xf30500, 256, 0x109c00, 256});
   /*   299 update    SGD                blocks.3.ln1.bias/sgd  live 25.8 MiB */
   snrt_sgd(c, &P239, F(0xa6800), F(0xf30500), F(0x109c00));
   snrt_dead(c, 0xf30500, 256);
+  snrt_reads(c, 300, 3, (const int64_t[]){0x1f70500, 262144, 0xa6700, 256, 0xef0500, 262144});
   /*   300 backward  BINARY_BWD         /blocks.3/ln1/Mul/bwd  live 26.1 MiB */
   snrt_binary_bwd(c, &P151, F(0x1f70500), F(0xa6700), F(0xef0500), F(0xeb0500), F(0xf30500));
   snrt_dead(c, 0x1f70500, 262144);
   snrt_dead(c, 0xef0500, 262144);
+  snrt_reads(c, 301, 3, (const int64_t[]){0xa6700, 256, 0xf30500, 256, 0x109d00, 256});
   /*   301 update    SGD                blocks.3.ln1.weight/sgd  live 25.6 MiB */
   snrt_sgd(c, &P240, F(0xa6700), F(0xf30500), F(0x109d00));
   snrt_dead(c, 0xf30500, 256);
+  snrt_reads(c, 302, 3, (const int64_t[]){0x1f30500, 262144, 0x2348500, 4096, 0xeb0500, 262144});
   /*   302 backward  BINARY_BWD         /blocks.3/ln1/Div/bwd  live 25.8 MiB */
   snrt_binary_bwd(c, &P150, F(0x1f30500), F(0x2348500), F(0xeb0500), F(0xef0500), F(0xf30500));
   snrt_dead(c, 0xeb0500, 262144);
+  snrt_reads(c, 303, 2, (const int64_t[]){0x2348500, 4096, 0xf30500, 4096});
   /*   303 backward  MATH_BWD           /blocks.3/ln1/Sqrt/bwd  live 25.6 MiB */
   snrt_math_bwd(c, &P149, NULL, F(0x2348500), F(0xf30500), F(0xeb0500));
   snrt_dead(c, 0x2348500, 4096);
   snrt_dead(c, 0xf30500, 4096);
+  snrt_reads(c, 304, 1, (const int64_t[]){0xeb0500, 4096});
   /*   304 backward  BINARY_BWD         /blocks.3/ln1/Add/bwd  live 25.6 MiB */
   snrt_binary_bwd(c, &P148, NULL, NULL, F(0xeb0500), F(0xf30500), NULL);
   snrt_dead(c, 0xeb0500, 4096);
+  snrt_reads(c, 305, 1, (const int64_t[]){0xf30500, 4096});
   /*   305 backward  EXPAND             /blocks.3/ln1/ReduceMean_1/bwd  live 25.8 MiB */
   snrt_expand(c, &P147, F(0xf30500), F(0xeb0500));
   snrt_dead(c, 0xf30500, 4096);
+  snrt_reads(c, 306, 2, (const int64_t[]){0x1f30500, 262144, 0xeb0500, 262144});
   /*   306 backward  MATH_BWD           /blocks.3/ln1/Pow/bwd  live 26.1 MiB */
   snrt_math_bwd(c, &P146, F(0x1f30500), NULL, F(0xeb0500), F(0xf30500));
   snrt_dead(c, 0x1f30500, 262144);
   snrt_dead(c, 0xeb0500, 262144);
+  snrt_reads(c, 307, 2, (const int64_t[]){0xef0500, 262144, 0xf30500, 262144});
   /*   307 backward  ACCUMULATE         /blocks.3/ln1/Pow/accumulate  live 25.6 MiB */
   snrt_add(c, 65536, F(0xef0500), F(0xf30500), F(0xef0500));
   snrt_dead(c, 0xf30500, 262144);
+  snrt_reads(c, 308, 1, (const int64_t[]){0xef0500, 262144});
   /*   308 backward  BINARY_BWD         /blocks.3/ln1/Sub/bwd  live 25.6 MiB */
   snrt_binary_bwd(c, &P145, NULL, NULL, F(0xef0500), F(0xeb0500), F(0xf30500));
   snrt_dead(c, 0xef0500, 262144);
+  snrt_reads(c, 309, 2, (const int64_t[]){0x13b0500, 262144, 0xeb0500, 262144});
   /*   309 backward  ACCUMULATE         /blocks.3/ln1/Sub/accumulate  live 25.3 MiB */
   snrt_add(c, 65536, F(0x13b0500), F(0xeb0500), F(0x13b0500));
   snrt_dead(c, 0xeb0500, 262144);
+  snrt_reads(c, 310, 1, (const int64_t[]){0xf30500, 4096});
   /*   310 backward  EXPAND             /blocks.3/ln1/ReduceMean/bwd  live 25.3 MiB */
   snrt_expand(c, &P144, F(0xf30500), F(0xeb0500));
   snrt_dead(c, 0xf30500, 4096);
+  snrt_reads(c, 311, 2, (const int64_t[]){0x13b0500, 262144, 0xeb0500, 262144});
   /*   311 backward  ACCUMULATE         /blocks.3/ln1/ReduceMean/accumulate  live 25.3 MiB */
   snrt_add(c, 65536, F(0x13b0500), F(0xeb0500), F(0x13b0500));
   snrt_dead(c, 0xeb0500, 262144);
+  snrt_reads(c, 312, 1, (const int64_t[]){0x13b0500, 262144});
   /*   312 backward  BINARY_BWD         /blocks.2/Add_2/bwd  live 25.6 MiB */
   snrt_binary_bwd(c, &P143, NULL, NULL, F(0x13b0500), F(0x12b0500), F(0xeb0500));
   snrt_dead(c, 0x13b0500, 262144);
+  snrt_reads(c, 313, 1, (const int64_t[]){0xeb0500, 262144});
   /*   313 backward  BINARY_BWD         /blocks.2/fc2/Add/bwd  live 25.6 MiB */
   snrt_binary_bwd(c, &P142, NULL, NULL, F(0xeb0500), F(0xef0500), F(0x11b0500));
   snrt_dead(c, 0xeb0500, 262144);
+  snrt_reads(c, 314, 3, (const int64_t[]){0xa6600, 256, 0xef0500, 256, 0x109e00, 256});
   /*   314 update    SGD                blocks.2.fc2.bias/sgd  live 25.3 MiB */
   snrt_sgd(c, &P241, F(0xa6600), F(0xef0500), F(0x109e00));
   snrt_dead(c, 0xef0500, 256);
+  snrt_reads(c, 315, 2, (const int64_t[]){0x11b0500, 262144, 0x22c0500, 65536});
   /*   315 backward  MATMUL_RAW         /blocks.2/fc2/MatMul/bwd_a  live 26.3 MiB */
   snrt_matmul(c, &P242, F(0x11b0500), F(0x22c0500), F(0xeb0500));
   snrt_dead(c, 0x22c0500, 65536);
+  snrt_reads(c, 316, 2, (const int64_t[]){0x10b0500, 1048576, 0x11b0500, 262144});
   /*   316 backward  MATMUL_RAW         /blocks.2/fc2/MatMul/bwd_b  live 26.3 MiB */
   snrt_matmul(c, &P243, F(0x10b0500), F(0x11b0500), F(0x11f0500));
   snrt_dead(c, 0x10b0500, 1048576);
   snrt_dead(c, 0x11b0500, 262144);
+  snrt_reads(c, 317, 1, (const int64_t[]){0x11f0500, 65536});
   /*   317 backward  Transpose          /blocks.2/fc2/Transpose/bwd  live 25.2 MiB */
   snrt_transpose(c, &P244, F(0x11f0500), F(0x10b0500));
   snrt_dead(c, 0x11f0500, 65536);
+  snrt_reads(c, 318, 3, (const int64_t[]){0x96600, 65536, 0x10b0500, 65536, 0x109f00, 65536});
   /*   318 update    SGD                blocks.2.fc2.weight/sgd  live 25.1 MiB */
   snrt_sgd(c, &P245, F(0x96600), F(0x10b0500), F(0x109f00));
   snrt_dead(c, 0x10b0500, 65536);
+  snrt_reads(c, 319, 2, (const int64_t[]){0xd8700, 4, 0xeb0500, 1048576});
   /*   319 backward  BINARY_BWD         /blocks.2/Mul_2/bwd  live 26.0 MiB */
   snrt_binary_bwd(c, &P139, NULL, F(0xd8700), F(0xeb0500), F(0x10b0500), NULL);
   snrt_dead(c, 0xeb0500, 1048576);
+  snrt_reads(c, 320, 3, (const int64_t[]){0xdb0500, 1048576, 0xfb0500, 1048576, 0x10b0500, 1048576});
   /*   320 backward  BINARY_BWD         /blocks.2/Mul_1/bwd  live 27.0 MiB */
   snrt_binary_bwd(c, &P138, F(0xdb0500), F(0xfb0500), F(0x10b0500), F(0xeb0500), F(0x11b0500));
   snrt_dead(c, 0xdb0500, 1048576);
   snrt_dead(c, 0xfb0500, 1048576);
   snrt_dead(c, 0x10b0500, 1048576);
+  snrt_reads(c, 321, 1, (const int64_t[]){0x11b0500, 1048576});
   /*   321 backward  BINARY_BWD         /blocks.2/Add_1/bwd  live 25.0 MiB */
   snrt_binary_bwd(c, &P137, NULL, NULL, F(0x11b0500), F(0xdb0500), NULL);
   snrt_dead(c, 0x11b0500, 1048576);
+  snrt_reads(c, 322, 2, (const int64_t[]){0x9b0500, 1048576, 0xdb0500, 1048576});
   /*   322 backward  MATH_BWD           /blocks.2/Erf/bwd  live 25.0 MiB */
   snrt_math_bwd(c, &P136, F(0x9b0500), NULL, F(0xdb0500), F(0xfb0500));
   snrt_dead(c, 0x9b0500, 1048576);
   snrt_dead(c, 0xdb0500, 1048576);
+  snrt_reads(c, 323, 2, (const int64_t[]){0xd8500, 4, 0xfb0500, 1048576});
   /*   323 backward  BINARY_BWD         /blocks.2/Div/bwd  live 24.0 MiB */
   snrt_binary_bwd(c, &P135, NULL, F(0xd8500), F(0xfb0500), F(0x9b0500), NULL);
   snrt_dead(c, 0xfb0500, 1048576);
+  snrt_reads(c, 324, 2, (const int64_t[]){0xeb0500, 1048576, 0x9b0500, 1048576});
   /*   324 backward  ACCUMULATE         /blocks.2/Div/accumulate  live 23.0 MiB */
   snrt_add(c, 262144, F(0xeb0500), F(0x9b0500), F(0xeb0500));
   snrt_dead(c, 0x9b0500, 1048576);
+  snrt_reads(c, 325, 1, (const int64_t[]){0xeb0500, 1048576});
   /*   325 backward  BINARY_BWD         /blocks.2/fc/Add/bwd  live 23.0 MiB */
   snrt_binary_bwd(c, &P134, NULL, NULL, F(0xeb0500), F(0xdb0500), F(0x9b0500));
   snrt_dead(c, 0xeb0500, 1048576);
+  snrt_reads(c, 326, 3, (const int64_t[]){0x96200, 1024, 0xdb0500, 1024, 0x119f00, 1024});
   /*   326 update    SGD                blocks.2.fc.bias/sgd  live 22.0 MiB */
   snrt_sgd(c, &P246, F(0x96200), F(0xdb0500), F(0x119f00));
   snrt_dead(c, 0xdb0500, 1024);
+  snrt_reads(c, 327, 2, (const int64_t[]){0x9b0500, 1048576, 0x22b0500, 65536});
   /*   327 backward  MATMUL_RAW         /blocks.2/fc/MatMul/bwd_a  live 22.3 MiB */
   snrt_matmul(c, &P247, F(0x9b0500), F(0x22b0500), F(0xdb0500));
   snrt_dead(c, 0x22b0500, 65536);
+  snrt_reads(c, 328, 2, (const int64_t[]){0x1ef0500, 262144, 0x9b0500, 1048576});
   /*   328 backward  MATMUL_RAW         /blocks.2/fc/MatMul/bwd_b  live 22.3 MiB */
   snrt_matmul(c, &P248, F(0x1ef0500), F(0x9b0500), F(0xdf0500));
   snrt_dead(c, 0x1ef0500, 262144);
   snrt_dead(c, 0x9b0500, 1048576);
+  snrt_reads(c, 329, 1, (const int64_t[]){0xdf0500, 65536});
   /*   329 backward  Transpose          /blocks.2/fc/Transpose/bwd  live 21.1 MiB */
   snrt_transpose(c, &P249, F(0xdf0500), F(0x9b0500));
   snrt_dead(c, 0xdf0500, 65536);
+  snrt_reads(c, 330, 3, (const int64_t[]){0x86200, 65536, 0x9b0500, 65536, 0x11a300, 65536});
   /*   330 update    SGD                blocks.2.fc.weight/sgd  live 21.0 MiB */
   snrt_sgd(c, &P250, F(0x86200), F(0x9b0500), F(0x11a300));
   snrt_dead(c, 0x9b0500, 65536);
+  snrt_reads(c, 331, 1, (const int64_t[]){0xdb0500, 262144});
   /*   331 backward  BINARY_BWD         /blocks.2/ln2/Add_1/bwd  live 21.2 MiB */
   snrt_binary_bwd(c, &P131, NULL, NULL, F(0xdb0500), F(0x9b0500), F(0x9f0500));
   snrt_dead(c, 0xdb0500, 262144);
+  snrt_reads(c, 332, 3, (const int64_t[]){0x75d00, 256, 0x9f0500, 256, 0x12a300, 256});
   /*   332 update    SGD                blocks.2.ln2.bias/sgd  live 21.0 MiB */
   snrt_sgd(c, &P251, F(0x75d00), F(0x9f0500), F(0x12a300));
   snrt_dead(c, 0x9f0500, 256);
+  snrt_reads(c, 333, 3, (const int64_t[]){0x1eb0500, 262144, 0x75c00, 256, 0x9b0500, 262144});
   /*   333 backward  BINARY_BWD         /blocks.2/ln2/Mul/bwd  live 21.2 MiB */
   snrt_binary_bwd(c, &P130, F(0x1eb0500), F(0x75c00), F(0x9b0500), F(0x9f0500), F(0xa30500));
   snrt_dead(c, 0x1eb0500, 262144);
   snrt_dead(c, 0x9b0500, 262144);
+  snrt_reads(c, 334, 3, (const int64_t[]){0x75c00, 256, 0xa30500, 256, 0x12a400, 256});
   /*   334 update    SGD                blocks.2.ln2.weight/sgd  live 20.7 MiB */
   snrt_sgd(c, &P252, F(0x75c00), F(0xa30500), F(0x12a400));
   snrt_dead(c, 0xa30500, 256);
+  snrt_reads(c, 335, 3, (const int64_t[]){0x1e70500, 262144, 0x2347500, 4096, 0x9f0500, 262144});
   /*   335 backward  BINARY_BWD         /blocks.2/ln2/Div/bwd  live 21.0 MiB */
   snrt_binary_bwd(c, &P129, F(0x1e70500), F(0x2347500), F(0x9f0500), F(0x9b0500), F(0xa30500));
   snrt_dead(c, 0x9f0500, 262144);
+  snrt_reads(c, 336, 2, (const int64_t[]){0x2347500, 4096, 0xa30500, 4096});
   /*   336 backward  MATH_BWD           /blocks.2/ln2/Sqrt/bwd  live 20.7 MiB */
   snrt_math_bwd(c, &P128, NULL, F(0x2347500), F(0xa30500), F(0x9f0500));
   snrt_dead(c, 0x2347500, 4096);
   snrt_dead(c, 0xa30500, 4096);
+  snrt_reads(c, 337, 1, (const int64_t[]){0x9f0500, 4096});
   /*   337 backward  BINARY_BWD         /blocks.2/ln2/Add/bwd  live 20.7 MiB */
   snrt_binary_bwd(c, &P127, NULL, NULL, F(0x9f0500), F(0xa30500), NULL);
   snrt_dead(c, 0x9f0500, 4096);
+  snrt_reads(c, 338, 1, (const int64_t[]){0xa30500, 4096});
   /*   338 backward  EXPAND             /blocks.2/ln2/ReduceMean_1/bwd  live 21.0 MiB */
   snrt_expand(c, &P126, F(0xa30500), F(0x9f0500));
   snrt_dead(c, 0xa30500, 4096);
+  snrt_reads(c, 339, 2, (const int64_t[]){0x1e70500, 262144, 0x9f0500, 262144});
   /*   339 backward  MATH_BWD           /blocks.2/ln2/Pow/bwd  live 21.2 MiB */
   snrt_math_bwd(c, &P125, F(0x1e70500), NULL, F(0x9f0500), F(0xa30500));
   snrt_dead(c, 0x1e70500, 262144);
   snrt_dead(c, 0x9f0500, 262144);
+  snrt_reads(c, 340, 2, (const int64_t[]){0x9b0500, 262144, 0xa30500, 262144});
   /*   340 backward  ACCUMULATE         /blocks.2/ln2/Pow/accumulate  live 20.7 MiB */
   snrt_add(c, 65536, F(0x9b0500), F(0xa30500), F(0x9b0500));
   snrt_dead(c, 0xa30500, 262144);
+  snrt_reads(c, 341, 1, (const int64_t[]){0x9b0500, 262144});
   /*   341 backward  BINARY_BWD         /blocks.2/ln2/Sub/bwd  live 20.7 MiB */
   snrt_binary_bwd(c, &P124, NULL, NULL, F(0x9b0500), F(0x9f0500), F(0xa30500));
   snrt_dead(c, 0x9b0500, 262144);
+  snrt_reads(c, 342, 2, (const int64_t[]){0x12b0500, 262144, 0x9f0500, 262144});
   /*   342 backward  ACCUMULATE         /blocks.2/ln2/Sub/accumulate  live 20.5 MiB */
   snrt_add(c, 65536, F(0x12b0500), F(0x9f0500), F(0x12b0500));
   snrt_dead(c, 0x9f0500, 262144);
+  snrt_reads(c, 343, 1, (const int64_t[]){0xa30500, 4096});
   /*   343 backward  EXPAND             /blocks.2/ln2/ReduceMean/bwd  live 20.5 MiB */
   snrt_expand(c, &P123, F(0xa30500), F(0x9b0500));
   snrt_dead(c, 0xa30500, 4096);
+  snrt_reads(c, 344, 2, (const int64_t[]){0x12b0500, 262144, 0x9b0500, 262144});
   /*   344 backward  ACCUMULATE         /blocks.2/ln2/ReduceMean/accumulate  live 20.5 MiB */
   snrt_add(c, 65536, F(0x12b0500), F(0x9b0500), F(0x12b0500));
   snrt_dead(c, 0x9b0500, 262144);
+  snrt_reads(c, 345, 1, (const int64_t[]){0x12b0500, 262144});
   /*   345 backward  BINARY_BWD         /blocks.2/Add/bwd  live 20.7 MiB */
   snrt_binary_bwd(c, &P122, NULL, NULL, F(0x12b0500), F(0xeb0500), F(0x9b0500));
   snrt_dead(c, 0x12b0500, 262144);
+  snrt_reads(c, 346, 1, (const int64_t[]){0x9b0500, 262144});
   /*   346 backward  BINARY_BWD         /blocks.2/proj/Add/bwd  live 20.7 MiB */
   snrt_binary_bwd(c, &P121, NULL, NULL, F(0x9b0500), F(0xa30500), F(0x9f0500));
   snrt_dead(c, 0x9b0500, 262144);
+  snrt_reads(c, 347, 3, (const int64_t[]){0x86100, 256, 0xa30500, 256, 0x12a500, 256});
   /*   347 update    SGD                blocks.2.proj.bias/sgd  live 20.5 MiB */
   snrt_sgd(c, &P253, F(0x86100), F(0xa30500), F(0x12a500));
   snrt_dead(c, 0xa30500, 256);
+  snrt_reads(c, 348, 2, (const int64_t[]){0x9f0500, 262144, 0x2338500, 16384});
   /*   348 backward  MATMUL_RAW         /blocks.2/proj/MatMul/bwd_a  live 20.7 MiB */
   snrt_matmul(c, &P254, F(0x9f0500), F(0x2338500), F(0x9b0500));
   snrt_dead(c, 0x2338500, 16384);
+  snrt_reads(c, 349, 2, (const int64_t[]){0x1e30500, 262144, 0x9f0500, 262144});
   /*   349 backward  MATMUL_RAW         /blocks.2/proj/MatMul/bwd_b  live 20.7 MiB */
   snrt_matmul(c, &P255, F(0x1e30500), F(0x9f0500), F(0xa30500));
   snrt_dead(c, 0x1e30500, 262144);
   snrt_dead(c, 0x9f0500, 262144);
+  snrt_reads(c, 350, 1, (const int64_t[]){0xa30500, 16384});
   /*   350 backward  Transpose          /blocks.2/proj/Transpose/bwd  live 20.2 MiB */
   snrt_transpose(c, &P256, F(0xa30500), F(0x9f0500));
   snrt_dead(c, 0xa30500, 16384);
+  snrt_reads(c, 351, 3, (const int64_t[]){0x82100, 16384, 0x9f0500, 16384, 0x12a600, 16384});
   /*   351 update    SGD                blocks.2.proj.weight/sgd  live 20.2 MiB */
   snrt_sgd(c, &P257, F(0x82100), F(0x9f0500), F(0x12a600));
   snrt_dead(c, 0x9f0500, 16384);
+  snrt_reads(c, 352, 1, (const int64_t[]){0x9b0500, 262144});
   /*   352 backward  Identity           /blocks.2/Reshape_3/bwd  live 20.4 MiB */
   snrt_copy(c, 262144, F(0x9b0500), F(0x9f0500));
   snrt_dead(c, 0x9b0500, 262144);
+  snrt_reads(c, 353, 1, (const int64_t[]){0x9f0500, 262144});
   /*   353 backward  Transpose          /blocks.2/Transpose_3/bwd  live 20.4 MiB */
   snrt_transpose(c, &P258, F(0x9f0500), F(0xdb0500));
   snrt_dead(c, 0x9f0500, 262144);
+  snrt_reads(c, 354, 2, (const int64_t[]){0xdb0500, 262144, 0x1db0500, 262144});
   /*   354 backward  MATMUL_RAW         /blocks.2/MatMul_1/bwd_a  live 21.2 MiB */
   snrt_matmul(c, &P259, F(0xdb0500), F(0x1db0500), F(0x9b0500));
   snrt_dead(c, 0x1db0500, 262144);
+  snrt_reads(c, 355, 2, (const int64_t[]){0xcb0500, 1048576, 0xdb0500, 262144});
   /*   355 backward  MATMUL_RAW         /blocks.2/MatMul_1/bwd_b  live 21.2 MiB */
   snrt_matmul(c, &P260, F(0xcb0500), F(0xdb0500), F(0xef0500));
   snrt_dead(c, 0xdb0500, 262144);
+  snrt_reads(c, 356, 2, (const int64_t[]){0xcb0500, 1048576, 0x9b0500, 1048576});
   /*   356 backward  SOFTMAX_BWD        /blocks.2/Softmax/bwd  live 21.9 MiB */
   snrt_softmax_bwd(c, &P116, F(0xcb0500), F(0x9b0500), F(0xdb0500));
   snrt_dead(c, 0xcb0500, 1048576);
   snrt_dead(c, 0x9b0500, 1048576);
+  snrt_reads(c, 357, 1, (const int64_t[]){0xdb0500, 1048576});
   /*   357 backward  Where              /blocks.2/Where/bwd  live 20.9 MiB */
   snrt_where(c, &P261, F(0xdb0500), F(0x9b0500));
   snrt_dead(c, 0xdb0500, 1048576);
+  snrt_reads(c, 358, 2, (const int64_t[]){0xd8300, 4, 0x9b0500, 1048576});
   /*   358 backward  BINARY_BWD         /blocks.2/Mul/bwd  live 20.9 MiB */
   snrt_binary_bwd(c, &P114, NULL, F(0xd8300), F(0x9b0500), F(0xcb0500), NULL);
   snrt_dead(c, 0x9b0500, 1048576);
+  snrt_reads(c, 359, 2, (const int64_t[]){0xcb0500, 1048576, 0x1df0500, 262144});
   /*   359 backward  MATMUL_RAW         /blocks.2/MatMul/bwd_a  live 20.2 MiB */
   snrt_matmul(c, &P262, F(0xcb0500), F(0x1df0500), F(0x9b0500));
   snrt_dead(c, 0x1df0500, 262144);
+  snrt_reads(c, 360, 2, (const int64_t[]){0x1d70500, 262144, 0xcb0500, 1048576});
   /*   360 backward  MATMUL_RAW         /blocks.2/MatMul/bwd_b  live 20.2 MiB */
   snrt_matmul(c, &P263, F(0x1d70500), F(0xcb0500), F(0x9f0500));
   snrt_dead(c, 0x1d70500, 262144);
   snrt_dead(c, 0xcb0500, 1048576);
+  snrt_reads(c, 361, 1, (const int64_t[]){0x9f0500, 262144});
   /*   361 backward  Transpose          /blocks.2/Transpose_2/bwd  live 19.2 MiB */
   snrt_transpose(c, &P264, F(0x9f0500), F(0xa30500));
   snrt_dead(c, 0x9f0500, 262144);
+  snrt_reads(c, 362, 1, (const int64_t[]){0xef0500, 262144});
   /*   362 backward  Transpose          /blocks.2/Transpose_1/bwd  live 19.2 MiB */
   snrt_transpose(c, &P265, F(0xef0500), F(0x9f0500));
   snrt_dead(c, 0xef0500, 262144);
+  snrt_reads(c, 363, 1, (const int64_t[]){0x9f0500, 262144});
   /*   363 backward  Identity           /blocks.2/Reshape_2/bwd  live 19.2 MiB */
   snrt_copy(c, 262144, F(0x9f0500), F(0xa70500));
   snrt_dead(c, 0x9f0500, 262144);
+  snrt_reads(c, 364, 1, (const int64_t[]){0xa30500, 262144});
   /*   364 backward  Identity           /blocks.2/Reshape_1/bwd  live 19.2 MiB */
   snrt_copy(c, 262144, F(0xa30500), F(0xcb0500));
   snrt_dead(c, 0xa30500, 262144);
+  snrt_reads(c, 365, 1, (const int64_t[]){0x9b0500, 262144});
   /*   365 backward  Transpose          /blocks.2/Transpose/bwd  live 19.2 MiB */
   snrt_transpose(c, &P266, F(0x9b0500), F(0x9f0500));
   snrt_dead(c, 0x9b0500, 262144);
+  snrt_reads(c, 366, 1, (const int64_t[]){0x9f0500, 262144});
   /*   366 backward  Identity           /blocks.2/Reshape/bwd  live 19.2 MiB */
   snrt_copy(c, 262144, F(0x9f0500), F(0xcf0500));
   snrt_dead(c, 0x9f0500, 262144);
+  snrt_reads(c, 367, 3, (const int64_t[]){0xcf0500, 262144, 0xcb0500, 262144, 0xa70500, 262144});
   /*   367 backward  Concat             /blocks.2/Split/bwd  live 19.7 MiB */
   snrt_concat(c, &P109, (const float *const[]){F(0xcf0500), F(0xcb0500), F(0xa70500)}, F(0x9b0500));
   snrt_dead(c, 0xa70500, 262144);
   snrt_dead(c, 0xcb0500, 262144);
   snrt_dead(c, 0xcf0500, 262144);
+  snrt_reads(c, 368, 1, (const int64_t[]){0x9b0500, 786432});
   /*   368 backward  BINARY_BWD         /blocks.2/qkv/Add/bwd  live 19.7 MiB */
   snrt_binary_bwd(c, &P108, NULL, NULL, F(0x9b0500), F(0xa70500), F(0xcb0500));
   snrt_dead(c, 0x9b0500, 786432);
+  snrt_reads(c, 369, 3, (const int64_t[]){0x81e00, 768, 0xa70500, 768, 0x12e600, 768});
   /*   369 update    SGD                blocks.2.qkv.bias/sgd  live 18.9 MiB */
   snrt_sgd(c, &P267, F(0x81e00), F(0xa70500), F(0x12e600));
   snrt_dead(c, 0xa70500, 768);
+  snrt_reads(c, 370, 2, (const int64_t[]){0xcb0500, 786432, 0x2318500, 49152});
   /*   370 backward  MATMUL_RAW         /blocks.2/qkv/MatMul/bwd_a  live 19.2 MiB */
   snrt_matmul(c, &P268, F(0xcb0500), F(0x2318500), F(0x9b0500));
   snrt_dead(c, 0x2318500, 49152);
+  snrt_reads(c, 371, 2, (const int64_t[]){0x1d30500, 262144, 0xcb0500, 786432});
   /*   371 backward  MATMUL_RAW         /blocks.2/qkv/MatMul/bwd_b  live 19.2 MiB */
   snrt_matmul(c, &P269, F(0x1d30500), F(0xcb0500), F(0x9f0500));
   snrt_dead(c, 0x1d30500, 262144);
   snrt_dead(c, 0xcb0500, 786432);
+  snrt_reads(c, 372, 1, (const int64_t[]){0x9f0500, 49152});
   /*   372 backward  Transpose          /blocks.2/qkv/Transpose/bwd  live 18.2 MiB */
   snrt_transpose(c, &P270, F(0x9f0500), F(0x9fc500));
   snrt_dead(c, 0x9f0500, 49152);
+  snrt_reads(c, 373, 3, (const int64_t[]){0x75e00, 49152, 0x9fc500, 49152, 0x12e900, 49152});
   /*   373 update    SGD                blocks.2.qkv.weight/sgd  live 18.2 MiB */
   snrt_sgd(c, &P271, F(0x75e00), F(0x9fc500), F(0x12e900));
   snrt_dead(c, 0x9fc500, 49152);
+  snrt_reads(c, 374, 1, (const int64_t[]){0x9b0500, 262144});
   /*   374 backward  BINARY_BWD         /blocks.2/ln1/Add_1/bwd  live 18.4 MiB */
   snrt_binary_bwd(c, &P105, NULL, NULL, F(0x9b0500), F(0x9f0500), F(0xa30500));
   snrt_dead(c, 0x9b0500, 262144);
+  snrt_reads(c, 375, 3, (const int64_t[]){0x75b00, 256, 0xa30500, 256, 0x13a900, 256});
   /*   375 update    SGD                blocks.2.ln1.bias/sgd  live 18.2 MiB */
   snrt_sgd(c, &P272, F(0x75b00), F(0xa30500), F(0x13a900));
   snrt_dead(c, 0xa30500, 256);
+  snrt_reads(c, 376, 3, (const int64_t[]){0x1cf0500, 262144, 0x75a00, 256, 0x9f0500, 262144});
   /*   376 backward  BINARY_BWD         /blocks.2/ln1/Mul/bwd  live 18.4 MiB */
   snrt_binary_bwd(c, &P104, F(0x1cf0500), F(0x75a00), F(0x9f0500), F(0x9b0500), F(0xa30500));
   snrt_dead(c, 0x1cf0500, 262144);
   snrt_dead(c, 0x9f0500, 262144);
+  snrt_reads(c, 377, 3, (const int64_t[]){0x75a00, 256, 0xa30500, 256, 0x13aa00, 256});
   /*   377 update    SGD                blocks.2.ln1.weight/sgd  live 17.9 MiB */
   snrt_sgd(c, &P273, F(0x75a00), F(0xa30500), F(0x13aa00));
   snrt_dead(c, 0xa30500, 256);
+  snrt_reads(c, 378, 3, (const int64_t[]){0x1cb0500, 262144, 0x2346500, 4096, 0x9b0500, 262144});
   /*   378 backward  BINARY_BWD         /blocks.2/ln1/Div/bwd  live 18.2 MiB */
   snrt_binary_bwd(c, &P103, F(0x1cb0500), F(0x2346500), F(0x9b0500), F(0x9f0500), F(0xa30500));
   snrt_dead(c, 0x9b0500, 262144);
+  snrt_reads(c, 379, 2, (const int64_t[]){0x2346500, 4096, 0xa30500, 4096});
   /*   379 backward  MATH_BWD           /blocks.2/ln1/Sqrt/bwd  live 17.9 MiB */
   snrt_math_bwd(c, &P102, NULL, F(0x2346500), F(0xa30500), F(0x9b0500));
   snrt_dead(c, 0x2346500, 4096);
   snrt_dead(c, 0xa30500, 4096);
+  snrt_reads(c, 380, 1, (const int64_t[]){0x9b0500, 4096});
   /*   380 backward  BINARY_BWD         /blocks.2/ln1/Add/bwd  live 17.9 MiB */
   snrt_binary_bwd(c, &P101, NULL, NULL, F(0x9b0500), F(0xa30500), NULL);
   snrt_dead(c, 0x9b0500, 4096);
+  snrt_reads(c, 381, 1, (const int64_t[]){0xa30500, 4096});
   /*   381 backward  EXPAND             /blocks.2/ln1/ReduceMean_1/bwd  live 18.1 MiB */
   snrt_expand(c, &P100, F(0xa30500), F(0x9b0500));
   snrt_dead(c, 0xa30500, 4096);
+  snrt_reads(c, 382, 2, (const int64_t[]){0x1cb0500, 262144, 0x9b0500, 262144});
   /*   382 backward  MATH_BWD           /blocks.2/ln1/Pow/bwd  live 18.4 MiB */
   snrt_math_bwd(c, &P99, F(0x1cb0500), NULL, F(0x9b0500), F(0xa30500));
   snrt_dead(c, 0x1cb0500, 262144);
   snrt_dead(c, 0x9b0500, 262144);
+  snrt_reads(c, 383, 2, (const int64_t[]){0x9f0500, 262144, 0xa30500, 262144});
   /*   383 backward  ACCUMULATE         /blocks.2/ln1/Pow/accumulate  live 17.9 MiB */
   snrt_add(c, 65536, F(0x9f0500), F(0xa30500), F(0x9f0500));
   snrt_dead(c, 0xa30500, 262144);
+  snrt_reads(c, 384, 1, (const int64_t[]){0x9f0500, 262144});
   /*   384 backward  BINARY_BWD         /blocks.2/ln1/Sub/bwd  live 17.9 MiB */
   snrt_binary_bwd(c, &P98, NULL, NULL, F(0x9f0500), F(0x9b0500), F(0xa30500));
   snrt_dead(c, 0x9f0500, 262144);
+  snrt_reads(c, 385, 2, (const int64_t[]){0xeb0500, 262144, 0x9b0500, 262144});
   /*   385 backward  ACCUMULATE         /blocks.2/ln1/Sub/accumulate  live 17.6 MiB */
   snrt_add(c, 65536, F(0xeb0500), F(0x9b0500), F(0xeb0500));
   snrt_dead(c, 0x9b0500, 262144);
+  snrt_reads(c, 386, 1, (const int64_t[]){0xa30500, 4096});
   /*   386 backward  EXPAND             /blocks.2/ln1/ReduceMean/bwd  live 17.6 MiB */
   snrt_expand(c, &P97, F(0xa30500), F(0x9b0500));
   snrt_dead(c, 0xa30500, 4096);
+  snrt_reads(c, 387, 2, (const int64_t[]){0xeb0500, 262144, 0x9b0500, 262144});
   /*   387 backward  ACCUMULATE         /blocks.2/ln1/ReduceMean/accumulate  live 17.6 MiB */
   snrt_add(c, 65536, F(0xeb0500), F(0x9b0500), F(0xeb0500));
   snrt_dead(c, 0x9b0500, 262144);
+  snrt_reads(c, 388, 1, (const int64_t[]){0xeb0500, 262144});
   /*   388 backward  BINARY_BWD         /blocks.1/Add_2/bwd  live 17.9 MiB */
   snrt_binary_bwd(c, &P96, NULL, NULL, F(0xeb0500), F(0xdb0500), F(0x9b0500));
   snrt_dead(c, 0xeb0500, 262144);
+  snrt_reads(c, 389, 1, (const int64_t[]){0x9b0500, 262144});
   /*   389 backward  BINARY_BWD         /blocks.1/fc2/Add/bwd  live 17.9 MiB */
   snrt_binary_bwd(c, &P95, NULL, NULL, F(0x9b0500), F(0x9f0500), F(0xcb0500));
   snrt_dead(c, 0x9b0500, 262144);
+  snrt_reads(c, 390, 3, (const int64_t[]){0x75900, 256, 0x9f0500, 256, 0x13ab00, 256});
   /*   390 update    SGD                blocks.1.fc2.bias/sgd  live 17.6 MiB */
   snrt_sgd(c, &P274, F(0x75900), F(0x9f0500), F(0x13ab00));
   snrt_dead(c, 0x9f0500, 256);
+  snrt_reads(c, 391, 2, (const int64_t[]){0xcb0500, 262144, 0x22a0500, 65536});
   /*   391 backward  MATMUL_RAW         /blocks.1/fc2/MatMul/bwd_a  live 18.6 MiB */
   snrt_matmul(c, &P275, F(0xcb0500), F(0x22a0500), F(0x9b0500));
   snrt_dead(c, 0x22a0500, 65536);
+  snrt_reads(c, 392, 2, (const int64_t[]){0xbb0500, 1048576, 0xcb0500, 262144});
   /*   392 backward  MATMUL_RAW         /blocks.1/fc2/MatMul/bwd_b  live 18.6 MiB */
   snrt_matmul(c, &P276, F(0xbb0500), F(0xcb0500), F(0xcf0500));
   snrt_dead(c, 0xbb0500, 1048576);
   snrt_dead(c, 0xcb0500, 262144);
+  snrt_reads(c, 393, 1, (const int64_t[]){0xcf0500, 65536});
   /*   393 backward  Transpose          /blocks.1/fc2/Transpose/bwd  live 17.5 MiB */
   snrt_transpose(c, &P277, F(0xcf0500), F(0xbb0500));
   snrt_dead(c, 0xcf0500, 65536);
+  snrt_reads(c, 394, 3, (const int64_t[]){0x65900, 65536, 0xbb0500, 65536, 0x13ac00, 65536});
   /*   394 update    SGD                blocks.1.fc2.weight/sgd  live 17.4 MiB */
   snrt_sgd(c, &P278, F(0x65900), F(0xbb0500), F(0x13ac00));
   snrt_dead(c, 0xbb0500, 65536);
+  snrt_reads(c, 395, 2, (const int64_t[]){0xd8100, 4, 0x9b0500, 1048576});
   /*   395 backward  BINARY_BWD         /blocks.1/Mul_2/bwd  live 18.3 MiB */
   snrt_binary_bwd(c, &P92, NULL, F(0xd8100), F(0x9b0500), F(0xbb0500), NULL);
   snrt_dead(c, 0x9b0500, 1048576);
+  snrt_reads(c, 396, 3, (const int64_t[]){0x8b0500, 1048576, 0xab0500, 1048576, 0xbb0500, 1048576});
   /*   396 backward  BINARY_BWD         /blocks.1/Mul_1/bwd  live 19.3 MiB */
   snrt_binary_bwd(c, &P91, F(0x8b0500), F(0xab0500), F(0xbb0500), F(0x9b0500), F(0xcb0500));
   snrt_dead(c, 0x8b0500, 1048576);
   snrt_dead(c, 0xab0500, 1048576);
   snrt_dead(c, 0xbb0500, 1048576);
+  snrt_reads(c, 397, 1, (const int64_t[]){0xcb0500, 1048576});
   /*   397 backward  BINARY_BWD         /blocks.1/Add_1/bwd  live 17.3 MiB */
   snrt_binary_bwd(c, &P90, NULL, NULL, F(0xcb0500), F(0x8b0500), NULL);
   snrt_dead(c, 0xcb0500, 1048576);
+  snrt_reads(c, 398, 2, (const int64_t[]){0x4b0500, 1048576, 0x8b0500, 1048576});
   /*   398 backward  MATH_BWD           /blocks.1/Erf/bwd  live 17.3 MiB */
   snrt_math_bwd(c, &P89, F(0x4b0500), NULL, F(0x8b0500), F(0xab0500));
   snrt_dead(c, 0x4b0500, 1048576);
   snrt_dead(c, 0x8b0500, 1048576);
+  snrt_reads(c, 399, 2, (const int64_t[]){0xd7f00, 4, 0xab0500, 1048576});
   /*   399 backward  BINARY_BWD         /blocks.1/Div/bwd  live 16.3 MiB */
   snrt_binary_bwd(c, &P88, NULL, F(0xd7f00), F(0xab0500), F(0x4b0500), NULL);
   snrt_dead(c, 0xab0500, 1048576);
@@ -3592,471 +3992,617 @@ static void train_step_0(snrt_ctx *c) {
 
 static void train_step_1(snrt_ctx *c) {
   char *const A = snrt_arena(c);
+  snrt_reads(c, 400, 2, (const int64_t[]){0x9b0500, 1048576, 0x4b0500, 1048576});
   /*   400 backward  ACCUMULATE         /blocks.1/Div/accumulate  live 15.3 MiB */
   snrt_add(c, 262144, F(0x9b0500), F(0x4b0500), F(0x9b0500));
   snrt_dead(c, 0x4b0500, 1048576);
+  snrt_reads(c, 401, 1, (const int64_t[]){0x9b0500, 1048576});
   /*   401 backward  BINARY_BWD         /blocks.1/fc/Add/bwd  live 15.3 MiB */
   snrt_binary_bwd(c, &P87, NULL, NULL, F(0x9b0500), F(0x8b0500), F(0x4b0500));
   snrt_dead(c, 0x9b0500, 1048576);
+  snrt_reads(c, 402, 3, (const int64_t[]){0x65500, 1024, 0x8b0500, 1024, 0x14ac00, 1024});
   /*   402 update    SGD                blocks.1.fc.bias/sgd  live 14.3 MiB */
   snrt_sgd(c, &P279, F(0x65500), F(0x8b0500), F(0x14ac00));
   snrt_dead(c, 0x8b0500, 1024);
+  snrt_reads(c, 403, 2, (const int64_t[]){0x4b0500, 1048576, 0x2290500, 65536});
   /*   403 backward  MATMUL_RAW         /blocks.1/fc/MatMul/bwd_a  live 14.6 MiB */
   snrt_matmul(c, &P280, F(0x4b0500), F(0x2290500), F(0x8b0500));
   snrt_dead(c, 0x2290500, 65536);
+  snrt_reads(c, 404, 2, (const int64_t[]){0x1c70500, 262144, 0x4b0500, 1048576});
   /*   404 backward  MATMUL_RAW         /blocks.1/fc/MatMul/bwd_b  live 14.6 MiB */
   snrt_matmul(c, &P281, F(0x1c70500), F(0x4b0500), F(0x8f0500));
   snrt_dead(c, 0x1c70500, 262144);
   snrt_dead(c, 0x4b0500, 1048576);
+  snrt_reads(c, 405, 1, (const int64_t[]){0x8f0500, 65536});
   /*   405 backward  Transpose          /blocks.1/fc/Transpose/bwd  live 13.4 MiB */
   snrt_transpose(c, &P282, F(0x8f0500), F(0x4b0500));
   snrt_dead(c, 0x8f0500, 65536);
+  snrt_reads(c, 406, 3, (const int64_t[]){0x55500, 65536, 0x4b0500, 65536, 0x14b000, 65536});
   /*   406 update    SGD                blocks.1.fc.weight/sgd  live 13.3 MiB */
   snrt_sgd(c, &P283, F(0x55500), F(0x4b0500), F(0x14b000));
   snrt_dead(c, 0x4b0500, 65536);
+  snrt_reads(c, 407, 1, (const int64_t[]){0x8b0500, 262144});
   /*   407 backward  BINARY_BWD         /blocks.1/ln2/Add_1/bwd  live 13.5 MiB */
   snrt_binary_bwd(c, &P84, NULL, NULL, F(0x8b0500), F(0x4b0500), F(0x4f0500));
   snrt_dead(c, 0x8b0500, 262144);
+  snrt_reads(c, 408, 3, (const int64_t[]){0x45000, 256, 0x4f0500, 256, 0x15b000, 256});
   /*   408 update    SGD                blocks.1.ln2.bias/sgd  live 13.3 MiB */
   snrt_sgd(c, &P284, F(0x45000), F(0x4f0500), F(0x15b000));
   snrt_dead(c, 0x4f0500, 256);
+  snrt_reads(c, 409, 3, (const int64_t[]){0x1c30500, 262144, 0x44f00, 256, 0x4b0500, 262144});
   /*   409 backward  BINARY_BWD         /blocks.1/ln2/Mul/bwd  live 13.5 MiB */
   snrt_binary_bwd(c, &P83, F(0x1c30500), F(0x44f00), F(0x4b0500), F(0x4f0500), F(0x530500));
   snrt_dead(c, 0x1c30500, 262144);
   snrt_dead(c, 0x4b0500, 262144);
+  snrt_reads(c, 410, 3, (const int64_t[]){0x44f00, 256, 0x530500, 256, 0x15b100, 256});
   /*   410 update    SGD                blocks.1.ln2.weight/sgd  live 13.0 MiB */
   snrt_sgd(c, &P285, F(0x44f00), F(0x530500), F(0x15b100));
   snrt_dead(c, 0x530500, 256);
+  snrt_reads(c, 411, 3, (const int64_t[]){0x1bf0500, 262144, 0x2345500, 4096, 0x4f0500, 262144});
   /*   411 backward  BINARY_BWD         /blocks.1/ln2/Div/bwd  live 13.3 MiB */
   snrt_binary_bwd(c, &P82, F(0x1bf0500), F(0x2345500), F(0x4f0500), F(0x4b0500), F(0x530500));
   snrt_dead(c, 0x4f0500, 262144);
+  snrt_reads(c, 412, 2, (const int64_t[]){0x2345500, 4096, 0x530500, 4096});
   /*   412 backward  MATH_BWD           /blocks.1/ln2/Sqrt/bwd  live 13.0 MiB */
   snrt_math_bwd(c, &P81, NULL, F(0x2345500), F(0x530500), F(0x4f0500));
   snrt_dead(c, 0x2345500, 4096);
   snrt_dead(c, 0x530500, 4096);
+  snrt_reads(c, 413, 1, (const int64_t[]){0x4f0500, 4096});
   /*   413 backward  BINARY_BWD         /blocks.1/ln2/Add/bwd  live 13.0 MiB */
   snrt_binary_bwd(c, &P80, NULL, NULL, F(0x4f0500), F(0x530500), NULL);
   snrt_dead(c, 0x4f0500, 4096);
+  snrt_reads(c, 414, 1, (const int64_t[]){0x530500, 4096});
   /*   414 backward  EXPAND             /blocks.1/ln2/ReduceMean_1/bwd  live 13.3 MiB */
   snrt_expand(c, &P79, F(0x530500), F(0x4f0500));
   snrt_dead(c, 0x530500, 4096);
+  snrt_reads(c, 415, 2, (const int64_t[]){0x1bf0500, 262144, 0x4f0500, 262144});
   /*   415 backward  MATH_BWD           /blocks.1/ln2/Pow/bwd  live 13.5 MiB */
   snrt_math_bwd(c, &P78, F(0x1bf0500), NULL, F(0x4f0500), F(0x530500));
   snrt_dead(c, 0x1bf0500, 262144);
   snrt_dead(c, 0x4f0500, 262144);
+  snrt_reads(c, 416, 2, (const int64_t[]){0x4b0500, 262144, 0x530500, 262144});
   /*   416 backward  ACCUMULATE         /blocks.1/ln2/Pow/accumulate  live 13.0 MiB */
   snrt_add(c, 65536, F(0x4b0500), F(0x530500), F(0x4b0500));
   snrt_dead(c, 0x530500, 262144);
+  snrt_reads(c, 417, 1, (const int64_t[]){0x4b0500, 262144});
   /*   417 backward  BINARY_BWD         /blocks.1/ln2/Sub/bwd  live 13.0 MiB */
   snrt_binary_bwd(c, &P77, NULL, NULL, F(0x4b0500), F(0x4f0500), F(0x530500));
   snrt_dead(c, 0x4b0500, 262144);
+  snrt_reads(c, 418, 2, (const int64_t[]){0xdb0500, 262144, 0x4f0500, 262144});
   /*   418 backward  ACCUMULATE         /blocks.1/ln2/Sub/accumulate  live 12.8 MiB */
   snrt_add(c, 65536, F(0xdb0500), F(0x4f0500), F(0xdb0500));
   snrt_dead(c, 0x4f0500, 262144);
+  snrt_reads(c, 419, 1, (const int64_t[]){0x530500, 4096});
   /*   419 backward  EXPAND             /blocks.1/ln2/ReduceMean/bwd  live 12.8 MiB */
   snrt_expand(c, &P76, F(0x530500), F(0x4b0500));
   snrt_dead(c, 0x530500, 4096);
+  snrt_reads(c, 420, 2, (const int64_t[]){0xdb0500, 262144, 0x4b0500, 262144});
   /*   420 backward  ACCUMULATE         /blocks.1/ln2/ReduceMean/accumulate  live 12.8 MiB */
   snrt_add(c, 65536, F(0xdb0500), F(0x4b0500), F(0xdb0500));
   snrt_dead(c, 0x4b0500, 262144);
+  snrt_reads(c, 421, 1, (const int64_t[]){0xdb0500, 262144});
   /*   421 backward  BINARY_BWD         /blocks.1/Add/bwd  live 13.0 MiB */
   snrt_binary_bwd(c, &P75, NULL, NULL, F(0xdb0500), F(0x9b0500), F(0x4b0500));
   snrt_dead(c, 0xdb0500, 262144);
+  snrt_reads(c, 422, 1, (const int64_t[]){0x4b0500, 262144});
   /*   422 backward  BINARY_BWD         /blocks.1/proj/Add/bwd  live 13.0 MiB */
   snrt_binary_bwd(c, &P74, NULL, NULL, F(0x4b0500), F(0x530500), F(0x4f0500));
   snrt_dead(c, 0x4b0500, 262144);
+  snrt_reads(c, 423, 3, (const int64_t[]){0x55400, 256, 0x530500, 256, 0x15b200, 256});
   /*   423 update    SGD                blocks.1.proj.bias/sgd  live 12.8 MiB */
   snrt_sgd(c, &P286, F(0x55400), F(0x530500), F(0x15b200));
   snrt_dead(c, 0x530500, 256);
+  snrt_reads(c, 424, 2, (const int64_t[]){0x4f0500, 262144, 0x2334500, 16384});
   /*   424 backward  MATMUL_RAW         /blocks.1/proj/MatMul/bwd_a  live 13.0 MiB */
   snrt_matmul(c, &P287, F(0x4f0500), F(0x2334500), F(0x4b0500));
   snrt_dead(c, 0x2334500, 16384);
+  snrt_reads(c, 425, 2, (const int64_t[]){0x1bb0500, 262144, 0x4f0500, 262144});
   /*   425 backward  MATMUL_RAW         /blocks.1/proj/MatMul/bwd_b  live 13.0 MiB */
   snrt_matmul(c, &P288, F(0x1bb0500), F(0x4f0500), F(0x530500));
   snrt_dead(c, 0x1bb0500, 262144);
   snrt_dead(c, 0x4f0500, 262144);
+  snrt_reads(c, 426, 1, (const int64_t[]){0x530500, 16384});
   /*   426 backward  Transpose          /blocks.1/proj/Transpose/bwd  live 12.5 MiB */
   snrt_transpose(c, &P289, F(0x530500), F(0x4f0500));
   snrt_dead(c, 0x530500, 16384);
+  snrt_reads(c, 427, 3, (const int64_t[]){0x51400, 16384, 0x4f0500, 16384, 0x15b300, 16384});
   /*   427 update    SGD                blocks.1.proj.weight/sgd  live 12.5 MiB */
   snrt_sgd(c, &P290, F(0x51400), F(0x4f0500), F(0x15b300));
   snrt_dead(c, 0x4f0500, 16384);
+  snrt_reads(c, 428, 1, (const int64_t[]){0x4b0500, 262144});
   /*   428 backward  Identity           /blocks.1/Reshape_3/bwd  live 12.8 MiB */
   snrt_copy(c, 262144, F(0x4b0500), F(0x4f0500));
   snrt_dead(c, 0x4b0500, 262144);
+  snrt_reads(c, 429, 1, (const int64_t[]){0x4f0500, 262144});
   /*   429 backward  Transpose          /blocks.1/Transpose_3/bwd  live 12.8 MiB */
   snrt_transpose(c, &P291, F(0x4f0500), F(0x8b0500));
   snrt_dead(c, 0x4f0500, 262144);
+  snrt_reads(c, 430, 2, (const int64_t[]){0x8b0500, 262144, 0x1b30500, 262144});
   /*   430 backward  MATMUL_RAW         /blocks.1/MatMul_1/bwd_a  live 13.5 MiB */
   snrt_matmul(c, &P292, F(0x8b0500), F(0x1b30500), F(0x4b0500));
   snrt_dead(c, 0x1b30500, 262144);
+  snrt_reads(c, 431, 2, (const int64_t[]){0x7b0500, 1048576, 0x8b0500, 262144});
   /*   431 backward  MATMUL_RAW         /blocks.1/MatMul_1/bwd_b  live 13.5 MiB */
   snrt_matmul(c, &P293, F(0x7b0500), F(0x8b0500), F(0x9f0500));
   snrt_dead(c, 0x8b0500, 262144);
+  snrt_reads(c, 432, 2, (const int64_t[]){0x7b0500, 1048576, 0x4b0500, 1048576});
   /*   432 backward  SOFTMAX_BWD        /blocks.1/Softmax/bwd  live 14.3 MiB */
   snrt_softmax_bwd(c, &P69, F(0x7b0500), F(0x4b0500), F(0x8b0500));
   snrt_dead(c, 0x7b0500, 1048576);
   snrt_dead(c, 0x4b0500, 1048576);
+  snrt_reads(c, 433, 1, (const int64_t[]){0x8b0500, 1048576});
   /*   433 backward  Where              /blocks.1/Where/bwd  live 13.3 MiB */
   snrt_where(c, &P294, F(0x8b0500), F(0x4b0500));
   snrt_dead(c, 0x8b0500, 1048576);
+  snrt_reads(c, 434, 2, (const int64_t[]){0xd7d00, 4, 0x4b0500, 1048576});
   /*   434 backward  BINARY_BWD         /blocks.1/Mul/bwd  live 13.3 MiB */
   snrt_binary_bwd(c, &P67, NULL, F(0xd7d00), F(0x4b0500), F(0x7b0500), NULL);
   snrt_dead(c, 0x4b0500, 1048576);
+  snrt_reads(c, 435, 2, (const int64_t[]){0x7b0500, 1048576, 0x1b70500, 262144});
   /*   435 backward  MATMUL_RAW         /blocks.1/MatMul/bwd_a  live 12.5 MiB */
   snrt_matmul(c, &P295, F(0x7b0500), F(0x1b70500), F(0x4b0500));
   snrt_dead(c, 0x1b70500, 262144);
+  snrt_reads(c, 436, 2, (const int64_t[]){0x1af0500, 262144, 0x7b0500, 1048576});
   /*   436 backward  MATMUL_RAW         /blocks.1/MatMul/bwd_b  live 12.5 MiB */
   snrt_matmul(c, &P296, F(0x1af0500), F(0x7b0500), F(0x4f0500));
   snrt_dead(c, 0x1af0500, 262144);
   snrt_dead(c, 0x7b0500, 1048576);
+  snrt_reads(c, 437, 1, (const int64_t[]){0x4f0500, 262144});
   /*   437 backward  Transpose          /blocks.1/Transpose_2/bwd  live 11.5 MiB */
   snrt_transpose(c, &P297, F(0x4f0500), F(0x530500));
   snrt_dead(c, 0x4f0500, 262144);
+  snrt_reads(c, 438, 1, (const int64_t[]){0x9f0500, 262144});
   /*   438 backward  Transpose          /blocks.1/Transpose_1/bwd  live 11.5 MiB */
   snrt_transpose(c, &P298, F(0x9f0500), F(0x4f0500));
   snrt_dead(c, 0x9f0500, 262144);
+  snrt_reads(c, 439, 1, (const int64_t[]){0x4f0500, 262144});
   /*   439 backward  Identity           /blocks.1/Reshape_2/bwd  live 11.5 MiB */
   snrt_copy(c, 262144, F(0x4f0500), F(0x570500));
   snrt_dead(c, 0x4f0500, 262144);
+  snrt_reads(c, 440, 1, (const int64_t[]){0x530500, 262144});
   /*   440 backward  Identity           /blocks.1/Reshape_1/bwd  live 11.5 MiB */
   snrt_copy(c, 262144, F(0x530500), F(0x7b0500));
   snrt_dead(c, 0x530500, 262144);
+  snrt_reads(c, 441, 1, (const int64_t[]){0x4b0500, 262144});
   /*   441 backward  Transpose          /blocks.1/Transpose/bwd  live 11.5 MiB */
   snrt_transpose(c, &P299, F(0x4b0500), F(0x4f0500));
   snrt_dead(c, 0x4b0500, 262144);
+  snrt_reads(c, 442, 1, (const int64_t[]){0x4f0500, 262144});
   /*   442 backward  Identity           /blocks.1/Reshape/bwd  live 11.5 MiB */
   snrt_copy(c, 262144, F(0x4f0500), F(0x7f0500));
   snrt_dead(c, 0x4f0500, 262144);
+  snrt_reads(c, 443, 3, (const int64_t[]){0x7f0500, 262144, 0x7b0500, 262144, 0x570500, 262144});
   /*   443 backward  Concat             /blocks.1/Split/bwd  live 12.0 MiB */
   snrt_concat(c, &P62, (const float *const[]){F(0x7f0500), F(0x7b0500), F(0x570500)}, F(0x4b0500));
   snrt_dead(c, 0x570500, 262144);
   snrt_dead(c, 0x7b0500, 262144);
   snrt_dead(c, 0x7f0500, 262144);
+  snrt_reads(c, 444, 1, (const int64_t[]){0x4b0500, 786432});
   /*   444 backward  BINARY_BWD         /blocks.1/qkv/Add/bwd  live 12.0 MiB */
   snrt_binary_bwd(c, &P61, NULL, NULL, F(0x4b0500), F(0x570500), F(0x7b0500));
   snrt_dead(c, 0x4b0500, 786432);
+  snrt_reads(c, 445, 3, (const int64_t[]){0x51100, 768, 0x570500, 768, 0x15f300, 768});
   /*   445 update    SGD                blocks.1.qkv.bias/sgd  live 11.3 MiB */
   snrt_sgd(c, &P300, F(0x51100), F(0x570500), F(0x15f300));
   snrt_dead(c, 0x570500, 768);
+  snrt_reads(c, 446, 2, (const int64_t[]){0x7b0500, 786432, 0x230c500, 49152});
   /*   446 backward  MATMUL_RAW         /blocks.1/qkv/MatMul/bwd_a  live 11.5 MiB */
   snrt_matmul(c, &P301, F(0x7b0500), F(0x230c500), F(0x4b0500));
   snrt_dead(c, 0x230c500, 49152);
+  snrt_reads(c, 447, 2, (const int64_t[]){0x1ab0500, 262144, 0x7b0500, 786432});
   /*   447 backward  MATMUL_RAW         /blocks.1/qkv/MatMul/bwd_b  live 11.5 MiB */
   snrt_matmul(c, &P302, F(0x1ab0500), F(0x7b0500), F(0x4f0500));
   snrt_dead(c, 0x1ab0500, 262144);
   snrt_dead(c, 0x7b0500, 786432);
+  snrt_reads(c, 448, 1, (const int64_t[]){0x4f0500, 49152});
   /*   448 backward  Transpose          /blocks.1/qkv/Transpose/bwd  live 10.5 MiB */
   snrt_transpose(c, &P303, F(0x4f0500), F(0x4fc500));
   snrt_dead(c, 0x4f0500, 49152);
+  snrt_reads(c, 449, 3, (const int64_t[]){0x45100, 49152, 0x4fc500, 49152, 0x15f600, 49152});
   /*   449 update    SGD                blocks.1.qkv.weight/sgd  live 10.5 MiB */
   snrt_sgd(c, &P304, F(0x45100), F(0x4fc500), F(0x15f600));
   snrt_dead(c, 0x4fc500, 49152);
+  snrt_reads(c, 450, 1, (const int64_t[]){0x4b0500, 262144});
   /*   450 backward  BINARY_BWD         /blocks.1/ln1/Add_1/bwd  live 10.7 MiB */
   snrt_binary_bwd(c, &P58, NULL, NULL, F(0x4b0500), F(0x4f0500), F(0x530500));
   snrt_dead(c, 0x4b0500, 262144);
+  snrt_reads(c, 451, 3, (const int64_t[]){0x44e00, 256, 0x530500, 256, 0x16b600, 256});
   /*   451 update    SGD                blocks.1.ln1.bias/sgd  live 10.5 MiB */
   snrt_sgd(c, &P305, F(0x44e00), F(0x530500), F(0x16b600));
   snrt_dead(c, 0x530500, 256);
+  snrt_reads(c, 452, 3, (const int64_t[]){0x1a70500, 262144, 0x44d00, 256, 0x4f0500, 262144});
   /*   452 backward  BINARY_BWD         /blocks.1/ln1/Mul/bwd  live 10.7 MiB */
   snrt_binary_bwd(c, &P57, F(0x1a70500), F(0x44d00), F(0x4f0500), F(0x4b0500), F(0x530500));
   snrt_dead(c, 0x1a70500, 262144);
   snrt_dead(c, 0x4f0500, 262144);
+  snrt_reads(c, 453, 3, (const int64_t[]){0x44d00, 256, 0x530500, 256, 0x16b700, 256});
   /*   453 update    SGD                blocks.1.ln1.weight/sgd  live 10.2 MiB */
   snrt_sgd(c, &P306, F(0x44d00), F(0x530500), F(0x16b700));
   snrt_dead(c, 0x530500, 256);
+  snrt_reads(c, 454, 3, (const int64_t[]){0x1a30500, 262144, 0x2344500, 4096, 0x4b0500, 262144});
   /*   454 backward  BINARY_BWD         /blocks.1/ln1/Div/bwd  live 10.5 MiB */
   snrt_binary_bwd(c, &P56, F(0x1a30500), F(0x2344500), F(0x4b0500), F(0x4f0500), F(0x530500));
   snrt_dead(c, 0x4b0500, 262144);
+  snrt_reads(c, 455, 2, (const int64_t[]){0x2344500, 4096, 0x530500, 4096});
   /*   455 backward  MATH_BWD           /blocks.1/ln1/Sqrt/bwd  live 10.2 MiB */
   snrt_math_bwd(c, &P55, NULL, F(0x2344500), F(0x530500), F(0x4b0500));
   snrt_dead(c, 0x2344500, 4096);
   snrt_dead(c, 0x530500, 4096);
+  snrt_reads(c, 456, 1, (const int64_t[]){0x4b0500, 4096});
   /*   456 backward  BINARY_BWD         /blocks.1/ln1/Add/bwd  live 10.2 MiB */
   snrt_binary_bwd(c, &P54, NULL, NULL, F(0x4b0500), F(0x530500), NULL);
   snrt_dead(c, 0x4b0500, 4096);
+  snrt_reads(c, 457, 1, (const int64_t[]){0x530500, 4096});
   /*   457 backward  EXPAND             /blocks.1/ln1/ReduceMean_1/bwd  live 10.5 MiB */
   snrt_expand(c, &P53, F(0x530500), F(0x4b0500));
   snrt_dead(c, 0x530500, 4096);
+  snrt_reads(c, 458, 2, (const int64_t[]){0x1a30500, 262144, 0x4b0500, 262144});
   /*   458 backward  MATH_BWD           /blocks.1/ln1/Pow/bwd  live 10.7 MiB */
   snrt_math_bwd(c, &P52, F(0x1a30500), NULL, F(0x4b0500), F(0x530500));
   snrt_dead(c, 0x1a30500, 262144);
   snrt_dead(c, 0x4b0500, 262144);
+  snrt_reads(c, 459, 2, (const int64_t[]){0x4f0500, 262144, 0x530500, 262144});
   /*   459 backward  ACCUMULATE         /blocks.1/ln1/Pow/accumulate  live 10.2 MiB */
   snrt_add(c, 65536, F(0x4f0500), F(0x530500), F(0x4f0500));
   snrt_dead(c, 0x530500, 262144);
+  snrt_reads(c, 460, 1, (const int64_t[]){0x4f0500, 262144});
   /*   460 backward  BINARY_BWD         /blocks.1/ln1/Sub/bwd  live 10.2 MiB */
   snrt_binary_bwd(c, &P51, NULL, NULL, F(0x4f0500), F(0x4b0500), F(0x530500));
   snrt_dead(c, 0x4f0500, 262144);
+  snrt_reads(c, 461, 2, (const int64_t[]){0x9b0500, 262144, 0x4b0500, 262144});
   /*   461 backward  ACCUMULATE         /blocks.1/ln1/Sub/accumulate  live 10.0 MiB */
   snrt_add(c, 65536, F(0x9b0500), F(0x4b0500), F(0x9b0500));
   snrt_dead(c, 0x4b0500, 262144);
+  snrt_reads(c, 462, 1, (const int64_t[]){0x530500, 4096});
   /*   462 backward  EXPAND             /blocks.1/ln1/ReduceMean/bwd  live 10.0 MiB */
   snrt_expand(c, &P50, F(0x530500), F(0x4b0500));
   snrt_dead(c, 0x530500, 4096);
+  snrt_reads(c, 463, 2, (const int64_t[]){0x9b0500, 262144, 0x4b0500, 262144});
   /*   463 backward  ACCUMULATE         /blocks.1/ln1/ReduceMean/accumulate  live 10.0 MiB */
   snrt_add(c, 65536, F(0x9b0500), F(0x4b0500), F(0x9b0500));
   snrt_dead(c, 0x4b0500, 262144);
+  snrt_reads(c, 464, 1, (const int64_t[]){0x9b0500, 262144});
   /*   464 backward  BINARY_BWD         /blocks.0/Add_2/bwd  live 10.2 MiB */
   snrt_binary_bwd(c, &P49, NULL, NULL, F(0x9b0500), F(0x8b0500), F(0x4b0500));
   snrt_dead(c, 0x9b0500, 262144);
+  snrt_reads(c, 465, 1, (const int64_t[]){0x4b0500, 262144});
   /*   465 backward  BINARY_BWD         /blocks.0/fc2/Add/bwd  live 10.2 MiB */
   snrt_binary_bwd(c, &P48, NULL, NULL, F(0x4b0500), F(0x4f0500), F(0x7b0500));
   snrt_dead(c, 0x4b0500, 262144);
+  snrt_reads(c, 466, 3, (const int64_t[]){0x44c00, 256, 0x4f0500, 256, 0x16b800, 256});
   /*   466 update    SGD                blocks.0.fc2.bias/sgd  live 10.0 MiB */
   snrt_sgd(c, &P307, F(0x44c00), F(0x4f0500), F(0x16b800));
   snrt_dead(c, 0x4f0500, 256);
+  snrt_reads(c, 467, 2, (const int64_t[]){0x7b0500, 262144, 0x2280500, 65536});
   /*   467 backward  MATMUL_RAW         /blocks.0/fc2/MatMul/bwd_a  live 11.0 MiB */
   snrt_matmul(c, &P308, F(0x7b0500), F(0x2280500), F(0x4b0500));
   snrt_dead(c, 0x2280500, 65536);
+  snrt_reads(c, 468, 2, (const int64_t[]){0x6b0500, 1048576, 0x7b0500, 262144});
   /*   468 backward  MATMUL_RAW         /blocks.0/fc2/MatMul/bwd_b  live 11.0 MiB */
   snrt_matmul(c, &P309, F(0x6b0500), F(0x7b0500), F(0x7f0500));
   snrt_dead(c, 0x6b0500, 1048576);
   snrt_dead(c, 0x7b0500, 262144);
+  snrt_reads(c, 469, 1, (const int64_t[]){0x7f0500, 65536});
   /*   469 backward  Transpose          /blocks.0/fc2/Transpose/bwd  live 9.8 MiB */
   snrt_transpose(c, &P310, F(0x7f0500), F(0x6b0500));
   snrt_dead(c, 0x7f0500, 65536);
+  snrt_reads(c, 470, 3, (const int64_t[]){0x34c00, 65536, 0x6b0500, 65536, 0x16b900, 65536});
   /*   470 update    SGD                blocks.0.fc2.weight/sgd  live 9.7 MiB */
   snrt_sgd(c, &P311, F(0x34c00), F(0x6b0500), F(0x16b900));
   snrt_dead(c, 0x6b0500, 65536);
+  snrt_reads(c, 471, 2, (const int64_t[]){0xd7b00, 4, 0x4b0500, 1048576});
   /*   471 backward  BINARY_BWD         /blocks.0/Mul_2/bwd  live 10.6 MiB */
   snrt_binary_bwd(c, &P45, NULL, F(0xd7b00), F(0x4b0500), F(0x6b0500), NULL);
   snrt_dead(c, 0x4b0500, 1048576);
+  snrt_reads(c, 472, 3, (const int64_t[]){0x3b0500, 1048576, 0x5b0500, 1048576, 0x6b0500, 1048576});
   /*   472 backward  BINARY_BWD         /blocks.0/Mul_1/bwd  live 11.6 MiB */
   snrt_binary_bwd(c, &P44, F(0x3b0500), F(0x5b0500), F(0x6b0500), F(0x4b0500), F(0x7b0500));
   snrt_dead(c, 0x3b0500, 1048576);
   snrt_dead(c, 0x5b0500, 1048576);
   snrt_dead(c, 0x6b0500, 1048576);
+  snrt_reads(c, 473, 1, (const int64_t[]){0x7b0500, 1048576});
   /*   473 backward  BINARY_BWD         /blocks.0/Add_1/bwd  live 9.6 MiB */
   snrt_binary_bwd(c, &P43, NULL, NULL, F(0x7b0500), F(0x3b0500), NULL);
   snrt_dead(c, 0x7b0500, 1048576);
+  snrt_reads(c, 474, 2, (const int64_t[]){0x1b0500, 1048576, 0x3b0500, 1048576});
   /*   474 backward  MATH_BWD           /blocks.0/Erf/bwd  live 9.6 MiB */
   snrt_math_bwd(c, &P42, F(0x1b0500), NULL, F(0x3b0500), F(0x5b0500));
   snrt_dead(c, 0x1b0500, 1048576);
   snrt_dead(c, 0x3b0500, 1048576);
+  snrt_reads(c, 475, 2, (const int64_t[]){0xd7900, 4, 0x5b0500, 1048576});
   /*   475 backward  BINARY_BWD         /blocks.0/Div/bwd  live 8.6 MiB */
   snrt_binary_bwd(c, &P41, NULL, F(0xd7900), F(0x5b0500), F(0x1b0500), NULL);
   snrt_dead(c, 0x5b0500, 1048576);
+  snrt_reads(c, 476, 2, (const int64_t[]){0x4b0500, 1048576, 0x1b0500, 1048576});
   /*   476 backward  ACCUMULATE         /blocks.0/Div/accumulate  live 7.6 MiB */
   snrt_add(c, 262144, F(0x4b0500), F(0x1b0500), F(0x4b0500));
   snrt_dead(c, 0x1b0500, 1048576);
+  snrt_reads(c, 477, 1, (const int64_t[]){0x4b0500, 1048576});
   /*   477 backward  BINARY_BWD         /blocks.0/fc/Add/bwd  live 7.6 MiB */
   snrt_binary_bwd(c, &P40, NULL, NULL, F(0x4b0500), F(0x3b0500), F(0x1b0500));
   snrt_dead(c, 0x4b0500, 1048576);
+  snrt_reads(c, 478, 3, (const int64_t[]){0x34800, 1024, 0x3b0500, 1024, 0x17b900, 1024});
   /*   478 update    SGD                blocks.0.fc.bias/sgd  live 6.6 MiB */
   snrt_sgd(c, &P312, F(0x34800), F(0x3b0500), F(0x17b900));
   snrt_dead(c, 0x3b0500, 1024);
+  snrt_reads(c, 479, 2, (const int64_t[]){0x1b0500, 1048576, 0x2270500, 65536});
   /*   479 backward  MATMUL_RAW         /blocks.0/fc/MatMul/bwd_a  live 6.9 MiB */
   snrt_matmul(c, &P313, F(0x1b0500), F(0x2270500), F(0x3b0500));
   snrt_dead(c, 0x2270500, 65536);
+  snrt_reads(c, 480, 2, (const int64_t[]){0x19f0500, 262144, 0x1b0500, 1048576});
   /*   480 backward  MATMUL_RAW         /blocks.0/fc/MatMul/bwd_b  live 6.9 MiB */
   snrt_matmul(c, &P314, F(0x19f0500), F(0x1b0500), F(0x3f0500));
   snrt_dead(c, 0x19f0500, 262144);
   snrt_dead(c, 0x1b0500, 1048576);
+  snrt_reads(c, 481, 1, (const int64_t[]){0x3f0500, 65536});
   /*   481 backward  Transpose          /blocks.0/fc/Transpose/bwd  live 5.7 MiB */
   snrt_transpose(c, &P315, F(0x3f0500), F(0x1b0500));
   snrt_dead(c, 0x3f0500, 65536);
+  snrt_reads(c, 482, 3, (const int64_t[]){0x24800, 65536, 0x1b0500, 65536, 0x17bd00, 65536});
   /*   482 update    SGD                blocks.0.fc.weight/sgd  live 5.6 MiB */
   snrt_sgd(c, &P316, F(0x24800), F(0x1b0500), F(0x17bd00));
   snrt_dead(c, 0x1b0500, 65536);
+  snrt_reads(c, 483, 1, (const int64_t[]){0x3b0500, 262144});
   /*   483 backward  BINARY_BWD         /blocks.0/ln2/Add_1/bwd  live 5.8 MiB */
   snrt_binary_bwd(c, &P37, NULL, NULL, F(0x3b0500), F(0x1b0500), F(0x1f0500));
   snrt_dead(c, 0x3b0500, 262144);
+  snrt_reads(c, 484, 3, (const int64_t[]){0x14300, 256, 0x1f0500, 256, 0x18bd00, 256});
   /*   484 update    SGD                blocks.0.ln2.bias/sgd  live 5.6 MiB */
   snrt_sgd(c, &P317, F(0x14300), F(0x1f0500), F(0x18bd00));
   snrt_dead(c, 0x1f0500, 256);
+  snrt_reads(c, 485, 3, (const int64_t[]){0x19b0500, 262144, 0x14200, 256, 0x1b0500, 262144});
   /*   485 backward  BINARY_BWD         /blocks.0/ln2/Mul/bwd  live 5.8 MiB */
   snrt_binary_bwd(c, &P36, F(0x19b0500), F(0x14200), F(0x1b0500), F(0x1f0500), F(0x230500));
   snrt_dead(c, 0x19b0500, 262144);
   snrt_dead(c, 0x1b0500, 262144);
+  snrt_reads(c, 486, 3, (const int64_t[]){0x14200, 256, 0x230500, 256, 0x18be00, 256});
   /*   486 update    SGD                blocks.0.ln2.weight/sgd  live 5.3 MiB */
   snrt_sgd(c, &P318, F(0x14200), F(0x230500), F(0x18be00));
   snrt_dead(c, 0x230500, 256);
+  snrt_reads(c, 487, 3, (const int64_t[]){0x1970500, 262144, 0x2343500, 4096, 0x1f0500, 262144});
   /*   487 backward  BINARY_BWD         /blocks.0/ln2/Div/bwd  live 5.6 MiB */
   snrt_binary_bwd(c, &P35, F(0x1970500), F(0x2343500), F(0x1f0500), F(0x1b0500), F(0x230500));
   snrt_dead(c, 0x1f0500, 262144);
+  snrt_reads(c, 488, 2, (const int64_t[]){0x2343500, 4096, 0x230500, 4096});
   /*   488 backward  MATH_BWD           /blocks.0/ln2/Sqrt/bwd  live 5.3 MiB */
   snrt_math_bwd(c, &P34, NULL, F(0x2343500), F(0x230500), F(0x1f0500));
   snrt_dead(c, 0x2343500, 4096);
   snrt_dead(c, 0x230500, 4096);
+  snrt_reads(c, 489, 1, (const int64_t[]){0x1f0500, 4096});
   /*   489 backward  BINARY_BWD         /blocks.0/ln2/Add/bwd  live 5.3 MiB */
   snrt_binary_bwd(c, &P33, NULL, NULL, F(0x1f0500), F(0x230500), NULL);
   snrt_dead(c, 0x1f0500, 4096);
+  snrt_reads(c, 490, 1, (const int64_t[]){0x230500, 4096});
   /*   490 backward  EXPAND             /blocks.0/ln2/ReduceMean_1/bwd  live 5.6 MiB */
   snrt_expand(c, &P32, F(0x230500), F(0x1f0500));
   snrt_dead(c, 0x230500, 4096);
+  snrt_reads(c, 491, 2, (const int64_t[]){0x1970500, 262144, 0x1f0500, 262144});
   /*   491 backward  MATH_BWD           /blocks.0/ln2/Pow/bwd  live 5.8 MiB */
   snrt_math_bwd(c, &P31, F(0x1970500), NULL, F(0x1f0500), F(0x230500));
   snrt_dead(c, 0x1970500, 262144);
   snrt_dead(c, 0x1f0500, 262144);
+  snrt_reads(c, 492, 2, (const int64_t[]){0x1b0500, 262144, 0x230500, 262144});
   /*   492 backward  ACCUMULATE         /blocks.0/ln2/Pow/accumulate  live 5.3 MiB */
   snrt_add(c, 65536, F(0x1b0500), F(0x230500), F(0x1b0500));
   snrt_dead(c, 0x230500, 262144);
+  snrt_reads(c, 493, 1, (const int64_t[]){0x1b0500, 262144});
   /*   493 backward  BINARY_BWD         /blocks.0/ln2/Sub/bwd  live 5.3 MiB */
   snrt_binary_bwd(c, &P30, NULL, NULL, F(0x1b0500), F(0x1f0500), F(0x230500));
   snrt_dead(c, 0x1b0500, 262144);
+  snrt_reads(c, 494, 2, (const int64_t[]){0x8b0500, 262144, 0x1f0500, 262144});
   /*   494 backward  ACCUMULATE         /blocks.0/ln2/Sub/accumulate  live 5.1 MiB */
   snrt_add(c, 65536, F(0x8b0500), F(0x1f0500), F(0x8b0500));
   snrt_dead(c, 0x1f0500, 262144);
+  snrt_reads(c, 495, 1, (const int64_t[]){0x230500, 4096});
   /*   495 backward  EXPAND             /blocks.0/ln2/ReduceMean/bwd  live 5.1 MiB */
   snrt_expand(c, &P29, F(0x230500), F(0x1b0500));
   snrt_dead(c, 0x230500, 4096);
+  snrt_reads(c, 496, 2, (const int64_t[]){0x8b0500, 262144, 0x1b0500, 262144});
   /*   496 backward  ACCUMULATE         /blocks.0/ln2/ReduceMean/accumulate  live 5.1 MiB */
   snrt_add(c, 65536, F(0x8b0500), F(0x1b0500), F(0x8b0500));
   snrt_dead(c, 0x1b0500, 262144);
+  snrt_reads(c, 497, 1, (const int64_t[]){0x8b0500, 262144});
   /*   497 backward  BINARY_BWD         /blocks.0/Add/bwd  live 5.3 MiB */
   snrt_binary_bwd(c, &P28, NULL, NULL, F(0x8b0500), F(0x4b0500), F(0x1b0500));
   snrt_dead(c, 0x8b0500, 262144);
+  snrt_reads(c, 498, 1, (const int64_t[]){0x1b0500, 262144});
   /*   498 backward  BINARY_BWD         /blocks.0/proj/Add/bwd  live 5.3 MiB */
   snrt_binary_bwd(c, &P27, NULL, NULL, F(0x1b0500), F(0x230500), F(0x1f0500));
   snrt_dead(c, 0x1b0500, 262144);
+  snrt_reads(c, 499, 3, (const int64_t[]){0x24700, 256, 0x230500, 256, 0x18bf00, 256});
   /*   499 update    SGD                blocks.0.proj.bias/sgd  live 5.1 MiB */
   snrt_sgd(c, &P319, F(0x24700), F(0x230500), F(0x18bf00));
   snrt_dead(c, 0x230500, 256);
+  snrt_reads(c, 500, 2, (const int64_t[]){0x1f0500, 262144, 0x2330500, 16384});
   /*   500 backward  MATMUL_RAW         /blocks.0/proj/MatMul/bwd_a  live 5.3 MiB */
   snrt_matmul(c, &P320, F(0x1f0500), F(0x2330500), F(0x1b0500));
   snrt_dead(c, 0x2330500, 16384);
+  snrt_reads(c, 501, 2, (const int64_t[]){0x1930500, 262144, 0x1f0500, 262144});
   /*   501 backward  MATMUL_RAW         /blocks.0/proj/MatMul/bwd_b  live 5.3 MiB */
   snrt_matmul(c, &P321, F(0x1930500), F(0x1f0500), F(0x230500));
   snrt_dead(c, 0x1930500, 262144);
   snrt_dead(c, 0x1f0500, 262144);
+  snrt_reads(c, 502, 1, (const int64_t[]){0x230500, 16384});
   /*   502 backward  Transpose          /blocks.0/proj/Transpose/bwd  live 4.8 MiB */
   snrt_transpose(c, &P322, F(0x230500), F(0x1f0500));
   snrt_dead(c, 0x230500, 16384);
+  snrt_reads(c, 503, 3, (const int64_t[]){0x20700, 16384, 0x1f0500, 16384, 0x18c000, 16384});
   /*   503 update    SGD                blocks.0.proj.weight/sgd  live 4.8 MiB */
   snrt_sgd(c, &P323, F(0x20700), F(0x1f0500), F(0x18c000));
   snrt_dead(c, 0x1f0500, 16384);
+  snrt_reads(c, 504, 1, (const int64_t[]){0x1b0500, 262144});
   /*   504 backward  Identity           /blocks.0/Reshape_3/bwd  live 5.1 MiB */
   snrt_copy(c, 262144, F(0x1b0500), F(0x1f0500));
   snrt_dead(c, 0x1b0500, 262144);
+  snrt_reads(c, 505, 1, (const int64_t[]){0x1f0500, 262144});
   /*   505 backward  Transpose          /blocks.0/Transpose_3/bwd  live 5.1 MiB */
   snrt_transpose(c, &P324, F(0x1f0500), F(0x3b0500));
   snrt_dead(c, 0x1f0500, 262144);
+  snrt_reads(c, 506, 2, (const int64_t[]){0x3b0500, 262144, 0x18b0500, 262144});
   /*   506 backward  MATMUL_RAW         /blocks.0/MatMul_1/bwd_a  live 5.8 MiB */
   snrt_matmul(c, &P325, F(0x3b0500), F(0x18b0500), F(0x1b0500));
   snrt_dead(c, 0x18b0500, 262144);
+  snrt_reads(c, 507, 2, (const int64_t[]){0x2b0500, 1048576, 0x3b0500, 262144});
   /*   507 backward  MATMUL_RAW         /blocks.0/MatMul_1/bwd_b  live 5.8 MiB */
   snrt_matmul(c, &P326, F(0x2b0500), F(0x3b0500), F(0x4f0500));
   snrt_dead(c, 0x3b0500, 262144);
+  snrt_reads(c, 508, 2, (const int64_t[]){0x2b0500, 1048576, 0x1b0500, 1048576});
   /*   508 backward  SOFTMAX_BWD        /blocks.0/Softmax/bwd  live 6.6 MiB */
   snrt_softmax_bwd(c, &P22, F(0x2b0500), F(0x1b0500), F(0x3b0500));
   snrt_dead(c, 0x2b0500, 1048576);
   snrt_dead(c, 0x1b0500, 1048576);
+  snrt_reads(c, 509, 1, (const int64_t[]){0x3b0500, 1048576});
   /*   509 backward  Where              /blocks.0/Where/bwd  live 5.6 MiB */
   snrt_where(c, &P327, F(0x3b0500), F(0x1b0500));
   snrt_dead(c, 0x3b0500, 1048576);
+  snrt_reads(c, 510, 2, (const int64_t[]){0xd7700, 4, 0x1b0500, 1048576});
   /*   510 backward  BINARY_BWD         /blocks.0/Mul/bwd  live 5.6 MiB */
   snrt_binary_bwd(c, &P20, NULL, F(0xd7700), F(0x1b0500), F(0x2b0500), NULL);
   snrt_dead(c, 0x1b0500, 1048576);
+  snrt_reads(c, 511, 2, (const int64_t[]){0x2b0500, 1048576, 0x18f0500, 262144});
   /*   511 backward  MATMUL_RAW         /blocks.0/MatMul/bwd_a  live 4.8 MiB */
   snrt_matmul(c, &P328, F(0x2b0500), F(0x18f0500), F(0x1b0500));
   snrt_dead(c, 0x18f0500, 262144);
+  snrt_reads(c, 512, 2, (const int64_t[]){0x1870500, 262144, 0x2b0500, 1048576});
   /*   512 backward  MATMUL_RAW         /blocks.0/MatMul/bwd_b  live 4.8 MiB */
   snrt_matmul(c, &P329, F(0x1870500), F(0x2b0500), F(0x1f0500));
   snrt_dead(c, 0x1870500, 262144);
   snrt_dead(c, 0x2b0500, 1048576);
+  snrt_reads(c, 513, 1, (const int64_t[]){0x1f0500, 262144});
   /*   513 backward  Transpose          /blocks.0/Transpose_2/bwd  live 3.8 MiB */
   snrt_transpose(c, &P330, F(0x1f0500), F(0x230500));
   snrt_dead(c, 0x1f0500, 262144);
+  snrt_reads(c, 514, 1, (const int64_t[]){0x4f0500, 262144});
   /*   514 backward  Transpose          /blocks.0/Transpose_1/bwd  live 3.8 MiB */
   snrt_transpose(c, &P331, F(0x4f0500), F(0x1f0500));
   snrt_dead(c, 0x4f0500, 262144);
+  snrt_reads(c, 515, 1, (const int64_t[]){0x1f0500, 262144});
   /*   515 backward  Identity           /blocks.0/Reshape_2/bwd  live 3.8 MiB */
   snrt_copy(c, 262144, F(0x1f0500), F(0x270500));
   snrt_dead(c, 0x1f0500, 262144);
+  snrt_reads(c, 516, 1, (const int64_t[]){0x230500, 262144});
   /*   516 backward  Identity           /blocks.0/Reshape_1/bwd  live 3.8 MiB */
   snrt_copy(c, 262144, F(0x230500), F(0x2b0500));
   snrt_dead(c, 0x230500, 262144);
+  snrt_reads(c, 517, 1, (const int64_t[]){0x1b0500, 262144});
   /*   517 backward  Transpose          /blocks.0/Transpose/bwd  live 3.8 MiB */
   snrt_transpose(c, &P332, F(0x1b0500), F(0x1f0500));
   snrt_dead(c, 0x1b0500, 262144);
+  snrt_reads(c, 518, 1, (const int64_t[]){0x1f0500, 262144});
   /*   518 backward  Identity           /blocks.0/Reshape/bwd  live 3.8 MiB */
   snrt_copy(c, 262144, F(0x1f0500), F(0x2f0500));
   snrt_dead(c, 0x1f0500, 262144);
+  snrt_reads(c, 519, 3, (const int64_t[]){0x2f0500, 262144, 0x2b0500, 262144, 0x270500, 262144});
   /*   519 backward  Concat             /blocks.0/Split/bwd  live 4.3 MiB */
   snrt_concat(c, &P15, (const float *const[]){F(0x2f0500), F(0x2b0500), F(0x270500)}, F(0x1b0500));
   snrt_dead(c, 0x270500, 262144);
   snrt_dead(c, 0x2b0500, 262144);
   snrt_dead(c, 0x2f0500, 262144);
+  snrt_reads(c, 520, 1, (const int64_t[]){0x1b0500, 786432});
   /*   520 backward  BINARY_BWD         /blocks.0/qkv/Add/bwd  live 4.3 MiB */
   snrt_binary_bwd(c, &P14, NULL, NULL, F(0x1b0500), F(0x330500), F(0x270500));
   snrt_dead(c, 0x1b0500, 786432);
+  snrt_reads(c, 521, 3, (const int64_t[]){0x20400, 768, 0x330500, 768, 0x190000, 768});
   /*   521 update    SGD                blocks.0.qkv.bias/sgd  live 3.6 MiB */
   snrt_sgd(c, &P333, F(0x20400), F(0x330500), F(0x190000));
   snrt_dead(c, 0x330500, 768);
+  snrt_reads(c, 522, 2, (const int64_t[]){0x270500, 786432, 0x2300500, 49152});
   /*   522 backward  MATMUL_RAW         /blocks.0/qkv/MatMul/bwd_a  live 3.8 MiB */
   snrt_matmul(c, &P334, F(0x270500), F(0x2300500), F(0x1b0500));
   snrt_dead(c, 0x2300500, 49152);
+  snrt_reads(c, 523, 2, (const int64_t[]){0x1830500, 262144, 0x270500, 786432});
   /*   523 backward  MATMUL_RAW         /blocks.0/qkv/MatMul/bwd_b  live 3.8 MiB */
   snrt_matmul(c, &P335, F(0x1830500), F(0x270500), F(0x1f0500));
   snrt_dead(c, 0x1830500, 262144);
   snrt_dead(c, 0x270500, 786432);
+  snrt_reads(c, 524, 1, (const int64_t[]){0x1f0500, 49152});
   /*   524 backward  Transpose          /blocks.0/qkv/Transpose/bwd  live 2.9 MiB */
   snrt_transpose(c, &P336, F(0x1f0500), F(0x1fc500));
   snrt_dead(c, 0x1f0500, 49152);
+  snrt_reads(c, 525, 3, (const int64_t[]){0x14400, 49152, 0x1fc500, 49152, 0x190300, 49152});
   /*   525 update    SGD                blocks.0.qkv.weight/sgd  live 2.8 MiB */
   snrt_sgd(c, &P337, F(0x14400), F(0x1fc500), F(0x190300));
   snrt_dead(c, 0x1fc500, 49152);
+  snrt_reads(c, 526, 1, (const int64_t[]){0x1b0500, 262144});
   /*   526 backward  BINARY_BWD         /blocks.0/ln1/Add_1/bwd  live 3.0 MiB */
   snrt_binary_bwd(c, &P11, NULL, NULL, F(0x1b0500), F(0x1f0500), F(0x230500));
   snrt_dead(c, 0x1b0500, 262144);
+  snrt_reads(c, 527, 3, (const int64_t[]){0x14100, 256, 0x230500, 256, 0x19c300, 256});
   /*   527 update    SGD                blocks.0.ln1.bias/sgd  live 2.8 MiB */
   snrt_sgd(c, &P338, F(0x14100), F(0x230500), F(0x19c300));
   snrt_dead(c, 0x230500, 256);
+  snrt_reads(c, 528, 3, (const int64_t[]){0x17f0500, 262144, 0x14000, 256, 0x1f0500, 262144});
   /*   528 backward  BINARY_BWD         /blocks.0/ln1/Mul/bwd  live 3.0 MiB */
   snrt_binary_bwd(c, &P10, F(0x17f0500), F(0x14000), F(0x1f0500), F(0x1b0500), F(0x230500));
   snrt_dead(c, 0x17f0500, 262144);
   snrt_dead(c, 0x1f0500, 262144);
+  snrt_reads(c, 529, 3, (const int64_t[]){0x14000, 256, 0x230500, 256, 0x19c400, 256});
   /*   529 update    SGD                blocks.0.ln1.weight/sgd  live 2.5 MiB */
   snrt_sgd(c, &P339, F(0x14000), F(0x230500), F(0x19c400));
   snrt_dead(c, 0x230500, 256);
+  snrt_reads(c, 530, 3, (const int64_t[]){0x17b0500, 262144, 0x2342500, 4096, 0x1b0500, 262144});
   /*   530 backward  BINARY_BWD         /blocks.0/ln1/Div/bwd  live 2.8 MiB */
   snrt_binary_bwd(c, &P9, F(0x17b0500), F(0x2342500), F(0x1b0500), F(0x1f0500), F(0x230500));
   snrt_dead(c, 0x1b0500, 262144);
+  snrt_reads(c, 531, 2, (const int64_t[]){0x2342500, 4096, 0x230500, 4096});
   /*   531 backward  MATH_BWD           /blocks.0/ln1/Sqrt/bwd  live 2.5 MiB */
   snrt_math_bwd(c, &P8, NULL, F(0x2342500), F(0x230500), F(0x1b0500));
   snrt_dead(c, 0x2342500, 4096);
   snrt_dead(c, 0x230500, 4096);
+  snrt_reads(c, 532, 1, (const int64_t[]){0x1b0500, 4096});
   /*   532 backward  BINARY_BWD         /blocks.0/ln1/Add/bwd  live 2.5 MiB */
   snrt_binary_bwd(c, &P7, NULL, NULL, F(0x1b0500), F(0x230500), NULL);
   snrt_dead(c, 0x1b0500, 4096);
+  snrt_reads(c, 533, 1, (const int64_t[]){0x230500, 4096});
   /*   533 backward  EXPAND             /blocks.0/ln1/ReduceMean_1/bwd  live 2.8 MiB */
   snrt_expand(c, &P6, F(0x230500), F(0x1b0500));
   snrt_dead(c, 0x230500, 4096);
+  snrt_reads(c, 534, 2, (const int64_t[]){0x17b0500, 262144, 0x1b0500, 262144});
   /*   534 backward  MATH_BWD           /blocks.0/ln1/Pow/bwd  live 3.0 MiB */
   snrt_math_bwd(c, &P5, F(0x17b0500), NULL, F(0x1b0500), F(0x230500));
   snrt_dead(c, 0x17b0500, 262144);
   snrt_dead(c, 0x1b0500, 262144);
+  snrt_reads(c, 535, 2, (const int64_t[]){0x1f0500, 262144, 0x230500, 262144});
   /*   535 backward  ACCUMULATE         /blocks.0/ln1/Pow/accumulate  live 2.5 MiB */
   snrt_add(c, 65536, F(0x1f0500), F(0x230500), F(0x1f0500));
   snrt_dead(c, 0x230500, 262144);
+  snrt_reads(c, 536, 1, (const int64_t[]){0x1f0500, 262144});
   /*   536 backward  BINARY_BWD         /blocks.0/ln1/Sub/bwd  live 2.5 MiB */
   snrt_binary_bwd(c, &P4, NULL, NULL, F(0x1f0500), F(0x1b0500), F(0x230500));
   snrt_dead(c, 0x1f0500, 262144);
+  snrt_reads(c, 537, 2, (const int64_t[]){0x4b0500, 262144, 0x1b0500, 262144});
   /*   537 backward  ACCUMULATE         /blocks.0/ln1/Sub/accumulate  live 2.3 MiB */
   snrt_add(c, 65536, F(0x4b0500), F(0x1b0500), F(0x4b0500));
   snrt_dead(c, 0x1b0500, 262144);
+  snrt_reads(c, 538, 1, (const int64_t[]){0x230500, 4096});
   /*   538 backward  EXPAND             /blocks.0/ln1/ReduceMean/bwd  live 2.3 MiB */
   snrt_expand(c, &P3, F(0x230500), F(0x1b0500));
   snrt_dead(c, 0x230500, 4096);
+  snrt_reads(c, 539, 2, (const int64_t[]){0x4b0500, 262144, 0x1b0500, 262144});
   /*   539 backward  ACCUMULATE         /blocks.0/ln1/ReduceMean/accumulate  live 2.3 MiB */
   snrt_add(c, 65536, F(0x4b0500), F(0x1b0500), F(0x4b0500));
   snrt_dead(c, 0x1b0500, 262144);
+  snrt_reads(c, 540, 1, (const int64_t[]){0x4b0500, 262144});
   /*   540 backward  BINARY_BWD         /Add/bwd  live 2.3 MiB */
   snrt_binary_bwd(c, &P2, NULL, NULL, F(0x4b0500), F(0x1b0500), F(0x1f0500));
   snrt_dead(c, 0x4b0500, 262144);
+  snrt_reads(c, 541, 1, (const int64_t[]){0x1f0500, 16384});
   /*   541 backward  GATHER_BWD         /wpe/Gather/bwd  live 2.0 MiB */
   snrt_gather_bwd(c, &P1, NULL, F(0x1f0500), F(0x1f4500));
   snrt_dead(c, 0x1f0500, 16384);
+  snrt_reads(c, 542, 3, (const int64_t[]){0x10000, 16384, 0x1f4500, 16384, 0x19c500, 16384});
   /*   542 update    SGD                wpe.weight/sgd  live 2.0 MiB */
   snrt_sgd(c, &P340, F(0x10000), F(0x1f4500), F(0x19c500));
   snrt_dead(c, 0x1f4500, 16384);
+  snrt_reads(c, 543, 1, (const int64_t[]){0x1b0500, 262144});
   /*   543 backward  GATHER_BWD         /wte/Gather/bwd  live 2.1 MiB */
   snrt_gather_bwd(c, &P0, I(0x2340500), F(0x1b0500), F(0x1f0500));
   snrt_dead(c, 0x1b0500, 262144);
+  snrt_reads(c, 544, 2, (const int64_t[]){0x2230500, 65536, 0x1f0500, 65536});
   /*   544 backward  ACCUMULATE         /wte/Gather/accumulate  live 1.8 MiB */
   snrt_add(c, 16384, F(0x2230500), F(0x1f0500), F(0x2230500));
   snrt_dead(c, 0x1f0500, 65536);
+  snrt_reads(c, 545, 3, (const int64_t[]){0x0, 65536, 0x2230500, 65536, 0x1a0500, 65536});
   /*   545 update    SGD                wte.weight/sgd  live 1.8 MiB */
   snrt_sgd(c, &P341, F(0x0), F(0x2230500), F(0x1a0500));
   snrt_dead(c, 0x2230500, 65536);
@@ -4069,663 +4615,881 @@ static void train_step(snrt_ctx *c) {
 
 static void eval_step_0(snrt_ctx *c) {
   char *const A = snrt_arena(c);
+  snrt_reads(c, 546, 1, (const int64_t[]){0x0, 65536});
   /*   546 eval      Gather             /wte/Gather/eval  live 1.9 MiB */
   snrt_gather_fwd(c, &P0, F(0x0), I(0x2340500), F(0x1b0500));
+  snrt_reads(c, 547, 1, (const int64_t[]){0x10000, 16384});
   /*   547 eval      Gather             /wpe/Gather/eval  live 2.0 MiB */
   snrt_gather_fwd(c, &P1, F(0x10000), NULL, F(0x1f0500));
+  snrt_reads(c, 548, 2, (const int64_t[]){0x1b0500, 262144, 0x1f0500, 16384});
   /*   548 eval      Add                /Add/eval  live 2.2 MiB */
   snrt_binary_fwd(c, &P2, F(0x1b0500), F(0x1f0500), F(0x3b0500));
   snrt_dead(c, 0x1b0500, 262144);
   snrt_dead(c, 0x1f0500, 16384);
+  snrt_reads(c, 549, 1, (const int64_t[]){0x3b0500, 262144});
   /*   549 eval      ReduceMean         /blocks.0/ln1/ReduceMean/eval  live 1.9 MiB */
   snrt_reduce(c, &P3, F(0x3b0500), F(0x1f0500));
+  snrt_reads(c, 550, 2, (const int64_t[]){0x3b0500, 262144, 0x1f0500, 4096});
   /*   550 eval      Sub                /blocks.0/ln1/Sub/eval  live 2.2 MiB */
   snrt_binary_fwd(c, &P4, F(0x3b0500), F(0x1f0500), F(0x1b0500));
   snrt_dead(c, 0x1f0500, 4096);
+  snrt_reads(c, 551, 1, (const int64_t[]){0x1b0500, 262144});
   /*   551 eval      Pow                /blocks.0/ln1/Pow/eval  live 2.4 MiB */
   snrt_math_fwd(c, &P5, F(0x1b0500), F(0x1f0500));
+  snrt_reads(c, 552, 1, (const int64_t[]){0x1f0500, 262144});
   /*   552 eval      ReduceMean         /blocks.0/ln1/ReduceMean_1/eval  live 2.4 MiB */
   snrt_reduce(c, &P6, F(0x1f0500), F(0x230500));
   snrt_dead(c, 0x1f0500, 262144);
+  snrt_reads(c, 553, 2, (const int64_t[]){0x230500, 4096, 0xd7600, 4});
   /*   553 eval      Add                /blocks.0/ln1/Add/eval  live 2.2 MiB */
   snrt_binary_fwd(c, &P7, F(0x230500), F(0xd7600), F(0x1f0500));
   snrt_dead(c, 0x230500, 4096);
+  snrt_reads(c, 554, 1, (const int64_t[]){0x1f0500, 4096});
   /*   554 eval      Sqrt               /blocks.0/ln1/Sqrt/eval  live 2.2 MiB */
   snrt_math_fwd(c, &P8, F(0x1f0500), F(0x230500));
   snrt_dead(c, 0x1f0500, 4096);
+  snrt_reads(c, 555, 2, (const int64_t[]){0x1b0500, 262144, 0x230500, 4096});
   /*   555 eval      Div                /blocks.0/ln1/Div/eval  live 2.4 MiB */
   snrt_binary_fwd(c, &P9, F(0x1b0500), F(0x230500), F(0x1f0500));
   snrt_dead(c, 0x1b0500, 262144);
   snrt_dead(c, 0x230500, 4096);
+  snrt_reads(c, 556, 2, (const int64_t[]){0x1f0500, 262144, 0x14000, 256});
   /*   556 eval      Mul                /blocks.0/ln1/Mul/eval  live 2.4 MiB */
   snrt_binary_fwd(c, &P10, F(0x1f0500), F(0x14000), F(0x1b0500));
   snrt_dead(c, 0x1f0500, 262144);
+  snrt_reads(c, 557, 2, (const int64_t[]){0x1b0500, 262144, 0x14100, 256});
   /*   557 eval      Add                /blocks.0/ln1/Add_1/eval  live 2.4 MiB */
   snrt_binary_fwd(c, &P11, F(0x1b0500), F(0x14100), F(0x270500));
   snrt_dead(c, 0x1b0500, 262144);
+  snrt_reads(c, 558, 1, (const int64_t[]){0x14400, 49152});
   /*   558 eval      Transpose          /blocks.0/qkv/Transpose/eval  live 2.2 MiB */
   snrt_transpose(c, &P12, F(0x14400), F(0x2b0500));
+  snrt_reads(c, 559, 2, (const int64_t[]){0x270500, 262144, 0x2b0500, 49152});
   /*   559 eval      MatMul             /blocks.0/qkv/MatMul/eval  live 3.0 MiB */
   snrt_matmul(c, &P13, F(0x270500), F(0x2b0500), F(0x1b0500));
   snrt_dead(c, 0x270500, 262144);
   snrt_dead(c, 0x2b0500, 49152);
+  snrt_reads(c, 560, 2, (const int64_t[]){0x20400, 768, 0x1b0500, 786432});
   /*   560 eval      Add                /blocks.0/qkv/Add/eval  live 3.4 MiB */
   snrt_binary_fwd(c, &P14, F(0x20400), F(0x1b0500), F(0x270500));
   snrt_dead(c, 0x1b0500, 786432);
+  snrt_reads(c, 561, 1, (const int64_t[]){0x270500, 786432});
   /*   561 eval      Split              /blocks.0/Split/eval  live 3.4 MiB */
   snrt_split(c, &P15, F(0x270500), (float *const[]){F(0x1b0500), F(0x1f0500), F(0x230500)});
   snrt_dead(c, 0x270500, 786432);
+  snrt_reads(c, 562, 1, (const int64_t[]){0x1b0500, 262144});
   /*   562 eval      Reshape            /blocks.0/Reshape/eval  live 2.9 MiB */
   snrt_copy(c, 262144, F(0x1b0500), F(0x270500));
   snrt_dead(c, 0x1b0500, 262144);
+  snrt_reads(c, 563, 1, (const int64_t[]){0x270500, 262144});
   /*   563 eval      Transpose          /blocks.0/Transpose/eval  live 2.9 MiB */
   snrt_transpose(c, &P16, F(0x270500), F(0x2b0500));
   snrt_dead(c, 0x270500, 262144);
+  snrt_reads(c, 564, 1, (const int64_t[]){0x1f0500, 262144});
   /*   564 eval      Reshape            /blocks.0/Reshape_1/eval  live 2.9 MiB */
   snrt_copy(c, 262144, F(0x1f0500), F(0x1b0500));
   snrt_dead(c, 0x1f0500, 262144);
+  snrt_reads(c, 565, 1, (const int64_t[]){0x230500, 262144});
   /*   565 eval      Reshape            /blocks.0/Reshape_2/eval  live 2.9 MiB */
   snrt_copy(c, 262144, F(0x230500), F(0x1f0500));
   snrt_dead(c, 0x230500, 262144);
+  snrt_reads(c, 566, 1, (const int64_t[]){0x1f0500, 262144});
   /*   566 eval      Transpose          /blocks.0/Transpose_1/eval  live 2.9 MiB */
   snrt_transpose(c, &P17, F(0x1f0500), F(0x3f0500));
   snrt_dead(c, 0x1f0500, 262144);
+  snrt_reads(c, 567, 1, (const int64_t[]){0x1b0500, 262144});
   /*   567 eval      Transpose          /blocks.0/Transpose_2/eval  live 2.9 MiB */
   snrt_transpose(c, &P18, F(0x1b0500), F(0x2f0500));
   snrt_dead(c, 0x1b0500, 262144);
+  snrt_reads(c, 568, 2, (const int64_t[]){0x2b0500, 262144, 0x2f0500, 262144});
   /*   568 eval      MatMul             /blocks.0/MatMul/eval  live 3.7 MiB */
   snrt_matmul(c, &P19, F(0x2b0500), F(0x2f0500), F(0x1b0500));
   snrt_dead(c, 0x2b0500, 262144);
   snrt_dead(c, 0x2f0500, 262144);
+  snrt_reads(c, 569, 2, (const int64_t[]){0x1b0500, 1048576, 0xd7700, 4});
   /*   569 eval      Mul                /blocks.0/Mul/eval  live 4.2 MiB */
   snrt_binary_fwd(c, &P20, F(0x1b0500), F(0xd7700), F(0x2b0500));
   snrt_dead(c, 0x1b0500, 1048576);
+  snrt_reads(c, 570, 1, (const int64_t[]){0x2b0500, 1048576});
   /*   570 eval      Where              /blocks.0/Where/eval  live 4.2 MiB */
   snrt_where(c, &P21, F(0x2b0500), F(0x1b0500));
   snrt_dead(c, 0x2b0500, 1048576);
+  snrt_reads(c, 571, 1, (const int64_t[]){0x1b0500, 1048576});
   /*   571 eval      Softmax            /blocks.0/Softmax/eval  live 4.2 MiB */
   snrt_softmax_fwd(c, &P22, F(0x1b0500), F(0x2b0500));
   snrt_dead(c, 0x1b0500, 1048576);
+  snrt_reads(c, 572, 2, (const int64_t[]){0x2b0500, 1048576, 0x3f0500, 262144});
   /*   572 eval      MatMul             /blocks.0/MatMul_1/eval  live 3.4 MiB */
   snrt_matmul(c, &P23, F(0x2b0500), F(0x3f0500), F(0x1b0500));
   snrt_dead(c, 0x3f0500, 262144);
   snrt_dead(c, 0x2b0500, 1048576);
+  snrt_reads(c, 573, 1, (const int64_t[]){0x1b0500, 262144});
   /*   573 eval      Transpose          /blocks.0/Transpose_3/eval  live 2.4 MiB */
   snrt_transpose(c, &P24, F(0x1b0500), F(0x1f0500));
   snrt_dead(c, 0x1b0500, 262144);
+  snrt_reads(c, 574, 1, (const int64_t[]){0x1f0500, 262144});
   /*   574 eval      Reshape            /blocks.0/Reshape_3/eval  live 2.4 MiB */
   snrt_copy(c, 262144, F(0x1f0500), F(0x1b0500));
   snrt_dead(c, 0x1f0500, 262144);
+  snrt_reads(c, 575, 1, (const int64_t[]){0x20700, 16384});
   /*   575 eval      Transpose          /blocks.0/proj/Transpose/eval  live 2.2 MiB */
   snrt_transpose(c, &P25, F(0x20700), F(0x230500));
+  snrt_reads(c, 576, 2, (const int64_t[]){0x1b0500, 262144, 0x230500, 16384});
   /*   576 eval      MatMul             /blocks.0/proj/MatMul/eval  live 2.5 MiB */
   snrt_matmul(c, &P26, F(0x1b0500), F(0x230500), F(0x1f0500));
   snrt_dead(c, 0x1b0500, 262144);
   snrt_dead(c, 0x230500, 16384);
+  snrt_reads(c, 577, 2, (const int64_t[]){0x24700, 256, 0x1f0500, 262144});
   /*   577 eval      Add                /blocks.0/proj/Add/eval  live 2.4 MiB */
   snrt_binary_fwd(c, &P27, F(0x24700), F(0x1f0500), F(0x1b0500));
   snrt_dead(c, 0x1f0500, 262144);
+  snrt_reads(c, 578, 2, (const int64_t[]){0x3b0500, 262144, 0x1b0500, 262144});
   /*   578 eval      Add                /blocks.0/Add/eval  live 2.4 MiB */
   snrt_binary_fwd(c, &P28, F(0x3b0500), F(0x1b0500), F(0x4b0500));
   snrt_dead(c, 0x3b0500, 262144);
   snrt_dead(c, 0x1b0500, 262144);
+  snrt_reads(c, 579, 1, (const int64_t[]){0x4b0500, 262144});
   /*   579 eval      ReduceMean         /blocks.0/ln2/ReduceMean/eval  live 1.9 MiB */
   snrt_reduce(c, &P29, F(0x4b0500), F(0x1f0500));
+  snrt_reads(c, 580, 2, (const int64_t[]){0x4b0500, 262144, 0x1f0500, 4096});
   /*   580 eval      Sub                /blocks.0/ln2/Sub/eval  live 2.2 MiB */
   snrt_binary_fwd(c, &P30, F(0x4b0500), F(0x1f0500), F(0x1b0500));
   snrt_dead(c, 0x1f0500, 4096);
+  snrt_reads(c, 581, 1, (const int64_t[]){0x1b0500, 262144});
   /*   581 eval      Pow                /blocks.0/ln2/Pow/eval  live 2.4 MiB */
   snrt_math_fwd(c, &P31, F(0x1b0500), F(0x1f0500));
+  snrt_reads(c, 582, 1, (const int64_t[]){0x1f0500, 262144});
   /*   582 eval      ReduceMean         /blocks.0/ln2/ReduceMean_1/eval  live 2.4 MiB */
   snrt_reduce(c, &P32, F(0x1f0500), F(0x230500));
   snrt_dead(c, 0x1f0500, 262144);
+  snrt_reads(c, 583, 2, (const int64_t[]){0x230500, 4096, 0xd7800, 4});
   /*   583 eval      Add                /blocks.0/ln2/Add/eval  live 2.2 MiB */
   snrt_binary_fwd(c, &P33, F(0x230500), F(0xd7800), F(0x1f0500));
   snrt_dead(c, 0x230500, 4096);
+  snrt_reads(c, 584, 1, (const int64_t[]){0x1f0500, 4096});
   /*   584 eval      Sqrt               /blocks.0/ln2/Sqrt/eval  live 2.2 MiB */
   snrt_math_fwd(c, &P34, F(0x1f0500), F(0x230500));
   snrt_dead(c, 0x1f0500, 4096);
+  snrt_reads(c, 585, 2, (const int64_t[]){0x1b0500, 262144, 0x230500, 4096});
   /*   585 eval      Div                /blocks.0/ln2/Div/eval  live 2.4 MiB */
   snrt_binary_fwd(c, &P35, F(0x1b0500), F(0x230500), F(0x1f0500));
   snrt_dead(c, 0x1b0500, 262144);
   snrt_dead(c, 0x230500, 4096);
+  snrt_reads(c, 586, 2, (const int64_t[]){0x1f0500, 262144, 0x14200, 256});
   /*   586 eval      Mul                /blocks.0/ln2/Mul/eval  live 2.4 MiB */
   snrt_binary_fwd(c, &P36, F(0x1f0500), F(0x14200), F(0x1b0500));
   snrt_dead(c, 0x1f0500, 262144);
+  snrt_reads(c, 587, 2, (const int64_t[]){0x1b0500, 262144, 0x14300, 256});
   /*   587 eval      Add                /blocks.0/ln2/Add_1/eval  live 2.4 MiB */
   snrt_binary_fwd(c, &P37, F(0x1b0500), F(0x14300), F(0x2b0500));
   snrt_dead(c, 0x1b0500, 262144);
+  snrt_reads(c, 588, 1, (const int64_t[]){0x24800, 65536});
   /*   588 eval      Transpose          /blocks.0/fc/Transpose/eval  live 2.3 MiB */
   snrt_transpose(c, &P38, F(0x24800), F(0x2f0500));
+  snrt_reads(c, 589, 2, (const int64_t[]){0x2b0500, 262144, 0x2f0500, 65536});
   /*   589 eval      MatMul             /blocks.0/fc/MatMul/eval  live 3.3 MiB */
   snrt_matmul(c, &P39, F(0x2b0500), F(0x2f0500), F(0x1b0500));
   snrt_dead(c, 0x2b0500, 262144);
   snrt_dead(c, 0x2f0500, 65536);
+  snrt_reads(c, 590, 2, (const int64_t[]){0x34800, 1024, 0x1b0500, 1048576});
   /*   590 eval      Add                /blocks.0/fc/Add/eval  live 3.9 MiB */
   snrt_binary_fwd(c, &P40, F(0x34800), F(0x1b0500), F(0x2b0500));
   snrt_dead(c, 0x1b0500, 1048576);
+  snrt_reads(c, 591, 2, (const int64_t[]){0x2b0500, 1048576, 0xd7900, 4});
   /*   591 eval      Div                /blocks.0/Div/eval  live 3.9 MiB */
   snrt_binary_fwd(c, &P41, F(0x2b0500), F(0xd7900), F(0x1b0500));
+  snrt_reads(c, 592, 1, (const int64_t[]){0x1b0500, 1048576});
   /*   592 eval      Erf                /blocks.0/Erf/eval  live 4.9 MiB */
   snrt_math_fwd(c, &P42, F(0x1b0500), F(0x3b0500));
   snrt_dead(c, 0x1b0500, 1048576);
+  snrt_reads(c, 593, 2, (const int64_t[]){0x3b0500, 1048576, 0xd7a00, 4});
   /*   593 eval      Add                /blocks.0/Add_1/eval  live 4.9 MiB */
   snrt_binary_fwd(c, &P43, F(0x3b0500), F(0xd7a00), F(0x1b0500));
   snrt_dead(c, 0x3b0500, 1048576);
+  snrt_reads(c, 594, 2, (const int64_t[]){0x2b0500, 1048576, 0x1b0500, 1048576});
   /*   594 eval      Mul                /blocks.0/Mul_1/eval  live 4.9 MiB */
   snrt_binary_fwd(c, &P44, F(0x2b0500), F(0x1b0500), F(0x3b0500));
   snrt_dead(c, 0x2b0500, 1048576);
   snrt_dead(c, 0x1b0500, 1048576);
+  snrt_reads(c, 595, 2, (const int64_t[]){0x3b0500, 1048576, 0xd7b00, 4});
   /*   595 eval      Mul                /blocks.0/Mul_2/eval  live 3.9 MiB */
   snrt_binary_fwd(c, &P45, F(0x3b0500), F(0xd7b00), F(0x1b0500));
   snrt_dead(c, 0x3b0500, 1048576);
+  snrt_reads(c, 596, 1, (const int64_t[]){0x34c00, 65536});
   /*   596 eval      Transpose          /blocks.0/fc2/Transpose/eval  live 3.0 MiB */
   snrt_transpose(c, &P46, F(0x34c00), F(0x2f0500));
+  snrt_reads(c, 597, 2, (const int64_t[]){0x1b0500, 1048576, 0x2f0500, 65536});
   /*   597 eval      MatMul             /blocks.0/fc2/MatMul/eval  live 3.3 MiB */
   snrt_matmul(c, &P47, F(0x1b0500), F(0x2f0500), F(0x2b0500));
   snrt_dead(c, 0x1b0500, 1048576);
   snrt_dead(c, 0x2f0500, 65536);
+  snrt_reads(c, 598, 2, (const int64_t[]){0x44c00, 256, 0x2b0500, 262144});
   /*   598 eval      Add                /blocks.0/fc2/Add/eval  live 2.4 MiB */
   snrt_binary_fwd(c, &P48, F(0x44c00), F(0x2b0500), F(0x1b0500));
   snrt_dead(c, 0x2b0500, 262144);
+  snrt_reads(c, 599, 2, (const int64_t[]){0x4b0500, 262144, 0x1b0500, 262144});
   /*   599 eval      Add                /blocks.0/Add_2/eval  live 2.4 MiB */
   snrt_binary_fwd(c, &P49, F(0x4b0500), F(0x1b0500), F(0x3b0500));
   snrt_dead(c, 0x4b0500, 262144);
   snrt_dead(c, 0x1b0500, 262144);
+  snrt_reads(c, 600, 1, (const int64_t[]){0x3b0500, 262144});
   /*   600 eval      ReduceMean         /blocks.1/ln1/ReduceMean/eval  live 1.9 MiB */
   snrt_reduce(c, &P50, F(0x3b0500), F(0x1f0500));
+  snrt_reads(c, 601, 2, (const int64_t[]){0x3b0500, 262144, 0x1f0500, 4096});
   /*   601 eval      Sub                /blocks.1/ln1/Sub/eval  live 2.2 MiB */
   snrt_binary_fwd(c, &P51, F(0x3b0500), F(0x1f0500), F(0x1b0500));
   snrt_dead(c, 0x1f0500, 4096);
+  snrt_reads(c, 602, 1, (const int64_t[]){0x1b0500, 262144});
   /*   602 eval      Pow                /blocks.1/ln1/Pow/eval  live 2.4 MiB */
   snrt_math_fwd(c, &P52, F(0x1b0500), F(0x1f0500));
+  snrt_reads(c, 603, 1, (const int64_t[]){0x1f0500, 262144});
   /*   603 eval      ReduceMean         /blocks.1/ln1/ReduceMean_1/eval  live 2.4 MiB */
   snrt_reduce(c, &P53, F(0x1f0500), F(0x230500));
   snrt_dead(c, 0x1f0500, 262144);
+  snrt_reads(c, 604, 2, (const int64_t[]){0x230500, 4096, 0xd7c00, 4});
   /*   604 eval      Add                /blocks.1/ln1/Add/eval  live 2.2 MiB */
   snrt_binary_fwd(c, &P54, F(0x230500), F(0xd7c00), F(0x1f0500));
   snrt_dead(c, 0x230500, 4096);
+  snrt_reads(c, 605, 1, (const int64_t[]){0x1f0500, 4096});
   /*   605 eval      Sqrt               /blocks.1/ln1/Sqrt/eval  live 2.2 MiB */
   snrt_math_fwd(c, &P55, F(0x1f0500), F(0x230500));
   snrt_dead(c, 0x1f0500, 4096);
+  snrt_reads(c, 606, 2, (const int64_t[]){0x1b0500, 262144, 0x230500, 4096});
   /*   606 eval      Div                /blocks.1/ln1/Div/eval  live 2.4 MiB */
   snrt_binary_fwd(c, &P56, F(0x1b0500), F(0x230500), F(0x1f0500));
   snrt_dead(c, 0x1b0500, 262144);
   snrt_dead(c, 0x230500, 4096);
+  snrt_reads(c, 607, 2, (const int64_t[]){0x1f0500, 262144, 0x44d00, 256});
   /*   607 eval      Mul                /blocks.1/ln1/Mul/eval  live 2.4 MiB */
   snrt_binary_fwd(c, &P57, F(0x1f0500), F(0x44d00), F(0x1b0500));
   snrt_dead(c, 0x1f0500, 262144);
+  snrt_reads(c, 608, 2, (const int64_t[]){0x1b0500, 262144, 0x44e00, 256});
   /*   608 eval      Add                /blocks.1/ln1/Add_1/eval  live 2.4 MiB */
   snrt_binary_fwd(c, &P58, F(0x1b0500), F(0x44e00), F(0x270500));
   snrt_dead(c, 0x1b0500, 262144);
+  snrt_reads(c, 609, 1, (const int64_t[]){0x45100, 49152});
   /*   609 eval      Transpose          /blocks.1/qkv/Transpose/eval  live 2.2 MiB */
   snrt_transpose(c, &P59, F(0x45100), F(0x2b0500));
+  snrt_reads(c, 610, 2, (const int64_t[]){0x270500, 262144, 0x2b0500, 49152});
   /*   610 eval      MatMul             /blocks.1/qkv/MatMul/eval  live 3.0 MiB */
   snrt_matmul(c, &P60, F(0x270500), F(0x2b0500), F(0x1b0500));
   snrt_dead(c, 0x270500, 262144);
   snrt_dead(c, 0x2b0500, 49152);
+  snrt_reads(c, 611, 2, (const int64_t[]){0x51100, 768, 0x1b0500, 786432});
   /*   611 eval      Add                /blocks.1/qkv/Add/eval  live 3.4 MiB */
   snrt_binary_fwd(c, &P61, F(0x51100), F(0x1b0500), F(0x270500));
   snrt_dead(c, 0x1b0500, 786432);
+  snrt_reads(c, 612, 1, (const int64_t[]){0x270500, 786432});
   /*   612 eval      Split              /blocks.1/Split/eval  live 3.4 MiB */
   snrt_split(c, &P62, F(0x270500), (float *const[]){F(0x1b0500), F(0x1f0500), F(0x230500)});
   snrt_dead(c, 0x270500, 786432);
+  snrt_reads(c, 613, 1, (const int64_t[]){0x1b0500, 262144});
   /*   613 eval      Reshape            /blocks.1/Reshape/eval  live 2.9 MiB */
   snrt_copy(c, 262144, F(0x1b0500), F(0x270500));
   snrt_dead(c, 0x1b0500, 262144);
+  snrt_reads(c, 614, 1, (const int64_t[]){0x270500, 262144});
   /*   614 eval      Transpose          /blocks.1/Transpose/eval  live 2.9 MiB */
   snrt_transpose(c, &P63, F(0x270500), F(0x2b0500));
   snrt_dead(c, 0x270500, 262144);
+  snrt_reads(c, 615, 1, (const int64_t[]){0x1f0500, 262144});
   /*   615 eval      Reshape            /blocks.1/Reshape_1/eval  live 2.9 MiB */
   snrt_copy(c, 262144, F(0x1f0500), F(0x1b0500));
   snrt_dead(c, 0x1f0500, 262144);
+  snrt_reads(c, 616, 1, (const int64_t[]){0x230500, 262144});
   /*   616 eval      Reshape            /blocks.1/Reshape_2/eval  live 2.9 MiB */
   snrt_copy(c, 262144, F(0x230500), F(0x1f0500));
   snrt_dead(c, 0x230500, 262144);
+  snrt_reads(c, 617, 1, (const int64_t[]){0x1f0500, 262144});
   /*   617 eval      Transpose          /blocks.1/Transpose_1/eval  live 2.9 MiB */
   snrt_transpose(c, &P64, F(0x1f0500), F(0x3f0500));
   snrt_dead(c, 0x1f0500, 262144);
+  snrt_reads(c, 618, 1, (const int64_t[]){0x1b0500, 262144});
   /*   618 eval      Transpose          /blocks.1/Transpose_2/eval  live 2.9 MiB */
   snrt_transpose(c, &P65, F(0x1b0500), F(0x2f0500));
   snrt_dead(c, 0x1b0500, 262144);
+  snrt_reads(c, 619, 2, (const int64_t[]){0x2b0500, 262144, 0x2f0500, 262144});
   /*   619 eval      MatMul             /blocks.1/MatMul/eval  live 3.7 MiB */
   snrt_matmul(c, &P66, F(0x2b0500), F(0x2f0500), F(0x1b0500));
   snrt_dead(c, 0x2b0500, 262144);
   snrt_dead(c, 0x2f0500, 262144);
+  snrt_reads(c, 620, 2, (const int64_t[]){0x1b0500, 1048576, 0xd7d00, 4});
   /*   620 eval      Mul                /blocks.1/Mul/eval  live 4.2 MiB */
   snrt_binary_fwd(c, &P67, F(0x1b0500), F(0xd7d00), F(0x2b0500));
   snrt_dead(c, 0x1b0500, 1048576);
+  snrt_reads(c, 621, 1, (const int64_t[]){0x2b0500, 1048576});
   /*   621 eval      Where              /blocks.1/Where/eval  live 4.2 MiB */
   snrt_where(c, &P68, F(0x2b0500), F(0x1b0500));
   snrt_dead(c, 0x2b0500, 1048576);
+  snrt_reads(c, 622, 1, (const int64_t[]){0x1b0500, 1048576});
   /*   622 eval      Softmax            /blocks.1/Softmax/eval  live 4.2 MiB */
   snrt_softmax_fwd(c, &P69, F(0x1b0500), F(0x2b0500));
   snrt_dead(c, 0x1b0500, 1048576);
+  snrt_reads(c, 623, 2, (const int64_t[]){0x2b0500, 1048576, 0x3f0500, 262144});
   /*   623 eval      MatMul             /blocks.1/MatMul_1/eval  live 3.4 MiB */
   snrt_matmul(c, &P70, F(0x2b0500), F(0x3f0500), F(0x1b0500));
   snrt_dead(c, 0x3f0500, 262144);
   snrt_dead(c, 0x2b0500, 1048576);
+  snrt_reads(c, 624, 1, (const int64_t[]){0x1b0500, 262144});
   /*   624 eval      Transpose          /blocks.1/Transpose_3/eval  live 2.4 MiB */
   snrt_transpose(c, &P71, F(0x1b0500), F(0x1f0500));
   snrt_dead(c, 0x1b0500, 262144);
+  snrt_reads(c, 625, 1, (const int64_t[]){0x1f0500, 262144});
   /*   625 eval      Reshape            /blocks.1/Reshape_3/eval  live 2.4 MiB */
   snrt_copy(c, 262144, F(0x1f0500), F(0x1b0500));
   snrt_dead(c, 0x1f0500, 262144);
+  snrt_reads(c, 626, 1, (const int64_t[]){0x51400, 16384});
   /*   626 eval      Transpose          /blocks.1/proj/Transpose/eval  live 2.2 MiB */
   snrt_transpose(c, &P72, F(0x51400), F(0x230500));
+  snrt_reads(c, 627, 2, (const int64_t[]){0x1b0500, 262144, 0x230500, 16384});
   /*   627 eval      MatMul             /blocks.1/proj/MatMul/eval  live 2.5 MiB */
   snrt_matmul(c, &P73, F(0x1b0500), F(0x230500), F(0x1f0500));
   snrt_dead(c, 0x1b0500, 262144);
   snrt_dead(c, 0x230500, 16384);
+  snrt_reads(c, 628, 2, (const int64_t[]){0x55400, 256, 0x1f0500, 262144});
   /*   628 eval      Add                /blocks.1/proj/Add/eval  live 2.4 MiB */
   snrt_binary_fwd(c, &P74, F(0x55400), F(0x1f0500), F(0x1b0500));
   snrt_dead(c, 0x1f0500, 262144);
+  snrt_reads(c, 629, 2, (const int64_t[]){0x3b0500, 262144, 0x1b0500, 262144});
   /*   629 eval      Add                /blocks.1/Add/eval  live 2.4 MiB */
   snrt_binary_fwd(c, &P75, F(0x3b0500), F(0x1b0500), F(0x4b0500));
   snrt_dead(c, 0x3b0500, 262144);
   snrt_dead(c, 0x1b0500, 262144);
+  snrt_reads(c, 630, 1, (const int64_t[]){0x4b0500, 262144});
   /*   630 eval      ReduceMean         /blocks.1/ln2/ReduceMean/eval  live 1.9 MiB */
   snrt_reduce(c, &P76, F(0x4b0500), F(0x1f0500));
+  snrt_reads(c, 631, 2, (const int64_t[]){0x4b0500, 262144, 0x1f0500, 4096});
   /*   631 eval      Sub                /blocks.1/ln2/Sub/eval  live 2.2 MiB */
   snrt_binary_fwd(c, &P77, F(0x4b0500), F(0x1f0500), F(0x1b0500));
   snrt_dead(c, 0x1f0500, 4096);
+  snrt_reads(c, 632, 1, (const int64_t[]){0x1b0500, 262144});
   /*   632 eval      Pow                /blocks.1/ln2/Pow/eval  live 2.4 MiB */
   snrt_math_fwd(c, &P78, F(0x1b0500), F(0x1f0500));
+  snrt_reads(c, 633, 1, (const int64_t[]){0x1f0500, 262144});
   /*   633 eval      ReduceMean         /blocks.1/ln2/ReduceMean_1/eval  live 2.4 MiB */
   snrt_reduce(c, &P79, F(0x1f0500), F(0x230500));
   snrt_dead(c, 0x1f0500, 262144);
+  snrt_reads(c, 634, 2, (const int64_t[]){0x230500, 4096, 0xd7e00, 4});
   /*   634 eval      Add                /blocks.1/ln2/Add/eval  live 2.2 MiB */
   snrt_binary_fwd(c, &P80, F(0x230500), F(0xd7e00), F(0x1f0500));
   snrt_dead(c, 0x230500, 4096);
+  snrt_reads(c, 635, 1, (const int64_t[]){0x1f0500, 4096});
   /*   635 eval      Sqrt               /blocks.1/ln2/Sqrt/eval  live 2.2 MiB */
   snrt_math_fwd(c, &P81, F(0x1f0500), F(0x230500));
   snrt_dead(c, 0x1f0500, 4096);
+  snrt_reads(c, 636, 2, (const int64_t[]){0x1b0500, 262144, 0x230500, 4096});
   /*   636 eval      Div                /blocks.1/ln2/Div/eval  live 2.4 MiB */
   snrt_binary_fwd(c, &P82, F(0x1b0500), F(0x230500), F(0x1f0500));
   snrt_dead(c, 0x1b0500, 262144);
   snrt_dead(c, 0x230500, 4096);
+  snrt_reads(c, 637, 2, (const int64_t[]){0x1f0500, 262144, 0x44f00, 256});
   /*   637 eval      Mul                /blocks.1/ln2/Mul/eval  live 2.4 MiB */
   snrt_binary_fwd(c, &P83, F(0x1f0500), F(0x44f00), F(0x1b0500));
   snrt_dead(c, 0x1f0500, 262144);
+  snrt_reads(c, 638, 2, (const int64_t[]){0x1b0500, 262144, 0x45000, 256});
   /*   638 eval      Add                /blocks.1/ln2/Add_1/eval  live 2.4 MiB */
   snrt_binary_fwd(c, &P84, F(0x1b0500), F(0x45000), F(0x2b0500));
   snrt_dead(c, 0x1b0500, 262144);
+  snrt_reads(c, 639, 1, (const int64_t[]){0x55500, 65536});
   /*   639 eval      Transpose          /blocks.1/fc/Transpose/eval  live 2.3 MiB */
   snrt_transpose(c, &P85, F(0x55500), F(0x2f0500));
+  snrt_reads(c, 640, 2, (const int64_t[]){0x2b0500, 262144, 0x2f0500, 65536});
   /*   640 eval      MatMul             /blocks.1/fc/MatMul/eval  live 3.3 MiB */
   snrt_matmul(c, &P86, F(0x2b0500), F(0x2f0500), F(0x1b0500));
   snrt_dead(c, 0x2b0500, 262144);
   snrt_dead(c, 0x2f0500, 65536);
+  snrt_reads(c, 641, 2, (const int64_t[]){0x65500, 1024, 0x1b0500, 1048576});
   /*   641 eval      Add                /blocks.1/fc/Add/eval  live 3.9 MiB */
   snrt_binary_fwd(c, &P87, F(0x65500), F(0x1b0500), F(0x2b0500));
   snrt_dead(c, 0x1b0500, 1048576);
+  snrt_reads(c, 642, 2, (const int64_t[]){0x2b0500, 1048576, 0xd7f00, 4});
   /*   642 eval      Div                /blocks.1/Div/eval  live 3.9 MiB */
   snrt_binary_fwd(c, &P88, F(0x2b0500), F(0xd7f00), F(0x1b0500));
+  snrt_reads(c, 643, 1, (const int64_t[]){0x1b0500, 1048576});
   /*   643 eval      Erf                /blocks.1/Erf/eval  live 4.9 MiB */
   snrt_math_fwd(c, &P89, F(0x1b0500), F(0x3b0500));
   snrt_dead(c, 0x1b0500, 1048576);
+  snrt_reads(c, 644, 2, (const int64_t[]){0x3b0500, 1048576, 0xd8000, 4});
   /*   644 eval      Add                /blocks.1/Add_1/eval  live 4.9 MiB */
   snrt_binary_fwd(c, &P90, F(0x3b0500), F(0xd8000), F(0x1b0500));
   snrt_dead(c, 0x3b0500, 1048576);
+  snrt_reads(c, 645, 2, (const int64_t[]){0x2b0500, 1048576, 0x1b0500, 1048576});
   /*   645 eval      Mul                /blocks.1/Mul_1/eval  live 4.9 MiB */
   snrt_binary_fwd(c, &P91, F(0x2b0500), F(0x1b0500), F(0x3b0500));
   snrt_dead(c, 0x2b0500, 1048576);
   snrt_dead(c, 0x1b0500, 1048576);
+  snrt_reads(c, 646, 2, (const int64_t[]){0x3b0500, 1048576, 0xd8100, 4});
   /*   646 eval      Mul                /blocks.1/Mul_2/eval  live 3.9 MiB */
   snrt_binary_fwd(c, &P92, F(0x3b0500), F(0xd8100), F(0x1b0500));
   snrt_dead(c, 0x3b0500, 1048576);
+  snrt_reads(c, 647, 1, (const int64_t[]){0x65900, 65536});
   /*   647 eval      Transpose          /blocks.1/fc2/Transpose/eval  live 3.0 MiB */
   snrt_transpose(c, &P93, F(0x65900), F(0x2f0500));
+  snrt_reads(c, 648, 2, (const int64_t[]){0x1b0500, 1048576, 0x2f0500, 65536});
   /*   648 eval      MatMul             /blocks.1/fc2/MatMul/eval  live 3.3 MiB */
   snrt_matmul(c, &P94, F(0x1b0500), F(0x2f0500), F(0x2b0500));
   snrt_dead(c, 0x1b0500, 1048576);
   snrt_dead(c, 0x2f0500, 65536);
+  snrt_reads(c, 649, 2, (const int64_t[]){0x75900, 256, 0x2b0500, 262144});
   /*   649 eval      Add                /blocks.1/fc2/Add/eval  live 2.4 MiB */
   snrt_binary_fwd(c, &P95, F(0x75900), F(0x2b0500), F(0x1b0500));
   snrt_dead(c, 0x2b0500, 262144);
+  snrt_reads(c, 650, 2, (const int64_t[]){0x4b0500, 262144, 0x1b0500, 262144});
   /*   650 eval      Add                /blocks.1/Add_2/eval  live 2.4 MiB */
   snrt_binary_fwd(c, &P96, F(0x4b0500), F(0x1b0500), F(0x3b0500));
   snrt_dead(c, 0x4b0500, 262144);
   snrt_dead(c, 0x1b0500, 262144);
+  snrt_reads(c, 651, 1, (const int64_t[]){0x3b0500, 262144});
   /*   651 eval      ReduceMean         /blocks.2/ln1/ReduceMean/eval  live 1.9 MiB */
   snrt_reduce(c, &P97, F(0x3b0500), F(0x1f0500));
+  snrt_reads(c, 652, 2, (const int64_t[]){0x3b0500, 262144, 0x1f0500, 4096});
   /*   652 eval      Sub                /blocks.2/ln1/Sub/eval  live 2.2 MiB */
   snrt_binary_fwd(c, &P98, F(0x3b0500), F(0x1f0500), F(0x1b0500));
   snrt_dead(c, 0x1f0500, 4096);
+  snrt_reads(c, 653, 1, (const int64_t[]){0x1b0500, 262144});
   /*   653 eval      Pow                /blocks.2/ln1/Pow/eval  live 2.4 MiB */
   snrt_math_fwd(c, &P99, F(0x1b0500), F(0x1f0500));
+  snrt_reads(c, 654, 1, (const int64_t[]){0x1f0500, 262144});
   /*   654 eval      ReduceMean         /blocks.2/ln1/ReduceMean_1/eval  live 2.4 MiB */
   snrt_reduce(c, &P100, F(0x1f0500), F(0x230500));
   snrt_dead(c, 0x1f0500, 262144);
+  snrt_reads(c, 655, 2, (const int64_t[]){0x230500, 4096, 0xd8200, 4});
   /*   655 eval      Add                /blocks.2/ln1/Add/eval  live 2.2 MiB */
   snrt_binary_fwd(c, &P101, F(0x230500), F(0xd8200), F(0x1f0500));
   snrt_dead(c, 0x230500, 4096);
+  snrt_reads(c, 656, 1, (const int64_t[]){0x1f0500, 4096});
   /*   656 eval      Sqrt               /blocks.2/ln1/Sqrt/eval  live 2.2 MiB */
   snrt_math_fwd(c, &P102, F(0x1f0500), F(0x230500));
   snrt_dead(c, 0x1f0500, 4096);
+  snrt_reads(c, 657, 2, (const int64_t[]){0x1b0500, 262144, 0x230500, 4096});
   /*   657 eval      Div                /blocks.2/ln1/Div/eval  live 2.4 MiB */
   snrt_binary_fwd(c, &P103, F(0x1b0500), F(0x230500), F(0x1f0500));
   snrt_dead(c, 0x1b0500, 262144);
   snrt_dead(c, 0x230500, 4096);
+  snrt_reads(c, 658, 2, (const int64_t[]){0x1f0500, 262144, 0x75a00, 256});
   /*   658 eval      Mul                /blocks.2/ln1/Mul/eval  live 2.4 MiB */
   snrt_binary_fwd(c, &P104, F(0x1f0500), F(0x75a00), F(0x1b0500));
   snrt_dead(c, 0x1f0500, 262144);
+  snrt_reads(c, 659, 2, (const int64_t[]){0x1b0500, 262144, 0x75b00, 256});
   /*   659 eval      Add                /blocks.2/ln1/Add_1/eval  live 2.4 MiB */
   snrt_binary_fwd(c, &P105, F(0x1b0500), F(0x75b00), F(0x270500));
   snrt_dead(c, 0x1b0500, 262144);
+  snrt_reads(c, 660, 1, (const int64_t[]){0x75e00, 49152});
   /*   660 eval      Transpose          /blocks.2/qkv/Transpose/eval  live 2.2 MiB */
   snrt_transpose(c, &P106, F(0x75e00), F(0x2b0500));
+  snrt_reads(c, 661, 2, (const int64_t[]){0x270500, 262144, 0x2b0500, 49152});
   /*   661 eval      MatMul             /blocks.2/qkv/MatMul/eval  live 3.0 MiB */
   snrt_matmul(c, &P107, F(0x270500), F(0x2b0500), F(0x1b0500));
   snrt_dead(c, 0x270500, 262144);
   snrt_dead(c, 0x2b0500, 49152);
+  snrt_reads(c, 662, 2, (const int64_t[]){0x81e00, 768, 0x1b0500, 786432});
   /*   662 eval      Add                /blocks.2/qkv/Add/eval  live 3.4 MiB */
   snrt_binary_fwd(c, &P108, F(0x81e00), F(0x1b0500), F(0x270500));
   snrt_dead(c, 0x1b0500, 786432);
+  snrt_reads(c, 663, 1, (const int64_t[]){0x270500, 786432});
   /*   663 eval      Split              /blocks.2/Split/eval  live 3.4 MiB */
   snrt_split(c, &P109, F(0x270500), (float *const[]){F(0x1b0500), F(0x1f0500), F(0x230500)});
   snrt_dead(c, 0x270500, 786432);
+  snrt_reads(c, 664, 1, (const int64_t[]){0x1b0500, 262144});
   /*   664 eval      Reshape            /blocks.2/Reshape/eval  live 2.9 MiB */
   snrt_copy(c, 262144, F(0x1b0500), F(0x270500));
   snrt_dead(c, 0x1b0500, 262144);
+  snrt_reads(c, 665, 1, (const int64_t[]){0x270500, 262144});
   /*   665 eval      Transpose          /blocks.2/Transpose/eval  live 2.9 MiB */
   snrt_transpose(c, &P110, F(0x270500), F(0x2b0500));
   snrt_dead(c, 0x270500, 262144);
+  snrt_reads(c, 666, 1, (const int64_t[]){0x1f0500, 262144});
   /*   666 eval      Reshape            /blocks.2/Reshape_1/eval  live 2.9 MiB */
   snrt_copy(c, 262144, F(0x1f0500), F(0x1b0500));
   snrt_dead(c, 0x1f0500, 262144);
+  snrt_reads(c, 667, 1, (const int64_t[]){0x230500, 262144});
   /*   667 eval      Reshape            /blocks.2/Reshape_2/eval  live 2.9 MiB */
   snrt_copy(c, 262144, F(0x230500), F(0x1f0500));
   snrt_dead(c, 0x230500, 262144);
+  snrt_reads(c, 668, 1, (const int64_t[]){0x1f0500, 262144});
   /*   668 eval      Transpose          /blocks.2/Transpose_1/eval  live 2.9 MiB */
   snrt_transpose(c, &P111, F(0x1f0500), F(0x3f0500));
   snrt_dead(c, 0x1f0500, 262144);
+  snrt_reads(c, 669, 1, (const int64_t[]){0x1b0500, 262144});
   /*   669 eval      Transpose          /blocks.2/Transpose_2/eval  live 2.9 MiB */
   snrt_transpose(c, &P112, F(0x1b0500), F(0x2f0500));
   snrt_dead(c, 0x1b0500, 262144);
+  snrt_reads(c, 670, 2, (const int64_t[]){0x2b0500, 262144, 0x2f0500, 262144});
   /*   670 eval      MatMul             /blocks.2/MatMul/eval  live 3.7 MiB */
   snrt_matmul(c, &P113, F(0x2b0500), F(0x2f0500), F(0x1b0500));
   snrt_dead(c, 0x2b0500, 262144);
   snrt_dead(c, 0x2f0500, 262144);
+  snrt_reads(c, 671, 2, (const int64_t[]){0x1b0500, 1048576, 0xd8300, 4});
   /*   671 eval      Mul                /blocks.2/Mul/eval  live 4.2 MiB */
   snrt_binary_fwd(c, &P114, F(0x1b0500), F(0xd8300), F(0x2b0500));
   snrt_dead(c, 0x1b0500, 1048576);
+  snrt_reads(c, 672, 1, (const int64_t[]){0x2b0500, 1048576});
   /*   672 eval      Where              /blocks.2/Where/eval  live 4.2 MiB */
   snrt_where(c, &P115, F(0x2b0500), F(0x1b0500));
   snrt_dead(c, 0x2b0500, 1048576);
+  snrt_reads(c, 673, 1, (const int64_t[]){0x1b0500, 1048576});
   /*   673 eval      Softmax            /blocks.2/Softmax/eval  live 4.2 MiB */
   snrt_softmax_fwd(c, &P116, F(0x1b0500), F(0x2b0500));
   snrt_dead(c, 0x1b0500, 1048576);
+  snrt_reads(c, 674, 2, (const int64_t[]){0x2b0500, 1048576, 0x3f0500, 262144});
   /*   674 eval      MatMul             /blocks.2/MatMul_1/eval  live 3.4 MiB */
   snrt_matmul(c, &P117, F(0x2b0500), F(0x3f0500), F(0x1b0500));
   snrt_dead(c, 0x3f0500, 262144);
   snrt_dead(c, 0x2b0500, 1048576);
+  snrt_reads(c, 675, 1, (const int64_t[]){0x1b0500, 262144});
   /*   675 eval      Transpose          /blocks.2/Transpose_3/eval  live 2.4 MiB */
   snrt_transpose(c, &P118, F(0x1b0500), F(0x1f0500));
   snrt_dead(c, 0x1b0500, 262144);
+  snrt_reads(c, 676, 1, (const int64_t[]){0x1f0500, 262144});
   /*   676 eval      Reshape            /blocks.2/Reshape_3/eval  live 2.4 MiB */
   snrt_copy(c, 262144, F(0x1f0500), F(0x1b0500));
   snrt_dead(c, 0x1f0500, 262144);
+  snrt_reads(c, 677, 1, (const int64_t[]){0x82100, 16384});
   /*   677 eval      Transpose          /blocks.2/proj/Transpose/eval  live 2.2 MiB */
   snrt_transpose(c, &P119, F(0x82100), F(0x230500));
+  snrt_reads(c, 678, 2, (const int64_t[]){0x1b0500, 262144, 0x230500, 16384});
   /*   678 eval      MatMul             /blocks.2/proj/MatMul/eval  live 2.5 MiB */
   snrt_matmul(c, &P120, F(0x1b0500), F(0x230500), F(0x1f0500));
   snrt_dead(c, 0x1b0500, 262144);
   snrt_dead(c, 0x230500, 16384);
+  snrt_reads(c, 679, 2, (const int64_t[]){0x86100, 256, 0x1f0500, 262144});
   /*   679 eval      Add                /blocks.2/proj/Add/eval  live 2.4 MiB */
   snrt_binary_fwd(c, &P121, F(0x86100), F(0x1f0500), F(0x1b0500));
   snrt_dead(c, 0x1f0500, 262144);
+  snrt_reads(c, 680, 2, (const int64_t[]){0x3b0500, 262144, 0x1b0500, 262144});
   /*   680 eval      Add                /blocks.2/Add/eval  live 2.4 MiB */
   snrt_binary_fwd(c, &P122, F(0x3b0500), F(0x1b0500), F(0x4b0500));
   snrt_dead(c, 0x3b0500, 262144);
   snrt_dead(c, 0x1b0500, 262144);
+  snrt_reads(c, 681, 1, (const int64_t[]){0x4b0500, 262144});
   /*   681 eval      ReduceMean         /blocks.2/ln2/ReduceMean/eval  live 1.9 MiB */
   snrt_reduce(c, &P123, F(0x4b0500), F(0x1f0500));
+  snrt_reads(c, 682, 2, (const int64_t[]){0x4b0500, 262144, 0x1f0500, 4096});
   /*   682 eval      Sub                /blocks.2/ln2/Sub/eval  live 2.2 MiB */
   snrt_binary_fwd(c, &P124, F(0x4b0500), F(0x1f0500), F(0x1b0500));
   snrt_dead(c, 0x1f0500, 4096);
+  snrt_reads(c, 683, 1, (const int64_t[]){0x1b0500, 262144});
   /*   683 eval      Pow                /blocks.2/ln2/Pow/eval  live 2.4 MiB */
   snrt_math_fwd(c, &P125, F(0x1b0500), F(0x1f0500));
+  snrt_reads(c, 684, 1, (const int64_t[]){0x1f0500, 262144});
   /*   684 eval      ReduceMean         /blocks.2/ln2/ReduceMean_1/eval  live 2.4 MiB */
   snrt_reduce(c, &P126, F(0x1f0500), F(0x230500));
   snrt_dead(c, 0x1f0500, 262144);
+  snrt_reads(c, 685, 2, (const int64_t[]){0x230500, 4096, 0xd8400, 4});
   /*   685 eval      Add                /blocks.2/ln2/Add/eval  live 2.2 MiB */
   snrt_binary_fwd(c, &P127, F(0x230500), F(0xd8400), F(0x1f0500));
   snrt_dead(c, 0x230500, 4096);
+  snrt_reads(c, 686, 1, (const int64_t[]){0x1f0500, 4096});
   /*   686 eval      Sqrt               /blocks.2/ln2/Sqrt/eval  live 2.2 MiB */
   snrt_math_fwd(c, &P128, F(0x1f0500), F(0x230500));
   snrt_dead(c, 0x1f0500, 4096);
+  snrt_reads(c, 687, 2, (const int64_t[]){0x1b0500, 262144, 0x230500, 4096});
   /*   687 eval      Div                /blocks.2/ln2/Div/eval  live 2.4 MiB */
   snrt_binary_fwd(c, &P129, F(0x1b0500), F(0x230500), F(0x1f0500));
   snrt_dead(c, 0x1b0500, 262144);
   snrt_dead(c, 0x230500, 4096);
+  snrt_reads(c, 688, 2, (const int64_t[]){0x1f0500, 262144, 0x75c00, 256});
   /*   688 eval      Mul                /blocks.2/ln2/Mul/eval  live 2.4 MiB */
   snrt_binary_fwd(c, &P130, F(0x1f0500), F(0x75c00), F(0x1b0500));
   snrt_dead(c, 0x1f0500, 262144);
+  snrt_reads(c, 689, 2, (const int64_t[]){0x1b0500, 262144, 0x75d00, 256});
   /*   689 eval      Add                /blocks.2/ln2/Add_1/eval  live 2.4 MiB */
   snrt_binary_fwd(c, &P131, F(0x1b0500), F(0x75d00), F(0x2b0500));
   snrt_dead(c, 0x1b0500, 262144);
+  snrt_reads(c, 690, 1, (const int64_t[]){0x86200, 65536});
   /*   690 eval      Transpose          /blocks.2/fc/Transpose/eval  live 2.3 MiB */
   snrt_transpose(c, &P132, F(0x86200), F(0x2f0500));
+  snrt_reads(c, 691, 2, (const int64_t[]){0x2b0500, 262144, 0x2f0500, 65536});
   /*   691 eval      MatMul             /blocks.2/fc/MatMul/eval  live 3.3 MiB */
   snrt_matmul(c, &P133, F(0x2b0500), F(0x2f0500), F(0x1b0500));
   snrt_dead(c, 0x2b0500, 262144);
   snrt_dead(c, 0x2f0500, 65536);
+  snrt_reads(c, 692, 2, (const int64_t[]){0x96200, 1024, 0x1b0500, 1048576});
   /*   692 eval      Add                /blocks.2/fc/Add/eval  live 3.9 MiB */
   snrt_binary_fwd(c, &P134, F(0x96200), F(0x1b0500), F(0x2b0500));
   snrt_dead(c, 0x1b0500, 1048576);
+  snrt_reads(c, 693, 2, (const int64_t[]){0x2b0500, 1048576, 0xd8500, 4});
   /*   693 eval      Div                /blocks.2/Div/eval  live 3.9 MiB */
   snrt_binary_fwd(c, &P135, F(0x2b0500), F(0xd8500), F(0x1b0500));
+  snrt_reads(c, 694, 1, (const int64_t[]){0x1b0500, 1048576});
   /*   694 eval      Erf                /blocks.2/Erf/eval  live 4.9 MiB */
   snrt_math_fwd(c, &P136, F(0x1b0500), F(0x3b0500));
   snrt_dead(c, 0x1b0500, 1048576);
+  snrt_reads(c, 695, 2, (const int64_t[]){0x3b0500, 1048576, 0xd8600, 4});
   /*   695 eval      Add                /blocks.2/Add_1/eval  live 4.9 MiB */
   snrt_binary_fwd(c, &P137, F(0x3b0500), F(0xd8600), F(0x1b0500));
   snrt_dead(c, 0x3b0500, 1048576);
+  snrt_reads(c, 696, 2, (const int64_t[]){0x2b0500, 1048576, 0x1b0500, 1048576});
   /*   696 eval      Mul                /blocks.2/Mul_1/eval  live 4.9 MiB */
   snrt_binary_fwd(c, &P138, F(0x2b0500), F(0x1b0500), F(0x3b0500));
   snrt_dead(c, 0x2b0500, 1048576);
   snrt_dead(c, 0x1b0500, 1048576);
+  snrt_reads(c, 697, 2, (const int64_t[]){0x3b0500, 1048576, 0xd8700, 4});
   /*   697 eval      Mul                /blocks.2/Mul_2/eval  live 3.9 MiB */
   snrt_binary_fwd(c, &P139, F(0x3b0500), F(0xd8700), F(0x1b0500));
   snrt_dead(c, 0x3b0500, 1048576);
+  snrt_reads(c, 698, 1, (const int64_t[]){0x96600, 65536});
   /*   698 eval      Transpose          /blocks.2/fc2/Transpose/eval  live 3.0 MiB */
   snrt_transpose(c, &P140, F(0x96600), F(0x2f0500));
+  snrt_reads(c, 699, 2, (const int64_t[]){0x1b0500, 1048576, 0x2f0500, 65536});
   /*   699 eval      MatMul             /blocks.2/fc2/MatMul/eval  live 3.3 MiB */
   snrt_matmul(c, &P141, F(0x1b0500), F(0x2f0500), F(0x2b0500));
   snrt_dead(c, 0x1b0500, 1048576);
   snrt_dead(c, 0x2f0500, 65536);
+  snrt_reads(c, 700, 2, (const int64_t[]){0xa6600, 256, 0x2b0500, 262144});
   /*   700 eval      Add                /blocks.2/fc2/Add/eval  live 2.4 MiB */
   snrt_binary_fwd(c, &P142, F(0xa6600), F(0x2b0500), F(0x1b0500));
   snrt_dead(c, 0x2b0500, 262144);
+  snrt_reads(c, 701, 2, (const int64_t[]){0x4b0500, 262144, 0x1b0500, 262144});
   /*   701 eval      Add                /blocks.2/Add_2/eval  live 2.4 MiB */
   snrt_binary_fwd(c, &P143, F(0x4b0500), F(0x1b0500), F(0x3b0500));
   snrt_dead(c, 0x4b0500, 262144);
   snrt_dead(c, 0x1b0500, 262144);
+  snrt_reads(c, 702, 1, (const int64_t[]){0x3b0500, 262144});
   /*   702 eval      ReduceMean         /blocks.3/ln1/ReduceMean/eval  live 1.9 MiB */
   snrt_reduce(c, &P144, F(0x3b0500), F(0x1f0500));
+  snrt_reads(c, 703, 2, (const int64_t[]){0x3b0500, 262144, 0x1f0500, 4096});
   /*   703 eval      Sub                /blocks.3/ln1/Sub/eval  live 2.2 MiB */
   snrt_binary_fwd(c, &P145, F(0x3b0500), F(0x1f0500), F(0x1b0500));
   snrt_dead(c, 0x1f0500, 4096);
+  snrt_reads(c, 704, 1, (const int64_t[]){0x1b0500, 262144});
   /*   704 eval      Pow                /blocks.3/ln1/Pow/eval  live 2.4 MiB */
   snrt_math_fwd(c, &P146, F(0x1b0500), F(0x1f0500));
+  snrt_reads(c, 705, 1, (const int64_t[]){0x1f0500, 262144});
   /*   705 eval      ReduceMean         /blocks.3/ln1/ReduceMean_1/eval  live 2.4 MiB */
   snrt_reduce(c, &P147, F(0x1f0500), F(0x230500));
   snrt_dead(c, 0x1f0500, 262144);
+  snrt_reads(c, 706, 2, (const int64_t[]){0x230500, 4096, 0xd8800, 4});
   /*   706 eval      Add                /blocks.3/ln1/Add/eval  live 2.2 MiB */
   snrt_binary_fwd(c, &P148, F(0x230500), F(0xd8800), F(0x1f0500));
   snrt_dead(c, 0x230500, 4096);
+  snrt_reads(c, 707, 1, (const int64_t[]){0x1f0500, 4096});
   /*   707 eval      Sqrt               /blocks.3/ln1/Sqrt/eval  live 2.2 MiB */
   snrt_math_fwd(c, &P149, F(0x1f0500), F(0x230500));
   snrt_dead(c, 0x1f0500, 4096);
+  snrt_reads(c, 708, 2, (const int64_t[]){0x1b0500, 262144, 0x230500, 4096});
   /*   708 eval      Div                /blocks.3/ln1/Div/eval  live 2.4 MiB */
   snrt_binary_fwd(c, &P150, F(0x1b0500), F(0x230500), F(0x1f0500));
   snrt_dead(c, 0x1b0500, 262144);
   snrt_dead(c, 0x230500, 4096);
+  snrt_reads(c, 709, 2, (const int64_t[]){0x1f0500, 262144, 0xa6700, 256});
   /*   709 eval      Mul                /blocks.3/ln1/Mul/eval  live 2.4 MiB */
   snrt_binary_fwd(c, &P151, F(0x1f0500), F(0xa6700), F(0x1b0500));
   snrt_dead(c, 0x1f0500, 262144);
+  snrt_reads(c, 710, 2, (const int64_t[]){0x1b0500, 262144, 0xa6800, 256});
   /*   710 eval      Add                /blocks.3/ln1/Add_1/eval  live 2.4 MiB */
   snrt_binary_fwd(c, &P152, F(0x1b0500), F(0xa6800), F(0x270500));
   snrt_dead(c, 0x1b0500, 262144);
+  snrt_reads(c, 711, 1, (const int64_t[]){0xa6b00, 49152});
   /*   711 eval      Transpose          /blocks.3/qkv/Transpose/eval  live 2.2 MiB */
   snrt_transpose(c, &P153, F(0xa6b00), F(0x2b0500));
+  snrt_reads(c, 712, 2, (const int64_t[]){0x270500, 262144, 0x2b0500, 49152});
   /*   712 eval      MatMul             /blocks.3/qkv/MatMul/eval  live 3.0 MiB */
   snrt_matmul(c, &P154, F(0x270500), F(0x2b0500), F(0x1b0500));
   snrt_dead(c, 0x270500, 262144);
   snrt_dead(c, 0x2b0500, 49152);
+  snrt_reads(c, 713, 2, (const int64_t[]){0xb2b00, 768, 0x1b0500, 786432});
   /*   713 eval      Add                /blocks.3/qkv/Add/eval  live 3.4 MiB */
   snrt_binary_fwd(c, &P155, F(0xb2b00), F(0x1b0500), F(0x270500));
   snrt_dead(c, 0x1b0500, 786432);
+  snrt_reads(c, 714, 1, (const int64_t[]){0x270500, 786432});
   /*   714 eval      Split              /blocks.3/Split/eval  live 3.4 MiB */
   snrt_split(c, &P156, F(0x270500), (float *const[]){F(0x1b0500), F(0x1f0500), F(0x230500)});
   snrt_dead(c, 0x270500, 786432);
+  snrt_reads(c, 715, 1, (const int64_t[]){0x1b0500, 262144});
   /*   715 eval      Reshape            /blocks.3/Reshape/eval  live 2.9 MiB */
   snrt_copy(c, 262144, F(0x1b0500), F(0x270500));
   snrt_dead(c, 0x1b0500, 262144);
+  snrt_reads(c, 716, 1, (const int64_t[]){0x270500, 262144});
   /*   716 eval      Transpose          /blocks.3/Transpose/eval  live 2.9 MiB */
   snrt_transpose(c, &P157, F(0x270500), F(0x2b0500));
   snrt_dead(c, 0x270500, 262144);
+  snrt_reads(c, 717, 1, (const int64_t[]){0x1f0500, 262144});
   /*   717 eval      Reshape            /blocks.3/Reshape_1/eval  live 2.9 MiB */
   snrt_copy(c, 262144, F(0x1f0500), F(0x1b0500));
   snrt_dead(c, 0x1f0500, 262144);
+  snrt_reads(c, 718, 1, (const int64_t[]){0x230500, 262144});
   /*   718 eval      Reshape            /blocks.3/Reshape_2/eval  live 2.9 MiB */
   snrt_copy(c, 262144, F(0x230500), F(0x1f0500));
   snrt_dead(c, 0x230500, 262144);
+  snrt_reads(c, 719, 1, (const int64_t[]){0x1f0500, 262144});
   /*   719 eval      Transpose          /blocks.3/Transpose_1/eval  live 2.9 MiB */
   snrt_transpose(c, &P158, F(0x1f0500), F(0x3f0500));
   snrt_dead(c, 0x1f0500, 262144);
+  snrt_reads(c, 720, 1, (const int64_t[]){0x1b0500, 262144});
   /*   720 eval      Transpose          /blocks.3/Transpose_2/eval  live 2.9 MiB */
   snrt_transpose(c, &P159, F(0x1b0500), F(0x2f0500));
   snrt_dead(c, 0x1b0500, 262144);
+  snrt_reads(c, 721, 2, (const int64_t[]){0x2b0500, 262144, 0x2f0500, 262144});
   /*   721 eval      MatMul             /blocks.3/MatMul/eval  live 3.7 MiB */
   snrt_matmul(c, &P160, F(0x2b0500), F(0x2f0500), F(0x1b0500));
   snrt_dead(c, 0x2b0500, 262144);
   snrt_dead(c, 0x2f0500, 262144);
+  snrt_reads(c, 722, 2, (const int64_t[]){0x1b0500, 1048576, 0xd8900, 4});
   /*   722 eval      Mul                /blocks.3/Mul/eval  live 4.2 MiB */
   snrt_binary_fwd(c, &P161, F(0x1b0500), F(0xd8900), F(0x2b0500));
   snrt_dead(c, 0x1b0500, 1048576);
+  snrt_reads(c, 723, 1, (const int64_t[]){0x2b0500, 1048576});
   /*   723 eval      Where              /blocks.3/Where/eval  live 4.2 MiB */
   snrt_where(c, &P162, F(0x2b0500), F(0x1b0500));
   snrt_dead(c, 0x2b0500, 1048576);
+  snrt_reads(c, 724, 1, (const int64_t[]){0x1b0500, 1048576});
   /*   724 eval      Softmax            /blocks.3/Softmax/eval  live 4.2 MiB */
   snrt_softmax_fwd(c, &P163, F(0x1b0500), F(0x2b0500));
   snrt_dead(c, 0x1b0500, 1048576);
+  snrt_reads(c, 725, 2, (const int64_t[]){0x2b0500, 1048576, 0x3f0500, 262144});
   /*   725 eval      MatMul             /blocks.3/MatMul_1/eval  live 3.4 MiB */
   snrt_matmul(c, &P164, F(0x2b0500), F(0x3f0500), F(0x1b0500));
   snrt_dead(c, 0x3f0500, 262144);
   snrt_dead(c, 0x2b0500, 1048576);
+  snrt_reads(c, 726, 1, (const int64_t[]){0x1b0500, 262144});
   /*   726 eval      Transpose          /blocks.3/Transpose_3/eval  live 2.4 MiB */
   snrt_transpose(c, &P165, F(0x1b0500), F(0x1f0500));
   snrt_dead(c, 0x1b0500, 262144);
+  snrt_reads(c, 727, 1, (const int64_t[]){0x1f0500, 262144});
   /*   727 eval      Reshape            /blocks.3/Reshape_3/eval  live 2.4 MiB */
   snrt_copy(c, 262144, F(0x1f0500), F(0x1b0500));
   snrt_dead(c, 0x1f0500, 262144);
+  snrt_reads(c, 728, 1, (const int64_t[]){0xb2e00, 16384});
   /*   728 eval      Transpose          /blocks.3/proj/Transpose/eval  live 2.2 MiB */
   snrt_transpose(c, &P166, F(0xb2e00), F(0x230500));
+  snrt_reads(c, 729, 2, (const int64_t[]){0x1b0500, 262144, 0x230500, 16384});
   /*   729 eval      MatMul             /blocks.3/proj/MatMul/eval  live 2.5 MiB */
   snrt_matmul(c, &P167, F(0x1b0500), F(0x230500), F(0x1f0500));
   snrt_dead(c, 0x1b0500, 262144);
   snrt_dead(c, 0x230500, 16384);
+  snrt_reads(c, 730, 2, (const int64_t[]){0xb6e00, 256, 0x1f0500, 262144});
   /*   730 eval      Add                /blocks.3/proj/Add/eval  live 2.4 MiB */
   snrt_binary_fwd(c, &P168, F(0xb6e00), F(0x1f0500), F(0x1b0500));
   snrt_dead(c, 0x1f0500, 262144);
+  snrt_reads(c, 731, 2, (const int64_t[]){0x3b0500, 262144, 0x1b0500, 262144});
   /*   731 eval      Add                /blocks.3/Add/eval  live 2.4 MiB */
   snrt_binary_fwd(c, &P169, F(0x3b0500), F(0x1b0500), F(0x4b0500));
   snrt_dead(c, 0x3b0500, 262144);
   snrt_dead(c, 0x1b0500, 262144);
+  snrt_reads(c, 732, 1, (const int64_t[]){0x4b0500, 262144});
   /*   732 eval      ReduceMean         /blocks.3/ln2/ReduceMean/eval  live 1.9 MiB */
   snrt_reduce(c, &P170, F(0x4b0500), F(0x1f0500));
+  snrt_reads(c, 733, 2, (const int64_t[]){0x4b0500, 262144, 0x1f0500, 4096});
   /*   733 eval      Sub                /blocks.3/ln2/Sub/eval  live 2.2 MiB */
   snrt_binary_fwd(c, &P171, F(0x4b0500), F(0x1f0500), F(0x1b0500));
   snrt_dead(c, 0x1f0500, 4096);
+  snrt_reads(c, 734, 1, (const int64_t[]){0x1b0500, 262144});
   /*   734 eval      Pow                /blocks.3/ln2/Pow/eval  live 2.4 MiB */
   snrt_math_fwd(c, &P172, F(0x1b0500), F(0x1f0500));
+  snrt_reads(c, 735, 1, (const int64_t[]){0x1f0500, 262144});
   /*   735 eval      ReduceMean         /blocks.3/ln2/ReduceMean_1/eval  live 2.4 MiB */
   snrt_reduce(c, &P173, F(0x1f0500), F(0x230500));
   snrt_dead(c, 0x1f0500, 262144);
+  snrt_reads(c, 736, 2, (const int64_t[]){0x230500, 4096, 0xd8a00, 4});
   /*   736 eval      Add                /blocks.3/ln2/Add/eval  live 2.2 MiB */
   snrt_binary_fwd(c, &P174, F(0x230500), F(0xd8a00), F(0x1f0500));
   snrt_dead(c, 0x230500, 4096);
+  snrt_reads(c, 737, 1, (const int64_t[]){0x1f0500, 4096});
   /*   737 eval      Sqrt               /blocks.3/ln2/Sqrt/eval  live 2.2 MiB */
   snrt_math_fwd(c, &P175, F(0x1f0500), F(0x230500));
   snrt_dead(c, 0x1f0500, 4096);
+  snrt_reads(c, 738, 2, (const int64_t[]){0x1b0500, 262144, 0x230500, 4096});
   /*   738 eval      Div                /blocks.3/ln2/Div/eval  live 2.4 MiB */
   snrt_binary_fwd(c, &P176, F(0x1b0500), F(0x230500), F(0x1f0500));
   snrt_dead(c, 0x1b0500, 262144);
   snrt_dead(c, 0x230500, 4096);
+  snrt_reads(c, 739, 2, (const int64_t[]){0x1f0500, 262144, 0xa6900, 256});
   /*   739 eval      Mul                /blocks.3/ln2/Mul/eval  live 2.4 MiB */
   snrt_binary_fwd(c, &P177, F(0x1f0500), F(0xa6900), F(0x1b0500));
   snrt_dead(c, 0x1f0500, 262144);
+  snrt_reads(c, 740, 2, (const int64_t[]){0x1b0500, 262144, 0xa6a00, 256});
   /*   740 eval      Add                /blocks.3/ln2/Add_1/eval  live 2.4 MiB */
   snrt_binary_fwd(c, &P178, F(0x1b0500), F(0xa6a00), F(0x2b0500));
   snrt_dead(c, 0x1b0500, 262144);
+  snrt_reads(c, 741, 1, (const int64_t[]){0xb6f00, 65536});
   /*   741 eval      Transpose          /blocks.3/fc/Transpose/eval  live 2.3 MiB */
   snrt_transpose(c, &P179, F(0xb6f00), F(0x2f0500));
+  snrt_reads(c, 742, 2, (const int64_t[]){0x2b0500, 262144, 0x2f0500, 65536});
   /*   742 eval      MatMul             /blocks.3/fc/MatMul/eval  live 3.3 MiB */
   snrt_matmul(c, &P180, F(0x2b0500), F(0x2f0500), F(0x1b0500));
   snrt_dead(c, 0x2b0500, 262144);
   snrt_dead(c, 0x2f0500, 65536);
+  snrt_reads(c, 743, 2, (const int64_t[]){0xc6f00, 1024, 0x1b0500, 1048576});
   /*   743 eval      Add                /blocks.3/fc/Add/eval  live 3.9 MiB */
   snrt_binary_fwd(c, &P181, F(0xc6f00), F(0x1b0500), F(0x2b0500));
   snrt_dead(c, 0x1b0500, 1048576);
+  snrt_reads(c, 744, 2, (const int64_t[]){0x2b0500, 1048576, 0xd8b00, 4});
   /*   744 eval      Div                /blocks.3/Div/eval  live 3.9 MiB */
   snrt_binary_fwd(c, &P182, F(0x2b0500), F(0xd8b00), F(0x1b0500));
+  snrt_reads(c, 745, 1, (const int64_t[]){0x1b0500, 1048576});
   /*   745 eval      Erf                /blocks.3/Erf/eval  live 4.9 MiB */
   snrt_math_fwd(c, &P183, F(0x1b0500), F(0x3b0500));
   snrt_dead(c, 0x1b0500, 1048576);
+  snrt_reads(c, 746, 2, (const int64_t[]){0x3b0500, 1048576, 0xd8c00, 4});
   /*   746 eval      Add                /blocks.3/Add_1/eval  live 4.9 MiB */
   snrt_binary_fwd(c, &P184, F(0x3b0500), F(0xd8c00), F(0x1b0500));
   snrt_dead(c, 0x3b0500, 1048576);
+  snrt_reads(c, 747, 2, (const int64_t[]){0x2b0500, 1048576, 0x1b0500, 1048576});
   /*   747 eval      Mul                /blocks.3/Mul_1/eval  live 4.9 MiB */
   snrt_binary_fwd(c, &P185, F(0x2b0500), F(0x1b0500), F(0x3b0500));
   snrt_dead(c, 0x2b0500, 1048576);
   snrt_dead(c, 0x1b0500, 1048576);
+  snrt_reads(c, 748, 2, (const int64_t[]){0x3b0500, 1048576, 0xd8d00, 4});
   /*   748 eval      Mul                /blocks.3/Mul_2/eval  live 3.9 MiB */
   snrt_binary_fwd(c, &P186, F(0x3b0500), F(0xd8d00), F(0x1b0500));
   snrt_dead(c, 0x3b0500, 1048576);
+  snrt_reads(c, 749, 1, (const int64_t[]){0xc7300, 65536});
   /*   749 eval      Transpose          /blocks.3/fc2/Transpose/eval  live 3.0 MiB */
   snrt_transpose(c, &P187, F(0xc7300), F(0x2f0500));
+  snrt_reads(c, 750, 2, (const int64_t[]){0x1b0500, 1048576, 0x2f0500, 65536});
   /*   750 eval      MatMul             /blocks.3/fc2/MatMul/eval  live 3.3 MiB */
   snrt_matmul(c, &P188, F(0x1b0500), F(0x2f0500), F(0x2b0500));
   snrt_dead(c, 0x1b0500, 1048576);
   snrt_dead(c, 0x2f0500, 65536);
+  snrt_reads(c, 751, 2, (const int64_t[]){0xd7300, 256, 0x2b0500, 262144});
   /*   751 eval      Add                /blocks.3/fc2/Add/eval  live 2.4 MiB */
   snrt_binary_fwd(c, &P189, F(0xd7300), F(0x2b0500), F(0x1b0500));
   snrt_dead(c, 0x2b0500, 262144);
+  snrt_reads(c, 752, 2, (const int64_t[]){0x4b0500, 262144, 0x1b0500, 262144});
   /*   752 eval      Add                /blocks.3/Add_2/eval  live 2.4 MiB */
   snrt_binary_fwd(c, &P190, F(0x4b0500), F(0x1b0500), F(0x1f0500));
   snrt_dead(c, 0x4b0500, 262144);
   snrt_dead(c, 0x1b0500, 262144);
+  snrt_reads(c, 753, 1, (const int64_t[]){0x1f0500, 262144});
   /*   753 eval      ReduceMean         /lnf/ReduceMean/eval  live 1.9 MiB */
   snrt_reduce(c, &P191, F(0x1f0500), F(0x230500));
+  snrt_reads(c, 754, 2, (const int64_t[]){0x1f0500, 262144, 0x230500, 4096});
   /*   754 eval      Sub                /lnf/Sub/eval  live 2.2 MiB */
   snrt_binary_fwd(c, &P192, F(0x1f0500), F(0x230500), F(0x1b0500));
   snrt_dead(c, 0x1f0500, 262144);
   snrt_dead(c, 0x230500, 4096);
+  snrt_reads(c, 755, 1, (const int64_t[]){0x1b0500, 262144});
   /*   755 eval      Pow                /lnf/Pow/eval  live 2.2 MiB */
   snrt_math_fwd(c, &P193, F(0x1b0500), F(0x1f0500));
+  snrt_reads(c, 756, 1, (const int64_t[]){0x1f0500, 262144});
   /*   756 eval      ReduceMean         /lnf/ReduceMean_1/eval  live 2.2 MiB */
   snrt_reduce(c, &P194, F(0x1f0500), F(0x230500));
   snrt_dead(c, 0x1f0500, 262144);
+  snrt_reads(c, 757, 2, (const int64_t[]){0x230500, 4096, 0xd8e00, 4});
   /*   757 eval      Add                /lnf/Add/eval  live 1.9 MiB */
   snrt_binary_fwd(c, &P195, F(0x230500), F(0xd8e00), F(0x1f0500));
   snrt_dead(c, 0x230500, 4096);
+  snrt_reads(c, 758, 1, (const int64_t[]){0x1f0500, 4096});
   /*   758 eval      Sqrt               /lnf/Sqrt/eval  live 1.9 MiB */
   snrt_math_fwd(c, &P196, F(0x1f0500), F(0x230500));
   snrt_dead(c, 0x1f0500, 4096);
+  snrt_reads(c, 759, 2, (const int64_t[]){0x1b0500, 262144, 0x230500, 4096});
   /*   759 eval      Div                /lnf/Div/eval  live 2.2 MiB */
   snrt_binary_fwd(c, &P197, F(0x1b0500), F(0x230500), F(0x1f0500));
   snrt_dead(c, 0x1b0500, 262144);
   snrt_dead(c, 0x230500, 4096);
+  snrt_reads(c, 760, 2, (const int64_t[]){0x1f0500, 262144, 0xd7400, 256});
   /*   760 eval      Mul                /lnf/Mul/eval  live 2.2 MiB */
   snrt_binary_fwd(c, &P198, F(0x1f0500), F(0xd7400), F(0x1b0500));
   snrt_dead(c, 0x1f0500, 262144);
+  snrt_reads(c, 761, 2, (const int64_t[]){0x1b0500, 262144, 0xd7500, 256});
   /*   761 eval      Add                /lnf/Add_1/eval  live 2.2 MiB */
   snrt_binary_fwd(c, &P199, F(0x1b0500), F(0xd7500), F(0x2b0500));
   snrt_dead(c, 0x1b0500, 262144);
+  snrt_reads(c, 762, 1, (const int64_t[]){0x0, 65536});
   /*   762 eval      Transpose          /head/Transpose/eval  live 2.0 MiB */
   snrt_transpose(c, &P200, F(0x0), F(0x2f0500));
+  snrt_reads(c, 763, 2, (const int64_t[]){0x2b0500, 262144, 0x2f0500, 65536});
   /*   763 eval      MatMul             /head/MatMul/eval  live 3.0 MiB */
   snrt_matmul(c, &P201, F(0x2b0500), F(0x2f0500), F(0x1b0500));
   snrt_dead(c, 0x2b0500, 262144);

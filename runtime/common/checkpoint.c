@@ -6,14 +6,19 @@
  * correction; epoch and batch within it, which with the seed fix the data
  * order). Layout, little-endian:
  *
- *   0  "SNRTCKPT"   8  u32 version   12 u32 0   16 u64 FNV-1a of bytes 24..end
+ *   0  "SNRTCKPT"   8  u32 version   12 u32 kinds   16 u64 FNV-1a of bytes 24..end
  *   24 u64 bytes after 24   32 u64 fingerprint   40 i32 batch   44 i32 count
  *   48 i64 step   56 i64 epoch   64 i64 pos   72 u64 seed
  *   80 count x { u32 name length, name, i64 nbytes, data }
  *
+ * kinds: 1 + the optimizer (enum snrt_opt_kind) in bits 0-7, 1 + the loss
+ * (enum snrt_loss_kind) in bits 8-15; 0 in files written before it existed.
+ * The fingerprint covers both; kinds only lets the refusal say why.
+ *
  * Saving writes FILE.tmp, fsyncs it and renames it over FILE, so a crash or a
  * full disk leaves the previous checkpoint intact. Loading refuses a file
- * that is truncated, corrupted (checksum), or from another model or batch.
+ * that is truncated, corrupted (checksum), or from another model, optimizer,
+ * loss or batch.
  *
  * What it is not: export to ONNX (export.c). */
 #include "rt.h"
@@ -35,6 +40,18 @@ static uint64_t fnv1a(const uint8_t *p, size_t n) {
     h *= 0x100000001B3ull;
   }
   return h;
+}
+
+static const char *opt_name(int k) {
+  return k == SNRT_OPT_SGD ? "sgd" : k == SNRT_OPT_ADAM ? "adam" : k == SNRT_OPT_ADAMW ? "adamw" : "?";
+}
+
+static const char *loss_name(int k) {
+  return k == SNRT_LOSS_SOFTMAX_CE ? "softmax-ce" : k == SNRT_LOSS_MSE ? "mse" : "?";
+}
+
+static uint32_t kinds_of(const snrt_model *m) {
+  return (uint32_t)(1 + m->opt_kind) | (uint32_t)(1 + m->loss_kind) << 8;
 }
 
 static bool persistent(const snrt_tensor *t) {
@@ -99,12 +116,12 @@ void rt_checkpoint_save(snrt_ctx *c, const char *path, const rt_position *pos) {
   }
   uint8_t *buf = rt_xmalloc(size);
   uint8_t *p = buf;
-  uint32_t version = CKPT_VERSION, zero = 0;
+  uint32_t version = CKPT_VERSION, kinds = kinds_of(m);
   uint64_t sum = 0, len = size - 24;
   int32_t batch = m->batch;
   put(&p, CKPT_MAGIC, 8);
   put(&p, &version, 4);
-  put(&p, &zero, 4);
+  put(&p, &kinds, 4);
   put(&p, &sum, 8);
   put(&p, &len, 8);
   put(&p, &m->fingerprint, 8);
@@ -153,11 +170,11 @@ void rt_checkpoint_load(snrt_ctx *c, const char *path, rt_position *pos) {
     rt_fail(SNRT_EXIT_DATA, "%s is not an snc checkpoint (bad magic)", path);
   if (size < CKPT_HEADER) rt_fail(SNRT_EXIT_DATA, "checkpoint %s is truncated (%lld bytes)", path, (long long)size);
   const uint8_t *p = buf + 8;
-  uint32_t version, zero;
+  uint32_t version, kinds;
   uint64_t sum, len, fp;
   int32_t batch, count;
   get(&p, &version, 4);
-  get(&p, &zero, 4);
+  get(&p, &kinds, 4);
   get(&p, &sum, 8);
   get(&p, &len, 8);
   if (version != CKPT_VERSION)
@@ -174,6 +191,13 @@ void rt_checkpoint_load(snrt_ctx *c, const char *path, rt_position *pos) {
   if (batch != m->batch)
     rt_fail(SNRT_EXIT_DATA, "checkpoint %s was saved with batch %d; this program was compiled for batch %d",
             path, batch, m->batch);
+  int opt = (int)(kinds & 0xff) - 1, loss = (int)(kinds >> 8 & 0xff) - 1;
+  if (kinds && opt != m->opt_kind)
+    rt_fail(SNRT_EXIT_DATA, "checkpoint %s was saved by a program training with %s; this program trains with %s",
+            path, opt_name(opt), opt_name(m->opt_kind));
+  if (kinds && loss != m->loss_kind)
+    rt_fail(SNRT_EXIT_DATA, "checkpoint %s was saved by a program with loss %s; this program's loss is %s",
+            path, loss_name(loss), loss_name(m->loss_kind));
   if (fp != m->fingerprint)
     rt_fail(SNRT_EXIT_DATA, "checkpoint %s was saved by another model or plan (fingerprint %016llx, this program %016llx)",
             path, (unsigned long long)fp, (unsigned long long)m->fingerprint);

@@ -346,26 +346,30 @@ const float *rt_data_target(const rt_data *d, int64_t i) {
 }
 
 static void set_norm(rt_data *d, const snrt_tensor *in, const rt_opts *o) {
-  d->channels = in->rank == 4 ? (int)in->dims[1] : 1;
-  if (d->channels < 1 || d->channels > 32 || (o->nnorm != 2 && o->nnorm != 2 * d->channels)) d->channels = 1;
-  d->plane = d->elems / d->channels;
+  int64_t model_ch = in->rank == 4 ? in->dims[1] : 1;   /* NCHW channels */
   for (int ch = 0; ch < 32; ch++) {
     d->mean[ch] = 0;
     d->inv_std[ch] = 1;
   }
+  d->channels = 1;
   if (o->nnorm == 2) {
-    for (int ch = 0; ch < 32; ch++) {
-      d->mean[ch] = o->norm[0];
-      d->inv_std[ch] = 1.0f / o->norm[1];
-    }
-  } else if (o->nnorm == 2 * d->channels) {
+    d->mean[0] = o->norm[0];
+    d->inv_std[0] = 1.0f / o->norm[1];
+  } else if (o->nnorm && o->nnorm == 2 * model_ch && model_ch <= 32) {
+    d->channels = (int)model_ch;
     for (int ch = 0; ch < d->channels; ch++) {
       d->mean[ch] = o->norm[ch];
       d->inv_std[ch] = 1.0f / o->norm[d->channels + ch];
     }
   } else if (o->nnorm) {
-    rt_fail(SNRT_EXIT_USAGE, "--normalize takes MEAN,STD or %d means then %d deviations", d->channels, d->channels);
+    if (model_ch > 32)
+      rt_fail(SNRT_EXIT_USAGE, "--normalize: the input '%s' has %lld channels; per-channel values are "
+              "supported up to 32 channels, give MEAN,STD", in->name, (long long)model_ch);
+    rt_fail(SNRT_EXIT_USAGE, "--normalize takes MEAN,STD or %lld means then %lld deviations (the input '%s' "
+            "has %lld channel%s), not %d values", (long long)model_ch, (long long)model_ch, in->name,
+            (long long)model_ch, model_ch == 1 ? "" : "s", o->nnorm);
   }
+  d->plane = d->elems / d->channels;
 }
 
 rt_data *rt_data_load(const char *spec, const snrt_model *m, uint64_t seed, const rt_opts *o) {

@@ -45,7 +45,8 @@ static const char usage_text[] =
     "  --dump-grads DIR   gradients of the last step, DIR/<name>.npy, and DIR/loss.npy\n"
     "  --dump-params DIR  parameters and state after the last step, DIR/<name>.npy\n"
     "  --metrics FILE     JSON summary of the run\n"
-    "  --poison           fill each arena region with NaN when its tensor dies\n"
+    "  --poison           fill dead arena regions with a NaN pattern; stop (exit 4) on a step\n"
+    "                     that reads one\n"
     "  --threads N        CPU threads (default: all cores)\n"
     "  --generate N       byte-level language models: after training, sample N bytes\n"
     "                     after --prompt TEXT (top-5 sampling, seeded by --seed)\n"
@@ -338,6 +339,26 @@ static void fmt_time(char *buf, size_t n, double s) {
 
 /* ---- the run ------------------------------------------------------------------ */
 
+/* SNRT_SLOW_STEPS=K:US, a testing aid: each of the first K steps of this
+ * invocation sleeps US microseconds after it (inside the timed step), so a
+ * test can make the first steps slow and see that images_per_s leaves out
+ * exactly the first 3, or make every step slow enough to signal mid-run.
+ * Unset or malformed: no delay. */
+static void slow_steps(int64_t *k, long *us) {
+  *k = 0;
+  *us = 0;
+  const char *s = getenv("SNRT_SLOW_STEPS");
+  if (!s) return;
+  char *end;
+  long long kk = strtoll(s, &end, 10);
+  if (end == s || *end != ':' || kk < 0) return;
+  const char *u = end + 1;
+  long uu = strtol(u, &end, 10);
+  if (end == u || *end || uu < 0) return;
+  *k = kk;
+  *us = uu;
+}
+
 /* OMP_WAIT_POLICY=passive unless the user set a policy: threads waiting at
  * the end of a parallel region sleep instead of spinning. On a machine
  * shared with other work (CI, a laptop) spinning threads hold the cores their
@@ -429,6 +450,9 @@ int main(int argc, char **argv) {
   double t0 = now(), t3 = t0, last_draw = 0;
   int64_t done = 0;
   float loss = NAN;
+  int64_t slow_k;
+  long slow_us;
+  slow_steps(&slow_k, &slow_us);
   while (done < todo && !stop_signal) {
     const float *x;
     const void *y;
@@ -439,6 +463,10 @@ int main(int argc, char **argv) {
     snrt_dev_run_step(&c, m->train_step);
     snrt_dev_sync(&c);
     snrt_dev_download(&c, &loss, m->tensors[m->loss].offset, 4);
+    if (done < slow_k) {
+      struct timespec d = {slow_us / 1000000, slow_us % 1000000 * 1000};
+      while (nanosleep(&d, &d) != 0 && errno == EINTR && !stop_signal) {}
+    }
     if (!isfinite(loss)) {
       if (tty) putchar('\n');
       rt_fail(SNRT_EXIT_NAN, "the loss became %s at step %lld (epoch %lld); stopping%s%s%s", isnan(loss) ? "NaN" : "Inf",

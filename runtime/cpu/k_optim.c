@@ -11,8 +11,10 @@
  *   m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g*g;
  *   w -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps).
  * Bias corrections are computed in double, as Python computes them in torch.
+ * The Adam arithmetic is in snrt_adam.h, shared with the CUDA runtime.
  * Elementwise: deterministic. */
 #include "kern.h"
+#include "snrt_adam.h"
 
 void snrt_sgd(snrt_ctx *c, const snrt_sgd_t *p, float *w, const float *g, float *mom) {
   snrt_grad_ready(c, p->param, g, p->n);
@@ -35,21 +37,9 @@ void snrt_sgd(snrt_ctx *c, const snrt_sgd_t *p, float *w, const float *g, float 
 
 void snrt_adam(snrt_ctx *c, const snrt_adam_t *p, float *w, const float *g, float *m, float *v) {
   snrt_grad_ready(c, p->param, g, p->n);
-  const double t = (double)c->step + 1;
-  const float lr = c->lr, b1 = p->beta1, b2 = p->beta2, wd = p->weight_decay, eps = p->eps;
-  const float step_size = (float)(lr / (1.0 - pow(p->beta1, t)));
-  const float bc2 = (float)sqrt(1.0 - pow(p->beta2, t));
-  const float decay = p->decoupled ? (float)(1.0 - (double)lr * wd) : 1.0f;
-  const float gwd = p->decoupled ? 0.0f : wd;
+  const snrt_adam_coef k = snrt_adam_coefs(p, c->lr, c->step);
+  const float b1 = p->beta1, b2 = p->beta2, eps = p->eps;
   const int64_t n = p->n;
 #pragma omp parallel for simd schedule(static) if (n > KERN_PAR_MIN)
-  for (int64_t i = 0; i < n; i++) {
-    float wi = w[i] * decay;
-    float gi = g[i] + gwd * wi;
-    float mi = b1 * m[i] + (1.0f - b1) * gi;
-    float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    w[i] = wi - step_size * mi / (sqrtf(vi) / bc2 + eps);
-  }
+  for (int64_t i = 0; i < n; i++) snrt_adam_elem(b1, b2, eps, k, &w[i], g[i], &m[i], &v[i]);
 }

@@ -6,8 +6,17 @@
  * structs are `static const` in the emitted program, so their address is a
  * stable key: descriptors are built once per struct, and each direction's
  * algorithm is chosen once, at its first call (the warm-up step, never inside
- * a CUDA graph capture), as the fastest one cudnnFind*AlgorithmEx measures
- * with the workspace the plan gave that step (p->ws_bytes at `ws`).
+ * a CUDA graph capture: a choice still missing during a capture is an error),
+ * among those whose workspace fits what the plan gave that step (p->ws_bytes
+ * at `ws`: on the cuda target, snc gives each conv step its own struct and the
+ * free hole of the arena at that step, compiler/workspace.c).
+ *
+ * How: by default the fastest one cudnnFind*AlgorithmEx measures (timing:
+ * two processes may choose differently). With SNRT_DETERMINISTIC=1 by a fixed
+ * rule instead: the first deterministic algorithm, in the order of cuDNN's
+ * heuristics (cudnnGet*Algorithm_v7, no timing), whose workspace fits; so the
+ * same program on the same GPU, cuDNN version and plan always picks the same
+ * algorithms (--resume is then bit-exact; README "Reproducibility").
  *
  * What it is not: a fallback for convolutions cuDNN cannot express. cuDNN
  * pads symmetrically; where the ONNX pads are asymmetric in a way that
@@ -124,8 +133,9 @@ static cudnnMathType_t base_math(snrt_ctx *c) {
   return snrt_cu(c)->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
 }
 
-/* Among Find's results (fastest first), the first that ran, fits, does not
- * down-convert to FP16, and (if asked) is deterministic. */
+/* Among Find's (fastest first) or the heuristics' (best first) results, the
+ * first that ran, fits, does not down-convert to FP16, and (if asked) is
+ * deterministic. */
 template <class Perf>
 static int pick(snrt_ctx *c, const snrt_conv_t *p, const Perf *r, int n, size_t limit,
                 conv_entry *e, int dir, const char *what) {
@@ -145,6 +155,16 @@ static int pick(snrt_ctx *c, const snrt_conv_t *p, const Perf *r, int n, size_t 
   return 0;
 }
 
+/* Called before a direction's choice is made: a choice made inside a graph
+ * capture would run cudnnFind (which synchronizes and allocates) in it. */
+static void before_choice(snrt_ctx *c, const snrt_conv_t *p, const char *what) {
+  if (!snrt_cu(c)->capturing) return;
+  char why[200];
+  snprintf(why, sizeof why, "%s algorithm first needed during CUDA graph capture (internal "
+           "error: the warm-up step should have chosen it; SNRT_CUDA_GRAPH=0 avoids it)", what);
+  conv_fail(p, why);
+}
+
 static size_t ws_limit(const snrt_conv_t *p, const float *ws) {
   return ws && p->ws_bytes > 0 ? (size_t)p->ws_bytes : 0;
 }
@@ -157,13 +177,17 @@ void snrt_conv_fwd(snrt_ctx *c, const snrt_conv_t *p, const float *x, const floa
   cudnnHandle_t h = snrt_cu(c)->cudnn;
   size_t lim = ws_limit(p, ws);
   if (!e->chosen[DIR_FWD]) {
-    /* Find runs each candidate and writes y, which the call below overwrites. */
+    before_choice(c, p, "forward");
     cudnnConvolutionFwdAlgoPerf_t r[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     int n = 0;
     CUDNN_CHECK(cudnnSetConvolutionMathType(e->conv, base_math(c)));
-    CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, e->x, x, e->w, w, e->conv, e->y, y,
-                                                       CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, r,
-                                                       ws, lim));
+    if (snrt_cu(c)->deterministic)
+      CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, e->x, e->w, e->conv, e->y,
+                                                         CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, r));
+    else /* Find runs each candidate and writes y, which the call below overwrites. */
+      CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, e->x, x, e->w, w, e->conv, e->y, y,
+                                                         CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, r,
+                                                         ws, lim));
     e->algo[DIR_FWD] = pick(c, p, r, n, lim, e, DIR_FWD, "forward");
   }
   CUDNN_CHECK(cudnnSetConvolutionMathType(e->conv, e->math[DIR_FWD]));
@@ -179,10 +203,15 @@ void snrt_conv_bwd_data(snrt_ctx *c, const snrt_conv_t *p, const float *dy, cons
   cudnnHandle_t h = snrt_cu(c)->cudnn;
   size_t lim = ws_limit(p, ws);
   if (!e->chosen[DIR_BWD_DATA]) {
+    before_choice(c, p, "backward-data");
     cudnnConvolutionBwdDataAlgoPerf_t r[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     int n = 0;
     CUDNN_CHECK(cudnnSetConvolutionMathType(e->conv, base_math(c)));
-    CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
+    if (snrt_cu(c)->deterministic)
+      CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+          h, e->w, e->y, e->conv, e->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, r));
+    else
+      CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
         h, e->w, w, e->y, dy, e->conv, e->x, dx, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, r,
         ws, lim));
     e->algo[DIR_BWD_DATA] = pick(c, p, r, n, lim, e, DIR_BWD_DATA, "backward-data");
@@ -199,10 +228,15 @@ void snrt_conv_bwd_filter(snrt_ctx *c, const snrt_conv_t *p, const float *x, con
   cudnnHandle_t h = snrt_cu(c)->cudnn;
   size_t lim = ws_limit(p, ws);
   if (!e->chosen[DIR_BWD_FILTER]) {
+    before_choice(c, p, "backward-filter");
     cudnnConvolutionBwdFilterAlgoPerf_t r[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
     int n = 0;
     CUDNN_CHECK(cudnnSetConvolutionMathType(e->conv, base_math(c)));
-    CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+    if (snrt_cu(c)->deterministic)
+      CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+          h, e->x, e->y, e->conv, e->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, r));
+    else
+      CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
         h, e->x, x, e->y, dy, e->conv, e->w, dw, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, r,
         ws, lim));
     e->algo[DIR_BWD_FILTER] = pick(c, p, r, n, lim, e, DIR_BWD_FILTER, "backward-filter");

@@ -14,6 +14,7 @@
 #define SNRT_CUDA_RT_H
 
 #include "snrt_dev.h"
+#include "snrt_adam.h"
 
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
@@ -22,10 +23,15 @@
 /* Values that change from step to step, read by kernels from device memory
  * (never passed by value) so that a captured CUDA graph stays valid when they
  * change: the host refreshes them before each step or replay. */
+#define SNRT_CU_ADAM_SLOTS 8  /* distinct Adam configurations (betas, decay) */
 typedef struct snrt_cuda_vars {
   float lr;
   int64_t step;
   uint64_t seed;
+  /* Adam's per-step scalars, computed on the host by snrt_adam_coefs (in
+   * double, as the CPU runtime) for each configuration seen: one slot per
+   * distinct (beta1, beta2, weight_decay, decoupled). */
+  snrt_adam_coef adam[SNRT_CU_ADAM_SLOTS];
 } snrt_cuda_vars;
 
 /* One captured step function (train_step, eval_step). */
@@ -51,11 +57,15 @@ typedef struct snrt_cuda {
   snrt_cuda_vars *dvars;     /* device copy of the per-step values */
   snrt_cuda_vars hvars;      /* what dvars holds (valid if hvars_ok) */
   bool hvars_ok;
+  snrt_adam_t adam_key[SNRT_CU_ADAM_SLOTS];  /* the configuration of each Adam slot */
+  int nadam;
   bool tf32;                 /* TF32 tensor cores for conv and GEMM (SNRT_TF32=0: off) */
   bool deterministic;        /* SNRT_DETERMINISTIC=1: only deterministic cuDNN algorithms */
   bool graphs;               /* SNRT_CUDA_GRAPH=0: off */
   bool capturing;            /* inside a stream capture */
   bool used_d2h, used_h2d;   /* a copy was queued on that stream this step */
+  int64_t free_after_setup;  /* free device memory after the libraries' set-up (bytes) */
+  bool warmup_reported;      /* the warm-up's memory growth was printed */
   snrt_cuda_graph graph[4];
   char describe[256];
 } snrt_cuda;

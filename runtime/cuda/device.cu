@@ -10,7 +10,11 @@
  * and one cudaHostAlloc of m->host_bytes. Outside the plan, fixed and small:
  * the cuBLAS workspace (so that cuBLAS never allocates inside a captured
  * graph) and one snrt_cuda_vars (lr, step, seed). Nothing is allocated during
- * a step.
+ * a step. Order: context, streams, cuDNN, cuBLAS and its workspace first; then
+ * the arena, if it fits in the free memory and leaves m->reserve_bytes of the
+ * total (the profile's reserve, which snc's default budget also leaves);
+ * else exit 4 naming the budget that fits. The arena starts zeroed (NaN under
+ * --poison), as on the CPU.
  *
  * Streams: kernels run on `compute`; offloads on `d2h`, prefetches on `h2d`.
  * A copy first waits for the compute stream's position at its issue (the data
@@ -87,22 +91,12 @@ void snrt_dev_init(snrt_ctx *c) {
   d->graphs = env_flag("SNRT_CUDA_GRAPH", true);
 
   const snrt_model *m = c->m;
-  c->arena = NULL;
-  if (m->arena_bytes > 0) {
-    e = cudaMalloc((void **)&c->arena, (size_t)m->arena_bytes);
-    if (e != cudaSuccess) alloc_failed("device arena", m->arena_bytes, e);
-  }
-  c->host = NULL;
-  if (m->host_bytes > 0) {
-    e = cudaHostAlloc((void **)&c->host, (size_t)m->host_bytes, cudaHostAllocDefault);
-    if (e != cudaSuccess) {
-      fprintf(stderr, "snrt: error: cannot allocate the pinned host arena: asked %lld bytes "
-                      "(%s); recompile with a larger --budget or another --policy to "
-                      "offload less\n", (long long)m->host_bytes, cudaGetErrorString(e));
-      exit(SNRT_EXIT_DEVICE);
-    }
-  }
-
+  /* Libraries first, then the arena: cuDNN, cuBLAS, their workspace and the
+   * stream/event objects take device memory of their own, which the arena
+   * must leave free. */
+  size_t free0 = 0, total_b = 0;
+  CUDA_CHECK(cudaFree(0));  /* creates the context */
+  CUDA_CHECK(cudaMemGetInfo(&free0, &total_b));
   CUDA_CHECK(cudaStreamCreateWithFlags(&d->compute, cudaStreamNonBlocking));
   CUDA_CHECK(cudaStreamCreateWithFlags(&d->d2h, cudaStreamNonBlocking));
   CUDA_CHECK(cudaStreamCreateWithFlags(&d->h2d, cudaStreamNonBlocking));
@@ -124,6 +118,60 @@ void snrt_dev_init(snrt_ctx *c) {
   e = cudaMalloc(&d->cublas_ws, d->cublas_ws_bytes);
   if (e != cudaSuccess) alloc_failed("cuBLAS workspace", (int64_t)d->cublas_ws_bytes, e);
   CUBLAS_CHECK(cublasSetWorkspace(d->cublas, d->cublas_ws, d->cublas_ws_bytes));
+
+  /* The arena must fit in what is free now, and leave the profile's reserve
+   * of the total for what the libraries allocate later (kernels loaded on
+   * first use, cuDNN's own buffers, graph instantiation): snc's default
+   * budget is the profile's memory minus the same reserve. */
+  size_t free1 = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free1, &total_b));
+  int64_t reserve = m->reserve_bytes > 0 ? m->reserve_bytes : 0;
+  int64_t room = (int64_t)total_b - reserve;
+  if (room > (int64_t)free1) room = (int64_t)free1;
+  d->free_after_setup = (int64_t)free1;
+  {
+    char t[32], f0[32], f1[32], r[32], a[32], ro[32];
+    fmt_bytes(t, sizeof t, (double)total_b);
+    fmt_bytes(f0, sizeof f0, (double)free0);
+    fmt_bytes(f1, sizeof f1, (double)free1);
+    fmt_bytes(r, sizeof r, (double)reserve);
+    fmt_bytes(a, sizeof a, (double)m->arena_bytes);
+    fmt_bytes(ro, sizeof ro, (double)(room > 0 ? room : 0));
+    fprintf(stderr, "snrt: gpu memory: %s total, %s free with the context, %s after cuDNN/"
+                    "cuBLAS set-up; reserve %s (profile %s); arena %s of %s usable\n",
+            t, f0, f1, r, m->device ? m->device : "?", a, ro);
+    if (m->arena_bytes > room) {
+      fprintf(stderr, "snrt: error: the planned arena (%s, %lld bytes) does not fit: %s usable "
+                      "(free memory after set-up, less the reserve of the total); recompile "
+                      "with `snc compile --budget %lld` or less (or another --policy)\n",
+              a, (long long)m->arena_bytes, ro, (long long)(room > 0 ? room : 0));
+      exit(SNRT_EXIT_DEVICE);
+    }
+  }
+
+  c->arena = NULL;
+  if (m->arena_bytes > 0) {
+    e = cudaMalloc((void **)&c->arena, (size_t)m->arena_bytes);
+    if (e != cudaSuccess) alloc_failed("device arena", m->arena_bytes, e);
+    /* As the CPU: zeroed, or poisoned under --poison so that a read of
+     * memory no step wrote shows up. */
+    if (c->poison)
+      snrt_dev_poison(c, 0, m->arena_bytes);
+    else
+      CUDA_CHECK(cudaMemsetAsync(c->arena, 0, (size_t)m->arena_bytes, d->compute));
+    CUDA_CHECK(cudaStreamSynchronize(d->compute));
+  }
+  c->host = NULL;
+  if (m->host_bytes > 0) {
+    e = cudaHostAlloc((void **)&c->host, (size_t)m->host_bytes, cudaHostAllocDefault);
+    if (e != cudaSuccess) {
+      fprintf(stderr, "snrt: error: cannot allocate the pinned host arena: asked %lld bytes "
+                      "(%s); recompile with a larger --budget or another --policy to "
+                      "offload less\n", (long long)m->host_bytes, cudaGetErrorString(e));
+      exit(SNRT_EXIT_DEVICE);
+    }
+    memset(c->host, 0, (size_t)m->host_bytes);
+  }
 
   size_t cudnn_v = cudnnGetVersion();
   int cublas_v = 0, rt_v = 0, drv_v = 0;
@@ -204,7 +252,10 @@ void snrt_dev_sync(snrt_ctx *c) {
 
 void snrt_dev_poison(snrt_ctx *c, int64_t dev_off, int64_t bytes) {
   check_range(c, "poison", dev_off, bytes);
-  snrt_cu_fill(c, (float *)(c->arena + dev_off), bytes / 4, __builtin_nanf(""));
+  unsigned bits = SNRT_POISON_BITS;
+  float v;
+  memcpy(&v, &bits, sizeof v);
+  snrt_cu_fill(c, (float *)(c->arena + dev_off), bytes / 4, v);
 }
 
 const char *snrt_dev_describe(snrt_ctx *c) { return snrt_cu(c)->describe; }
@@ -225,6 +276,8 @@ const snrt_cuda_vars *snrt_cu_vars(snrt_ctx *c) {
     d->hvars.lr = c->lr;
     d->hvars.step = c->step;
     d->hvars.seed = c->seed;
+    for (int i = 0; i < d->nadam; i++)
+      d->hvars.adam[i] = snrt_adam_coefs(&d->adam_key[i], c->lr, c->step);
     d->hvars_ok = true;
     /* From pageable memory: returns once hvars is staged, so later changes
      * to it cannot race with the copy. */
@@ -340,17 +393,39 @@ static void run_eager(snrt_ctx *c, void (*fn)(snrt_ctx *)) {
   join_copies(snrt_cu(c));
 }
 
+/* What the first step took beyond the arena (lazily loaded kernels, cuDNN's
+ * buffers): the measured counterpart of the profile's reserve, printed once
+ * so that a GPU run can check (and the profile be corrected). */
+static void report_warmup(snrt_ctx *c) {
+  snrt_cuda *d = snrt_cu(c);
+  if (d->warmup_reported) return;
+  d->warmup_reported = true;
+  size_t free_b = 0, total_b = 0;
+  CUDA_CHECK(cudaStreamSynchronize(d->compute));
+  CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  int64_t used = d->free_after_setup - c->m->arena_bytes - (int64_t)free_b;
+  char u[32], r[32], t[32];
+  fmt_bytes(u, sizeof u, (double)(used > 0 ? used : 0));
+  fmt_bytes(r, sizeof r, (double)c->m->reserve_bytes);
+  fmt_bytes(t, sizeof t, (double)(total_b - free_b));
+  fprintf(stderr, "snrt: gpu memory: the warm-up step took %s beyond the arena (lazily loaded "
+                  "kernels, library buffers); %s in use on the GPU; profile reserve %s\n",
+          u, t, r);
+}
+
 void snrt_dev_run_step(snrt_ctx *c, void (*fn)(snrt_ctx *c)) {
   snrt_cuda *d = snrt_cu(c);
   /* Gradient dumps copy into pageable host memory: not capturable. */
   snrt_cuda_graph *g = d->graphs && !c->dump_grads ? graph_slot(d, fn) : NULL;
   if (!g) {
     run_eager(c, fn);
+    report_warmup(c);
     return;
   }
   if (!g->exec && g->runs < 1) {  /* warm-up: algorithm search, module loading */
     run_eager(c, fn);
     g->runs++;
+    report_warmup(c);
     return;
   }
   snrt_cu_vars(c);  /* queued before the graph: the replay reads it */
@@ -368,6 +443,7 @@ void snrt_dev_run_step(snrt_ctx *c, void (*fn)(snrt_ctx *c)) {
     d->capturing = false;
     CUDA_CHECK(cudaGraphInstantiate(&g->exec, graph, 0));
     CUDA_CHECK(cudaGraphDestroy(graph));
+    snrt_cu_vars(c);  /* anything first seen in the capture (an Adam slot) */
   }
   CUDA_CHECK(cudaGraphLaunch(g->exec, d->compute));
 }

@@ -53,15 +53,19 @@ __global__ void k_unary_fwd(snrt_unary_t p, const float *x, float *y) {
     case SNRT_LEAKY_RELU: v = v > 0.0f ? v : p.alpha * v; break;
     case SNRT_SIGMOID: v = 1.0f / (1.0f + expf(-v)); break;
     case SNRT_TANH: v = tanhf(v); break;
-    case SNRT_CLIP: v = fminf(fmaxf(v, p.lo), p.hi); break;
+    /* torch.clamp's forward, as the CPU's: NaN passes through (fminf/fmaxf
+     * would turn it into a bound and hide a diverging model). */
+    case SNRT_CLIP: v = v < p.lo ? p.lo : (v > p.hi ? p.hi : v); break;
     }
     y[i] = v;
   }
 }
 
-/* Gradients as PyTorch defines them: relu/leaky pass where x > 0; clamp
- * passes where lo <= x <= hi. Where only y is given, the same tests on y
- * (equivalent for relu and leaky relu with alpha > 0). */
+/* Gradients as PyTorch defines them: relu/leaky pass where x > 0; Clip
+ * passes where lo < x < hi, strictly, as ReLU6/Hardtanh (both targets; see
+ * the README's "Clip's gradient": torch.clamp's own gradient also passes at
+ * x == lo and x == hi). Where only y is given, the same tests on y give the
+ * same answer (y > 0 iff x > 0 for alpha >= 0; lo < y < hi iff lo < x < hi). */
 __global__ void k_unary_bwd(snrt_unary_t p, const float *x, const float *y, const float *dy,
                             float *dx) {
   SNRT_FOR(i, p.n) {
@@ -81,7 +85,7 @@ __global__ void k_unary_bwd(snrt_unary_t p, const float *x, const float *y, cons
     }
     case SNRT_CLIP: {
       float v = x ? x[i] : y[i];
-      d = (v >= p.lo && v <= p.hi) ? g : 0.0f;
+      d = (v > p.lo && v < p.hi) ? g : 0.0f;
       break;
     }
     default: d = g;

@@ -8,11 +8,33 @@
 #include "cuda_rt.h"
 
 /* Part i of a concat occupies columns [off_i, off_i + chunk_i) of an
- * (outer, total) row-major matrix: one cudaMemcpy2DAsync per part. */
+ * (outer, total) row-major matrix. One row (outer == 1, e.g. a batch-1 or
+ * channel-last concat): one plain copy. Otherwise one cudaMemcpy2DAsync per
+ * part, unless a pitch exceeds the device's memPitch (cudaDeviceProp, about
+ * 2^31 - 1 bytes), which cudaMemcpy2DAsync refuses: then one copy per row. */
 static int64_t concat_total(const snrt_concat_t *p) {
   int64_t t = 0;
   for (int i = 0; i < p->parts; i++) t += p->chunk[i];
   return t;
+}
+
+/* rows x width bytes from src (pitch spitch) to dst (pitch dpitch). */
+static void copy_rows(snrt_ctx *c, char *dst, int64_t dpitch, const char *src, int64_t spitch,
+                      int64_t width, int64_t rows) {
+  cudaStream_t s = snrt_cu_stream(c);
+  if (rows == 1) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, (size_t)width, cudaMemcpyDeviceToDevice, s));
+    return;
+  }
+  int64_t lim = (int64_t)snrt_cu(c)->prop.memPitch;
+  if (dpitch <= lim && spitch <= lim) {
+    CUDA_CHECK(cudaMemcpy2DAsync(dst, (size_t)dpitch, src, (size_t)spitch, (size_t)width,
+                                 (size_t)rows, cudaMemcpyDeviceToDevice, s));
+    return;
+  }
+  for (int64_t r = 0; r < rows; r++)
+    CUDA_CHECK(cudaMemcpyAsync(dst + r * dpitch, src + r * spitch, (size_t)width,
+                               cudaMemcpyDeviceToDevice, s));
 }
 
 void snrt_concat(snrt_ctx *c, const snrt_concat_t *p, const float *const *in, float *y) {
@@ -20,9 +42,7 @@ void snrt_concat(snrt_ctx *c, const snrt_concat_t *p, const float *const *in, fl
   for (int i = 0; i < p->parts; i++) {
     int64_t ch = p->chunk[i];
     if (ch > 0 && p->outer > 0 && in[i])
-      CUDA_CHECK(cudaMemcpy2DAsync(y + off, (size_t)total * 4, in[i], (size_t)ch * 4,
-                                   (size_t)ch * 4, (size_t)p->outer, cudaMemcpyDeviceToDevice,
-                                   snrt_cu_stream(c)));
+      copy_rows(c, (char *)(y + off), total * 4, (const char *)in[i], ch * 4, ch * 4, p->outer);
     off += ch;
   }
 }
@@ -32,9 +52,7 @@ void snrt_split(snrt_ctx *c, const snrt_concat_t *p, const float *x, float *cons
   for (int i = 0; i < p->parts; i++) {
     int64_t ch = p->chunk[i];
     if (ch > 0 && p->outer > 0 && out[i])
-      CUDA_CHECK(cudaMemcpy2DAsync(out[i], (size_t)ch * 4, x + off, (size_t)total * 4,
-                                   (size_t)ch * 4, (size_t)p->outer, cudaMemcpyDeviceToDevice,
-                                   snrt_cu_stream(c)));
+      copy_rows(c, (char *)out[i], ch * 4, (const char *)(x + off), total * 4, ch * 4, p->outer);
     off += ch;
   }
 }

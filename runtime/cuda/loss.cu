@@ -5,6 +5,9 @@
  * order: deterministic); SGD and Adam/AdamW with torch.optim's semantics.
  * The learning rate and step come from the device copy of snrt_cuda_vars, so
  * a captured CUDA graph stays right when they change.
+ * NaN: the row maxima use fmaxf, which skips NaN, but a NaN logit still
+ * reaches the sum of exponentials, so the loss and the row's gradient are NaN
+ * as on the CPU (the main loop then stops with exit 3).
  * What it is not: fused with the layers around it. */
 #include "cuda_rt.h"
 
@@ -98,8 +101,11 @@ __global__ void k_ce_bwd(snrt_loss_t p, const float *logits, const int32_t *labe
     s = snrt_block_sum(s);
     int lab = labels[r];
     float inv_n = 1.0f / (float)p.n;
+    /* A label outside [0, classes): the whole row NaN, as the CPU's. */
+    bool bad = lab < 0 || lab >= p.classes;
     for (int j = threadIdx.x; j < p.classes; j += blockDim.x)
-      d[j] = (expf(x[j] - mx) / s - (j == lab ? 1.0f : 0.0f)) * inv_n;
+      d[j] = bad ? __int_as_float(0x7fc00000)
+                 : (expf(x[j] - mx) / s - (j == lab ? 1.0f : 0.0f)) * inv_n;
   }
 }
 
@@ -176,36 +182,38 @@ void snrt_sgd(snrt_ctx *c, const snrt_sgd_t *p, float *w, const float *g, float 
   SNRT_LAUNCH_CHECK();
 }
 
-/* torch.optim.Adam / AdamW at step t = step + 1: decoupled: w *= 1 - lr*wd,
- * else g += wd * w; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
- * w -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps). */
-__global__ void k_adam(snrt_adam_t p, const snrt_cuda_vars *vars, float *w, const float *g,
-                       float *m, float *v) {
-  float lr = vars->lr;
-  double t = (double)(vars->step + 1);
-  float bc1 = (float)(1.0 - pow((double)p.beta1, t));
-  float bc2s = (float)sqrt(1.0 - pow((double)p.beta2, t));
-  float step_size = lr / bc1;
-  SNRT_FOR(i, p.n) {
-    float d = g[i], wi = w[i];
-    if (p.weight_decay != 0.0f) {
-      if (p.decoupled)
-        wi *= 1.0f - lr * p.weight_decay;
-      else
-        d += p.weight_decay * wi;
-    }
-    float mi = p.beta1 * m[i] + (1.0f - p.beta1) * d;
-    float vi = p.beta2 * v[i] + (1.0f - p.beta2) * d * d;
-    m[i] = mi;
-    v[i] = vi;
-    w[i] = wi - step_size * mi / (sqrtf(vi) / bc2s + p.eps);
+/* torch.optim.Adam / AdamW: snrt_adam.h's formula, the same as the CPU's; the
+ * per-step scalars come from the host (vars->adam[slot], snrt_adam_coefs in
+ * double), the element update is snrt_adam_elem. */
+__global__ void k_adam(snrt_adam_t p, const snrt_cuda_vars *vars, int slot, float *w,
+                       const float *g, float *m, float *v) {
+  const snrt_adam_coef k = vars->adam[slot];
+  SNRT_FOR(i, p.n) snrt_adam_elem(p.beta1, p.beta2, p.eps, k, &w[i], g[i], &m[i], &v[i]);
+}
+
+/* The slot of p's configuration, added (and the device copy marked stale) on
+ * first sight. */
+static int adam_slot(snrt_ctx *c, const snrt_adam_t *p) {
+  snrt_cuda *d = snrt_cu(c);
+  for (int i = 0; i < d->nadam; i++) {
+    const snrt_adam_t *q = &d->adam_key[i];
+    if (q->beta1 == p->beta1 && q->beta2 == p->beta2 && q->weight_decay == p->weight_decay &&
+        q->decoupled == p->decoupled)
+      return i;
   }
+  if (d->nadam == SNRT_CU_ADAM_SLOTS)
+    snrt_cu_fail("snrt_adam", "more than 8 distinct Adam configurations in one model",
+                 __FILE__, __LINE__);
+  d->adam_key[d->nadam] = *p;
+  d->hvars_ok = false;
+  return d->nadam++;
 }
 
 void snrt_adam(snrt_ctx *c, const snrt_adam_t *p, float *w, const float *g, float *m, float *v) {
   snrt_grad_ready(c, p->param, g, p->n);
   if (p->n <= 0) return;
-  k_adam<<<snrt_cu_blocks(p->n), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(*p, snrt_cu_vars(c), w, g,
-                                                                        m, v);
+  int slot = adam_slot(c, p);
+  k_adam<<<snrt_cu_blocks(p->n), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(*p, snrt_cu_vars(c), slot,
+                                                                        w, g, m, v);
   SNRT_LAUNCH_CHECK();
 }

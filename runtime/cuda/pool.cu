@@ -27,11 +27,12 @@ __device__ __forceinline__ int64_t max_arg(const snrt_pool_t &p, const float *xc
       int ix = ox * p.sw - p.pl + j * p.dw;
       if (ix < 0 || ix >= p.w) continue;
       float v = xc[(int64_t)iy * p.w + ix];
-      /* NaN propagates, as PyTorch's (v > bv || isnan(v)). */
+      /* NaN propagates, as PyTorch's (v > bv || isnan(v)): a later NaN
+       * replaces an earlier one, so the last NaN of the window wins, as on
+       * the CPU (runtime/cpu/k_pool.c). */
       if (best < 0 || v > bv || isnan(v)) {
         best = (int64_t)iy * p.w + ix;
         bv = v;
-        if (isnan(v)) return best;
       }
     }
   }

@@ -13,6 +13,10 @@
 #    program (--target cuda, SNRT_TF32=0) against PyTorch on the same GPU with
 #    TF32 off: every parameter gradient within 1e-3 (relative to the tensor's
 #    largest magnitude); prints the worst.
+# 2b. CUDA-graph replay: fashion_cnn (Adam, superneurons: offload copies in
+#    the graph too), SNRT_DETERMINISTIC=1; the loss after k = 1..5 steps (one
+#    run of --steps k each, exact from --metrics) with SNRT_CUDA_GRAPH=0 and
+#    with graphs on (step 1 eager, then captured and replayed) must be equal.
 # 3. Benchmark: resnet50, 224x224, batch 128: img/s and peak memory of the
 #    emitted program (arena) vs PyTorch eager (max_memory_allocated), TF32 on
 #    for both.
@@ -151,6 +155,26 @@ for spec in $MODELS; do
 done
 row "$(printf '%-34s %-5s %s' "grad: worst relative error" "$([ $FAILED = 0 ] && echo ok || echo FAIL)" "$WORST (bound 1e-3, TF32 off)")"
 say "gradient checks done ($(elapsed) s)"
+
+# ---- 2b. CUDA graphs replay what eager runs compute ---------------------------------------
+G="$WORK/graph"
+if compile graph examples/fashion_cnn.onnx "$G/prog" --batch 32 --optimizer adam --policy superneurons; then
+  for mode in 0 1; do
+    mkdir -p "$G/g$mode"
+    for k in 1 2 3 4 5; do
+      SNRT_DETERMINISTIC=1 SNRT_CUDA_GRAPH=$mode run "graph-g$mode-s$k" 120 "$G/prog/train" \
+        --data synthetic --steps $k --metrics "$G/g$mode/m$k.json"
+    done
+  done
+  if "$PY" tests/gpu/torchref.py same-losses "$G/g0" "$G/g1" 5 >"$LOG/graph-losses.json"; then
+    row "$(printf '%-34s %-5s %s' "CUDA graph replay, 5 steps" ok "losses equal to eager (SNRT_DETERMINISTIC=1)")"
+  else
+    FAILED=1; row "$(printf '%-34s %-5s %s' "CUDA graph replay, 5 steps" FAIL "$(cat "$LOG/graph-losses.json")")"
+  fi
+else
+  FAILED=1; row "$(printf '%-34s %-5s %s' "CUDA graph replay, 5 steps" FAIL "compile failed: see $LOG/graph-*.log")"
+fi
+say "graph check done ($(elapsed) s)"
 
 # ---- 3. resnet50 benchmark ------------------------------------------------------------
 STEPS=$([ "$QUICK" = 1 ] && echo 10 || echo 20)

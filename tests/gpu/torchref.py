@@ -8,6 +8,9 @@
     torchref.py compare REF_DIR GOT_DIR       worst relative gradient error (prints JSON;
                                               exit 1 when a tensor is missing or > --tol)
     torchref.py onnx    MODEL RES PATH        torchvision MODEL (1000 classes) -> PATH
+    torchref.py same-losses A_DIR B_DIR N     the train_loss of A_DIR/m1.json..mN.json (one
+                                              --metrics file per run of --steps k) equal to
+                                              B_DIR's, bit for bit (prints JSON; exit 1 if not)
     torchref.py bench   MODEL RES BATCH STEPS eager PyTorch training img/s and peak memory
                                               on cuda (TF32 as the snc program: on unless
                                               SNRT_TF32=0); prints JSON
@@ -118,6 +121,26 @@ def cmd_compare(ref, got, tol=1e-3):
     return 0 if ok else 1
 
 
+def read_losses(d, n):
+    """train_loss of d/m1.json .. d/mN.json (None where missing or unreadable).
+    --metrics prints it with 9 significant digits: a float32 round-trips."""
+    out = []
+    for k in range(1, n + 1):
+        try:
+            with open(os.path.join(d, "m%d.json" % k)) as f:
+                out.append(float(json.load(f)["train_loss"]))
+        except (OSError, ValueError, KeyError):
+            out.append(None)
+    return out
+
+
+def cmd_same_losses(a, b, n):
+    la, lb = read_losses(a, int(n)), read_losses(b, int(n))
+    ok = None not in la and None not in lb and la == lb
+    print(json.dumps({"a": la, "b": lb, "ok": ok}))
+    return 0 if ok else 1
+
+
 def cmd_bench(model, res, batch, steps):
     import torch
     res, batch, steps = int(res), int(batch), int(steps)
@@ -162,6 +185,8 @@ def main(argv):
         import torch
         m = build(args[0], int(args[1]), classes=1000).train()
         return export_onnx(m, torch.randn(1, 3, int(args[1]), int(args[1])), args[2])
+    if cmd == "same-losses" and len(args) == 3:
+        return cmd_same_losses(*args)
     if cmd == "bench" and len(args) == 4:
         return cmd_bench(*args)
     sys.exit(__doc__)

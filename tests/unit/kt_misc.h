@@ -43,6 +43,18 @@ static void test_unary(void) {
     if (kind == SNRT_RELU) ASSERT(dx[0] == 0, "relu grad at 0 must be 0");
     if (kind == SNRT_LEAKY_RELU) ASSERT(dx[0] == 0.1f * r[0], "leaky relu grad at 0 is alpha");
     if (kind == SNRT_CLIP) ASSERT(dx[1] == 0, "clip grad at hi must be 0");
+    if (kind == SNRT_CLIP) {
+      /* NaN passes through the forward (as torch.clamp), so a diverging
+       * model still stops with exit 3; at lo the gradient is 0 too. */
+      float xs[3] = {NAN, -0.5f, 0.25f}, ys[3], gs[3], ones[3] = {1, 1, 1};
+      snrt_unary_t q = s.p;
+      q.n = 3;
+      snrt_unary_fwd(&ctx, &q, xs, ys);
+      ASSERT(isnan(ys[0]) && ys[1] == -0.5f && ys[2] == 0.25f, "clip fwd: %g %g %g", ys[0], ys[1],
+             ys[2]);
+      snrt_unary_bwd(&ctx, &q, xs, NULL, ones, gs);
+      ASSERT(gs[1] == 0 && gs[2] == 1, "clip grad at lo must be 0, inside 1: %g %g", gs[1], gs[2]);
+    }
     s.x[0] = 0.3f;  /* off the kinks for the FD check */
     s.x[1] = -0.3f;
     snrt_unary_bwd(&ctx, &s.p, s.x, NULL, r, dx);
