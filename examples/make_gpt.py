@@ -6,8 +6,9 @@ self-attention written out with matmuls, a masked fill and softmax (no
 F.scaled_dot_product_attention), a GELU MLP, a final LayerNorm and a linear
 head whose weight is tied to the token embedding (as GPT-2). The causal mask
 is a buffer; torch exports it as an initializer, which snc recognises as a
-constant. Exported in training mode with the weights as initializers and the
-batch fixed at --batch (compile with the same --batch).
+constant. Exported in training mode with the weights as initializers at
+batch --batch (torch bakes it into the Reshape targets; snc compile --batch
+with another value follows it, unless the export batch is 1).
 
   /usr/bin/python3 examples/make_gpt.py -o gpt.onnx [--vocab 256 --block 64
       --embd 64 --heads 4 --layers 4 --gelu erf|tanh --opset 13..17 --batch 8]
