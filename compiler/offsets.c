@@ -32,7 +32,8 @@
  * the greedy rule above; only the search is faster.
  *
  * offsets_check is independent of all this: a sweep over steps with the
- * active instances indexed by offset (O(n log n)); the unit test also checks
+ * active instances indexed by offset (O(n log n)), once for the device arena
+ * and once for the pinned host arena; the unit test also checks
  * the packer against a naive quadratic greedy and the checker against
  * deliberately broken plans. */
 #include "snc.h"
@@ -288,7 +289,11 @@ static const char *nm(const Graph *g, const Plan *pl, int i) {
  * ends above offset. Each overlapping pair is found when its later-starting
  * member enters, so a correct plan reports 0 and a wrong one at least 1 (the
  * count is exact while violations do not stack on one region). O(n log n). */
-int offsets_check(const Graph *g, const Plan *pl, FILE *f) {
+static int64_t off_in(const Instance *in, bool host) { return host ? in->host_offset : in->offset; }
+
+static int check_arena(const Graph *g, const Plan *pl, FILE *f, bool host) {
+  const char *arena = host ? "host arena" : "arena";
+  int64_t size = host ? pl->host_bytes : pl->arena_bytes;
   int nv = 0, n = 0;
   int *byfirst = xmalloc(sizeof(int) * (size_t)(pl->ninst + 1));
   int *bylast = xmalloc(sizeof(int) * (size_t)(pl->ninst + 1));
@@ -296,15 +301,15 @@ int offsets_check(const Graph *g, const Plan *pl, FILE *f) {
   a.key = xmalloc(sizeof(int64_t) * (size_t)(pl->ninst + 1));
   for (int i = 0; i < pl->ninst; i++) {
     const Instance *in = &pl->inst[i];
-    if (in->offset < 0 || !in->bytes) continue;   // not on the device / empty
-    if (in->offset % SNRT_ALIGN || in->offset + in->bytes > pl->arena_bytes) {
+    if (off_in(in, host) < 0 || !in->bytes) continue;   // not in this arena / empty
+    if (off_in(in, host) % SNRT_ALIGN || off_in(in, host) + in->bytes > size) {
       if (f && nv < 20)
-        fprintf(f, "misplaced: '%s' at %lld (+%lld) in an arena of %lld\n", nm(g, pl, i),
-                (long long)in->offset, (long long)in->bytes, (long long)pl->arena_bytes);
+        fprintf(f, "misplaced: '%s' at %lld (+%lld) in a %s of %lld\n", nm(g, pl, i),
+                (long long)off_in(in, host), (long long)in->bytes, arena, (long long)size);
       nv++;
     }
     byfirst[n] = bylast[n] = i;
-    a.key[n++] = in->offset;
+    a.key[n++] = off_in(in, host);
   }
   qsort(a.key, (size_t)n, sizeof *a.key, cmp_i64);
   for (int i = 0; i < n; i++)
@@ -317,8 +322,8 @@ int offsets_check(const Graph *g, const Plan *pl, FILE *f) {
   for (int k = 0, d = 0; k < n; k++) {
     const Instance *in = &pl->inst[byfirst[k]];
     for (; d < n && pl->inst[bylast[d]].last < in->first; d++)
-      act_set(&a, rank_of(&a, pl->inst[bylast[d]].offset), -1, 0);
-    int64_t lo = in->offset, hi = in->offset + in->bytes;
+      act_set(&a, rank_of(&a, off_in(&pl->inst[bylast[d]], host)), -1, 0);
+    int64_t lo = off_in(in, host), hi = off_in(in, host) + in->bytes;
     int rlo = rank_of(&a, lo), rhi = rank_of(&a, hi), c1, c2;
     int64_t m1, m2;
     act_query(&a, rlo, rhi, &c1, &m1);  // active ones starting inside [lo, hi)
@@ -329,16 +334,16 @@ int offsets_check(const Graph *g, const Plan *pl, FILE *f) {
         int other = -1;
         for (int j = 0; j < pl->ninst && other < 0; j++) {
           const Instance *b = &pl->inst[j];
-          if (j != byfirst[k] && b->offset >= 0 && b->bytes && b->first <= in->first &&
-              b->last >= in->first && b->offset < hi && lo < b->offset + b->bytes)
+          if (j != byfirst[k] && off_in(b, host) >= 0 && b->bytes && b->first <= in->first &&
+              b->last >= in->first && off_in(b, host) < hi && lo < off_in(b, host) + b->bytes)
             other = j;
         }
-        fprintf(f, "overlap: '%s' [%lld, %lld) steps %d-%d", nm(g, pl, byfirst[k]),
-                (long long)lo, (long long)hi, in->first, in->last);
+        fprintf(f, "overlap in the %s: '%s' [%lld, %lld) steps %d-%d", arena,
+                nm(g, pl, byfirst[k]), (long long)lo, (long long)hi, in->first, in->last);
         if (other >= 0)
           fprintf(f, " and '%s' [%lld, %lld) steps %d-%d", nm(g, pl, other),
-                  (long long)pl->inst[other].offset,
-                  (long long)(pl->inst[other].offset + pl->inst[other].bytes),
+                  (long long)off_in(&pl->inst[other], host),
+                  (long long)(off_in(&pl->inst[other], host) + pl->inst[other].bytes),
                   pl->inst[other].first, pl->inst[other].last);
         fputc('\n', f);
       }
@@ -346,9 +351,21 @@ int offsets_check(const Graph *g, const Plan *pl, FILE *f) {
     }
     act_set(&a, rlo, +1, hi);
   }
-  if (f && nv > 20) fprintf(f, "... %d violations in all\n", nv);
+  if (f && nv > 20) fprintf(f, "... %d violations in the %s in all\n", nv, arena);
   free(byfirst), free(bylast), free(a.key), free(a.cnt), free(a.mx);
   return nv;
+}
+
+/* Both arenas: the device arena (Instance.offset) and the pinned host arena
+ * (Instance.host_offset); an instance in both is an error too. */
+int offsets_check(const Graph *g, const Plan *pl, FILE *f) {
+  int nv = 0;
+  for (int i = 0; i < pl->ninst; i++)
+    if (pl->inst[i].offset >= 0 && pl->inst[i].host_offset >= 0) {
+      if (f && nv < 20) fprintf(f, "misplaced: '%s' is in both arenas\n", nm(g, pl, i));
+      nv++;
+    }
+  return nv + check_arena(g, pl, f, false) + check_arena(g, pl, f, true);
 }
 
 /* ---- the dump: instances by offset, then an ASCII picture when small ---- */

@@ -263,8 +263,15 @@ void plan_print_json(const Graph *g, const Plan *pl, FILE *f) {
     json_insts(f, st->in, st->nin);
     fprintf(f, ", \"outputs\": ");
     json_insts(f, st->out, st->nout);
-    if (st->ws >= 0) fprintf(f, ", \"workspace\": %d}", st->ws);
-    else fprintf(f, ", \"workspace\": null}");
+    if (st->ws >= 0) fprintf(f, ", \"workspace\": %d", st->ws);
+    else fprintf(f, ", \"workspace\": null");
+    /* The copy schedule: the event a copy records, the events compute waits
+     * for after this step (what an independent checker needs). */
+    if (st->event >= 0) fprintf(f, ", \"event\": %d", st->event);
+    else fprintf(f, ", \"event\": null");
+    fprintf(f, ", \"waits\": [");
+    for (int w = 0; w < st->nwait; w++) fprintf(f, "%s%d", w ? ", " : "", st->wait[w]);
+    fprintf(f, "]}");
   }
   fprintf(f, "\n  ],\n  \"instances\": [");
   for (int i = 0; i < pl->ninst; i++) {

@@ -26,7 +26,8 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SNC = os.path.join(ROOT, "build", "snc")
 PY = "/usr/bin/python3"
-SCHEMA = json.load(open(os.path.join(ROOT, "schemas", "plan.schema.json")))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from plan_check import SCHEMA, check_plan, validate  # noqa: E402
 
 
 def run(cmd, timeout=300):
@@ -40,47 +41,6 @@ def test_offsets_unit():
     r = run([exe], timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "test_offsets: ok" in r.stdout
-
-
-# ---- a small JSON Schema validator (the keywords plan.schema.json uses) ----
-
-def validate(doc, schema, root=None, path="$"):
-    root = root or schema
-    if "$ref" in schema:
-        ref = schema["$ref"]
-        assert ref.startswith("#/$defs/"), ref
-        return validate(doc, root["$defs"][ref[8:]], root, path)
-    types = schema.get("type")
-    if types is not None:
-        types = [types] if isinstance(types, str) else types
-        ok = {"object": lambda v: isinstance(v, dict), "array": lambda v: isinstance(v, list),
-              "string": lambda v: isinstance(v, str), "boolean": lambda v: isinstance(v, bool),
-              "null": lambda v: v is None,
-              "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-              "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)}
-        assert any(ok[t](doc) for t in types), "%s: %r is not %s" % (path, doc, types)
-    if "const" in schema:
-        assert doc == schema["const"], "%s: %r != %r" % (path, doc, schema["const"])
-    if "enum" in schema:
-        assert doc in schema["enum"], "%s: %r not in %r" % (path, doc, schema["enum"])
-    if isinstance(doc, (int, float)) and not isinstance(doc, bool):
-        if "minimum" in schema:
-            assert doc >= schema["minimum"], "%s: %r < %r" % (path, doc, schema["minimum"])
-        if "multipleOf" in schema:
-            assert doc % schema["multipleOf"] == 0, "%s: %r" % (path, doc)
-    if isinstance(doc, dict):
-        for k in schema.get("required", []):
-            assert k in doc, "%s: missing key %r" % (path, k)
-        props = schema.get("properties", {})
-        if schema.get("additionalProperties") is False:
-            extra = set(doc) - set(props)
-            assert not extra, "%s: unexpected keys %s" % (path, sorted(extra))
-        for k, v in doc.items():
-            if k in props:
-                validate(v, props[k], root, path + "." + k)
-    if isinstance(doc, list) and "items" in schema:
-        for i, v in enumerate(doc):
-            validate(v, schema["items"], root, "%s[%d]" % (path, i))
 
 
 def test_validator_catches_errors():
@@ -116,72 +76,6 @@ def plan_json(model, batch, policy, tmp_path, *extra):
             list(extra))
     assert r.returncode == 0, r.stderr
     return json.load(open(j)), r.stdout
-
-
-def check_plan(p):
-    """Independent checks of one plan.json; returns nothing, asserts."""
-    validate(p, SCHEMA)
-    inst, steps = p["instances"], p["steps"]
-    T = len(steps)
-    assert [s["index"] for s in steps] == list(range(T))
-    assert [i["index"] for i in inst] == list(range(len(inst)))
-    # Route shape: forward..., loss, backward/update..., then eval.
-    kinds = [s["kind"] for s in steps]
-    tr = p["train_steps"]
-    assert all(k != "eval" for k in kinds[:tr]) and all(k == "eval" for k in kinds[tr:])
-    assert kinds[0] == "forward" and "loss" in kinds
-    first_bwd = kinds.index("loss")
-    assert all(k == "forward" for k in kinds[:first_bwd])
-    assert all(k in ("loss", "backward", "update") for k in kinds[first_bwd:tr])
-    # Lifetimes: what a step touches is live at that step.
-    for s in steps:
-        for i in s["inputs"] + s["outputs"]:
-            if i >= 0:
-                assert inst[i]["first"] <= s["index"] <= inst[i]["last"], (s, inst[i])
-        if s["workspace"] is not None:
-            w = inst[s["workspace"]]
-            assert w["kind"] == "workspace" and w["first"] == w["last"] == s["index"]
-    for i in inst:
-        assert 0 <= i["first"] <= i["last"] < T
-        if i["kind"] in ("param", "state", "optimizer"):
-            assert i["persistent"] and i["first"] == 0 and i["last"] == T - 1
-        if i["kind"] == "loss":
-            assert i["last"] >= tr - 1
-    # Live bytes per step, and the summary numbers, from the instances.
-    live = [0] * (T + 1)
-    for i in inst:
-        live[i["first"]] += i["bytes"]
-        live[i["last"] + 1] -= i["bytes"]
-    run_, per_step = 0, []
-    for s in range(T):
-        run_ += live[s]
-        per_step.append(run_)
-    assert per_step == [s["live_bytes"] for s in steps]
-    assert p["peak_live_bytes"] == max(per_step)
-    # The baseline is the none arena: every primary instance in its own region.
-    # (Other policies merge in-place outputs or add recomputed/prefetched copies.)
-    if p["planned_policy"] == "none":
-        assert p["baseline_bytes"] == sum(i["bytes"] for i in inst)
-    assert p["persistent_bytes"] == sum(i["bytes"] for i in inst if i["persistent"])
-    assert p["persistent_bytes"] <= p["layer_peak_bytes"] <= p["peak_live_bytes"]
-    assert p["arena_bytes"] >= p["peak_live_bytes"]
-    assert p["host_bytes"] == 0
-    # No overlap: brute force over pairs (numpy-free, sorted by offset).
-    placed = sorted((i for i in inst if i["offset"] >= 0 and i["bytes"]),
-                    key=lambda i: i["offset"])
-    for k, a in enumerate(placed):
-        assert a["offset"] % 256 == 0 and a["offset"] + a["bytes"] <= p["arena_bytes"]
-        end = a["offset"] + a["bytes"]
-        for b in placed[k + 1:]:
-            if b["offset"] >= end:
-                break
-            assert b["last"] < a["first"] or a["last"] < b["first"], (a, b)
-    # High water per step from the instances.
-    hw = [0] * T
-    for i in placed:
-        for s in range(i["first"], i["last"] + 1):
-            hw[s] = max(hw[s], i["offset"] + i["bytes"])
-    assert hw == [s["high_water_bytes"] for s in steps]
 
 
 @pytest.mark.parametrize("name", ["fashion_cnn", "resnet50", "googlenet"])

@@ -101,6 +101,25 @@ static void test_hand(void) {
   offsets_assign(pl, true);
   pl->inst[1].offset = 1024;                 // a [1024, 3072) over b [2560, 3584) at step 0
   CHECK_EQ(1, offsets_check(NULL, pl, NULL));
+
+  /* The pinned host arena is checked the same way: b and c (both live at
+   * steps 1-5) moved to the host, first apart, then over each other, then
+   * outside the host arena; an instance in both arenas is an error too. */
+  offsets_assign(pl, true);
+  pl->inst[2].offset = pl->inst[3].offset = -1;
+  pl->inst[2].host_offset = 0, pl->inst[3].host_offset = 1024;
+  pl->host_bytes = 2048;
+  CHECK_EQ(0, offsets_check(NULL, pl, stderr));
+  pl->inst[3].host_offset = 768;             // c [768, 1792) over b [0, 1024)
+  CHECK_EQ(1, offsets_check(NULL, pl, NULL));
+  pl->inst[3].host_offset = 1280;            // c [1280, 2304) past the end
+  CHECK_EQ(1, offsets_check(NULL, pl, NULL));
+  pl->inst[3].host_offset = 1024;
+  pl->inst[3].offset = 512;
+  CHECK(offsets_check(NULL, pl, NULL) >= 1);
+  pl->inst[3].offset = -1;
+  CHECK_EQ(0, offsets_check(NULL, pl, NULL));
+  pl->host_bytes = 0;
 }
 
 /* The greedy rule, written the slow way: scan every placed instance. */
