@@ -324,3 +324,52 @@ def check_plan(p):
                                   on_host[i["index"]] for i in inst),
             "host_params": any(i["kind"] == "param" and i["persistent"] and on_host[i["index"]]
                                for i in inst)}
+
+
+# ---- auto's tiers, found from the plans ----
+
+TIERS = ["recompute", "offload", "host-optimizer", "host-params"]
+
+
+def tier_of(facts):
+    """What a plan moves (facts from check_plan): the auto tier it belongs to."""
+    if facts["host_params"]:
+        return "host-params"
+    if facts["host_optimizer"]:
+        return "host-optimizer"
+    if facts["copies"]:
+        return "offload"
+    if facts["recompute"]:
+        return "recompute"
+    return "liveness"
+
+
+def auto_tiers(plan_at, largest, smallest, points=24):
+    """One budget per tier of `auto`, from the plans themselves: plan_at(budget)
+    returns auto's plan.json at that budget; budgets from `largest` (a plan
+    with room to spare) down to `smallest` (the smallest budget that fits),
+    geometrically spaced, each also one alignment under the arena planned at
+    the budget before (the next tier starts there). Returns {tier: (budget,
+    plan, facts)}, the largest budget found for each tier; every plan seen is
+    checked by check_plan."""
+    found = {}
+    budgets = sorted({int(largest * (smallest / largest) ** (k / (points - 1)))
+                      for k in range(points)} | {smallest}, reverse=True)
+    seen = set()
+    queue = list(budgets)
+    while queue:
+        b = queue.pop(0)
+        if b < smallest or b in seen:
+            continue
+        seen.add(b)
+        p = plan_at(b)
+        assert p["arena_bytes"] <= b, (b, p["arena_bytes"])
+        facts = check_plan(p)
+        t = tier_of(facts)
+        if t not in found or b > found[t][0]:
+            found[t] = (b, p, facts)
+        nxt = p["arena_bytes"] - ALIGN
+        if nxt >= smallest and nxt not in seen:
+            queue.append(nxt)
+            queue.sort(reverse=True)
+    return found
