@@ -450,10 +450,11 @@ void plan_print_html(const Graph *g, const Plan *pl, FILE *f) {
   fprintf(f, ", batch %d, device %s, %d steps (%d training, %d eval), %d instances</div>\n",
           pl->batch, pl->opts.device, pl->route->ns, pl->route->train_steps,
           pl->route->ns - pl->route->train_steps, pl->ninst);
-  if (pl->planned != pl->opts.policy)
-    fprintf(f, "<div class=\"note\">policy %s: recomputation and offload are not implemented "
-            "yet: this is the %s plan</div>\n", policy_name(pl->opts.policy),
-            policy_name(pl->planned));
+  if (plan_note(pl)) {
+    fprintf(f, "<div class=\"note\">policy %s: ", policy_name(pl->opts.policy));
+    esc(f, plan_note(pl));
+    fprintf(f, "</div>\n");
+  }
   summary(f, g, pl, rv);
 
   fprintf(f, "<h2>Device memory over the steps</h2>\n");

@@ -16,8 +16,9 @@
 
 static double mib(int64_t b) { return (double)b / 1048576.0; }
 
-/* What auto chose, and why (NULL for the other policies). */
-static const char *fallback_note(const Plan *pl) {
+/* What auto chose, and why (NULL for the other policies); the text, JSON
+ * and HTML views all print this one. */
+const char *plan_note(const Plan *pl) {
   static char buf[160];
   if (pl->planned == pl->opts.policy) return NULL;
   snprintf(buf, sizeof buf, "auto chose %s: the fastest estimated plan whose arena fits the budget",
@@ -34,7 +35,7 @@ static void fmt_time(char *buf, size_t n, double s) {
 static double pct(int64_t a, int64_t b) { return b ? 100.0 * (double)a / (double)b : 0.0; }
 
 void plan_print_summary(const Graph *g, const Plan *pl, FILE *f) {
-  const char *note = fallback_note(pl);
+  const char *note = plan_note(pl);
   fprintf(f, "plan: %s, policy %s", g->name && g->name[0] ? g->name : g->path,
           policy_name(pl->opts.policy));
   if (note) fprintf(f, " (planned as %s)", policy_name(pl->planned));
@@ -221,7 +222,7 @@ static void json_insts(FILE *f, const int *v, int n) {
 
 void plan_print_json(const Graph *g, const Plan *pl, FILE *f) {
   const Route *r = pl->route;
-  const char *note = fallback_note(pl);
+  const char *note = plan_note(pl);
   fprintf(f, "{\n  \"version\": 1,\n  \"model\": ");
   json_str(f, g->name && g->name[0] ? g->name : g->path ? g->path : "");
   fprintf(f, ",\n  \"policy\": \"%s\",\n  \"planned_policy\": \"%s\",\n  \"note\": ",

@@ -477,6 +477,7 @@ void plan_dump(const Graph *g, const Plan *pl, const char *pass, FILE *f);
 /* Largest batch whose plan fits o->budget (0 if none). */
 int plan_max_batch(const char *model, const char *input, const TrainOpts *t, const PlanOpts *o);
 /* plan_print.c */
+const char *plan_note(const Plan *pl);   /* what auto chose and why; NULL otherwise */
 void plan_print_text(const Graph *g, const Plan *pl, FILE *f);
 void plan_print_summary(const Graph *g, const Plan *pl, FILE *f);
 void plan_print_json(const Graph *g, const Plan *pl, FILE *f);

@@ -103,7 +103,63 @@ def check_page(text, p, per_step):
     top = max(at_peak, key=lambda i: i["bytes"])
     ptab = text[text.index('id="peak-table"'):].split("</table>")[0]
     assert html.escape(top["tensor"]) in ptab
-    assert "recomputed:</b> none" in text and "offloaded:</b> none" in text   # liveness plans
+    kinds = {s["kind"] for s in steps}
+    assert ("recomputed:</b> none" in text) == ("recompute" not in kinds)
+    assert ("offloaded:</b> none" in text) == ("offload" not in kinds)
+    assert "not implemented" not in text
+
+
+def close_bytes(v, unit, exact):
+    """The page's rounded "1.5 MiB" is `exact` bytes, to its printed digits."""
+    scale = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}[unit]
+    digits = len(v.split(".")[1]) if "." in v else 0
+    return abs(float(v) * scale - exact) <= 0.5 * 10 ** -digits * scale + 1   # half-way rounds either way
+
+
+def check_copies_and_bands(text, p):
+    """The copy lane, the recomputed/prefetched bands and the phase boundaries
+    of a plan with copies, against plan.json."""
+    steps, inst = p["steps"], p["instances"]
+    # One bar per offload and per prefetch, naming its tensor and step.
+    bars = re.findall(r'<rect class="(off|pf)"[^>]*><title>(offload|prefetch) (.*?) \([^)]*\) '
+                      r'at step (\d+);', text)
+    assert all((c == "off") == (k == "offload") for c, k, _, _ in bars)
+    got = sorted((k, html.unescape(n), int(st)) for _, k, n, st in bars)
+    want = sorted((s["kind"], s["node"], s["index"]) for s in steps
+                  if s["kind"] in ("offload", "prefetch"))
+    assert want and got == want, (len(got), len(want))
+    assert text.count('<rect class="off"') == sum(k == "offload" for k, _, _ in want)
+    assert text.count('<rect class="pf"') == sum(k == "prefetch" for k, _, _ in want)
+    # Bands: an instance first written by a recompute (prefetch) step is
+    # recomputed (prefetched) while it lives; each step's hover title gives
+    # those bytes, and the bands are drawn when any step has some.
+    first_kind = {}
+    for s in steps:
+        for i in s["outputs"]:
+            if i >= 0 and inst[i]["first"] == s["index"]:
+                first_kind[i] = s["kind"]
+    hov = re.findall(r'<rect class="hov"[^>]*><title>(.*?)</title>', text, re.S)
+    assert len(hov) == len(steps)
+    for band, kind in (("recomputed", "recompute"), ("prefetched", "prefetch")):
+        per_step = [sum(i["bytes"] for i in inst if i["offset"] >= 0 and
+                        first_kind.get(i["index"]) == kind and i["first"] <= s <= i["last"])
+                    for s in range(len(steps))]
+        assert any(per_step), band
+        assert ('<path class="c-%s"' % ("rec" if kind == "recompute" else "pre")) in text
+        for s, t in enumerate(hov):
+            m = re.search(r" %s ([\d.]+) (B|KiB|MiB|GiB);" % band, t)
+            if not per_step[s]:
+                assert not m, (s, t)
+            else:
+                assert m, (s, band, per_step[s], t)
+                assert close_bytes(*m.groups(), per_step[s]), (s, band, m.group(0), per_step[s])
+    # Boundaries: forward up to the loss, backward + updates, eval.
+    loss = [s["kind"] for s in steps].index("loss")
+    tr, T = p["train_steps"], len(steps)
+    for label, lo, hi in (("forward", 0, loss - 1), ("backward + updates", loss, tr - 1),
+                          ("eval", tr, T - 1)):
+        assert ">%s (steps %d-%d)</text>" % (label, lo, hi) in text, label
+    assert text.count('<line class="phase"') == 2
 
 
 def screenshot(html_path, png):
@@ -136,6 +192,27 @@ def test_page_renders(which, resnet, tmp_path):
     nonwhite, act = screenshot(h, str(tmp_path / "shot.png"))
     assert nonwhite > 0.05, "the page rendered (almost) blank: %.3f non-white" % nonwhite
     assert act > 0.003, "the activations band is not visible: %.4f of the pixels" % act
+
+
+@pytest.mark.parametrize("how", [["--policy", "superneurons"], ["--policy", "offload"],
+                                 ["--budget", "smallest"]], ids=["superneurons", "offload", "auto-min"])
+def test_page_with_copies(how, tmp_path):
+    """A superneurons page (and offload, and auto at the smallest budget with
+    parameters on the host): copy bars, recomputed/prefetched bands,
+    boundaries; auto's note says what it chose."""
+    model = os.path.join(ROOT, "examples", "fashion_cnn.onnx")
+    if how[1] == "smallest":
+        r = run([SNC, "plan", model, "--batch", "8", "--budget", "1"])
+        how = ["--budget", re.search(r"\((\d+) bytes\)", r.stderr).group(1)]
+    text, p, _ = page(model, 8, tmp_path, *how)
+    check_page(text, p, per_step=True)
+    if how[0] == "--policy" and how[1] == "offload":
+        assert '<path class="c-rec"' not in text and "recompute" not in {s["kind"] for s in p["steps"]}
+        assert '<path class="c-pre"' in text
+    else:
+        check_copies_and_bands(text, p)
+    if how[0] == "--budget":
+        assert '<div class="note">policy auto: auto chose %s: ' % p["planned_policy"] in text
 
 
 def test_budget_on_scale(tmp_path):
