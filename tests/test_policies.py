@@ -1,10 +1,16 @@
 """Memory plans are checked, not trusted: every policy must give parameters
 bit-identical to the `none` policy (every tensor its own region) after 3
-training steps with --poison on (a read of a dead region shows up as NaN),
-on every example model: a CNN with dropout and BN, a bottleneck ResNet
-(residual adds), GoogLeNet (concats), DenseNet (dense concats), MobileNetV2
-(depthwise convs, clip). The compiler itself runs its overlap checker on
-every plan it makes (an overlap is an internal error, exit 3).
+training steps with --poison on (a read of a dead region shows up as NaN)
+and a slow copy engine (SNRT_COPY_DELAY_US: a copy that compute does not
+wait for lands late), on every example model: a CNN with dropout and BN, a
+bottleneck ResNet (residual adds), GoogLeNet (concats), DenseNet (dense
+concats), MobileNetV2 (depthwise convs, clip). Besides the fixed policies,
+`auto` runs at one budget per tier it has (recompute only; offload;
+optimizer state on the host; parameters on the host too), each budget found
+from the plans themselves and each plan checked by tests/plan_check.py and
+asserted to move what its tier moves, with SGD and with Adam. The compiler
+itself runs its overlap checker on every plan it makes (an overlap is an
+internal error, exit 3).
 """
 import filecmp
 import json
@@ -16,6 +22,13 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from snc_harness import ROOT, SNC, compile_model, run  # noqa: E402
+from plan_check import TIERS, auto_tiers, check_plan, tier_of  # noqa: E402
+
+# Every training run here has a slow copy engine: each copy sleeps this long
+# before it lands, so a missing wait reads a region the copy has not filled
+# (or reuses one it still reads). 500 us keeps the file fast (a few hundred
+# copies per run at most).
+COPY_DELAY_US = "500"
 
 def model_path(name, tmp_dir):
     """The ONNX file of an example model (built on first use)."""
@@ -44,7 +57,8 @@ def train3(onnx, batch, policy, out, *flags):
     prog = compile_model(onnx, out, batch, "--policy", policy, *flags)
     dump = os.path.join(out, "params")
     run([prog, "--data", "synthetic", "--steps", "3", "--poison", "--dump-params", dump,
-         "--metrics", os.path.join(out, "metrics.json")])
+         "--metrics", os.path.join(out, "metrics.json")],
+        env=dict(os.environ, SNRT_COPY_DELAY_US=COPY_DELAY_US))
     return dump
 
 
@@ -56,21 +70,51 @@ def same_files(a, b):
     return mismatch + errors
 
 
-def smallest_budget(onnx, batch):
+def smallest_budget(onnx, batch, *flags):
     """The smallest feasible budget, as snc's error for an impossible one names it."""
-    r = run([SNC, "plan", onnx, "--batch", str(batch), "--policy", "auto", "--budget", "1"],
-            check=False)
+    r = run([SNC, "plan", onnx, "--batch", str(batch), "--policy", "auto", "--budget", "1"] +
+            list(flags), check=False)
     assert r.returncode == 2, r.stderr
     m = re.search(r"smallest budget that fits is .*\((\d+) bytes\)", r.stderr)
     assert m, r.stderr
     return int(m.group(1))
 
 
-FULL = ["liveness", "recompute", "offload", "superneurons", "auto:1.0", "auto:0.5", "auto:0.25",
-        "auto:min"]
-SHORT = ["liveness", "recompute", "superneurons", "auto:min"]
-CONFIGS = {"fashion_cnn": FULL, "resnet50": FULL, "googlenet": FULL, "densenet121": SHORT,
-           "mobilenet_v2": SHORT}
+def find_tiers(onnx, batch, tmp_dir, *flags, points=12):
+    """auto's tiers on this model: {tier: budget}, from the plans (plan_check.auto_tiers)."""
+    js = os.path.join(tmp_dir, "tier.json")
+
+    def plan_at(budget):
+        run([SNC, "plan", onnx, "--batch", str(batch), "--budget", str(budget), "--json", js] +
+            list(flags))
+        return json.load(open(js))
+    run([SNC, "plan", onnx, "--batch", str(batch), "--policy", "liveness", "--json", js] +
+        list(flags))
+    live = json.load(open(js))["arena_bytes"]
+    found = auto_tiers(plan_at, live, smallest_budget(onnx, batch, *flags), points=points)
+    return {t: b for t, (b, _, _) in found.items() if t in TIERS}
+
+
+TIER_DEVICE = ["--device", "h200"]
+FIXED = ["liveness", "recompute", "offload", "superneurons"]
+CONFIGS = {"fashion_cnn": FIXED,  # its tiers: test_auto_tiers_bit_identical
+           "resnet50": FIXED + ["tiers"],
+           "googlenet": FIXED + ["tiers"], "densenet121": ["liveness", "recompute", "superneurons",
+                                                           "auto:min"],
+           "mobilenet_v2": ["liveness", "recompute", "superneurons", "auto:min"]}
+
+
+def check_run(out, budget=None):
+    """plan.json of a compiled program through the independent checker; the
+    program's metrics agree with it."""
+    plan = json.load(open(os.path.join(out, "plan.json")))
+    facts = check_plan(plan)
+    metrics = json.load(open(os.path.join(out, "metrics.json")))
+    assert metrics["arena_bytes"] == plan["arena_bytes"]
+    assert metrics["host_bytes"] == plan["host_bytes"]
+    if budget is not None:
+        assert plan["arena_bytes"] <= budget, (plan["arena_bytes"], budget)
+    return plan, facts
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -78,33 +122,63 @@ def test_policies_bit_identical(name, models, tmp_path):
     onnx, batch = models(name)
     ref = train3(onnx, batch, "none", str(tmp_path / "none"))
     arenas = {"none": json.load(open(tmp_path / "none" / "plan.json"))["arena_bytes"]}
-    live = None
+    runs = []
     for cfg in CONFIGS[name]:
-        pol, _, frac = cfg.partition(":")
-        flags = []
-        if frac:
-            if frac == "min":
-                budget = smallest_budget(onnx, batch)
-            else:
-                budget = max(int(float(frac) * live), smallest_budget(onnx, batch))
-            flags = ["--budget", str(budget)]
+        if cfg == "tiers":
+            # Found and compiled under one profile (snc plan's default is
+            # h200, snc compile's for the cpu target is cpu).
+            tiers = find_tiers(onnx, batch, str(tmp_path), *TIER_DEVICE)
+            assert {"host-optimizer", "host-params"} <= set(tiers), tiers
+            runs += [("auto:" + t, "auto", b) for t, b in sorted(tiers.items())]
+        elif cfg == "auto:min":
+            runs.append((cfg, "auto", smallest_budget(onnx, batch)))
+        else:
+            runs.append((cfg, cfg, None))
+    for cfg, pol, budget in runs:
         out = str(tmp_path / cfg.replace(":", "_"))
+        flags = ["--budget", str(budget)] if budget is not None else []
+        if cfg.startswith("auto:") and cfg != "auto:min":
+            flags += TIER_DEVICE
         dump = train3(onnx, batch, pol, out, *flags)
         bad = same_files(ref, dump)
         assert not bad, "%s/%s: parameters differ from policy none: %s" % (name, cfg, bad[:5])
-        plan = json.load(open(os.path.join(out, "plan.json")))
-        metrics = json.load(open(os.path.join(out, "metrics.json")))
-        assert metrics["arena_bytes"] == plan["arena_bytes"]
-        assert metrics["host_bytes"] == plan["host_bytes"]
-        if flags:
-            assert plan["arena_bytes"] <= budget, (cfg, plan["arena_bytes"], budget)
+        plan, facts = check_run(out, budget)
+        if cfg.startswith("auto:") and cfg != "auto:min":
+            assert tier_of(facts) == cfg[5:], (cfg, facts)
         arenas[cfg] = plan["arena_bytes"]
-        if pol == "liveness":
-            live = plan["arena_bytes"]
     assert arenas["liveness"] < arenas["none"]
     assert arenas["recompute"] <= arenas["liveness"]
     assert arenas["superneurons"] <= arenas["recompute"]
     print(name, {k: "%.1f MiB" % (v / 2**20) for k, v in arenas.items()})
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_auto_tiers_bit_identical(optimizer, tmp_path):
+    """One budget per auto tier on fashion_cnn (the h200 profile's costs, under
+    which it has all four), with SGD and Adam: each plan moves what its tier
+    moves, and trains bit-identically to `none`."""
+    onnx, batch = os.path.join(ROOT, "examples", "fashion_cnn.onnx"), 8
+    flags = ["--device", "h200", "--optimizer", optimizer]
+    ref = train3(onnx, batch, "none", str(tmp_path / "none"), *flags)
+    tiers = find_tiers(onnx, batch, str(tmp_path), *flags, points=24)
+    assert set(tiers) == set(TIERS), tiers
+    for t in TIERS:
+        out = str(tmp_path / t)
+        dump = train3(onnx, batch, "auto", out, "--budget", str(tiers[t]), *flags)
+        bad = same_files(ref, dump)
+        assert not bad, "%s at %d: parameters differ from policy none: %s" % (t, tiers[t], bad[:5])
+        plan, f = check_run(out, tiers[t])
+        host_opt, host_par = f["host_optimizer"], f["host_params"]
+        if t == "recompute":
+            assert f["recompute"] > 0 and f["copies"] == 0 and plan["host_bytes"] == 0, f
+        elif t == "offload":
+            assert f["copies"] > 0 and not host_opt and not host_par, f
+        elif t == "host-optimizer":
+            assert host_opt and not host_par, f
+        else:
+            assert host_opt and host_par, f
+        print(optimizer, t, tiers[t], plan["planned_policy"], plan["arena_bytes"],
+              plan["host_bytes"], f)
 
 
 def test_recompute_resnet50_224(tmp_path):
