@@ -244,6 +244,10 @@ def check_plan(p):
     for s in steps:
         for i in set(x for x in s["inputs"] + s["outputs"] if x >= 0):
             users.setdefault(i, []).append(s)
+    writes_host = {}                       # host instance -> the offloads writing it, in order
+    for d in cs.copies:
+        if d["kind"] == "offload":
+            writes_host.setdefault(d["outputs"][0], []).append(d)
     for c in cs.copies:
         s0, done = c["index"], cs.done[c["index"]]
         src, dst = c["inputs"][0], c["outputs"][0]
@@ -268,8 +272,7 @@ def check_plan(p):
                     % (u["index"], src, s0))
         # A host copy is read back only after the copy that wrote it completes.
         if c["kind"] == "prefetch":
-            writers = [d for d in cs.copies if d["kind"] == "offload" and
-                       d["outputs"][0] == src and d["index"] < s0]
+            writers = [d for d in writes_host.get(src, []) if d["index"] < s0]
             if writers:
                 assert cs.done_before(writers[-1], s0 + 1) and cs.done[writers[-1]["index"]] < s0, (
                     "the prefetch at step %d reads host instance %d before the offload at step %d "
@@ -277,8 +280,8 @@ def check_plan(p):
             else:
                 assert inst[src]["persistent"], ("prefetch of a host copy nobody wrote", c)
             # ...and is not overwritten by a later offload while it reads it.
-            for d in cs.copies:
-                if d["kind"] == "offload" and d["outputs"][0] == src and d["index"] > s0:
+            for d in writes_host.get(src, []):
+                if d["index"] > s0:
                     assert cs.done_before(c, d["index"]), (
                         "the offload at step %d writes host instance %d while the prefetch at "
                         "step %d reads it" % (d["index"], src, s0))

@@ -133,6 +133,7 @@ def auto_plan_at(model, batch, tmp_path, *extra):
 # (model, extra flags) whose auto tiers are all found and checked; the fixed
 # policies are checked on every model.
 TIER_RUNS = [("fashion_cnn", []), ("fashion_cnn", ["--optimizer", "adam"]), ("resnet50", [])]
+TIER_POINTS = {"fashion_cnn": 24, "resnet50": 8}     # budgets tried before the jumps
 
 
 @pytest.mark.parametrize("name", ["fashion_cnn", "resnet50", "googlenet"])
@@ -181,7 +182,8 @@ def test_auto_tiers_checked(models, name, extra, tmp_path):
     model, batch = models[name]
     live, _ = plan_json(model, batch, "liveness", tmp_path, *extra)
     low = smallest_budget(model, batch, *extra)
-    tiers = auto_tiers(auto_plan_at(model, batch, tmp_path, *extra), live["arena_bytes"], low)
+    tiers = auto_tiers(auto_plan_at(model, batch, tmp_path, *extra), live["arena_bytes"], low,
+                       points=TIER_POINTS[name])
     print(name, extra, {t: (b, p["arena_bytes"], p["host_bytes"]) for t, (b, p, _) in tiers.items()})
     want = set(TIERS) - ({"recompute"} if name == "resnet50" else set())
     assert want <= set(tiers), sorted(tiers)
