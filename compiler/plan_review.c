@@ -167,7 +167,19 @@ const char *review_reason(const Graph *g, const Plan *pl, const Review *rv, int 
   int pi = pl->tensor_inst[t];
   if (rv->dec[t] == DEC_OFFLOADED) {
     int o = rv->offload_step[t], p = rv->prefetch_step[t];
-    if (p >= 0)
+    if (pi >= 0 && pl->inst[pi].persistent && pl->inst[pi].host) {
+      /* Parameters and optimizer state resident on the host: the device
+       * sees them only around their uses; an update's result is copied back. */
+      int in = 0, back = 0, last_back = -1;
+      for (int k = 0; k < rv->ncopies; k++)
+        if (rv->copies[k].tensor == t) {
+          if (rv->copies[k].prefetch) in++;
+          else back++, last_back = rv->copies[k].step;
+        }
+      snprintf(buf, sizeof buf, "resident in host memory: copied to the device %d time%s "
+               "(first at step %d), written back %d time%s%s", in, in == 1 ? "" : "s", p, back,
+               back == 1 ? "" : "s", back ? xasprintf(" (last at step %d)", last_back) : "");
+    } else if (p >= 0)
       snprintf(buf, sizeof buf, "idle on the device for %d steps: offloaded at step %d, "
                "prefetched at step %d%s%s", p - o, o, p, rv->next_use[t] >= 0 ? " for step " : "",
                rv->next_use[t] >= 0 ? xasprintf("%d", rv->next_use[t]) : "");

@@ -191,3 +191,28 @@ def test_diff_wrong_keys(tmp_path):
     assert r.returncode == 2 and "cannot open" in r.stderr
     r = run([SNC, "plan", "--diff", good])
     assert r.returncode == 1 and "--diff needs two plan.json files" in r.stderr
+
+
+def test_decisions_for_host_resident_state(tmp_path):
+    """At the smallest budget parameters and optimizer state live on the host:
+    each one's decision says so, with its copies to the device and back
+    counted from plan.json (not "idle for -145 steps")."""
+    r = run([SNC, "plan", MODEL, "--batch", "8", "--budget", "1"])
+    low = re.search(r"\((\d+) bytes\)", r.stderr).group(1)
+    j = str(tmp_path / "low.json")
+    r = run([SNC, "plan", MODEL, "--batch", "8", "--budget", low, "--json", j])
+    assert r.returncode == 0, r.stderr
+    p = json.load(open(j))
+    hosted = {i["tensor"] for i in p["instances"] if i["persistent"] and i["host_offset"] >= 0
+              and i["kind"] in ("param", "optimizer")}
+    assert any(t.endswith(".momentum") for t in hosted) and "features.0.weight" in hosted
+    decisions = r.stdout[r.stdout.index("\ndecisions ("):]
+    for name in hosted:
+        n_in = sum(s["kind"] == "prefetch" and s["node"] == name for s in p["steps"])
+        n_out = sum(s["kind"] == "offload" and s["node"] == name for s in p["steps"])
+        first = min(s["index"] for s in p["steps"] if s["kind"] == "prefetch" and s["node"] == name)
+        want = "    - %s  " % name
+        line = next(l for l in decisions.splitlines() if l.startswith(want))
+        assert ("resident in host memory: copied to the device %d time%s (first at step %d), "
+                "written back %d time" % (n_in, "" if n_in == 1 else "s", first, n_out)) in line, line
+    assert not re.search(r"idle on the device for -", r.stdout)
