@@ -29,6 +29,8 @@ definitions in README.md and INTERFACE.md, never against the planner's code:
   peak live, persistent bytes, layer peak, high water per step, baseline
   (policy none), offload bytes, the step-time breakdown.
 """
+import collections
+import heapq
 import json
 import os
 
@@ -106,7 +108,7 @@ class Copies:
         by_event = {}
         for c in self.copies:
             by_event.setdefault(c["event"], []).append(c)
-        pending = {k: [c["index"] for c in self.copies if c["kind"] == k]
+        pending = {k: collections.deque(c["index"] for c in self.copies if c["kind"] == k)
                    for k in ("offload", "prefetch")}
         for s in steps:
             w = s["index"]
@@ -119,7 +121,7 @@ class Copies:
                         break
                     q = pending[d["kind"]]
                     while q and q[0] <= d["index"]:
-                        self.done[q.pop(0)] = w
+                        self.done[q.popleft()] = w
 
     def done_before(self, c, s):
         """c is known complete when step s starts."""
@@ -311,12 +313,18 @@ def check_plan(p):
     assert p["layer_peak_bytes"] == layer, (p["layer_peak_bytes"], layer)
     assert p["persistent_bytes"] <= p["layer_peak_bytes"] <= p["peak_live_bytes"]
     assert p["arena_bytes"] >= p["peak_live_bytes"]
-    # High water per step from the instances.
-    hw = [0] * T
-    for i in dev:
-        if i["bytes"]:
-            for s in range(i["first"], i["last"] + 1):
-                hw[s] = max(hw[s], i["offset"] + i["bytes"])
+    # High water per step from the instances: a sweep, the live ends in a
+    # max-heap (entries of instances already dead dropped when on top).
+    hw, heap = [0] * T, []
+    starts = sorted((i for i in dev if i["bytes"]), key=lambda i: i["first"])
+    k = 0
+    for s in range(T):
+        while k < len(starts) and starts[k]["first"] == s:
+            heapq.heappush(heap, (-(starts[k]["offset"] + starts[k]["bytes"]), starts[k]["last"]))
+            k += 1
+        while heap and heap[0][1] < s:
+            heapq.heappop(heap)
+        hw[s] = -heap[0][0] if heap else 0
     assert hw == [s["high_water_bytes"] for s in steps]
     copied = sum(inst[c["inputs"][0]]["bytes"] for c in cs.copies if c["index"] < tr)
     assert (p["offload_bytes"] > 0) == (copied > 0), (p["offload_bytes"], copied)
