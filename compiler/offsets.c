@@ -137,7 +137,7 @@ static int cmp_place(const void *x, const void *y, void *ctx) {
 
 /* Max end offset of live instances per step: chmax on canonical nodes, then
  * each leaf takes the max along its path. O((n + T) log T). */
-static void high_water(Plan *pl) {
+void offsets_high_water(Plan *pl) {
   int T = pl->route->ns, P = 1;
   while (P < T) P <<= 1;
   int64_t *mx = xcalloc(2 * (size_t)P, sizeof *mx);
@@ -193,7 +193,7 @@ int64_t offsets_assign(Plan *pl, bool share) {
     free(p.cover), free(p.sub), free(p.stamp), free(p.q), free(order);
   }
   pl->arena_bytes = top;
-  high_water(pl);
+  offsets_high_water(pl);
   return top;
 }
 

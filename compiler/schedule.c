@@ -92,6 +92,7 @@ static int defer_waits(const Graph *g, Plan *pl, FILE *log) {
   }
   if (moved) {
     liveness_lifetimes(g, pl);   /* kept regions now live through their new wait */
+    offsets_high_water(pl);      /* ...and count in the arena's high water there */
     if (offsets_check(g, pl, stderr))
       internal_error(__FILE__, __LINE__, "moving waits past copies made regions overlap");
   }

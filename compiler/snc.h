@@ -445,6 +445,8 @@ void liveness_dump(const Graph *g, const Plan *pl, FILE *f);
 /* offsets.c: greedy interval packing; returns the arena size. */
 int64_t offsets_assign(Plan *pl, bool share);
 void offsets_host(Plan *pl);
+/* pl->high_water from the offsets and lifetimes (after a pass changes lifetimes). */
+void offsets_high_water(Plan *pl);
 void offsets_dump(const Graph *g, const Plan *pl, FILE *f);
 /* Brute-force check: no two instances whose lifetimes overlap share bytes.
  * Returns the number of violations (printed to f if non-NULL). */
