@@ -52,14 +52,32 @@ static bool overlap(const Plan *pl, int a, int b) {
          y->host_offset < x->host_offset + x->bytes;
 }
 
+/* Does the copy step t touch (read or write) bytes of instance i? */
+static bool touches(const Plan *pl, const Step *t, int i) {
+  for (int j = 0; j < t->nin + t->nout; j++) {
+    int x = j < t->nin ? t->in[j] : t->out[j - t->nin];
+    if (x >= 0 && overlap(pl, i, x)) return true;
+  }
+  return false;
+}
+
 /* May the waits (and kept regions) of step s move past the copy step t? Only
- * if t's copy touches none of the regions they keep busy. */
-static bool may_defer(const Plan *pl, const Step *st, const Step *t) {
+ * if t's copy touches none of the regions they keep busy, and none of the
+ * regions the waited-for copies read or write: a prefetch of the host copy
+ * an offload is still writing (the queues run independently) must wait for
+ * that offload first. ev_copy[e]: the latest copy step recording event e. */
+static bool may_defer(const Plan *pl, const Step *st, const Step *t, const int *ev_copy) {
   for (int k = 0; k < st->nkeep; k++)
-    for (int j = 0; j < t->nin + t->nout; j++) {
-      int i = j < t->nin ? t->in[j] : t->out[j - t->nin];
-      if (i >= 0 && overlap(pl, st->keep[k], i)) return false;
+    if (touches(pl, t, st->keep[k])) return false;
+  for (int w = 0; w < st->nwait; w++) {
+    int e = st->wait[w];
+    if (e < 0 || e >= pl->nevents || ev_copy[e] < 0) continue;
+    const Step *c = &pl->route->s[ev_copy[e]];
+    for (int j = 0; j < c->nin + c->nout; j++) {
+      int i = j < c->nin ? c->in[j] : c->out[j - c->nin];
+      if (i >= 0 && touches(pl, t, i)) return false;
     }
+  }
   return true;
 }
 
@@ -78,9 +96,13 @@ static void append(int **a, int *n, const int *b, int nb) {
 static int defer_waits(const Graph *g, Plan *pl, FILE *log) {
   Route *r = pl->route;
   int moved = 0;
+  int *ev_copy = xmalloc(sizeof(int) * (size_t)(pl->nevents + 1));
+  for (int e = 0; e < pl->nevents; e++) ev_copy[e] = -1;
   for (int s = 0; s + 1 < r->ns; s++) {
     Step *st = &r->s[s], *t = &r->s[s + 1];
-    if (!st->nwait || !is_copy(t) || s + 1 == r->train_steps || !may_defer(pl, st, t)) continue;
+    if (is_copy(st) && st->event >= 0 && st->event < pl->nevents) ev_copy[st->event] = s;
+    if (!st->nwait || !is_copy(t) || s + 1 == r->train_steps || !may_defer(pl, st, t, ev_copy))
+      continue;
     if (log)
       for (int w = 0; w < st->nwait; w++)
         fprintf(log, "  step %5d waits for event %4d: moved to step %d (a copy issued next; "
@@ -90,6 +112,7 @@ static int defer_waits(const Graph *g, Plan *pl, FILE *log) {
     append(&t->keep, &t->nkeep, st->keep, st->nkeep);
     st->nwait = st->nkeep = 0;
   }
+  free(ev_copy);
   if (moved) {
     liveness_lifetimes(g, pl);   /* kept regions now live through their new wait */
     offsets_high_water(pl);      /* ...and count in the arena's high water there */

@@ -138,11 +138,14 @@ TIER_POINTS = {"fashion_cnn": 24, "resnet50": 8}     # budgets tried before the 
 
 @pytest.mark.parametrize("name", ["fashion_cnn", "resnet50", "googlenet"])
 def test_every_policy_checked(models, name, tmp_path):
-    """check_plan on every fixed policy (with SGD and Adam), and what each
+    """check_plan on every fixed policy (with SGD and Adam, and under the cpu
+    profile), and what each
     moves: recompute rebuilds but copies nothing, offload copies but
     rebuilds nothing and its copies hide fully, superneurons does both."""
     model, batch = models[name]
-    for extra in ([], ["--optimizer", "adam"]):
+    # h200 (snc plan's default profile) and cpu (snc compile's for the cpu
+    # target): the costs move the copies and their waits.
+    for extra in ([], ["--optimizer", "adam"], ["--device", "cpu"]):
         for pol in ("none", "liveness", "recompute", "offload", "superneurons"):
             p, _ = plan_json(model, batch, pol, tmp_path, *extra)
             f = check_plan(p)
