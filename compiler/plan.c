@@ -17,6 +17,7 @@
  * offload.c, offsets.c) or output formats (plan_print.c). */
 #include "snc.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -164,7 +165,7 @@ static void plan_free(Plan *pl) {
   if (!pl) return;
   route_free(pl->route);
   free(pl->inst), free(pl->tensor_inst), free(pl->live_bytes), free(pl->high_water);
-  free(pl->auto_log), free(pl);
+  free(pl->auto_log), free(pl->ckpt), free(pl);
 }
 
 /* The search in plan_auto: the fastest plan that fits both budgets, and the
@@ -359,6 +360,12 @@ static Plan *plan_auto(Graph *g, const PlanOpts *o, const DeviceProfile *dev, Se
     fx = (Cand){.planned = POL_SUPERNEURONS, .rc_target = 0, .sel = acts, .lead = -1,
                 .host_state = hs};
     consider(sr, g, o, dev, &fx);
+    /* Chen et al.'s sqrt(N) checkpointing: about sqrt(N) segments, each
+     * rebuilt once (bench/tradeoff's reference point). */
+    fx = (Cand){.planned = POL_RECOMPUTE, .rc_target = INT64_MAX,
+                .seg_bytes = (int64_t)((double)A / sqrt((double)(g->nfwd > 1 ? g->nfwd : 1))),
+                .host_state = hs};
+    if (fx.seg_bytes > 0) consider(sr, g, o, dev, &fx);
     /* Cheap layers rebuilt plus offload of the first k activations (exposed
      * copies allowed), the longest-idle first, with the smallest k that
      * fits found by bisection (invariant: the plan at hi fits). */
