@@ -432,6 +432,8 @@ static Plan *build(Graph *g, const PlanOpts *o, Search *sr) {
   unreachable();
 }
 
+double plan_smallest_search_seconds = 20.0;
+
 /* Whether auto finds a plan within device budget b (and o's host budget). */
 static bool auto_fits(Graph *g, const PlanOpts *o, int64_t b) {
   PlanOpts q = *o;
@@ -447,20 +449,28 @@ static bool auto_fits(Graph *g, const PlanOpts *o, int64_t b) {
  * budget (their recomputation targets), so that arena is confirmed, or
  * doubled until it fits, then bisected in SNRT_ALIGN steps. *exact is false
  * where planning is slow enough that the search stopped early (the result
- * then fits but a smaller budget may too). */
+ * then fits but a smaller budget may too). A negative result: none fits up
+ * to its magnitude. */
+static double seconds_since(const struct timespec *t0) {
+  struct timespec t1;
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  return (double)(t1.tv_sec - t0->tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0->tv_nsec);
+}
+
 static int64_t smallest_budget(Graph *g, const PlanOpts *o, int64_t bad, int64_t hint,
                                bool *exact) {
-  struct timespec t0, t1;
+  struct timespec t0;
   clock_gettime(CLOCK_MONOTONIC, &t0);
+  if (hint <= bad) hint = bad + SNRT_ALIGN;
   int64_t lo = bad / SNRT_ALIGN, hi = (hint + SNRT_ALIGN - 1) / SNRT_ALIGN;   // lo fails
   *exact = true;
   for (int k = 0; !auto_fits(g, o, hi * SNRT_ALIGN); k++) {
-    if (k == 8) return *exact = false, hint;
+    if (k == 8 || seconds_since(&t0) > plan_smallest_search_seconds || hi > INT64_MAX / 1024)
+      return -hi * SNRT_ALIGN;   /* none found up to there */
     lo = hi, hi *= 2;
   }
   while (hi - lo > 1) {
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    if ((double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec) > 20.0) {
+    if (seconds_since(&t0) > plan_smallest_search_seconds) {
       *exact = false;
       break;
     }
@@ -476,12 +486,19 @@ Plan *plan_build(Graph *g, const PlanOpts *o) {
   Plan *pl = build(g, o, &sr);
   int64_t budget = sr.budget, host = sr.host_budget;
   if (!pl) {
-    if (sr.smallest != INT64_MAX && sr.smallest > budget) {
+    if (sr.smallest != INT64_MAX) {
       bool exact;
       int64_t b = smallest_budget(g, o, budget, sr.smallest, &exact);
-      fatal(EXIT_BADINPUT, "budget %s is too small for this model at batch %d: the smallest "
-            "budget that fits is %s%s (%lld bytes), under the host budget %s", fmt_bytes(budget),
-            g->batch, exact ? "" : "at most ", fmt_bytes(b), (long long)b, fmt_bytes(host));
+      if (b > 0)
+        fatal(EXIT_BADINPUT, "budget %s is too small for this model at batch %d: the smallest "
+              "budget that fits is %s%s (%lld bytes), under the host budget %s",
+              fmt_bytes(budget), g->batch, exact ? "" : "at most ", fmt_bytes(b), (long long)b,
+              fmt_bytes(host));
+      if (sr.smallest_host == INT64_MAX)
+        fatal(EXIT_BADINPUT, "budget %s is too small for this model at batch %d: no plan was "
+              "found under the host budget %s with a device budget up to %s; give a larger "
+              "--budget or --host-budget", fmt_bytes(budget), g->batch, fmt_bytes(host),
+              fmt_bytes(-b));
     }
     if (sr.smallest_host != INT64_MAX)
       fatal(EXIT_BADINPUT, "host budget %s is too small for this model at batch %d under the "

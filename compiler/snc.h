@@ -438,6 +438,10 @@ int64_t device_host_budget(const DeviceProfile *d);
 
 /* plan.c: runs the planning passes for the policy. */
 Plan *plan_build(Graph *g, const PlanOpts *o);
+/* How long an infeasible budget's error may search for the smallest budget
+ * that fits before it names one that fits ("at most"); 20 s (the fuzzer
+ * lowers it). */
+extern double plan_smallest_search_seconds;
 /* liveness.c: one instance per arena tensor plus one per conv workspace;
  * fills Step.in/out/ws and the per-step statistics (live_bytes...).
  * liveness_compute = liveness_assign (primary instances, Step in/out/ws) +
