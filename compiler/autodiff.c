@@ -524,6 +524,60 @@ static void add_update(Graph *g, int w) {
   g->t[w].producer = -1;
 }
 
+/* Data parallel (--dist): buckets of parameters whose gradients are final,
+ * in the order they became final. Each bucket's all-reduce starts right
+ * after the backward node that completes it (the gradients of a bucket of
+ * at least bucket_bytes, or the last one) and overlaps the rest of the
+ * backward pass; its COMM_WAIT and then its updates follow the backward
+ * pass, so updates never read a gradient before every rank's share is in.
+ * Gradients thereby live until their update after the backward pass (the
+ * planner sees that through the COMM_WAIT and update readers). */
+static struct { int *param, n, cap, open; int64_t bytes; int nbuckets; int *start; } bk;
+
+static void bucket_close(Graph *g) {
+  if (bk.open == bk.n) return;
+  int cnt = bk.n - bk.open;
+  int *in = xmalloc(sizeof(int) * (size_t)cnt);
+  for (int k = 0; k < cnt; k++) in[k] = g->t[bk.param[bk.open + k]].grad;
+  char name[48];
+  snprintf(name, sizeof name, "bucket%d/allreduce", bk.nbuckets);
+  int a = add_node(g, OP_ALLREDUCE, -1, name, PH_COMM, cnt, in, 0, NULL, NULL);
+  g->n[a].aux = bk.nbuckets;
+  free(in);
+  xgrow((void **)&bk.start, &bk.cap, bk.nbuckets + 2, sizeof(int));
+  bk.start[bk.nbuckets++] = bk.open;
+  bk.start[bk.nbuckets] = bk.n;
+  bk.open = bk.n;
+  bk.bytes = 0;
+}
+
+static void bucket_add(Graph *g, int w) {
+  if (g->t[w].grad < 0) return;   /* no gradient: no update (as add_update) */
+  int cap = bk.n + 1;
+  bk.param = xrealloc(bk.param, sizeof(int) * (size_t)cap);
+  bk.param[bk.n++] = w;
+  bk.bytes += tensor_bytes(&g->t[g->t[w].grad]);
+  if (bk.bytes >= opts->bucket_bytes) bucket_close(g);
+}
+
+/* After the backward pass: per bucket, its wait, then its updates. */
+static void bucket_updates(Graph *g) {
+  bucket_close(g);
+  for (int b = 0; b < bk.nbuckets; b++) {
+    int cnt = bk.start[b + 1] - bk.start[b];
+    int *in = xmalloc(sizeof(int) * (size_t)cnt);
+    for (int k = 0; k < cnt; k++) in[k] = g->t[bk.param[bk.start[b] + k]].grad;
+    char name[48];
+    snprintf(name, sizeof name, "bucket%d/wait", b);
+    int wn = add_node(g, OP_COMM_WAIT, -1, name, PH_COMM, cnt, in, 0, NULL, NULL);
+    g->n[wn].aux = b;
+    free(in);
+    for (int k = bk.start[b]; k < bk.start[b + 1]; k++) add_update(g, bk.param[k]);
+  }
+  free(bk.param);
+  free(bk.start);
+}
+
 /* Forward with inference semantics: BN from running statistics, Dropout off.
  * Activations get their own "@eval" tensors; parameters, state and the input
  * are shared with the training step. */
@@ -580,6 +634,7 @@ void train_build(Graph *g, const TrainOpts *o) {
   opts = o;
   /* Forgotten, not freed: a fuzzer run abandoned by an error released them. */
   memset(&hints, 0, sizeof hints);
+  memset(&bk, 0, sizeof bk);
   rewrite_training_outputs(g);
   mark_constant_data(g);
   if (g->output < 0) fatal(EXIT_BADINPUT, "the model has no output");
@@ -619,9 +674,13 @@ void train_build(Graph *g, const TrainOpts *o) {
     /* add_update appends nodes (g->n may move): index, don't hold n. */
     for (int k = 0; k < g->n[i].nin; k++) {
       int t = g->n[i].in[k];
-      if (t >= 0 && g->t[t].kind == TK_PARAM && --pending[t] == 0) add_update(g, t);
+      if (t >= 0 && g->t[t].kind == TK_PARAM && --pending[t] == 0) {
+        if (o->dist) bucket_add(g, t);
+        else add_update(g, t);
+      }
     }
   }
+  if (o->dist) bucket_updates(g);
   add_eval(g);
   hints_free();
   free(needs);

@@ -268,6 +268,7 @@ static void emit_steps(Emit *e, int from, int to, const char *fname, int **death
   const Graph *g = e->g;
   const Plan *pl = e->pl;
   int part = 0;
+  int comm = 0;   /* --dist: all-reduces started and not yet waited for */
   for (int s = from; s < to; s++) {
     if ((s - from) % STEPS_PER_FUNCTION == 0) {
       if (s > from) fprintf(e->f, "}\n\n");
@@ -282,6 +283,10 @@ static void emit_steps(Emit *e, int from, int to, const char *fname, int **death
       fprintf(e->f, "  /* %5d %-9s %-18s %s  live %s */\n", s, step_kind_name(st->kind), op_name(n->op),
               comment_safe(n->name), fmt_bytes(pl->live_bytes ? pl->live_bytes[s] : 0));
       op_info[n->op].emit(e, g, n);
+      /* MPI progresses a nonblocking all-reduce only inside MPI calls. */
+      if (st->kind == SK_ALLREDUCE) comm++;
+      else if (st->kind == SK_COMM_WAIT) comm--;
+      else if (comm > 0) fprintf(e->f, "  snrt_comm_progress(c);\n");
     } else {
       /* A copy on the copy engine, recording its event when done. */
       const Instance *src = &pl->inst[st->in[0]], *dst = &pl->inst[st->out[0]];
@@ -336,7 +341,30 @@ static void death_lists(const Graph *g, const Plan *pl, int ***deaths, int **nde
 
 /* ---- build.ninja ---- */
 
-static void write_ninja(const char *dir, const char *root, const char *target) {
+/* --dist mpi: what configure.py found (build/snrt_mpi.ninja: the MPI object
+ * and link flags), copied so that DIR/build.ninja stands alone. */
+static bool mpi_lines(FILE *f, const char *root, const char *dir) {
+  char *frag = xasprintf("%s/build/snrt_mpi.ninja", root);
+  FILE *in = fopen(frag, "r");
+  bool have = false;
+  if (in) {
+    char line[8192];
+    while (fgets(line, sizeof line, in))
+      if (strncmp(line, "mpilibs = ", 10) == 0) {
+        fputs(line, f);
+        have = true;
+      }
+    fclose(in);
+  }
+  if (!have)
+    fprintf(stderr, "snc: warning: %s not found: configure.py found no MPI here (install "
+                    "openmpi-bin and libopenmpi-dev, or ./configure.py --install-deps), so "
+                    "`ninja -C %s` will fail\n", frag, dir);
+  free(frag);
+  return have;
+}
+
+static void write_ninja(const char *dir, const char *root, const char *target, bool dist) {
   FILE *f = create(dir, "build.ninja", "w");
   fprintf(f, "# Written by snc compile; builds ./train. Re-run snc compile to change it.\n");
   fprintf(f, "snc_root = %s\n", root);
@@ -370,9 +398,23 @@ static void write_ninja(const char *dir, const char *root, const char *target) {
     fprintf(f, "build train.o: cc train.c\nbuild train: link train.o%s\n",
             have ? " $snc_root/build/libsnrt_cuda.a" : "");
   } else {
-    fprintf(f, "rule link\n  command = gcc -o $out $in -fopenmp -lopenblas -lprotobuf-c -lz -lm -lpthread\n"
-               "  description = LINK $out\n");
-    fprintf(f, "build train.o: cc train.c\nbuild train: link train.o $snc_root/build/libsnrt_cpu.a\n");
+    if (dist && mpi_lines(f, root, dir)) {
+      /* The MPI layer first: it defines what libsnrt_cpu.a's single-process
+       * stand-in (dist_none.o) would otherwise bring. */
+      fprintf(f, "rule link\n  command = gcc -o $out $in -fopenmp -lopenblas -lprotobuf-c -lz -lm "
+                 "-lpthread $mpilibs\n  description = LINK $out\n");
+      fprintf(f, "build train.o: cc train.c\nbuild train: link train.o $snc_root/build/snrt_mpi.o "
+                 "$snc_root/build/libsnrt_cpu.a\n");
+    } else if (dist) {
+      fprintf(f, "rule link\n  command = echo 'snc: error: configure.py found no MPI in %s/build "
+                 "(apt-get install openmpi-bin libopenmpi-dev, then ./configure.py)' >&2; false\n"
+                 "  description = LINK $out\n", root);
+      fprintf(f, "build train.o: cc train.c\nbuild train: link train.o\n");
+    } else {
+      fprintf(f, "rule link\n  command = gcc -o $out $in -fopenmp -lopenblas -lprotobuf-c -lz -lm -lpthread\n"
+                 "  description = LINK $out\n");
+      fprintf(f, "build train.o: cc train.c\nbuild train: link train.o $snc_root/build/libsnrt_cpu.a\n");
+    }
   }
   fprintf(f, "default train\n");
   finish(f, dir, "build.ninja");
@@ -385,7 +427,10 @@ void emit_program(const Graph *g, const Plan *pl, const EmitOpts *o, const char 
   char *root = snc_root();
   uint64_t fp = 0;
   copy_file(o->model_path, dir, "model.onnx", &fp);
-  fp = hash_bytes(fp, &g->batch, sizeof g->batch);
+  /* --dist: checkpoints hold the global batch (ranks x batch) and are checked
+   * against it at run time, so that any rank count may resume them. */
+  if (!o->train->dist) fp = hash_bytes(fp, &g->batch, sizeof g->batch);
+  else fp = hash_bytes(fp, "dist", 4);
   fp = hash_bytes(fp, &o->train->loss, sizeof o->train->loss);
   fp = hash_bytes(fp, &o->train->optim, sizeof o->train->optim);
 
@@ -513,6 +558,11 @@ void emit_program(const Graph *g, const Plan *pl, const EmitOpts *o, const char 
       if (!vocab || rows < vocab) vocab = rows;
     }
   if (vocab) fprintf(f, "  .vocab = %lld,\n", (long long)vocab);
+  if (o->train->dist) {
+    int nb = 0;
+    for (int i = 0; i < g->nn; i++) nb += g->n[i].op == OP_ALLREDUCE;
+    fprintf(f, "  .dist = 1,\n  .buckets = %d,\n", nb);
+  }
   if (seq) fprintf(f, "  .positions = %lld,\n", (long long)out->dims[1]);
   if (strcmp(o->target, "cuda") == 0) {
     const DeviceProfile *dev = device_find(pl->opts.device);
@@ -532,6 +582,6 @@ void emit_program(const Graph *g, const Plan *pl, const EmitOpts *o, const char 
   f = create(dir, "plan.json", "w");
   plan_print_json(g, pl, f);
   finish(f, dir, "plan.json");
-  write_ninja(dir, root, o->target);
+  write_ninja(dir, root, o->target, o->train->dist);
   free(root);
 }

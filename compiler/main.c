@@ -11,12 +11,12 @@ static const char usage_text[] =
     "  snc inspect MODEL.onnx [--batch N] [--input NAME] [--json] [--dump import]\n"
     "  snc plan    MODEL.onnx --batch N [--policy P] [--budget SIZE] [--device PROFILE]\n"
     "                         [--target cpu|cuda] [--json FILE] [--html FILE] [--dump PASS]\n"
-    "                         [--input NAME]\n"
+    "                         [--input NAME] [--dist mpi [--bucket SIZE]]\n"
     "  snc plan    --diff A.json B.json\n"
     "  snc compile MODEL.onnx -o DIR --batch N [--target cpu|cuda] [--policy P]\n"
     "                         [--budget SIZE] [--device PROFILE] [--loss softmax-ce|mse]\n"
     "                         [--optimizer sgd|adam|adamw] [--lr X] [--momentum X]\n"
-    "                         [--weight-decay X] [--input NAME]\n"
+    "                         [--weight-decay X] [--input NAME] [--dist mpi [--bucket SIZE]]\n"
     "  snc max-batch MODEL.onnx --budget SIZE [--policy P] [--device PROFILE]\n"
     "\n"
     "policies: none liveness recompute offload superneurons auto (default)\n"
@@ -55,7 +55,7 @@ static void parse_args(Args *a, int argc, char **argv) {
   a->plan.policy = POL_AUTO;
   a->train = (TrainOpts){.loss = LOSS_SOFTMAX_CE, .optim = OPTIM_SGD, .lr = 0.01f,
                          .momentum = 0.9f, .weight_decay = 0.0f, .beta1 = 0.9f,
-                         .beta2 = 0.999f, .eps = 1e-8f};
+                         .beta2 = 0.999f, .eps = 1e-8f, .bucket_bytes = 1 << 20};
   if (argc < 2) usage("%s", "no command given");
   a->cmd = argv[1];
   if (strcmp(a->cmd, "-h") == 0 || strcmp(a->cmd, "--help") == 0) {
@@ -111,6 +111,14 @@ static void parse_args(Args *a, int argc, char **argv) {
     else if (strcmp(s, "--weight-decay") == 0) {
       a->train.weight_decay = parse_float(s, need_value(argc, argv, &i));
       wd_set = true;
+    } else if (strcmp(s, "--dist") == 0) {
+      const char *v = need_value(argc, argv, &i);
+      if (strcmp(v, "mpi")) usage("--dist takes 'mpi' (data parallel over MPI ranks), not '%s'", v);
+      a->train.dist = true;
+    } else if (strcmp(s, "--bucket") == 0) {
+      const char *v = need_value(argc, argv, &i);
+      a->train.bucket_bytes = parse_size(v);
+      if (a->train.bucket_bytes <= 0) usage("bad size for --bucket: '%s' (e.g. 1MiB, 25MB, 4096)", v);
     } else if (strcmp(s, "--diff") == 0) {
       if (i + 2 >= argc) usage("%s", "--diff needs two plan.json files: --diff A.json B.json");
       a->diff_a = need_value(argc, argv, &i);
@@ -128,6 +136,8 @@ static void parse_args(Args *a, int argc, char **argv) {
   if ((strcmp(a->cmd, "compile") == 0 || strcmp(a->cmd, "plan") == 0) && !a->batch)
     usage("%s needs --batch N", a->cmd);
   if (strcmp(a->cmd, "max-batch") == 0 && !a->plan.budget) usage("%s", "max-batch needs --budget SIZE");
+  if (a->train.dist && strcmp(a->target, "cuda") == 0)
+    usage("%s", "--dist mpi is for --target cpu so far (the NCCL variant for cuda is not built yet)");
 }
 
 static Graph *load(const Args *a, int batch) {

@@ -350,6 +350,10 @@ typedef struct snrt_model {
    * refuses to start when the arena does not leave it free. 0 on the CPU. */
   int64_t reserve_bytes;
   const char *device;        /* the device profile planned for */
+  /* --dist mpi: 1, and the number of gradient all-reduce buckets; batch is
+   * then per rank (the global batch is ranks x batch). 0 otherwise. */
+  int dist;
+  int buckets;
 } snrt_model;
 
 /* Defined by the emitted train.c. */
@@ -386,6 +390,17 @@ void snrt_grad_ready(snrt_ctx *c, int param, const float *g, int64_t n);
 void snrt_offload(snrt_ctx *c, int64_t host_off, int64_t dev_off, int64_t bytes, int event);
 void snrt_prefetch(snrt_ctx *c, int64_t dev_off, int64_t host_off, int64_t bytes, int event);
 void snrt_wait(snrt_ctx *c, int event);  /* compute waits until `event` completed */
+
+/* Data parallel (--dist mpi; runtime/dist/mpi.c). Starts the all-reduce of
+ * bucket `bucket`: n gradients given as (arena offset, float count) pairs in
+ * `regions`, summed across ranks in place. The wait completes it and divides
+ * by the number of ranks (the average), before the first update that reads
+ * the bucket; it ends every rank with a message if another rank does not
+ * answer within --comm-timeout. Progress lets MPI move pending all-reduces
+ * along between compute steps. */
+void snrt_allreduce_start(snrt_ctx *c, int bucket, int n, const int64_t *regions);
+void snrt_allreduce_wait(snrt_ctx *c, int bucket);
+void snrt_comm_progress(snrt_ctx *c);
 
 /* ---------------------------------------------------------------------------
  * Kernels. Inputs are const; outputs are overwritten.

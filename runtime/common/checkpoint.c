@@ -15,6 +15,10 @@
  * (enum snrt_loss_kind) in bits 8-15; 0 in files written before it existed.
  * The fingerprint covers both; kinds only lets the refusal say why.
  *
+ * batch is the global batch: ranks x the compiled batch for a --dist
+ * program (whose fingerprint leaves the batch out, so any rank count may
+ * resume a checkpoint of the same global batch), the compiled batch otherwise.
+ *
  * Saving writes FILE.tmp, fsyncs it and renames it over FILE, so a crash or a
  * full disk leaves the previous checkpoint intact. Loading refuses a file
  * that is truncated, corrupted (checksum), or from another model, optimizer,
@@ -118,7 +122,7 @@ void rt_checkpoint_save(snrt_ctx *c, const char *path, const rt_position *pos) {
   uint8_t *p = buf;
   uint32_t version = CKPT_VERSION, kinds = kinds_of(m);
   uint64_t sum = 0, len = size - 24;
-  int32_t batch = m->batch;
+  int32_t batch = m->batch * rt_ranks;   /* the global batch (--dist: ranks x batch) */
   put(&p, CKPT_MAGIC, 8);
   put(&p, &version, 4);
   put(&p, &kinds, 4);
@@ -188,7 +192,11 @@ void rt_checkpoint_load(snrt_ctx *c, const char *path, rt_position *pos) {
   get(&p, &fp, 8);
   get(&p, &batch, 4);
   get(&p, &count, 4);
-  if (batch != m->batch)
+  if (m->dist && batch != m->batch * rt_ranks)
+    rt_fail(SNRT_EXIT_DATA, "checkpoint %s was saved at global batch %d; this run's global batch is "
+            "%d (%d ranks x batch %d): resume with ranks x batch = %d", path, batch,
+            m->batch * rt_ranks, rt_ranks, m->batch, batch);
+  if (!m->dist && batch != m->batch)
     rt_fail(SNRT_EXIT_DATA, "checkpoint %s was saved with batch %d; this program was compiled for batch %d",
             path, batch, m->batch);
   int opt = (int)(kinds & 0xff) - 1, loss = (int)(kinds >> 8 & 0xff) - 1;

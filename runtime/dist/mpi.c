@@ -1,0 +1,221 @@
+/* mpi.c — the data-parallel layer of a --dist mpi program (build/snrt_mpi.o).
+ *
+ * What it is: MPI for the pieces rt.h declares in its dist section, and the
+ * gradient all-reduce steps that the emitted train.c calls
+ * (snrt_allreduce_start / _wait / snrt_comm_progress). Gradients are summed
+ * in place in the arena with MPI_Iallreduce, one request per gradient, all of
+ * a bucket's requests started together, and divided by the number of ranks at
+ * the wait. Every wait is a loop of MPI_Test with a deadline (--comm-timeout)
+ * so that a rank that died or hangs ends the others with a message instead of
+ * a hang; each wait also stops, with a message, when a signal arrived and the
+ * other ranks still have not answered a second later (mpirun sends SIGTERM to
+ * the survivors when a rank dies).
+ *
+ * What it is not: the training loop (common/main.c decides what is
+ * exchanged) or a transport: MPI moves the bytes. Run as one process (no
+ * mpirun) it is an MPI singleton and exchanges nothing.
+ *
+ * Threads: only the main thread calls MPI (the loader and copy-engine
+ * threads never do), so MPI_THREAD_FUNNELED is enough. */
+#include "common/rt.h"
+
+#include <limits.h>
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+int rt_rank = 0, rt_ranks = 1;
+double rt_comm_timeout = 300;
+
+static bool inited;
+static double t_comm, t_exposed, t_sync;   /* seconds, see rt_dist_times */
+
+typedef struct Bucket {
+  MPI_Request *req;        /* one per gradient */
+  int n, cap;
+  const int64_t *regions;  /* (arena offset, floats) pairs, from train.c */
+  double t_start, t_done;  /* MPI_Wtime at the start, at completion seen */
+  bool active, done;
+} Bucket;
+static Bucket *bk;
+static int nbk;
+
+static void check(int rc, const char *what) {
+  if (rc == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  msg[len] = 0;
+  rt_fail(SNRT_EXIT_RANKS, "%s failed: %s", what, msg);
+}
+
+void rt_dist_init(int *argc, char ***argv) {
+  int provided;
+  check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+  inited = true;
+  /* Errors come back to us (and end every rank with a message). */
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  check(MPI_Comm_rank(MPI_COMM_WORLD, &rt_rank), "MPI_Comm_rank");
+  check(MPI_Comm_size(MPI_COMM_WORLD, &rt_ranks), "MPI_Comm_size");
+}
+
+void rt_dist_finalize(void) {
+  if (inited) MPI_Finalize();
+  inited = false;
+}
+
+noreturn void rt_dist_abort(int code) {
+  fflush(stdout);
+  fflush(stderr);
+  if (inited && rt_ranks > 1) MPI_Abort(MPI_COMM_WORLD, code);
+  exit(code);
+}
+
+/* Waits for n requests: the deadline and the signal rule of the header. */
+static void wait_all(int n, MPI_Request *req, const char *what) {
+  double t0 = MPI_Wtime(), sig_at = 0;
+  for (long spins = 0;; spins++) {
+    int flag = 0;
+    check(MPI_Testall(n, req, &flag, MPI_STATUSES_IGNORE), what);
+    if (flag) return;
+    double t = MPI_Wtime();
+    if (rt_stop_signal && !sig_at) sig_at = t;
+    if (sig_at && t - sig_at > 1.0)
+      rt_fail(SNRT_EXIT_RANKS, "rank %d of %d: stopped by %s while waiting for the other ranks "
+              "(%s), which did not answer: a rank has probably died (mpirun's message names "
+              "it); no checkpoint is written now, the last one saved is kept", rt_rank, rt_ranks,
+              rt_stop_signal == SIGINT ? "SIGINT" : "SIGTERM", what);
+    if (t - t0 > rt_comm_timeout)
+      rt_fail(SNRT_EXIT_RANKS, "rank %d of %d: %s did not complete within %g s: another rank "
+              "died, hangs, or runs another program or data; stopping every rank (the last "
+              "checkpoint saved is kept; --comm-timeout S waits longer)", rt_rank, rt_ranks,
+              what, rt_comm_timeout);
+    /* Spin briefly, then yield the core: ranks may share cores with compute. */
+    if (spins > 2000) {
+      struct timespec d = {0, 50000};
+      nanosleep(&d, NULL);
+    }
+  }
+}
+
+void rt_dist_agree(const char *const *names, const uint64_t *v, int n) {
+  if (rt_ranks < 2) return;
+  uint64_t *all = rt_xmalloc(sizeof(uint64_t) * (size_t)n * (size_t)rt_ranks);
+  MPI_Request r;
+  check(MPI_Iallgather(v, n, MPI_UINT64_T, all, n, MPI_UINT64_T, MPI_COMM_WORLD, &r),
+        "MPI_Iallgather");
+  wait_all(1, &r, "the start-up check that every rank runs the same program");
+  int bad_rank = -1, bad = -1;
+  for (int q = 1; q < rt_ranks && bad < 0; q++)
+    for (int k = 0; k < n && bad < 0; k++)
+      if (all[(size_t)q * n + k] != all[k]) bad_rank = q, bad = k;
+  if (bad >= 0) {
+    if (rt_rank == 0) {
+      fflush(stdout);
+      fprintf(stderr, "%s: error: rank %d of %d differs from rank 0 in %s (%llu, rank 0: %llu): "
+              "every rank must run the same compiled program (model, plan, per-rank batch) with "
+              "the same flags and data\n", rt_prog, bad_rank, rt_ranks, names[bad],
+              (unsigned long long)all[(size_t)bad_rank * n + bad], (unsigned long long)all[bad]);
+    }
+    free(all);
+    rt_dist_finalize();
+    exit(SNRT_EXIT_DATA);
+  }
+  free(all);
+}
+
+void rt_dist_bcast(void *buf, int64_t bytes) {
+  if (rt_ranks < 2) return;
+  for (int64_t at = 0; at < bytes; at += 1 << 30) {
+    int cnt = (int)(bytes - at < (1 << 30) ? bytes - at : 1 << 30);
+    MPI_Request r;
+    check(MPI_Ibcast((char *)buf + at, cnt, MPI_BYTE, 0, MPI_COMM_WORLD, &r), "MPI_Ibcast");
+    wait_all(1, &r, "the broadcast of rank 0's parameters and position");
+  }
+}
+
+void rt_dist_sum(double *v, int n, const char *what) {
+  if (rt_ranks < 2) return;
+  double t0 = MPI_Wtime();
+  MPI_Request r;
+  check(MPI_Iallreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &r), "MPI_Iallreduce");
+  wait_all(1, &r, what);
+  t_sync += MPI_Wtime() - t0;
+}
+
+void rt_dist_times(double *comm, double *exposed, double *sync) {
+  *comm = t_comm;
+  *exposed = t_exposed;
+  *sync = t_sync;
+}
+
+/* ---- the steps train.c calls ---------------------------------------------- */
+
+void snrt_allreduce_start(snrt_ctx *c, int bucket, int n, const int64_t *regions) {
+  if (rt_ranks < 2) return;
+  if (bucket >= nbk) {
+    int grow = bucket + 1;
+    bk = realloc(bk, sizeof *bk * (size_t)grow);
+    if (!bk) rt_fail(SNRT_EXIT_DEVICE, "out of host memory");
+    memset(bk + nbk, 0, sizeof *bk * (size_t)(grow - nbk));
+    nbk = grow;
+  }
+  Bucket *b = &bk[bucket];
+  if (b->active) rt_fail(SNRT_EXIT_DEVICE, "bucket %d started twice without a wait (train.c is inconsistent)", bucket);
+  if (n > b->cap) {
+    free(b->req);
+    b->req = rt_xmalloc(sizeof(MPI_Request) * (size_t)n);
+    b->cap = n;
+  }
+  b->n = n;
+  b->regions = regions;
+  b->active = true;
+  b->done = false;
+  b->t_start = MPI_Wtime();
+  char *A = snrt_arena(c);
+  for (int k = 0; k < n; k++) {
+    if (regions[2 * k + 1] > INT_MAX)
+      rt_fail(SNRT_EXIT_DEVICE, "a gradient of bucket %d has %lld floats, more than one MPI call "
+              "takes", bucket, (long long)regions[2 * k + 1]);
+    check(MPI_Iallreduce(MPI_IN_PLACE, A + regions[2 * k], (int)regions[2 * k + 1], MPI_FLOAT,
+                         MPI_SUM, MPI_COMM_WORLD, &b->req[k]), "MPI_Iallreduce of a gradient");
+  }
+}
+
+void snrt_comm_progress(snrt_ctx *c) {
+  (void)c;
+  for (int i = 0; i < nbk; i++) {
+    Bucket *b = &bk[i];
+    if (!b->active || b->done) continue;
+    int flag = 0;
+    check(MPI_Testall(b->n, b->req, &flag, MPI_STATUSES_IGNORE), "MPI_Testall");
+    if (flag) b->done = true, b->t_done = MPI_Wtime();
+  }
+}
+
+void snrt_allreduce_wait(snrt_ctx *c, int bucket) {
+  if (rt_ranks < 2) return;
+  if (bucket >= nbk || !bk[bucket].active)
+    rt_fail(SNRT_EXIT_DEVICE, "bucket %d waited for but never started (train.c is inconsistent)", bucket);
+  Bucket *b = &bk[bucket];
+  double t0 = MPI_Wtime();
+  if (!b->done) {
+    char what[96];
+    snprintf(what, sizeof what, "the gradient all-reduce of bucket %d at step %lld", bucket,
+             (long long)snrt_step(c) + 1);
+    wait_all(b->n, b->req, what);
+    b->t_done = MPI_Wtime();
+  }
+  t_exposed += MPI_Wtime() - t0;
+  t_comm += b->t_done - b->t_start;
+  b->active = false;
+  /* The sum becomes the average: the gradient of the mean loss over the
+   * global batch (every rank's loss averages over its own share). */
+  char *A = snrt_arena(c);
+  float inv = 1.0f / (float)rt_ranks;
+  for (int k = 0; k < b->n; k++) {
+    float *g = (float *)(A + b->regions[2 * k]);
+    for (int64_t i = 0; i < b->regions[2 * k + 1]; i++) g[i] *= inv;
+  }
+}
