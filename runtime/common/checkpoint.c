@@ -194,8 +194,8 @@ void rt_checkpoint_load(snrt_ctx *c, const char *path, rt_position *pos) {
   get(&p, &count, 4);
   if (m->dist && batch != m->batch * rt_ranks)
     rt_fail(SNRT_EXIT_DATA, "checkpoint %s was saved at global batch %d; this run's global batch is "
-            "%d (%d ranks x batch %d): resume with ranks x batch = %d", path, batch,
-            m->batch * rt_ranks, rt_ranks, m->batch, batch);
+            "%d (%d rank%s x batch %d): resume with ranks x batch = %d", path, batch,
+            m->batch * rt_ranks, rt_ranks, rt_ranks == 1 ? "" : "s", m->batch, batch);
   if (!m->dist && batch != m->batch)
     rt_fail(SNRT_EXIT_DATA, "checkpoint %s was saved with batch %d; this program was compiled for batch %d",
             path, batch, m->batch);

@@ -7,9 +7,10 @@
  * a bucket's requests started together, and divided by the number of ranks at
  * the wait. Every wait is a loop of MPI_Test with a deadline (--comm-timeout)
  * so that a rank that died or hangs ends the others with a message instead of
- * a hang; each wait also stops, with a message, when a signal arrived and the
- * other ranks still have not answered a second later (mpirun sends SIGTERM to
- * the survivors when a rank dies).
+ * a hang; a signal that arrives during a wait also ends every rank with a
+ * message (mpirun sends SIGTERM to the survivors when a rank dies). A signal
+ * that arrives during compute is a graceful stop: main.c exchanges the stop
+ * flag with the loss, and every rank stops after the same step.
  *
  * What it is not: the training loop (common/main.c decides what is
  * exchanged) or a transport: MPI moves the bytes. Run as one process (no
@@ -74,23 +75,21 @@ noreturn void rt_dist_abort(int code) {
 
 /* Waits for n requests: the deadline and the signal rule of the header. */
 static void wait_all(int n, MPI_Request *req, const char *what) {
-  double t0 = MPI_Wtime(), sig_at = 0;
+  double t0 = MPI_Wtime();
   for (long spins = 0;; spins++) {
     int flag = 0;
     check(MPI_Testall(n, req, &flag, MPI_STATUSES_IGNORE), what);
     if (flag) return;
     double t = MPI_Wtime();
-    if (rt_stop_signal && !sig_at) sig_at = t;
-    if (sig_at && t - sig_at > 1.0)
-      rt_fail(SNRT_EXIT_RANKS, "rank %d of %d: stopped by %s while waiting for the other ranks "
-              "(%s), which did not answer: a rank has probably died (mpirun's message names "
-              "it); no checkpoint is written now, the last one saved is kept", rt_rank, rt_ranks,
+    if (rt_stop_signal)
+      rt_fail(SNRT_EXIT_RANKS, "stopped by %s while waiting for the other ranks (%s): under "
+              "mpirun this means another rank died or the job was cancelled (mpirun's message "
+              "names the rank); no checkpoint is written now, the last one saved is kept",
               rt_stop_signal == SIGINT ? "SIGINT" : "SIGTERM", what);
     if (t - t0 > rt_comm_timeout)
-      rt_fail(SNRT_EXIT_RANKS, "rank %d of %d: %s did not complete within %g s: another rank "
-              "died, hangs, or runs another program or data; stopping every rank (the last "
-              "checkpoint saved is kept; --comm-timeout S waits longer)", rt_rank, rt_ranks,
-              what, rt_comm_timeout);
+      rt_fail(SNRT_EXIT_RANKS, "%s did not complete within %g s: another rank died, hangs, or "
+              "runs another program or data; stopping every rank (the last checkpoint saved is "
+              "kept; --comm-timeout S waits longer)", what, rt_comm_timeout);
     /* Spin briefly, then yield the core: ranks may share cores with compute. */
     if (spins > 2000) {
       struct timespec d = {0, 50000};

@@ -1,0 +1,244 @@
+"""test_dist.py — data-parallel training (snc compile --dist mpi) on the CPU.
+
+Two MPI ranks (`mpirun --oversubscribe -np 2`) at per-rank batch B against
+one process at batch 2B, on a small CNN without BatchNorm (BN keeps per-rank
+statistics, as PyTorch DDP does, so it would not match): after 20 SGD steps
+with momentum the parameters agree to 1e-5 (relative); a checkpoint written
+at one rank count resumes at another and continues exactly; a rank that dies
+or hangs ends the job with a message and a non-zero exit, within the timeout;
+ranks that run different programs or flags are refused at start-up.
+"""
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import plan_check  # noqa: E402
+from snc_harness import SNC, export, rel_err, run  # noqa: E402
+
+MPIRUN = shutil.which("mpirun")
+pytestmark = pytest.mark.skipif(MPIRUN is None, reason="mpirun not found (openmpi-bin; "
+                                "./configure.py --install-deps installs it)")
+B = 4          # per-rank batch
+STEPS = 20
+
+
+def mpirun(n, *args):
+    cmd = [MPIRUN, "--oversubscribe", "-np", str(n)]
+    if os.geteuid() == 0:
+        cmd.insert(1, "--allow-run-as-root")
+    return cmd + list(args)
+
+
+@pytest.fixture(scope="module")
+def progs(tmp_path_factory):
+    """The model, its data, and three programs: --dist at batch B and 2B, and
+    the plain (non-dist) program at 2B."""
+    import torch
+    d = tmp_path_factory.mktemp("dist")
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3, padding=1), torch.nn.ReLU(),
+                            torch.nn.MaxPool2d(2), torch.nn.Flatten(),
+                            torch.nn.Linear(4 * 4 * 4, 16), torch.nn.Tanh(),
+                            torch.nn.Linear(16, 5))
+    model = str(d / "m.onnx")
+    export(m, torch.zeros(2, 1, 8, 8), model)
+    rng = np.random.default_rng(1)
+    # 100 samples: 12 global batches of 8 per epoch (4 dropped), so 20 steps
+    # cross an epoch boundary (a new shuffled order).
+    np.save(d / "x.npy", rng.standard_normal((100, 1, 8, 8)).astype(np.float32))
+    np.save(d / "y.npy", rng.integers(0, 5, 100).astype(np.int64))
+    out = {"dir": d, "data": "npy:%s,%s" % (d / "x.npy", d / "y.npy")}
+    for name, batch, flags in [("b", B, ["--dist", "mpi", "--bucket", "1000"]),
+                               ("b2", 2 * B, ["--dist", "mpi", "--bucket", "1000"]),
+                               ("plain2", 2 * B, [])]:
+        run([SNC, "compile", model, "-o", str(d / name), "--batch", str(batch),
+             "--optimizer", "sgd", "--momentum", "0.9"] + flags)
+        run(["ninja", "-C", str(d / name)])
+        out[name] = str(d / name / "train")
+    out["model"] = model
+    return out
+
+
+def params(folder):
+    return {os.path.basename(f): np.load(f) for f in sorted(glob.glob(os.path.join(folder, "*.npy")))}
+
+
+def max_rel(a, b):
+    assert sorted(a) == sorted(b) and a
+    return max(rel_err(a[k], b[k]) for k in a)
+
+
+def train(progs, prog, *flags, ranks=1, env=None, timeout=60):
+    cmd = [prog, "--data", progs["data"], "--threads", "1"] + list(flags)
+    if ranks > 1:
+        cmd = mpirun(ranks, *cmd)
+    e = dict(os.environ, **(env or {}))
+    return run(cmd, timeout=timeout, env=e)
+
+
+def test_plan_has_buckets_in_gradient_order(progs):
+    """The all-reduces are steps of the plan: each after the step that makes
+    its bucket's last gradient final, its wait before the first update that
+    reads any of them; the plan passes the independent checker."""
+    plan = json.load(open(os.path.join(progs["dir"], "b", "plan.json")))
+    plan_check.check_plan(plan)
+    steps = plan["steps"][:plan["train_steps"]]
+    kinds = [s["kind"] for s in steps]
+    starts = [i for i, k in enumerate(kinds) if k == "allreduce"]
+    waits = [i for i, k in enumerate(kinds) if k == "comm_wait"]
+    assert len(starts) == len(waits) >= 2, kinds   # --bucket 1000: several buckets
+    backward = [i for i, k in enumerate(kinds) if k == "backward"]
+    updates = [i for i, k in enumerate(kinds) if k == "update"]
+    # Overlap: the first bucket starts while backward steps remain.
+    assert starts[0] < backward[-1]
+    assert min(updates) > max(backward) and min(waits) > max(backward)
+    inst = plan["instances"]
+    for s0, w in zip(starts, waits):
+        grads = set(steps[s0]["inputs"])
+        assert grads == set(steps[w]["inputs"])
+        assert all(inst[i]["kind"] == "param-grad" for i in grads)
+        # written before the start, read by an update only after the wait
+        for i in grads:
+            assert inst[i]["first"] < s0
+            readers = [s["index"] for s in steps if s["kind"] == "update" and i in s["inputs"]]
+            assert readers and min(readers) > w
+    # Every parameter gradient goes through exactly one bucket.
+    bucketed = [i for s0 in starts for i in steps[s0]["inputs"]]
+    assert len(bucketed) == len(set(bucketed)) == len(updates)
+
+
+def test_one_process_is_the_plain_program(progs, tmp_path):
+    """Run without mpirun, a --dist program is the plain one (bit for bit)."""
+    train(progs, progs["b2"], "--steps", str(STEPS), "--dump-params", str(tmp_path / "d"))
+    train(progs, progs["plain2"], "--steps", str(STEPS), "--dump-params", str(tmp_path / "p"))
+    a, b = params(tmp_path / "d"), params(tmp_path / "p")
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_two_ranks_equal_one_process_at_twice_the_batch(progs, tmp_path):
+    r = train(progs, progs["b"], "--steps", str(STEPS), "--dump-params", str(tmp_path / "two"),
+              "--metrics", str(tmp_path / "m.json"), ranks=2)
+    assert "2 ranks x batch 4 = global batch 8" in r.stdout
+    train(progs, progs["b2"], "--steps", str(STEPS), "--dump-params", str(tmp_path / "one"))
+    two, one = params(tmp_path / "two"), params(tmp_path / "one")
+    err = max_rel(two, one)
+    print("2 ranks x %d vs 1 process x %d, %d SGD steps: max relative difference %.3g"
+          % (B, 2 * B, STEPS, err))
+    assert err < 1e-5
+    # ... and training moved them (the comparison is not of initial values).
+    init = params_init(progs, tmp_path)
+    assert max_rel(one, init) > 1e-3
+    mt = json.load(open(tmp_path / "m.json"))
+    assert mt["ranks"] == 2 and mt["global_batch"] == 8 and mt["steps"] == STEPS
+    assert mt["comm_s"] >= mt["comm_exposed_s"] >= 0
+
+
+def params_init(progs, tmp_path):
+    train(progs, progs["b2"], "--steps", "0", "--dump-params", str(tmp_path / "init"))
+    return params(tmp_path / "init")
+
+
+@pytest.mark.parametrize("first,second", [(2, 1), (1, 2)])
+def test_resume_at_another_rank_count(progs, tmp_path, first, second):
+    """10 steps at one rank count, 10 more at another (same global batch):
+    the parameters of an uninterrupted 20-step run."""
+    prog = {1: progs["b2"], 2: progs["b"]}
+    ck = str(tmp_path / "ck.bin")
+    train(progs, prog[first], "--steps", "10", "--save", ck, ranks=first)
+    r = train(progs, prog[second], "--resume", ck, "--steps", "10", "--dump-params",
+              str(tmp_path / "resumed"), ranks=second)
+    assert "resumed from" in r.stdout
+    train(progs, progs["b2"], "--steps", "20", "--dump-params", str(tmp_path / "straight"))
+    err = max_rel(params(tmp_path / "resumed"), params(tmp_path / "straight"))
+    print("resume %d -> %d ranks: max relative difference %.3g" % (first, second, err))
+    assert err < 1e-5
+
+
+def test_resume_at_another_global_batch_is_refused(progs, tmp_path):
+    ck = str(tmp_path / "ck.bin")
+    train(progs, progs["b2"], "--steps", "2", "--save", ck)
+    r = run([progs["b"], "--data", progs["data"], "--resume", ck, "--steps", "1"], check=False)
+    assert r.returncode == 2
+    assert "global batch 8" in r.stderr and "1 rank x batch 4" in r.stderr
+
+
+def test_killed_rank_ends_the_job(progs, tmp_path):
+    """Rank 1 dies (SIGKILL) before step 6: rank 0, waiting for it, ends with
+    a message; the job exits non-zero long before the timeout."""
+    t0 = time.time()
+    r = run(mpirun(2, progs["b"], "--data", progs["data"], "--steps", "50", "--threads", "1",
+                   "--comm-timeout", "20", "--save", str(tmp_path / "ck.bin"), "--save-every", "2"),
+            check=False, timeout=60,
+            env=dict(os.environ, SNRT_DIST_FAIL="1:5", SNRT_SLOW_STEPS="100:20000"))
+    took = time.time() - t0
+    assert r.returncode != 0
+    assert took < 20, took
+    assert "rank 0 of 2: stopped by SIGTERM while waiting for the other ranks" in r.stderr or \
+        "did not complete within" in r.stderr, r.stderr
+    assert "rank 1" in r.stderr   # mpirun names the rank that died
+    # The last good checkpoint is kept (written at step 4).
+    ok = run([progs["b2"], "--data", progs["data"], "--resume", str(tmp_path / "ck.bin"),
+              "--steps", "1"])
+    assert "at step 4" in ok.stdout
+
+
+def test_hung_rank_times_out(progs):
+    """Rank 1 stops (SIGSTOP) before step 6, so mpirun sees nothing wrong:
+    rank 0's wait times out after --comm-timeout and ends every rank."""
+    t0 = time.time()
+    r = run(mpirun(2, progs["b"], "--data", progs["data"], "--steps", "50", "--threads", "1",
+                   "--comm-timeout", "2"), check=False, timeout=60,
+            env=dict(os.environ, SNRT_DIST_FAIL="1:5:hang"))
+    took = time.time() - t0
+    assert r.returncode == 5, (r.returncode, r.stderr)
+    assert took < 15, took
+    assert "rank 0 of 2: the gradient all-reduce of bucket 0 at step 6 did not complete " \
+           "within 2 s" in r.stderr, r.stderr
+
+
+def test_mismatched_ranks_are_refused(progs):
+    """Different programs (per-rank batch) or flags on the ranks: exit 2 with
+    one message from rank 0, before any training."""
+    r = run([MPIRUN, "--oversubscribe"] + (["--allow-run-as-root"] if os.geteuid() == 0 else []) +
+            ["-np", "1", progs["b"], "--data", progs["data"], "--steps", "3", ":",
+             "-np", "1", progs["b2"], "--data", progs["data"], "--steps", "3"],
+            check=False, timeout=60)
+    assert r.returncode == 2
+    assert r.stderr.count("differs from rank 0") == 1
+    assert "rank 1 of 2 differs from rank 0 in the per-rank batch (8, rank 0: 4)" in r.stderr
+    assert "epoch" not in r.stdout
+    r = run([MPIRUN, "--oversubscribe"] + (["--allow-run-as-root"] if os.geteuid() == 0 else []) +
+            ["-np", "1", progs["b"], "--data", progs["data"], "--steps", "3", ":",
+             "-np", "1", progs["b"], "--data", progs["data"], "--steps", "3", "--seed", "7"],
+            check=False, timeout=60)
+    assert r.returncode == 2 and "differs from rank 0 in --seed (7, rank 0: 0)" in r.stderr
+
+
+def test_plain_program_under_mpirun_is_refused(progs):
+    r = run(mpirun(2, progs["plain2"], "--data", progs["data"], "--steps", "1"), check=False,
+            timeout=60)
+    assert r.returncode != 0
+    assert "compiled without --dist mpi" in r.stderr
+
+
+def test_policies_and_poison_under_two_ranks(progs, tmp_path):
+    """The all-reduce steps through every planner pass: superneurons (recompute
+    and offload) with --poison gives the liveness plan's bits at 2 ranks."""
+    d = progs["dir"]
+    for pol in ("liveness", "superneurons"):
+        run([SNC, "compile", progs["model"], "-o", str(d / pol), "--batch", str(B), "--dist",
+             "mpi", "--bucket", "1000", "--policy", pol])
+        run(["ninja", "-C", str(d / pol)])
+        plan_check.check_plan(json.load(open(d / pol / "plan.json")))
+        train(progs, str(d / pol / "train"), "--steps", "8", "--poison", "--dump-params",
+              str(tmp_path / pol), ranks=2, env={"SNRT_COPY_LAZY": "1"})
+    a, b = params(tmp_path / "liveness"), params(tmp_path / "superneurons")
+    assert all(np.array_equal(a[k], b[k]) for k in a)
