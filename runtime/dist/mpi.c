@@ -24,6 +24,7 @@
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <time.h>
 
 int rt_rank = 0, rt_ranks = 1;
@@ -90,11 +91,10 @@ static void wait_all(int n, MPI_Request *req, const char *what) {
       rt_fail(SNRT_EXIT_RANKS, "%s did not complete within %g s: another rank died, hangs, or "
               "runs another program or data; stopping every rank (the last checkpoint saved is "
               "kept; --comm-timeout S waits longer)", what, rt_comm_timeout);
-    /* Spin briefly, then yield the core: ranks may share cores with compute. */
-    if (spins > 2000) {
-      struct timespec d = {0, 50000};
-      nanosleep(&d, NULL);
-    }
+    /* Spin, yielding the core after a while: ranks may share cores with compute
+     * (MPI moves a nonblocking all-reduce along only inside MPI calls, so a
+     * sleep here would delay it). */
+    if (spins > 2000) sched_yield();
   }
 }
 
