@@ -181,13 +181,33 @@ def test_killed_rank_ends_the_job(progs, tmp_path):
     took = time.time() - t0
     assert r.returncode != 0
     assert took < 20, took
-    assert "rank 0 of 2: stopped by SIGTERM while waiting for the other ranks" in r.stderr or \
-        "did not complete within" in r.stderr, r.stderr
-    assert "rank 1" in r.stderr   # mpirun names the rank that died
+    assert "rank 0 of 2: SIGTERM while waiting for the other ranks (the gradient all-reduce " \
+           "of bucket 0 at step 6)" in r.stderr or \
+        "rank 0 of 2: SIGTERM while waiting for the other ranks (the exchange of the loss " \
+        "after step 6)" in r.stderr, r.stderr
+    assert "process rank 1" in r.stderr and "signal 9" in r.stderr   # mpirun names the rank
     # The last good checkpoint is kept (written at step 4).
     ok = run([progs["b2"], "--data", progs["data"], "--resume", str(tmp_path / "ck.bin"),
               "--steps", "1"])
     assert "at step 4" in ok.stdout
+
+
+def test_sigterm_stops_every_rank_after_the_same_step(progs, tmp_path):
+    """SIGTERM to mpirun (it passes it on to the ranks): every rank finishes
+    the same step, rank 0 saves, and the checkpoint resumes there."""
+    ck = str(tmp_path / "ck.bin")
+    cmd = mpirun(2, progs["b"], "--data", progs["data"], "--steps", "1000", "--threads", "1",
+                 "--save", ck, "--log-every", "1")
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, SNRT_SLOW_STEPS="1000:20000"))
+    time.sleep(2.5)
+    p.terminate()
+    out, err = p.communicate(timeout=60)
+    assert "stopped by SIGTERM after step" in out, (out[-2000:], err)
+    step = int(out.split("stopped by SIGTERM after step ")[1].split(";")[0])
+    assert 0 < step < 1000
+    r = run([progs["b2"], "--data", progs["data"], "--resume", ck, "--steps", "1"])
+    assert "at step %d " % step in r.stdout
 
 
 def test_hung_rank_times_out(progs):

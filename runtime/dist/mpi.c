@@ -7,10 +7,11 @@
  * a bucket's requests started together, and divided by the number of ranks at
  * the wait. Every wait is a loop of MPI_Test with a deadline (--comm-timeout)
  * so that a rank that died or hangs ends the others with a message instead of
- * a hang; a signal that arrives during a wait also ends every rank with a
- * message (mpirun sends SIGTERM to the survivors when a rank dies). A signal
- * that arrives during compute is a graceful stop: main.c exchanges the stop
- * flag with the loss, and every rank stops after the same step.
+ * a hang. SIGINT/SIGTERM is a graceful stop (main.c exchanges the stop flag
+ * with the loss and every rank stops after the same step); one that arrives
+ * during a wait prints a line at once (when a rank dies, mpirun sends SIGTERM
+ * to the others and soon SIGKILL) and gives the others SIGNAL_GRACE seconds
+ * to answer.
  *
  * What it is not: the training loop (common/main.c decides what is
  * exchanged) or a transport: MPI moves the bytes. Run as one process (no
@@ -75,22 +76,38 @@ noreturn void rt_dist_abort(int code) {
 }
 
 /* Waits for n requests: the deadline and the signal rule of the header. */
+#define SIGNAL_GRACE 10.0   /* seconds the others get to answer after a signal */
+
 static void wait_all(int n, MPI_Request *req, const char *what) {
-  double t0 = MPI_Wtime();
+  double t0 = MPI_Wtime(), deadline = t0 + rt_comm_timeout;
+  bool noted = false;
   for (long spins = 0;; spins++) {
     int flag = 0;
     check(MPI_Testall(n, req, &flag, MPI_STATUSES_IGNORE), what);
     if (flag) return;
     double t = MPI_Wtime();
-    if (rt_stop_signal)
-      rt_fail(SNRT_EXIT_RANKS, "stopped by %s while waiting for the other ranks (%s): under "
-              "mpirun this means another rank died or the job was cancelled (mpirun's message "
-              "names the rank); no checkpoint is written now, the last one saved is kept",
-              rt_stop_signal == SIGINT ? "SIGINT" : "SIGTERM", what);
-    if (t - t0 > rt_comm_timeout)
+    if (rt_stop_signal && !noted) {
+      /* Either every rank was asked to stop (they will answer, and all stop
+       * after this step), or a rank died and mpirun is ending the job: say
+       * so now, while there is time. */
+      noted = true;
+      const char *sig = rt_stop_signal == SIGINT ? "SIGINT" : "SIGTERM";
+      fflush(stdout);
+      fprintf(stderr, "%s: rank %d of %d: %s while waiting for the other ranks (%s); if they do "
+              "not answer within %g s (a rank died: mpirun's message names it), every rank "
+              "stops without saving and the last checkpoint saved is kept\n", rt_prog, rt_rank,
+              rt_ranks, sig, what, SIGNAL_GRACE);
+      if (t + SIGNAL_GRACE < deadline) deadline = t + SIGNAL_GRACE;
+    }
+    if (t > deadline) {
+      if (noted)
+        rt_fail(SNRT_EXIT_RANKS, "stopped by %s: the other ranks did not answer (%s) within %g s "
+                "of it; the last checkpoint saved is kept", rt_stop_signal == SIGINT ? "SIGINT"
+                : "SIGTERM", what, SIGNAL_GRACE);
       rt_fail(SNRT_EXIT_RANKS, "%s did not complete within %g s: another rank died, hangs, or "
               "runs another program or data; stopping every rank (the last checkpoint saved is "
               "kept; --comm-timeout S waits longer)", what, rt_comm_timeout);
+    }
     /* Spin, yielding the core after a while: ranks may share cores with compute
      * (MPI moves a nonblocking all-reduce along only inside MPI calls, so a
      * sleep here would delay it). */
