@@ -192,7 +192,7 @@ static const char *table_kind(const Graph *g, int t) {
   case TK_LABEL: return "SNRT_T_LABEL";
   case TK_PARAM: return "SNRT_T_PARAM";
   case TK_STATE: return "SNRT_T_STATE";
-  case TK_OPT: return "SNRT_T_OPT";
+  case TK_OPT: return g->zero_ranks ? "SNRT_T_SHARD" : "SNRT_T_OPT";
   case TK_LOSS: return "SNRT_T_LOSS";
   case TK_PGRAD: return "SNRT_T_GRAD";
   case TK_CONSTVAL: return "SNRT_T_CONST";
@@ -284,7 +284,7 @@ static void emit_steps(Emit *e, int from, int to, const char *fname, int **death
               comment_safe(n->name), fmt_bytes(pl->live_bytes ? pl->live_bytes[s] : 0));
       op_info[n->op].emit(e, g, n);
       /* MPI progresses a nonblocking all-reduce only inside MPI calls. */
-      if (st->kind == SK_ALLREDUCE) comm++;
+      if (st->kind == SK_ALLREDUCE || st->kind == SK_REDUCE_SCATTER || st->kind == SK_ALLGATHER) comm++;
       else if (st->kind == SK_COMM_WAIT) comm--;
       else if (comm > 0) fprintf(e->f, "  snrt_comm_progress(c);\n");
     } else {
@@ -445,7 +445,7 @@ void emit_program(const Graph *g, const Plan *pl, const EmitOpts *o, const char 
   table_add(&tb, map, g->eval_output);
   int *opt_of = xmalloc(sizeof(int) * 2 * (size_t)g->nt);
   for (int t = 0; t < 2 * g->nt; t++) opt_of[t] = -1;
-  for (int i = 0; i < g->nn; i++) {
+  for (int i = 0; i < g->nn && !g->zero_ranks; i++) {   /* --zero: shards, not per-parameter state */
     const Node *n = &g->n[i];
     if (n->op != OP_SGD && n->op != OP_ADAM) continue;
     for (int k = 2; k < n->nin && k < 4; k++) opt_of[2 * n->in[0] + (k - 2)] = n->in[k];
@@ -457,7 +457,8 @@ void emit_program(const Graph *g, const Plan *pl, const EmitOpts *o, const char 
       for (int k = 0; k < 2; k++) table_add(&tb, map, opt_of[2 * t + k]);
     }
   for (int t = 0; t < g->nt; t++)
-    if ((g->t[t].kind == TK_STATE || g->t[t].kind == TK_CONSTVAL) && pl->tensor_inst[t] >= 0)
+    if ((g->t[t].kind == TK_STATE || g->t[t].kind == TK_CONSTVAL ||
+         (g->zero_ranks && g->t[t].kind == TK_OPT)) && pl->tensor_inst[t] >= 0)
       table_add(&tb, map, t);
 
   /* params.bin: initial values of parameters and state with initializers. */
@@ -528,9 +529,13 @@ void emit_program(const Graph *g, const Plan *pl, const EmitOpts *o, const char 
     fprintf(f, ", %s, %s, %d, {", table_kind(g, tb.t[i]), t->dtype == DT_INT32 ? "SNRT_I32" : "SNRT_F32",
             t->rank);
     for (int d = 0; d < t->rank; d++) fprintf(f, "%s%lld", d ? ", " : "", (long long)dims[d]);
-    fprintf(f, "}, %lld, %lld, %lld, %s, %lld, %lld, %d, {%d, %d}},\n", (long long)tensor_bytes(t),
+    fprintf(f, "}, %lld, %lld, %lld, %s, %lld, %lld, %d, {%d, %d}", (long long)tensor_bytes(t),
             (long long)(in ? in->offset : -1), (long long)(in ? in->host_offset : -1), init_name(init),
             (long long)t->fan_in, (long long)file_off[i], grad, o0, o1);
+    /* --zero 1: where a parameter starts in the flat space (-1: not updated) */
+    if (g->zero_ranks && t->kind == TK_PARAM)
+      fprintf(f, ", %lld", (long long)(t->grad >= 0 ? t->zero_flat : -1));
+    fprintf(f, "},\n");
   }
   fprintf(f, "};\n\n");
   const Tensor *out = &g->t[g->output];
@@ -560,8 +565,10 @@ void emit_program(const Graph *g, const Plan *pl, const EmitOpts *o, const char 
   if (vocab) fprintf(f, "  .vocab = %lld,\n", (long long)vocab);
   if (o->train->dist) {
     int nb = 0;
-    for (int i = 0; i < g->nn; i++) nb += g->n[i].op == OP_ALLREDUCE;
+    for (int i = 0; i < g->nn; i++) nb += g->n[i].op == OP_ALLREDUCE || g->n[i].op == OP_REDUCE_SCATTER;
     fprintf(f, "  .dist = 1,\n  .buckets = %d,\n", nb);
+    if (g->zero_ranks)
+      fprintf(f, "  .zero = %d,\n  .zero_shard = %lld,\n", g->zero_ranks, (long long)g->zero_shard);
   }
   if (seq) fprintf(f, "  .positions = %lld,\n", (long long)out->dims[1]);
   if (strcmp(o->target, "cuda") == 0) {

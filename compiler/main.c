@@ -11,12 +11,13 @@ static const char usage_text[] =
     "  snc inspect MODEL.onnx [--batch N] [--input NAME] [--json] [--dump import]\n"
     "  snc plan    MODEL.onnx --batch N [--policy P] [--budget SIZE] [--device PROFILE]\n"
     "                         [--target cpu|cuda] [--json FILE] [--html FILE] [--dump PASS]\n"
-    "                         [--input NAME] [--dist mpi [--bucket SIZE]]\n"
+    "                         [--input NAME] [--dist mpi [--bucket SIZE] [--zero 1 --ranks N]]\n"
     "  snc plan    --diff A.json B.json\n"
     "  snc compile MODEL.onnx -o DIR --batch N [--target cpu|cuda] [--policy P]\n"
     "                         [--budget SIZE] [--device PROFILE] [--loss softmax-ce|mse]\n"
     "                         [--optimizer sgd|adam|adamw] [--lr X] [--momentum X]\n"
-    "                         [--weight-decay X] [--input NAME] [--dist mpi [--bucket SIZE]]\n"
+    "                         [--weight-decay X] [--input NAME]\n"
+    "                         [--dist mpi [--bucket SIZE] [--zero 1 --ranks N]]\n"
     "  snc max-batch MODEL.onnx --budget SIZE [--policy P] [--device PROFILE]\n"
     "\n"
     "policies: none liveness recompute offload superneurons auto (default)\n"
@@ -65,7 +66,8 @@ static void parse_args(Args *a, int argc, char **argv) {
   if (strcmp(a->cmd, "inspect") && strcmp(a->cmd, "plan") && strcmp(a->cmd, "compile") &&
       strcmp(a->cmd, "max-batch"))
     usage("unknown command '%s'", a->cmd);
-  bool wd_set = false;
+  bool wd_set = false, zero = false;
+  int ranks = 0;
   for (int i = 2; i < argc; i++) {
     const char *s = argv[i];
     if (strcmp(s, "--batch") == 0) {
@@ -115,6 +117,16 @@ static void parse_args(Args *a, int argc, char **argv) {
       const char *v = need_value(argc, argv, &i);
       if (strcmp(v, "mpi")) usage("--dist takes 'mpi' (data parallel over MPI ranks), not '%s'", v);
       a->train.dist = true;
+    } else if (strcmp(s, "--zero") == 0) {
+      const char *v = need_value(argc, argv, &i);
+      if (strcmp(v, "1")) usage("--zero takes 1 (ZeRO stage 1: optimizer state sharded), not '%s'", v);
+      zero = true;
+    } else if (strcmp(s, "--ranks") == 0) {
+      const char *v = need_value(argc, argv, &i);
+      char *end;
+      long r = strtol(v, &end, 10);
+      if (*end || r < 1 || r > 65536) usage("--ranks must be an integer from 1 to 65536, not '%s'", v);
+      ranks = (int)r;
     } else if (strcmp(s, "--bucket") == 0) {
       const char *v = need_value(argc, argv, &i);
       a->train.bucket_bytes = parse_size(v);
@@ -136,6 +148,14 @@ static void parse_args(Args *a, int argc, char **argv) {
   if ((strcmp(a->cmd, "compile") == 0 || strcmp(a->cmd, "plan") == 0) && !a->batch)
     usage("%s needs --batch N", a->cmd);
   if (strcmp(a->cmd, "max-batch") == 0 && !a->plan.budget) usage("%s", "max-batch needs --budget SIZE");
+  if (zero && !a->train.dist) usage("%s", "--zero 1 needs --dist mpi");
+  if (zero && ranks < 2) usage("%s", "--zero 1 needs --ranks N (N >= 2): the optimizer state is "
+                               "split over N ranks at compile time");
+  if (ranks && !zero) usage("%s", "--ranks N is for --zero 1 (without it the plan is the same at "
+                            "any rank count)");
+  if (zero && a->train.optim == OPTIM_SGD && a->train.momentum == 0)
+    usage("%s", "--zero 1 shards the optimizer state, and SGD without momentum has none");
+  if (zero) a->train.zero_ranks = ranks;
   if (a->train.dist && strcmp(a->target, "cuda") == 0)
     usage("%s", "--dist mpi is for --target cpu so far (the NCCL variant for cuda is not built yet)");
 }

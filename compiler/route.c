@@ -27,7 +27,9 @@ static StepKind kind_of_phase(const Node *n) {
   case PH_UPDATE: return SK_UPDATE;
   case PH_EVAL: return SK_EVAL;
   case PH_RECOMPUTE: return SK_RECOMPUTE;
-  case PH_COMM: return n->op == OP_ALLREDUCE ? SK_ALLREDUCE : SK_COMM_WAIT;
+  case PH_COMM:
+    return n->op == OP_ALLREDUCE ? SK_ALLREDUCE : n->op == OP_REDUCE_SCATTER ? SK_REDUCE_SCATTER
+           : n->op == OP_ALLGATHER ? SK_ALLGATHER : SK_COMM_WAIT;
   }
   unreachable();
 }

@@ -291,6 +291,7 @@ enum snrt_tensor_kind {
   SNRT_T_LOGITS,         /* model output, valid after an eval step */
   SNRT_T_GRAD,           /* parameter gradient (transient; see --dump-grads) */
   SNRT_T_CONST,          /* a constant operand, loaded once (not saved, not exported) */
+  SNRT_T_SHARD,          /* --zero 1: this rank's part of one kind of optimizer state */
 };
 
 enum snrt_init {
@@ -318,6 +319,7 @@ typedef struct snrt_tensor {
   int64_t file_offset;   /* for FILE: byte offset in params.bin */
   int grad;              /* PARAM: index of its GRAD entry (-1 if none) */
   int opt[2];            /* PARAM: indices of its optimizer state (-1 if none) */
+  int64_t zero_flat;     /* --zero 1, PARAM: its first element in the flat space (-1: no update) */
 } snrt_tensor;
 
 enum snrt_loss_kind { SNRT_LOSS_SOFTMAX_CE, SNRT_LOSS_MSE };
@@ -354,6 +356,10 @@ typedef struct snrt_model {
    * then per rank (the global batch is ranks x batch). 0 otherwise. */
   int dist;
   int buckets;
+  /* --zero 1 --ranks N: N (the program runs at exactly N ranks), and the
+   * elements of the flat parameter space each rank owns; 0 otherwise. */
+  int zero;
+  int64_t zero_shard;
 } snrt_model;
 
 /* Defined by the emitted train.c. */
@@ -391,16 +397,21 @@ void snrt_offload(snrt_ctx *c, int64_t host_off, int64_t dev_off, int64_t bytes,
 void snrt_prefetch(snrt_ctx *c, int64_t dev_off, int64_t host_off, int64_t bytes, int event);
 void snrt_wait(snrt_ctx *c, int event);  /* compute waits until `event` completed */
 
-/* Data parallel (--dist mpi; runtime/dist/mpi.c). Starts the all-reduce of
- * bucket `bucket`: n gradients given as (arena offset, float count) pairs in
- * `regions`, summed across ranks in place. The wait completes it and divides
- * by the number of ranks (the average), before the first update that reads
- * the bucket; it ends every rank with a message if another rank does not
- * answer within --comm-timeout. Progress lets MPI move pending all-reduces
- * along between compute steps. */
-void snrt_allreduce_start(snrt_ctx *c, int bucket, int n, const int64_t *regions);
-void snrt_allreduce_wait(snrt_ctx *c, int bucket);
+/* Data parallel (--dist mpi; runtime/dist/mpi.c). snrt_comm_start starts
+ * exchange `id` over n pieces of the arena given as (offset, float count,
+ * root) triples in `pieces`: ALLREDUCE sums each piece across the ranks in
+ * place (root -1); REDUCE sums it into rank `root` (--zero 1: the gradient
+ * elements that rank owns); BCAST copies it from rank `root` to the others
+ * (--zero 1: the parameters after their owner's update). The wait completes
+ * it, and turns the sums a rank received into averages (divides by the
+ * ranks); it ends every rank with a message if another rank does not answer
+ * within --comm-timeout. Progress lets MPI move pending exchanges along
+ * between compute steps. snrt_rank: this process's rank (0 without MPI). */
+enum snrt_comm_kind { SNRT_COMM_ALLREDUCE, SNRT_COMM_REDUCE, SNRT_COMM_BCAST };
+void snrt_comm_start(snrt_ctx *c, int id, int kind, int n, const int64_t *pieces);
+void snrt_comm_wait(snrt_ctx *c, int id);
 void snrt_comm_progress(snrt_ctx *c);
+int snrt_rank(snrt_ctx *c);
 
 /* ---------------------------------------------------------------------------
  * Kernels. Inputs are const; outputs are overwritten.

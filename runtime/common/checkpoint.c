@@ -103,6 +103,64 @@ fail:;
   return -1;
 }
 
+/* ---- --zero 1: the optimizer state of a sharded program --------------------
+ *
+ * Each rank holds, per kind of optimizer state, one shard tensor: its
+ * zero_shard elements of the flat parameter space. A checkpoint holds the
+ * state per parameter, under the names and in the places the unsharded
+ * program uses (after each parameter: "<param>.momentum", or ".adam_m" and
+ * ".adam_v"), so that any rank count, sharded or not, resumes it: saving
+ * gathers the shards to rank 0, loading scatters them from it. */
+
+static int zero_shards(const snrt_model *m, int *idx) {
+  int k = 0;
+  for (int i = 0; i < m->ntensors && k < 2; i++)
+    if (m->tensors[i].kind == SNRT_T_SHARD) idx[k++] = i;
+  return k;
+}
+
+/* ".momentum" from "zero.momentum" */
+static const char *shard_suffix(const snrt_tensor *t) {
+  const char *dot = strchr(t->name, '.');
+  return dot ? dot : "";
+}
+
+static float *zero_flat_state;   /* rank 0: [shard][ranks x zero_shard] */
+
+static float *zero_gather(snrt_ctx *c) {
+  const snrt_model *m = c->m;
+  int idx[2], ns = zero_shards(m, idx);
+  size_t per = (size_t)m->zero_shard, all = per * (size_t)rt_ranks;
+  float *flat = rt_xmalloc(sizeof(float) * all * (size_t)(ns ? ns : 1));
+  float *mine = rt_xmalloc(sizeof(float) * per);
+  for (int s = 0; s < ns; s++) {
+    rt_tensor_read(c, idx[s], mine);
+    rt_dist_gather(mine, flat + (size_t)s * all, (int64_t)(sizeof(float) * per));
+  }
+  free(mine);
+  return flat;
+}
+
+void rt_zero_scatter(snrt_ctx *c) {
+  const snrt_model *m = c->m;
+  int idx[2], ns = zero_shards(m, idx);
+  size_t per = (size_t)m->zero_shard, all = per * (size_t)rt_ranks;
+  float *mine = rt_xmalloc(sizeof(float) * per);
+  for (int s = 0; s < ns; s++) {
+    rt_dist_scatter(rt_rank == 0 ? zero_flat_state + (size_t)s * all : NULL, mine,
+                    (int64_t)(sizeof(float) * per));
+    rt_tensor_write(c, idx[s], mine);
+  }
+  free(mine);
+  free(zero_flat_state);
+  zero_flat_state = NULL;
+}
+
+/* The per-parameter entries of parameter t (zero_flat >= 0). */
+static bool zero_param(const snrt_model *m, const snrt_tensor *t) {
+  return m->zero && t->kind == SNRT_T_PARAM && t->zero_flat >= 0;
+}
+
 static void put(uint8_t **p, const void *v, size_t n) {
   memcpy(*p, v, n);
   *p += n;
@@ -110,10 +168,22 @@ static void put(uint8_t **p, const void *v, size_t n) {
 
 void rt_checkpoint_save(snrt_ctx *c, const char *path, const rt_position *pos) {
   const snrt_model *m = c->m;
+  /* --zero 1: every rank sends its shards; rank 0 writes. */
+  float *flat = m->zero ? zero_gather(c) : NULL;
+  if (rt_rank != 0) {
+    free(flat);
+    return;
+  }
+  int zidx[2], zn = m->zero ? zero_shards(m, zidx) : 0;
+  size_t zall = (size_t)m->zero_shard * (size_t)rt_ranks;
   size_t size = CKPT_HEADER;
   int32_t count = 0;
   for (int i = 0; i < m->ntensors; i++) {
     const snrt_tensor *t = &m->tensors[i];
+    for (int s = 0; zero_param(m, t) && s < zn; s++) {
+      size += 4 + strlen(t->name) + strlen(shard_suffix(&m->tensors[zidx[s]])) + 8 + (size_t)t->nbytes;
+      count++;
+    }
     if (!persistent(t)) continue;
     size += 4 + strlen(t->name) + 8 + (size_t)t->nbytes;
     count++;
@@ -144,7 +214,17 @@ void rt_checkpoint_save(snrt_ctx *c, const char *path, const rt_position *pos) {
     put(&p, &t->nbytes, 8);
     rt_tensor_read(c, i, p);
     p += t->nbytes;
+    for (int s = 0; zero_param(m, t) && s < zn; s++) {
+      const char *suf = shard_suffix(&m->tensors[zidx[s]]);
+      uint32_t sl = (uint32_t)(strlen(t->name) + strlen(suf));
+      put(&p, &sl, 4);
+      put(&p, t->name, strlen(t->name));
+      put(&p, suf, strlen(suf));
+      put(&p, &t->nbytes, 8);
+      put(&p, flat + (size_t)s * zall + t->zero_flat, (size_t)t->nbytes);
+    }
   }
+  free(flat);
   sum = fnv1a(buf + 24, size - 24);
   memcpy(buf + 16, &sum, 8);
   if (rt_write_atomic(path, buf, size) != 0)
@@ -215,6 +295,14 @@ void rt_checkpoint_load(snrt_ctx *c, const char *path, rt_position *pos) {
   get(&p, &pos->seed, 8);
   const uint8_t *end = buf + size;
   int32_t seen = 0;
+  /* --zero 1: the per-parameter optimizer state, scattered by rt_zero_scatter */
+  int zidx[2], zn = m->zero ? zero_shards(m, zidx) : 0;
+  size_t zall = (size_t)m->zero_shard * (size_t)rt_ranks;
+  if (zn) {
+    free(zero_flat_state);
+    zero_flat_state = calloc(zall * (size_t)zn, sizeof(float));
+    if (!zero_flat_state) rt_fail(SNRT_EXIT_DEVICE, "out of host memory");
+  }
   for (int i = 0; i < m->ntensors; i++) {
     const snrt_tensor *t = &m->tensors[i];
     if (!persistent(t)) continue;
@@ -229,6 +317,21 @@ void rt_checkpoint_load(snrt_ctx *c, const char *path, rt_position *pos) {
     rt_tensor_write(c, i, p);
     p += nb;
     seen++;
+    for (int s = 0; zero_param(m, t) && s < zn; s++) {
+      const char *suf = shard_suffix(&m->tensors[zidx[s]]);
+      size_t tl = strlen(t->name), sl = strlen(suf);
+      if (seen >= count || end - p < 4) goto mismatch;
+      get(&p, &nl, 4);
+      if ((uint64_t)(end - p) < (uint64_t)nl + 8 || nl != tl + sl || memcmp(p, t->name, tl) ||
+          memcmp(p + tl, suf, sl))
+        goto mismatch;
+      p += nl;
+      get(&p, &nb, 8);
+      if (nb != t->nbytes || end - p < nb) goto mismatch;
+      memcpy(zero_flat_state + (size_t)s * zall + t->zero_flat, p, (size_t)nb);
+      p += nb;
+      seen++;
+    }
   }
   if (seen != count || p != end) goto mismatch;
   free(buf);

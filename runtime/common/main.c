@@ -462,6 +462,13 @@ int main(int argc, char **argv) {
     rt_fail(SNRT_EXIT_USAGE, "this program was compiled without --dist mpi, so under mpirun "
             "(%d ranks) each rank would train alone and write the same files: compile with "
             "snc compile ... --dist mpi, or run it as one process", ranks_from_launcher());
+  if (m->zero && rt_ranks != m->zero)
+    rt_fail(SNRT_EXIT_USAGE, "this program was compiled with --zero 1 --ranks %d (its optimizer "
+            "state is split in %d): run it as mpirun -np %d, not with %d rank%s", m->zero, m->zero,
+            m->zero, rt_ranks, rt_ranks == 1 ? "" : "s");
+  if (m->zero && o.dump_grads)
+    rt_fail(SNRT_EXIT_USAGE, "--dump-grads: under --zero 1 each rank holds the averaged gradient "
+            "of its own share of the parameters only");
   if (m->batch < 1 || m->input < 0 || m->input >= m->ntensors || m->label < 0 ||
       m->label >= m->ntensors || m->loss < 0 || m->loss >= m->ntensors || m->logits < 0 ||
       m->logits >= m->ntensors)
@@ -491,6 +498,7 @@ int main(int argc, char **argv) {
    * 0's parameters, state and position. */
   if (o.resume && rt_rank == 0) rt_checkpoint_load(&c, o.resume, &pos);
   if (rt_ranks > 1) share_state(&c, &pos);
+  if (m->zero && o.resume) rt_zero_scatter(&c);
   if (o.resume) {
     if (pos.seed != o.seed) {
       /* The seed fixes the data order and dropout: the checkpoint's wins. */
@@ -609,7 +617,9 @@ int main(int argc, char **argv) {
       fflush(stdout);
       last_draw = t;
     }
-    if (lead && o.save && o.save_every && pos.step % o.save_every == 0) rt_checkpoint_save(&c, o.save, &pos);
+    /* --zero 1: every rank takes part (rank 0 gathers the shards and writes). */
+    if ((lead || m->zero) && o.save && o.save_every && pos.step % o.save_every == 0)
+      rt_checkpoint_save(&c, o.save, &pos);
     evaluated_last = false;
     if (epoch_end && test) {
       if (evaluate(&c, test, &ev)) {
@@ -637,7 +647,7 @@ int main(int argc, char **argv) {
   fflush(stdout);
 
   if (lead && o.generate && !rt_stop_signal) generate(&c, &o);
-  if (lead && o.save) rt_checkpoint_save(&c, o.save, &pos);
+  if ((lead || m->zero) && o.save) rt_checkpoint_save(&c, o.save, &pos);
   if (lead && o.dump_params) rt_dump_params(&c, o.dump_params);
   if (lead && o.dump_grads && done > 0) rt_dump_grads(&c, o.dump_grads, loss);
   if (lead && o.export_onnx) rt_export_onnx(&c, o.export_onnx);

@@ -104,8 +104,11 @@ typedef struct rt_position {
 int rt_write_atomic(const char *path, const void *buf, size_t n);
 /* Exits 2 when the save fails (the previous checkpoint is kept). */
 void rt_checkpoint_save(snrt_ctx *c, const char *path, const rt_position *p);
-/* Exits 2 on a missing, corrupted or mismatched checkpoint. */
+/* Exits 2 on a missing, corrupted or mismatched checkpoint. --zero 1: every
+ * rank calls save (rank 0 writes), rank 0 alone load, then every rank
+ * rt_zero_scatter (its shards of the optimizer state load read). */
 void rt_checkpoint_load(snrt_ctx *c, const char *path, rt_position *p);
+void rt_zero_scatter(snrt_ctx *c);
 
 /* ---- npy.c ---------------------------------------------------------------- */
 
@@ -156,6 +159,10 @@ void rt_dist_agree(const char *const *names, const uint64_t *v, int n);
 void rt_dist_bcast(void *buf, int64_t bytes);
 /* Sum across ranks, in place; `what` names it in a timeout message. */
 void rt_dist_sum(double *v, int n, const char *what);
+/* --zero 1: each rank's `bytes` to rank 0, laid end to end in rank order in
+ * recv (rank 0 only); and the reverse, rank r's part of rank 0's send. */
+void rt_dist_gather(const void *send, void *recv, int64_t bytes);
+void rt_dist_scatter(const void *send, void *recv, int64_t bytes);
 /* Communication seconds so far: all-reduce time from start to completion,
  * the part of it compute waited for (exposed), and the step-end exchange. */
 void rt_dist_times(double *comm, double *exposed, double *sync);

@@ -1,11 +1,12 @@
 /* mpi.c — the data-parallel layer of a --dist mpi program (build/snrt_mpi.o).
  *
  * What it is: MPI for the pieces rt.h declares in its dist section, and the
- * gradient all-reduce steps that the emitted train.c calls
- * (snrt_allreduce_start / _wait / snrt_comm_progress). Gradients are summed
- * in place in the arena with MPI_Iallreduce, one request per gradient, all of
- * a bucket's requests started together, and divided by the number of ranks at
- * the wait. Every wait is a loop of MPI_Test with a deadline (--comm-timeout)
+ * exchanges that the emitted train.c calls (snrt_comm_start / _wait /
+ * snrt_comm_progress). Gradients are summed in place in the arena with
+ * MPI_Iallreduce (--zero 1: MPI_Ireduce of each piece to the rank owning it,
+ * and the parameters' pieces sent back with MPI_Ibcast after their owner's
+ * update), one request per piece, all of a bucket's started together, and
+ * divided by the number of ranks at the wait. Every wait is a loop of MPI_Test with a deadline (--comm-timeout)
  * so that a rank that died or hangs ends the others with a message instead of
  * a hang. SIGINT/SIGTERM is a graceful stop (main.c exchanges the stop flag
  * with the loss and every rank stops after the same step); one that arrives
@@ -34,15 +35,15 @@ double rt_comm_timeout = 300;
 static bool inited;
 static double t_comm, t_exposed, t_sync;   /* seconds, see rt_dist_times */
 
-typedef struct Bucket {
-  MPI_Request *req;        /* one per gradient */
-  int n, cap;
-  const int64_t *regions;  /* (arena offset, floats) pairs, from train.c */
+typedef struct Comm {
+  MPI_Request *req;        /* one per piece */
+  int n, cap, kind;        /* pieces; enum snrt_comm_kind */
+  const int64_t *pieces;   /* (arena offset, floats, root) triples, from train.c */
   double t_start, t_done;  /* MPI_Wtime at the start, at completion seen */
   bool active, done;
-} Bucket;
-static Bucket *bk;
-static int nbk;
+} Comm;
+static Comm *cm;
+static int ncm;
 
 static void check(int rc, const char *what) {
   if (rc == MPI_SUCCESS) return;
@@ -166,43 +167,81 @@ void rt_dist_times(double *comm, double *exposed, double *sync) {
   *sync = t_sync;
 }
 
+void rt_dist_gather(const void *send, void *recv, int64_t bytes) {
+  if (rt_ranks < 2) {
+    memcpy(recv, send, (size_t)bytes);
+    return;
+  }
+  if (bytes > INT_MAX) rt_fail(SNRT_EXIT_DEVICE, "an optimizer-state shard of %lld bytes is more than one MPI call takes", (long long)bytes);
+  MPI_Request r;
+  check(MPI_Igather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, 0, MPI_COMM_WORLD, &r), "MPI_Igather");
+  wait_all(1, &r, "the gathering of the optimizer-state shards for the checkpoint");
+}
+
+void rt_dist_scatter(const void *send, void *recv, int64_t bytes) {
+  if (rt_ranks < 2) {
+    memcpy(recv, send, (size_t)bytes);
+    return;
+  }
+  if (bytes > INT_MAX) rt_fail(SNRT_EXIT_DEVICE, "an optimizer-state shard of %lld bytes is more than one MPI call takes", (long long)bytes);
+  MPI_Request r;
+  check(MPI_Iscatter(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, 0, MPI_COMM_WORLD, &r), "MPI_Iscatter");
+  wait_all(1, &r, "the scattering of the checkpoint's optimizer state to the ranks");
+}
+
 /* ---- the steps train.c calls ---------------------------------------------- */
 
-void snrt_allreduce_start(snrt_ctx *c, int bucket, int n, const int64_t *regions) {
+int snrt_rank(snrt_ctx *c) {
+  (void)c;
+  return rt_rank;
+}
+
+void snrt_comm_start(snrt_ctx *c, int id, int kind, int n, const int64_t *pieces) {
   if (rt_ranks < 2) return;
-  if (bucket >= nbk) {
-    int grow = bucket + 1;
-    bk = realloc(bk, sizeof *bk * (size_t)grow);
-    if (!bk) rt_fail(SNRT_EXIT_DEVICE, "out of host memory");
-    memset(bk + nbk, 0, sizeof *bk * (size_t)(grow - nbk));
-    nbk = grow;
+  if (id >= ncm) {
+    int grow = id + 1;
+    cm = realloc(cm, sizeof *cm * (size_t)grow);
+    if (!cm) rt_fail(SNRT_EXIT_DEVICE, "out of host memory");
+    memset(cm + ncm, 0, sizeof *cm * (size_t)(grow - ncm));
+    ncm = grow;
   }
-  Bucket *b = &bk[bucket];
-  if (b->active) rt_fail(SNRT_EXIT_DEVICE, "bucket %d started twice without a wait (train.c is inconsistent)", bucket);
+  Comm *b = &cm[id];
+  if (b->active) rt_fail(SNRT_EXIT_DEVICE, "exchange %d started twice without a wait (train.c is inconsistent)", id);
   if (n > b->cap) {
     free(b->req);
     b->req = rt_xmalloc(sizeof(MPI_Request) * (size_t)n);
     b->cap = n;
   }
   b->n = n;
-  b->regions = regions;
+  b->kind = kind;
+  b->pieces = pieces;
   b->active = true;
   b->done = false;
   b->t_start = MPI_Wtime();
   char *A = snrt_arena(c);
   for (int k = 0; k < n; k++) {
-    if (regions[2 * k + 1] > INT_MAX)
-      rt_fail(SNRT_EXIT_DEVICE, "a gradient of bucket %d has %lld floats, more than one MPI call "
-              "takes", bucket, (long long)regions[2 * k + 1]);
-    check(MPI_Iallreduce(MPI_IN_PLACE, A + regions[2 * k], (int)regions[2 * k + 1], MPI_FLOAT,
-                         MPI_SUM, MPI_COMM_WORLD, &b->req[k]), "MPI_Iallreduce of a gradient");
+    int64_t cnt = pieces[3 * k + 1];
+    int root = (int)pieces[3 * k + 2];
+    char *buf = A + pieces[3 * k];
+    if (cnt > INT_MAX)
+      rt_fail(SNRT_EXIT_DEVICE, "a piece of exchange %d has %lld floats, more than one MPI call "
+              "takes", id, (long long)cnt);
+    if (kind == SNRT_COMM_ALLREDUCE)
+      check(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
+                           &b->req[k]), "MPI_Iallreduce of a gradient");
+    else if (kind == SNRT_COMM_REDUCE)
+      check(MPI_Ireduce(root == rt_rank ? MPI_IN_PLACE : buf, buf, (int)cnt, MPI_FLOAT, MPI_SUM,
+                        root, MPI_COMM_WORLD, &b->req[k]), "MPI_Ireduce of a gradient");
+    else
+      check(MPI_Ibcast(buf, (int)cnt, MPI_FLOAT, root, MPI_COMM_WORLD, &b->req[k]),
+            "MPI_Ibcast of a parameter");
   }
 }
 
 void snrt_comm_progress(snrt_ctx *c) {
   (void)c;
-  for (int i = 0; i < nbk; i++) {
-    Bucket *b = &bk[i];
+  for (int i = 0; i < ncm; i++) {
+    Comm *b = &cm[i];
     if (!b->active || b->done) continue;
     int flag = 0;
     check(MPI_Testall(b->n, b->req, &flag, MPI_STATUSES_IGNORE), "MPI_Testall");
@@ -210,28 +249,32 @@ void snrt_comm_progress(snrt_ctx *c) {
   }
 }
 
-void snrt_allreduce_wait(snrt_ctx *c, int bucket) {
+void snrt_comm_wait(snrt_ctx *c, int id) {
   if (rt_ranks < 2) return;
-  if (bucket >= nbk || !bk[bucket].active)
-    rt_fail(SNRT_EXIT_DEVICE, "bucket %d waited for but never started (train.c is inconsistent)", bucket);
-  Bucket *b = &bk[bucket];
+  if (id >= ncm || !cm[id].active)
+    rt_fail(SNRT_EXIT_DEVICE, "exchange %d waited for but never started (train.c is inconsistent)", id);
+  Comm *b = &cm[id];
   double t0 = MPI_Wtime();
   if (!b->done) {
-    char what[96];
-    snprintf(what, sizeof what, "the gradient all-reduce of bucket %d at step %lld", bucket,
-             (long long)snrt_step(c) + 1);
+    char what[128];
+    snprintf(what, sizeof what, "the %s of bucket %d at step %lld",
+             b->kind == SNRT_COMM_ALLREDUCE ? "gradient all-reduce" : b->kind == SNRT_COMM_REDUCE
+             ? "gradient reduce-scatter" : "parameter all-gather",
+             b->kind == SNRT_COMM_BCAST ? id - c->m->buckets : id, (long long)snrt_step(c) + 1);
     wait_all(b->n, b->req, what);
     b->t_done = MPI_Wtime();
   }
   t_exposed += MPI_Wtime() - t0;
   t_comm += b->t_done - b->t_start;
   b->active = false;
+  if (b->kind == SNRT_COMM_BCAST) return;
   /* The sum becomes the average: the gradient of the mean loss over the
    * global batch (every rank's loss averages over its own share). */
   char *A = snrt_arena(c);
   float inv = 1.0f / (float)rt_ranks;
   for (int k = 0; k < b->n; k++) {
-    float *g = (float *)(A + b->regions[2 * k]);
-    for (int64_t i = 0; i < b->regions[2 * k + 1]; i++) g[i] *= inv;
+    if (b->kind == SNRT_COMM_REDUCE && b->pieces[3 * k + 2] != rt_rank) continue;
+    float *g = (float *)(A + b->pieces[3 * k]);
+    for (int64_t i = 0; i < b->pieces[3 * k + 1]; i++) g[i] *= inv;
   }
 }
