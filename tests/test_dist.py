@@ -6,7 +6,9 @@ statistics, as PyTorch DDP does, so it would not match): after 20 SGD steps
 with momentum the parameters agree to 1e-5 (relative); a checkpoint written
 at one rank count resumes at another and continues exactly; a rank that dies
 or hangs ends the job with a message and a non-zero exit, within the timeout;
-ranks that run different programs or flags are refused at start-up.
+ranks that run different programs or flags are refused at start-up. With
+--zero 1 (optimizer state sharded over the ranks) the same equalities hold,
+and plan.json's per-rank persistent bytes drop by half the optimizer state.
 """
 import glob
 import json
@@ -58,7 +60,9 @@ def progs(tmp_path_factory):
     out = {"dir": d, "data": "npy:%s,%s" % (d / "x.npy", d / "y.npy")}
     for name, batch, flags in [("b", B, ["--dist", "mpi", "--bucket", "1000"]),
                                ("b2", 2 * B, ["--dist", "mpi", "--bucket", "1000"]),
-                               ("plain2", 2 * B, [])]:
+                               ("plain2", 2 * B, []),
+                               ("z", B, ["--dist", "mpi", "--bucket", "1000", "--zero", "1",
+                                         "--ranks", "2"])]:
         run([SNC, "compile", model, "-o", str(d / name), "--batch", str(batch),
              "--optimizer", "sgd", "--momentum", "0.9"] + flags)
         run(["ninja", "-C", str(d / name)])
@@ -262,3 +266,75 @@ def test_policies_and_poison_under_two_ranks(progs, tmp_path):
               str(tmp_path / pol), ranks=2, env={"SNRT_COPY_LAZY": "1"})
     a, b = params(tmp_path / "liveness"), params(tmp_path / "superneurons")
     assert all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_zero_plan_halves_the_optimizer_state(progs, init0):
+    """Per-rank persistent bytes: parameters and state, plus one shard of
+    ceil(P / 2) (rounded up to 64) elements instead of P elements of
+    momentum."""
+    b = json.load(open(os.path.join(progs["dir"], "b", "plan.json")))
+    z = json.load(open(os.path.join(progs["dir"], "z", "plan.json")))
+    plan_check.check_plan(z)
+    assert z["ranks"] == 2 and z["zero"] == 1 and "ranks" not in b
+    opt = sum(i["bytes"] for i in b["instances"] if i["kind"] == "optimizer")
+    P = sum(int(np.prod(np.load(f).shape)) for f in glob.glob(os.path.join(progs["dir"], "init0", "*.npy")))
+    shard = z["zero_shard_elements"]
+    assert shard == -(-(-(-P // 2)) // 64) * 64
+    shard_bytes = -(-4 * shard // 256) * 256
+    assert [i["bytes"] for i in z["instances"] if i["kind"] == "optimizer"] == [shard_bytes]
+    assert z["persistent_bytes"] == b["persistent_bytes"] - opt + shard_bytes
+    drop = b["persistent_bytes"] - z["persistent_bytes"]
+    print("persistent per rank: %d -> %d bytes (optimizer state %d bytes, drop %d)"
+          % (b["persistent_bytes"], z["persistent_bytes"], opt, drop))
+    assert abs(drop - opt / 2) <= 512   # alignment of the unsharded tensors and the shard
+    kinds = [s["kind"] for s in z["steps"][:z["train_steps"]]]
+    assert "reduce_scatter" in kinds and "allgather" in kinds and "allreduce" not in kinds
+
+
+@pytest.fixture(scope="module")
+def init0(progs):
+    train(progs, progs["b2"], "--steps", "0", "--dump-params", str(progs["dir"] / "init0"))
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_zero_two_ranks_equal_one_process(progs, init0, tmp_path, optimizer):
+    prog = {"sgd": progs["z"]}
+    ref = progs["b2"]
+    if optimizer == "adam":
+        for name, batch, flags in [("za", B, ["--zero", "1", "--ranks", "2"]), ("a2", 2 * B, [])]:
+            run([SNC, "compile", progs["model"], "-o", str(tmp_path / name), "--batch", str(batch),
+                 "--optimizer", "adam", "--dist", "mpi", "--bucket", "1000"] + flags)
+            run(["ninja", "-C", str(tmp_path / name)])
+        prog["adam"], ref = str(tmp_path / "za" / "train"), str(tmp_path / "a2" / "train")
+    train(progs, prog[optimizer], "--steps", str(STEPS), "--dump-params", str(tmp_path / "two"),
+          ranks=2)
+    train(progs, ref, "--steps", str(STEPS), "--dump-params", str(tmp_path / "one"))
+    err = max_rel(params(tmp_path / "two"), params(tmp_path / "one"))
+    print("--zero 1, %s: 2 ranks x %d vs 1 process x %d, %d steps: max relative difference %.3g"
+          % (optimizer, B, 2 * B, STEPS, err))
+    assert err < 1e-5
+    assert max_rel(params(tmp_path / "one"), params(progs["dir"] / "init0")) > 1e-3
+
+
+@pytest.mark.parametrize("first", ["zero", "one"])
+def test_zero_resume_across_sharding(progs, tmp_path, first):
+    """A sharded run's checkpoint resumes unsharded at 1 rank, and the reverse:
+    the optimizer state is gathered per parameter and scattered back."""
+    ck = str(tmp_path / "ck.bin")
+    prog = {"zero": (progs["z"], 2), "one": (progs["b2"], 1)}
+    second = "one" if first == "zero" else "zero"
+    train(progs, prog[first][0], "--steps", "10", "--save", ck, ranks=prog[first][1])
+    train(progs, prog[second][0], "--resume", ck, "--steps", "10", "--dump-params",
+          str(tmp_path / "resumed"), ranks=prog[second][1])
+    train(progs, progs["b2"], "--steps", "20", "--dump-params", str(tmp_path / "straight"))
+    err = max_rel(params(tmp_path / "resumed"), params(tmp_path / "straight"))
+    print("--zero 1 resume (%s first): max relative difference %.3g" % (first, err))
+    assert err < 1e-5
+
+
+def test_zero_needs_its_rank_count(progs):
+    r = run([progs["z"], "--data", progs["data"], "--steps", "1"], check=False)
+    assert r.returncode == 1 and "compiled with --zero 1 --ranks 2" in r.stderr
+    r = run([SNC, "compile", progs["model"], "-o", str(progs["dir"] / "bad"), "--batch", "4",
+             "--dist", "mpi", "--zero", "1"], check=False)
+    assert r.returncode == 1 and "--zero 1 needs --ranks N" in r.stderr
