@@ -324,6 +324,19 @@ def main():
             else:
                 cobjs += w.build(B + "/obj/%s.o" % src[:-2], "rtcc", src, order_only=gen)
         targets += w.build(B + "/libsnrt_cuda.a", "ar", cobjs)
+        # --dist mpi on the CUDA target: NCCL (from the toolkit) for the
+        # exchanges, bootstrapped by the MPI layer built without its own.
+        nccl_lib = next((d for d in (os.path.join(cuda_home, "lib64"), os.path.join(cuda_home, "lib"))
+                         if os.path.exists(os.path.join(d, "libnccl.so"))), None)
+        if mpi and nccl_lib and os.path.exists(os.path.join(cuda_home, "include", "nccl.h")):
+            targets += w.build(B + "/snrt_mpi_cuda.o", "rtcc", "runtime/dist/mpi.c", order_only=gen,
+                               variables={"rtflags": "$rtflags $mpicflags -DSNRT_DEVICE_COMM"})
+            targets += w.build(B + "/snrt_nccl.o", "nvcc", "runtime/dist/nccl.cu", order_only=gen)
+            with open(mpi_frag, "a") as f:
+                f.write("ncclmpilibs = %s -L%s -Xlinker -rpath=%s -lnccl\n" % (mpi[1], nccl_lib, nccl_lib))
+        elif mpi:
+            print("configure: warning: NCCL not found under %s: --dist mpi --target cuda programs "
+                  "will not link" % cuda_home)
 
     # C unit tests: each tests/unit/test_X.c links against the compiler objects
     # (everything but main) and the CPU runtime.

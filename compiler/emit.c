@@ -343,23 +343,24 @@ static void death_lists(const Graph *g, const Plan *pl, int ***deaths, int **nde
 
 /* --dist mpi: what configure.py found (build/snrt_mpi.ninja: the MPI object
  * and link flags), copied so that DIR/build.ninja stands alone. */
-static bool mpi_lines(FILE *f, const char *root, const char *dir) {
+static bool mpi_lines(FILE *f, const char *root, const char *dir, const char *key) {
   char *frag = xasprintf("%s/build/snrt_mpi.ninja", root);
   FILE *in = fopen(frag, "r");
   bool have = false;
   if (in) {
     char line[8192];
     while (fgets(line, sizeof line, in))
-      if (strncmp(line, "mpilibs = ", 10) == 0) {
+      if (strncmp(line, key, strlen(key)) == 0) {
         fputs(line, f);
         have = true;
       }
     fclose(in);
   }
   if (!have)
-    fprintf(stderr, "snc: warning: %s not found: configure.py found no MPI here (install "
-                    "openmpi-bin and libopenmpi-dev, or ./configure.py --install-deps), so "
-                    "`ninja -C %s` will fail\n", frag, dir);
+    fprintf(stderr, "snc: warning: %s has no '%s' line: configure.py found no MPI%s here "
+                    "(install openmpi-bin and libopenmpi-dev, or ./configure.py --install-deps), "
+                    "so `ninja -C %s` will fail\n", frag, key, strcmp(key, "mpilibs = ") ?
+                    " or no NCCL" : "", dir);
   free(frag);
   return have;
 }
@@ -385,7 +386,19 @@ static void write_ninja(const char *dir, const char *root, const char *target, b
         }
       fclose(in);
     }
-    if (have) {
+    if (have && dist && mpi_lines(f, root, dir, "ncclmpilibs = ")) {
+      /* The MPI layer without its host exchanges, and NCCL's (nccl.cu). */
+      fprintf(f, "rule link\n  command = $nvcc -o $out $in $cudalibs $ncclmpilibs\n"
+                 "  description = LINK $out\n");
+      fprintf(f, "build train.o: cc train.c\nbuild train: link train.o $snc_root/build/snrt_mpi_cuda.o "
+                 "$snc_root/build/snrt_nccl.o $snc_root/build/libsnrt_cuda.a\n");
+      fprintf(f, "default train\n");
+      finish(f, dir, "build.ninja");
+      return;
+    } else if (have && dist) {
+      fprintf(f, "rule link\n  command = echo 'snc: error: configure.py found no MPI or no NCCL "
+                 "for the CUDA target in %s/build' >&2; false\n  description = LINK $out\n", root);
+    } else if (have) {
       fprintf(f, "rule link\n  command = $nvcc -o $out $in $cudalibs\n  description = LINK $out\n");
     } else {
       fprintf(stderr, "snc: warning: %s not found: configure.py built no CUDA runtime here "
@@ -398,7 +411,7 @@ static void write_ninja(const char *dir, const char *root, const char *target, b
     fprintf(f, "build train.o: cc train.c\nbuild train: link train.o%s\n",
             have ? " $snc_root/build/libsnrt_cuda.a" : "");
   } else {
-    if (dist && mpi_lines(f, root, dir)) {
+    if (dist && mpi_lines(f, root, dir, "mpilibs = ")) {
       /* The MPI layer first: it defines what libsnrt_cpu.a's single-process
        * stand-in (dist_none.o) would otherwise bring. */
       fprintf(f, "rule link\n  command = gcc -o $out $in -fopenmp -lopenblas -lprotobuf-c -lz -lm "

@@ -156,8 +156,6 @@ static void parse_args(Args *a, int argc, char **argv) {
   if (zero && a->train.optim == OPTIM_SGD && a->train.momentum == 0)
     usage("%s", "--zero 1 shards the optimizer state, and SGD without momentum has none");
   if (zero) a->train.zero_ranks = ranks;
-  if (a->train.dist && strcmp(a->target, "cuda") == 0)
-    usage("%s", "--dist mpi is for --target cpu so far (the NCCL variant for cuda is not built yet)");
 }
 
 static Graph *load(const Args *a, int batch) {

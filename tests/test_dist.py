@@ -338,3 +338,22 @@ def test_zero_needs_its_rank_count(progs):
     r = run([SNC, "compile", progs["model"], "-o", str(progs["dir"] / "bad"), "--batch", "4",
              "--dist", "mpi", "--zero", "1"], check=False)
     assert r.returncode == 1 and "--zero 1 needs --ranks N" in r.stderr
+
+
+@pytest.mark.skipif(not os.path.exists(os.path.join(os.path.dirname(SNC), "snrt_nccl.o")),
+                    reason="no CUDA runtime with NCCL was built (configure.py found no nvcc, "
+                           "cuDNN or NCCL)")
+@pytest.mark.parametrize("zero", [False, True])
+def test_cuda_nccl_program_links(progs, tmp_path, zero):
+    """--target cuda --dist mpi: the NCCL exchanges compile and the program
+    links against NCCL and MPI (it is not run: no GPU here)."""
+    out = tmp_path / "cuda"
+    flags = ["--zero", "1", "--ranks", "2"] if zero else []
+    run([SNC, "compile", progs["model"], "-o", str(out), "--batch", str(B), "--target", "cuda",
+         "--dist", "mpi", "--bucket", "1000"] + flags)
+    src = open(out / "train.c").read()
+    assert ("SNRT_COMM_REDUCE" in src and "SNRT_COMM_BCAST" in src) if zero else \
+        "SNRT_COMM_ALLREDUCE" in src
+    run(["ninja", "-C", str(out)], timeout=300)
+    libs = run(["ldd", str(out / "train")]).stdout
+    assert "libnccl" in libs and "libmpi" in libs

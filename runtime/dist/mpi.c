@@ -18,6 +18,10 @@
  * exchanged) or a transport: MPI moves the bytes. Run as one process (no
  * mpirun) it is an MPI singleton and exchanges nothing.
  *
+ * Built twice: build/snrt_mpi.o for the CPU target, and with
+ * -DSNRT_DEVICE_COMM build/snrt_mpi_cuda.o for the CUDA target, where the
+ * exchanges of train.c are NCCL's (nccl.cu) and this file keeps the rest.
+ *
  * Threads: only the main thread calls MPI (the loader and copy-engine
  * threads never do), so MPI_THREAD_FUNNELED is enough. */
 #include "common/rt.h"
@@ -42,8 +46,8 @@ typedef struct Comm {
   double t_start, t_done;  /* MPI_Wtime at the start, at completion seen */
   bool active, done;
 } Comm;
-static Comm *cm;
-static int ncm;
+static Comm *cm __attribute__((unused));   /* unused in the CUDA build */
+static int ncm __attribute__((unused));
 
 static void check(int rc, const char *what) {
   if (rc == MPI_SUCCESS) return;
@@ -191,6 +195,7 @@ void rt_dist_scatter(const void *send, void *recv, int64_t bytes) {
 
 /* ---- the steps train.c calls ---------------------------------------------- */
 
+#ifndef SNRT_DEVICE_COMM   /* the CUDA target's exchanges are NCCL's (nccl.cu) */
 int snrt_rank(snrt_ctx *c) {
   (void)c;
   return rt_rank;
@@ -278,3 +283,4 @@ void snrt_comm_wait(snrt_ctx *c, int id) {
     for (int64_t i = 0; i < b->pieces[3 * k + 1]; i++) g[i] *= inv;
   }
 }
+#endif
