@@ -181,6 +181,14 @@ static void close_out(FILE *f, const char *path) {
 static Plan *plan_model(const Args *a, Graph *g, FILE *schedule_log) {
   train_build(g, &a->train);
   Plan *pl = plan_build(g, &a->plan);
+  /* --zero 1: a parameter's pieces are broadcast into its device instance
+   * between two steps, which the host-resident parameters of the last
+   * budget tier would not see. */
+  for (int t = 0; a->train.zero_ranks && t < g->nt; t++)
+    if (g->t[t].kind == TK_PARAM && pl->tensor_inst[t] >= 0 && pl->inst[pl->tensor_inst[t]].offset < 0)
+      fatal(EXIT_BADINPUT, "--zero 1: at budget %s the plan keeps parameters in host memory "
+            "('%s'), which --zero 1 does not support yet; give a larger --budget (or drop --zero 1)",
+            fmt_bytes(pl->budget), g->t[t].name);
   schedule_waits(g, pl, schedule_log);
   if (strcmp(a->target, "cuda") == 0) workspace_plan(g, pl, WS_CUDA_CAP);
   return pl;

@@ -357,3 +357,68 @@ def test_cuda_nccl_program_links(progs, tmp_path, zero):
     run(["ninja", "-C", str(out)], timeout=300)
     libs = run(["ldd", str(out / "train")]).stdout
     assert "libnccl" in libs and "libmpi" in libs
+
+
+def zero_plans_by_tier(progs, tmp_path, zero=True):
+    """Budgets (scanned down from the default plan's arena) at which the
+    (--zero 1) plan keeps the optimizer state, then the parameters too, in
+    host memory: {"optimizer": bytes, "param": bytes} (absent: not met)."""
+    base = ["plan", progs["model"], "--batch", str(B), "--dist", "mpi", "--bucket", "1000"]
+    if zero:
+        base += ["--zero", "1", "--ranks", "2"]
+    js = str(tmp_path / "p.json")
+    run([SNC] + base + ["--json", js])
+    arena = json.load(open(js))["arena_bytes"]
+    found = {}
+    for k in range(100, 30, -2):
+        budget = arena * k // 100
+        r = run([SNC] + base + ["--budget", str(budget), "--json", js], check=False)
+        if r.returncode:
+            continue
+        host = {i["kind"] for i in json.load(open(js))["instances"]
+                if i["offset"] < 0 and i["host_offset"] >= 0}
+        for kind in ("optimizer", "param"):
+            if kind in host and kind not in found and (kind == "param" or "param" not in host):
+                found[kind] = budget
+    return found
+
+
+def test_zero_with_state_in_host_memory(progs, tmp_path):
+    """Tight budgets: the optimizer shard in the host arena still gives the
+    reference parameters (2 ranks, --poison, lazy copies); parameters in host
+    memory are refused with a message (the broadcast would miss them)."""
+    tiers = zero_plans_by_tier(progs, tmp_path)
+    if "optimizer" not in tiers:
+        pytest.skip("no budget put the optimizer shard alone in host memory: %s" % tiers)
+    out = tmp_path / "zo"
+    run([SNC, "compile", progs["model"], "-o", str(out), "--batch", str(B), "--dist", "mpi",
+         "--bucket", "1000", "--zero", "1", "--ranks", "2", "--budget", str(tiers["optimizer"])])
+    run(["ninja", "-C", str(out)])
+    plan_check.check_plan(json.load(open(out / "plan.json")))
+    train(progs, str(out / "train"), "--steps", str(STEPS), "--poison", "--dump-params",
+          str(tmp_path / "two"), ranks=2, env={"SNRT_COPY_LAZY": "1"})
+    train(progs, progs["b2"], "--steps", str(STEPS), "--dump-params", str(tmp_path / "one"))
+    assert max_rel(params(tmp_path / "two"), params(tmp_path / "one")) < 1e-5
+    if "param" in tiers:
+        r = run([SNC, "compile", progs["model"], "-o", str(tmp_path / "zp"), "--batch", str(B),
+                 "--dist", "mpi", "--zero", "1", "--ranks", "2", "--bucket", "1000",
+                 "--budget", str(tiers["param"])], check=False)
+        assert r.returncode == 2 and "keeps parameters in host memory" in r.stderr, r.stderr
+
+
+def test_dist_with_parameters_in_host_memory(progs, tmp_path):
+    """Without --zero, the tightest tier (parameters and optimizer state in
+    the host arena, copied around the steps that use them) all-reduces the
+    gradients as well: the reference parameters at 2 ranks."""
+    tiers = zero_plans_by_tier(progs, tmp_path, zero=False)
+    if "param" not in tiers:
+        pytest.skip("no budget put the parameters in host memory: %s" % tiers)
+    out = tmp_path / "dh"
+    run([SNC, "compile", progs["model"], "-o", str(out), "--batch", str(B), "--dist", "mpi",
+         "--bucket", "1000", "--budget", str(tiers["param"])])
+    run(["ninja", "-C", str(out)])
+    plan_check.check_plan(json.load(open(out / "plan.json")))
+    train(progs, str(out / "train"), "--steps", str(STEPS), "--poison", "--dump-params",
+          str(tmp_path / "two"), ranks=2, env={"SNRT_COPY_LAZY": "1"})
+    train(progs, progs["b2"], "--steps", str(STEPS), "--dump-params", str(tmp_path / "one"))
+    assert max_rel(params(tmp_path / "two"), params(tmp_path / "one")) < 1e-5

@@ -407,14 +407,15 @@ static void agree(const rt_opts *o, const snrt_model *m, const rt_data *train, c
       "the runtime's layout version", "the model and plan (fingerprint)", "the per-rank batch",
       "the arena size (the plan)", "the tensor table", "the training set's size",
       "the test set's size", "--seed", "--steps", "--epochs", "--lr", "--resume (given or not)",
-      "the mode of --normalize"};
+      "the mode of --normalize", "--save (given or not)", "--save-every"};
   uint32_t lr_bits;
   float lr = o->lr_set ? o->lr : m->lr;
   memcpy(&lr_bits, &lr, 4);
   uint64_t v[] = {1, m->fingerprint, (uint64_t)m->batch, (uint64_t)m->arena_bytes,
                   (uint64_t)m->ntensors, (uint64_t)rt_data_count(train),
                   test ? (uint64_t)rt_data_count(test) : 0, o->seed, (uint64_t)o->steps,
-                  (uint64_t)o->epochs, lr_bits, o->resume != NULL, (uint64_t)o->nnorm};
+                  (uint64_t)o->epochs, lr_bits, o->resume != NULL, (uint64_t)o->nnorm,
+                  o->save != NULL, (uint64_t)o->save_every};
   rt_dist_agree(names, v, (int)(sizeof v / sizeof v[0]));
 }
 
