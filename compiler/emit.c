@@ -542,15 +542,20 @@ void emit_program(const Graph *g, const Plan *pl, const EmitOpts *o, const char 
     fprintf(f, ", %s, %s, %d, {", table_kind(g, tb.t[i]), t->dtype == DT_INT32 ? "SNRT_I32" : "SNRT_F32",
             t->rank);
     for (int d = 0; d < t->rank; d++) fprintf(f, "%s%lld", d ? ", " : "", (long long)dims[d]);
-    fprintf(f, "}, %lld, %lld, %lld, %s, %lld, %lld, %d, {%d, %d}", (long long)tensor_bytes(t),
+    fprintf(f, "}, %lld, %lld, %lld, %s, %lld, %lld, %d, {%d, %d}},\n", (long long)tensor_bytes(t),
             (long long)(in ? in->offset : -1), (long long)(in ? in->host_offset : -1), init_name(init),
             (long long)t->fan_in, (long long)file_off[i], grad, o0, o1);
-    /* --zero 1: where a parameter starts in the flat space (-1: not updated) */
-    if (g->zero_ranks && t->kind == TK_PARAM)
-      fprintf(f, ", %lld", (long long)(t->grad >= 0 ? t->zero_flat : -1));
-    fprintf(f, "},\n");
   }
   fprintf(f, "};\n\n");
+  if (g->zero_ranks) {
+    /* --zero 1: where each parameter starts in the flat space (-1: none) */
+    fprintf(f, "static const int64_t zero_flat[] = {");
+    for (int i = 0; i < tb.n; i++) {
+      const Tensor *t = &g->t[tb.t[i]];
+      fprintf(f, "%s%lld", i ? ", " : "", (long long)(t->kind == TK_PARAM && t->grad >= 0 ? t->zero_flat : -1));
+    }
+    fprintf(f, "};\n\n");
+  }
   const Tensor *out = &g->t[g->output];
   fprintf(f, "const snrt_model snrt_the_model = {\n");
   fprintf(f, "  .name = ");
@@ -581,7 +586,8 @@ void emit_program(const Graph *g, const Plan *pl, const EmitOpts *o, const char 
     for (int i = 0; i < g->nn; i++) nb += g->n[i].op == OP_ALLREDUCE || g->n[i].op == OP_REDUCE_SCATTER;
     fprintf(f, "  .dist = 1,\n  .buckets = %d,\n", nb);
     if (g->zero_ranks)
-      fprintf(f, "  .zero = %d,\n  .zero_shard = %lld,\n", g->zero_ranks, (long long)g->zero_shard);
+      fprintf(f, "  .zero = %d,\n  .zero_shard = %lld,\n  .zero_flat = zero_flat,\n", g->zero_ranks,
+              (long long)g->zero_shard);
   }
   if (seq) fprintf(f, "  .positions = %lld,\n", (long long)out->dims[1]);
   if (strcmp(o->target, "cuda") == 0) {

@@ -319,7 +319,6 @@ typedef struct snrt_tensor {
   int64_t file_offset;   /* for FILE: byte offset in params.bin */
   int grad;              /* PARAM: index of its GRAD entry (-1 if none) */
   int opt[2];            /* PARAM: indices of its optimizer state (-1 if none) */
-  int64_t zero_flat;     /* --zero 1, PARAM: its first element in the flat space (-1: no update) */
 } snrt_tensor;
 
 enum snrt_loss_kind { SNRT_LOSS_SOFTMAX_CE, SNRT_LOSS_MSE };
@@ -360,6 +359,9 @@ typedef struct snrt_model {
    * elements of the flat parameter space each rank owns; 0 otherwise. */
   int zero;
   int64_t zero_shard;
+  /* --zero 1: per tensor of the table, where a parameter starts in the flat
+   * space (-1: not a parameter, or not updated); NULL otherwise. */
+  const int64_t *zero_flat;
 } snrt_model;
 
 /* Defined by the emitted train.c. */

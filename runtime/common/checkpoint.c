@@ -156,9 +156,9 @@ void rt_zero_scatter(snrt_ctx *c) {
   zero_flat_state = NULL;
 }
 
-/* The per-parameter entries of parameter t (zero_flat >= 0). */
-static bool zero_param(const snrt_model *m, const snrt_tensor *t) {
-  return m->zero && t->kind == SNRT_T_PARAM && t->zero_flat >= 0;
+/* Whether tensor i is a parameter with per-parameter optimizer entries. */
+static bool zero_param(const snrt_model *m, int i) {
+  return m->zero && m->tensors[i].kind == SNRT_T_PARAM && m->zero_flat && m->zero_flat[i] >= 0;
 }
 
 static void put(uint8_t **p, const void *v, size_t n) {
@@ -180,7 +180,7 @@ void rt_checkpoint_save(snrt_ctx *c, const char *path, const rt_position *pos) {
   int32_t count = 0;
   for (int i = 0; i < m->ntensors; i++) {
     const snrt_tensor *t = &m->tensors[i];
-    for (int s = 0; zero_param(m, t) && s < zn; s++) {
+    for (int s = 0; zero_param(m, i) && s < zn; s++) {
       size += 4 + strlen(t->name) + strlen(shard_suffix(&m->tensors[zidx[s]])) + 8 + (size_t)t->nbytes;
       count++;
     }
@@ -214,14 +214,14 @@ void rt_checkpoint_save(snrt_ctx *c, const char *path, const rt_position *pos) {
     put(&p, &t->nbytes, 8);
     rt_tensor_read(c, i, p);
     p += t->nbytes;
-    for (int s = 0; zero_param(m, t) && s < zn; s++) {
+    for (int s = 0; zero_param(m, i) && s < zn; s++) {
       const char *suf = shard_suffix(&m->tensors[zidx[s]]);
       uint32_t sl = (uint32_t)(strlen(t->name) + strlen(suf));
       put(&p, &sl, 4);
       put(&p, t->name, strlen(t->name));
       put(&p, suf, strlen(suf));
       put(&p, &t->nbytes, 8);
-      put(&p, flat + (size_t)s * zall + t->zero_flat, (size_t)t->nbytes);
+      put(&p, flat + (size_t)s * zall + m->zero_flat[i], (size_t)t->nbytes);
     }
   }
   free(flat);
@@ -317,7 +317,7 @@ void rt_checkpoint_load(snrt_ctx *c, const char *path, rt_position *pos) {
     rt_tensor_write(c, i, p);
     p += nb;
     seen++;
-    for (int s = 0; zero_param(m, t) && s < zn; s++) {
+    for (int s = 0; zero_param(m, i) && s < zn; s++) {
       const char *suf = shard_suffix(&m->tensors[zidx[s]]);
       size_t tl = strlen(t->name), sl = strlen(suf);
       if (seen >= count || end - p < 4) goto mismatch;
@@ -328,7 +328,7 @@ void rt_checkpoint_load(snrt_ctx *c, const char *path, rt_position *pos) {
       p += nl;
       get(&p, &nb, 8);
       if (nb != t->nbytes || end - p < nb) goto mismatch;
-      memcpy(zero_flat_state + (size_t)s * zall + t->zero_flat, p, (size_t)nb);
+      memcpy(zero_flat_state + (size_t)s * zall + m->zero_flat[i], p, (size_t)nb);
       p += nb;
       seen++;
     }
