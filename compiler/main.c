@@ -9,19 +9,23 @@
 static const char usage_text[] =
     "usage:\n"
     "  snc inspect MODEL.onnx [--batch N] [--input NAME] [--json] [--dump import]\n"
-    "  snc plan    MODEL.onnx --batch N [--policy P] [--budget SIZE] [--device PROFILE]\n"
-    "                         [--target cpu|cuda] [--json FILE] [--html FILE] [--dump PASS]\n"
-    "                         [--input NAME] [--dist mpi [--bucket SIZE] [--zero 1 --ranks N]]\n"
+    "  snc plan    MODEL.onnx --batch N [--policy P] [--budget SIZE] [--host-budget SIZE]\n"
+    "                         [--device PROFILE] [--target cpu|cuda] [--json FILE]\n"
+    "                         [--html FILE] [--dump PASS] [--input NAME] [--segment SIZE]\n"
+    "                         [--dist mpi [--bucket SIZE] [--zero 1 --ranks N]]\n"
     "  snc plan    --diff A.json B.json\n"
     "  snc compile MODEL.onnx -o DIR --batch N [--target cpu|cuda] [--policy P]\n"
-    "                         [--budget SIZE] [--device PROFILE] [--loss softmax-ce|mse]\n"
+    "                         [--budget SIZE] [--host-budget SIZE] [--segment SIZE]\n"
+    "                         [--device PROFILE] [--loss softmax-ce|mse]\n"
     "                         [--optimizer sgd|adam|adamw] [--lr X] [--momentum X]\n"
     "                         [--weight-decay X] [--input NAME]\n"
     "                         [--dist mpi [--bucket SIZE] [--zero 1 --ranks N]]\n"
-    "  snc max-batch MODEL.onnx --budget SIZE [--policy P] [--device PROFILE]\n"
+    "  snc max-batch MODEL.onnx --budget SIZE [--host-budget SIZE] [--policy P]\n"
+    "                         [--device PROFILE]\n"
     "\n"
     "policies: none liveness recompute offload superneurons auto (default)\n"
-    "passes for --dump: import (inspect); route liveness recompute offload offsets (plan)\n";
+    "passes for --dump: import (inspect); route liveness recompute offload offsets schedule\n"
+    "                   auto (plan)\n";
 
 static noreturn void usage(const char *fmt, const char *arg) {
   fprintf(stderr, "snc: error: ");
@@ -96,6 +100,15 @@ static void parse_args(Args *a, int argc, char **argv) {
       const char *v = need_value(argc, argv, &i);
       a->plan.budget = parse_size(v);
       if (a->plan.budget <= 0) usage("bad size for --budget: '%s' (e.g. 12GiB, 500MB, 1048576)", v);
+    } else if (strcmp(s, "--host-budget") == 0) {
+      const char *v = need_value(argc, argv, &i);
+      a->plan.host_budget = parse_size(v);
+      if (a->plan.host_budget <= 0)
+        usage("bad size for --host-budget: '%s' (e.g. 64GiB, 500MB, 1048576)", v);
+    } else if (strcmp(s, "--segment") == 0) {
+      const char *v = need_value(argc, argv, &i);
+      a->plan.segment = parse_size(v);
+      if (a->plan.segment <= 0) usage("bad size for --segment: '%s' (e.g. 64MiB)", v);
     } else if (strcmp(s, "--device") == 0) a->device = need_value(argc, argv, &i);
     else if (strcmp(s, "--loss") == 0) {
       const char *v = need_value(argc, argv, &i);
@@ -156,6 +169,9 @@ static void parse_args(Args *a, int argc, char **argv) {
   if (zero && a->train.optim == OPTIM_SGD && a->train.momentum == 0)
     usage("%s", "--zero 1 shards the optimizer state, and SGD without momentum has none");
   if (zero) a->train.zero_ranks = ranks;
+  if (a->plan.segment && a->plan.policy != POL_RECOMPUTE)
+    usage("%s", "--segment SIZE goes with --policy recompute (checkpoint segments of SIZE; "
+          "auto chooses its own)");
 }
 
 static Graph *load(const Args *a, int batch) {

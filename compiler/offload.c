@@ -91,6 +91,65 @@ static int cmp_int(const void *a, const void *b) {
 
 typedef struct Ref { int copy, trip; } Ref;
 
+static int cmp_by_key(const void *x, const void *y) {
+  const double *a = x, *b = y;
+  return a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : a[1] < b[1] ? -1 : a[1] > b[1];
+}
+
+/* Each copy hides on its own; with one copy engine per direction (FIFO in
+ * issue order, as the runtimes have) a copy can still wait behind earlier
+ * ones and land late. Simulates both queues in issue order and keeps only
+ * the copies that still land in time: an offload before the last step its
+ * wait may follow (the wait moves to where the queued copy lands), each
+ * prefetch before its first reader. P: prefix sums of the step times. */
+static int queue_filter(const Plan *pl, Copy *cp, int nc, const double *P,
+                        const DeviceProfile *dev) {
+  bool *drop = xcalloc((size_t)nc + 1, sizeof(bool));
+  double *key = xmalloc(sizeof(double) * 2 * (size_t)(nc + 1));
+  for (int c = 0; c < nc; c++) key[2 * c] = cp[c].s_last_fwd, key[2 * c + 1] = c;
+  qsort(key, (size_t)nc, 2 * sizeof(double), cmp_by_key);
+  double busy = 0;
+  for (int k = 0; k < nc; k++) {
+    Copy *x = &cp[(int)key[2 * k + 1]];
+    double tau = (double)pl->inst[x->dev].bytes / dev->link_bw;
+    int a = x->s_last_fwd, b = x->trip[0].first;
+    double fin = (P[a + 1] > busy ? P[a + 1] : busy) + tau;
+    int sw = x->s_wait;
+    while (sw < b - 2 && P[sw + 1] < fin) sw++;
+    if (P[sw + 1] < fin || x->trip[0].s_pf < sw + 1) {
+      drop[(int)key[2 * k + 1]] = true;
+      continue;
+    }
+    x->s_wait = sw;
+    busy = fin;
+  }
+  int ntr = 0;
+  for (int c = 0; c < nc; c++) ntr += cp[c].ntrip;
+  double *tk = xmalloc(sizeof(double) * 3 * (size_t)(ntr + 1));
+  ntr = 0;
+  for (int c = 0; c < nc; c++)
+    for (int j = 0; j < cp[c].ntrip; j++)
+      tk[3 * ntr] = cp[c].trip[j].s_pf, tk[3 * ntr + 1] = c, tk[3 * ntr + 2] = j, ntr++;
+  qsort(tk, (size_t)ntr, 3 * sizeof(double), cmp_by_key);   /* by step, then copy */
+  busy = 0;
+  for (int k = 0; k < ntr; k++) {
+    int c = (int)tk[3 * k + 1];
+    if (drop[c]) continue;
+    const Trip *tr = &cp[c].trip[(int)tk[3 * k + 2]];
+    double tau = (double)pl->inst[cp[c].dev].bytes / dev->link_bw;
+    double fin = (P[tr->s_pf] > busy ? P[tr->s_pf] : busy) + tau;
+    if (fin > P[tr->first]) drop[c] = true;
+    else busy = fin;
+  }
+  int n = 0;
+  for (int c = 0; c < nc; c++) {
+    if (drop[c]) free(cp[c].trip);
+    else cp[n++] = cp[c];
+  }
+  free(drop), free(key), free(tk);
+  return n;
+}
+
 int offload_plan(Graph *g, Plan *pl, const bool *sel, const DeviceProfile *dev, bool hidden_only,
                  int max_lead) {
   const Route *old = pl->route;
@@ -166,6 +225,7 @@ int offload_plan(Graph *g, Plan *pl, const bool *sel, const DeviceProfile *dev, 
   }
   for (int i = 0; i < n0; i++) free(reads[i]);
   free(lastf), free(reads), free(nreads);
+  if (hidden_only) nc = queue_filter(pl, cp, nc, P, dev);
   if (!nc) {
     free(t), free(P), free(cp);
     return 0;

@@ -1,22 +1,25 @@
 /* plan.c — the planning driver: runs the passes for a policy, estimates the
- * step time, enforces the budget, and answers max-batch.
+ * step time, enforces the device and host budgets, and answers max-batch.
  *
- * Policies planned today: none (every instance its own region) and liveness
- * (greedy packing of lifetimes). recompute, offload, superneurons and auto
- * fall back to the liveness plan for now; Plan.planned records what was
- * actually planned and every printer says so (no silent substitution).
+ * Policies: none (every instance its own region), liveness (greedy packing
+ * of lifetimes), recompute (cheap layers rebuilt, memory-centric down to the
+ * layer peak), offload (what hides fully), superneurons (both, copies
+ * synchronous: the smallest footprint) and auto (the fastest plan that fits,
+ * from the candidates listed at plan_auto; `snc plan --dump auto` prints
+ * them). Plan.planned records which kind of plan auto chose.
  *
- * Cost model (a first one; the offload issue refines it): each training step
- * takes max(flops / device FLOP rate, bytes touched / memory bandwidth), bytes
- * touched being its inputs, outputs and workspace. Eval steps are not part of
- * the training step and are not counted.
+ * Cost model: each training step takes max(flops / device FLOP rate, bytes
+ * touched / memory bandwidth), bytes touched being its inputs, outputs and
+ * workspace; copies overlap compute except for their exposed part
+ * (offload.c). Eval steps are not part of the training step.
  *
- * Not here: the passes themselves (route.c, liveness.c, offsets.c) or output
- * formats (plan_print.c). */
+ * Not here: the passes themselves (route.c, liveness.c, recompute.c,
+ * offload.c, offsets.c) or output formats (plan_print.c). */
 #include "snc.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* The estimated step time: compute and recompute steps each take
  * max(flops / rate, bytes / bandwidth); copies overlap compute except for the
@@ -52,6 +55,13 @@ static void estimate(const Graph *g, Plan *pl, const DeviceProfile *dev) {
   pl->est_step_seconds = busy + pl->exposed_seconds;
 }
 
+enum { OFFLOAD_MIN_BYTES = 4 << 10 };
+/* Recomputation alone: the longest chain of cheap layers rebuilt from one
+ * checkpoint (a deep ResNet stage's block outputs would otherwise all be
+ * rebuilt from the stage's first, and memory-centric rebuilds of such a
+ * chain cost its length squared). */
+enum { RECOMPUTE_CHAIN = 64 };
+
 /* Forward activations (and BN's saved statistics): offload_plan takes those
  * still read by the backward pass after recomputation (the checkpoints). */
 static bool *offload_candidates(const Graph *g) {
@@ -61,6 +71,9 @@ static bool *offload_candidates(const Graph *g) {
     if ((x->kind != TK_ACT && x->kind != TK_AUX) || x->producer < 0) continue;
     const Node *n = &g->n[x->producer];
     if (n->phase != PH_FORWARD) continue;
+    /* Tiny tensors (BN's saved statistics, a few hundred bytes) cost a copy's
+     * fixed overhead and an event for nothing: they stay. */
+    if (tensor_bytes(x) < OFFLOAD_MIN_BYTES) continue;
     sel[t] = true;
   }
   return sel;
@@ -84,17 +97,29 @@ static int count_sel(const Graph *g, const bool *sel) {
   return n;
 }
 
-/* One plan: the passes in order. `recompute_target` < 0: no recomputation;
- * `sel` NULL: no offload. */
-static Plan *plan_once(Graph *g, const PlanOpts *o, const DeviceProfile *dev, Policy planned,
-                       int64_t recompute_target, const bool *sel, bool hidden_only, int lead,
-                       int host_state) {
+/* One candidate plan's decisions. */
+typedef struct Cand {
+  Policy planned;
+  int64_t rc_target;       // < 0: no recomputation; 0: the layer peak; else live-byte target
+  int64_t seg_bytes;       // 0: cheap layers rebuilt; > 0: checkpoint segments (recompute.c)
+  bool nested;             // checkpoint segments: cheap layers rebuilt per backward reader
+  const bool *sel;         // tensors to offload (NULL: none)
+  bool hidden_only;        // offload only copies that hide fully
+  int lead;                // offload_plan's max_lead
+  int host_state;          // 1: optimizer state on the host; 2: parameters too
+} Cand;
+
+/* One plan: the passes in order, all but the device arena's packing (the
+ * host arena is packed; the estimate made). */
+static Plan *plan_passes(Graph *g, const PlanOpts *o, const DeviceProfile *dev, const Cand *c) {
   Plan *pl = xcalloc(1, sizeof *pl);
   pl->opts = *o;
   pl->opts.device = dev->name;
   pl->batch = g->batch;
   pl->budget = o->budget ? o->budget : device_budget(dev);
-  pl->planned = planned;
+  pl->host_budget = o->host_budget ? o->host_budget : device_host_budget(dev);
+  pl->planned = c->planned;
+  pl->seg_bytes = c->seg_bytes;
   pl->route = route_build(g);
   liveness_compute(g, pl);
   /* The baseline is the none policy's arena: the primary instances, each in
@@ -103,147 +128,369 @@ static Plan *plan_once(Graph *g, const PlanOpts *o, const DeviceProfile *dev, Po
   /* Recompute chains: unbounded alone (fewest checkpoints kept), 2 steps when
    * checkpoints are offloaded (a rebuild needs all its checkpoints prefetched
    * at once). */
-  if (recompute_target >= 0)
-    recompute_plan(g, pl, recompute_target ? recompute_target : layer_peak, sel ? 2 : INT32_MAX);
-  if (sel) offload_plan(g, pl, sel, dev, hidden_only, lead);
-  /* host_state 1: optimizer state on the host; 2: parameters too. */
-  if (host_state) offload_persistent(g, pl, dev, host_state > 1);
+  if (c->rc_target >= 0) {
+    RecomputeOpts ro = {.target = c->rc_target ? c->rc_target : layer_peak,
+                        .max_chain = c->sel && !c->seg_bytes ? 2 : RECOMPUTE_CHAIN,
+                        .seg_bytes = c->seg_bytes, .nested = c->nested,
+                        .ck_offloaded = c->sel != NULL};
+    pl->checkpoints = recompute_plan(g, pl, &ro);
+  }
+  if (c->sel) offload_plan(g, pl, c->sel, dev, c->hidden_only, c->lead);
+  if (c->host_state) offload_persistent(g, pl, dev, c->host_state > 1);
   /* In-place elementwise steps pay where recomputed and prefetched copies
    * are short-lived; the plain liveness plan is left as packed. */
-  if (recompute_target >= 0 || sel) liveness_inplace(g, pl);
+  if (c->rc_target >= 0 || c->sel) liveness_inplace(g, pl);
   pl->baseline_bytes = baseline;
-  offsets_assign(pl, planned != POL_NONE);
   offsets_host(pl);
-  /* The checker is O(n log n): every plan snc produces is verified. */
+  estimate(g, pl, dev);
+  return pl;
+}
+
+/* Places the device instances and checks the whole plan. The checker is
+ * O(n log n): every plan snc produces is verified. */
+static void plan_pack(const Graph *g, Plan *pl) {
+  offsets_assign(pl, pl->planned != POL_NONE);
   if (offsets_check(g, pl, stderr))
     internal_error(__FILE__, __LINE__, "the offset plan has overlapping instances");
-  estimate(g, pl, dev);
+}
+
+static Plan *plan_once(Graph *g, const PlanOpts *o, const DeviceProfile *dev, const Cand *c) {
+  Plan *pl = plan_passes(g, o, dev, c);
+  plan_pack(g, pl);
   return pl;
 }
 
 static void plan_free(Plan *pl) {
   if (!pl) return;
   route_free(pl->route);
-  free(pl->inst), free(pl->tensor_inst), free(pl->live_bytes), free(pl->high_water), free(pl);
+  free(pl->inst), free(pl->tensor_inst), free(pl->live_bytes), free(pl->high_water);
+  free(pl->auto_log), free(pl);
 }
 
-/* auto: the fastest estimated plan that fits the budget. Candidates, from
- * cheapest: liveness; offload of what hides fully; recomputation; both; then
- * recomputation plus offload of the first k checkpoints (exposed copies
- * allowed), with the smallest k that fits found by bisection: as few
- * offloads as the budget requires, the longest-idle ones first; then the
- * superneurons plan; then that plus optimizer state in host memory; then
- * parameters in host memory too (depth limited by host memory). If
- * nothing fits, the error names the smallest arena seen. */
-static Plan *plan_auto(Graph *g, const PlanOpts *o, const DeviceProfile *dev, int64_t budget,
-                       int64_t *smallest) {
-  Plan *best = NULL;
-  *smallest = INT64_MAX;
-  bool *acts = offload_candidates(g);
-  for (int c = 0; c < 4; c++) {
-    bool rec = c >= 2, off = c & 1;
-    Plan *pl = plan_once(g, o, dev, c == 0 ? POL_LIVENESS : c == 1 ? POL_OFFLOAD : c == 2
-                         ? POL_RECOMPUTE : POL_SUPERNEURONS, rec ? budget : -1,
-                         off ? acts : NULL, true, 0, false);
-    if (pl->arena_bytes < *smallest) *smallest = pl->arena_bytes;
-    if (pl->arena_bytes <= budget && (!best || pl->est_step_seconds < best->est_step_seconds)) {
-      plan_free(best);
-      best = pl;
-    } else {
-      plan_free(pl);
+/* The search in plan_auto: the fastest plan that fits both budgets, and the
+ * smallest arena and host arena seen (for the error when nothing fits). */
+typedef struct Search {
+  int64_t budget, host_budget;
+  Plan *best;
+  int64_t smallest;        // smallest arena among plans within the host budget
+  int64_t smallest_host;   // smallest host arena among plans within the device budget
+  int64_t smallest_any;    // smallest arena of all
+  int tried;
+  int last_checkpoints;    // the last candidate's Plan.checkpoints
+  int64_t last_arena;      // ... and arena
+  char *log;               // the candidates, a line each (Plan.auto_log)
+  size_t nlog;
+} Search;
+
+static const char *cand_name(const Cand *c, const Plan *pl) {
+  static char buf[160];
+  int n = snprintf(buf, sizeof buf, "%s", policy_name(c->planned));
+  if (c->seg_bytes)
+    n += snprintf(buf + n, sizeof buf - (size_t)n, ", checkpoints every %s (%d kept)%s",
+                  fmt_bytes(c->seg_bytes), pl->checkpoints, c->nested ? ", nested" : "");
+  else if (c->rc_target >= 0)
+    n += snprintf(buf + n, sizeof buf - (size_t)n, ", cheap layers rebuilt");
+  if (c->sel) {
+    n += snprintf(buf + n, sizeof buf - (size_t)n, ", offload %s",
+                  c->hidden_only ? "where hidden" : "exposed allowed");
+    if (c->lead < 0) n += snprintf(buf + n, sizeof buf - (size_t)n, ", synchronous");
+    else if (c->lead) n += snprintf(buf + n, sizeof buf - (size_t)n, ", lead <= %d", c->lead);
+  }
+  if (c->host_state) snprintf(buf + n, sizeof buf - (size_t)n, ", %s on the host",
+                              c->host_state > 1 ? "parameters and optimizer state"
+                                                : "optimizer state");
+  return buf;
+}
+
+typedef enum { C_NOFIT, C_FITS, C_SLOWER } Verdict;
+
+static bool fits(const Search *sr, const Plan *pl) {
+  return pl->arena_bytes <= sr->budget && pl->host_bytes <= sr->host_budget;
+}
+
+static void log_cand(Search *sr, const Cand *c, const Plan *pl, Verdict v, bool packed) {
+  char arena[32];
+  snprintf(arena, sizeof arena, "%s%s", packed ? "" : ">=",
+           fmt_bytes(packed ? pl->arena_bytes : pl->peak_live_bytes));
+  char *line = xasprintf("%3d  %-6s %11s %10s %10.3f ms  %s\n", sr->tried,
+                         v == C_FITS ? "fits" : v == C_SLOWER ? "slower" : "-", arena,
+                         fmt_bytes(pl->host_bytes), pl->est_step_seconds * 1e3, cand_name(c, pl));
+  size_t n = strlen(line);
+  sr->log = xrealloc(sr->log, sr->nlog + n + 1);
+  memcpy(sr->log + sr->nlog, line, n + 1);
+  sr->nlog += n;
+  free(line);
+}
+
+/* Plans candidate c; keeps it if it is the fastest fit so far. The device
+ * arena is packed only where that can matter: its live bytes (a lower bound
+ * of the arena) fit the budget and it is faster than the best so far; or
+ * nothing fits yet and it may be the smallest (for the error message). */
+static Verdict consider(Search *sr, Graph *g, const PlanOpts *o, const DeviceProfile *dev,
+                        const Cand *c) {
+  Plan *pl = plan_passes(g, o, dev, c);
+  sr->tried++;
+  sr->last_checkpoints = pl->checkpoints;
+  sr->last_arena = pl->peak_live_bytes;
+  bool host_ok = pl->host_bytes <= sr->host_budget, live_ok = pl->peak_live_bytes <= sr->budget;
+  bool faster = !sr->best || pl->est_step_seconds < sr->best->est_step_seconds;
+  bool pack = (live_ok && host_ok && faster) ||
+              (!sr->best && (pl->peak_live_bytes < sr->smallest_any ||
+                             (host_ok && pl->peak_live_bytes < sr->smallest) ||
+                             (live_ok && pl->host_bytes < sr->smallest_host)));
+  Verdict v = live_ok && host_ok && !faster ? C_SLOWER : C_NOFIT;
+  if (pack) {
+    plan_pack(g, pl);
+    if (pl->arena_bytes < sr->smallest_any) sr->smallest_any = pl->arena_bytes;
+    if (host_ok && pl->arena_bytes < sr->smallest) sr->smallest = pl->arena_bytes;
+    if (pl->arena_bytes <= sr->budget && pl->host_bytes < sr->smallest_host)
+      sr->smallest_host = pl->host_bytes;
+    if (fits(sr, pl)) v = faster ? C_FITS : C_SLOWER;
+  }
+  log_cand(sr, c, pl, v, pack);
+  if (v == C_FITS) {
+    plan_free(sr->best);
+    sr->best = pl;
+  } else {
+    plan_free(pl);
+  }
+  return v;
+}
+
+/* Bytes of the forward activations: the scale of the checkpoint ladder. */
+static int64_t forward_act_bytes(const Graph *g) {
+  int64_t a = 0;
+  for (int i = 0; i < g->nfwd; i++)
+    for (int k = 0; k < g->n[i].nout; k++) {
+      int t = g->n[i].out[k];
+      if (t >= 0 && g->t[t].kind == TK_ACT) a += tensor_bytes(&g->t[t]);
+    }
+  return a;
+}
+
+/* The checkpoint ladder (see plan_auto) with persistent state `hs`. */
+static void run_ladder(Search *sr, Graph *g, const PlanOpts *o, const DeviceProfile *dev,
+                       const bool *acts, int64_t A, int hs) {
+  int64_t budget = sr->budget;
+  static const int ladder[] = {2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256};
+  int prev_ck = -1;
+  for (size_t k = 0; k < sizeof ladder / sizeof ladder[0]; k++) {
+    int64_t seg = A / ladder[k];
+    if (seg < 1) break;
+    /* A rebuilt segment is live at once: one larger than the budget cannot
+     * fit without rebuilding it again and again (and planning that costs
+     * the segment's length squared). */
+    if (seg > budget) continue;
+    /* Variants: alone; checkpoints offloaded where the copies hide; all
+     * checkpoints offloaded, exposed copies allowed. Segments go nested,
+     * then memory-centric, where live bytes exceed the budget. */
+    /* In this order; the first that fits ends the rung: each is at least
+     * as fast as the ones after it (the same recomputation, more of the
+     * copies exposed), but for the leads, where it is only likely. */
+    static const int lead[] = {0, 0, 16, 4, 1, -1};
+    for (int v = 0; v < 6; v++) {
+      bool off = v > 0;
+      Cand cd = {.planned = off ? POL_SUPERNEURONS : POL_RECOMPUTE, .rc_target = budget,
+                 .seg_bytes = seg, .sel = off ? acts : NULL, .hidden_only = v == 1,
+                 .lead = lead[v], .host_state = hs};
+      Verdict vd = consider(sr, g, o, dev, &cd);
+      /* The same checkpoints as the rung before: the same plans. */
+      if (!v && sr->last_checkpoints == prev_ck) break;
+      if (!v) prev_ck = sr->last_checkpoints;
+      if (vd != C_NOFIT) break;
     }
   }
-  if (!best) {
-    /* Bisection on k; invariant: `fit` is the plan at hi, which fits. */
-    int K = count_sel(g, acts), lo = 0, hi = K;
-    Plan *fit = plan_once(g, o, dev, POL_SUPERNEURONS, budget, acts, false, 1, 0);
-    if (fit->arena_bytes < *smallest) *smallest = fit->arena_bytes;
-    if (fit->arena_bytes > budget) {
-      /* Last resort: the smallest footprint (recompute as memory-centric as
-       * the layer peak asks). */
-      plan_free(fit);
-      fit = plan_once(g, o, dev, POL_SUPERNEURONS, 0, acts, false, -1, 0);
-      if (fit->arena_bytes < *smallest) *smallest = fit->arena_bytes;
-      if (fit->arena_bytes > budget) {
-        /* ... then optimizer state, then parameters too, on the host. */
-        for (int hs = 1; hs <= 2 && fit && fit->arena_bytes > budget; hs++) {
-          plan_free(fit);
-          fit = plan_once(g, o, dev, POL_SUPERNEURONS, 0, acts, false, -1, hs);
-          if (fit->arena_bytes < *smallest) *smallest = fit->arena_bytes;
-        }
-        if (fit->arena_bytes > budget) plan_free(fit), fit = NULL;
-      }
-      lo = hi;
+}
+
+/* auto: the fastest estimated plan that fits the device and host budgets.
+ * Candidates, in this order: liveness; offload of what hides fully;
+ * recomputation of cheap layers; both. Then checkpoint recomputation
+ * (expensive layers rebuilt too: recompute.c's checkpoint mode) over a
+ * ladder of segment sizes, from half the forward activations down to a
+ * 256th of them (rungs with a segment larger than the budget skipped), each
+ * alone, then with its checkpoints offloaded where the copies hide, then
+ * with all of them offloaded and copies allowed to run 16, 4 or 1 steps
+ * ahead or synchronous (exposed time counted). Then the fixed recompute and superneurons
+ * plans, and cheap recomputation plus offload of the first k activations
+ * with the smallest k that fits (bisection). Only when nothing fits:
+ * persistent state on the host. Each candidate's arena is packed only if
+ * its live bytes fit and it is faster than the best so far (consider()),
+ * so most cost one pass over the route and no packing.
+ *
+ * The candidates depend on the budget only through the live-byte target of
+ * nested and memory-centric recomputation (and the skipped rungs); the
+ * estimate not growing with the budget is a property tests check
+ * (tests/test_planner.py), not one this construction guarantees. */
+static Plan *plan_auto(Graph *g, const PlanOpts *o, const DeviceProfile *dev, Search *sr) {
+  int64_t budget = sr->budget;
+  bool *acts = offload_candidates(g);
+  int64_t A = forward_act_bytes(g);
+  /* Where the persistent state alone exceeds the budget, the search starts
+   * with it on the host (optimizer state; parameters too if that is not
+   * enough). */
+  int64_t opt = 0, pers = 0;
+  for (int t = 0; t < g->nt; t++) {
+    TensorKind k = g->t[t].kind;
+    if (k == TK_OPT) opt += tensor_bytes(&g->t[t]);
+    if (k == TK_OPT || k == TK_PARAM || k == TK_STATE) pers += tensor_bytes(&g->t[t]);
+  }
+  int hs0 = pers < budget ? 0 : pers - opt < budget ? 1 : 2;
+  for (int hs = hs0; hs <= 2; hs++) {
+    /* Persistent state on the host (hs 1: optimizer state, 2: parameters
+     * too) only where nothing fits with less there, or the best plan so far
+     * is slow (twice its compute alone): moving optimizer state can beat
+     * copying activations. */
+    if (hs > hs0 && sr->best && sr->best->est_step_seconds <= 2 * sr->best->compute_seconds)
+      break;
+    for (int c = 0; c < 4; c++) {
+      bool rec = c >= 2, off = c & 1;
+      Cand cd = {.planned = c == 0 ? POL_LIVENESS : c == 1 ? POL_OFFLOAD
+                            : c == 2 ? POL_RECOMPUTE : POL_SUPERNEURONS,
+                 .rc_target = rec ? budget : -1, .sel = off ? acts : NULL, .hidden_only = true,
+                 .host_state = hs};
+      consider(sr, g, o, dev, &cd);
     }
-    while (fit && lo < hi) {
+    run_ladder(sr, g, o, dev, acts, A, hs);
+    /* The fixed policies' own plans (recompute, superneurons; liveness and
+     * offload are the first candidates): auto is never slower than a fixed
+     * policy whose plan fits. */
+    Cand fx = {.planned = POL_RECOMPUTE, .rc_target = 0, .host_state = hs};
+    consider(sr, g, o, dev, &fx);
+    fx = (Cand){.planned = POL_SUPERNEURONS, .rc_target = 0, .sel = acts, .lead = -1,
+                .host_state = hs};
+    consider(sr, g, o, dev, &fx);
+    /* Cheap layers rebuilt plus offload of the first k activations (exposed
+     * copies allowed), the longest-idle first, with the smallest k that
+     * fits found by bisection (invariant: the plan at hi fits). */
+    int K = count_sel(g, acts), lo = 0, hi = K;
+    Cand cd = {.planned = POL_SUPERNEURONS, .rc_target = budget, .sel = acts, .lead = 1,
+               .host_state = hs};
+    if (consider(sr, g, o, dev, &cd) != C_FITS) lo = hi;
+    while (lo < hi) {
       int mid = lo + (hi - lo) / 2;
       bool *sel = first_k(g, acts, mid);
-      Plan *pl = plan_once(g, o, dev, POL_SUPERNEURONS, budget, sel, false, 1, 0);
+      cd = (Cand){.planned = POL_SUPERNEURONS, .rc_target = budget, .sel = sel, .lead = 1,
+                  .host_state = hs};
+      if (consider(sr, g, o, dev, &cd) == C_FITS) hi = mid;
+      else lo = mid + 1;
       free(sel);
-      if (pl->arena_bytes <= budget) {
-        plan_free(fit);
-        fit = pl;
-        hi = mid;
-      } else {
-        plan_free(pl);
-        lo = mid + 1;
-      }
     }
-    best = fit;
   }
   free(acts);
-  return best;
+  return sr->best;
 }
 
-/* The plan for o->policy, without the budget check. */
-static Plan *build(Graph *g, const PlanOpts *o, int64_t *smallest) {
+/* The plan for o->policy, without the budget checks (auto: NULL if nothing
+ * fits; sr then has the smallest arenas seen). */
+static Plan *build(Graph *g, const PlanOpts *o, Search *sr) {
   const DeviceProfile *dev = device_find(o->device ? o->device : "h200");
-  int64_t budget = o->budget ? o->budget : device_budget(dev);
-  *smallest = -1;
+  *sr = (Search){.budget = o->budget ? o->budget : device_budget(dev),
+                 .host_budget = o->host_budget ? o->host_budget : device_host_budget(dev),
+                 .smallest = INT64_MAX, .smallest_host = INT64_MAX, .smallest_any = INT64_MAX};
+  Cand c = {.planned = o->policy, .rc_target = -1};
   switch (o->policy) {
-  case POL_NONE: return plan_once(g, o, dev, POL_NONE, -1, NULL, false, 0, 0);
-  case POL_LIVENESS: return plan_once(g, o, dev, POL_LIVENESS, -1, NULL, false, 0, 0);
-  case POL_RECOMPUTE: return plan_once(g, o, dev, POL_RECOMPUTE, 0, NULL, false, 0, 0);
-  case POL_OFFLOAD: {
+  case POL_NONE: case POL_LIVENESS: return plan_once(g, o, dev, &c);
+  case POL_RECOMPUTE:
+    /* --segment: checkpoint segments rebuilt once each (Chen et al.'s
+     * checkpointing, speed-centric throughout). */
+    c.rc_target = o->segment ? INT64_MAX : 0;
+    c.seg_bytes = o->segment;
+    return plan_once(g, o, dev, &c);
+  case POL_OFFLOAD: case POL_SUPERNEURONS: {
+    /* offload: what hides fully. superneurons: cheap layers recomputed;
+     * everything still read by backward (conv outputs and the checkpoints
+     * recomputation keeps) offloaded, waits at the next step: the smallest
+     * footprint. */
     bool *sel = offload_candidates(g);
-    Plan *pl = plan_once(g, o, dev, POL_OFFLOAD, -1, sel, true, 0, 0);
-    free(sel);
-    return pl;
-  }
-  case POL_SUPERNEURONS: {
-    /* Cheap layers recomputed; everything still read by backward (conv
-     * outputs and the checkpoints recomputation keeps) offloaded, waits at
-     * the next step: the smallest footprint. */
-    bool *sel = offload_candidates(g);
-    Plan *pl = plan_once(g, o, dev, POL_SUPERNEURONS, 0, sel, false, -1, 0);
+    c.sel = sel;
+    if (o->policy == POL_OFFLOAD) c.hidden_only = true;
+    else c.rc_target = 0, c.lead = -1;
+    Plan *pl = plan_once(g, o, dev, &c);
     free(sel);
     return pl;
   }
   case POL_AUTO: {
-    Plan *pl = plan_auto(g, o, dev, budget, smallest);
-    if (pl) pl->opts.policy = POL_AUTO;
+    Plan *pl = plan_auto(g, o, dev, sr);
+    if (pl) pl->opts.policy = POL_AUTO, pl->auto_log = sr->log;
+    else free(sr->log);
     return pl;
   }
   }
   unreachable();
 }
 
+/* Whether auto finds a plan within device budget b (and o's host budget). */
+static bool auto_fits(Graph *g, const PlanOpts *o, int64_t b) {
+  PlanOpts q = *o;
+  q.budget = b;
+  Search sr;
+  Plan *pl = build(g, &q, &sr);
+  plan_free(pl);
+  return pl != NULL;
+}
+
+/* The smallest device budget auto fits, given that `bad` does not fit and
+ * `hint` is the smallest arena it saw there: auto's candidates depend on the
+ * budget (their recomputation targets), so that arena is confirmed, or
+ * doubled until it fits, then bisected in SNRT_ALIGN steps. *exact is false
+ * where planning is slow enough that the search stopped early (the result
+ * then fits but a smaller budget may too). */
+static int64_t smallest_budget(Graph *g, const PlanOpts *o, int64_t bad, int64_t hint,
+                               bool *exact) {
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  int64_t lo = bad / SNRT_ALIGN, hi = (hint + SNRT_ALIGN - 1) / SNRT_ALIGN;   // lo fails
+  *exact = true;
+  for (int k = 0; !auto_fits(g, o, hi * SNRT_ALIGN); k++) {
+    if (k == 8) return *exact = false, hint;
+    lo = hi, hi *= 2;
+  }
+  while (hi - lo > 1) {
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if ((double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec) > 20.0) {
+      *exact = false;
+      break;
+    }
+    int64_t mid = lo + (hi - lo) / 2;
+    if (auto_fits(g, o, mid * SNRT_ALIGN)) hi = mid;
+    else lo = mid;
+  }
+  return hi * SNRT_ALIGN;
+}
+
 Plan *plan_build(Graph *g, const PlanOpts *o) {
-  int64_t smallest;
-  Plan *pl = build(g, o, &smallest);
-  const DeviceProfile *dev = device_find(o->device ? o->device : "h200");
-  int64_t budget = o->budget ? o->budget : device_budget(dev);
-  if (!pl)
+  Search sr;
+  Plan *pl = build(g, o, &sr);
+  int64_t budget = sr.budget, host = sr.host_budget;
+  if (!pl) {
+    if (sr.smallest != INT64_MAX && sr.smallest > budget) {
+      bool exact;
+      int64_t b = smallest_budget(g, o, budget, sr.smallest, &exact);
+      fatal(EXIT_BADINPUT, "budget %s is too small for this model at batch %d: the smallest "
+            "budget that fits is %s%s (%lld bytes), under the host budget %s", fmt_bytes(budget),
+            g->batch, exact ? "" : "at most ", fmt_bytes(b), (long long)b, fmt_bytes(host));
+    }
+    if (sr.smallest_host != INT64_MAX)
+      fatal(EXIT_BADINPUT, "host budget %s is too small for this model at batch %d under the "
+            "device budget %s: the smallest host budget that fits is %s (%lld bytes); "
+            "give --host-budget or a larger --budget", fmt_bytes(host), g->batch,
+            fmt_bytes(budget), fmt_bytes(sr.smallest_host), (long long)sr.smallest_host);
     fatal(EXIT_BADINPUT, "budget %s is too small for this model at batch %d: the smallest "
-          "budget that fits is %s (%lld bytes)", fmt_bytes(budget), g->batch,
-          fmt_bytes(smallest), (long long)smallest);
+          "budget that fits is %s (%lld bytes), with more host memory than the host budget %s",
+          fmt_bytes(budget), g->batch, fmt_bytes(sr.smallest_any), (long long)sr.smallest_any,
+          fmt_bytes(host));
+  }
   /* An explicit budget binds every policy; auto is bound by the device's
-   * memory too. */
+   * memory too. The host budget binds every policy. */
   if (o->budget && pl->arena_bytes > budget)
     fatal(EXIT_BADINPUT, "budget %s is too small: policy %s needs %s (%lld bytes); "
           "policy auto picks the fastest plan that fits a budget",
           fmt_bytes(budget), policy_name(o->policy), fmt_bytes(pl->arena_bytes),
           (long long)pl->arena_bytes);
+  if (pl->host_bytes > host)
+    fatal(EXIT_BADINPUT, "host budget %s is too small: policy %s needs a %s (%lld bytes) pinned "
+          "host arena; give --host-budget SIZE, or policy auto", fmt_bytes(host),
+          policy_name(o->policy), fmt_bytes(pl->host_bytes), (long long)pl->host_bytes);
   return pl;
 }
 
@@ -253,9 +500,21 @@ void plan_dump(const Graph *g, const Plan *pl, const char *pass, FILE *f) {
   else if (strcmp(pass, "offsets") == 0) offsets_dump(g, pl, f);
   else if (strcmp(pass, "recompute") == 0) recompute_dump(g, pl, f);
   else if (strcmp(pass, "offload") == 0) offload_dump(g, pl, f);
-  else {
+  else if (strcmp(pass, "auto") == 0) {
+    if (!pl->auto_log) {
+      fprintf(f, "auto: policy %s was given, no candidates were compared\n",
+              policy_name(pl->opts.policy));
+      return;
+    }
+    fprintf(f, "auto: candidates compared (device budget %s, host budget %s); chosen: the "
+            "fastest that fits. An arena '>=' was not packed: its live bytes (a lower bound)\n"
+            "exceed the budget, or the plan is slower than one that fits\n"
+            "%3s  %-6s %11s %10s %13s  %s\n%s", fmt_bytes(pl->budget),
+            fmt_bytes(pl->host_budget), "#", "", "arena", "host", "est. step", "plan",
+            pl->auto_log);
+  } else {
     fprintf(stderr, "snc: error: unknown pass '%s' for --dump (route, liveness, recompute, "
-            "offload, offsets, schedule)\n", pass);
+            "offload, offsets, schedule, auto)\n", pass);
     exit(EXIT_USAGE);
   }
 }
@@ -269,11 +528,12 @@ static int64_t arena_at(const char *model, const char *input, const TrainOpts *t
   Graph *g = onnx_import(model, input);
   shape_infer(g, batch);
   train_build(g, t);
-  int64_t smallest;
-  Plan *pl = build(g, o, &smallest);
+  Search sr;
+  Plan *pl = build(g, o, &sr);
   for (int i = 0; i < g->nt; i++) free(g->t[i].data), g->t[i].data = NULL;
-  if (!pl) return smallest;
-  int64_t a = pl->arena_bytes;
+  if (!pl) return INT64_MAX;
+  /* A plan over the host budget fits no device budget. */
+  int64_t a = pl->host_bytes <= sr.host_budget ? pl->arena_bytes : INT64_MAX;
   plan_free(pl);
   return a;
 }

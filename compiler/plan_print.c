@@ -19,10 +19,12 @@ static double mib(int64_t b) { return (double)b / 1048576.0; }
 /* What auto chose, and why (NULL for the other policies); the text, JSON
  * and HTML views all print this one. */
 const char *plan_note(const Plan *pl) {
-  static char buf[160];
+  static char buf[320];
   if (pl->planned == pl->opts.policy) return NULL;
-  snprintf(buf, sizeof buf, "auto chose %s: the fastest estimated plan whose arena fits the budget",
-           policy_name(pl->planned));
+  snprintf(buf, sizeof buf, "auto chose %s%s: the fastest estimated plan whose arena fits the "
+           "budget and whose host arena fits the host budget (snc plan --dump auto: the "
+           "candidates)", policy_name(pl->planned),
+           pl->checkpoints ? " with checkpoint segments (expensive layers rebuilt too)" : "");
   return buf;
 }
 
@@ -65,6 +67,11 @@ void plan_print_summary(const Graph *g, const Plan *pl, FILE *f) {
           fmt_bytes(pl->baseline_bytes));
   fprintf(f, "  host            %12s   (pinned host arena for offloaded tensors)\n",
           fmt_bytes(pl->host_bytes));
+  fprintf(f, "  host budget     %12s   (%s)\n", fmt_bytes(pl->host_budget),
+          pl->opts.host_budget ? "--host-budget"
+          : device_find(pl->opts.device)->host_bytes
+              ? xasprintf("device %s: host memory per GPU of a typical server", pl->opts.device)
+              : "this machine's memory");
   fprintf(f, "  arena/baseline  %12.3f\n",
           pl->baseline_bytes ? (double)pl->arena_bytes / (double)pl->baseline_bytes : 0.0);
   fprintf(f, "  arena/peak live %12.3f\n",
@@ -84,6 +91,10 @@ void plan_print_summary(const Graph *g, const Plan *pl, FILE *f) {
             pl->step_flops / 1e9);
   else
     fprintf(f, "  recompute       %12s\n", "none");
+  if (pl->checkpoints)
+    fprintf(f, "  checkpoints     %12d   (kept from forward to backward; every layer between two, "
+            "expensive ones too, rebuilt: segments of ~%s)\n", pl->checkpoints,
+            fmt_bytes(pl->seg_bytes));
   fprintf(f, "  offload         %12s   (copied to the host and back per step)\n",
           fmt_bytes((int64_t)pl->offload_bytes));
   fprintf(f, "  steps           %12d   (%d training, %d eval; %d instances)\n", pl->route->ns,
@@ -235,6 +246,9 @@ void plan_print_json(const Graph *g, const Plan *pl, FILE *f) {
   else fprintf(f, "null");
   fprintf(f, ",\n  \"batch\": %d,\n  \"device\": ", pl->batch);
   json_str(f, pl->opts.device);
+  fprintf(f, ",\n  \"host_budget_bytes\": %lld,\n  \"checkpoints\": %d,\n"
+          "  \"checkpoint_segment_bytes\": %lld", (long long)pl->host_budget, pl->checkpoints,
+          (long long)(pl->checkpoints ? pl->seg_bytes : 0));
   fprintf(f, ",\n  \"budget_bytes\": %lld,\n  \"arena_bytes\": %lld,\n  \"persistent_bytes\": %lld,\n"
           "  \"host_bytes\": %lld,\n  \"peak_live_bytes\": %lld,\n  \"layer_peak_bytes\": %lld,\n"
           "  \"baseline_bytes\": %lld,\n  \"recompute_flops\": ",

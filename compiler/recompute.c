@@ -42,7 +42,8 @@ typedef struct RC {
   bool *dropped;           // per tensor
   int *seg;                // per tensor: segment id (-1)
   int nseg;
-  bool *memory;            // per segment: memory-centric
+  unsigned char *level;    // per segment: 0 speed-centric, 1 nested, 2 memory-centric
+  bool *cheapt;            // per tensor: dropped, of a cheap producer (checkpoint mode)
   int *cur;                // per tensor: valid recomputed instance (-1)
   Route *r;                // the route being built
   int *made;               // tensors recomputed for the current backward step
@@ -50,6 +51,9 @@ typedef struct RC {
   int *stack;
   int capstack;
 } RC;
+
+/* Checkpoint mode: the longest segment (in tensors) that may go memory-centric. */
+enum { MEMORY_CENTRIC_MAX = 128 };
 
 static bool is_backward(StepKind k) { return k == SK_BACKWARD; }
 
@@ -135,6 +139,9 @@ static int ensure(RC *rc, int t0) {
       rc->made[rc->nmade++] = y;
     }
     proto.in = inp, proto.out = outp;
+    /* A rebuilt convolution needs its workspace again (one of its own). */
+    int64_t ws = node_workspace_bytes(g, m);
+    if (ws > 0) proto.ws = new_instance(rc->pl, -1, (ws + SNRT_ALIGN - 1) / SNRT_ALIGN * SNRT_ALIGN);
     route_push(rc->r, &proto);
     if (inp != in) free(inp);
     if (outp != out) free(outp);
@@ -165,7 +172,8 @@ static void rebuild(RC *rc) {
       /* Memory-centric segments: what was recomputed for this step dies with it. */
       for (int i = 0; i < rc->nmade; i++) {
         int t = rc->made[i];
-        if (rc->memory[rc->seg[t]]) rc->cur[t] = -1;
+        int lv = rc->level[rc->seg[t]];
+        if (lv == 2 || (lv == 1 && rc->cheapt && rc->cheapt[t])) rc->cur[t] = -1;
       }
     } else {
       route_push(rc->r, st);
@@ -208,18 +216,87 @@ static void find_segments(RC *rc) {
 #undef FIND
   free(parent);
   free(id);
-  rc->memory = xcalloc((size_t)rc->nseg + 1, sizeof(bool));
+  rc->level = xcalloc((size_t)rc->nseg + 1, 1);
 }
 
 
-void recompute_plan(Graph *g, Plan *pl, int64_t target, int max_chain) {
+/* Checkpoint selection for segments of about `seg_bytes` (the checkpoint
+ * mode): every forward activation is dropped except the checkpoints, so
+ * expensive layers are rebuilt too. Checkpoints are cut tensors (the only
+ * activation crossing a point of the forward order: a ResNet block's output,
+ * a transformer block's residual stream), taken in forward order whenever the
+ * activations read by backward since the previous one add up to seg_bytes;
+ * each segment is then rebuilt from its first checkpoint alone. After the
+ * last checkpoint nothing is dropped but what the cheap rule drops
+ * (`cheap`): the backward pass starts there, and rebuilding what the forward
+ * pass just made would only cost time. Returns the number of checkpoints. */
+static int select_checkpoints(const Graph *g, const Route *old, bool *dropped, const bool *cheap,
+                              int64_t seg_bytes) {
+  int nf = g->nfwd;
+  bool *saved = xcalloc((size_t)g->nt, sizeof(bool));
+  for (int s = 0; s < old->train_steps; s++) {
+    const Step *st = &old->s[s];
+    if (!is_backward(st->kind) || st->node < 0) continue;
+    const Node *n = &g->n[st->node];
+    for (int k = 0; k < n->nin; k++)
+      if (n->in[k] >= 0) saved[n->in[k]] = true;
+  }
+  /* lastf[t]: the last forward node reading activation t; cross[i]: how many
+   * activations are made at or before node i and read after it. */
+  int *lastf = xmalloc(sizeof(int) * (size_t)g->nt);
+  for (int t = 0; t < g->nt; t++) lastf[t] = -1;
+  for (int i = 0; i < nf; i++) {
+    const Node *n = &g->n[i];
+    for (int k = 0; k < n->nin; k++)
+      if (n->in[k] >= 0) lastf[n->in[k]] = i;
+  }
+  int *cross = xcalloc((size_t)nf + 2, sizeof(int));
+  for (int i = 0; i < nf; i++) {
+    const Node *n = &g->n[i];
+    for (int k = 0; k < n->nout; k++) {
+      int t = n->out[k];
+      if (t < 0 || g->t[t].kind != TK_ACT || lastf[t] <= i) continue;
+      cross[i]++, cross[lastf[t]]--;
+    }
+  }
+  for (int i = 1; i < nf; i++) cross[i] += cross[i - 1];
+  int last_ck = -1, nck = 0;
+  int64_t acc = 0;
+  for (int i = 0; i < nf; i++) {
+    const Node *n = &g->n[i];
+    for (int k = 0; k < n->nout; k++) {
+      int t = n->out[k];
+      if (t < 0 || g->t[t].kind != TK_ACT) continue;
+      bool cut = cross[i] == 1 && lastf[t] > i;
+      if (cut && acc >= seg_bytes) {
+        acc = 0, last_ck = i, nck++;
+        continue;
+      }
+      dropped[t] = true;
+      if (saved[t]) acc += tensor_bytes(&g->t[t]);
+    }
+  }
+  /* The tail after the last checkpoint: the cheap rule only. */
+  for (int i = last_ck + 1; i < nf; i++) {
+    const Node *n = &g->n[i];
+    for (int k = 0; k < n->nout; k++)
+      if (n->out[k] >= 0) dropped[n->out[k]] = cheap[n->out[k]];
+  }
+  free(saved), free(lastf), free(cross);
+  return nck;
+}
+
+int recompute_plan(Graph *g, Plan *pl, const RecomputeOpts *ro) {
+  int64_t target = ro->target, seg_bytes = ro->seg_bytes;
+  int max_chain = ro->max_chain;
   RC rc = {.g = g, .pl = pl, .old = pl->route};
   const Route *old = pl->route;
   rc.dropped = xcalloc((size_t)g->nt, sizeof(bool));
   rc.seg = xmalloc(sizeof(int) * (size_t)g->nt);
   rc.cur = xmalloc(sizeof(int) * (size_t)g->nt);
 
-  /* Dropped: forward activations of cheap producers read by a backward step. */
+  /* The cheap rule. Dropped: forward activations of cheap producers read by
+   * a backward step. */
   for (int s = 0; s < old->train_steps; s++) {
     const Step *st = &old->s[s];
     if (!is_backward(st->kind) || st->node < 0) continue;
@@ -270,8 +347,38 @@ void recompute_plan(Graph *g, Plan *pl, int64_t target, int max_chain) {
     }
   }
   free(chain);
+  int nck = 0;
+  if (seg_bytes > 0) {
+    bool *cheap = xmalloc((size_t)g->nt * sizeof(bool));
+    memcpy(cheap, rc.dropped, (size_t)g->nt * sizeof(bool));
+    memset(rc.dropped, 0, (size_t)g->nt * sizeof(bool));
+    nck = select_checkpoints(g, old, rc.dropped, cheap, seg_bytes);
+    /* Nested (level 1): inside a rebuilt segment, the expensive layers'
+     * outputs are kept until their last backward reader (second-level
+     * checkpoints) and the cheap ones are rebuilt from them for each
+     * backward step that reads them, then dropped again. */
+    rc.cheapt = cheap;
+    for (int t = 0; t < g->nt; t++) {
+      int p = g->t[t].producer;
+      cheap[t] = rc.dropped[t] && p >= 0 && p < g->nfwd && node_cost(g, &g->n[p]) != COST_EXPENSIVE;
+    }
+  }
   find_segments(&rc);
+  if (ro->nested && seg_bytes > 0) memset(rc.level, 1, (size_t)rc.nseg);
+  /* Checkpoints: the forward activations kept (checkpoint mode). */
+  bool *ck = NULL;
+  if (seg_bytes > 0 && ro->ck_offloaded) {
+    ck = xcalloc((size_t)g->nt, sizeof(bool));
+    for (int i = 0; i < g->nfwd; i++)
+      for (int k = 0; k < g->n[i].nout; k++) {
+        int t = g->n[i].out[k];
+        if (t >= 0 && g->t[t].kind == TK_ACT && !rc.dropped[t]) ck[t] = true;
+      }
+  }
   int base_inst = pl->ninst;
+  int *segsize = xcalloc((size_t)rc.nseg + 1, sizeof(int));
+  for (int t = 0; t < g->nt; t++)
+    if (rc.seg[t] >= 0) segsize[rc.seg[t]]++;
 
   for (int round = 0;; round++) {
     pl->ninst = base_inst;
@@ -284,22 +391,44 @@ void recompute_plan(Graph *g, Plan *pl, int64_t target, int max_chain) {
     if (target > 0 && pl->peak_live_bytes > target) {
       const Route *r = pl->route;
       int *diff = xcalloc((size_t)r->ns + 2, sizeof(int));
-      for (int s = 0; s < r->ns; s++) diff[s + 1] = diff[s] + (pl->live_bytes[s] > target);
+      bool *bumped = xcalloc((size_t)rc.nseg + 1, sizeof(bool));
+      /* Offloaded checkpoints (ck) do not count where they will be on the host. */
+      int64_t *sub = xcalloc((size_t)r->ns + 2, sizeof(int64_t));
+      if (ck)
+        for (int t = 0; t < g->nt; t++) {
+          if (!ck[t] || pl->tensor_inst[t] < 0) continue;
+          const Instance *in = &pl->inst[pl->tensor_inst[t]];
+          if (in->first < 0 || in->last < in->first) continue;
+          sub[in->first] += in->bytes, sub[in->last + 1] -= in->bytes;
+        }
+      for (int s = 1; s <= r->ns; s++) sub[s] += sub[s - 1];
+      for (int s = 0; s < r->ns; s++) diff[s + 1] = diff[s] + (pl->live_bytes[s] - sub[s] > target);
+      free(sub);
       for (int i = base_inst; i < pl->ninst; i++) {
         const Instance *in = &pl->inst[i];
-        int sg = rc.seg[in->tensor];
-        if (rc.memory[sg] || in->last <= in->first + 1) continue;
-        /* over-target steps strictly inside (first, last) */
-        if (diff[in->last] - diff[in->first + 1] > 0) rc.memory[sg] = changed = true;
+        /* (workspaces, and outputs no backward step needs, belong to no segment) */
+        int sg = in->tensor >= 0 ? rc.seg[in->tensor] : -1;
+        if (sg < 0 || rc.level[sg] == 2 || in->last <= in->first + 1) continue;
+        /* over-target steps strictly inside (first, last): one level up
+         * (checkpoint mode: nested first, then memory-centric) */
+        if (diff[in->last] - diff[in->first + 1] > 0 && !bumped[sg]) {
+          int lv = seg_bytes > 0 ? rc.level[sg] + 1 : 2;
+          /* Memory-centric rebuilds cost a segment's length squared: long
+           * checkpoint segments stop at nested. */
+          if (lv == 2 && seg_bytes > 0 && segsize[sg] > MEMORY_CENTRIC_MAX) continue;
+          rc.level[sg] = (unsigned char)lv;
+          bumped[sg] = changed = true;
+        }
       }
-      free(diff);
+      free(diff), free(bumped);
     }
     if (!changed) break;
     route_free(rc.r);
   }
   route_free((Route *)old);
-  free(rc.dropped), free(rc.seg), free(rc.cur), free(rc.memory);
+  free(rc.dropped), free(rc.seg), free(rc.cur), free(rc.level), free(rc.cheapt), free(ck), free(segsize);
   free(rc.made), free(rc.stack);
+  return nck;
 }
 
 /* --dump recompute: the decisions. */

@@ -61,24 +61,51 @@ static bool touches(const Plan *pl, const Step *t, int i) {
   return false;
 }
 
-/* May the waits (and kept regions) of step s move past the copy step t? Only
- * if t's copy touches none of the regions they keep busy, and none of the
- * regions the waited-for copies read or write: a prefetch of the host copy
- * an offload is still writing (the queues run independently) must wait for
- * that offload first. ev_copy[e]: the latest copy step recording event e. */
-static bool may_defer(const Plan *pl, const Step *st, const Step *t, const int *ev_copy) {
-  for (int k = 0; k < st->nkeep; k++)
-    if (touches(pl, t, st->keep[k])) return false;
+/* Does copy step t touch the regions of the copy recording event e (what it
+ * reads or writes)? A prefetch of the host copy an offload is still writing
+ * (the queues run independently) must wait for that offload first.
+ * ev_copy[e]: the latest copy step recording event e. */
+static bool touches_copy(const Plan *pl, const Step *t, int e, const int *ev_copy) {
+  if (e < 0 || e >= pl->nevents || ev_copy[e] < 0) return false;
+  const Step *c = &pl->route->s[ev_copy[e]];
+  for (int j = 0; j < c->nin + c->nout; j++) {
+    int i = j < c->nin ? c->in[j] : c->out[j - c->nin];
+    if (i >= 0 && touches(pl, t, i)) return true;
+  }
+  return false;
+}
+
+/* Is kept region k one that the copy recording event e reads or writes? */
+static bool keep_of(const Plan *pl, int k, int e, const int *ev_copy) {
+  if (e < 0 || e >= pl->nevents || ev_copy[e] < 0) return true;
+  const Step *c = &pl->route->s[ev_copy[e]];
+  for (int j = 0; j < c->nin + c->nout; j++) {
+    int i = j < c->nin ? c->in[j] : c->out[j - c->nin];
+    if (i >= 0 && overlap(pl, i, k)) return true;
+  }
+  return false;
+}
+
+/* Which waits of step st may move past the copy step t (mv[w])? Those whose
+ * copy's regions t does not touch and whose kept regions (the kept regions
+ * of its copy) t touches none of. A kept region that belongs to no waited
+ * copy pins every wait. Returns how many may move. */
+static int movable(const Plan *pl, const Step *st, const Step *t, const int *ev_copy, bool *mv) {
+  int n = 0;
   for (int w = 0; w < st->nwait; w++) {
     int e = st->wait[w];
-    if (e < 0 || e >= pl->nevents || ev_copy[e] < 0) continue;
-    const Step *c = &pl->route->s[ev_copy[e]];
-    for (int j = 0; j < c->nin + c->nout; j++) {
-      int i = j < c->nin ? c->in[j] : c->out[j - c->nin];
-      if (i >= 0 && touches(pl, t, i)) return false;
-    }
+    mv[w] = !touches_copy(pl, t, e, ev_copy);
+    for (int k = 0; k < st->nkeep && mv[w]; k++)
+      if (keep_of(pl, st->keep[k], e, ev_copy) && touches(pl, t, st->keep[k])) mv[w] = false;
   }
-  return true;
+  for (int k = 0; k < st->nkeep; k++) {
+    bool owned = false;
+    for (int w = 0; w < st->nwait && !owned; w++) owned = keep_of(pl, st->keep[k], st->wait[w], ev_copy);
+    if (!owned)
+      for (int w = 0; w < st->nwait; w++) mv[w] = false;
+  }
+  for (int w = 0; w < st->nwait; w++) n += mv[w];
+  return n;
 }
 
 static void append(int **a, int *n, const int *b, int nb) {
@@ -95,24 +122,46 @@ static void append(int **a, int *n, const int *b, int nb) {
  * regions are passed. Returns how many waits moved. */
 static int defer_waits(const Graph *g, Plan *pl, FILE *log) {
   Route *r = pl->route;
-  int moved = 0;
+  int moved = 0, capmv = 0;
+  bool *mv = NULL;
   int *ev_copy = xmalloc(sizeof(int) * (size_t)(pl->nevents + 1));
   for (int e = 0; e < pl->nevents; e++) ev_copy[e] = -1;
   for (int s = 0; s + 1 < r->ns; s++) {
     Step *st = &r->s[s], *t = &r->s[s + 1];
     if (is_copy(st) && st->event >= 0 && st->event < pl->nevents) ev_copy[st->event] = s;
-    if (!st->nwait || !is_copy(t) || s + 1 == r->train_steps || !may_defer(pl, st, t, ev_copy))
-      continue;
-    if (log)
-      for (int w = 0; w < st->nwait; w++)
+    if (!st->nwait || !is_copy(t) || s + 1 == r->train_steps) continue;
+    xgrow((void **)&mv, &capmv, st->nwait, sizeof *mv);
+    if (!movable(pl, st, t, ev_copy, mv)) continue;
+    /* The movable waits go, with every kept region of their copies; the
+     * rest (and the regions only they keep) stay. */
+    int nw = 0, nk = 0, n0 = st->nwait;
+    int *ws = xmalloc(sizeof(int) * (size_t)n0);
+    memcpy(ws, st->wait, sizeof(int) * (size_t)n0);
+    for (int w = 0; w < n0; w++) {
+      if (!mv[w]) {
+        st->wait[nw++] = ws[w];
+        continue;
+      }
+      if (log)
         fprintf(log, "  step %5d waits for event %4d: moved to step %d (a copy issued next; "
                 "nothing computes in between)\n", s, st->wait[w], s + 1);
-    moved += st->nwait;
-    append(&t->wait, &t->nwait, st->wait, st->nwait);
-    append(&t->keep, &t->nkeep, st->keep, st->nkeep);
-    st->nwait = st->nkeep = 0;
+      append(&t->wait, &t->nwait, &ws[w], 1);
+      moved++;
+    }
+    for (int k = 0; k < st->nkeep; k++) {
+      bool go = false, stays = false;
+      for (int w = 0; w < n0; w++) {
+        bool own = keep_of(pl, st->keep[k], ws[w], ev_copy);
+        go |= mv[w] && own;
+        stays |= !mv[w] && own;
+      }
+      if (go) append(&t->keep, &t->nkeep, &st->keep[k], 1);
+      if (stays || !go) st->keep[nk++] = st->keep[k];
+    }
+    st->nwait = nw, st->nkeep = nk;
+    free(ws);
   }
-  free(ev_copy);
+  free(ev_copy), free(mv);
   if (moved) {
     liveness_lifetimes(g, pl);   /* kept regions now live through their new wait */
     offsets_high_water(pl);      /* ...and count in the arena's high water there */

@@ -396,12 +396,18 @@ typedef struct PlanOpts {
   Policy policy;
   int64_t budget;          // bytes (0: the device profile's memory)
   const char *device;      // device profile name
+  int64_t host_budget;     // pinned host arena bytes (0: the profile's host memory)
+  int64_t segment;         // policy recompute --segment: checkpoint segments of this size
 } PlanOpts;
 
 typedef struct Plan {
   PlanOpts opts;
   Policy planned;          // the policy actually planned (opts.policy, or the fallback)
   int64_t budget;          // the budget planned for (opts.budget, or the device's memory)
+  int64_t host_budget;     // the host budget planned for (opts.host_budget, or the profile's)
+  int checkpoints;         // checkpoint-mode recomputation: checkpoints kept (0: not used)
+  int64_t seg_bytes;       // ... and the segment size asked for
+  char *auto_log;          // policy auto: one line per candidate tried (--dump auto)
   int batch;
   Route *route;            // steps; Step.in/out are instance indices
   Instance *inst;
@@ -431,6 +437,7 @@ typedef struct DeviceProfile {
   int64_t mem_bytes;       // device memory
   int64_t reserve_bytes;   // device memory a CUDA program needs outside its arena
   int sm;                  // compute capability x 10 (0: not a GPU); < 75: planning only
+  int64_t host_bytes;      // pinned host memory for offloaded tensors (0: this machine's)
 } DeviceProfile;
 extern const DeviceProfile device_profiles[];
 extern const int device_profile_count;
@@ -438,6 +445,8 @@ extern const int device_profile_count;
 const DeviceProfile *device_find(const char *name);
 /* The default budget: the memory less the reserve. */
 int64_t device_budget(const DeviceProfile *d);
+/* The default host budget: host_bytes, or this machine's memory. */
+int64_t device_host_budget(const DeviceProfile *d);
 
 /* plan.c: runs the planning passes for the policy. */
 Plan *plan_build(Graph *g, const PlanOpts *o);
@@ -466,7 +475,18 @@ void offsets_dump(const Graph *g, const Plan *pl, FILE *f);
 int offsets_check(const Graph *g, const Plan *pl, FILE *f);
 /* recompute.c: inserts recompute steps (Step.kind SK_RECOMPUTE) and their
  * instances; segments go memory-centric while live bytes exceed `target`. */
-void recompute_plan(Graph *g, Plan *pl, int64_t target, int max_chain);
+typedef struct RecomputeOpts {
+  int64_t target;          // live-byte target (INT64_MAX: segments stay speed-centric)
+  int max_chain;           // cheap rule: longest rebuild before a tensor is kept
+  int64_t seg_bytes;       // 0: cheap layers only rebuilt; > 0: checkpoint mode, every
+                           // layer between checkpoints about seg_bytes apart
+  bool nested;             // checkpoint mode: segments start nested (cheap layers rebuilt
+                           // per backward reader), not speed-centric
+  bool ck_offloaded;       // checkpoint mode: the target ignores the checkpoints' forward
+                           // instances (offload_plan moves them to the host next)
+} RecomputeOpts;
+/* Returns how many checkpoints checkpoint mode kept. */
+int recompute_plan(Graph *g, Plan *pl, const RecomputeOpts *o);
 void recompute_dump(const Graph *g, const Plan *pl, FILE *f);
 /* offload.c: inserts offload/prefetch steps for the selected tensors (those
  * whose copies hide fully only, if hidden_only); returns how many. */

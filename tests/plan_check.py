@@ -332,6 +332,8 @@ def check_plan(p):
     parts = p["compute_seconds"] + p["recompute_seconds"] + p["exposed_seconds"]
     assert abs(parts - p["est_step_seconds"]) <= 1e-9 + 1e-6 * p["est_step_seconds"], p
     return {"recompute": kinds.count("recompute"), "copies": len(cs.copies),
+            "recompute_expensive": sum(1 for s in steps if s["kind"] == "recompute" and
+                                       s["op"] in EXPENSIVE_OPS),
             "host_optimizer": any(i["kind"] == "optimizer" and i["persistent"] and
                                   on_host[i["index"]] for i in inst),
             "host_params": any(i["kind"] == "param" and i["persistent"] and on_host[i["index"]]
@@ -340,7 +342,10 @@ def check_plan(p):
 
 # ---- auto's tiers, found from the plans ----
 
-TIERS = ["recompute", "offload", "host-optimizer", "host-params"]
+TIERS = ["recompute", "checkpoint", "offload", "host-optimizer", "host-params"]
+# Ops the cheap rule never rebuilds: a plan that recomputes one of them is a
+# checkpointed plan (recompute.c's checkpoint mode).
+EXPENSIVE_OPS = ("Conv", "Gemm", "MatMul")
 
 
 def tier_of(facts):
@@ -351,6 +356,8 @@ def tier_of(facts):
         return "host-optimizer"
     if facts["copies"]:
         return "offload"
+    if facts["recompute_expensive"]:
+        return "checkpoint"
     if facts["recompute"]:
         return "recompute"
     return "liveness"

@@ -28,7 +28,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SNC = os.path.join(ROOT, "build", "snc")
 PY = "/usr/bin/python3"
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from plan_check import SCHEMA, TIERS, auto_tiers, check_plan, validate  # noqa: E402
+from plan_check import SCHEMA, TIERS, auto_tiers, check_plan, tier_of, validate  # noqa: E402
 
 
 def run(cmd, timeout=300):
@@ -152,25 +152,26 @@ def test_every_policy_checked(models, name, tmp_path):
             assert p["planned_policy"] == pol
             assert not f["host_optimizer"] and not f["host_params"], (pol, f)
             assert (f["recompute"] > 0) == (pol in ("recompute", "superneurons")), (pol, f)
+            if pol == "offload" and name == "fashion_cnn" and extra[:1] != ["--device"]:
+                # Under h200 nothing of this small CNN hides (a 1.6 MB copy
+                # takes 32 us, its whole backward pass a few): offload copies
+                # nothing rather than expose time. Under cpu it copies.
+                assert f["copies"] == 0, f
+                continue
             assert (f["copies"] > 0) == (pol in ("offload", "superneurons")), (pol, f)
 
 
-OFFLOAD_EXPOSED = pytest.mark.xfail(strict=True, reason=(
-    "planner bug, left to the planner rewrite (issue 13): offload_plan (compiler/offload.c) "
-    "keeps every copy that hides behind the compute between its endpoints on its own, but "
-    "estimate() (compiler/plan.c) bounds the step by one copy engine per direction; on this "
-    "model the copies together outlast the compute, so exposed_seconds > 0"))
-
-
-@pytest.mark.parametrize("name", ["fashion_cnn", pytest.param("resnet50", marks=OFFLOAD_EXPOSED),
-                                  pytest.param("googlenet", marks=OFFLOAD_EXPOSED)])
+@pytest.mark.parametrize("name", ["fashion_cnn", "resnet50", "googlenet"])
 def test_offload_copies_hide_fully(models, name, tmp_path):
-    """README: `offload` places only copies that hide fully behind compute:
-    its plan's estimate has no exposed transfer, on any device profile."""
+    """README: `offload` places only copies that hide fully behind compute,
+    with one copy engine per direction (offload.c's queue_filter: a copy that
+    hides alone but waits behind earlier ones is dropped): its plan's
+    estimate has no exposed transfer, on any device profile."""
     model, batch = models[name]
-    for dev in ("h200", "k40c"):
+    devices = ("cpu",) if name == "fashion_cnn" else ("h200", "k40c", "cpu")
+    for dev in devices:
         p, _ = plan_json(model, batch, "offload", tmp_path, "--device", dev)
-        assert check_plan(p)["copies"] > 0
+        assert check_plan(p)["copies"] > 0, dev
         assert p["exposed_seconds"] == 0, (dev, p["exposed_seconds"], p["compute_seconds"])
         assert p["est_step_seconds"] == p["compute_seconds"]
 
@@ -188,13 +189,20 @@ def test_auto_tiers_checked(models, name, extra, tmp_path):
     tiers = auto_tiers(auto_plan_at(model, batch, tmp_path, *extra), live["arena_bytes"], low,
                        points=TIER_POINTS[name])
     print(name, extra, {t: (b, p["arena_bytes"], p["host_bytes"]) for t, (b, p, _) in tiers.items()})
-    want = set(TIERS) - ({"recompute"} if name == "resnet50" else set())
+    # fashion_cnn (h200 costs): below checkpointed recomputation, moving the
+    # optimizer state beats copying activations, so its offload tier is gone;
+    # resnet50 at batch 4 (parameters dominate) has no cheap-recompute tier.
+    want = set(TIERS) - ({"recompute"} if name == "resnet50" else {"offload"})
     assert want <= set(tiers), sorted(tiers)
     arena = {t: tiers[t][1]["arena_bytes"] for t in tiers}
     assert len(set(arena.values())) == len(arena), arena
     assert min(arena[t] for t in ("recompute", "offload") if t in arena) > \
         arena["host-optimizer"] > arena["host-params"], arena
-    assert tiers["host-params"][1]["arena_bytes"] <= low
+    # The smallest budget fits (auto_tiers planned at it) with parameters on
+    # the host; the host-params tier also starts higher up (checkpointed
+    # recomputation with persistent state on the host comes first).
+    low_plan = auto_plan_at(model, batch, tmp_path, *extra)(low)
+    assert low_plan["arena_bytes"] <= low and tier_of(check_plan(low_plan)) == "host-params"
 
 
 def mutated(p, fn):
@@ -237,7 +245,7 @@ def test_check_plan_catches_broken_plans(models, tmp_path):
 
     # An offload whose wait comes after it (policy offload's copies are not
     # synchronous): its source region is freed one step too early.
-    po, _ = plan_json(model, batch, "offload", tmp_path)
+    po, _ = plan_json(model, batch, "offload", tmp_path, "--device", "cpu")
     check_plan(po)
     off = next(c for c in po["steps"] if c["kind"] == "offload" and c["event"] not in c["waits"])
     src = off["inputs"][0]
@@ -408,10 +416,11 @@ def test_device_table_matches_json():
     data = json.load(open(os.path.join(ROOT, "schemas", "devices.json")))["devices"]
     src = open(os.path.join(ROOT, "compiler", "devices.c")).read()
     rows = re.findall(r'\{"([a-z0-9-]+)",\s*([0-9.e]+),\s*([0-9.e]+),\s*([0-9.e]+),\s*(\d+)LL,'
-                      r'\s*(\d+)LL,\s*(\d+)\}', src)
+                      r'\s*(\d+)LL,\s*(\d+),\s*(\d+)LL\}', src)
     c = {r[0]: tuple(float(x) for x in r[1:]) for r in rows}
     j = {d["name"]: (float(d["flops"]), float(d["mem_bw"]), float(d["link_bw"]),
-                     float(d["mem_bytes"]), float(d["reserve_bytes"]), float(d["sm"]))
+                     float(d["mem_bytes"]), float(d["reserve_bytes"]), float(d["sm"]),
+                     float(d["host_bytes"]))
          for d in data}
     assert set(j) == {"k40c", "titan-xp", "v100", "a100", "h100", "h200", "cpu"}
     assert c == j

@@ -75,7 +75,11 @@ def models(tmp_path_factory):
     d = tmp_path_factory.mktemp("wait_models")
     branch = str(d / "branch.onnx")
     branch_net(branch)
-    return {"fashion_cnn": os.path.join(ROOT, "examples", "fashion_cnn.onnx"), "branch": branch}
+    resnet = str(d / "resnet50.onnx")
+    run(["/usr/bin/python3", os.path.join(ROOT, "examples", "make_resnet.py"), "--depth", "50",
+         "--size", "32", "--classes", "10", "-o", resnet])
+    return {"fashion_cnn": os.path.join(ROOT, "examples", "fashion_cnn.onnx"), "branch": branch,
+            "resnet": resnet}
 
 
 def smallest_budget(onnx, batch):
@@ -248,7 +252,7 @@ def test_pruning_removes_implied_waits(models):
     """--dump schedule shows the pass at work: on a superneurons plan (several
     copies waited for at one step) it removes waits, and what it keeps is
     exactly the waits of train.c."""
-    r = run([SNC, "plan", models["fashion_cnn"], "--batch", "8", "--policy", "superneurons",
+    r = run([SNC, "plan", models["resnet"], "--batch", "2", "--policy", "superneurons",
              "--dump", "schedule"])
     removed = re.findall(r"^  step +\d+ waits for event +(\d+) .*: removed", r.stdout, re.M)
     kept = re.findall(r"^  step +\d+ waits for event +(\d+) .*: kept", r.stdout, re.M)
