@@ -17,6 +17,7 @@
  * offload.c, offsets.c) or output formats (plan_print.c). */
 #include "snc.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -164,7 +165,7 @@ static void plan_free(Plan *pl) {
   if (!pl) return;
   route_free(pl->route);
   free(pl->inst), free(pl->tensor_inst), free(pl->live_bytes), free(pl->high_water);
-  free(pl->auto_log), free(pl);
+  free(pl->auto_log), free(pl->ckpt), free(pl);
 }
 
 /* The search in plan_auto: the fastest plan that fits both budgets, and the
@@ -234,19 +235,23 @@ static Verdict consider(Search *sr, Graph *g, const PlanOpts *o, const DevicePro
   sr->last_arena = pl->peak_live_bytes;
   bool host_ok = pl->host_bytes <= sr->host_budget, live_ok = pl->peak_live_bytes <= sr->budget;
   bool faster = !sr->best || pl->est_step_seconds < sr->best->est_step_seconds;
+  /* Packed where it can be the best, or (nothing fitting yet) where it may
+   * be the smallest host arena under the device budget; the smallest device
+   * arenas are tracked by live bytes (a lower bound; plan_build's error
+   * finds the true smallest budget by bisection). */
   bool pack = (live_ok && host_ok && faster) ||
-              (!sr->best && (pl->peak_live_bytes < sr->smallest_any ||
-                             (host_ok && pl->peak_live_bytes < sr->smallest) ||
-                             (live_ok && pl->host_bytes < sr->smallest_host)));
+              (!sr->best && live_ok && pl->host_bytes < sr->smallest_host);
   Verdict v = live_ok && host_ok && !faster ? C_SLOWER : C_NOFIT;
+  int64_t arena = pl->peak_live_bytes;
   if (pack) {
     plan_pack(g, pl);
-    if (pl->arena_bytes < sr->smallest_any) sr->smallest_any = pl->arena_bytes;
-    if (host_ok && pl->arena_bytes < sr->smallest) sr->smallest = pl->arena_bytes;
+    arena = pl->arena_bytes;
     if (pl->arena_bytes <= sr->budget && pl->host_bytes < sr->smallest_host)
       sr->smallest_host = pl->host_bytes;
     if (fits(sr, pl)) v = faster ? C_FITS : C_SLOWER;
   }
+  if (arena < sr->smallest_any) sr->smallest_any = arena;
+  if (host_ok && arena < sr->smallest) sr->smallest = arena;
   log_cand(sr, c, pl, v, pack);
   if (v == C_FITS) {
     plan_free(sr->best);
@@ -274,9 +279,11 @@ static void run_ladder(Search *sr, Graph *g, const PlanOpts *o, const DeviceProf
   int64_t budget = sr->budget;
   static const int ladder[] = {2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256};
   int prev_ck = -1;
-  for (size_t k = 0; k < sizeof ladder / sizeof ladder[0]; k++) {
+  /* Small segments first: they rebuild least per backward step, so the
+   * first that fits tends to be the fastest and later ones are not packed. */
+  for (size_t k = sizeof ladder / sizeof ladder[0]; k-- > 0;) {
     int64_t seg = A / ladder[k];
-    if (seg < 1) break;
+    if (seg < 1) continue;
     /* A rebuilt segment is live at once: one larger than the budget cannot
      * fit without rebuilding it again and again (and planning that costs
      * the segment's length squared). */
@@ -359,6 +366,12 @@ static Plan *plan_auto(Graph *g, const PlanOpts *o, const DeviceProfile *dev, Se
     fx = (Cand){.planned = POL_SUPERNEURONS, .rc_target = 0, .sel = acts, .lead = -1,
                 .host_state = hs};
     consider(sr, g, o, dev, &fx);
+    /* Chen et al.'s sqrt(N) checkpointing: about sqrt(N) segments, each
+     * rebuilt once (bench/tradeoff's reference point). */
+    fx = (Cand){.planned = POL_RECOMPUTE, .rc_target = INT64_MAX,
+                .seg_bytes = (int64_t)((double)A / sqrt((double)(g->nfwd > 1 ? g->nfwd : 1))),
+                .host_state = hs};
+    if (fx.seg_bytes > 0) consider(sr, g, o, dev, &fx);
     /* Cheap layers rebuilt plus offload of the first k activations (exposed
      * copies allowed), the longest-idle first, with the smallest k that
      * fits found by bisection (invariant: the plan at hi fits). */
@@ -475,10 +488,10 @@ Plan *plan_build(Graph *g, const PlanOpts *o) {
             "device budget %s: the smallest host budget that fits is %s (%lld bytes); "
             "give --host-budget or a larger --budget", fmt_bytes(host), g->batch,
             fmt_bytes(budget), fmt_bytes(sr.smallest_host), (long long)sr.smallest_host);
-    fatal(EXIT_BADINPUT, "budget %s is too small for this model at batch %d: the smallest "
-          "budget that fits is %s (%lld bytes), with more host memory than the host budget %s",
-          fmt_bytes(budget), g->batch, fmt_bytes(sr.smallest_any), (long long)sr.smallest_any,
-          fmt_bytes(host));
+    fatal(EXIT_BADINPUT, "budget %s is too small for this model at batch %d: no plan fits "
+          "under the host budget %s; without it, a device arena of at least %s (%lld bytes) "
+          "would be needed; give a larger --host-budget", fmt_bytes(budget), g->batch,
+          fmt_bytes(host), fmt_bytes(sr.smallest_any), (long long)sr.smallest_any);
   }
   /* An explicit budget binds every policy; auto is bound by the device's
    * memory too. The host budget binds every policy. */

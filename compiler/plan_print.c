@@ -91,10 +91,16 @@ void plan_print_summary(const Graph *g, const Plan *pl, FILE *f) {
             pl->step_flops / 1e9);
   else
     fprintf(f, "  recompute       %12s\n", "none");
-  if (pl->checkpoints)
+  if (pl->checkpoints) {
     fprintf(f, "  checkpoints     %12d   (kept from forward to backward; every layer between two, "
             "expensive ones too, rebuilt: segments of ~%s)\n", pl->checkpoints,
             fmt_bytes(pl->seg_bytes));
+    fprintf(f, "    segments start at");
+    for (int k = 0; k < pl->checkpoints && k < 12; k++)
+      fprintf(f, "%s %s", k ? "," : "", g->t[pl->ckpt[k]].name);
+    if (pl->checkpoints > 12) fprintf(f, " ... (%d more)", pl->checkpoints - 12);
+    fprintf(f, "\n");
+  }
   fprintf(f, "  offload         %12s   (copied to the host and back per step)\n",
           fmt_bytes((int64_t)pl->offload_bytes));
   fprintf(f, "  steps           %12d   (%d training, %d eval; %d instances)\n", pl->route->ns,

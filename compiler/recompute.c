@@ -229,9 +229,11 @@ static void find_segments(RC *rc) {
  * each segment is then rebuilt from its first checkpoint alone. After the
  * last checkpoint nothing is dropped but what the cheap rule drops
  * (`cheap`): the backward pass starts there, and rebuilding what the forward
- * pass just made would only cost time. Returns the number of checkpoints. */
+ * pass just made would only cost time. Returns the number of checkpoints
+ * (their tensors in *ck_out, forward order). */
 static int select_checkpoints(const Graph *g, const Route *old, bool *dropped, const bool *cheap,
-                              int64_t seg_bytes) {
+                              int64_t seg_bytes, int **ck_out) {
+  int capck = 0;
   int nf = g->nfwd;
   bool *saved = xcalloc((size_t)g->nt, sizeof(bool));
   for (int s = 0; s < old->train_steps; s++) {
@@ -269,7 +271,9 @@ static int select_checkpoints(const Graph *g, const Route *old, bool *dropped, c
       if (t < 0 || g->t[t].kind != TK_ACT) continue;
       bool cut = cross[i] == 1 && lastf[t] > i;
       if (cut && acc >= seg_bytes) {
-        acc = 0, last_ck = i, nck++;
+        acc = 0, last_ck = i;
+        xgrow((void **)ck_out, &capck, nck + 1, sizeof(int));
+        (*ck_out)[nck++] = t;
         continue;
       }
       dropped[t] = true;
@@ -326,6 +330,41 @@ int recompute_plan(Graph *g, Plan *pl, const RecomputeOpts *ro) {
       if (p->phase == PH_FORWARD && node_cost(g, p) != COST_EXPENSIVE) rc.dropped[t] = true;
     }
   }
+  /* A cheap tensor is not worth dropping when rebuilding it needs inputs
+   * that backward would not keep otherwise and nothing else reads, at least
+   * as large (alexnet's
+   * ReLU after a convolution: the convolution's output dies at the ReLU in
+   * the liveness plan; dropping the ReLU's output would keep the
+   * convolution's instead, and the rebuilt copy would sit beside it). */
+  {
+    bool *saved = xcalloc((size_t)g->nt, sizeof(bool));
+    int *readers = xcalloc((size_t)g->nt, sizeof(int));   // forward nodes reading it
+    for (int s = 0; s < old->train_steps; s++) {
+      const Step *st = &old->s[s];
+      if (!is_backward(st->kind) || st->node < 0) continue;
+      const Node *n = &g->n[st->node];
+      for (int k = 0; k < n->nin; k++)
+        if (n->in[k] >= 0) saved[n->in[k]] = true;
+    }
+    for (int i = 0; i < g->nfwd; i++)
+      for (int j = 0; j < g->n[i].nin; j++)
+        if (g->n[i].in[j] >= 0) readers[g->n[i].in[j]]++;
+    for (int i = 0; i < g->nfwd; i++) {
+      const Node *n = &g->n[i];
+      for (int k = 0; k < n->nout; k++) {
+        int t = n->out[k];
+        if (t < 0 || !rc.dropped[t]) continue;
+        int64_t extra = 0;
+        for (int j = 0; j < n->nin; j++) {
+          int x = n->in[j];
+          if (x >= 0 && g->t[x].kind == TK_ACT && !rc.dropped[x] && !saved[x] && readers[x] == 1)
+            extra += tensor_bytes(&g->t[x]);
+        }
+        if (extra >= tensor_bytes(&g->t[t])) rc.dropped[t] = false;
+      }
+    }
+    free(saved), free(readers);
+  }
   /* Bound each recomputation: a dropped tensor whose rebuild would take more
    * than RECOMPUTE_CHAIN steps becomes a checkpoint itself. Without this, a
    * ResNet stage's block outputs (each the sum of a branch and the previous
@@ -352,7 +391,8 @@ int recompute_plan(Graph *g, Plan *pl, const RecomputeOpts *ro) {
     bool *cheap = xmalloc((size_t)g->nt * sizeof(bool));
     memcpy(cheap, rc.dropped, (size_t)g->nt * sizeof(bool));
     memset(rc.dropped, 0, (size_t)g->nt * sizeof(bool));
-    nck = select_checkpoints(g, old, rc.dropped, cheap, seg_bytes);
+    free(pl->ckpt), pl->ckpt = NULL;
+    nck = select_checkpoints(g, old, rc.dropped, cheap, seg_bytes, &pl->ckpt);
     /* Nested (level 1): inside a rebuilt segment, the expensive layers'
      * outputs are kept until their last backward reader (second-level
      * checkpoints) and the cheap ones are rebuilt from them for each

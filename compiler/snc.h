@@ -406,6 +406,7 @@ typedef struct Plan {
   int64_t budget;          // the budget planned for (opts.budget, or the device's memory)
   int64_t host_budget;     // the host budget planned for (opts.host_budget, or the profile's)
   int checkpoints;         // checkpoint-mode recomputation: checkpoints kept (0: not used)
+  int *ckpt;               // ... the checkpoint tensors, in forward order
   int64_t seg_bytes;       // ... and the segment size asked for
   char *auto_log;          // policy auto: one line per candidate tried (--dump auto)
   int batch;
