@@ -18,9 +18,11 @@ import sys
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
 # Debian packages. Building and the main jobs need DEPS (fortunes: the text of
-# `ninja demo-gpt`); the tests add TEST_DEPS.
+# `ninja demo-gpt`; Open MPI: programs compiled with --dist mpi); the tests
+# add TEST_DEPS.
 DEPS = ["gcc", "ninja-build", "protobuf-c-compiler", "libprotobuf-c-dev",
-        "libopenblas-dev", "zlib1g-dev", "dataset-fashion-mnist", "python3", "fortunes"]
+        "libopenblas-dev", "zlib1g-dev", "dataset-fashion-mnist", "python3", "fortunes",
+        "openmpi-bin", "libopenmpi-dev"]
 # clang + libclang-rt-14-dev: the compiler fuzzer (tests/fuzz/, libFuzzer).
 TEST_DEPS = ["python3-torch", "python3-torchvision", "python3-onnx", "python3-numpy",
              "python3-pytest", "python3-pil", "chromium", "clang", "libclang-rt-14-dev"]
@@ -154,6 +156,26 @@ def cuda_archs(nvcc):
     return archs or [80, 90]  # an nvcc too old to list them: the two we know it has
 
 
+def probe_mpi():
+    """(cflags, libs) of the C MPI library, from pkg-config (ompi-c, then mpi)
+    or mpicc -showme; None where MPI is not installed."""
+    for pkg in ("ompi-c", "mpi"):
+        try:
+            cf = subprocess.run(["pkg-config", "--cflags", pkg], capture_output=True, text=True)
+            lf = subprocess.run(["pkg-config", "--libs", pkg], capture_output=True, text=True)
+        except OSError:
+            break
+        if cf.returncode == 0 and lf.returncode == 0:
+            return cf.stdout.strip(), lf.stdout.strip()
+    mpicc = shutil.which("mpicc")
+    if mpicc:
+        cf = subprocess.run([mpicc, "-showme:compile"], capture_output=True, text=True)
+        lf = subprocess.run([mpicc, "-showme:link"], capture_output=True, text=True)
+        if cf.returncode == 0 and lf.returncode == 0:
+            return cf.stdout.strip(), lf.stdout.strip()
+    return None
+
+
 def cpu_flags():
     try:
         info = open("/proc/cpuinfo").read()
@@ -219,7 +241,8 @@ def main():
     w.rule("run", "$cmd", "$desc", pool="console")
 
     # Re-run when configure.py changes or a file is added to a source folder.
-    watched = [d for d in ["compiler", "runtime/common", "runtime/cpu", "runtime/cuda", "tests/unit"]
+    watched = [d for d in ["compiler", "runtime/common", "runtime/cpu", "runtime/cuda", "runtime/dist",
+                           "tests/unit"]
                if os.path.isdir(d)]
     w.build(ninja_file, "configure", implicit=["configure.py"] + watched)
 
@@ -245,6 +268,24 @@ def main():
         rt += w.build(B + "/obj/%s.o" % src[:-2], "rtcc", src, order_only=gen)
     cpu_lib = w.build(B + "/libsnrt_cpu.a", "ar", rt)
     targets = snc + cpu_lib + [B + "/libsnc.a"]
+
+    # The MPI layer of --dist programs: one object linked ahead of the runtime
+    # library (it replaces dist_none.o there). snc compile --dist mpi copies
+    # the link flags from build/snrt_mpi.ninja into DIR/build.ninja.
+    mpi = probe_mpi()
+    mpi_frag = os.path.join(B, "snrt_mpi.ninja")
+    if mpi:
+        w.variable("mpicflags", mpi[0])
+        targets += w.build(B + "/snrt_mpi.o", "rtcc", "runtime/dist/mpi.c", order_only=gen,
+                           variables={"rtflags": "$rtflags $mpicflags"})
+        with open(mpi_frag, "w") as f:
+            f.write("# Written by configure.py: how a --dist mpi program links against MPI\n")
+            f.write("mpilibs = %s\n" % mpi[1])
+    else:
+        print("configure: warning: MPI not found (apt-get install openmpi-bin libopenmpi-dev): "
+              "programs compiled with --dist mpi will not link")
+        if os.path.exists(mpi_frag):
+            os.remove(mpi_frag)
 
     # The CUDA runtime (compiled, never run, on machines without a GPU).
     cuda_srcs = listdir("runtime/cuda", ".cu") + listdir("runtime/cuda", ".c")
@@ -283,6 +324,19 @@ def main():
             else:
                 cobjs += w.build(B + "/obj/%s.o" % src[:-2], "rtcc", src, order_only=gen)
         targets += w.build(B + "/libsnrt_cuda.a", "ar", cobjs)
+        # --dist mpi on the CUDA target: NCCL (from the toolkit) for the
+        # exchanges, bootstrapped by the MPI layer built without its own.
+        nccl_lib = next((d for d in (os.path.join(cuda_home, "lib64"), os.path.join(cuda_home, "lib"))
+                         if os.path.exists(os.path.join(d, "libnccl.so"))), None)
+        if mpi and nccl_lib and os.path.exists(os.path.join(cuda_home, "include", "nccl.h")):
+            targets += w.build(B + "/snrt_mpi_cuda.o", "rtcc", "runtime/dist/mpi.c", order_only=gen,
+                               variables={"rtflags": "$rtflags $mpicflags -DSNRT_DEVICE_COMM"})
+            targets += w.build(B + "/snrt_nccl.o", "nvcc", "runtime/dist/nccl.cu", order_only=gen)
+            with open(mpi_frag, "a") as f:
+                f.write("ncclmpilibs = %s -L%s -Xlinker -rpath=%s -lnccl\n" % (mpi[1], nccl_lib, nccl_lib))
+        elif mpi:
+            print("configure: warning: NCCL not found under %s: --dist mpi --target cuda programs "
+                  "will not link" % cuda_home)
 
     # C unit tests: each tests/unit/test_X.c links against the compiler objects
     # (everything but main) and the CPU runtime.
@@ -306,7 +360,8 @@ def main():
     w.build("all", "phony", targets)
     w.default(targets)
     w.close()
-    print("configure: wrote %s (cuda runtime: %s)" % (ninja_file, "yes" if nvcc and cuda_srcs else "no"))
+    print("configure: wrote %s (cuda runtime: %s, mpi: %s)" % (ninja_file, "yes" if nvcc and cuda_srcs
+                                                              else "no", "yes" if mpi else "no"))
 
 
 if __name__ == "__main__":

@@ -492,6 +492,10 @@ static void add_loss(Graph *g) {
   g->t[g->output].grad = dlogits;
 }
 
+/* --zero 1: the shared optimizer-state shards (-1: none); add_update reads
+ * and writes them instead of per-parameter state (set by bucket_updates). */
+static int zero_state[2] = {-1, -1};
+
 static void add_update(Graph *g, int w) {
   int gw = g->t[w].grad;
   if (gw < 0) return;   /* no gradient reaches it: PyTorch leaves it untouched too */
@@ -502,7 +506,7 @@ static void add_update(Graph *g, int w) {
     *p = (snrt_sgd_t){.n = n, .momentum = opts->momentum, .weight_decay = opts->weight_decay,
                       .param = w};
     if (opts->momentum != 0) {
-      int m = tensor_like(g, w, ".momentum", TK_OPT);
+      int m = zero_state[0] >= 0 ? zero_state[0] : tensor_like(g, w, ".momentum", TK_OPT);
       g->t[m].init = SNRT_INIT_ZERO;
       add_node(g, OP_SGD, -1, xasprintf("%s/sgd", g->t[w].name), PH_UPDATE, 3,
                (int[]){w, gw, m}, 2, (int[]){w, m}, p);
@@ -515,13 +519,113 @@ static void add_update(Graph *g, int w) {
     *p = (snrt_adam_t){.n = n, .beta1 = opts->beta1, .beta2 = opts->beta2, .eps = opts->eps,
                        .weight_decay = opts->weight_decay,
                        .decoupled = opts->optim == OPTIM_ADAMW, .param = w};
-    int m = tensor_like(g, w, ".adam_m", TK_OPT), v = tensor_like(g, w, ".adam_v", TK_OPT);
+    int m = zero_state[0] >= 0 ? zero_state[0] : tensor_like(g, w, ".adam_m", TK_OPT);
+    int v = zero_state[1] >= 0 ? zero_state[1] : tensor_like(g, w, ".adam_v", TK_OPT);
     g->t[m].init = g->t[v].init = SNRT_INIT_ZERO;
     add_node(g, OP_ADAM, -1, xasprintf("%s/adam", g->t[w].name), PH_UPDATE, 4,
              (int[]){w, gw, m, v}, 3, (int[]){w, m, v}, p);
   }
   /* Parameters are written in place: the update is their producer in the step. */
   g->t[w].producer = -1;
+}
+
+/* Data parallel (--dist): buckets of parameters whose gradients are final,
+ * in the order they became final. Each bucket's all-reduce starts right
+ * after the backward node that completes it (the gradients of a bucket of
+ * at least bucket_bytes, or the last one) and overlaps the rest of the
+ * backward pass; its COMM_WAIT and then its updates follow the backward
+ * pass, so updates never read a gradient before every rank's share is in.
+ * Gradients thereby live until their update after the backward pass (the
+ * planner sees that through the COMM_WAIT and update readers). */
+static struct { int *param, n, cap, open; int64_t bytes; int nbuckets; int *start; } bk;
+
+static void bucket_close(Graph *g) {
+  if (bk.open == bk.n) return;
+  int cnt = bk.n - bk.open;
+  int *in = xmalloc(sizeof(int) * (size_t)cnt);
+  for (int k = 0; k < cnt; k++) in[k] = g->t[bk.param[bk.open + k]].grad;
+  char name[48];
+  snprintf(name, sizeof name, "bucket%d/allreduce", bk.nbuckets);
+  int a = add_node(g, opts->zero_ranks ? OP_REDUCE_SCATTER : OP_ALLREDUCE, -1, name, PH_COMM,
+                   cnt, in, 0, NULL, NULL);
+  g->n[a].aux = bk.nbuckets;
+  free(in);
+  xgrow((void **)&bk.start, &bk.cap, bk.nbuckets + 2, sizeof(int));
+  bk.start[bk.nbuckets++] = bk.open;
+  bk.start[bk.nbuckets] = bk.n;
+  bk.open = bk.n;
+  bk.bytes = 0;
+}
+
+static void bucket_add(Graph *g, int w) {
+  if (g->t[w].grad < 0) return;   /* no gradient: no update (as add_update) */
+  int cap = bk.n + 1;
+  bk.param = xrealloc(bk.param, sizeof(int) * (size_t)cap);
+  bk.param[bk.n++] = w;
+  bk.bytes += tensor_bytes(&g->t[g->t[w].grad]);
+  if (bk.bytes >= opts->bucket_bytes) bucket_close(g);
+}
+
+/* --zero 1 over N ranks: the parameters, in the order their gradients
+ * become final, are laid end to end in one flat space of P elements; rank r
+ * owns elements [r S, (r + 1) S), S = P / N rounded up (to 64), and holds the
+ * optimizer state of just those: one shard tensor of S elements per kind of
+ * state. A parameter may straddle ranks; each updates its own piece. */
+static void zero_layout(Graph *g) {
+  int64_t flat = 0;
+  for (int k = 0; k < bk.n; k++) {
+    g->t[bk.param[k]].zero_flat = flat;
+    flat += tensor_numel(&g->t[bk.param[k]]);
+  }
+  int N = opts->zero_ranks;
+  int64_t S = (flat + N - 1) / N;
+  S = (S + 63) / 64 * 64;
+  g->zero_ranks = N;
+  g->zero_shard = S;
+  const char *names[2][2] = {{"zero.momentum", NULL}, {"zero.adam_m", "zero.adam_v"}};
+  int kind = opts->optim == OPTIM_SGD ? 0 : 1;
+  for (int s = 0; s < 2; s++) {
+    if (!names[kind][s]) continue;
+    zero_state[s] = new_tensor(g, names[kind][s], TK_OPT, DT_FLOAT, 1, &S);
+    g->t[zero_state[s]].init = SNRT_INIT_ZERO;
+  }
+}
+
+/* After the backward pass: per bucket, its wait, then its updates (--zero:
+ * then the broadcast of its parameters from their owners, waited for at the
+ * end of the step; the waits write the parameters). */
+static void bucket_updates(Graph *g) {
+  bucket_close(g);
+  zero_state[0] = zero_state[1] = -1;
+  if (opts->zero_ranks) zero_layout(g);
+  for (int b = 0; b < bk.nbuckets; b++) {
+    int cnt = bk.start[b + 1] - bk.start[b];
+    int *in = xmalloc(sizeof(int) * (size_t)cnt);
+    for (int k = 0; k < cnt; k++) in[k] = g->t[bk.param[bk.start[b] + k]].grad;
+    char name[48];
+    snprintf(name, sizeof name, "bucket%d/wait", b);
+    int wn = add_node(g, OP_COMM_WAIT, -1, name, PH_COMM, cnt, in, 0, NULL, NULL);
+    g->n[wn].aux = b;
+    free(in);
+    for (int k = bk.start[b]; k < bk.start[b + 1]; k++) add_update(g, bk.param[k]);
+    if (opts->zero_ranks) {
+      snprintf(name, sizeof name, "bucket%d/allgather", b);
+      int an = add_node(g, OP_ALLGATHER, -1, name, PH_COMM, cnt, &bk.param[bk.start[b]], 0, NULL, NULL);
+      g->n[an].aux = bk.nbuckets + b;
+    }
+  }
+  for (int b = 0; opts->zero_ranks && b < bk.nbuckets; b++) {
+    int cnt = bk.start[b + 1] - bk.start[b];
+    char name[48];
+    snprintf(name, sizeof name, "bucket%d/allgather_wait", b);
+    int wn = add_node(g, OP_COMM_WAIT, -1, name, PH_COMM, cnt, &bk.param[bk.start[b]], cnt,
+                      &bk.param[bk.start[b]], NULL);
+    g->n[wn].aux = bk.nbuckets + b;
+    for (int k = bk.start[b]; k < bk.start[b + 1]; k++) g->t[bk.param[k]].producer = -1;
+  }
+  zero_state[0] = zero_state[1] = -1;
+  free(bk.param);
+  free(bk.start);
 }
 
 /* Forward with inference semantics: BN from running statistics, Dropout off.
@@ -580,6 +684,7 @@ void train_build(Graph *g, const TrainOpts *o) {
   opts = o;
   /* Forgotten, not freed: a fuzzer run abandoned by an error released them. */
   memset(&hints, 0, sizeof hints);
+  memset(&bk, 0, sizeof bk);
   rewrite_training_outputs(g);
   mark_constant_data(g);
   if (g->output < 0) fatal(EXIT_BADINPUT, "the model has no output");
@@ -619,9 +724,13 @@ void train_build(Graph *g, const TrainOpts *o) {
     /* add_update appends nodes (g->n may move): index, don't hold n. */
     for (int k = 0; k < g->n[i].nin; k++) {
       int t = g->n[i].in[k];
-      if (t >= 0 && g->t[t].kind == TK_PARAM && --pending[t] == 0) add_update(g, t);
+      if (t >= 0 && g->t[t].kind == TK_PARAM && --pending[t] == 0) {
+        if (o->dist) bucket_add(g, t);
+        else add_update(g, t);
+      }
     }
   }
+  if (o->dist) bucket_updates(g);
   add_eval(g);
   hints_free();
   free(needs);

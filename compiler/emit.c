@@ -192,7 +192,7 @@ static const char *table_kind(const Graph *g, int t) {
   case TK_LABEL: return "SNRT_T_LABEL";
   case TK_PARAM: return "SNRT_T_PARAM";
   case TK_STATE: return "SNRT_T_STATE";
-  case TK_OPT: return "SNRT_T_OPT";
+  case TK_OPT: return g->zero_ranks ? "SNRT_T_SHARD" : "SNRT_T_OPT";
   case TK_LOSS: return "SNRT_T_LOSS";
   case TK_PGRAD: return "SNRT_T_GRAD";
   case TK_CONSTVAL: return "SNRT_T_CONST";
@@ -268,6 +268,7 @@ static void emit_steps(Emit *e, int from, int to, const char *fname, int **death
   const Graph *g = e->g;
   const Plan *pl = e->pl;
   int part = 0;
+  int comm = 0;   /* --dist: all-reduces started and not yet waited for */
   for (int s = from; s < to; s++) {
     if ((s - from) % STEPS_PER_FUNCTION == 0) {
       if (s > from) fprintf(e->f, "}\n\n");
@@ -282,6 +283,10 @@ static void emit_steps(Emit *e, int from, int to, const char *fname, int **death
       fprintf(e->f, "  /* %5d %-9s %-18s %s  live %s */\n", s, step_kind_name(st->kind), op_name(n->op),
               comment_safe(n->name), fmt_bytes(pl->live_bytes ? pl->live_bytes[s] : 0));
       op_info[n->op].emit(e, g, n);
+      /* MPI progresses a nonblocking all-reduce only inside MPI calls. */
+      if (st->kind == SK_ALLREDUCE || st->kind == SK_REDUCE_SCATTER || st->kind == SK_ALLGATHER) comm++;
+      else if (st->kind == SK_COMM_WAIT) comm--;
+      else if (comm > 0) fprintf(e->f, "  snrt_comm_progress(c);\n");
     } else {
       /* A copy on the copy engine, recording its event when done. */
       const Instance *src = &pl->inst[st->in[0]], *dst = &pl->inst[st->out[0]];
@@ -336,7 +341,31 @@ static void death_lists(const Graph *g, const Plan *pl, int ***deaths, int **nde
 
 /* ---- build.ninja ---- */
 
-static void write_ninja(const char *dir, const char *root, const char *target) {
+/* --dist mpi: what configure.py found (build/snrt_mpi.ninja: the MPI object
+ * and link flags), copied so that DIR/build.ninja stands alone. */
+static bool mpi_lines(FILE *f, const char *root, const char *dir, const char *key) {
+  char *frag = xasprintf("%s/build/snrt_mpi.ninja", root);
+  FILE *in = fopen(frag, "r");
+  bool have = false;
+  if (in) {
+    char line[8192];
+    while (fgets(line, sizeof line, in))
+      if (strncmp(line, key, strlen(key)) == 0) {
+        fputs(line, f);
+        have = true;
+      }
+    fclose(in);
+  }
+  if (!have)
+    fprintf(stderr, "snc: warning: %s has no '%s' line: configure.py found no MPI%s here "
+                    "(install openmpi-bin and libopenmpi-dev, or ./configure.py --install-deps), "
+                    "so `ninja -C %s` will fail\n", frag, key, strcmp(key, "mpilibs = ") ?
+                    " or no NCCL" : "", dir);
+  free(frag);
+  return have;
+}
+
+static void write_ninja(const char *dir, const char *root, const char *target, bool dist) {
   FILE *f = create(dir, "build.ninja", "w");
   fprintf(f, "# Written by snc compile; builds ./train. Re-run snc compile to change it.\n");
   fprintf(f, "snc_root = %s\n", root);
@@ -357,7 +386,19 @@ static void write_ninja(const char *dir, const char *root, const char *target) {
         }
       fclose(in);
     }
-    if (have) {
+    if (have && dist && mpi_lines(f, root, dir, "ncclmpilibs = ")) {
+      /* The MPI layer without its host exchanges, and NCCL's (nccl.cu). */
+      fprintf(f, "rule link\n  command = $nvcc -o $out $in $cudalibs $ncclmpilibs\n"
+                 "  description = LINK $out\n");
+      fprintf(f, "build train.o: cc train.c\nbuild train: link train.o $snc_root/build/snrt_mpi_cuda.o "
+                 "$snc_root/build/snrt_nccl.o $snc_root/build/libsnrt_cuda.a\n");
+      fprintf(f, "default train\n");
+      finish(f, dir, "build.ninja");
+      return;
+    } else if (have && dist) {
+      fprintf(f, "rule link\n  command = echo 'snc: error: configure.py found no MPI or no NCCL "
+                 "for the CUDA target in %s/build' >&2; false\n  description = LINK $out\n", root);
+    } else if (have) {
       fprintf(f, "rule link\n  command = $nvcc -o $out $in $cudalibs\n  description = LINK $out\n");
     } else {
       fprintf(stderr, "snc: warning: %s not found: configure.py built no CUDA runtime here "
@@ -370,9 +411,23 @@ static void write_ninja(const char *dir, const char *root, const char *target) {
     fprintf(f, "build train.o: cc train.c\nbuild train: link train.o%s\n",
             have ? " $snc_root/build/libsnrt_cuda.a" : "");
   } else {
-    fprintf(f, "rule link\n  command = gcc -o $out $in -fopenmp -lopenblas -lprotobuf-c -lz -lm -lpthread\n"
-               "  description = LINK $out\n");
-    fprintf(f, "build train.o: cc train.c\nbuild train: link train.o $snc_root/build/libsnrt_cpu.a\n");
+    if (dist && mpi_lines(f, root, dir, "mpilibs = ")) {
+      /* The MPI layer first: it defines what libsnrt_cpu.a's single-process
+       * stand-in (dist_none.o) would otherwise bring. */
+      fprintf(f, "rule link\n  command = gcc -o $out $in -fopenmp -lopenblas -lprotobuf-c -lz -lm "
+                 "-lpthread $mpilibs\n  description = LINK $out\n");
+      fprintf(f, "build train.o: cc train.c\nbuild train: link train.o $snc_root/build/snrt_mpi.o "
+                 "$snc_root/build/libsnrt_cpu.a\n");
+    } else if (dist) {
+      fprintf(f, "rule link\n  command = echo 'snc: error: configure.py found no MPI in %s/build "
+                 "(apt-get install openmpi-bin libopenmpi-dev, then ./configure.py)' >&2; false\n"
+                 "  description = LINK $out\n", root);
+      fprintf(f, "build train.o: cc train.c\nbuild train: link train.o\n");
+    } else {
+      fprintf(f, "rule link\n  command = gcc -o $out $in -fopenmp -lopenblas -lprotobuf-c -lz -lm -lpthread\n"
+                 "  description = LINK $out\n");
+      fprintf(f, "build train.o: cc train.c\nbuild train: link train.o $snc_root/build/libsnrt_cpu.a\n");
+    }
   }
   fprintf(f, "default train\n");
   finish(f, dir, "build.ninja");
@@ -385,7 +440,10 @@ void emit_program(const Graph *g, const Plan *pl, const EmitOpts *o, const char 
   char *root = snc_root();
   uint64_t fp = 0;
   copy_file(o->model_path, dir, "model.onnx", &fp);
-  fp = hash_bytes(fp, &g->batch, sizeof g->batch);
+  /* --dist: checkpoints hold the global batch (ranks x batch) and are checked
+   * against it at run time, so that any rank count may resume them. */
+  if (!o->train->dist) fp = hash_bytes(fp, &g->batch, sizeof g->batch);
+  else fp = hash_bytes(fp, "dist", 4);
   fp = hash_bytes(fp, &o->train->loss, sizeof o->train->loss);
   fp = hash_bytes(fp, &o->train->optim, sizeof o->train->optim);
 
@@ -400,7 +458,7 @@ void emit_program(const Graph *g, const Plan *pl, const EmitOpts *o, const char 
   table_add(&tb, map, g->eval_output);
   int *opt_of = xmalloc(sizeof(int) * 2 * (size_t)g->nt);
   for (int t = 0; t < 2 * g->nt; t++) opt_of[t] = -1;
-  for (int i = 0; i < g->nn; i++) {
+  for (int i = 0; i < g->nn && !g->zero_ranks; i++) {   /* --zero: shards, not per-parameter state */
     const Node *n = &g->n[i];
     if (n->op != OP_SGD && n->op != OP_ADAM) continue;
     for (int k = 2; k < n->nin && k < 4; k++) opt_of[2 * n->in[0] + (k - 2)] = n->in[k];
@@ -412,7 +470,8 @@ void emit_program(const Graph *g, const Plan *pl, const EmitOpts *o, const char 
       for (int k = 0; k < 2; k++) table_add(&tb, map, opt_of[2 * t + k]);
     }
   for (int t = 0; t < g->nt; t++)
-    if ((g->t[t].kind == TK_STATE || g->t[t].kind == TK_CONSTVAL) && pl->tensor_inst[t] >= 0)
+    if ((g->t[t].kind == TK_STATE || g->t[t].kind == TK_CONSTVAL ||
+         (g->zero_ranks && g->t[t].kind == TK_OPT)) && pl->tensor_inst[t] >= 0)
       table_add(&tb, map, t);
 
   /* params.bin: initial values of parameters and state with initializers. */
@@ -488,6 +547,15 @@ void emit_program(const Graph *g, const Plan *pl, const EmitOpts *o, const char 
             (long long)t->fan_in, (long long)file_off[i], grad, o0, o1);
   }
   fprintf(f, "};\n\n");
+  if (g->zero_ranks) {
+    /* --zero 1: where each parameter starts in the flat space (-1: none) */
+    fprintf(f, "static const int64_t zero_flat[] = {");
+    for (int i = 0; i < tb.n; i++) {
+      const Tensor *t = &g->t[tb.t[i]];
+      fprintf(f, "%s%lld", i ? ", " : "", (long long)(t->kind == TK_PARAM && t->grad >= 0 ? t->zero_flat : -1));
+    }
+    fprintf(f, "};\n\n");
+  }
   const Tensor *out = &g->t[g->output];
   fprintf(f, "const snrt_model snrt_the_model = {\n");
   fprintf(f, "  .name = ");
@@ -513,6 +581,14 @@ void emit_program(const Graph *g, const Plan *pl, const EmitOpts *o, const char 
       if (!vocab || rows < vocab) vocab = rows;
     }
   if (vocab) fprintf(f, "  .vocab = %lld,\n", (long long)vocab);
+  if (o->train->dist) {
+    int nb = 0;
+    for (int i = 0; i < g->nn; i++) nb += g->n[i].op == OP_ALLREDUCE || g->n[i].op == OP_REDUCE_SCATTER;
+    fprintf(f, "  .dist = 1,\n  .buckets = %d,\n", nb);
+    if (g->zero_ranks)
+      fprintf(f, "  .zero = %d,\n  .zero_shard = %lld,\n  .zero_flat = zero_flat,\n", g->zero_ranks,
+              (long long)g->zero_shard);
+  }
   if (seq) fprintf(f, "  .positions = %lld,\n", (long long)out->dims[1]);
   if (strcmp(o->target, "cuda") == 0) {
     const DeviceProfile *dev = device_find(pl->opts.device);
@@ -532,6 +608,6 @@ void emit_program(const Graph *g, const Plan *pl, const EmitOpts *o, const char 
   f = create(dir, "plan.json", "w");
   plan_print_json(g, pl, f);
   finish(f, dir, "plan.json");
-  write_ninja(dir, root, o->target);
+  write_ninja(dir, root, o->target, o->train->dist);
   free(root);
 }

@@ -32,6 +32,8 @@ const char *emit_params(Emit *e, const void *key, const char *type, const char *
 /* The "&Pn" declared for key, or NULL. Hashed: a 100,000-step program
  * declares as many params. */
 const char *emit_params_find(Emit *e, const void *key);
+/* --zero 1: an SGD/Adam update as one guarded call per rank's piece (emit_dist.c). */
+void emit_zero_update(Emit *e, const Graph *g, const Node *n);
 /* A float literal that survives printing (inf, nan, exact round trip). */
 const char *emit_float(float v);
 

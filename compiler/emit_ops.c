@@ -361,6 +361,10 @@ void emit_mse_bwd(Emit *e, const Graph *g, const Node *n) {
 
 /* Updates: `param` is printed as the model-table index of the parameter. */
 void emit_sgd(Emit *e, const Graph *g, const Node *n) {
+  if (g->zero_ranks) {
+    emit_zero_update(e, g, n);
+    return;
+  }
   const snrt_sgd_t *p = n->p;
   snprintf(pb, BUF, ".n = %lld, .momentum = %s, .weight_decay = %s, .dampening = %s, .nesterov = %d, .param = %d",
            (long long)p->n, emit_float(p->momentum), emit_float(p->weight_decay),
@@ -370,6 +374,10 @@ void emit_sgd(Emit *e, const Graph *g, const Node *n) {
           n->nin > 2 ? emit_in(e, 2) : "NULL");
 }
 void emit_adam(Emit *e, const Graph *g, const Node *n) {
+  if (g->zero_ranks) {
+    emit_zero_update(e, g, n);
+    return;
+  }
   const snrt_adam_t *p = n->p;
   snprintf(pb, BUF, ".n = %lld, .beta1 = %s, .beta2 = %s, .eps = %s, .weight_decay = %s, .decoupled = %d, .param = %d",
            (long long)p->n, emit_float(p->beta1), emit_float(p->beta2), emit_float(p->eps),

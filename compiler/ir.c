@@ -89,7 +89,8 @@ const char *tensor_kind_name(TensorKind k) {
 
 const char *step_kind_name(StepKind k) {
   static const char *names[] = {"forward", "loss", "backward", "update", "recompute",
-                                "offload", "prefetch", "eval"};
+                                "offload", "prefetch", "eval", "allreduce", "comm_wait",
+                                "reduce_scatter", "allgather"};
   return (unsigned)k < sizeof names / sizeof names[0] ? names[k] : "?";
 }
 

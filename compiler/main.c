@@ -12,12 +12,14 @@ static const char usage_text[] =
     "  snc plan    MODEL.onnx --batch N [--policy P] [--budget SIZE] [--host-budget SIZE]\n"
     "                         [--device PROFILE] [--target cpu|cuda] [--json FILE]\n"
     "                         [--html FILE] [--dump PASS] [--input NAME] [--segment SIZE]\n"
+    "                         [--dist mpi [--bucket SIZE] [--zero 1 --ranks N]]\n"
     "  snc plan    --diff A.json B.json\n"
     "  snc compile MODEL.onnx -o DIR --batch N [--target cpu|cuda] [--policy P]\n"
     "                         [--budget SIZE] [--host-budget SIZE] [--segment SIZE]\n"
     "                         [--device PROFILE] [--loss softmax-ce|mse]\n"
     "                         [--optimizer sgd|adam|adamw] [--lr X] [--momentum X]\n"
     "                         [--weight-decay X] [--input NAME]\n"
+    "                         [--dist mpi [--bucket SIZE] [--zero 1 --ranks N]]\n"
     "  snc max-batch MODEL.onnx --budget SIZE [--host-budget SIZE] [--policy P]\n"
     "                         [--device PROFILE]\n"
     "\n"
@@ -58,7 +60,7 @@ static void parse_args(Args *a, int argc, char **argv) {
   a->plan.policy = POL_AUTO;
   a->train = (TrainOpts){.loss = LOSS_SOFTMAX_CE, .optim = OPTIM_SGD, .lr = 0.01f,
                          .momentum = 0.9f, .weight_decay = 0.0f, .beta1 = 0.9f,
-                         .beta2 = 0.999f, .eps = 1e-8f};
+                         .beta2 = 0.999f, .eps = 1e-8f, .bucket_bytes = 1 << 20};
   if (argc < 2) usage("%s", "no command given");
   a->cmd = argv[1];
   if (strcmp(a->cmd, "-h") == 0 || strcmp(a->cmd, "--help") == 0) {
@@ -68,7 +70,8 @@ static void parse_args(Args *a, int argc, char **argv) {
   if (strcmp(a->cmd, "inspect") && strcmp(a->cmd, "plan") && strcmp(a->cmd, "compile") &&
       strcmp(a->cmd, "max-batch"))
     usage("unknown command '%s'", a->cmd);
-  bool wd_set = false;
+  bool wd_set = false, zero = false;
+  int ranks = 0;
   for (int i = 2; i < argc; i++) {
     const char *s = argv[i];
     if (strcmp(s, "--batch") == 0) {
@@ -123,6 +126,24 @@ static void parse_args(Args *a, int argc, char **argv) {
     else if (strcmp(s, "--weight-decay") == 0) {
       a->train.weight_decay = parse_float(s, need_value(argc, argv, &i));
       wd_set = true;
+    } else if (strcmp(s, "--dist") == 0) {
+      const char *v = need_value(argc, argv, &i);
+      if (strcmp(v, "mpi")) usage("--dist takes 'mpi' (data parallel over MPI ranks), not '%s'", v);
+      a->train.dist = true;
+    } else if (strcmp(s, "--zero") == 0) {
+      const char *v = need_value(argc, argv, &i);
+      if (strcmp(v, "1")) usage("--zero takes 1 (ZeRO stage 1: optimizer state sharded), not '%s'", v);
+      zero = true;
+    } else if (strcmp(s, "--ranks") == 0) {
+      const char *v = need_value(argc, argv, &i);
+      char *end;
+      long r = strtol(v, &end, 10);
+      if (*end || r < 1 || r > 65536) usage("--ranks must be an integer from 1 to 65536, not '%s'", v);
+      ranks = (int)r;
+    } else if (strcmp(s, "--bucket") == 0) {
+      const char *v = need_value(argc, argv, &i);
+      a->train.bucket_bytes = parse_size(v);
+      if (a->train.bucket_bytes <= 0) usage("bad size for --bucket: '%s' (e.g. 1MiB, 25MB, 4096)", v);
     } else if (strcmp(s, "--diff") == 0) {
       if (i + 2 >= argc) usage("%s", "--diff needs two plan.json files: --diff A.json B.json");
       a->diff_a = need_value(argc, argv, &i);
@@ -140,6 +161,14 @@ static void parse_args(Args *a, int argc, char **argv) {
   if ((strcmp(a->cmd, "compile") == 0 || strcmp(a->cmd, "plan") == 0) && !a->batch)
     usage("%s needs --batch N", a->cmd);
   if (strcmp(a->cmd, "max-batch") == 0 && !a->plan.budget) usage("%s", "max-batch needs --budget SIZE");
+  if (zero && !a->train.dist) usage("%s", "--zero 1 needs --dist mpi");
+  if (zero && ranks < 2) usage("%s", "--zero 1 needs --ranks N (N >= 2): the optimizer state is "
+                               "split over N ranks at compile time");
+  if (ranks && !zero) usage("%s", "--ranks N is for --zero 1 (without it the plan is the same at "
+                            "any rank count)");
+  if (zero && a->train.optim == OPTIM_SGD && a->train.momentum == 0)
+    usage("%s", "--zero 1 shards the optimizer state, and SGD without momentum has none");
+  if (zero) a->train.zero_ranks = ranks;
   if (a->plan.segment && a->plan.policy != POL_RECOMPUTE)
     usage("%s", "--segment SIZE goes with --policy recompute (checkpoint segments of SIZE; "
           "auto chooses its own)");
@@ -168,6 +197,14 @@ static void close_out(FILE *f, const char *path) {
 static Plan *plan_model(const Args *a, Graph *g, FILE *schedule_log) {
   train_build(g, &a->train);
   Plan *pl = plan_build(g, &a->plan);
+  /* --zero 1: a parameter's pieces are broadcast into its device instance
+   * between two steps, which the host-resident parameters of the last
+   * budget tier would not see. */
+  for (int t = 0; a->train.zero_ranks && t < g->nt; t++)
+    if (g->t[t].kind == TK_PARAM && pl->tensor_inst[t] >= 0 && pl->inst[pl->tensor_inst[t]].offset < 0)
+      fatal(EXIT_BADINPUT, "--zero 1: at budget %s the plan keeps parameters in host memory "
+            "('%s'), which --zero 1 does not support yet; give a larger --budget (or drop --zero 1)",
+            fmt_bytes(pl->budget), g->t[t].name);
   schedule_waits(g, pl, schedule_log);
   if (strcmp(a->target, "cuda") == 0) workspace_plan(g, pl, WS_CUDA_CAP);
   return pl;

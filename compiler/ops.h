@@ -100,4 +100,12 @@
   OP(MSE,             "",  2,2, 1,1, COST_CHEAP, shape_internal, grad_none, emit_mse,             flops_in) \
   OP(MSE_BWD,         "",  2,2, 1,1, COST_CHEAP, shape_internal, grad_none, emit_mse_bwd,         flops_in) \
   OP(SGD,             "",  2,3, 1,2, COST_CHEAP, shape_internal, grad_none, emit_sgd,             flops_in) \
-  OP(ADAM,            "",  4,4, 1,3, COST_CHEAP, shape_internal, grad_none, emit_adam,            flops_in)
+  OP(ADAM,            "",  4,4, 1,3, COST_CHEAP, shape_internal, grad_none, emit_adam,            flops_in) \
+  /* Data parallel (--dist mpi, emit_dist.c): a bucket's gradient all-reduce is \
+   * started, then waited for before the first update that reads it. */ \
+  OP(ALLREDUCE,       "",  1,-1, 0,0, COST_FREE, shape_internal, grad_none, emit_allreduce,      flops_zero) \
+  OP(COMM_WAIT,       "",  1,-1, 0,-1, COST_FREE, shape_internal, grad_none, emit_comm_wait,      flops_zero) \
+  /* --zero 1: gradients reduced to the rank owning each element, parameters \
+   * broadcast from it after its update (emit_dist.c). */ \
+  OP(REDUCE_SCATTER,  "",  1,-1, 0,0, COST_FREE, shape_internal, grad_none, emit_reduce_scatter, flops_zero) \
+  OP(ALLGATHER,       "",  1,-1, 0,0, COST_FREE, shape_internal, grad_none, emit_allgather,      flops_zero)

@@ -323,7 +323,14 @@ static void summary(FILE *f, const Graph *g, const Plan *pl, const Review *rv) {
   sub = xasprintf("peak live is %.2fx it", pl->layer_peak_bytes ?
                   (double)pl->peak_live_bytes / (double)pl->layer_peak_bytes : 0);
   card(f, false, "layer peak", fmt_bytes(pl->layer_peak_bytes), sub);
-  card(f, false, "persistent", fmt_bytes(pl->persistent_bytes), "parameters, state, optimizer");
+  if (g->zero_ranks) {
+    char *what = xasprintf("per rank: parameters, state, 1/%d of the optimizer state (--zero 1)",
+                           g->zero_ranks);
+    card(f, false, "persistent", fmt_bytes(pl->persistent_bytes), what);
+    free(what);
+  } else {
+    card(f, false, "persistent", fmt_bytes(pl->persistent_bytes), "parameters, state, optimizer");
+  }
   sub = xasprintf("arena/baseline %.3f", pl->baseline_bytes ?
                   (double)pl->arena_bytes / (double)pl->baseline_bytes : 0);
   card(f, false, "baseline (policy none)", fmt_bytes(pl->baseline_bytes), sub);

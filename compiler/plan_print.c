@@ -53,8 +53,12 @@ void plan_print_summary(const Graph *g, const Plan *pl, FILE *f) {
                           fmt_bytes(device_find(pl->opts.device)->reserve_bytes))
               : xasprintf("device %s memory", pl->opts.device),
           pl->budget >= pl->arena_bytes ? fmt_bytes(pl->budget - pl->arena_bytes) : "none");
-  fprintf(f, "  persistent      %12s   (parameters, state, optimizer)\n",
-          fmt_bytes(pl->persistent_bytes));
+  if (g->zero_ranks)
+    fprintf(f, "  persistent      %12s   (per rank: parameters, state, 1/%d of the optimizer "
+            "state: --zero 1)\n", fmt_bytes(pl->persistent_bytes), g->zero_ranks);
+  else
+    fprintf(f, "  persistent      %12s   (parameters, state, optimizer)\n",
+            fmt_bytes(pl->persistent_bytes));
   fprintf(f, "  peak live       %12s   (max over steps of live bytes, before packing)\n",
           fmt_bytes(pl->peak_live_bytes));
   fprintf(f, "  layer peak      %12s   (max over steps of what one step alone needs)\n",
@@ -271,6 +275,9 @@ void plan_print_json(const Graph *g, const Plan *pl, FILE *f) {
   fprintf(f, ",\n  \"exposed_seconds\": ");
   json_num(f, pl->exposed_seconds);
   if (pl->ws_cap > 0) fprintf(f, ",\n  \"workspace_cap_bytes\": %lld", (long long)pl->ws_cap);
+  if (g->zero_ranks)
+    fprintf(f, ",\n  \"ranks\": %d,\n  \"zero\": 1,\n  \"zero_shard_elements\": %lld",
+            g->zero_ranks, (long long)g->zero_shard);
   fprintf(f, ",\n  \"train_steps\": %d,\n  \"steps\": [", r->train_steps);
   for (int s = 0; s < r->ns; s++) {
     const Step *st = &r->s[s];

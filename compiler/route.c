@@ -19,14 +19,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-static StepKind kind_of_phase(Phase ph) {
-  switch (ph) {
+static StepKind kind_of_phase(const Node *n) {
+  switch (n->phase) {
   case PH_FORWARD: return SK_FORWARD;
   case PH_LOSS: return SK_LOSS;
   case PH_BACKWARD: return SK_BACKWARD;
   case PH_UPDATE: return SK_UPDATE;
   case PH_EVAL: return SK_EVAL;
   case PH_RECOMPUTE: return SK_RECOMPUTE;
+  case PH_COMM:
+    return n->op == OP_ALLREDUCE ? SK_ALLREDUCE : n->op == OP_REDUCE_SCATTER ? SK_REDUCE_SCATTER
+           : n->op == OP_ALLGATHER ? SK_ALLGATHER : SK_COMM_WAIT;
   }
   unreachable();
 }
@@ -34,7 +37,7 @@ static StepKind kind_of_phase(Phase ph) {
 static void add_step(Route *r, const Node *n, int node) {
   xgrow((void **)&r->s, &r->caps, r->ns + 1, sizeof *r->s);
   Step *s = &r->s[r->ns++];
-  *s = (Step){.kind = kind_of_phase(n->phase), .node = node, .tensor = -1,
+  *s = (Step){.kind = kind_of_phase(n), .node = node, .tensor = -1,
               .nin = n->nin, .nout = n->nout, .ws = -1, .event = -1};
   s->in = xmalloc(sizeof(int) * (size_t)(n->nin ? n->nin : 1));
   s->out = xmalloc(sizeof(int) * (size_t)(n->nout ? n->nout : 1));

@@ -129,6 +129,7 @@ typedef struct Tensor {
   bool is_output;          // a graph output
   bool has_init;           // initializer present (parameters: initial value given)
   int64_t fan_in;          // parameters without initializer: for PyTorch's default init
+  int64_t zero_flat;       // --zero 1: a parameter's first element in the flat space of all
   int init;                // SNRT_INIT_* for parameters/state (set by autodiff)
   bool batched;            // shape inference: computed from the data input, dim 0 its batch
 } Tensor;
@@ -155,7 +156,9 @@ typedef struct Attr {
 
 /* PH_RECOMPUTE: nodes that only recompute steps run (BN_SAVED twins); not
  * part of the route by themselves. */
-typedef enum { PH_FORWARD, PH_LOSS, PH_BACKWARD, PH_UPDATE, PH_EVAL, PH_RECOMPUTE } Phase;
+/* PH_COMM: data-parallel communication (ALLREDUCE in the backward pass,
+ * COMM_WAIT before the updates), --dist only. */
+typedef enum { PH_FORWARD, PH_LOSS, PH_BACKWARD, PH_UPDATE, PH_EVAL, PH_RECOMPUTE, PH_COMM } Phase;
 
 struct Node {
   char *name;              // ONNX node name (or derived: "conv1/bwd_data")
@@ -189,6 +192,8 @@ typedef struct Graph {
   int eval_output;         // the eval graph's copy of `output` (autodiff), -1 before
   int export_batch;        // the data input's declared batch (0: symbolic)
   int batch_reshapes;      // Reshape targets whose export batch now follows --batch
+  int zero_ranks;          // --zero 1: ranks the optimizer state is sharded over (0: none)
+  int64_t zero_shard;      // --zero 1: elements of the flat parameter space per rank
 } Graph;
 
 Graph *graph_new(const char *path);
@@ -321,10 +326,17 @@ typedef struct TrainOpts {
   OptimKind optim;
   float lr, momentum, weight_decay;
   float beta1, beta2, eps;
+  bool dist;               // --dist mpi: gradients all-reduced across ranks
+  int zero_ranks;          // --zero 1 --ranks N: N (optimizer state sharded); 0: none
+  int64_t bucket_bytes;    // --dist: gradients per all-reduce bucket (bytes, at least)
 } TrainOpts;
 
 /* Appends to the forward graph: labels, the loss, the backward nodes (with
  * gradient accumulation for fan-out), and one optimizer update per parameter.
+ * With o->dist, gradients are grouped into buckets in the order they become
+ * final: an ALLREDUCE node after the backward node that completes a bucket,
+ * and after the backward pass, per bucket, a COMM_WAIT node and then its
+ * updates.
  * Also builds the eval graph (forward with inference semantics) as nodes of
  * phase PH_EVAL. */
 void train_build(Graph *g, const TrainOpts *o);
@@ -332,7 +344,8 @@ void train_build(Graph *g, const TrainOpts *o);
 /* ------------------------------------------------------------------ route.c */
 
 typedef enum { SK_FORWARD, SK_LOSS, SK_BACKWARD, SK_UPDATE, SK_RECOMPUTE, SK_OFFLOAD,
-               SK_PREFETCH, SK_EVAL } StepKind;
+               SK_PREFETCH, SK_EVAL, SK_ALLREDUCE, SK_COMM_WAIT, SK_REDUCE_SCATTER,
+               SK_ALLGATHER } StepKind;
 const char *step_kind_name(StepKind k);
 
 /* One step of the schedule: a node to run (or a copy to issue). */

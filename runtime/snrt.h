@@ -291,6 +291,7 @@ enum snrt_tensor_kind {
   SNRT_T_LOGITS,         /* model output, valid after an eval step */
   SNRT_T_GRAD,           /* parameter gradient (transient; see --dump-grads) */
   SNRT_T_CONST,          /* a constant operand, loaded once (not saved, not exported) */
+  SNRT_T_SHARD,          /* --zero 1: this rank's part of one kind of optimizer state */
 };
 
 enum snrt_init {
@@ -350,6 +351,17 @@ typedef struct snrt_model {
    * refuses to start when the arena does not leave it free. 0 on the CPU. */
   int64_t reserve_bytes;
   const char *device;        /* the device profile planned for */
+  /* --dist mpi: 1, and the number of gradient all-reduce buckets; batch is
+   * then per rank (the global batch is ranks x batch). 0 otherwise. */
+  int dist;
+  int buckets;
+  /* --zero 1 --ranks N: N (the program runs at exactly N ranks), and the
+   * elements of the flat parameter space each rank owns; 0 otherwise. */
+  int zero;
+  int64_t zero_shard;
+  /* --zero 1: per tensor of the table, where a parameter starts in the flat
+   * space (-1: not a parameter, or not updated); NULL otherwise. */
+  const int64_t *zero_flat;
 } snrt_model;
 
 /* Defined by the emitted train.c. */
@@ -386,6 +398,22 @@ void snrt_grad_ready(snrt_ctx *c, int param, const float *g, int64_t n);
 void snrt_offload(snrt_ctx *c, int64_t host_off, int64_t dev_off, int64_t bytes, int event);
 void snrt_prefetch(snrt_ctx *c, int64_t dev_off, int64_t host_off, int64_t bytes, int event);
 void snrt_wait(snrt_ctx *c, int event);  /* compute waits until `event` completed */
+
+/* Data parallel (--dist mpi; runtime/dist/mpi.c). snrt_comm_start starts
+ * exchange `id` over n pieces of the arena given as (offset, float count,
+ * root) triples in `pieces`: ALLREDUCE sums each piece across the ranks in
+ * place (root -1); REDUCE sums it into rank `root` (--zero 1: the gradient
+ * elements that rank owns); BCAST copies it from rank `root` to the others
+ * (--zero 1: the parameters after their owner's update). The wait completes
+ * it, and turns the sums a rank received into averages (divides by the
+ * ranks); it ends every rank with a message if another rank does not answer
+ * within --comm-timeout. Progress lets MPI move pending exchanges along
+ * between compute steps. snrt_rank: this process's rank (0 without MPI). */
+enum snrt_comm_kind { SNRT_COMM_ALLREDUCE, SNRT_COMM_REDUCE, SNRT_COMM_BCAST };
+void snrt_comm_start(snrt_ctx *c, int id, int kind, int n, const int64_t *pieces);
+void snrt_comm_wait(snrt_ctx *c, int id);
+void snrt_comm_progress(snrt_ctx *c);
+int snrt_rank(snrt_ctx *c);
 
 /* ---------------------------------------------------------------------------
  * Kernels. Inputs are const; outputs are overwritten.

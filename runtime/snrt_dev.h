@@ -60,7 +60,8 @@ const char *snrt_dev_describe(snrt_ctx *c);
 void snrt_dev_run_step(snrt_ctx *c, void (*fn)(snrt_ctx *c));
 
 /* Exit codes of the emitted program (INTERFACE.md). */
-enum { SNRT_EXIT_USAGE = 1, SNRT_EXIT_DATA = 2, SNRT_EXIT_NAN = 3, SNRT_EXIT_DEVICE = 4 };
+enum { SNRT_EXIT_USAGE = 1, SNRT_EXIT_DATA = 2, SNRT_EXIT_NAN = 3, SNRT_EXIT_DEVICE = 4,
+       SNRT_EXIT_RANKS = 5 /* data parallel: another rank died, hung or disagrees */ };
 
 #ifdef __cplusplus
 }

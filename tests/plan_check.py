@@ -147,7 +147,8 @@ def check_plan(p):
     loss = kinds.index("loss")
     assert "forward" in kinds[:loss]
     assert all(k in ("forward", "offload", "prefetch") for k in kinds[:loss]), kinds[:loss]
-    assert all(k in ("loss", "backward", "update", "recompute", "offload", "prefetch")
+    assert all(k in ("loss", "backward", "update", "recompute", "offload", "prefetch",
+                     "allreduce", "comm_wait", "reduce_scatter", "allgather")
                for k in kinds[loss:tr])
     on_dev = [i["offset"] >= 0 for i in inst]
     on_host = [i["host_offset"] >= 0 for i in inst]

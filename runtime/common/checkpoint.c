@@ -15,6 +15,10 @@
  * (enum snrt_loss_kind) in bits 8-15; 0 in files written before it existed.
  * The fingerprint covers both; kinds only lets the refusal say why.
  *
+ * batch is the global batch: ranks x the compiled batch for a --dist
+ * program (whose fingerprint leaves the batch out, so any rank count may
+ * resume a checkpoint of the same global batch), the compiled batch otherwise.
+ *
  * Saving writes FILE.tmp, fsyncs it and renames it over FILE, so a crash or a
  * full disk leaves the previous checkpoint intact. Loading refuses a file
  * that is truncated, corrupted (checksum), or from another model, optimizer,
@@ -99,6 +103,64 @@ fail:;
   return -1;
 }
 
+/* ---- --zero 1: the optimizer state of a sharded program --------------------
+ *
+ * Each rank holds, per kind of optimizer state, one shard tensor: its
+ * zero_shard elements of the flat parameter space. A checkpoint holds the
+ * state per parameter, under the names and in the places the unsharded
+ * program uses (after each parameter: "<param>.momentum", or ".adam_m" and
+ * ".adam_v"), so that any rank count, sharded or not, resumes it: saving
+ * gathers the shards to rank 0, loading scatters them from it. */
+
+static int zero_shards(const snrt_model *m, int *idx) {
+  int k = 0;
+  for (int i = 0; i < m->ntensors && k < 2; i++)
+    if (m->tensors[i].kind == SNRT_T_SHARD) idx[k++] = i;
+  return k;
+}
+
+/* ".momentum" from "zero.momentum" */
+static const char *shard_suffix(const snrt_tensor *t) {
+  const char *dot = strchr(t->name, '.');
+  return dot ? dot : "";
+}
+
+static float *zero_flat_state;   /* rank 0: [shard][ranks x zero_shard] */
+
+static float *zero_gather(snrt_ctx *c) {
+  const snrt_model *m = c->m;
+  int idx[2], ns = zero_shards(m, idx);
+  size_t per = (size_t)m->zero_shard, all = per * (size_t)rt_ranks;
+  float *flat = rt_xmalloc(sizeof(float) * all * (size_t)(ns ? ns : 1));
+  float *mine = rt_xmalloc(sizeof(float) * per);
+  for (int s = 0; s < ns; s++) {
+    rt_tensor_read(c, idx[s], mine);
+    rt_dist_gather(mine, flat + (size_t)s * all, (int64_t)(sizeof(float) * per));
+  }
+  free(mine);
+  return flat;
+}
+
+void rt_zero_scatter(snrt_ctx *c) {
+  const snrt_model *m = c->m;
+  int idx[2], ns = zero_shards(m, idx);
+  size_t per = (size_t)m->zero_shard, all = per * (size_t)rt_ranks;
+  float *mine = rt_xmalloc(sizeof(float) * per);
+  for (int s = 0; s < ns; s++) {
+    rt_dist_scatter(rt_rank == 0 ? zero_flat_state + (size_t)s * all : NULL, mine,
+                    (int64_t)(sizeof(float) * per));
+    rt_tensor_write(c, idx[s], mine);
+  }
+  free(mine);
+  free(zero_flat_state);
+  zero_flat_state = NULL;
+}
+
+/* Whether tensor i is a parameter with per-parameter optimizer entries. */
+static bool zero_param(const snrt_model *m, int i) {
+  return m->zero && m->tensors[i].kind == SNRT_T_PARAM && m->zero_flat && m->zero_flat[i] >= 0;
+}
+
 static void put(uint8_t **p, const void *v, size_t n) {
   memcpy(*p, v, n);
   *p += n;
@@ -106,10 +168,22 @@ static void put(uint8_t **p, const void *v, size_t n) {
 
 void rt_checkpoint_save(snrt_ctx *c, const char *path, const rt_position *pos) {
   const snrt_model *m = c->m;
+  /* --zero 1: every rank sends its shards; rank 0 writes. */
+  float *flat = m->zero ? zero_gather(c) : NULL;
+  if (rt_rank != 0) {
+    free(flat);
+    return;
+  }
+  int zidx[2], zn = m->zero ? zero_shards(m, zidx) : 0;
+  size_t zall = (size_t)m->zero_shard * (size_t)rt_ranks;
   size_t size = CKPT_HEADER;
   int32_t count = 0;
   for (int i = 0; i < m->ntensors; i++) {
     const snrt_tensor *t = &m->tensors[i];
+    for (int s = 0; zero_param(m, i) && s < zn; s++) {
+      size += 4 + strlen(t->name) + strlen(shard_suffix(&m->tensors[zidx[s]])) + 8 + (size_t)t->nbytes;
+      count++;
+    }
     if (!persistent(t)) continue;
     size += 4 + strlen(t->name) + 8 + (size_t)t->nbytes;
     count++;
@@ -118,7 +192,7 @@ void rt_checkpoint_save(snrt_ctx *c, const char *path, const rt_position *pos) {
   uint8_t *p = buf;
   uint32_t version = CKPT_VERSION, kinds = kinds_of(m);
   uint64_t sum = 0, len = size - 24;
-  int32_t batch = m->batch;
+  int32_t batch = m->batch * rt_ranks;   /* the global batch (--dist: ranks x batch) */
   put(&p, CKPT_MAGIC, 8);
   put(&p, &version, 4);
   put(&p, &kinds, 4);
@@ -140,7 +214,17 @@ void rt_checkpoint_save(snrt_ctx *c, const char *path, const rt_position *pos) {
     put(&p, &t->nbytes, 8);
     rt_tensor_read(c, i, p);
     p += t->nbytes;
+    for (int s = 0; zero_param(m, i) && s < zn; s++) {
+      const char *suf = shard_suffix(&m->tensors[zidx[s]]);
+      uint32_t sl = (uint32_t)(strlen(t->name) + strlen(suf));
+      put(&p, &sl, 4);
+      put(&p, t->name, strlen(t->name));
+      put(&p, suf, strlen(suf));
+      put(&p, &t->nbytes, 8);
+      put(&p, flat + (size_t)s * zall + m->zero_flat[i], (size_t)t->nbytes);
+    }
   }
+  free(flat);
   sum = fnv1a(buf + 24, size - 24);
   memcpy(buf + 16, &sum, 8);
   if (rt_write_atomic(path, buf, size) != 0)
@@ -188,7 +272,11 @@ void rt_checkpoint_load(snrt_ctx *c, const char *path, rt_position *pos) {
   get(&p, &fp, 8);
   get(&p, &batch, 4);
   get(&p, &count, 4);
-  if (batch != m->batch)
+  if (m->dist && batch != m->batch * rt_ranks)
+    rt_fail(SNRT_EXIT_DATA, "checkpoint %s was saved at global batch %d; this run's global batch is "
+            "%d (%d rank%s x batch %d): resume with ranks x batch = %d", path, batch,
+            m->batch * rt_ranks, rt_ranks, rt_ranks == 1 ? "" : "s", m->batch, batch);
+  if (!m->dist && batch != m->batch)
     rt_fail(SNRT_EXIT_DATA, "checkpoint %s was saved with batch %d; this program was compiled for batch %d",
             path, batch, m->batch);
   int opt = (int)(kinds & 0xff) - 1, loss = (int)(kinds >> 8 & 0xff) - 1;
@@ -207,6 +295,14 @@ void rt_checkpoint_load(snrt_ctx *c, const char *path, rt_position *pos) {
   get(&p, &pos->seed, 8);
   const uint8_t *end = buf + size;
   int32_t seen = 0;
+  /* --zero 1: the per-parameter optimizer state, scattered by rt_zero_scatter */
+  int zidx[2], zn = m->zero ? zero_shards(m, zidx) : 0;
+  size_t zall = (size_t)m->zero_shard * (size_t)rt_ranks;
+  if (zn) {
+    free(zero_flat_state);
+    zero_flat_state = calloc(zall * (size_t)zn, sizeof(float));
+    if (!zero_flat_state) rt_fail(SNRT_EXIT_DEVICE, "out of host memory");
+  }
   for (int i = 0; i < m->ntensors; i++) {
     const snrt_tensor *t = &m->tensors[i];
     if (!persistent(t)) continue;
@@ -221,6 +317,21 @@ void rt_checkpoint_load(snrt_ctx *c, const char *path, rt_position *pos) {
     rt_tensor_write(c, i, p);
     p += nb;
     seen++;
+    for (int s = 0; zero_param(m, i) && s < zn; s++) {
+      const char *suf = shard_suffix(&m->tensors[zidx[s]]);
+      size_t tl = strlen(t->name), sl = strlen(suf);
+      if (seen >= count || end - p < 4) goto mismatch;
+      get(&p, &nl, 4);
+      if ((uint64_t)(end - p) < (uint64_t)nl + 8 || nl != tl + sl || memcmp(p, t->name, tl) ||
+          memcmp(p + tl, suf, sl))
+        goto mismatch;
+      p += nl;
+      get(&p, &nb, 8);
+      if (nb != t->nbytes || end - p < nb) goto mismatch;
+      memcpy(zero_flat_state + (size_t)s * zall + m->zero_flat[i], p, (size_t)nb);
+      p += nb;
+      seen++;
+    }
   }
   if (seen != count || p != end) goto mismatch;
   free(buf);

@@ -384,7 +384,7 @@ rt_data *rt_data_load(const char *spec, const snrt_model *m, uint64_t seed, cons
   d->vocab = m->vocab > 0 ? m->vocab : m->classes;
   set_norm(d, in, o);
   if (!strcmp(spec, "synthetic")) {
-    d->n = (int64_t)m->batch * 64;
+    d->n = (int64_t)m->batch * rt_ranks * 64;   /* 64 global batches */
     return d;
   }
   if (!strncmp(spec, "tokens:", 7)) {

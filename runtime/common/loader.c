@@ -4,7 +4,10 @@
  * buffering) while the step runs on the other. The order is a pure function
  * of (seed, epoch): a Fisher-Yates shuffle driven by splitmix64, so a resumed
  * run that starts at (epoch, pos) sees exactly the batches the uninterrupted
- * run would have seen. The last partial batch of an epoch is dropped.
+ * run would have seen. The last partial batch of an epoch is dropped. With
+ * R ranks (--dist), batch pos of the epoch is the global batch of R x batch
+ * samples at pos x R x batch of the order, and rank r reads its r-th slice of
+ * it: together the ranks see what one process at batch R x batch would.
  *
  * What it is not: file parsing (data.c) or uploading (main.c does that with
  * the device layer). */
@@ -20,7 +23,8 @@ struct rt_loader {
   const snrt_model *m;
   uint64_t seed;
   int batch;
-  int64_t elems, nb;            /* values per sample; batches per epoch */
+  int rank, ranks;              /* data parallel: this rank reads its share */
+  int64_t elems, nb;            /* values per sample; (global) batches per epoch */
   int64_t epoch, pos;           /* next batch the thread fills */
   int64_t *perm;                /* order of the epoch being filled */
   int64_t perm_epoch;
@@ -79,10 +83,15 @@ void rt_encode_labels(const snrt_model *m, const int32_t *labels, int n, void *y
     if (labels[i] >= 0 && labels[i] < per) f[i * per + labels[i]] = 1.0f;
 }
 
+/* Position in the epoch's order of this rank's first sample of batch pos. */
+static int64_t first(const rt_loader *l) {
+  return (l->pos * l->ranks + l->rank) * l->batch;
+}
+
 static void fill_batch(rt_loader *l, int slot) {
   if (l->perm_epoch != l->epoch) shuffle(l, l->epoch);
   for (int i = 0; i < l->batch; i++) {
-    int64_t idx = l->perm[l->pos * l->batch + i];
+    int64_t idx = l->perm[first(l) + i];
     rt_data_sample(l->d, idx, l->x[slot] + (int64_t)i * l->elems,
                    l->lab + (int64_t)i * rt_label_positions(l->m));
   }
@@ -91,7 +100,7 @@ static void fill_batch(rt_loader *l, int slot) {
     int64_t per = rt_label_bytes(l->m) / 4 / l->m->batch;
     for (int i = 0; i < l->batch; i++)
       memcpy((float *)l->y[slot] + i * per,
-             rt_data_target(l->d, l->perm[l->pos * l->batch + i]), sizeof(float) * (size_t)per);
+             rt_data_target(l->d, l->perm[first(l) + i]), sizeof(float) * (size_t)per);
   }
   if (++l->pos == l->nb) {
     l->pos = 0;
@@ -125,8 +134,10 @@ rt_loader *rt_loader_start(const rt_data *d, const snrt_model *m, uint64_t seed,
   l->m = m;
   l->seed = seed;
   l->batch = m->batch;
+  l->rank = rt_rank;
+  l->ranks = rt_ranks;
   l->elems = m->tensors[m->input].nbytes / 4 / m->batch;
-  l->nb = rt_data_count(d) / m->batch;
+  l->nb = rt_data_count(d) / ((int64_t)m->batch * rt_ranks);
   l->epoch = epoch;
   l->pos = pos;
   l->perm_epoch = -1;

@@ -49,19 +49,21 @@ static const char usage_text[] =
     "                     that reads one\n"
     "  --threads N        CPU threads (default: all cores)\n"
     "  --generate N       byte-level language models: after training, sample N bytes\n"
-    "                     after --prompt TEXT (top-5 sampling, seeded by --seed)\n"
+    "                     after --prompt TEXT (top-5 sampling, seeded by --seed)\n"    "  --comm-timeout S   data parallel (--dist programs under mpirun): seconds a rank\n"
+    "                     waits for the others before ending every rank (default 300)\n"
     "exit codes: 0 ok, 1 usage, 2 bad data, file or checkpoint, 3 loss became NaN/Inf,\n"
-    "            4 device or memory error\n";
+    "            4 device or memory error, 5 another rank died, hung or timed out\n";
 
 void rt_fail(int code, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   fflush(stdout);
   fprintf(stderr, "%s: error: ", rt_prog);
+  if (rt_ranks > 1) fprintf(stderr, "rank %d of %d: ", rt_rank, rt_ranks);
   vfprintf(stderr, fmt, ap);
   fputc('\n', stderr);
   va_end(ap);
-  exit(code);
+  rt_dist_abort(code);   /* every rank ends (exit(code) with one) */
 }
 
 void rt_warn(const char *fmt, ...) {
@@ -147,6 +149,13 @@ static void parse_args(rt_opts *o, int argc, char **argv) {
     else if (!strcmp(s, "--poison")) o->poison = true;
     else if (!strcmp(s, "--generate")) o->generate = parse_int(s, value(argc, argv, &i), 1);
     else if (!strcmp(s, "--prompt")) o->prompt = value(argc, argv, &i);
+    else if (!strcmp(s, "--comm-timeout")) {
+      const char *v = value(argc, argv, &i);
+      char *end;
+      double t = strtod(v, &end);
+      if (end == v || *end || !(t > 0) || t > 1e9) usage_error("--comm-timeout needs seconds > 0, not '%s'", v);
+      rt_comm_timeout = t;
+    }
     else if (!strcmp(s, "--lr")) {
       const char *v = value(argc, argv, &i);
       char *end;
@@ -176,11 +185,11 @@ static void parse_args(rt_opts *o, int argc, char **argv) {
 
 /* ---- signals ---------------------------------------------------------------- */
 
-static volatile sig_atomic_t stop_signal;
+volatile sig_atomic_t rt_stop_signal;
 
 static void on_signal(int sig) {
-  if (stop_signal) _exit(128 + sig);   /* a second ^C: stop now */
-  stop_signal = sig;
+  if (rt_stop_signal) _exit(128 + sig);   /* a second ^C: stop now */
+  rt_stop_signal = sig;
 }
 
 /* ---- evaluation -------------------------------------------------------------- */
@@ -206,7 +215,9 @@ static bool evaluate(snrt_ctx *c, const rt_data *d, eval_result *r) {
   int64_t correct = 0;
   double loss = 0;
   int64_t done = 0;
-  for (int64_t start = 0; start < n && !stop_signal; start += B) {
+  /* Data parallel: rank r evaluates batches r, r + R, ...; the sums are
+   * added across ranks below. */
+  for (int64_t start = (int64_t)rt_rank * B; start < n && !rt_stop_signal; start += (int64_t)B * rt_ranks) {
     int rows = (int)(n - start < B ? n - start : B);
     for (int i = 0; i < rows; i++) rt_data_sample(d, start + i, x + i * elems, lab + (int64_t)i * P);
     memset(x + rows * elems, 0, sizeof(float) * (size_t)((B - rows) * elems));
@@ -248,6 +259,11 @@ static bool evaluate(snrt_ctx *c, const rt_data *d, eval_result *r) {
   free(logits);
   free(lab);
   free(y);
+  if (rt_ranks > 1) {
+    double v[3] = {(double)correct, loss, (double)done};
+    rt_dist_sum(v, 3, "the exchange of the evaluation's sums");
+    correct = (int64_t)v[0], loss = v[1], done = (int64_t)v[2];
+  }
   if (done < n) return false;   /* interrupted */
   r->accuracy = n ? (double)correct / ((double)n * P) : 0;
   r->loss = n ? loss / ((double)n * P) : 0;
@@ -285,7 +301,7 @@ static void generate(snrt_ctx *c, const rt_opts *o) {
   int32_t *x = rt_xmalloc((size_t)in->nbytes);
   float *logits = rt_xmalloc((size_t)lg->nbytes);
   printf("%s: generated (%lld bytes after the prompt):\n%s", rt_prog, (long long)o->generate, prompt);
-  for (int64_t len = np; len < n && !stop_signal; len++) {
+  for (int64_t len = np; len < n && !rt_stop_signal; len++) {
     int64_t w = len < T ? len : T;
     memset(x, 0, (size_t)in->nbytes);
     for (int64_t j = 0; j < w; j++) x[j] = text[len - w + j];
@@ -372,6 +388,69 @@ static void wait_policy(char **argv) {
   execv("/proc/self/exe", argv);
 }
 
+/* ---- data parallel ------------------------------------------------------------ */
+
+/* The rank count a launcher (mpirun, srun through PMI) announces; 1 if none. */
+static int ranks_from_launcher(void) {
+  const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"};
+  for (int i = 0; i < 3; i++) {
+    const char *v = getenv(vars[i]);
+    if (v && atoi(v) > 1) return atoi(v);
+  }
+  return 1;
+}
+
+/* Every rank must run the same program on the same data with the same
+ * flags that shape training (threads and file names may differ). */
+static void agree(const rt_opts *o, const snrt_model *m, const rt_data *train, const rt_data *test) {
+  static const char *const names[] = {
+      "the runtime's layout version", "the model and plan (fingerprint)", "the per-rank batch",
+      "the arena size (the plan)", "the tensor table", "the training set's size",
+      "the test set's size", "--seed", "--steps", "--epochs", "--lr", "--resume (given or not)",
+      "the mode of --normalize", "--save (given or not)", "--save-every"};
+  uint32_t lr_bits;
+  float lr = o->lr_set ? o->lr : m->lr;
+  memcpy(&lr_bits, &lr, 4);
+  uint64_t v[] = {1, m->fingerprint, (uint64_t)m->batch, (uint64_t)m->arena_bytes,
+                  (uint64_t)m->ntensors, (uint64_t)rt_data_count(train),
+                  test ? (uint64_t)rt_data_count(test) : 0, o->seed, (uint64_t)o->steps,
+                  (uint64_t)o->epochs, lr_bits, o->resume != NULL, (uint64_t)o->nnorm,
+                  o->save != NULL, (uint64_t)o->save_every};
+  rt_dist_agree(names, v, (int)(sizeof v / sizeof v[0]));
+}
+
+/* Rank 0's parameters, state, optimizer state and position to every rank:
+ * the same start whatever each rank initialized or loaded. */
+static void share_state(snrt_ctx *c, rt_position *pos) {
+  const snrt_model *m = c->m;
+  rt_dist_bcast(pos, sizeof *pos);
+  for (int i = 0; i < m->ntensors; i++) {
+    const snrt_tensor *t = &m->tensors[i];
+    if (t->kind != SNRT_T_PARAM && t->kind != SNRT_T_STATE && t->kind != SNRT_T_OPT) continue;
+    void *buf = rt_xmalloc((size_t)t->nbytes);
+    if (rt_rank == 0) rt_tensor_read(c, i, buf);
+    rt_dist_bcast(buf, t->nbytes);
+    if (rt_rank != 0) rt_tensor_write(c, i, buf);
+    free(buf);
+  }
+}
+
+/* SNRT_DIST_FAIL=RANK:STEP[:hang], a testing aid: that rank kills itself
+ * (SIGKILL; with :hang, stops itself with SIGSTOP) before global step STEP
+ * (0-based), so tests can see the others end with a message. */
+static void fail_at(int64_t *step, int *hang) {
+  const char *s = getenv("SNRT_DIST_FAIL");
+  if (!s) return;
+  char *end;
+  long r = strtol(s, &end, 10);
+  if (end == s || *end != ':' || r != rt_rank) return;
+  const char *p = end + 1;
+  long long st = strtoll(p, &end, 10);
+  if (end == p || st < 0) return;
+  *step = st;
+  *hang = !strcmp(end, ":hang");
+}
+
 int main(int argc, char **argv) {
   if (argc > 0) wait_policy(argv);
   const char *slash = argc > 0 ? strrchr(argv[0], '/') : NULL;
@@ -379,6 +458,18 @@ int main(int argc, char **argv) {
   rt_opts o;
   parse_args(&o, argc, argv);
   const snrt_model *m = &snrt_the_model;
+  if (m->dist) rt_dist_init(&argc, &argv);
+  else if (ranks_from_launcher() > 1)
+    rt_fail(SNRT_EXIT_USAGE, "this program was compiled without --dist mpi, so under mpirun "
+            "(%d ranks) each rank would train alone and write the same files: compile with "
+            "snc compile ... --dist mpi, or run it as one process", ranks_from_launcher());
+  if (m->zero && rt_ranks != m->zero)
+    rt_fail(SNRT_EXIT_USAGE, "this program was compiled with --zero 1 --ranks %d (its optimizer "
+            "state is split in %d): run it as mpirun -np %d, not with %d rank%s", m->zero, m->zero,
+            m->zero, rt_ranks, rt_ranks == 1 ? "" : "s");
+  if (m->zero && o.dump_grads)
+    rt_fail(SNRT_EXIT_USAGE, "--dump-grads: under --zero 1 each rank holds the averaged gradient "
+            "of its own share of the parameters only");
   if (m->batch < 1 || m->input < 0 || m->input >= m->ntensors || m->label < 0 ||
       m->label >= m->ntensors || m->loss < 0 || m->loss >= m->ntensors || m->logits < 0 ||
       m->logits >= m->ntensors)
@@ -393,17 +484,23 @@ int main(int argc, char **argv) {
   rt_position pos = {.step = 0, .epoch = 0, .pos = 0, .seed = o.seed};
   rt_data *train = rt_data_load(o.data, m, o.seed, &o);
   rt_data *test = o.eval ? rt_data_load(o.eval, m, o.seed, &o) : NULL;
-  int64_t nb = rt_data_count(train) / m->batch;
+  int64_t gbatch = (int64_t)m->batch * rt_ranks;   /* the global batch */
+  int64_t nb = rt_data_count(train) / gbatch;
   if (nb < 1)
-    rt_fail(SNRT_EXIT_DATA, "%s has %lld samples, fewer than one batch of %d", o.data,
-            (long long)rt_data_count(train), m->batch);
+    rt_fail(SNRT_EXIT_DATA, "%s has %lld samples, fewer than one batch of %lld", o.data,
+            (long long)rt_data_count(train), (long long)gbatch);
+  if (rt_ranks > 1) agree(&o, m, train, test);
 
   snrt_dev_init(&c);
   c.grad_copy = calloc((size_t)m->ntensors, sizeof(float *));
   if (!c.grad_copy) rt_fail(SNRT_EXIT_DEVICE, "out of host memory");
   rt_init_tensors(&c);
+  /* Data parallel: rank 0 reads the checkpoint; every rank starts from rank
+   * 0's parameters, state and position. */
+  if (o.resume && rt_rank == 0) rt_checkpoint_load(&c, o.resume, &pos);
+  if (rt_ranks > 1) share_state(&c, &pos);
+  if (m->zero && o.resume) rt_zero_scatter(&c);
   if (o.resume) {
-    rt_checkpoint_load(&c, o.resume, &pos);
     if (pos.seed != o.seed) {
       /* The seed fixes the data order and dropout: the checkpoint's wins. */
       c.seed = pos.seed;
@@ -417,10 +514,17 @@ int main(int argc, char **argv) {
     c.step = pos.step;
   }
 
+  bool lead = rt_rank == 0;   /* rank 0 alone prints and writes files */
+  if (lead) {
+  if (m->dist)
+    printf("%s: data parallel, %d rank%s x batch %d = global batch %lld, %d all-reduce bucket%s\n",
+           rt_prog, rt_ranks, rt_ranks == 1 ? "" : "s", m->batch, (long long)gbatch, m->buckets,
+           m->buckets == 1 ? "" : "s");
   printf("%s: %s, batch %d, arena %.2f MiB (policy %s), host arena %.2f MiB, %s\n", rt_prog,
          m->name ? m->name : "model", m->batch, m->arena_bytes / 1048576.0,
          m->policy ? m->policy : "?", m->host_bytes / 1048576.0, snrt_dev_describe(&c));
-  if (o.resume)
+  }
+  if (o.resume && lead)
     printf("%s: resumed from %s at step %lld (epoch %lld, batch %lld)\n", rt_prog, o.resume,
            (long long)pos.step, (long long)pos.epoch + 1, (long long)pos.pos);
   fflush(stdout);
@@ -453,7 +557,15 @@ int main(int argc, char **argv) {
   int64_t slow_k;
   long slow_us;
   slow_steps(&slow_k, &slow_us);
-  while (done < todo && !stop_signal) {
+  int64_t fail_step = -1;
+  int fail_hang = 0;
+  if (rt_ranks > 1) fail_at(&fail_step, &fail_hang);
+  double c3[3] = {0, 0, 0};   /* communication seconds at step 3 (rt_dist_times) */
+  while (done < todo && !rt_stop_signal) {
+    if (pos.step == fail_step) {   /* SNRT_DIST_FAIL: a testing aid */
+      fflush(stdout);
+      raise(fail_hang ? SIGSTOP : SIGKILL);
+    }
     const float *x;
     const void *y;
     rt_loader_next(ld, &x, &y);
@@ -463,9 +575,19 @@ int main(int argc, char **argv) {
     snrt_dev_run_step(&c, m->train_step);
     snrt_dev_sync(&c);
     snrt_dev_download(&c, &loss, m->tensors[m->loss].offset, 4);
+    if (rt_ranks > 1) {
+      /* Every rank: the loss of the global batch, and whether any rank was
+       * asked to stop (all stop after the same step). */
+      double v[2] = {loss, rt_stop_signal ? 1 : 0};
+      char what[64];
+      snprintf(what, sizeof what, "the exchange of the loss after step %lld", (long long)pos.step + 1);
+      rt_dist_sum(v, 2, what);
+      loss = (float)(v[0] / rt_ranks);
+      if (v[1] > 0 && !rt_stop_signal) rt_stop_signal = SIGTERM;
+    }
     if (done < slow_k) {
       struct timespec d = {slow_us / 1000000, slow_us % 1000000 * 1000};
-      while (nanosleep(&d, &d) != 0 && errno == EINTR && !stop_signal) {}
+      while (nanosleep(&d, &d) != 0 && errno == EINTR && !rt_stop_signal) {}
     }
     if (!isfinite(loss)) {
       if (tty) putchar('\n');
@@ -481,37 +603,42 @@ int main(int argc, char **argv) {
       pos.pos = 0;
       pos.epoch++;
     }
-    if (done == 3) t3 = now();
+    if (done == 3) t3 = now(), rt_dist_times(&c3[0], &c3[1], &c3[2]);
     mt.train_loss = loss;
     double t = now();
     bool last = done == todo;
-    if (tty ? (t - last_draw > 0.25 || last || epoch_end || done % o.log_every == 0)
-            : (done % o.log_every == 0 || last)) {
-      double rate = done > 3 && t > t3 ? (done - 3) * m->batch / (t - t3) : done * m->batch / (t - t0);
+    if (lead && (tty ? (t - last_draw > 0.25 || last || epoch_end || done % o.log_every == 0)
+                     : (done % o.log_every == 0 || last))) {
+      double rate = done > 3 && t > t3 ? (done - 3) * gbatch / (t - t3) : done * gbatch / (t - t0);
       char eta[32] = "?";
-      if (todo != INT64_MAX) fmt_time(eta, sizeof eta, (todo - done) * m->batch / rate);
+      if (todo != INT64_MAX) fmt_time(eta, sizeof eta, (todo - done) * gbatch / rate);
       printf("%sepoch %lld step %lld/%lld loss %.4f %.0f img/s ETA %s%s", tty ? "\r\033[K" : "",
              (long long)(epoch_end ? pos.epoch : pos.epoch + 1), (long long)(epoch_end ? nb : pos.pos),
              (long long)nb, loss, rate, eta, tty ? "" : "\n");
       fflush(stdout);
       last_draw = t;
     }
-    if (o.save && o.save_every && pos.step % o.save_every == 0) rt_checkpoint_save(&c, o.save, &pos);
+    /* --zero 1: every rank takes part (rank 0 gathers the shards and writes). */
+    if ((lead || m->zero) && o.save && o.save_every && pos.step % o.save_every == 0)
+      rt_checkpoint_save(&c, o.save, &pos);
     evaluated_last = false;
     if (epoch_end && test) {
       if (evaluate(&c, test, &ev)) {
-        printf("%sepoch %lld: test accuracy %.4f, test loss %.4f%s\n", tty ? "\r\033[K" : "",
-               (long long)pos.epoch, ev.accuracy, ev.loss, lm_extra(m, ev.loss));
+        if (lead)
+          printf("%sepoch %lld: test accuracy %.4f, test loss %.4f%s\n", tty ? "\r\033[K" : "",
+                 (long long)pos.epoch, ev.accuracy, ev.loss, lm_extra(m, ev.loss));
         fflush(stdout);
         evaluated_last = true;
       }
     }
   }
   double t_end = now();
-  if (tty && done) putchar('\n');
+  if (tty && done && lead) putchar('\n');
   rt_loader_stop(ld);
-  if (stop_signal)
-    printf("%s: stopped by %s after step %lld%s%s\n", rt_prog, stop_signal == SIGINT ? "SIGINT" : "SIGTERM",
+  if (!lead) {
+    if (test && !rt_stop_signal && !evaluated_last) evaluate(&c, test, &ev);   /* its share */
+  } else if (rt_stop_signal)
+    printf("%s: stopped by %s after step %lld%s%s\n", rt_prog, rt_stop_signal == SIGINT ? "SIGINT" : "SIGTERM",
            (long long)pos.step, o.save ? "; saving " : "", o.save ? o.save : "");
   else if (test && !evaluated_last && evaluate(&c, test, &ev)) {
     printf("%s: test accuracy %.4f, test loss %.4f%s\n", rt_prog, ev.accuracy, ev.loss,
@@ -520,20 +647,28 @@ int main(int argc, char **argv) {
   }
   fflush(stdout);
 
-  if (o.generate && !stop_signal) generate(&c, &o);
-  if (o.save) rt_checkpoint_save(&c, o.save, &pos);
-  if (o.dump_params) rt_dump_params(&c, o.dump_params);
-  if (o.dump_grads && done > 0) rt_dump_grads(&c, o.dump_grads, loss);
-  if (o.export_onnx) rt_export_onnx(&c, o.export_onnx);
-  if (o.metrics) {
+  if (lead && o.generate && !rt_stop_signal) generate(&c, &o);
+  if ((lead || m->zero) && o.save) rt_checkpoint_save(&c, o.save, &pos);
+  if (lead && o.dump_params) rt_dump_params(&c, o.dump_params);
+  if (lead && o.dump_grads && done > 0) rt_dump_grads(&c, o.dump_grads, loss);
+  if (lead && o.export_onnx) rt_export_onnx(&c, o.export_onnx);
+  if (lead && o.metrics) {
     mt.steps = done;
     mt.global_step = pos.step;
     mt.epochs = pos.epoch + (double)pos.pos / nb;
     mt.has_eval = evaluated_last;
     mt.test_accuracy = ev.accuracy;
     mt.test_loss = ev.loss;
-    if (done > 3 && t_end > t3) mt.images_per_s = (done - 3) * (double)m->batch / (t_end - t3);
-    else if (done > 0 && t_end > t0) mt.images_per_s = done * (double)m->batch / (t_end - t0);
+    if (done > 3 && t_end > t3) mt.images_per_s = (done - 3) * (double)gbatch / (t_end - t3);
+    else if (done > 0 && t_end > t0) mt.images_per_s = done * (double)gbatch / (t_end - t0);
+    if (done > 3 && t_end > t3) {
+      double cm, ex, sy;
+      rt_dist_times(&cm, &ex, &sy);
+      mt.step_s = (t_end - t3) / (double)(done - 3);
+      mt.comm_s = (cm - c3[0]) / (double)(done - 3);
+      mt.comm_exposed_s = (ex - c3[1]) / (double)(done - 3);
+      mt.sync_s = (sy - c3[2]) / (double)(done - 3);
+    }
     mt.threads = c.threads;
     rt_metrics_write(&c, o.metrics, &mt);
   }
@@ -542,5 +677,6 @@ int main(int argc, char **argv) {
   snrt_dev_free(&c);
   rt_data_free(train);
   rt_data_free(test);
+  rt_dist_finalize();
   return 0;
 }

@@ -5,7 +5,11 @@
  * (fractional, counted from the start of training), train_loss (the last
  * step's), test_accuracy and test_loss (only with --eval), images_per_s
  * (excluding the first 3 steps of this invocation), arena_bytes, host_bytes,
- * threads, batch, policy, device.
+ * threads, batch, policy, device; for a --dist program also ranks,
+ * global_batch, and per step (first 3 steps excluded) step_s, comm_s (each
+ * all-reduce from its start to its completion, summed), comm_exposed_s (what
+ * compute waited for), comm_overlapped_s (the rest) and sync_s (the step-end
+ * exchange of the loss).
  *
  * What it is not: the progress line (main.c). */
 #include "rt.h"
@@ -35,6 +39,15 @@ void rt_metrics_write(const snrt_ctx *c, const char *path, const rt_metrics *mt)
                 mt->images_per_s, (long long)m->arena_bytes, (long long)m->host_bytes,
                 mt->threads, m->batch, m->policy ? m->policy : "",
                 snrt_dev_describe((snrt_ctx *)c));
+  if (m->dist) {   /* before the closing brace */
+    k--;
+    while (k > 0 && buf[k] != '}') k--;
+    k += snprintf(buf + k, sizeof buf - (size_t)k,
+                  ", \"ranks\": %d, \"global_batch\": %d, \"step_s\": %.6g, \"comm_s\": %.6g"
+                  ", \"comm_exposed_s\": %.6g, \"comm_overlapped_s\": %.6g, \"sync_s\": %.6g}\n",
+                  rt_ranks, m->batch * rt_ranks, mt->step_s, mt->comm_s, mt->comm_exposed_s,
+                  mt->comm_s - mt->comm_exposed_s, mt->sync_s);
+  }
   if (rt_write_atomic(path, buf, (size_t)k) != 0)
     rt_fail(SNRT_EXIT_DATA, "cannot write metrics %s: %s", path, strerror(errno));
 }

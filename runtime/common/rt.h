@@ -10,6 +10,7 @@
 
 #include "snrt_dev.h"
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -75,7 +76,8 @@ int rt_label_positions(const snrt_model *m);
 const float *rt_data_target(const rt_data *d, int64_t i);
 
 /* The loader thread: batches of the model's size in the shuffled order of
- * (seed, epoch), starting at (epoch, pos), one batch prefetched ahead. */
+ * (seed, epoch), starting at (epoch, pos), one batch prefetched ahead; with
+ * rt_ranks > 1, rank rt_rank's slice of each global batch. */
 rt_loader *rt_loader_start(const rt_data *d, const snrt_model *m, uint64_t seed,
                            int64_t epoch, int64_t pos);
 /* Blocks until the next batch is ready; the pointers stay valid until
@@ -102,8 +104,11 @@ typedef struct rt_position {
 int rt_write_atomic(const char *path, const void *buf, size_t n);
 /* Exits 2 when the save fails (the previous checkpoint is kept). */
 void rt_checkpoint_save(snrt_ctx *c, const char *path, const rt_position *p);
-/* Exits 2 on a missing, corrupted or mismatched checkpoint. */
+/* Exits 2 on a missing, corrupted or mismatched checkpoint. --zero 1: every
+ * rank calls save (rank 0 writes), rank 0 alone load, then every rank
+ * rt_zero_scatter (its shards of the optimizer state load read). */
 void rt_checkpoint_load(snrt_ctx *c, const char *path, rt_position *p);
+void rt_zero_scatter(snrt_ctx *c);
 
 /* ---- npy.c ---------------------------------------------------------------- */
 
@@ -125,9 +130,42 @@ typedef struct rt_metrics {
   double test_accuracy, test_loss;
   double images_per_s;
   int threads;
+  /* --dist programs: per step (excluding the first 3 steps), the all-reduce
+   * time from start to completion, the part compute waited for, and the
+   * step-end exchange of the loss; the whole step. */
+  double comm_s, comm_exposed_s, sync_s, step_s;
 } rt_metrics;
 
 void rt_metrics_write(const snrt_ctx *c, const char *path, const rt_metrics *mt);
+
+/* ---- dist_none.c (one process) / runtime/dist/mpi.c (--dist mpi) ---------- */
+
+/* This process's rank and the number of ranks (0 and 1 without MPI, or when
+ * a --dist program runs without mpirun). */
+extern int rt_rank, rt_ranks;
+/* Set by SIGINT/SIGTERM (main.c): the collectives' waits look at it. */
+extern volatile sig_atomic_t rt_stop_signal;
+/* Seconds a collective may wait for the other ranks (--comm-timeout). */
+extern double rt_comm_timeout;
+
+void rt_dist_init(int *argc, char ***argv);
+void rt_dist_finalize(void);
+/* Ends every rank (MPI_Abort) with `code`; a plain exit with one rank. */
+noreturn void rt_dist_abort(int code);
+/* Every rank passes the same n named values; a rank whose values differ from
+ * rank 0's is named with the first value that differs, and every rank exits 2. */
+void rt_dist_agree(const char *const *names, const uint64_t *v, int n);
+/* From rank 0 to every rank. */
+void rt_dist_bcast(void *buf, int64_t bytes);
+/* Sum across ranks, in place; `what` names it in a timeout message. */
+void rt_dist_sum(double *v, int n, const char *what);
+/* --zero 1: each rank's `bytes` to rank 0, laid end to end in rank order in
+ * recv (rank 0 only); and the reverse, rank r's part of rank 0's send. */
+void rt_dist_gather(const void *send, void *recv, int64_t bytes);
+void rt_dist_scatter(const void *send, void *recv, int64_t bytes);
+/* Communication seconds so far: all-reduce time from start to completion,
+ * the part of it compute waited for (exposed), and the step-end exchange. */
+void rt_dist_times(double *comm, double *exposed, double *sync);
 
 /* ---- export.c ------------------------------------------------------------- */
 
