@@ -220,6 +220,19 @@ static void find_segments(RC *rc) {
 }
 
 
+/* Per tensor: read by a backward step of the route (saved for backward). */
+static bool *saved_for_backward(const Graph *g, const Route *old) {
+  bool *saved = xcalloc((size_t)g->nt, sizeof(bool));
+  for (int s = 0; s < old->train_steps; s++) {
+    const Step *st = &old->s[s];
+    if (!is_backward(st->kind) || st->node < 0) continue;
+    const Node *n = &g->n[st->node];
+    for (int k = 0; k < n->nin; k++)
+      if (n->in[k] >= 0) saved[n->in[k]] = true;
+  }
+  return saved;
+}
+
 /* Checkpoint selection for segments of about `seg_bytes` (the checkpoint
  * mode): every forward activation is dropped except the checkpoints, so
  * expensive layers are rebuilt too. Checkpoints are cut tensors (the only
@@ -235,14 +248,7 @@ static int select_checkpoints(const Graph *g, const Route *old, bool *dropped, c
                               int64_t seg_bytes, int **ck_out) {
   int capck = 0;
   int nf = g->nfwd;
-  bool *saved = xcalloc((size_t)g->nt, sizeof(bool));
-  for (int s = 0; s < old->train_steps; s++) {
-    const Step *st = &old->s[s];
-    if (!is_backward(st->kind) || st->node < 0) continue;
-    const Node *n = &g->n[st->node];
-    for (int k = 0; k < n->nin; k++)
-      if (n->in[k] >= 0) saved[n->in[k]] = true;
-  }
+  bool *saved = saved_for_backward(g, old);
   /* lastf[t]: the last forward node reading activation t; cross[i]: how many
    * activations are made at or before node i and read after it. */
   int *lastf = xmalloc(sizeof(int) * (size_t)g->nt);
@@ -337,15 +343,8 @@ int recompute_plan(Graph *g, Plan *pl, const RecomputeOpts *ro) {
    * the liveness plan; dropping the ReLU's output would keep the
    * convolution's instead, and the rebuilt copy would sit beside it). */
   {
-    bool *saved = xcalloc((size_t)g->nt, sizeof(bool));
+    bool *saved = saved_for_backward(g, old);
     int *readers = xcalloc((size_t)g->nt, sizeof(int));   // forward nodes reading it
-    for (int s = 0; s < old->train_steps; s++) {
-      const Step *st = &old->s[s];
-      if (!is_backward(st->kind) || st->node < 0) continue;
-      const Node *n = &g->n[st->node];
-      for (int k = 0; k < n->nin; k++)
-        if (n->in[k] >= 0) saved[n->in[k]] = true;
-    }
     for (int i = 0; i < g->nfwd; i++)
       for (int j = 0; j < g->n[i].nin; j++)
         if (g->n[i].in[j] >= 0) readers[g->n[i].in[j]]++;
