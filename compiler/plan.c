@@ -62,6 +62,9 @@ enum { OFFLOAD_MIN_BYTES = 4 << 10 };
  * rebuilt from the stage's first, and memory-centric rebuilds of such a
  * chain cost its length squared). */
 enum { RECOMPUTE_CHAIN = 64 };
+/* Forward nodes above which auto's ladder stops at the first clearly slower
+ * rung (a 2,498-layer ResNet has 8,335). */
+enum { LARGE_GRAPH_NODES = 2000 };
 
 /* Forward activations (and BN's saved statistics): offload_plan takes those
  * still read by the backward pass after recomputation (the checkpoints). */
@@ -178,7 +181,8 @@ typedef struct Search {
   int64_t smallest_any;    // smallest arena of all
   int tried;
   int last_checkpoints;    // the last candidate's Plan.checkpoints
-  int64_t last_arena;      // ... and arena
+  int64_t last_arena;      // ... and arena (live bytes where not packed)
+  double last_est;         // ... and estimate
   char *log;               // the candidates, a line each (Plan.auto_log)
   size_t nlog;
 } Search;
@@ -233,6 +237,7 @@ static Verdict consider(Search *sr, Graph *g, const PlanOpts *o, const DevicePro
   sr->tried++;
   sr->last_checkpoints = pl->checkpoints;
   sr->last_arena = pl->peak_live_bytes;
+  sr->last_est = pl->est_step_seconds;
   bool host_ok = pl->host_bytes <= sr->host_budget, live_ok = pl->peak_live_bytes <= sr->budget;
   bool faster = !sr->best || pl->est_step_seconds < sr->best->est_step_seconds;
   /* Packed where it can be the best, or (nothing fitting yet) where it may
@@ -278,7 +283,7 @@ static void run_ladder(Search *sr, Graph *g, const PlanOpts *o, const DeviceProf
                        const bool *acts, int64_t A, int hs) {
   int64_t budget = sr->budget;
   static const int ladder[] = {2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256};
-  int prev_ck = -1;
+  int prev_ck = -1, slower = 0;
   /* Small segments first: they rebuild least per backward step, so the
    * first that fits tends to be the fastest and later ones are not packed. */
   for (size_t k = sizeof ladder / sizeof ladder[0]; k-- > 0;) {
@@ -303,9 +308,16 @@ static void run_ladder(Search *sr, Graph *g, const PlanOpts *o, const DeviceProf
       Verdict vd = consider(sr, g, o, dev, &cd);
       /* The same checkpoints as the rung before: the same plans. */
       if (!v && sr->last_checkpoints == prev_ck) break;
-      if (!v) prev_ck = sr->last_checkpoints;
+      if (!v) prev_ck = sr->last_checkpoints, slower = vd == C_SLOWER ? slower + 1 : 0;
       if (vd != C_NOFIT) break;
     }
+    /* Larger segments only rebuild more: after three rungs in a row that
+     * fit but are slower than the best, the rest are not planned; on large
+     * graphs (planning time grows with them) already after one 10% slower.
+     * Both make the candidates depend on the budget a little more. */
+    if (slower >= 3 || (g->nfwd > LARGE_GRAPH_NODES && slower && sr->best &&
+                        sr->last_est > 1.1 * sr->best->est_step_seconds))
+      break;
   }
 }
 
