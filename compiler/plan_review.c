@@ -190,11 +190,30 @@ const char *review_reason(const Graph *g, const Plan *pl, const Review *rv, int 
   if (rv->dec[t] == DEC_RECOMPUTED) {
     const char *op = x->producer >= 0 ? op_name(g->n[x->producer].op) : "?";
     int cost = x->producer >= 0 ? node_cost(g, &g->n[x->producer]) : COST_EXPENSIVE;
+    /* The costs compared: one rebuild of its producer (max of FLOPs over the
+     * FLOP rate and bytes touched over memory bandwidth) against a copy to
+     * the host and back over the link, under the plan's device profile. */
+    char costs[160] = "";
+    if (x->producer >= 0) {
+      const DeviceProfile *dev = device_find(pl->opts.device ? pl->opts.device : "h200");
+      const Node *n = &g->n[x->producer];
+      double bytes = 0;
+      for (int k = 0; k < n->nin + n->nout; k++) {
+        int u = k < n->nin ? n->in[k] : n->out[k - n->nin];
+        if (u >= 0 && g->t[u].kind != TK_CONST) bytes += (double)tensor_bytes(&g->t[u]);
+      }
+      double tc = op_info[n->op].flops(g, n) / dev->flops, tm = bytes / dev->mem_bw;
+      double rebuild = tc > tm ? tc : tm, copy = 2.0 * (double)tensor_bytes(x) / dev->link_bw;
+      snprintf(costs, sizeof costs, "; a rebuild costs %.3g %s, a copy to the host and back "
+               "%.3g %s on %s", rebuild >= 1e-3 ? rebuild * 1e3 : rebuild * 1e6,
+               rebuild >= 1e-3 ? "ms" : "us", copy >= 1e-3 ? copy * 1e3 : copy * 1e6,
+               copy >= 1e-3 ? "ms" : "us", dev->name);
+    }
     snprintf(buf, sizeof buf, "%s output (%s to recompute): not kept from forward to backward%s; "
-             "recomputed %d time%s", op, cost == COST_EXPENSIVE ? "expensive" : "cheap",
+             "recomputed %d time%s%s", op, cost == COST_EXPENSIVE ? "expensive" : "cheap",
              pi >= 0 ? xasprintf(" (would live steps %d-%d)", pl->inst[pi].first,
                                  pl->inst[pi].last) : "",
-             rv->recomputes[t], rv->recomputes[t] == 1 ? "" : "s");
+             rv->recomputes[t], rv->recomputes[t] == 1 ? "" : "s", costs);
     return buf;
   }
   return "";
