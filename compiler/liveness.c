@@ -23,15 +23,15 @@
 #include <limits.h>
 #include <stdlib.h>
 
-static int64_t align_up(int64_t b) { return (b + SNRT_ALIGN - 1) / SNRT_ALIGN * SNRT_ALIGN; }
+int64_t arena_align(int64_t b) { return (b + SNRT_ALIGN - 1) / SNRT_ALIGN * SNRT_ALIGN; }
 
-static bool is_persistent(TensorKind k) {
+bool tensor_kind_persistent(TensorKind k) {
   return k == TK_PARAM || k == TK_STATE || k == TK_OPT || k == TK_CONSTVAL;
 }
 
 static int add_inst(Plan *pl, int tensor, int64_t bytes, int first, int last, bool persistent) {
   xgrow((void **)&pl->inst, &pl->capinst, pl->ninst + 1, sizeof *pl->inst);
-  pl->inst[pl->ninst] = (Instance){.tensor = tensor, .bytes = align_up(bytes), .first = first,
+  pl->inst[pl->ninst] = (Instance){.tensor = tensor, .bytes = arena_align(bytes), .first = first,
                                    .last = last, .offset = -1, .host_offset = -1,
                                    .persistent = persistent};
   return pl->ninst++;
@@ -165,13 +165,13 @@ void liveness_assign(const Graph *g, Plan *pl) {
     bool loaded = t == g->input || t == g->label;
     if (x->kind == TK_CONST || (!used[t] && !loaded) || alias[t] >= 0) continue;
     if (x->rank < 0) internal_error(__FILE__, __LINE__, "tensor '%s' has no shape", x->name);
-    pl->tensor_inst[t] = add_inst(pl, t, tensor_bytes(x), -1, -1, is_persistent(x->kind));
+    pl->tensor_inst[t] = add_inst(pl, t, tensor_bytes(x), -1, -1, tensor_kind_persistent(x->kind));
   }
   pl->aliased_bytes = 0;
   for (int t = 0; t < g->nt; t++)
     if (alias[t] >= 0) {
       pl->tensor_inst[t] = pl->tensor_inst[alias[t]];
-      pl->aliased_bytes += align_up(tensor_bytes(&g->t[t]));
+      pl->aliased_bytes += arena_align(tensor_bytes(&g->t[t]));
     }
   free(used), free(alias), free(lastread);
   for (int s = 0; s < T; s++) {

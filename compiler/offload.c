@@ -20,6 +20,9 @@
  * goes as late as possible while still leaving tau of compute before its
  * reader. Where the gap is too short the copy is exposed: the wait then
  * stalls compute, and the estimate counts that time (Plan.exposed_seconds).
+ * With hidden_only, the copies kept are those that still land in time when
+ * both queues (one copy engine per direction, in issue order) are simulated
+ * (queue_filter); the others are left out.
  *
  * max_lead (0: no limit) caps how many steps a copy may run ahead of the
  * compute that waits for it; max_lead < 0 makes copies synchronous (compute

@@ -106,7 +106,6 @@ typedef struct Cand {
   Policy planned;
   int64_t rc_target;       // < 0: no recomputation; 0: the layer peak; else live-byte target
   int64_t seg_bytes;       // 0: cheap layers rebuilt; > 0: checkpoint segments (recompute.c)
-  bool nested;             // checkpoint segments: cheap layers rebuilt per backward reader
   const bool *sel;         // tensors to offload (NULL: none)
   bool hidden_only;        // offload only copies that hide fully
   int lead;                // offload_plan's max_lead
@@ -135,7 +134,7 @@ static Plan *plan_passes(Graph *g, const PlanOpts *o, const DeviceProfile *dev, 
   if (c->rc_target >= 0) {
     RecomputeOpts ro = {.target = c->rc_target ? c->rc_target : layer_peak,
                         .max_chain = c->sel && !c->seg_bytes ? 2 : RECOMPUTE_CHAIN,
-                        .seg_bytes = c->seg_bytes, .nested = c->nested,
+                        .seg_bytes = c->seg_bytes,
                         .ck_offloaded = c->sel != NULL};
     pl->checkpoints = recompute_plan(g, pl, &ro);
   }
@@ -191,8 +190,8 @@ static const char *cand_name(const Cand *c, const Plan *pl) {
   static char buf[160];
   int n = snprintf(buf, sizeof buf, "%s", policy_name(c->planned));
   if (c->seg_bytes)
-    n += snprintf(buf + n, sizeof buf - (size_t)n, ", checkpoints every %s (%d kept)%s",
-                  fmt_bytes(c->seg_bytes), pl->checkpoints, c->nested ? ", nested" : "");
+    n += snprintf(buf + n, sizeof buf - (size_t)n, ", checkpoints every %s (%d kept)",
+                  fmt_bytes(c->seg_bytes), pl->checkpoints);
   else if (c->rc_target >= 0)
     n += snprintf(buf + n, sizeof buf - (size_t)n, ", cheap layers rebuilt");
   if (c->sel) {
@@ -350,8 +349,8 @@ static Plan *plan_auto(Graph *g, const PlanOpts *o, const DeviceProfile *dev, Se
   int64_t opt = 0, pers = 0;
   for (int t = 0; t < g->nt; t++) {
     TensorKind k = g->t[t].kind;
-    if (k == TK_OPT) opt += tensor_bytes(&g->t[t]);
-    if (k == TK_OPT || k == TK_PARAM || k == TK_STATE) pers += tensor_bytes(&g->t[t]);
+    if (k == TK_OPT) opt += arena_align(tensor_bytes(&g->t[t]));
+    if (tensor_kind_persistent(k)) pers += arena_align(tensor_bytes(&g->t[t]));
   }
   int hs0 = pers < budget ? 0 : pers - opt < budget ? 1 : 2;
   for (int hs = hs0; hs <= 2; hs++) {

@@ -6,13 +6,16 @@
  * "dropped" tensors instead of the forward ones; lifetimes are recomputed by
  * the caller (liveness_lifetimes).
  *
- * Checkpoints are the outputs of expensive forward nodes (Conv, Gemm,
- * MatMul), the input, parameters, state, constants and BN's saved batch
- * statistics. Every other forward activation that a backward step reads is
- * dropped: its forward instance dies after its last forward reader, and
- * before the first backward step that needs it, a chain of recompute steps
- * rebuilds it from the nearest checkpoints, following the graph (branches and
- * joins included), in forward order.
+ * The cheap rule (seg_bytes 0): checkpoints are the outputs of expensive
+ * forward nodes (Conv, Gemm, MatMul), the input, parameters, state,
+ * constants and BN's saved batch statistics. Every other forward activation
+ * that a backward step reads is dropped: its forward instance dies after its
+ * last forward reader, and before the first backward step that needs it, a
+ * chain of recompute steps rebuilds it from the nearest checkpoints,
+ * following the graph (branches and joins included), in forward order.
+ * Checkpoint mode (seg_bytes > 0): the checkpoints are cut tensors about
+ * seg_bytes apart (select_checkpoints) and expensive layers are dropped and
+ * rebuilt too.
  *
  * Exactness: a recompute step runs the forward node again on the same inputs,
  * with two exceptions that keep it bit-identical: BatchNormalization is
@@ -25,10 +28,14 @@
  * checkpoints): speed-centric keeps each recomputed instance until its last
  * backward reader (recompute once); memory-centric recomputes what each
  * backward step needs just before it and lets it die right after (recompute
- * per step). Every segment starts speed-centric; while some step's live bytes
- * exceed the memory target, the segments holding recomputed instances across
- * such a step become memory-centric, and the route is rebuilt. Each round
- * costs O(steps + instances); rounds stop when nothing changes.
+ * per step); in checkpoint mode, nested lies between (the expensive layers'
+ * rebuilt outputs kept, the cheap ones rebuilt per step). Every segment
+ * starts speed-centric; while some step's live bytes exceed the memory
+ * target, the segments holding recomputed instances across such a step go
+ * one level up (checkpoint mode: nested, then memory-centric for segments up
+ * to MEMORY_CENTRIC_MAX tensors; the cheap rule: memory-centric), and the
+ * route is rebuilt. Each round costs O(steps + instances); rounds stop when
+ * nothing changes.
  */
 #include "snc.h"
 
@@ -141,7 +148,7 @@ static int ensure(RC *rc, int t0) {
     proto.in = inp, proto.out = outp;
     /* A rebuilt convolution needs its workspace again (one of its own). */
     int64_t ws = node_workspace_bytes(g, m);
-    if (ws > 0) proto.ws = new_instance(rc->pl, -1, (ws + SNRT_ALIGN - 1) / SNRT_ALIGN * SNRT_ALIGN);
+    if (ws > 0) proto.ws = new_instance(rc->pl, -1, arena_align(ws));
     route_push(rc->r, &proto);
     if (inp != in) free(inp);
     if (outp != out) free(outp);
@@ -403,7 +410,6 @@ int recompute_plan(Graph *g, Plan *pl, const RecomputeOpts *ro) {
     }
   }
   find_segments(&rc);
-  if (ro->nested && seg_bytes > 0) memset(rc.level, 1, (size_t)rc.nseg);
   /* Checkpoints: the forward activations kept (checkpoint mode). */
   bool *ck = NULL;
   if (seg_bytes > 0 && ro->ck_offloaded) {

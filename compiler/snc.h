@@ -402,7 +402,7 @@ typedef struct PlanOpts {
 
 typedef struct Plan {
   PlanOpts opts;
-  Policy planned;          // the policy actually planned (opts.policy, or the fallback)
+  Policy planned;          // the kind of plan made (opts.policy; for auto, the one it chose)
   int64_t budget;          // the budget planned for (opts.budget, or the device's memory)
   int64_t host_budget;     // the host budget planned for (opts.host_budget, or the profile's)
   int checkpoints;         // checkpoint-mode recomputation: checkpoints kept (0: not used)
@@ -461,6 +461,10 @@ extern double plan_smallest_search_seconds;
  * liveness_lifetimes (first/last from the steps, statistics); passes that
  * insert steps and instances (recompute, offload) run between the two. */
 void liveness_compute(const Graph *g, Plan *pl);
+/* Bytes rounded up to SNRT_ALIGN (every instance's size). */
+int64_t arena_align(int64_t b);
+/* Kinds resident for the whole program (parameters, state, optimizer state, constants). */
+bool tensor_kind_persistent(TensorKind k);
 void liveness_assign(const Graph *g, Plan *pl);
 void liveness_lifetimes(const Graph *g, Plan *pl);
 /* Elementwise steps write over an input that dies there (after the other passes). */
@@ -485,8 +489,6 @@ typedef struct RecomputeOpts {
   int max_chain;           // cheap rule: longest rebuild before a tensor is kept
   int64_t seg_bytes;       // 0: cheap layers only rebuilt; > 0: checkpoint mode, every
                            // layer between checkpoints about seg_bytes apart
-  bool nested;             // checkpoint mode: segments start nested (cheap layers rebuilt
-                           // per backward reader), not speed-centric
   bool ck_offloaded;       // checkpoint mode: the target ignores the checkpoints' forward
                            // instances (offload_plan moves them to the host next)
 } RecomputeOpts;
