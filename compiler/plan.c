@@ -110,6 +110,7 @@ typedef struct Cand {
   bool hidden_only;        // offload only copies that hide fully
   int lead;                // offload_plan's max_lead
   int host_state;          // 1: optimizer state on the host; 2: parameters too
+  bool strict;             // host_state: the moved state still counts against rc_target
 } Cand;
 
 /* Persistent kinds offload_persistent moves at host-state level hs. */
@@ -148,7 +149,7 @@ static Plan *plan_passes(Graph *g, const PlanOpts *o, const DeviceProfile *dev, 
      * do not count against it here, but the device copies of those the
      * steps at hand use do (at most twice the most one node uses). */
     int64_t target = c->rc_target;
-    if (c->host_state && target > 0 && target < INT64_MAX / 2) {
+    if (c->host_state && !c->strict && target > 0 && target < INT64_MAX / 2) {
       int64_t moved = 0, most = 0;
       for (int t = 0; t < g->nt; t++)
         if (moves_to_host(g->t[t].kind, c->host_state)) moved += arena_align(tensor_bytes(&g->t[t]));
@@ -257,9 +258,10 @@ static const char *cand_name(const Cand *c, const Plan *pl) {
     if (c->lead < 0) n += snprintf(buf + n, sizeof buf - (size_t)n, ", synchronous");
     else if (c->lead) n += snprintf(buf + n, sizeof buf - (size_t)n, ", lead <= %d", c->lead);
   }
-  if (c->host_state) snprintf(buf + n, sizeof buf - (size_t)n, ", %s on the host",
+  if (c->host_state) snprintf(buf + n, sizeof buf - (size_t)n, ", %s on the host%s",
                               c->host_state > 1 ? "parameters and optimizer state"
-                                                : "optimizer state");
+                                                : "optimizer state",
+                              c->strict ? " (counted in the recomputation target)" : "");
   return buf;
 }
 
@@ -428,6 +430,12 @@ static void run_ladder(Search *sr, Graph *g, const PlanOpts *o, const DeviceProf
                  .seg_bytes = seg, .sel = off ? acts : NULL, .hidden_only = v == 1,
                  .lead = lead[v], .host_state = hs};
       Verdict vd = consider(sr, g, o, dev, &cd);
+      /* With state on the host, a target that no longer counts it can
+       * leave too much to rebuild at once: once more counting it. */
+      if (vd == C_NOFIT && hs) {
+        cd.strict = true;
+        vd = consider(sr, g, o, dev, &cd);
+      }
       /* The same checkpoints as the rung before: the same plans. */
       if (!v && sr->last_checkpoints == prev_ck) break;
       if (!v) prev_ck = sr->last_checkpoints, slower = vd == C_SLOWER ? slower + 1 : 0;
