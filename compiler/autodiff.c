@@ -732,6 +732,7 @@ void train_build(Graph *g, const TrainOpts *o) {
   }
   if (o->dist) bucket_updates(g);
   add_eval(g);
+  precision_assign(g, o->precision);
   hints_free();
   free(needs);
   free(pending);

@@ -255,7 +255,9 @@ void emit_lrn_bwd(Emit *e, const Graph *g, const Node *n) {
 
 /* Flatten, Reshape, Identity (and reshaped gradients): the same bytes. */
 void emit_copy(Emit *e, const Graph *g, const Node *n) {
-  fprintf(OUT, "  snrt_copy(c, %lld, %s, %s);\n", (long long)tensor_bytes(&g->t[n->out[0]]),
+  /* A wrapped step (emit.c) copies between float32 scratch copies. */
+  int64_t bytes = e->wrapped ? 4 * tensor_numel(&g->t[n->out[0]]) : tensor_bytes(&g->t[n->out[0]]);
+  fprintf(OUT, "  snrt_copy(c, %lld, %s, %s);\n", (long long)bytes,
           emit_in(e, 0), emit_out(e, 0));
 }
 

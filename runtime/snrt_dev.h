@@ -28,6 +28,7 @@ struct snrt_ctx {
   float **grad_copy;         /* per tensor index: host copy of its gradient (dump) */
   int threads;
   void *dev;                 /* device-layer private state */
+  float *scratch;            /* --precision bf16: m->scratch_floats floats (device memory) */
 };
 
 /* Allocates the arenas; on failure prints what was asked and what to do, and

@@ -1,0 +1,63 @@
+/* precision.c — storage dtypes for mixed precision (--precision).
+ *
+ * Requires: a training graph (train_build has added the loss, the backward
+ * nodes, the updates and the eval graph). Maintains: Tensor.dtype of every
+ * float tensor, and g->precision.
+ *
+ * The policy is PyTorch autocast's, seen from memory: what is big and lives
+ * from the forward pass into the backward pass (activations and their
+ * gradients) is stored in bfloat16; what must not lose bits (parameters as
+ * fp32 master weights, their gradients, optimizer state, BN running
+ * statistics and the saved mean/invstd, the loss) stays float32. The data
+ * input, labels and the eval logits stay float32 too: the runtime writes and
+ * reads them (a few KiB), and the first conv rounds the input as autocast
+ * does.
+ *
+ * Arithmetic is not decided here: every kernel accumulates in fp32 (on the
+ * CPU target a bf16 tensor is widened as a step reads it and rounded to
+ * nearest-even as the step writes it; emit.c). Convolution, GEMM and MatMul
+ * (autocast's 16-bit ops) also round their float32 operands (weights, biases)
+ * to bf16 as they read them, so that their products see what a tensor core
+ * sees. Reductions (BN statistics, softmax, LayerNorm, the loss) read bf16
+ * and sum in fp32.
+ *
+ * fp16 needs dynamic loss scaling (scale the loss gradient, check every
+ * parameter gradient for overflow before any update, skip the step): the
+ * updates here are placed right after each gradient is final, so a skipped
+ * step needs the updates moved after the whole backward pass first. Not
+ * done yet: --precision fp16 is refused with a message (main.c).
+ */
+#include "snc.h"
+
+#include <string.h>
+
+static const char *names[] = {"fp32", "bf16", "fp16"};
+
+const char *precision_name(Precision p) { return names[p]; }
+
+int precision_parse(const char *s) {
+  for (int i = 0; i < 3; i++)
+    if (strcmp(s, names[i]) == 0) return i;
+  return -1;
+}
+
+bool precision_low_op(OpKind op) {
+  switch (op) {
+  case OP_CONV: case OP_CONV_BWD_DATA: case OP_CONV_BWD_FILTER:
+  case OP_GEMM: case OP_MATMUL: case OP_MATMUL_RAW:
+    return true;
+  default:
+    return false;
+  }
+}
+
+void precision_assign(Graph *g, Precision p) {
+  g->precision = p;
+  if (p == PREC_FP32) return;
+  int low = p == PREC_BF16 ? DT_BFLOAT16 : DT_FLOAT16;
+  for (int t = 0; t < g->nt; t++) {
+    Tensor *x = &g->t[t];
+    if (x->dtype != DT_FLOAT || t == g->eval_output) continue;
+    if (x->kind == TK_ACT || x->kind == TK_GRAD) x->dtype = low;
+  }
+}
