@@ -29,6 +29,7 @@ PyTorch's fp32 step too and must differ from them by over 1e-3 (an fp32
 program is ~1e-6 off), and a second test holds the program to 1e-4 of PyTorch
 performing snc's bf16 storage roundings exactly (emulated in fp32).
 """
+import json
 import os
 import sys
 
@@ -204,3 +205,47 @@ def test_bf16_matches_rounding_emulation(tmp_path):
         assert e <= EMULATION_TOL, "gradient of %s off the emulation by %.3g" % (pname, e)
     print("small_cnn: worst gradient error vs bf16 emulation %.3g, vs fp32 %.3g" % (worst, worst32))
     assert worst32 > 100 * EMULATION_TOL, "no bf16 rounding happened"
+
+
+# ---- plans under bf16: every policy bit-identical to `none` --------------------
+
+from test_policies import COPY_DELAY_US, model_path, same_files  # noqa: E402
+from plan_check import check_plan  # noqa: E402
+
+BF16_POLICIES = ["liveness", "recompute", "offload", "superneurons", "segment"]
+
+
+def train3_bf16(onnx, batch, policy, out, *flags):
+    prog = compile_model(onnx, out, batch, "--policy", policy, "--precision", "bf16", *flags)
+    dump = os.path.join(out, "params")
+    run([prog, "--data", "synthetic", "--steps", "3", "--poison", "--dump-params", dump,
+         "--metrics", os.path.join(out, "metrics.json")],
+        env=dict(os.environ, SNRT_COPY_DELAY_US=COPY_DELAY_US))
+    return dump
+
+
+@pytest.mark.parametrize("name", ["fashion_cnn", "resnet50"])
+def test_bf16_policies_bit_identical(name, tmp_path):
+    """As test_policies.py, under --precision bf16: 3 steps with --poison and a
+    slow copy engine; each policy's parameters bit-identical to `none`'s, each
+    plan through the independent checker, and bf16 arenas smaller than fp32's."""
+    onnx, batch = model_path(name, str(tmp_path))
+    ref = train3_bf16(onnx, batch, "none", str(tmp_path / "none"))
+    arenas = {}
+    for cfg in BF16_POLICIES:
+        out = str(tmp_path / cfg)
+        pol, flags = ("recompute", ["--segment", "64KiB"]) if cfg == "segment" else (cfg, [])
+        dump = train3_bf16(onnx, batch, pol, out, *flags)
+        bad = same_files(ref, dump)
+        assert not bad, "%s/%s bf16: parameters differ from policy none: %s" % (name, cfg, bad[:5])
+        plan = json.load(open(os.path.join(out, "plan.json")))
+        check_plan(plan)
+        assert plan["precision"] == "bf16"
+        arenas[cfg] = plan["arena_bytes"]
+    js = str(tmp_path / "fp32.json")
+    run([SNC, "plan", onnx, "--batch", str(batch), "--policy", "liveness", "--device", "cpu",
+         "--json", js])
+    fp32 = json.load(open(js))["arena_bytes"]
+    assert arenas["liveness"] < fp32, (arenas["liveness"], fp32)
+    print(name, "bf16", {k: "%.2f MiB" % (v / 2**20) for k, v in arenas.items()},
+          "fp32 liveness %.2f MiB" % (fp32 / 2**20))
