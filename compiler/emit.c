@@ -285,6 +285,8 @@ static bool copy_class(OpKind op) { return op_info[op].emit == emit_copy; }
 
 static int64_t scratch_align(int64_t floats) { return (floats + 63) / 64 * 64; }
 
+/* A float operand in the arena (constants folded into a node's params have
+ * no instance: Where's mask, Pow's exponent...). */
 static bool slot_float(const Graph *g, const Plan *pl, int t, int inst) {
   if (t < 0 || inst < 0 || inst >= pl->ninst || pl->inst[inst].offset < 0) return false;
   int dt = g->t[t].dtype;
@@ -304,7 +306,7 @@ static bool wrap_begin(Emit *e, const Node *n) {
     bool out = k >= n->nin;
     int t = out ? n->out[k - n->nin] : n->in[k];
     int inst = out ? (k - n->nin < st->nout ? st->out[k - n->nin] : -1) : (k < st->nin ? st->in[k] : -1);
-    if (!slot_float(g, pl, t, inst) || (!out && !op_slot_is_data(n->op, k))) continue;
+    if (!slot_float(g, pl, t, inst)) continue;
     int dt = g->t[t].dtype;
     if (dt0 < 0) dt0 = dt;
     same &= dt == dt0;
@@ -318,7 +320,7 @@ static bool wrap_begin(Emit *e, const Node *n) {
   fprintf(e->f, "  {\n");
   for (int k = 0; k < n->nin; k++) {
     int t = n->in[k], inst = k < st->nin ? st->in[k] : -1;
-    if (!slot_float(g, pl, t, inst) || !op_slot_is_data(n->op, k)) continue;
+    if (!slot_float(g, pl, t, inst)) continue;
     int dt = g->t[t].dtype;
     if (dt == DT_FLOAT && !low) continue;
     int seen = -1;
