@@ -37,7 +37,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from snc_harness import ROOT, SNC, compile_model, grad_err, load_dump, run  # noqa: E402
+from snc_harness import FASHION, ROOT, SNC, compile_model, grad_err, load_dump, run  # noqa: E402
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
@@ -339,3 +339,33 @@ def test_resnet50_bf16_arena_ratio(tmp_path):
     print("resnet50 b32 liveness: fp32 %.2f GiB, bf16 %.2f GiB, ratio %.3f" % (
         arena["fp32"] / 2**30, arena["bf16"] / 2**30, ratio))
     assert ratio <= 0.55, arena
+
+
+# ---- convergence: the main job's model trained in bf16 -------------------------
+
+@pytest.mark.skipif(not os.path.isdir(FASHION), reason="needs Debian's dataset-fashion-mnist")
+def test_bf16_fashion_converges(tmp_path):
+    """test_train_fashion.py's CI-sized run (300 steps, the main job's optimizer
+    and learning rate) compiled with --precision bf16: the accuracy clears the
+    same threshold, and --export-onnx writes fp32 master weights whose numpy
+    (fp32) accuracy on the test set is the program's (bf16 eval) within 0.5
+    points. The full 3-epoch main job in bf16 (`PRECISION=bf16
+    examples/demo.sh`) is in the README."""
+    from test_train_fashion import STEPS, THRESHOLD, demo_flags, numpy_accuracy, read_idx_gz
+    import onnx
+    exe = compile_model(os.path.join(ROOT, "examples", "fashion_cnn.onnx"), str(tmp_path / "p"),
+                        64, "--precision", "bf16", *demo_flags())
+    train = "idx:%s/train-images-idx3-ubyte.gz,%s/train-labels-idx1-ubyte.gz" % (FASHION, FASHION)
+    test = "idx:%s/t10k-images-idx3-ubyte.gz,%s/t10k-labels-idx1-ubyte.gz" % (FASHION, FASHION)
+    metrics, onnx_out = str(tmp_path / "m.json"), str(tmp_path / "trained.onnx")
+    run([exe, "--data", train, "--eval", test, "--steps", str(STEPS), "--threads", "2",
+         "--log-every", "100", "--metrics", metrics, "--export-onnx", onnx_out], timeout=300)
+    m = json.load(open(metrics))
+    assert m["steps"] == STEPS and m["test_accuracy"] >= THRESHOLD, m
+    inits = onnx.load(onnx_out).graph.initializer
+    assert inits and all(t.data_type == onnx.TensorProto.FLOAT for t in inits)
+    acc = numpy_accuracy(onnx_out, read_idx_gz(FASHION + "/t10k-images-idx3-ubyte.gz"),
+                         read_idx_gz(FASHION + "/t10k-labels-idx1-ubyte.gz"))
+    print("bf16 fashion_cnn %d steps: program %.4f, numpy fp32 of the export %.4f" % (
+        STEPS, m["test_accuracy"], acc))
+    assert abs(acc - m["test_accuracy"]) <= 0.005, (acc, m["test_accuracy"])
