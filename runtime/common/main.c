@@ -523,6 +523,10 @@ int main(int argc, char **argv) {
   printf("%s: %s, batch %d, arena %.2f MiB (policy %s), host arena %.2f MiB, %s\n", rt_prog,
          m->name ? m->name : "model", m->batch, m->arena_bytes / 1048576.0,
          m->policy ? m->policy : "?", m->host_bytes / 1048576.0, snrt_dev_describe(&c));
+    if (m->precision)
+      printf("%s: precision %s: activations and their gradients in bfloat16, fp32 master weights; "
+             "%.2f MiB of float32 scratch beside the arena\n", rt_prog, m->precision,
+             m->scratch_floats * 4 / 1048576.0);
   }
   if (o.resume && lead)
     printf("%s: resumed from %s at step %lld (epoch %lld, batch %lld)\n", rt_prog, o.resume,
