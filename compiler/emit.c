@@ -32,7 +32,7 @@ static const char *ptr_of(Emit *e, int inst, int tensor) {
     internal_error(__FILE__, __LINE__, "tensor '%s' has no device offset at step %d",
                    e->g->t[tensor].name, e->step);
   int dt = e->g->t[tensor].dtype;
-  snprintf(s, 48, "%s(0x%llx)", dt == DT_INT32 ? "I" : dt == DT_BFLOAT16 ? "B" : "F",
+  snprintf(s, 48, "%s(0x%llx)", dt == DT_INT32 ? "I" : dt == DT_BFLOAT16 ? "B" : dt == DT_FLOAT16 ? "H" : "F",
            (unsigned long long)in->offset);
   return s;
 }
@@ -252,7 +252,7 @@ static void emit_reads(Emit *e, int s) {
     if (i < 0 || i >= pl->ninst) continue;
     const Instance *in = &pl->inst[i];
     int dt = in->tensor >= 0 ? g->t[in->tensor].dtype : 0;
-    if (in->offset < 0 || (dt != DT_FLOAT && dt != DT_BFLOAT16)) continue;
+    if (in->offset < 0 || (dt != DT_FLOAT && dt != DT_BFLOAT16 && dt != DT_FLOAT16)) continue;
     bool seen = false;
     for (int j = 0; j < k; j++) seen |= st->in[j] == i;
     int64_t bytes = tensor_bytes(&g->t[in->tensor]);
@@ -290,8 +290,12 @@ static int64_t scratch_align(int64_t floats) { return (floats + 63) / 64 * 64; }
 static bool slot_float(const Graph *g, const Plan *pl, int t, int inst) {
   if (t < 0 || inst < 0 || inst >= pl->ninst || pl->inst[inst].offset < 0) return false;
   int dt = g->t[t].dtype;
-  return dt == DT_FLOAT || dt == DT_BFLOAT16;
+  return dt == DT_FLOAT || dt == DT_BFLOAT16 || dt == DT_FLOAT16;
 }
+
+static bool is16(int dt) { return dt == DT_BFLOAT16 || dt == DT_FLOAT16; }
+/* The runtime's name of a 16-bit format: snrt_bf16_load, snrt_f16_load... */
+static const char *fmt16(int dt) { return dt == DT_FLOAT16 ? "f16" : "bf16"; }
 
 static bool wrap_begin(Emit *e, const Node *n) {
   const Graph *g = e->g;
@@ -310,7 +314,7 @@ static bool wrap_begin(Emit *e, const Node *n) {
     int dt = g->t[t].dtype;
     if (dt0 < 0) dt0 = dt;
     same &= dt == dt0;
-    any |= dt == DT_BFLOAT16 || (low && !out);
+    any |= is16(dt) || (low && !out);
   }
   if (!any || (copy_class(n->op) && same)) return false;
   e->sub_in = xcalloc((size_t)n->nin + 1, sizeof(char *));
@@ -332,14 +336,15 @@ static bool wrap_begin(Emit *e, const Node *n) {
     }
     e->sub_in[k] = xasprintf("s%d", names++);
     int64_t cnt = tensor_numel(&g->t[t]);
-    fprintf(e->f, "    float *const %s = snrt_bf16_%s(c, %lld, %s, %lld);   /* %s */\n", e->sub_in[k],
-            dt == DT_BFLOAT16 ? "load" : "round", (long long)at, ptr_of(e, inst, t), (long long)cnt,
+    fprintf(e->f, "    float *const %s = snrt_%s_%s(c, %lld, %s, %lld);   /* %s */\n", e->sub_in[k],
+            is16(dt) ? fmt16(dt) : g->precision == PREC_FP16 ? "f16" : "bf16",
+            is16(dt) ? "load" : "round", (long long)at, ptr_of(e, inst, t), (long long)cnt,
             comment_safe(g->t[t].name));
     at += scratch_align(cnt);
   }
   for (int k = 0; k < n->nout; k++) {
     int t = n->out[k], inst = k < st->nout ? st->out[k] : -1;
-    if (!slot_float(g, pl, t, inst) || g->t[t].dtype != DT_BFLOAT16) continue;
+    if (!slot_float(g, pl, t, inst) || !is16(g->t[t].dtype)) continue;
     e->sub_out[k] = xasprintf("s%d", names++);
     int64_t cnt = tensor_numel(&g->t[t]);
     fprintf(e->f, "    float *const %s = snrt_scratch(c, %lld);   /* %s */\n", e->sub_out[k],
@@ -355,7 +360,7 @@ static void wrap_end(Emit *e, const Node *n) {
   const Step *st = e->st;
   for (int k = 0; k < n->nout; k++)
     if (e->sub_out[k])
-      fprintf(e->f, "    snrt_bf16_store(c, %s, %s, %lld);\n", e->sub_out[k],
+      fprintf(e->f, "    snrt_%s_store(c, %s, %s, %lld);\n", fmt16(e->g->t[n->out[k]].dtype), e->sub_out[k],
               ptr_of(e, st->out[k], n->out[k]), (long long)tensor_numel(&e->g->t[n->out[k]]));
   fprintf(e->f, "  }\n");
   for (int k = 0; k < n->nin; k++) free(e->sub_in[k]);
@@ -624,10 +629,16 @@ void emit_program(const Graph *g, const Plan *pl, const EmitOpts *o, const char 
              " * F(x)/I(x): float/int32 pointer at byte offset x of the device arena. */\n");
   fprintf(f, "#include <math.h>\n#include <stddef.h>\n#include \"snrt.h\"\n\n");
   fprintf(f, "#define F(off) ((float *)(A + (off)))\n#define I(off) ((int32_t *)(A + (off)))\n");
-  if (g->precision != PREC_FP32)
-    fprintf(f, "/* --precision %s: B(x) is a bfloat16 tensor; a step reading or writing one works\n"
+  if (g->precision == PREC_BF16)
+    fprintf(f, "/* --precision bf16: B(x) is a bfloat16 tensor; a step reading or writing one works\n"
                " * on float32 scratch copies s0, s1... (snrt_bf16_load/round/store). */\n"
-               "#define B(off) ((uint16_t *)(A + (off)))\n", precision_name(g->precision));
+               "#define B(off) ((uint16_t *)(A + (off)))\n");
+  if (g->precision == PREC_FP16)
+    fprintf(f, "/* --precision fp16: H(x) is a float16 tensor; a step reading or writing one works\n"
+               " * on float32 scratch copies s0, s1... (snrt_f16_load/round/store). The loss\n"
+               " * gradient is multiplied by the loss scale; grad_unscale divides the parameter\n"
+               " * gradients by it and skips the updates on overflow. */\n"
+               "#define H(off) ((uint16_t *)(A + (off)))\n");
   fprintf(f, "\n");
   fwrite(decl, 1, decl_len, f);
   fprintf(f, "\n");

@@ -23,7 +23,7 @@ static const char usage_text[] =
     "  snc max-batch MODEL.onnx --budget SIZE [--host-budget SIZE] [--policy P]\n"
     "                         [--device PROFILE] [--precision P]\n"
     "\n"
-    "policies: none liveness recompute offload superneurons auto (default); precisions: fp32 (default) bf16\n"
+    "policies: none liveness recompute offload superneurons auto (default); precisions: fp32 (default) bf16 fp16\n"
     "passes for --dump: import (inspect); route liveness recompute offload offsets schedule\n"
     "                   auto (plan)\n";
 
@@ -175,10 +175,11 @@ static void parse_args(Args *a, int argc, char **argv) {
   if (zero && a->train.optim == OPTIM_SGD && a->train.momentum == 0)
     usage("%s", "--zero 1 shards the optimizer state, and SGD without momentum has none");
   if (zero) a->train.zero_ranks = ranks;
-  if (a->train.precision == PREC_FP16)
-    fatal(EXIT_BADINPUT, "--precision fp16 is not implemented yet (it needs dynamic loss scaling: "
-          "the updates moved after the backward pass, so that an overflow can skip the step); "
-          "use --precision bf16, which needs no loss scaling");
+  if (a->train.precision == PREC_FP16 && (strcmp(a->target, "cuda") == 0 || a->train.dist))
+    fatal(EXIT_BADINPUT, "--precision fp16 runs on the cpu target without --dist only (its dynamic "
+          "loss scaling decides on the host whether a step's updates run, which a captured CUDA "
+          "graph and the all-reduce buckets do not do yet); --precision bf16 needs no loss "
+          "scaling and runs on both targets");
   if (a->plan.segment && a->plan.policy != POL_RECOMPUTE)
     usage("%s", "--segment SIZE goes with --policy recompute (checkpoint segments of SIZE; "
           "auto chooses its own)");

@@ -118,6 +118,10 @@ void plan_print_summary(const Graph *g, const Plan *pl, FILE *f) {
             "master weights, gradients, optimizer and BN state, input, loss: %s)\n",
             precision_name(g->precision), precision_name(g->precision), fmt_bytes(low),
             fmt_bytes(full));
+    if (g->precision == PREC_FP16)
+      fprintf(f, "  loss scaling    %12s   (initial scale 65536, halved and the step's updates skipped "
+              "on overflow, doubled after 2000 steps without one; --metrics counts skipped_steps)\n",
+              "dynamic");
   }
 }
 

@@ -21,11 +21,12 @@
  * sees. Reductions (BN statistics, softmax, LayerNorm, the loss) read bf16
  * and sum in fp32.
  *
- * fp16 needs dynamic loss scaling (scale the loss gradient, check every
- * parameter gradient for overflow before any update, skip the step): the
- * updates here are placed right after each gradient is final, so a skipped
- * step needs the updates moved after the whole backward pass first. Not
- * done yet: --precision fp16 is refused with a message (main.c).
+ * fp16 (IEEE half: 11 significant bits, range to 65504) stores the same
+ * tensors in float16 and adds dynamic loss scaling (autodiff.c): the loss
+ * gradient is multiplied by a scale, every parameter gradient is divided by
+ * it after the backward pass and checked for overflow, and a step that
+ * overflowed skips its updates and halves the scale (the updates therefore
+ * follow the whole backward pass). CPU target only, without --dist (main.c).
  */
 #include "snc.h"
 

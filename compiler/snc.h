@@ -96,7 +96,8 @@ enum { DT_UNDEF = 0, DT_FLOAT = 1, DT_UINT8 = 2, DT_INT8 = 3, DT_UINT16 = 4, DT_
        DT_INT32 = 6, DT_INT64 = 7, DT_STRING = 8, DT_BOOL = 9, DT_FLOAT16 = 10,
        DT_DOUBLE = 11, DT_UINT32 = 12, DT_UINT64 = 13, DT_BFLOAT16 = 16 };
 /* --precision: PREC_FP32 (every float tensor 32-bit), PREC_BF16 (activations
- * and their gradients stored in bfloat16, fp32 master weights; precision.c). */
+ * and their gradients stored in bfloat16, fp32 master weights; precision.c),
+ * PREC_FP16 (the same in float16, with dynamic loss scaling). */
 typedef enum { PREC_FP32, PREC_BF16, PREC_FP16 } Precision;
 int dtype_size(int dtype);           /* 0 for unknown/unsupported */
 const char *dtype_name(int dtype);
@@ -352,7 +353,7 @@ const char *precision_name(Precision p);
 int precision_parse(const char *s);    /* -1 if unknown */
 /* Storage dtypes of a training graph (the last part of train_build): under
  * PREC_BF16 every float activation and activation gradient becomes
- * DT_BFLOAT16 (the planner then sizes it at 2 bytes an element through
+ * DT_BFLOAT16 (PREC_FP16: DT_FLOAT16; the planner then sizes it at 2 bytes an element through
  * tensor_bytes); parameters, their gradients, optimizer and BN state, saved
  * statistics, the data input, labels, the loss and the eval logits stay
  * float32. Sets g->precision. PREC_FP32 changes nothing. */

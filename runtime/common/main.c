@@ -492,6 +492,10 @@ int main(int argc, char **argv) {
   if (rt_ranks > 1) agree(&o, m, train, test);
 
   snrt_dev_init(&c);
+  /* --precision fp16: GradScaler's initial scale (SNRT_LOSS_SCALE: a testing aid). */
+  c.loss_scale = 65536.0f;
+  const char *ls = getenv("SNRT_LOSS_SCALE");
+  if (ls && *ls) c.loss_scale = strtof(ls, NULL);
   c.grad_copy = calloc((size_t)m->ntensors, sizeof(float *));
   if (!c.grad_copy) rt_fail(SNRT_EXIT_DEVICE, "out of host memory");
   rt_init_tensors(&c);

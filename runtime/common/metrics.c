@@ -44,6 +44,12 @@ void rt_metrics_write(const snrt_ctx *c, const char *path, const rt_metrics *mt)
     while (k > 0 && buf[k] != '}') k--;
     k += snprintf(buf + k, sizeof buf - (size_t)k, ", \"precision\": \"%s\", \"scratch_bytes\": %lld}\n",
                   m->precision, (long long)m->scratch_floats * 4);
+    if (strcmp(m->precision, "fp16") == 0) {   /* dynamic loss scaling */
+      k--;
+      while (k > 0 && buf[k] != '}') k--;
+      k += snprintf(buf + k, sizeof buf - (size_t)k, ", \"skipped_steps\": %lld, \"loss_scale\": %.9g}\n",
+                    (long long)c->skipped_steps, (double)c->loss_scale);
+    }
   }
   if (m->dist) {   /* before the closing brace */
     k--;
