@@ -215,8 +215,8 @@ from plan_check import check_plan  # noqa: E402
 BF16_POLICIES = ["liveness", "recompute", "offload", "superneurons", "segment"]
 
 
-def train3_bf16(onnx, batch, policy, out, *flags):
-    prog = compile_model(onnx, out, batch, "--policy", policy, "--precision", "bf16", *flags)
+def train3_bf16(onnx, batch, policy, out, *flags, precision="bf16"):
+    prog = compile_model(onnx, out, batch, "--policy", policy, "--precision", precision, *flags)
     dump = os.path.join(out, "params")
     run([prog, "--data", "synthetic", "--steps", "3", "--poison", "--dump-params", dump,
          "--metrics", os.path.join(out, "metrics.json")],
@@ -224,35 +224,37 @@ def train3_bf16(onnx, batch, policy, out, *flags):
     return dump
 
 
-@pytest.mark.parametrize("name", ["fashion_cnn", "resnet50", "gpt_bytes"])
-def test_bf16_policies_bit_identical(name, tmp_path):
+@pytest.mark.parametrize("name,precision", [("fashion_cnn", "bf16"), ("resnet50", "bf16"),
+                                            ("gpt_bytes", "bf16"), ("fashion_cnn", "fp16")])
+def test_bf16_policies_bit_identical(name, precision, tmp_path):
     """As test_policies.py, under --precision bf16: 3 steps with --poison and a
     slow copy engine; each policy's parameters bit-identical to `none`'s, each
     plan through the independent checker, and bf16 arenas smaller than fp32's.
     gpt_bytes brings the transformer ops (embedding, LayerNorm, masked
-    softmax, GELU's erf) under bf16."""
+    softmax, GELU's erf) under bf16; fashion_cnn runs under fp16 too (its
+    loss scaling and the updates after the backward pass)."""
     if name == "gpt_bytes":
         onnx, batch = os.path.join(ROOT, "examples", "gpt_bytes.onnx"), 2
     else:
         onnx, batch = model_path(name, str(tmp_path))
-    ref = train3_bf16(onnx, batch, "none", str(tmp_path / "none"))
+    ref = train3_bf16(onnx, batch, "none", str(tmp_path / "none"), precision=precision)
     arenas = {}
     for cfg in BF16_POLICIES:
         out = str(tmp_path / cfg)
         pol, flags = ("recompute", ["--segment", "64KiB"]) if cfg == "segment" else (cfg, [])
-        dump = train3_bf16(onnx, batch, pol, out, *flags)
+        dump = train3_bf16(onnx, batch, pol, out, *flags, precision=precision)
         bad = same_files(ref, dump)
         assert not bad, "%s/%s bf16: parameters differ from policy none: %s" % (name, cfg, bad[:5])
         plan = json.load(open(os.path.join(out, "plan.json")))
         check_plan(plan)
-        assert plan["precision"] == "bf16"
+        assert plan["precision"] == precision
         arenas[cfg] = plan["arena_bytes"]
     js = str(tmp_path / "fp32.json")
     run([SNC, "plan", onnx, "--batch", str(batch), "--policy", "liveness", "--device", "cpu",
          "--json", js])
     fp32 = json.load(open(js))["arena_bytes"]
     assert arenas["liveness"] < fp32, (arenas["liveness"], fp32)
-    print(name, "bf16", {k: "%.2f MiB" % (v / 2**20) for k, v in arenas.items()},
+    print(name, precision, {k: "%.2f MiB" % (v / 2**20) for k, v in arenas.items()},
           "fp32 liveness %.2f MiB" % (fp32 / 2**20))
 
 
@@ -275,9 +277,10 @@ def test_precision_errors(tmp_path):
     onnx = os.path.join(ROOT, "examples", "fashion_cnn.onnx")
     r = run([SNC, "plan", onnx, "--batch", "8", "--precision", "fp8"], check=False)
     assert r.returncode == 1 and "--precision must be fp32, bf16 or fp16" in r.stderr, r.stderr
-    r = run([SNC, "plan", onnx, "--batch", "8", "--precision", "fp16"], check=False)
+    r = run([SNC, "compile", onnx, "-o", str(tmp_path / "p"), "--batch", "8", "--precision",
+             "fp16", "--target", "cuda"], check=False)
     assert r.returncode == 2, r.stderr
-    assert r.stderr.startswith("snc: error: --precision fp16 is not implemented yet"), r.stderr
+    assert r.stderr.startswith("snc: error: --precision fp16 runs on the cpu target"), r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
 
 
@@ -369,3 +372,147 @@ def test_bf16_fashion_converges(tmp_path):
     print("bf16 fashion_cnn %d steps: program %.4f, numpy fp32 of the export %.4f" % (
         STEPS, m["test_accuracy"], acc))
     assert abs(acc - m["test_accuracy"]) <= 0.005, (acc, m["test_accuracy"])
+
+
+# ---- fp16: conversions, loss scaling --------------------------------------------
+
+CONVERT_C = r"""
+#include <stdio.h>
+#include <string.h>
+#include "snrt.h"
+int main(void) {
+  unsigned u;
+  while (scanf("%x", &u) == 1) {
+    float f;
+    memcpy(&f, &u, 4);
+    float back = snrt_f16_to_f32(snrt_f32_to_f16(f));
+    unsigned b;
+    memcpy(&b, &back, 4);
+    printf("%04x %04x %08x\n", snrt_f32_to_f16(f), snrt_f32_to_bf16(f), b);
+  }
+  return 0;
+}
+"""
+
+
+def test_half_conversions_match_numpy_and_torch(tmp_path):
+    """snrt.h's float16 and bfloat16 rounding against numpy's float16 and
+    torch's bfloat16 (both round to nearest even) on edge cases (ties,
+    subnormals, 65504/65520, Inf, NaN) and 20,000 random bit patterns."""
+    src, exe = tmp_path / "conv.c", tmp_path / "conv"
+    src.write_text(CONVERT_C)
+    run(["gcc", "-std=c11", "-O1", "-I" + os.path.join(ROOT, "runtime"), str(src), "-o", str(exe)])
+    rng = np.random.default_rng(0)
+    edge = np.array([0.0, -0.0, 1.0, 65504.0, 65519.99, 65520.0, 1e5, 2.0**-14, 2.0**-24,
+                     2.0**-25, 2.0**-25 * 1.0001, 3 * 2.0**-26, 1 + 2.0**-11, 1 + 3 * 2.0**-11,
+                     1 + 2.0**-8, 1 + 3 * 2.0**-8, np.inf, -np.inf, 6e-8, 1e-10],
+                    np.float32)
+    rand = rng.integers(0, 2**32, 20000, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    mags = (rng.standard_normal(20000) * 10.0 ** rng.uniform(-9, 6, 20000)).astype(np.float32)
+    x = np.concatenate([edge, -edge, rand, mags])
+    x = x[~np.isnan(x)]
+    r = run([str(exe)], input="\n".join("%08x" % v for v in x.view(np.uint32)) + "\n")
+    got = np.array([[int(w, 16) for w in line.split()] for line in r.stdout.split("\n") if line])
+    with np.errstate(over="ignore"):
+        want16 = x.astype(np.float16).view(np.uint16)
+    bad = np.nonzero(got[:, 0] != want16)[0]
+    assert not len(bad), [("%08x" % x.view(np.uint32)[i], "%04x" % got[i, 0], "%04x" % want16[i])
+                          for i in bad[:5]]
+    want_bf = torch.from_numpy(x).bfloat16().view(torch.int16).numpy().view(np.uint16)
+    bad = np.nonzero(got[:, 1] != want_bf)[0]
+    assert not len(bad), [("%08x" % x.view(np.uint32)[i], "%04x" % got[i, 1], "%04x" % want_bf[i])
+                          for i in bad[:5]]
+    back = want16.view(np.float16).astype(np.float32).view(np.uint32)
+    assert (got[:, 2].astype(np.uint32) == back).all()
+
+
+class _Round16(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, t):
+        return t.half().float()
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.half().float()
+
+
+class _RoundW16(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, t):
+        return t.half().float()
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+def test_fp16_matches_loss_scaled_emulation(tmp_path):
+    """fp16 (11 significant bits, u = 2^-12) with dynamic loss scaling: one
+    step against PyTorch performing the same float16 storage roundings
+    (fp32 arithmetic) on a loss multiplied by 65536, the parameter gradients
+    divided by it afterwards, as GradScaler does: 1e-4 (only the order of
+    fp32 sums differs). And against PyTorch's fp32 step: a few u per rounding
+    along the chain, as for bf16 but with a 16x smaller u (2^-5 / 16)."""
+    torch.manual_seed(1)
+    model = SmallCNN()
+    x, y, onnx_path = prepare(model, (1, 12, 12), 10, 8, tmp_path)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    model.train()
+    model.zero_grad()
+    q, w = _Round16.apply, _RoundW16.apply
+    m = model
+    h = q(F.conv2d(w(x), w(m.c1.weight), w(m.c1.bias), padding=1))
+    h = q(F.max_pool2d(q(F.relu(q(m.bn1(h)))), 2))
+    h = q(F.conv2d(h, w(m.c2.weight), w(m.c2.bias), padding=1))
+    h = q(F.max_pool2d(q(F.relu(q(m.bn2(h)))), 2))
+    h = q(F.relu(q(F.linear(torch.flatten(h, 1), w(m.fc1.weight), w(m.fc1.bias)))))
+    loss = F.cross_entropy(q(F.linear(h, w(m.fc2.weight), w(m.fc2.bias))), y)
+    (loss * 65536.0).backward()
+    g_e = {k: p.grad.numpy() / 65536.0 for k, p in model.named_parameters()}
+    model.load_state_dict(state)
+    _, g32 = torch_step(model, x, y, autocast=False)
+    prog = compile_model(onnx_path, str(tmp_path / "prog"), 8, "--policy", "none",
+                         "--precision", "fp16")
+    dump, _ = program_step(prog, tmp_path, 1, "--metrics", str(tmp_path / "m.json"))
+    ours = float(np.load(dump / "loss.npy").ravel()[0])
+    assert abs(ours - loss.item()) <= 1e-5 * max(1.0, abs(loss.item())), (ours, loss.item())
+    worst = worst32 = 0.0
+    for pname in g_e:
+        g = load_dump(dump, pname)
+        if pname in ("c1.bias", "c2.bias"):
+            # A conv bias before BN: its exact gradient is 0, both sides' are
+            # rounding noise of sums taken in different orders.
+            assert np.linalg.norm(g) <= 1e-3 * np.linalg.norm(load_dump(dump, pname[:2] + ".weight"))
+            continue
+        e = grad_err(g, g_e[pname])
+        worst = max(worst, e)
+        worst32 = max(worst32, grad_err(g, g32[pname]))
+        assert e <= EMULATION_TOL, "gradient of %s off the fp16 emulation by %.3g" % (pname, e)
+    print("small_cnn fp16: worst gradient error vs emulation %.3g, vs fp32 %.3g" % (worst, worst32))
+    assert 1e-5 < worst32 <= GRAD_TOL / 16 * 4, worst32
+    m = json.load(open(tmp_path / "m.json"))
+    assert m["precision"] == "fp16" and m["skipped_steps"] == 0 and m["loss_scale"] == 65536, m
+
+
+def test_fp16_overflow_skips_steps(tmp_path):
+    """A loss scale that overflows float16 (SNRT_LOSS_SCALE=2^60, a testing
+    aid) skips every update and halves the scale each step: after 3 steps
+    the weights are their initial values, the metrics count 3 skipped steps
+    and the scale is 2^57."""
+    torch.manual_seed(1)
+    model = SmallCNN()
+    x, y, onnx_path = prepare(model, (1, 12, 12), 10, 8, tmp_path)
+    prog = compile_model(onnx_path, str(tmp_path / "prog"), 8, "--precision", "fp16")
+    params = tmp_path / "params"
+    run([prog, "--data", "npy:%s,%s" % (tmp_path / "x.npy", tmp_path / "y.npy"), "--steps", "3",
+         "--dump-params", str(params), "--metrics", str(tmp_path / "m.json")],
+        env=dict(os.environ, SNRT_LOSS_SCALE=str(2.0 ** 60)))
+    m = json.load(open(tmp_path / "m.json"))
+    assert m["skipped_steps"] == 3 and m["loss_scale"] == 2.0 ** 57, m
+    for pname, p in model.named_parameters():
+        assert np.array_equal(load_dump(params, pname), p.detach().numpy()), pname
+    # An ordinary scale trains: the weights move.
+    run([prog, "--data", "npy:%s,%s" % (tmp_path / "x.npy", tmp_path / "y.npy"), "--steps", "1",
+         "--dump-params", str(params), "--metrics", str(tmp_path / "m.json")])
+    assert json.load(open(tmp_path / "m.json"))["skipped_steps"] == 0
+    assert not np.array_equal(load_dump(params, "fc2.weight"), model.fc2.weight.detach().numpy())

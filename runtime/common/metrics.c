@@ -47,7 +47,7 @@ void rt_metrics_write(const snrt_ctx *c, const char *path, const rt_metrics *mt)
     if (strcmp(m->precision, "fp16") == 0) {   /* dynamic loss scaling */
       k--;
       while (k > 0 && buf[k] != '}') k--;
-      k += snprintf(buf + k, sizeof buf - (size_t)k, ", \"skipped_steps\": %lld, \"loss_scale\": %.9g}\n",
+      k += snprintf(buf + k, sizeof buf - (size_t)k, ", \"skipped_steps\": %lld, \"loss_scale\": %.17g}\n",
                     (long long)c->skipped_steps, (double)c->loss_scale);
     }
   }
