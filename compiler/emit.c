@@ -268,8 +268,9 @@ static void emit_reads(Emit *e, int s) {
   if (n) fprintf(e->f, "  snrt_reads(c, %d, %d, (const int64_t[]){%s});\n", s, n, buf);
 }
 
-/* --precision bf16 on a target whose kernels take float32 (both today): a
- * step that reads or writes a bf16 tensor runs on float32 scratch copies.
+/* --precision bf16|fp16 on a target whose kernels take float32 (both
+ * today): a step that reads or writes a 16-bit tensor runs on float32
+ * scratch copies (below for bf16; fp16 the same with snrt_f16_*).
  * Each bf16 input is widened into the scratch (snrt_bf16_load), each float32
  * input of a 16-bit op (conv/GEMM/MatMul: weights, biases, the data input)
  * is rounded to bf16 there (snrt_bf16_round), each bf16 output is computed
