@@ -255,6 +255,30 @@ static bool inplace_forward(OpKind op) {
   }
 }
 
+void liveness_floors(const Graph *g, const Plan *pl, int64_t *transient, int64_t *host) {
+  const Route *r = pl->route;
+  int T = r->ns;
+  int64_t *diff = xcalloc((size_t)T + 1, sizeof *diff);
+  for (int i = 0; i < pl->ninst; i++) {
+    const Instance *in = &pl->inst[i];
+    if (!in->host) continue;
+    diff[in->first] += in->bytes;
+    diff[in->last + 1] -= in->bytes;
+  }
+  int64_t run = 0, hmax = 0, dmax = 0;
+  for (int s = 0; s < T; s++) {
+    run += diff[s];
+    if (run > hmax) hmax = run;
+    const Step *st = &r->s[s];
+    int64_t d = pl->live_bytes[s] - pl->persistent_bytes;
+    if (st->node >= 0 && inplace_forward(g->n[st->node].op) && st->nout == 1 && st->out[0] >= 0)
+      d -= pl->inst[st->out[0]].bytes;
+    if (d > dmax) dmax = d;
+  }
+  free(diff);
+  *transient = dmax, *host = hmax;
+}
+
 /* After recomputation and offload: an elementwise step whose input instance
  * dies at that step writes its output over it (the classic in-place ReLU,
  * also for recompute and eval steps). The output instance disappears; the

@@ -112,9 +112,20 @@ typedef struct Cand {
   int host_state;          // 1: optimizer state on the host; 2: parameters too
 } Cand;
 
+/* Persistent kinds offload_persistent moves at host-state level hs. */
+static bool moves_to_host(TensorKind k, int hs) {
+  return (hs >= 1 && k == TK_OPT) || (hs >= 2 && k == TK_PARAM);
+}
+
 /* One plan: the passes in order, all but the device arena's packing (the
- * host arena is packed; the estimate made). */
-static Plan *plan_passes(Graph *g, const PlanOpts *o, const DeviceProfile *dev, const Cand *c) {
+ * host arena is packed; the estimate made). With `floor` (auto's search), a
+ * plan that cannot fit the budgets is cut short after recomputation and
+ * activation offload: where the lower bounds of liveness_floors already
+ * exceed them, the later passes (persistent state on the host, in-place
+ * steps, the host arena, the estimate) are not run; *cut says so, and
+ * peak_live_bytes and host_bytes are then those bounds, est_step_seconds NaN. */
+static Plan *plan_passes(Graph *g, const PlanOpts *o, const DeviceProfile *dev, const Cand *c,
+                         const int64_t floor[2], bool *cut) {
   Plan *pl = xcalloc(1, sizeof *pl);
   pl->opts = *o;
   pl->opts.device = dev->name;
@@ -132,13 +143,46 @@ static Plan *plan_passes(Graph *g, const PlanOpts *o, const DeviceProfile *dev, 
    * checkpoints are offloaded (a rebuild needs all its checkpoints prefetched
    * at once). */
   if (c->rc_target >= 0) {
-    RecomputeOpts ro = {.target = c->rc_target ? c->rc_target : layer_peak,
+    /* The live-byte target is the device budget once persistent state has
+     * moved to the host (offload_persistent, below): the bytes that move
+     * do not count against it here, but the device copies of those the
+     * steps at hand use do (at most twice the most one node uses). */
+    int64_t target = c->rc_target;
+    if (c->host_state && target > 0 && target < INT64_MAX / 2) {
+      int64_t moved = 0, most = 0;
+      for (int t = 0; t < g->nt; t++)
+        if (moves_to_host(g->t[t].kind, c->host_state)) moved += arena_align(tensor_bytes(&g->t[t]));
+      for (int i = 0; i < g->nn; i++) {
+        const Node *n = &g->n[i];
+        int64_t b = 0;
+        for (int k = 0; k < n->nin + n->nout; k++) {
+          int t = k < n->nin ? n->in[k] : n->out[k - n->nin];
+          if (t >= 0 && moves_to_host(g->t[t].kind, c->host_state))
+            b += arena_align(tensor_bytes(&g->t[t]));
+        }
+        if (b > most) most = b;
+      }
+      if (moved > 2 * most) target += moved - 2 * most;
+    }
+    RecomputeOpts ro = {.target = target ? target : layer_peak,
                         .max_chain = c->sel && !c->seg_bytes ? 2 : RECOMPUTE_CHAIN,
                         .seg_bytes = c->seg_bytes,
                         .ck_offloaded = c->sel != NULL};
     pl->checkpoints = recompute_plan(g, pl, &ro);
   }
   if (c->sel) offload_plan(g, pl, c->sel, dev, c->hidden_only, c->lead);
+  if (cut) *cut = false;
+  if (floor) {
+    int64_t dev_floor, host_floor;
+    liveness_floors(g, pl, &dev_floor, &host_floor);
+    if (!c->host_state) dev_floor += pl->persistent_bytes;
+    if (dev_floor > floor[0] || host_floor > floor[1]) {
+      pl->peak_live_bytes = dev_floor, pl->host_bytes = host_floor;
+      pl->est_step_seconds = NAN;
+      *cut = true;
+      return pl;
+    }
+  }
   if (c->host_state) offload_persistent(g, pl, dev, c->host_state > 1);
   /* In-place elementwise steps pay where recomputed and prefetched copies
    * are short-lived; the plain liveness plan is left as packed. */
@@ -158,7 +202,7 @@ static void plan_pack(const Graph *g, Plan *pl) {
 }
 
 static Plan *plan_once(Graph *g, const PlanOpts *o, const DeviceProfile *dev, const Cand *c) {
-  Plan *pl = plan_passes(g, o, dev, c);
+  Plan *pl = plan_passes(g, o, dev, c, NULL, NULL);
   plan_pack(g, pl);
   return pl;
 }
@@ -172,9 +216,22 @@ static void plan_free(Plan *pl) {
 
 /* The search in plan_auto: the fastest plan that fits both budgets, and the
  * smallest arena and host arena seen (for the error when nothing fits). */
+/* A candidate whose live bytes and host arena fit (its device arena not yet
+ * packed), kept for the end of the search (finish()). */
+typedef struct Fit {
+  Cand c;                  // c.sel owned (a copy)
+  double est;
+  int tried;               // its number in the log
+} Fit;
+
 typedef struct Search {
   int64_t budget, host_budget;
-  Plan *best;
+  Plan *best;              // the fastest fit so far (by live bytes; packed by finish())
+  int best_tried;
+  bool best_packed;        // ... already packed (consider(): a tight fit)
+  Fit *fit;                // every candidate that fits by live bytes
+  int nfit, capfit;
+  int nt;                  // tensors (the size of a Cand.sel)
   int64_t smallest;        // smallest arena among plans within the host budget
   int64_t smallest_host;   // smallest host arena among plans within the device budget
   int64_t smallest_any;    // smallest arena of all
@@ -212,27 +269,32 @@ static bool fits(const Search *sr, const Plan *pl) {
   return pl->arena_bytes <= sr->budget && pl->host_bytes <= sr->host_budget;
 }
 
+static void log_line(Search *sr, const char *line);
 static void log_cand(Search *sr, const Cand *c, const Plan *pl, Verdict v, bool packed) {
   char arena[32];
   snprintf(arena, sizeof arena, "%s%s", packed ? "" : ">=",
            fmt_bytes(packed ? pl->arena_bytes : pl->peak_live_bytes));
-  char *line = xasprintf("%3d  %-6s %11s %10s %10.3f ms  %s\n", sr->tried,
-                         v == C_FITS ? "fits" : v == C_SLOWER ? "slower" : "-", arena,
-                         fmt_bytes(pl->host_bytes), pl->est_step_seconds * 1e3, cand_name(c, pl));
-  size_t n = strlen(line);
-  sr->log = xrealloc(sr->log, sr->nlog + n + 1);
-  memcpy(sr->log + sr->nlog, line, n + 1);
-  sr->nlog += n;
+  bool cut = isnan(pl->est_step_seconds);
+  char host[32], est[32] = "(cut short)";
+  snprintf(host, sizeof host, "%s%s", cut ? ">=" : "", fmt_bytes(pl->host_bytes));
+  if (!cut) snprintf(est, sizeof est, "%10.3f ms", pl->est_step_seconds * 1e3);
+  char *line = xasprintf("%3d  %-6s %11s %10s %13s  %s\n", sr->tried,
+                         v == C_FITS ? "fits" : v == C_SLOWER ? "slower" : "-", arena, host, est,
+                         cand_name(c, pl));
+  log_line(sr, line);
   free(line);
 }
 
-/* Plans candidate c; keeps it if it is the fastest fit so far. The device
- * arena is packed only where that can matter: its live bytes (a lower bound
- * of the arena) fit the budget and it is faster than the best so far; or
- * nothing fits yet and it may be the smallest (for the error message). */
+/* Plans candidate c; keeps it if it is the fastest fit so far. A plan fits
+ * here when its live bytes (a lower bound of the device arena) and its host
+ * arena fit the budgets; its device arena is packed at the end (finish()),
+ * once, for the fastest of them, unless it is a tight fit (packed at once).
+ * Also packed: while nothing fits yet, a plan that may have the smallest
+ * host arena under the device budget (for the error message). */
 static Verdict consider(Search *sr, Graph *g, const PlanOpts *o, const DeviceProfile *dev,
                         const Cand *c) {
-  Plan *pl = plan_passes(g, o, dev, c);
+  bool cut;
+  Plan *pl = plan_passes(g, o, dev, c, (const int64_t[2]){sr->budget, sr->host_budget}, &cut);
   sr->tried++;
   sr->last_checkpoints = pl->checkpoints;
   sr->last_arena = pl->peak_live_bytes;
@@ -243,27 +305,86 @@ static Verdict consider(Search *sr, Graph *g, const PlanOpts *o, const DevicePro
    * be the smallest host arena under the device budget; the smallest device
    * arenas are tracked by live bytes (a lower bound; plan_build's error
    * finds the true smallest budget by bisection). */
-  bool pack = (live_ok && host_ok && faster) ||
-              (!sr->best && live_ok && pl->host_bytes < sr->smallest_host);
-  Verdict v = live_ok && host_ok && !faster ? C_SLOWER : C_NOFIT;
+  bool fit = !cut && live_ok && host_ok;
+  /* Within 1/8 of the budget, packing may not fit (fragmentation): such a
+   * plan is packed now, so that the search goes on where it does not. */
+  bool tight = pl->peak_live_bytes > sr->budget - sr->budget / 8;
+  bool pack = !cut && ((fit && faster && tight) ||
+                       (!fit && !sr->best && live_ok && pl->host_bytes < sr->smallest_host));
   int64_t arena = pl->peak_live_bytes;
   if (pack) {
     plan_pack(g, pl);
     arena = pl->arena_bytes;
     if (pl->arena_bytes <= sr->budget && pl->host_bytes < sr->smallest_host)
       sr->smallest_host = pl->host_bytes;
-    if (fits(sr, pl)) v = faster ? C_FITS : C_SLOWER;
+    fit = fit && fits(sr, pl);
   }
+  Verdict v = !fit ? C_NOFIT : faster ? C_FITS : C_SLOWER;
   if (arena < sr->smallest_any) sr->smallest_any = arena;
   if (host_ok && arena < sr->smallest) sr->smallest = arena;
   log_cand(sr, c, pl, v, pack);
+  if (fit) {
+    xgrow((void **)&sr->fit, &sr->capfit, sr->nfit + 1, sizeof *sr->fit);
+    Fit *f = &sr->fit[sr->nfit++];
+    *f = (Fit){.c = *c, .est = pl->est_step_seconds, .tried = sr->tried};
+    if (c->sel) {
+      bool *sel = xmalloc((size_t)sr->nt + 1);
+      memcpy(sel, c->sel, (size_t)sr->nt + 1);
+      f->c.sel = sel;
+    }
+  }
   if (v == C_FITS) {
     plan_free(sr->best);
-    sr->best = pl;
+    sr->best = pl, sr->best_tried = sr->tried, sr->best_packed = pack;
   } else {
     plan_free(pl);
   }
   return v;
+}
+
+static int by_est(const void *a, const void *b) {
+  const Fit *x = a, *y = b;
+  if (x->est != y->est) return x->est < y->est ? -1 : 1;
+  return x->tried - y->tried;
+}
+
+static void log_line(Search *sr, const char *line) {
+  size_t n = strlen(line);
+  sr->log = xrealloc(sr->log, sr->nlog + n + 1);
+  memcpy(sr->log + sr->nlog, line, n + 1);
+  sr->nlog += n;
+}
+
+/* The end of the search: the fastest fit's device arena packed; where
+ * packing leaves it over the budget (fragmentation), the next fastest fits
+ * are planned again and packed, in order, until one fits (NULL if none). */
+static Plan *finish(Search *sr, Graph *g, const PlanOpts *o, const DeviceProfile *dev) {
+  Plan *pl = sr->best;
+  sr->best = NULL;
+  if (sr->nfit) qsort(sr->fit, (size_t)sr->nfit, sizeof *sr->fit, by_est);
+  for (int k = -1; k < sr->nfit; k++) {
+    int tried = sr->best_tried;
+    if (k >= 0) {
+      if (sr->fit[k].tried == sr->best_tried) continue;
+      pl = plan_passes(g, o, dev, &sr->fit[k].c, NULL, NULL);
+      tried = sr->fit[k].tried;
+    }
+    if (!pl) continue;
+    if (k >= 0 || !sr->best_packed) plan_pack(g, pl);
+    char *line = xasprintf("chosen: #%d, packed: arena %s%s\n", tried, fmt_bytes(pl->arena_bytes),
+                           fits(sr, pl) ? "" : ", over the budget (fragmentation); next fastest");
+    log_line(sr, line);
+    free(line);
+    if (fits(sr, pl)) break;
+    if (pl->host_bytes <= sr->host_budget && pl->arena_bytes < sr->smallest)
+      sr->smallest = pl->arena_bytes;
+    plan_free(pl);
+    pl = NULL;
+  }
+  for (int k = 0; k < sr->nfit; k++) free((void *)sr->fit[k].c.sel);
+  free(sr->fit);
+  sr->fit = NULL, sr->nfit = 0;
+  return pl;
 }
 
 /* Bytes of the forward activations: the scale of the checkpoint ladder. */
@@ -299,6 +420,8 @@ static void run_ladder(Search *sr, Graph *g, const PlanOpts *o, const DeviceProf
      * as fast as the ones after it (the same recomputation, more of the
      * copies exposed), but for the leads, where it is only likely. */
     static const int lead[] = {0, 0, 16, 4, 1, -1};
+    double before = sr->best ? sr->best->est_step_seconds : INFINITY;
+    bool gain = true;
     for (int v = 0; v < 6; v++) {
       bool off = v > 0;
       Cand cd = {.planned = off ? POL_SUPERNEURONS : POL_RECOMPUTE, .rc_target = budget,
@@ -308,15 +431,20 @@ static void run_ladder(Search *sr, Graph *g, const PlanOpts *o, const DeviceProf
       /* The same checkpoints as the rung before: the same plans. */
       if (!v && sr->last_checkpoints == prev_ck) break;
       if (!v) prev_ck = sr->last_checkpoints, slower = vd == C_SLOWER ? slower + 1 : 0;
-      if (vd != C_NOFIT) break;
+      if (vd != C_NOFIT) {
+        gain = sr->last_est < 0.99 * before;
+        break;
+      }
     }
     /* Larger segments only rebuild more: after three rungs in a row that
      * fit but are slower than the best, the rest are not planned; on large
-     * graphs (planning time grows with them) already after one 10% slower.
-     * Both make the candidates depend on the budget a little more. */
+     * graphs (planning time grows with them) already after one 10% slower,
+     * or after one that fits but gains less than 1% on the best before it.
+     * These make the candidates depend on the budget a little more. */
     if (slower >= 3 || (g->nfwd > LARGE_GRAPH_NODES && slower && sr->best &&
                         sr->last_est > 1.1 * sr->best->est_step_seconds))
       break;
+    if (g->nfwd > LARGE_GRAPH_NODES && !gain) break;
   }
 }
 
@@ -331,9 +459,9 @@ static void run_ladder(Search *sr, Graph *g, const PlanOpts *o, const DeviceProf
  * ahead or synchronous (exposed time counted). Then the fixed recompute and superneurons
  * plans, and cheap recomputation plus offload of the first k activations
  * with the smallest k that fits (bisection). Only when nothing fits:
- * persistent state on the host. Each candidate's arena is packed only if
- * its live bytes fit and it is faster than the best so far (consider()),
- * so most cost one pass over the route and no packing.
+ * persistent state on the host. A candidate costs one pass over the route,
+ * cut short where lower bounds already exceed a budget; only the fastest fit
+ * is packed, at the end (finish(); tight fits at once, consider()).
  *
  * The candidates depend on the budget only through the live-byte target of
  * nested and memory-centric recomputation (and the skipped rungs); the
@@ -401,7 +529,7 @@ static Plan *plan_auto(Graph *g, const PlanOpts *o, const DeviceProfile *dev, Se
     }
   }
   free(acts);
-  return sr->best;
+  return finish(sr, g, o, dev);
 }
 
 /* The plan for o->policy, without the budget checks (auto: NULL if nothing
@@ -410,7 +538,8 @@ static Plan *build(Graph *g, const PlanOpts *o, Search *sr) {
   const DeviceProfile *dev = device_find(o->device ? o->device : "h200");
   *sr = (Search){.budget = o->budget ? o->budget : device_budget(dev),
                  .host_budget = o->host_budget ? o->host_budget : device_host_budget(dev),
-                 .smallest = INT64_MAX, .smallest_host = INT64_MAX, .smallest_any = INT64_MAX};
+                 .smallest = INT64_MAX, .smallest_host = INT64_MAX, .smallest_any = INT64_MAX,
+                 .nt = g->nt};
   Cand c = {.planned = o->policy, .rc_target = -1};
   switch (o->policy) {
   case POL_NONE: case POL_LIVENESS: return plan_once(g, o, dev, &c);
@@ -548,8 +677,10 @@ void plan_dump(const Graph *g, const Plan *pl, const char *pass, FILE *f) {
       return;
     }
     fprintf(f, "auto: candidates compared (device budget %s, host budget %s); chosen: the "
-            "fastest that fits. An arena '>=' was not packed: its live bytes (a lower bound)\n"
-            "exceed the budget, or the plan is slower than one that fits\n"
+            "fastest that fits.\nAn arena '>=' was not packed: its live bytes (a lower bound); "
+            "only the chosen plan is packed\n(at the end), and a tight fit (within 1/8 of the "
+            "budget) at once. 'cut short': not finished,\nlower bounds of its arenas after "
+            "recomputation and offload already exceed a budget\n"
             "%3s  %-6s %11s %10s %13s  %s\n%s", fmt_bytes(pl->budget),
             fmt_bytes(pl->host_budget), "#", "", "arena", "host", "est. step", "plan",
             pl->auto_log);

@@ -55,7 +55,11 @@ Review *review_build(const Graph *g, const Plan *pl) {
   rv->offload_step = xmalloc(sizeof(int) * (size_t)nT);
   rv->prefetch_step = xmalloc(sizeof(int) * (size_t)nT);
   rv->next_use = xmalloc(sizeof(int) * (size_t)nT);
-  for (int t = 0; t < g->nt; t++) rv->offload_step[t] = rv->prefetch_step[t] = rv->next_use[t] = -1;
+  rv->copies_in = xcalloc((size_t)nT, sizeof(int));
+  rv->copies_back = xcalloc((size_t)nT, sizeof(int));
+  rv->last_back = xmalloc(sizeof(int) * (size_t)nT);
+  for (int t = 0; t < g->nt; t++)
+    rv->offload_step[t] = rv->prefetch_step[t] = rv->next_use[t] = rv->last_back[t] = -1;
 
   rv->peak = 0;
   for (int s = 1; s < T; s++)
@@ -99,6 +103,8 @@ Review *review_build(const Graph *g, const Plan *pl) {
     xgrow((void **)&rv->copies, &capcopies, rv->ncopies + 1, sizeof *rv->copies);
     rv->copies[rv->ncopies++] = c;
     if (t >= 0) {
+      if (pre) rv->copies_in[t]++;
+      else rv->copies_back[t]++, rv->last_back[t] = s;
       if (!pre && rv->offload_step[t] < 0) rv->offload_step[t] = s, rv->dec[t] = DEC_OFFLOADED;
       if (pre && rv->prefetch_step[t] < 0) {
         rv->prefetch_step[t] = s;
@@ -148,6 +154,7 @@ Review *review_build(const Graph *g, const Plan *pl) {
 void review_free(Review *rv) {
   free(rv->cat), free(rv->writer_kind), free(rv->by_cat), free(rv->dec), free(rv->recomputes);
   free(rv->offload_step), free(rv->prefetch_step), free(rv->next_use), free(rv->copies);
+  free(rv->copies_in), free(rv->copies_back), free(rv->last_back);
   free(rv);
 }
 
@@ -170,12 +177,7 @@ const char *review_reason(const Graph *g, const Plan *pl, const Review *rv, int 
     if (pi >= 0 && pl->inst[pi].persistent && pl->inst[pi].host) {
       /* Parameters and optimizer state resident on the host: the device
        * sees them only around their uses; an update's result is copied back. */
-      int in = 0, back = 0, last_back = -1;
-      for (int k = 0; k < rv->ncopies; k++)
-        if (rv->copies[k].tensor == t) {
-          if (rv->copies[k].prefetch) in++;
-          else back++, last_back = rv->copies[k].step;
-        }
+      int in = rv->copies_in[t], back = rv->copies_back[t], last_back = rv->last_back[t];
       snprintf(buf, sizeof buf, "resident in host memory: copied to the device %d time%s "
                "(first at step %d), written back %d time%s%s", in, in == 1 ? "" : "s", p, back,
                back == 1 ? "" : "s", back ? xasprintf(" (last at step %d)", last_back) : "");

@@ -37,6 +37,9 @@ typedef struct Review {
   int *offload_step;       // per tensor: step of its (first) offload, -1
   int *prefetch_step;      // per tensor: step of its (first) prefetch, -1
   int *next_use;           // per tensor: first step reading its prefetched copy, -1
+  int *copies_in;          // per tensor: prefetches (copies to the device)
+  int *copies_back;        // per tensor: offloads (copies to the host)
+  int *last_back;          // per tensor: step of its last offload, -1
   Copy *copies;
   int ncopies;
 } Review;

@@ -491,6 +491,11 @@ void liveness_assign(const Graph *g, Plan *pl);
 void liveness_lifetimes(const Graph *g, Plan *pl);
 /* Elementwise steps write over an input that dies there (after the other passes). */
 void liveness_inplace(const Graph *g, Plan *pl);
+/* Lower bounds that no later pass goes below (offload_persistent only adds
+ * transient device instances; liveness_inplace saves at most the output of
+ * one in-place step per step): the device live bytes of the instances that
+ * are not persistent, and the host arena (the peak of its live bytes). */
+void liveness_floors(const Graph *g, const Plan *pl, int64_t *transient, int64_t *host);
 /* An instance's name (its tensor's, or "NODE/workspace") and kind name. */
 const char *plan_inst_name(const Graph *g, const Plan *pl, int inst);
 const char *plan_inst_kind(const Graph *g, const Plan *pl, int inst);

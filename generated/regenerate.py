@@ -31,15 +31,17 @@ PY = "/usr/bin/python3"
 KEEP = ["train.c", "plan.txt", "plan.json", "build.ninja"]
 
 # name: (how to get the model, snc compile flags). Keep them small: generated/
-# should stay well under a few MB (the ResNet's train.c is ~280 KB).
+# should stay well under a few MB (the ResNet's train.c is ~280 KB). Every
+# one gives --host-budget: the cpu profile's default is this machine's
+# memory, which would make plan.json differ from machine to machine.
 EXAMPLES = {
     "fashion_cnn": (os.path.join(ROOT, "examples", "fashion_cnn.onnx"),
-                    ["--batch", "64", "--policy", "liveness"]),
+                    ["--batch", "64", "--policy", "liveness", "--host-budget", "16GiB"]),
     "resnet50_32px": ([os.path.join(ROOT, "examples", "make_resnet.py"), "--depth", "50",
                        "--size", "32", "--classes", "10"],
-                      ["--batch", "8", "--policy", "liveness"]),
+                      ["--batch", "8", "--policy", "liveness", "--host-budget", "16GiB"]),
     "gpt_bytes": (os.path.join(ROOT, "examples", "gpt_bytes.onnx"),
-                  ["--batch", "16", "--policy", "liveness"]),
+                  ["--batch", "16", "--policy", "liveness", "--host-budget", "16GiB"]),
 }
 
 
