@@ -529,6 +529,30 @@ static void add_update(Graph *g, int w) {
   g->t[w].producer = -1;
 }
 
+/* --precision fp16: dynamic loss scaling. The loss gradient is multiplied by
+ * the loss scale (emit.c), so every gradient of the backward pass is scaled;
+ * after the backward pass one GRAD_UNSCALE step divides every parameter
+ * gradient by the scale and checks it for Inf/NaN, and only then do the
+ * updates run (skipped, and the scale halved, on overflow; as PyTorch's
+ * GradScaler). Gradients thereby live until after the backward pass. */
+static struct { int *param, n, cap; } sc;
+
+static void scaled_add(int w) {
+  xgrow((void **)&sc.param, &sc.cap, sc.n + 1, sizeof(int));
+  sc.param[sc.n++] = w;
+}
+
+static void scaled_updates(Graph *g) {
+  int *in = xmalloc(sizeof(int) * (size_t)(sc.n + 1)), cnt = 0;
+  for (int k = 0; k < sc.n; k++)
+    if (g->t[sc.param[k]].grad >= 0) in[cnt++] = g->t[sc.param[k]].grad;
+  if (cnt) add_node(g, OP_GRAD_UNSCALE, -1, "grad_unscale", PH_BACKWARD, cnt, in, 0, NULL, NULL);
+  free(in);
+  for (int k = 0; k < sc.n; k++) add_update(g, sc.param[k]);
+  free(sc.param);
+  memset(&sc, 0, sizeof sc);
+}
+
 /* Data parallel (--dist): buckets of parameters whose gradients are final,
  * in the order they became final. Each bucket's all-reduce starts right
  * after the backward node that completes it (the gradients of a bucket of
@@ -685,6 +709,7 @@ void train_build(Graph *g, const TrainOpts *o) {
   /* Forgotten, not freed: a fuzzer run abandoned by an error released them. */
   memset(&hints, 0, sizeof hints);
   memset(&bk, 0, sizeof bk);
+  memset(&sc, 0, sizeof sc);
   rewrite_training_outputs(g);
   mark_constant_data(g);
   if (g->output < 0) fatal(EXIT_BADINPUT, "the model has no output");
@@ -726,12 +751,15 @@ void train_build(Graph *g, const TrainOpts *o) {
       int t = g->n[i].in[k];
       if (t >= 0 && g->t[t].kind == TK_PARAM && --pending[t] == 0) {
         if (o->dist) bucket_add(g, t);
+        else if (o->precision == PREC_FP16) scaled_add(t);
         else add_update(g, t);
       }
     }
   }
   if (o->dist) bucket_updates(g);
+  if (o->precision == PREC_FP16) scaled_updates(g);
   add_eval(g);
+  precision_assign(g, o->precision);
   hints_free();
   free(needs);
   free(pending);

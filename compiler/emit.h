@@ -20,6 +20,11 @@ struct Emit {
   int phcap;               // a power of two, or 0
   int nparams;             // counter for P<n> names
   bool ws_per_step;        // cuda: each conv step its own params, .ws_bytes = its workspace
+  /* --precision bf16: a step with a bf16 operand (or a 16-bit op reading a
+   * float32 operand) runs on float32 scratch copies (emit.c, wrap_step). */
+  bool wrapped;            // the current step does
+  char **sub_in, **sub_out;  // per input/output slot: its scratch name ("s0"), or NULL
+  int64_t scratch_max;     // floats of scratch the largest wrapped step uses
 };
 
 /* "F(0x1200)" for node input k / output k at the current step, "NULL" if absent. */

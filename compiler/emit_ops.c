@@ -255,7 +255,9 @@ void emit_lrn_bwd(Emit *e, const Graph *g, const Node *n) {
 
 /* Flatten, Reshape, Identity (and reshaped gradients): the same bytes. */
 void emit_copy(Emit *e, const Graph *g, const Node *n) {
-  fprintf(OUT, "  snrt_copy(c, %lld, %s, %s);\n", (long long)tensor_bytes(&g->t[n->out[0]]),
+  /* A wrapped step (emit.c) copies between float32 scratch copies. */
+  int64_t bytes = e->wrapped ? 4 * tensor_numel(&g->t[n->out[0]]) : tensor_bytes(&g->t[n->out[0]]);
+  fprintf(OUT, "  snrt_copy(c, %lld, %s, %s);\n", (long long)bytes,
           emit_in(e, 0), emit_out(e, 0));
 }
 
@@ -346,9 +348,17 @@ void emit_softmax_ce(Emit *e, const Graph *g, const Node *n) {
   fprintf(OUT, "  snrt_softmax_ce_fwd(c, %s, %s, %s, %s);\n", p_loss(e, n->p), emit_in(e, 0),
           emit_in(e, 1), emit_out(e, 0));
 }
+/* --precision fp16: the loss gradient times the loss scale (autodiff.c). */
+static void loss_scale(Emit *e, const Graph *g, const Node *n) {
+  if (g->precision == PREC_FP16)
+    fprintf(OUT, "  snrt_loss_scale(c, %lld, %s);\n", (long long)tensor_numel(&g->t[n->out[0]]),
+            emit_out(e, 0));
+}
+
 void emit_softmax_ce_bwd(Emit *e, const Graph *g, const Node *n) {
   fprintf(OUT, "  snrt_softmax_ce_bwd(c, %s, %s, %s, %s);\n", p_loss(e, n->p), emit_in(e, 0),
           emit_in(e, 1), emit_out(e, 0));
+  loss_scale(e, g, n);
 }
 void emit_mse(Emit *e, const Graph *g, const Node *n) {
   fprintf(OUT, "  snrt_mse_fwd(c, %s, %s, %s, %s);\n", p_loss(e, n->p), emit_in(e, 0), emit_in(e, 1),
@@ -357,6 +367,17 @@ void emit_mse(Emit *e, const Graph *g, const Node *n) {
 void emit_mse_bwd(Emit *e, const Graph *g, const Node *n) {
   fprintf(OUT, "  snrt_mse_bwd(c, %s, %s, %s, %s);\n", p_loss(e, n->p), emit_in(e, 0), emit_in(e, 1),
           emit_out(e, 0));
+  loss_scale(e, g, n);
+}
+
+/* GRAD_UNSCALE: every parameter gradient, with its element count. */
+void emit_grad_unscale(Emit *e, const Graph *g, const Node *n) {
+  fprintf(OUT, "  snrt_grad_unscale(c, %d, (float *const[]){", n->nin);
+  for (int k = 0; k < n->nin; k++) fprintf(OUT, "%s%s", k ? ", " : "", emit_in(e, k));
+  fprintf(OUT, "}, (const int64_t[]){");
+  for (int k = 0; k < n->nin; k++)
+    fprintf(OUT, "%s%lld", k ? ", " : "", (long long)tensor_numel(&g->t[n->in[k]]));
+  fprintf(OUT, "});\n");
 }
 
 /* Updates: `param` is printed as the model-table index of the parameter. */
@@ -370,7 +391,9 @@ void emit_sgd(Emit *e, const Graph *g, const Node *n) {
            (long long)p->n, emit_float(p->momentum), emit_float(p->weight_decay),
            emit_float(p->dampening), p->nesterov, e->table[p->param]);
   const char *ps = emit_params(e, p, "snrt_sgd_t", pb);
-  fprintf(OUT, "  snrt_sgd(c, %s, %s, %s, %s);\n", ps, emit_in(e, 0), emit_in(e, 1),
+  /* fp16: no update in a step whose gradients overflowed (snrt_grad_unscale). */
+  fprintf(OUT, "  %ssnrt_sgd(c, %s, %s, %s, %s);\n", g->precision == PREC_FP16 ? "if (!snrt_overflow(c)) " : "",
+          ps, emit_in(e, 0), emit_in(e, 1),
           n->nin > 2 ? emit_in(e, 2) : "NULL");
 }
 void emit_adam(Emit *e, const Graph *g, const Node *n) {
@@ -383,6 +406,7 @@ void emit_adam(Emit *e, const Graph *g, const Node *n) {
            (long long)p->n, emit_float(p->beta1), emit_float(p->beta2), emit_float(p->eps),
            emit_float(p->weight_decay), p->decoupled, e->table[p->param]);
   const char *ps = emit_params(e, p, "snrt_adam_t", pb);
-  fprintf(OUT, "  snrt_adam(c, %s, %s, %s, %s, %s);\n", ps, emit_in(e, 0), emit_in(e, 1),
+  fprintf(OUT, "  %ssnrt_adam(c, %s, %s, %s, %s, %s);\n", g->precision == PREC_FP16 ? "if (!snrt_overflow(c)) " : "",
+          ps, emit_in(e, 0), emit_in(e, 1),
           emit_in(e, 2), emit_in(e, 3));
 }

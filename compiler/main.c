@@ -10,20 +10,20 @@ static const char usage_text[] =
     "usage:\n"
     "  snc inspect MODEL.onnx [--batch N] [--input NAME] [--json] [--dump import]\n"
     "  snc plan    MODEL.onnx --batch N [--policy P] [--budget SIZE] [--host-budget SIZE]\n"
-    "                         [--device PROFILE] [--target cpu|cuda] [--json FILE]\n"
+    "                         [--device PROFILE] [--target cpu|cuda] [--precision P] [--json FILE]\n"
     "                         [--html FILE] [--dump PASS] [--input NAME] [--segment SIZE]\n"
     "                         [--dist mpi [--bucket SIZE] [--zero 1 --ranks N]]\n"
     "  snc plan    --diff A.json B.json\n"
     "  snc compile MODEL.onnx -o DIR --batch N [--target cpu|cuda] [--policy P]\n"
     "                         [--budget SIZE] [--host-budget SIZE] [--segment SIZE]\n"
-    "                         [--device PROFILE] [--loss softmax-ce|mse]\n"
+    "                         [--device PROFILE] [--precision P] [--loss softmax-ce|mse]\n"
     "                         [--optimizer sgd|adam|adamw] [--lr X] [--momentum X]\n"
     "                         [--weight-decay X] [--input NAME]\n"
     "                         [--dist mpi [--bucket SIZE] [--zero 1 --ranks N]]\n"
     "  snc max-batch MODEL.onnx --budget SIZE [--host-budget SIZE] [--policy P]\n"
-    "                         [--device PROFILE]\n"
+    "                         [--device PROFILE] [--precision P]\n"
     "\n"
-    "policies: none liveness recompute offload superneurons auto (default)\n"
+    "policies: none liveness recompute offload superneurons auto (default); precisions: fp32 (default) bf16 fp16\n"
     "passes for --dump: import (inspect); route liveness recompute offload offsets schedule\n"
     "                   auto (plan)\n";
 
@@ -110,6 +110,12 @@ static void parse_args(Args *a, int argc, char **argv) {
       a->plan.segment = parse_size(v);
       if (a->plan.segment <= 0) usage("bad size for --segment: '%s' (e.g. 64MiB)", v);
     } else if (strcmp(s, "--device") == 0) a->device = need_value(argc, argv, &i);
+    else if (strcmp(s, "--precision") == 0) {
+      const char *v = need_value(argc, argv, &i);
+      int p = precision_parse(v);
+      if (p < 0) usage("--precision must be fp32, bf16 or fp16, not '%s'", v);
+      a->train.precision = (Precision)p;
+    }
     else if (strcmp(s, "--loss") == 0) {
       const char *v = need_value(argc, argv, &i);
       if (strcmp(v, "softmax-ce") == 0) a->train.loss = LOSS_SOFTMAX_CE;
@@ -169,6 +175,11 @@ static void parse_args(Args *a, int argc, char **argv) {
   if (zero && a->train.optim == OPTIM_SGD && a->train.momentum == 0)
     usage("%s", "--zero 1 shards the optimizer state, and SGD without momentum has none");
   if (zero) a->train.zero_ranks = ranks;
+  if (a->train.precision == PREC_FP16 && (strcmp(a->target, "cuda") == 0 || a->train.dist))
+    fatal(EXIT_BADINPUT, "--precision fp16 runs on the cpu target without --dist only (its dynamic "
+          "loss scaling decides on the host whether a step's updates run, which a captured CUDA "
+          "graph and the all-reduce buckets do not do yet); --precision bf16 needs no loss "
+          "scaling and runs on both targets");
   if (a->plan.segment && a->plan.policy != POL_RECOMPUTE)
     usage("%s", "--segment SIZE goes with --policy recompute (checkpoint segments of SIZE; "
           "auto chooses its own)");

@@ -101,6 +101,9 @@
   OP(MSE_BWD,         "",  2,2, 1,1, COST_CHEAP, shape_internal, grad_none, emit_mse_bwd,         flops_in) \
   OP(SGD,             "",  2,3, 1,2, COST_CHEAP, shape_internal, grad_none, emit_sgd,             flops_in) \
   OP(ADAM,            "",  4,4, 1,3, COST_CHEAP, shape_internal, grad_none, emit_adam,            flops_in) \
+  /* --precision fp16: after the backward pass, every parameter gradient \
+   * divided by the loss scale and checked for overflow (skips the updates). */ \
+  OP(GRAD_UNSCALE,    "",  1,-1, 0,0, COST_FREE, shape_internal, grad_none, emit_grad_unscale,   flops_zero) \
   /* Data parallel (--dist mpi, emit_dist.c): a bucket's gradient all-reduce is \
    * started, then waited for before the first update that reads it. */ \
   OP(ALLREDUCE,       "",  1,-1, 0,0, COST_FREE, shape_internal, grad_none, emit_allreduce,      flops_zero) \

@@ -331,6 +331,10 @@ static void summary(FILE *f, const Graph *g, const Plan *pl, const Review *rv) {
   } else {
     card(f, false, "persistent", fmt_bytes(pl->persistent_bytes), "parameters, state, optimizer");
   }
+  if (g->precision != PREC_FP32)
+    card(f, false, "precision", precision_name(g->precision),
+         "activations and their gradients 16-bit; fp32 master weights, gradients, optimizer "
+         "and BN state, loss");
   sub = xasprintf("arena/baseline %.3f", pl->baseline_bytes ?
                   (double)pl->arena_bytes / (double)pl->baseline_bytes : 0);
   card(f, false, "baseline (policy none)", fmt_bytes(pl->baseline_bytes), sub);
@@ -370,8 +374,10 @@ static void inst_row(FILE *f, const Graph *g, const Plan *pl, const Review *rv, 
   const char *dec = inst_decision(rv, pl, i);
   fprintf(f, "<tr><td>");
   esc(f, plan_inst_name(g, pl, i));
-  fprintf(f, "</td><td>%s</td><td>%s</td><td class=\"n\">%s</td>", plan_inst_kind(g, pl, i),
-          cat_name[rv->cat[i]], fmt_bytes(in->bytes));
+  fprintf(f, "</td><td>%s", plan_inst_kind(g, pl, i));
+  /* --precision bf16: each tensor's storage dtype beside its kind. */
+  if (g->precision != PREC_FP32 && in->tensor >= 0) fprintf(f, " %s", dtype_name(g->t[in->tensor].dtype));
+  fprintf(f, "</td><td>%s</td><td class=\"n\">%s</td>", cat_name[rv->cat[i]], fmt_bytes(in->bytes));
   if (share_of) fprintf(f, "<td class=\"n\">%.1f%%</td>", pct(in->bytes, share_of));
   if (in->persistent) fprintf(f, "<td>persistent</td>");
   else fprintf(f, "<td class=\"n\">%d&ndash;%d (%d steps)</td>", in->first, in->last,

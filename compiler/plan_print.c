@@ -105,6 +105,24 @@ void plan_print_summary(const Graph *g, const Plan *pl, FILE *f) {
           fmt_bytes((int64_t)pl->offload_bytes));
   fprintf(f, "  steps           %12d   (%d training, %d eval; %d instances)\n", pl->route->ns,
           pl->route->train_steps, pl->route->ns - pl->route->train_steps, pl->ninst);
+  if (g->precision != PREC_FP32) {
+    /* Bytes of the arena's tensors (each once, as the none policy sizes them) by dtype. */
+    int64_t low = 0, full = 0;
+    for (int x = 0; x < g->nt; x++) {
+      if (pl->tensor_inst[x] < 0) continue;
+      int64_t b = arena_align(tensor_bytes(&g->t[x]));
+      if (g->t[x].dtype == DT_BFLOAT16 || g->t[x].dtype == DT_FLOAT16) low += b;
+      else full += b;
+    }
+    fprintf(f, "  precision       %12s   (%s activations and their gradients: %s; float32 "
+            "master weights, gradients, optimizer and BN state, input, loss: %s)\n",
+            precision_name(g->precision), precision_name(g->precision), fmt_bytes(low),
+            fmt_bytes(full));
+    if (g->precision == PREC_FP16)
+      fprintf(f, "  loss scaling    %12s   (initial scale 65536, halved and the step's updates skipped "
+              "on overflow, doubled after 2000 steps without one; --metrics counts skipped_steps)\n",
+              "dynamic");
+  }
 }
 
 /* The peak: where, what is live there by category, the largest tensors. */
@@ -128,7 +146,8 @@ static void print_peak(const Graph *g, const Plan *pl, const Review *rv, FILE *f
   }
   if (w > 60) w = 60;
   fprintf(f, "  largest live tensors (%d of %d):\n", shown, n);
-  fprintf(f, "    %-*s  %-12s %11s %6s  %-15s  %s\n", w + 2, "tensor", "kind", "size", "share",
+  int kw = g->precision != PREC_FP32 ? 21 : 12;   /* bf16 plans: "activation bfloat16" */
+  fprintf(f, "    %-*s  %-*s %11s %6s  %-15s  %s\n", w + 2, "tensor", kw, "kind", "size", "share",
           "lifetime", "decision");
   for (int k = 0; k < shown; k++) {
     const Instance *in = &pl->inst[live[k]];
@@ -138,8 +157,11 @@ static void print_peak(const Graph *g, const Plan *pl, const Review *rv, FILE *f
     const char *dec = in->tensor >= 0 ? decision_name(rv->dec[in->tensor]) : "-";
     if (rv->cat[live[k]] == CAT_RECOMPUTED) dec = "recomputed copy";
     else if (rv->cat[live[k]] == CAT_PREFETCHED) dec = "prefetched copy";
-    fprintf(f, "    - %-*.*s  %-12s %11s %5.1f%%  %-15s  %s\n", w, w, plan_inst_name(g, pl, live[k]),
-            plan_inst_kind(g, pl, live[k]), fmt_bytes(in->bytes),
+    const char *kind = plan_inst_kind(g, pl, live[k]);
+    if (g->precision != PREC_FP32 && in->tensor >= 0)
+      kind = xasprintf("%s %s", kind, dtype_name(g->t[in->tensor].dtype));
+    fprintf(f, "    - %-*.*s  %-*s %11s %5.1f%%  %-15s  %s\n", w, w, plan_inst_name(g, pl, live[k]),
+            kw, kind, fmt_bytes(in->bytes),
             pct(in->bytes, pl->live_bytes[p]), life, dec);
   }
   free(live);
@@ -275,6 +297,7 @@ void plan_print_json(const Graph *g, const Plan *pl, FILE *f) {
   fprintf(f, ",\n  \"exposed_seconds\": ");
   json_num(f, pl->exposed_seconds);
   if (pl->ws_cap > 0) fprintf(f, ",\n  \"workspace_cap_bytes\": %lld", (long long)pl->ws_cap);
+  if (g->precision != PREC_FP32) fprintf(f, ",\n  \"precision\": \"%s\"", precision_name(g->precision));
   if (g->zero_ranks)
     fprintf(f, ",\n  \"ranks\": %d,\n  \"zero\": 1,\n  \"zero_shard_elements\": %lld",
             g->zero_ranks, (long long)g->zero_shard);
@@ -307,9 +330,13 @@ void plan_print_json(const Graph *g, const Plan *pl, FILE *f) {
     fprintf(f, "%s\n    {\"index\": %d, \"tensor\": ", i ? "," : "", i);
     json_str(f, plan_inst_name(g, pl, i));
     fprintf(f, ", \"kind\": \"%s\", \"bytes\": %lld, \"first\": %d, \"last\": %d, "
-            "\"offset\": %lld, \"host_offset\": %lld, \"persistent\": %s}",
+            "\"offset\": %lld, \"host_offset\": %lld, \"persistent\": %s",
             plan_inst_kind(g, pl, i), (long long)in->bytes, in->first, in->last,
             (long long)in->offset, (long long)in->host_offset, in->persistent ? "true" : "false");
+    /* Not in fp32 plans: their plan.json stays as it was before --precision. */
+    if (g->precision != PREC_FP32)
+      fprintf(f, ", \"dtype\": \"%s\"", in->tensor >= 0 ? dtype_name(g->t[in->tensor].dtype) : "bytes");
+    fputc('}', f);
   }
   fprintf(f, "\n  ]\n}\n");
 }

@@ -95,6 +95,10 @@ typedef enum {
 enum { DT_UNDEF = 0, DT_FLOAT = 1, DT_UINT8 = 2, DT_INT8 = 3, DT_UINT16 = 4, DT_INT16 = 5,
        DT_INT32 = 6, DT_INT64 = 7, DT_STRING = 8, DT_BOOL = 9, DT_FLOAT16 = 10,
        DT_DOUBLE = 11, DT_UINT32 = 12, DT_UINT64 = 13, DT_BFLOAT16 = 16 };
+/* --precision: PREC_FP32 (every float tensor 32-bit), PREC_BF16 (activations
+ * and their gradients stored in bfloat16, fp32 master weights; precision.c),
+ * PREC_FP16 (the same in float16, with dynamic loss scaling). */
+typedef enum { PREC_FP32, PREC_BF16, PREC_FP16 } Precision;
 int dtype_size(int dtype);           /* 0 for unknown/unsupported */
 const char *dtype_name(int dtype);
 
@@ -194,6 +198,7 @@ typedef struct Graph {
   int batch_reshapes;      // Reshape targets whose export batch now follows --batch
   int zero_ranks;          // --zero 1: ranks the optimizer state is sharded over (0: none)
   int64_t zero_shard;      // --zero 1: elements of the flat parameter space per rank
+  Precision precision;     // --precision the graph was typed for (precision_assign)
 } Graph;
 
 Graph *graph_new(const char *path);
@@ -329,6 +334,7 @@ typedef struct TrainOpts {
   bool dist;               // --dist mpi: gradients all-reduced across ranks
   int zero_ranks;          // --zero 1 --ranks N: N (optimizer state sharded); 0: none
   int64_t bucket_bytes;    // --dist: gradients per all-reduce bucket (bytes, at least)
+  Precision precision;     // --precision (precision_assign runs at the end of train_build)
 } TrainOpts;
 
 /* Appends to the forward graph: labels, the loss, the backward nodes (with
@@ -340,6 +346,22 @@ typedef struct TrainOpts {
  * Also builds the eval graph (forward with inference semantics) as nodes of
  * phase PH_EVAL. */
 void train_build(Graph *g, const TrainOpts *o);
+
+/* ------------------------------------------------------------------ precision.c */
+
+const char *precision_name(Precision p);
+int precision_parse(const char *s);    /* -1 if unknown */
+/* Storage dtypes of a training graph (the last part of train_build): under
+ * PREC_BF16 every float activation and activation gradient becomes
+ * DT_BFLOAT16 (PREC_FP16: DT_FLOAT16; the planner then sizes it at 2 bytes an element through
+ * tensor_bytes); parameters, their gradients, optimizer and BN state, saved
+ * statistics, the data input, labels, the loss and the eval logits stay
+ * float32. Sets g->precision. PREC_FP32 changes nothing. */
+void precision_assign(Graph *g, Precision p);
+/* Ops autocast runs in 16-bit (conv, GEMM, MatMul and their backward
+ * products): under bf16 their float32 inputs (weights, biases, the data
+ * input) are rounded to bfloat16 as they are read. */
+bool precision_low_op(OpKind op);
 
 /* ------------------------------------------------------------------ route.c */
 

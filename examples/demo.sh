@@ -13,7 +13,9 @@ EPOCHS=${EPOCHS:-3}
 if [ "$EPOCHS" -lt 2 ]; then echo "demo: EPOCHS must be 2 or more" >&2; exit 1; fi
 TRAIN="idx:$DATA/train-images-idx3-ubyte.gz,$DATA/train-labels-idx1-ubyte.gz"
 TEST="idx:$DATA/t10k-images-idx3-ubyte.gz,$DATA/t10k-labels-idx1-ubyte.gz"
-build/snc compile examples/fashion_cnn.onnx -o "$OUT" --batch 64 --optimizer adam --lr 0.001
+PRECISION=${PRECISION:-fp32}
+build/snc compile examples/fashion_cnn.onnx -o "$OUT" --batch 64 --optimizer adam --lr 0.001 \
+          --precision "$PRECISION"
 ninja -C "$OUT"
 "$OUT/train" --data "$TRAIN" --eval "$TEST" --epochs $((EPOCHS - 1)) --log-every 100 \
              --save "$OUT/checkpoint.snc"

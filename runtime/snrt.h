@@ -362,6 +362,10 @@ typedef struct snrt_model {
   /* --zero 1: per tensor of the table, where a parameter starts in the flat
    * space (-1: not a parameter, or not updated); NULL otherwise. */
   const int64_t *zero_flat;
+  /* --precision bf16: "bf16" (NULL: float32), and the float32 scratch the
+   * largest step widens its bf16 operands into (elements; snrt_bf16_load). */
+  const char *precision;
+  int64_t scratch_floats;
 } snrt_model;
 
 /* Defined by the emitted train.c. */
@@ -485,6 +489,32 @@ void snrt_copy(snrt_ctx *c, int64_t bytes, const void *src, void *dst);
 void snrt_fill(snrt_ctx *c, int64_t n, float value, float *y);
 void snrt_add(snrt_ctx *c, int64_t n, const float *a, const float *b, float *y);  /* y = a + b */
 
+/* Mixed precision (--precision bf16). Activations and their gradients are
+ * bfloat16 in the arena; kernels compute in float32 on scratch copies: the
+ * runtime's scratch buffer of snrt_the_model.scratch_floats floats, carved
+ * by the emitted step at float offsets `at`. load widens n bf16 values into
+ * the scratch at `at`; round copies n floats there rounded to bf16
+ * precision (a 16-bit op's weights); both return the scratch pointer.
+ * store rounds n floats to nearest-even bf16 into the arena. */
+float *snrt_scratch(snrt_ctx *c, int64_t at);
+float *snrt_bf16_load(snrt_ctx *c, int64_t at, const uint16_t *src, int64_t n);
+float *snrt_bf16_round(snrt_ctx *c, int64_t at, const float *src, int64_t n);
+void snrt_bf16_store(snrt_ctx *c, const float *src, uint16_t *dst, int64_t n);
+/* --precision fp16: the same three for IEEE half precision (float16), and
+ * dynamic loss scaling (PyTorch GradScaler's defaults: initial scale 65536,
+ * or SNRT_LOSS_SCALE; halved on overflow; doubled after 2000 steps without
+ * one). snrt_loss_scale multiplies the loss gradient by the scale;
+ * snrt_grad_unscale, after the backward pass, divides the n parameter
+ * gradients g[k] (cnt[k] elements) by it and checks them for Inf/NaN;
+ * snrt_overflow tells the updates of this step to skip. The CPU target
+ * only: the CUDA runtime defines them to stop with a message. */
+float *snrt_f16_load(snrt_ctx *c, int64_t at, const uint16_t *src, int64_t n);
+float *snrt_f16_round(snrt_ctx *c, int64_t at, const float *src, int64_t n);
+void snrt_f16_store(snrt_ctx *c, const float *src, uint16_t *dst, int64_t n);
+void snrt_loss_scale(snrt_ctx *c, int64_t n, float *dy);
+void snrt_grad_unscale(snrt_ctx *c, int n, float *const *g, const int64_t *cnt);
+int snrt_overflow(snrt_ctx *c);
+
 /* loss = mean over the batch; writes one float. */
 void snrt_softmax_ce_fwd(snrt_ctx *c, const snrt_loss_t *p, const float *logits,
                          const int32_t *labels, float *loss);
@@ -521,6 +551,58 @@ void snrt_adam(snrt_ctx *c, const snrt_adam_t *p, float *w, const float *g, floa
 #else
 #define SNRT_HD
 #endif
+
+/* bfloat16 <-> float32, shared by every runtime. Rounding is to nearest,
+ * ties to even (as PyTorch's and CUDA's __float2bfloat16); a NaN stays a
+ * (quiet) NaN. */
+static inline SNRT_HD uint16_t snrt_f32_to_bf16(float f) {
+  union { float f; uint32_t u; } v;
+  v.f = f;
+  if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40u);
+  return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
+}
+
+static inline SNRT_HD float snrt_bf16_to_f32(uint16_t h) {
+  union { float f; uint32_t u; } v;
+  v.u = (uint32_t)h << 16;
+  return v.f;
+}
+
+/* float16 (IEEE binary16) <-> float32: round to nearest, ties to even, with
+ * subnormals; past 65504 (from 65520 up) a value becomes Inf, as numpy's
+ * and CUDA's __float2half_rn. */
+static inline SNRT_HD uint16_t snrt_f32_to_f16(float f) {
+  union { float f; uint32_t u; } v;
+  v.f = f;
+  uint32_t sign = (v.u >> 16) & 0x8000u, a = v.u & 0x7fffffffu;
+  if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);
+  if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);
+  if (a < 0x38800000u) {   /* below 2^-14: a subnormal half (or zero) */
+    if (a < 0x33000000u) return (uint16_t)sign;
+    uint32_t m = (a & 0x7fffffu) | 0x800000u;
+    int shift = 126 - (int)(a >> 23);
+    uint32_t h = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (h & 1u))) h++;
+    return (uint16_t)(sign | h);
+  }
+  uint32_t h = (a >> 13) - (112u << 10), rem = a & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;
+  return (uint16_t)(sign | h);
+}
+
+static inline SNRT_HD float snrt_f16_to_f32(uint16_t h) {
+  union { float f; uint32_t u; } v;
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  if (e == 0x1fu) v.u = sign | 0x7f800000u | (m << 13);
+  else if (e) v.u = sign | ((e + 112u) << 23) | (m << 13);
+  else if (!m) v.u = sign;
+  else {
+    e = 113;
+    while (!(m & 0x400u)) m <<= 1, e--;
+    v.u = sign | (e << 23) | ((m & 0x3ffu) << 13);
+  }
+  return v.f;
+}
 
 /* The counter-based generator shared by every runtime: a uniform float in
  * [0, 1) from (seed, step, id, i). Pure, so masks can be regenerated. */

@@ -28,6 +28,12 @@ struct snrt_ctx {
   float **grad_copy;         /* per tensor index: host copy of its gradient (dump) */
   int threads;
   void *dev;                 /* device-layer private state */
+  float *scratch;            /* --precision bf16: m->scratch_floats floats (device memory) */
+  /* --precision fp16: dynamic loss scaling (runtime/cpu/k_half.c). */
+  float loss_scale;          /* the loss gradient's multiplier */
+  int overflow;              /* this step's gradients overflowed: its updates are skipped */
+  int64_t scale_good;        /* steps since the scale last changed without an overflow */
+  int64_t skipped_steps;     /* steps skipped so far in this run */
 };
 
 /* Allocates the arenas; on failure prints what was asked and what to do, and

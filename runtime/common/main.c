@@ -492,6 +492,10 @@ int main(int argc, char **argv) {
   if (rt_ranks > 1) agree(&o, m, train, test);
 
   snrt_dev_init(&c);
+  /* --precision fp16: GradScaler's initial scale (SNRT_LOSS_SCALE: a testing aid). */
+  c.loss_scale = 65536.0f;
+  const char *ls = getenv("SNRT_LOSS_SCALE");
+  if (ls && *ls) c.loss_scale = strtof(ls, NULL);
   c.grad_copy = calloc((size_t)m->ntensors, sizeof(float *));
   if (!c.grad_copy) rt_fail(SNRT_EXIT_DEVICE, "out of host memory");
   rt_init_tensors(&c);
@@ -523,6 +527,10 @@ int main(int argc, char **argv) {
   printf("%s: %s, batch %d, arena %.2f MiB (policy %s), host arena %.2f MiB, %s\n", rt_prog,
          m->name ? m->name : "model", m->batch, m->arena_bytes / 1048576.0,
          m->policy ? m->policy : "?", m->host_bytes / 1048576.0, snrt_dev_describe(&c));
+    if (m->precision)
+      printf("%s: precision %s: activations and their gradients in bfloat16, fp32 master weights; "
+             "%.2f MiB of float32 scratch beside the arena\n", rt_prog, m->precision,
+             m->scratch_floats * 4 / 1048576.0);
   }
   if (o.resume && lead)
     printf("%s: resumed from %s at step %lld (epoch %lld, batch %lld)\n", rt_prog, o.resume,

@@ -39,6 +39,18 @@ void rt_metrics_write(const snrt_ctx *c, const char *path, const rt_metrics *mt)
                 mt->images_per_s, (long long)m->arena_bytes, (long long)m->host_bytes,
                 mt->threads, m->batch, m->policy ? m->policy : "",
                 snrt_dev_describe((snrt_ctx *)c));
+  if (m->precision) {   /* --precision bf16: before the closing brace (fp32: no key, as before) */
+    k--;
+    while (k > 0 && buf[k] != '}') k--;
+    k += snprintf(buf + k, sizeof buf - (size_t)k, ", \"precision\": \"%s\", \"scratch_bytes\": %lld}\n",
+                  m->precision, (long long)m->scratch_floats * 4);
+    if (strcmp(m->precision, "fp16") == 0) {   /* dynamic loss scaling */
+      k--;
+      while (k > 0 && buf[k] != '}') k--;
+      k += snprintf(buf + k, sizeof buf - (size_t)k, ", \"skipped_steps\": %lld, \"loss_scale\": %.17g}\n",
+                    (long long)c->skipped_steps, (double)c->loss_scale);
+    }
+  }
   if (m->dist) {   /* before the closing brace */
     k--;
     while (k > 0 && buf[k] != '}') k--;

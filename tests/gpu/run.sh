@@ -204,6 +204,14 @@ if bench r50-snc "$R50/auto"; then
 else
   FAILED=1; row "$(printf '%-34s %-5s %s' "resnet50 b$B snc (--policy auto)" FAIL "see $LOG/r50-snc-*.log")"
 fi
+# The same step with --precision bf16 (issue 15): bf16 storage, fp32 compute on
+# scratch copies; its loss after the steps must be finite (the bf16 CUDA path
+# had never run when this row was added).
+if bench r50-bf16 "$R50/bf16" --precision bf16; then
+  row "$(printf '%-34s %-5s %s' "resnet50 b$B snc bf16 (auto)" ok "$(printf '%.0f' "$IPS") img/s, arena $(mib "$ARENA"), loss $(json_get "$R50/bf16/m.json" train_loss)")"
+else
+  FAILED=1; row "$(printf '%-34s %-5s %s' "resnet50 b$B snc bf16 (auto)" FAIL "see $LOG/r50-bf16-*.log")"
+fi
 say "benchmark done ($(elapsed) s)"
 
 # ---- 4. budget sweep ------------------------------------------------------------------
