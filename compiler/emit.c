@@ -240,7 +240,10 @@ static void emit_reads(Emit *e, int s) {
   const Graph *g = e->g;
   const Plan *pl = e->pl;
   const Step *st = &pl->route->s[s];
-  if (st->kind == SK_PREFETCH) return;   /* reads the host arena */
+  if (st->kind == SK_PREFETCH) {   /* reads the host arena */
+    if (s < pl->route->train_steps) fprintf(e->f, "  snrt_reads(c, %d, 0, NULL);\n", s);   /* --profile */
+    return;
+  }
   char buf[1024];
   size_t len = 0;
   int n = 0;
@@ -262,6 +265,7 @@ static void emit_reads(Emit *e, int s) {
     n++;
   }
   if (n) fprintf(e->f, "  snrt_reads(c, %d, %d, (const int64_t[]){%s});\n", s, n, buf);
+  else if (s < pl->route->train_steps) fprintf(e->f, "  snrt_reads(c, %d, 0, NULL);\n", s);   /* --profile */
 }
 
 static void emit_steps(Emit *e, int from, int to, const char *fname, int **deaths, int *ndeaths) {
@@ -556,6 +560,7 @@ void emit_program(const Graph *g, const Plan *pl, const EmitOpts *o, const char 
     }
     fprintf(f, "};\n\n");
   }
+  emit_step_table(f, g, pl);
   const Tensor *out = &g->t[g->output];
   fprintf(f, "const snrt_model snrt_the_model = {\n");
   fprintf(f, "  .name = ");
@@ -573,6 +578,7 @@ void emit_program(const Graph *g, const Plan *pl, const EmitOpts *o, const char 
                                     : o->train->optim == OPTIM_ADAM ? "SNRT_OPT_ADAM" : "SNRT_OPT_ADAMW");
   fprintf(f, "  .lr = %s,\n  .policy = \"%s\",\n", emit_float(o->train->lr), policy_name(pl->opts.policy));
   fprintf(f, "  .train_step = train_step,\n  .eval_step = eval_step,\n");
+  emit_step_table_fields(f, pl);
   /* Token models: the smallest table the token ids index, and T labels a sample. */
   int64_t vocab = 0;
   for (int i = 0; i < g->nfwd; i++)
