@@ -12,8 +12,13 @@
  * for a DGX H100/H200 (2 TiB, 8 GPUs); 0 for cpu: this machine's memory,
  * read when planning). They mirror
  * schemas/devices.json, the data file users read; tests/test_plan.py fails
- * when the two disagree. Peaks, not measurements: the cost model ranks plans,
- * it does not promise seconds. */
+ * when the two disagree. Peaks, not measurements (the GPU rows are
+ * datasheet FP32 numbers; cpu's are round numbers): with them the cost model
+ * ranks plans, it does not promise seconds. Measured numbers come from a
+ * profile file that build/snc-calibrate writes (--device FILE, read here),
+ * with per-op-class rates that cost.c uses; the built-in rows have none
+ * (rates NULL) and keep the simple model, so plans made with them do not
+ * change. */
 #include "snc.h"
 #include "json.h"
 
@@ -38,7 +43,10 @@ const int device_profile_count = sizeof device_profiles / sizeof device_profiles
  * {"name": "...", "flops": F, "mem_bw": B, "link_bw": L, "mem_bytes": M,
  *  "reserve_bytes": R, "sm": 0, "host_bytes": H,
  *  "measured": {"machine": "...", "date": "...", "threads": N, ...},
- *  "classes": {"conv": {"flops": F, "bw": B, "overhead_s": S}, ... one per cost class},
+ *  "classes": {"conv": {"flops": F, "bw": B, "overhead_s": S, "per_image_s": S},
+ *              ... one per cost class (cost.c)},
+ *  "conv_shapes": [{"class": "conv", "n": N, "c": C, "hw": H, "k": K, "ksize": 3,
+ *                   "stride": 1, "forward_s": S, "backward_s": S}, ...] (optional),
  *  "copy": {"d2h": B, "h2d": B}, "step_overhead_s": S}
  * flops/mem_bw/link_bw/mem_bytes are required (the simple model); "classes"
  * (then with every class, "copy" and "step_overhead_s") makes it calibrated.
@@ -101,6 +109,30 @@ static DeviceProfile *profile_load(const char *path) {
       if (r->class_flops[c] <= 0 && r->class_bw[c] <= 0)
         prof_error("\"classes\".\"%s\" has neither a positive \"flops\" nor a positive \"bw\"", nm);
       r->overhead[c] = prof_num(e, "overhead_s", false, -1, false);
+      r->per_image[c] = prof_num(e, "per_image_s", false, 0, false);
+    }
+    const Json *sh = json_get(root, "conv_shapes");
+    if (sh) {
+      if (sh->type != JS_ARR) prof_error("\"conv_shapes\" is not an array%s", "");
+      r->shapes = xcalloc((size_t)sh->n + 1, sizeof *r->shapes);
+      for (int i = 0; i < sh->n; i++) {
+        const Json *e = &sh->items[i];
+        if (e->type != JS_OBJ) prof_error("\"conv_shapes\" holds a %s, not an object", json_type_name(e->type));
+        const Json *cl = json_get(e, "class");
+        int kind = -1;
+        for (int k = 0; k < 3 && cl && cl->type == JS_STR; k++)
+          if (strcmp(cl->str, cost_class_name((CostClass)(CC_CONV + k))) == 0) kind = k;
+        if (kind < 0) prof_error("a \"conv_shapes\" entry without a forward convolution \"class\"%s", "");
+        CostShape *q = &r->shapes[r->nshapes++];
+        q->kind = kind;
+        q->n = prof_num(e, "n", true, 0, true), q->c = prof_num(e, "c", true, 0, true);
+        q->hw = prof_num(e, "hw", true, 0, true), q->k = prof_num(e, "k", true, 0, true);
+        q->ksize = prof_num(e, "ksize", true, 0, true), q->stride = prof_num(e, "stride", true, 0, true);
+        double tf = prof_num(e, "forward_s", true, 0, true), tb = prof_num(e, "backward_s", true, 0, true);
+        double o = (q->hw + 2 * (int)(q->ksize / 2) - q->ksize) / q->stride + 1;
+        double fl = 2.0 * q->n * q->k * o * o * q->c * q->ksize * q->ksize;
+        q->fwd_rate = fl / tf, q->bwd_rate = 2 * fl / tb;
+      }
     }
     const Json *cp = json_get(root, "copy");
     if (!cp) prof_error("a partial profile: \"classes\" without \"copy\"%s", "");

@@ -432,7 +432,7 @@ typedef struct Plan {
 /* cost.c: the op classes a calibrated profile gives rates for (the names
  * are the keys of a profile file's "classes"; snc-calibrate writes them). */
 typedef enum { CC_CONV, CC_CONV_SMALL, CC_CONV_1X1, CC_CONV_BWD, CC_CONV_BWD_SMALL, CC_CONV_BWD_1X1,
-               CC_GEMM, CC_NORM, CC_ELEMENTWISE, CC_UPDATE, CC_COUNT } CostClass;
+               CC_GEMM, CC_POOL, CC_NORM, CC_ELEMENTWISE, CC_UPDATE, CC_ADAM, CC_COUNT } CostClass;
 typedef enum { COPY_D2H, COPY_H2D } CopyDir;
 
 /* Rates of a calibrated profile, measured on the runtime's kernels. */
@@ -442,7 +442,18 @@ typedef struct CostRates {
   double d2h_bw, h2d_bw;          // copy engine, each direction (bytes/s)
   double overhead[CC_COUNT];      // seconds added to each compute step of the class (the
                                   // call, a parallel region's start); default step_overhead_s
+  double per_image[CC_COUNT];     // convolution classes: seconds per image of the batch (the
+                                  // CPU kernels' per-image GEMMs and im2col set-up)
+  struct CostShape *shapes;       // the convolutions measured (nearest one's rate wins)
+  int nshapes;
 } CostRates;
+/* One measured convolution: class offset (0 large K, 1 small K, 2 1x1), shape,
+ * forward and backward (data + filter) FLOP rates. */
+typedef struct CostShape {
+  int kind;
+  double n, c, hw, k, ksize, stride;
+  double fwd_rate, bwd_rate;      // FLOP/s (backward: each of its two kernels at this rate)
+} CostShape;
 
 /* devices.c: device profiles (the table mirrors schemas/devices.json). */
 typedef struct DeviceProfile {

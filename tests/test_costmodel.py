@@ -15,7 +15,7 @@ from snc_harness import ROOT, SNC, compile_model, run
 CAL = os.path.join(ROOT, "build", "snc-calibrate")
 FASHION = os.path.join(ROOT, "examples", "fashion_cnn.onnx")
 CLASSES = ["conv", "conv_small", "conv_1x1", "conv_bwd", "conv_bwd_small", "conv_bwd_1x1",
-           "gemm", "norm", "elementwise", "update"]
+           "gemm", "pool", "norm", "elementwise", "update", "adam"]
 
 
 @pytest.fixture(scope="module")
