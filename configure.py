@@ -242,7 +242,7 @@ def main():
 
     # Re-run when configure.py changes or a file is added to a source folder.
     watched = [d for d in ["compiler", "runtime/common", "runtime/cpu", "runtime/cuda", "runtime/dist",
-                           "tests/unit"]
+                           "runtime/calibrate", "tests/unit"]
                if os.path.isdir(d)]
     w.build(ninja_file, "configure", implicit=["configure.py"] + watched)
 
@@ -268,6 +268,13 @@ def main():
         rt += w.build(B + "/obj/%s.o" % src[:-2], "rtcc", src, order_only=gen)
     cpu_lib = w.build(B + "/libsnrt_cpu.a", "ar", rt)
     targets = snc + cpu_lib + [B + "/libsnc.a"]
+
+    # snc-calibrate: times the runtime's own kernels, writes a device profile
+    # (linked against the same library the emitted programs use).
+    cal_obj = w.build(B + "/obj/runtime/calibrate/calibrate.o", "rtcc", "runtime/calibrate/calibrate.c",
+                      order_only=gen)
+    targets += w.build(B + "/snc-calibrate", "link", cal_obj + cpu_lib,
+                       variables={"libs": "-fopenmp -lopenblas -lprotobuf-c -lz -lm -lpthread"})
 
     # The MPI layer of --dist programs: one object linked ahead of the runtime
     # library (it replaces dist_none.o there). snc compile --dist mpi copies
@@ -324,6 +331,12 @@ def main():
             else:
                 cobjs += w.build(B + "/obj/%s.o" % src[:-2], "rtcc", src, order_only=gen)
         targets += w.build(B + "/libsnrt_cuda.a", "ar", cobjs)
+        # The CUDA runtime's snc-calibrate (snc-calibrate --target cuda runs it).
+        ccal = w.build(B + "/obj/runtime/calibrate/calibrate_cuda.o", "rtcc",
+                       "runtime/calibrate/calibrate.c", order_only=gen,
+                       variables={"rtflags": "$rtflags -DSNRT_CALIBRATE_CUDA"})
+        w.rule("nvlink", "$nvcc -o $out $in $cudalibs", "NVLINK $out")
+        targets += w.build(B + "/snc-calibrate-cuda", "nvlink", ccal + [B + "/libsnrt_cuda.a"])
         # --dist mpi on the CUDA target: NCCL (from the toolkit) for the
         # exchanges, bootstrapped by the MPI layer built without its own.
         nccl_lib = next((d for d in (os.path.join(cuda_home, "lib64"), os.path.join(cuda_home, "lib"))

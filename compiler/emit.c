@@ -243,7 +243,10 @@ static void emit_reads(Emit *e, int s) {
   const Graph *g = e->g;
   const Plan *pl = e->pl;
   const Step *st = &pl->route->s[s];
-  if (st->kind == SK_PREFETCH) return;   /* reads the host arena */
+  if (st->kind == SK_PREFETCH) {   /* reads the host arena */
+    if (s < pl->route->train_steps) fprintf(e->f, "  snrt_reads(c, %d, 0, NULL);\n", s);   /* --profile */
+    return;
+  }
   char buf[1024];
   size_t len = 0;
   int n = 0;
@@ -266,6 +269,7 @@ static void emit_reads(Emit *e, int s) {
     n++;
   }
   if (n) fprintf(e->f, "  snrt_reads(c, %d, %d, (const int64_t[]){%s});\n", s, n, buf);
+  else if (s < pl->route->train_steps) fprintf(e->f, "  snrt_reads(c, %d, 0, NULL);\n", s);   /* --profile */
 }
 
 /* --precision bf16|fp16 on a target whose kernels take float32 (both
@@ -679,6 +683,7 @@ void emit_program(const Graph *g, const Plan *pl, const EmitOpts *o, const char 
     }
     fprintf(f, "};\n\n");
   }
+  emit_step_table(f, g, pl);
   const Tensor *out = &g->t[g->output];
   fprintf(f, "const snrt_model snrt_the_model = {\n");
   fprintf(f, "  .name = ");
@@ -699,6 +704,7 @@ void emit_program(const Graph *g, const Plan *pl, const EmitOpts *o, const char 
   if (g->precision != PREC_FP32)
     fprintf(f, "  .precision = \"%s\",\n  .scratch_floats = %lld,\n", precision_name(g->precision),
             (long long)e.scratch_max);
+  emit_step_table_fields(f, pl);
   /* Token models: the smallest table the token ids index, and T labels a sample. */
   int64_t vocab = 0;
   for (int i = 0; i < g->nfwd; i++)

@@ -39,6 +39,10 @@ const char *emit_params(Emit *e, const void *key, const char *type, const char *
 const char *emit_params_find(Emit *e, const void *key);
 /* --zero 1: an SGD/Adam update as one guarded call per rank's piece (emit_dist.c). */
 void emit_zero_update(Emit *e, const Graph *g, const Node *n);
+/* emit_profile.c: the training steps' kinds, cost classes and estimates
+ * (--profile), and the snrt_model fields that point at them. */
+void emit_step_table(FILE *f, const Graph *g, const Plan *pl);
+void emit_step_table_fields(FILE *f, const Plan *pl);
 /* A float literal that survives printing (inf, nan, exact round trip). */
 const char *emit_float(float v);
 

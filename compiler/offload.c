@@ -14,8 +14,8 @@
  *     the first backward reader; the host region stays busy until then.
  * Every cross-stream dependency is an explicit event record/wait.
  *
- * Timing (the cost model): with t[s] the estimated time of step s and
- * tau = bytes / link bandwidth, the offload's wait goes after the first step
+ * Timing (the cost model, cost.c): with t[s] the estimated time of step s and
+ * tau the copy's time (bytes over the link, per direction), the offload's wait goes after the first step
  * by which tau of compute has run since the copy was issued, and the prefetch
  * goes as late as possible while still leaving tau of compute before its
  * reader. Where the gap is too short the copy is exposed: the wait then
@@ -61,26 +61,6 @@ static int new_inst(Plan *pl, int tensor, int64_t bytes, bool host) {
   return pl->ninst++;
 }
 
-/* Estimated seconds of each step of the route (compute only). */
-double *offload_step_times(const Graph *g, const Plan *pl, const DeviceProfile *dev) {
-  const Route *r = pl->route;
-  double *t = xcalloc((size_t)r->ns + 1, sizeof(double));
-  for (int s = 0; s < r->train_steps; s++) {
-    const Step *st = &r->s[s];
-    if (st->node < 0) continue;
-    const Node *n = &g->n[st->node];
-    double fl = op_info[n->op].flops(g, n), bytes = 0;
-    for (int k = 0; k < st->nin; k++)
-      if (st->in[k] >= 0) bytes += (double)pl->inst[st->in[k]].bytes;
-    for (int k = 0; k < st->nout; k++)
-      if (st->out[k] >= 0) bytes += (double)pl->inst[st->out[k]].bytes;
-    if (st->ws >= 0) bytes += (double)pl->inst[st->ws].bytes;
-    double tc = fl / dev->flops, tm = bytes / dev->mem_bw;
-    t[s] = tc > tm ? tc : tm;
-  }
-  return t;
-}
-
 static void add_int(int **arr, int *n, int v) {
   *arr = xrealloc(*arr, sizeof(int) * (size_t)(*n + 1));
   (*arr)[(*n)++] = v;
@@ -114,7 +94,7 @@ static int queue_filter(const Plan *pl, Copy *cp, int nc, const double *P,
   double busy = 0;
   for (int k = 0; k < nc; k++) {
     Copy *x = &cp[(int)key[2 * k + 1]];
-    double tau = (double)pl->inst[x->dev].bytes / dev->link_bw;
+    double tau = cost_copy_seconds((double)pl->inst[x->dev].bytes, COPY_D2H, dev);
     int a = x->s_last_fwd, b = x->trip[0].first;
     double fin = (P[a + 1] > busy ? P[a + 1] : busy) + tau;
     int sw = x->s_wait;
@@ -139,7 +119,7 @@ static int queue_filter(const Plan *pl, Copy *cp, int nc, const double *P,
     int c = (int)tk[3 * k + 1];
     if (drop[c]) continue;
     const Trip *tr = &cp[c].trip[(int)tk[3 * k + 2]];
-    double tau = (double)pl->inst[cp[c].dev].bytes / dev->link_bw;
+    double tau = cost_copy_seconds((double)pl->inst[cp[c].dev].bytes, COPY_H2D, dev);
     double fin = (P[tr->s_pf] > busy ? P[tr->s_pf] : busy) + tau;
     if (fin > P[tr->first]) drop[c] = true;
     else busy = fin;
@@ -161,7 +141,7 @@ int offload_plan(Graph *g, Plan *pl, const bool *sel, const DeviceProfile *dev, 
   for (int s = 0; s < old->train_steps; s++)
     if (old->s[s].kind == SK_LOSS) { loss = s; break; }
   if (loss < 0) return 0;
-  double *t = offload_step_times(g, pl, dev);
+  double *t = cost_step_times(g, pl, dev);
   double *P = xcalloc((size_t)T + 2, sizeof(double));   /* prefix sums of t */
   for (int s = 0; s < T; s++) P[s + 1] = P[s] + t[s];
 
@@ -190,7 +170,8 @@ int offload_plan(Graph *g, Plan *pl, const bool *sel, const DeviceProfile *dev, 
     if (in->tensor < 0 || in->persistent || in->host || !sel[in->tensor]) continue;
     if (i != pl->tensor_inst[in->tensor]) continue;           /* primary instances only */
     if (lastf[i] < 0 || !nreads[i] || reads[i][0] - lastf[i] < 3) continue;
-    double tau = (double)in->bytes / dev->link_bw;
+    double tau = cost_copy_seconds((double)in->bytes, COPY_D2H, dev);
+    double tau_pf = cost_copy_seconds((double)in->bytes, COPY_H2D, dev);
     int a = lastf[i], b = reads[i][0];
     /* Offload wait: after the first step s in (a, b) with tau of compute in (a, s]. */
     int sw = a + 1;
@@ -211,8 +192,8 @@ int offload_plan(Graph *g, Plan *pl, const bool *sel, const DeviceProfile *dev, 
       /* Before step p in [lo, f]: as late as leaves tau of compute in [p, f),
        * and no earlier than max_lead steps before the reader. */
       int p = f;
-      while (max_lead >= 0 && p > lo && P[f] - P[p] < tau && (!max_lead || p > f - max_lead)) p--;
-      double e = tau - (P[f] - P[p]);
+      while (max_lead >= 0 && p > lo && P[f] - P[p] < tau_pf && (!max_lead || p > f - max_lead)) p--;
+      double e = tau_pf - (P[f] - P[p]);
       if (e > 0) exposed += e;
       c.trip = xrealloc(c.trip, sizeof(Trip) * (size_t)(c.ntrip + 1));
       c.trip[c.ntrip++] = (Trip){.first = f, .last = l, .s_pf = p};
@@ -423,7 +404,7 @@ int offload_persistent(Graph *g, Plan *pl, const DeviceProfile *dev, bool params
       route_push(r, &pf);
       if (train) {
         pl->offload_bytes += (double)pl->inst[h].bytes;
-        pl->exposed_seconds += (double)pl->inst[h].bytes / dev->link_bw;
+        pl->exposed_seconds += cost_copy_seconds((double)pl->inst[h].bytes, COPY_H2D, dev);
       }
     }
     Step *ns = route_push(r, &old->s[s]);
@@ -444,7 +425,7 @@ int offload_persistent(Graph *g, Plan *pl, const DeviceProfile *dev, bool params
       route_push(r, &off);
       if (train) {
         pl->offload_bytes += (double)pl->inst[h].bytes;
-        pl->exposed_seconds += (double)pl->inst[h].bytes / dev->link_bw;
+        pl->exposed_seconds += cost_copy_seconds((double)pl->inst[h].bytes, COPY_D2H, dev);
       }
     }
     if (s == old->train_steps - 1) r->train_steps = r->ns;

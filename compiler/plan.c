@@ -8,10 +8,10 @@
  * from the candidates listed at plan_auto; `snc plan --dump auto` prints
  * them). Plan.planned records which kind of plan auto chose.
  *
- * Cost model: each training step takes max(flops / device FLOP rate, bytes
- * touched / memory bandwidth), bytes touched being its inputs, outputs and
- * workspace; copies overlap compute except for their exposed part
- * (offload.c). Eval steps are not part of the training step.
+ * Cost model (cost.c): each training step takes max(flops / device FLOP
+ * rate, bytes touched / memory bandwidth), bytes touched being its inputs,
+ * outputs and workspace (per op class with a calibrated profile); copies
+ * overlap compute except for their exposed part (offload.c). Eval steps are not part of the training step.
  *
  * Not here: the passes themselves (route.c, liveness.c, recompute.c,
  * offload.c, offsets.c) or output formats (plan_print.c). */
@@ -27,13 +27,13 @@
  * exposed part (offload.c), and never go faster than the link allows. */
 static void estimate(const Graph *g, Plan *pl, const DeviceProfile *dev) {
   const Route *r = pl->route;
-  double *t = offload_step_times(g, pl, dev);
+  double *t = cost_step_times(g, pl, dev);
   pl->compute_seconds = pl->recompute_seconds = pl->step_flops = pl->recompute_flops = 0;
   double copy_off = 0, copy_pf = 0;
   for (int s = 0; s < r->train_steps; s++) {
     const Step *st = &r->s[s];
     if (st->node < 0) {
-      double tau = (double)pl->inst[st->in[0]].bytes / dev->link_bw;
+      double tau = cost_step_seconds(g, pl, s, dev);
       if (st->kind == SK_OFFLOAD) copy_off += tau;
       else copy_pf += tau;
       continue;

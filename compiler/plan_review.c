@@ -204,8 +204,9 @@ const char *review_reason(const Graph *g, const Plan *pl, const Review *rv, int 
         int u = k < n->nin ? n->in[k] : n->out[k - n->nin];
         if (u >= 0 && g->t[u].kind != TK_CONST) bytes += (double)tensor_bytes(&g->t[u]);
       }
-      double tc = op_info[n->op].flops(g, n) / dev->flops, tm = bytes / dev->mem_bw;
-      double rebuild = tc > tm ? tc : tm, copy = 2.0 * (double)tensor_bytes(x) / dev->link_bw;
+      double rebuild = cost_node_seconds(g, n, bytes, dev);
+      double copy = cost_copy_seconds((double)tensor_bytes(x), COPY_D2H, dev) +
+                    cost_copy_seconds((double)tensor_bytes(x), COPY_H2D, dev);
       snprintf(costs, sizeof costs, "; a rebuild costs %.3g %s, a copy to the host and back "
                "%.3g %s on %s", rebuild >= 1e-3 ? rebuild * 1e3 : rebuild * 1e6,
                rebuild >= 1e-3 ? "ms" : "us", copy >= 1e-3 ? copy * 1e3 : copy * 1e6,

@@ -451,6 +451,32 @@ typedef struct Plan {
   int64_t ws_cap;          // cuda target: conv workspaces lent up to this (workspace.c); 0: not
 } Plan;
 
+/* cost.c: the op classes a calibrated profile gives rates for (the names
+ * are the keys of a profile file's "classes"; snc-calibrate writes them). */
+typedef enum { CC_CONV, CC_CONV_SMALL, CC_CONV_1X1, CC_CONV_BWD, CC_CONV_BWD_SMALL, CC_CONV_BWD_1X1,
+               CC_GEMM, CC_POOL, CC_NORM, CC_ELEMENTWISE, CC_UPDATE, CC_ADAM, CC_COUNT } CostClass;
+typedef enum { COPY_D2H, COPY_H2D } CopyDir;
+
+/* Rates of a calibrated profile, measured on the runtime's kernels. */
+typedef struct CostRates {
+  double class_flops[CC_COUNT];   // FLOP/s per op class (0: bandwidth alone)
+  double class_bw[CC_COUNT];      // bytes touched per second per op class (0: FLOPs alone)
+  double d2h_bw, h2d_bw;          // copy engine, each direction (bytes/s)
+  double overhead[CC_COUNT];      // seconds added to each compute step of the class (the
+                                  // call, a parallel region's start); default step_overhead_s
+  double per_image[CC_COUNT];     // convolution classes: seconds per image of the batch (the
+                                  // CPU kernels' per-image GEMMs and im2col set-up)
+  struct CostShape *shapes;       // the convolutions measured (nearest one's rate wins)
+  int nshapes;
+} CostRates;
+/* One measured convolution: class offset (0 large K, 1 small K, 2 1x1), shape,
+ * forward and backward (data + filter) FLOP rates. */
+typedef struct CostShape {
+  int kind;
+  double n, c, hw, k, ksize, stride;
+  double fwd_rate, bwd_rate;      // FLOP/s (backward: each of its two kernels at this rate)
+} CostShape;
+
 /* devices.c: device profiles (the table mirrors schemas/devices.json). */
 typedef struct DeviceProfile {
   const char *name;
@@ -461,15 +487,33 @@ typedef struct DeviceProfile {
   int64_t reserve_bytes;   // device memory a CUDA program needs outside its arena
   int sm;                  // compute capability x 10 (0: not a GPU); < 75: planning only
   int64_t host_bytes;      // pinned host memory for offloaded tensors (0: this machine's)
+  const struct CostRates *rates;   // calibrated profiles only (a file snc-calibrate wrote);
+                                   // NULL in the built-in table: the simple model (cost.c)
 } DeviceProfile;
 extern const DeviceProfile device_profiles[];
 extern const int device_profile_count;
-/* The named profile; a usage error (exit 1) naming the known ones if absent. */
+/* The named profile; a usage error (exit 1) naming the known ones if absent.
+ * A name with a '/' or ending in ".json" is a profile file (as snc-calibrate
+ * writes it), read once; a wrong or partial file is exit 2 naming it. */
 const DeviceProfile *device_find(const char *name);
 /* The default budget: the memory less the reserve. */
 int64_t device_budget(const DeviceProfile *d);
 /* The default host budget: host_bytes, or this machine's memory. */
 int64_t device_host_budget(const DeviceProfile *d);
+
+/* cost.c: the cost model, the one answer to "how long does this step, copy
+ * or recomputation take on this device". */
+CostClass cost_class(const Graph *g, const Node *n);
+const char *cost_class_name(CostClass c);
+/* A node that touches `bytes` (inputs, outputs, workspace) once. */
+double cost_node_seconds(const Graph *g, const Node *n, double bytes, const DeviceProfile *d);
+double cost_copy_seconds(double bytes, CopyDir dir, const DeviceProfile *d);
+/* Step s of the plan's route: a compute step's time, or a copy's (which
+ * overlaps compute; the planner counts only its exposed part). */
+double cost_step_seconds(const Graph *g, const Plan *pl, int s, const DeviceProfile *d);
+/* cost_step_seconds of every training step, copies 0 (the compute timeline
+ * the offload pass lays copies against); ns + 1 entries. */
+double *cost_step_times(const Graph *g, const Plan *pl, const DeviceProfile *d);
 
 /* plan.c: runs the planning passes for the policy. */
 Plan *plan_build(Graph *g, const PlanOpts *o);
@@ -530,8 +574,6 @@ void offload_dump(const Graph *g, const Plan *pl, FILE *f);
 /* Optimizer state (and with `params`, parameters) in the host arena, copied
  * to the device around each cluster of steps using them. */
 int offload_persistent(Graph *g, Plan *pl, const DeviceProfile *dev, bool params);
-/* Estimated seconds of each training step (compute only); caller frees. */
-double *offload_step_times(const Graph *g, const Plan *pl, const DeviceProfile *dev);
 /* schedule.c: removes the waits implied by others (a later copy on the same
  * queue waited for at the same step, or already); returns how many. With a
  * non-NULL log, prints every wait and what became of it (--dump schedule). */

@@ -326,6 +326,14 @@ enum snrt_opt_kind { SNRT_OPT_SGD, SNRT_OPT_ADAM, SNRT_OPT_ADAMW };
 
 typedef struct snrt_ctx snrt_ctx;
 
+/* One training step of the plan, for --profile: its kind and cost class
+ * (compiler/cost.c's names) and the plan's estimate of its seconds. */
+typedef struct snrt_step_info {
+  const char *kind;          /* "forward", "backward", "recompute", "offload"... */
+  const char *cls;           /* "conv", "gemm", ... ; "copy" for copy steps */
+  double est_s;              /* the cost model's estimate (a copy's: its transfer) */
+} snrt_step_info;
+
 typedef struct snrt_model {
   const char *name;          /* model file name */
   uint64_t fingerprint;      /* hash of model + plan: checkpoints must match */
@@ -366,6 +374,12 @@ typedef struct snrt_model {
    * largest step widens its bf16 operands into (elements; snrt_bf16_load). */
   const char *precision;
   int64_t scratch_floats;
+  /* --profile: the training steps of the plan (index = plan step, the
+   * numbers snrt_reads gets), and the plan's estimated step time. */
+  int nsteps;
+  const snrt_step_info *steps;
+  double est_step_s;
+  const char *est_device;    /* the device profile the estimates are for */
 } snrt_model;
 
 /* Defined by the emitted train.c. */
@@ -392,6 +406,8 @@ void snrt_dead(snrt_ctx *c, int64_t off, int64_t bytes);
  * results, is what makes poison catch reads that a kernel would launder
  * (ReLU, max-pool and Clip turn NaN into numbers). A no-op otherwise. */
 void snrt_reads(snrt_ctx *c, int step, int n, const int64_t *regions);
+/* (Every training step of train.c starts with a snrt_reads call, n = 0 where
+ * it reads nothing to check: --profile times the steps between them.) */
 
 /* Called by the update kernels with each parameter's final gradient before
  * it is applied (records it when --dump-grads is on). */

@@ -65,6 +65,15 @@ const char *snrt_dev_describe(snrt_ctx *c);
  * snrt_dev_sync or a download). */
 void snrt_dev_run_step(snrt_ctx *c, void (*fn)(snrt_ctx *c));
 
+/* --profile (runtime/common/profile.c): while snrt_prof_on, the device
+ * layer calls snrt_prof_mark(step) at the start of each plan step (from
+ * snrt_reads). snrt_dev_step_timing: 1 where a step's work is done when the
+ * next step starts (the CPU), 0 where kernels are queued (CUDA: only whole
+ * steps are timed). */
+extern int snrt_prof_on;
+void snrt_prof_mark(int step);
+extern const int snrt_dev_step_timing;
+
 /* Exit codes of the emitted program (INTERFACE.md). */
 enum { SNRT_EXIT_USAGE = 1, SNRT_EXIT_DATA = 2, SNRT_EXIT_NAN = 3, SNRT_EXIT_DEVICE = 4,
        SNRT_EXIT_RANKS = 5 /* data parallel: another rank died, hung or disagrees */ };

@@ -416,7 +416,7 @@ def test_device_table_matches_json():
     data = json.load(open(os.path.join(ROOT, "schemas", "devices.json")))["devices"]
     src = open(os.path.join(ROOT, "compiler", "devices.c")).read()
     rows = re.findall(r'\{"([a-z0-9-]+)",\s*([0-9.e]+),\s*([0-9.e]+),\s*([0-9.e]+),\s*(\d+)LL,'
-                      r'\s*(\d+)LL,\s*(\d+),\s*(\d+)LL\}', src)
+                      r'\s*(\d+)LL,\s*(\d+),\s*(\d+)LL,\s*NULL\}', src)
     c = {r[0]: tuple(float(x) for x in r[1:]) for r in rows}
     j = {d["name"]: (float(d["flops"]), float(d["mem_bw"]), float(d["link_bw"]),
                      float(d["mem_bytes"]), float(d["reserve_bytes"]), float(d["sm"]),

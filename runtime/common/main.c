@@ -45,6 +45,8 @@ static const char usage_text[] =
     "  --dump-grads DIR   gradients of the last step, DIR/<name>.npy, and DIR/loss.npy\n"
     "  --dump-params DIR  parameters and state after the last step, DIR/<name>.npy\n"
     "  --metrics FILE     JSON summary of the run\n"
+    "  --profile FILE     JSON: measured seconds per step kind and op class (and per plan\n"
+    "                     step) beside the plan's estimate (first 3 steps left out)\n"
     "  --poison           fill dead arena regions with a NaN pattern; stop (exit 4) on a step\n"
     "                     that reads one\n"
     "  --threads N        CPU threads (default: all cores)\n"
@@ -146,6 +148,7 @@ static void parse_args(rt_opts *o, int argc, char **argv) {
     else if (!strcmp(s, "--dump-grads")) o->dump_grads = value(argc, argv, &i);
     else if (!strcmp(s, "--dump-params")) o->dump_params = value(argc, argv, &i);
     else if (!strcmp(s, "--metrics")) o->metrics = value(argc, argv, &i);
+    else if (!strcmp(s, "--profile")) o->profile = value(argc, argv, &i);
     else if (!strcmp(s, "--poison")) o->poison = true;
     else if (!strcmp(s, "--generate")) o->generate = parse_int(s, value(argc, argv, &i), 1);
     else if (!strcmp(s, "--prompt")) o->prompt = value(argc, argv, &i);
@@ -580,8 +583,10 @@ int main(int argc, char **argv) {
     snrt_dev_upload(&c, in->offset, x, in->nbytes);
     snrt_dev_upload(&c, lt->offset, y, lt->nbytes);
     rt_loader_release(ld);
+    if (o.profile) rt_prof_begin(m);
     snrt_dev_run_step(&c, m->train_step);
     snrt_dev_sync(&c);
+    if (o.profile) rt_prof_end();
     snrt_dev_download(&c, &loss, m->tensors[m->loss].offset, 4);
     if (rt_ranks > 1) {
       /* Every rank: the loss of the global batch, and whether any rank was
@@ -680,6 +685,7 @@ int main(int argc, char **argv) {
     mt.threads = c.threads;
     rt_metrics_write(&c, o.metrics, &mt);
   }
+  if (lead && o.profile) rt_prof_write(&c, o.profile);
   for (int i = 0; i < m->ntensors; i++) free(c.grad_copy[i]);
   free(c.grad_copy);
   snrt_dev_free(&c);

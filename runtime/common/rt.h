@@ -27,6 +27,7 @@ typedef struct rt_opts {
   uint64_t seed;
   int64_t log_every;
   const char *save, *resume, *export_onnx, *dump_grads, *dump_params, *metrics;
+  const char *profile;            /* --profile FILE */
   int64_t save_every;             /* 0: only at the end */
   bool poison;
   int threads;                    /* 0: all cores */
@@ -170,5 +171,13 @@ void rt_dist_times(double *comm, double *exposed, double *sync);
 /* ---- export.c ------------------------------------------------------------- */
 
 void rt_export_onnx(snrt_ctx *c, const char *path);
+
+/* ---- profile.c: --profile ------------------------------------------------ */
+
+/* Around each training step; the first 3 of the invocation are not measured. */
+void rt_prof_begin(const snrt_model *m);
+void rt_prof_end(void);
+/* Measured and estimated seconds per step kind, cost class and plan step. */
+void rt_prof_write(const snrt_ctx *c, const char *path);
 
 #endif
