@@ -492,10 +492,21 @@ static Plan *plan_auto(Graph *g, const PlanOpts *o, const DeviceProfile *dev, Se
   for (int hs = hs0; hs <= 2; hs++) {
     /* Persistent state on the host (hs 1: optimizer state, 2: parameters
      * too) only where nothing fits with less there, or the best plan so far
-     * is slow (twice its compute alone): moving optimizer state can beat
-     * copying activations. */
-    if (hs > hs0 && sr->best && sr->best->est_step_seconds <= 2 * sr->best->compute_seconds)
-      break;
+     * pays more beyond its compute than moving that state would cost (a copy
+     * of it in and out per step): moving optimizer state can beat copying
+     * or rebuilding activations. On large graphs (planning time) only where
+     * the best plan is slow (twice its compute alone). */
+    if (hs > hs0 && sr->best) {
+      const Plan *b = sr->best;
+      int64_t moved = 0;
+      for (int t = 0; t < g->nt; t++)
+        if (moves_to_host(g->t[t].kind, hs)) moved += arena_align(tensor_bytes(&g->t[t]));
+      double move = cost_copy_seconds((double)moved, COPY_D2H, dev) +
+                    cost_copy_seconds((double)moved, COPY_H2D, dev);
+      bool worth = g->nfwd > LARGE_GRAPH_NODES ? b->est_step_seconds > 2 * b->compute_seconds
+                                               : b->est_step_seconds - b->compute_seconds > move;
+      if (!worth) break;
+    }
     for (int c = 0; c < 4; c++) {
       bool rec = c >= 2, off = c & 1;
       Cand cd = {.planned = c == 0 ? POL_LIVENESS : c == 1 ? POL_OFFLOAD
