@@ -118,6 +118,14 @@ static bool moves_to_host(TensorKind k, int hs) {
   return (hs >= 1 && k == TK_OPT) || (hs >= 2 && k == TK_PARAM);
 }
 
+/* Their arena bytes. */
+static int64_t moved_bytes(const Graph *g, int hs) {
+  int64_t b = 0;
+  for (int t = 0; t < g->nt; t++)
+    if (moves_to_host(g->t[t].kind, hs)) b += arena_align(tensor_bytes(&g->t[t]));
+  return b;
+}
+
 /* One plan: the passes in order, all but the device arena's packing (the
  * host arena is packed; the estimate made). With `floor` (auto's search), a
  * plan that cannot fit the budgets is cut short after recomputation and
@@ -150,9 +158,7 @@ static Plan *plan_passes(Graph *g, const PlanOpts *o, const DeviceProfile *dev, 
      * steps at hand use do (at most twice the most one node uses). */
     int64_t target = c->rc_target;
     if (c->host_state && !c->strict && target > 0 && target < INT64_MAX / 2) {
-      int64_t moved = 0, most = 0;
-      for (int t = 0; t < g->nt; t++)
-        if (moves_to_host(g->t[t].kind, c->host_state)) moved += arena_align(tensor_bytes(&g->t[t]));
+      int64_t moved = moved_bytes(g, c->host_state), most = 0;
       for (int i = 0; i < g->nn; i++) {
         const Node *n = &g->n[i];
         int64_t b = 0;
@@ -498,9 +504,7 @@ static Plan *plan_auto(Graph *g, const PlanOpts *o, const DeviceProfile *dev, Se
      * the best plan is slow (twice its compute alone). */
     if (hs > hs0 && sr->best) {
       const Plan *b = sr->best;
-      int64_t moved = 0;
-      for (int t = 0; t < g->nt; t++)
-        if (moves_to_host(g->t[t].kind, hs)) moved += arena_align(tensor_bytes(&g->t[t]));
+      int64_t moved = moved_bytes(g, hs);
       double move = cost_copy_seconds((double)moved, COPY_D2H, dev) +
                     cost_copy_seconds((double)moved, COPY_H2D, dev);
       bool worth = g->nfwd > LARGE_GRAPH_NODES ? b->est_step_seconds > 2 * b->compute_seconds
