@@ -23,9 +23,11 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 DEPS = ["gcc", "ninja-build", "protobuf-c-compiler", "libprotobuf-c-dev",
         "libopenblas-dev", "zlib1g-dev", "dataset-fashion-mnist", "python3", "fortunes",
         "openmpi-bin", "libopenmpi-dev"]
-# clang + libclang-rt-14-dev: the compiler fuzzer (tests/fuzz/, libFuzzer).
+# clang + libclang-rt-14-dev: the compiler fuzzer (tests/fuzz/, libFuzzer);
+# python3-pytest-xdist: `ninja test` runs the test files on every core.
 TEST_DEPS = ["python3-torch", "python3-torchvision", "python3-onnx", "python3-numpy",
-             "python3-pytest", "python3-pil", "chromium", "clang", "libclang-rt-14-dev"]
+             "python3-pytest", "python3-pytest-xdist", "python3-pil", "chromium", "clang",
+             "libclang-rt-14-dev"]
 
 
 def missing_packages(pkgs):
@@ -176,6 +178,20 @@ def probe_mpi():
     return None
 
 
+def pytest_parallel(python):
+    """pytest-xdist's flags for `ninja test`: one worker per core, each test
+    file whole on one worker (a file's module fixtures are built once, and
+    files that share a folder such as build-san/ never run side by side);
+    none, with a warning, where xdist is not installed."""
+    r = subprocess.run([python, "-c", "import xdist"], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+    if r.returncode != 0:
+        print("configure: warning: pytest-xdist not found (apt-get install python3-pytest-xdist, "
+              "or ./configure.py --install-test-deps): `ninja test` runs on one core")
+        return ""
+    return " -n auto --dist loadfile"
+
+
 def cpu_flags():
     try:
         info = open("/proc/cpuinfo").read()
@@ -229,7 +245,8 @@ def main():
     w.variable("rtflags", "-std=c11 -D_GNU_SOURCE -O3 -g -fopenmp %s %s %s -I$builddir/gen -Iruntime"
                % (cpu_flags(), warn, san))
     w.variable("ldflags", san)
-    w.variable("python", "/usr/bin/python3")
+    python = "/usr/bin/python3"
+    w.variable("python", python)
 
     w.rule("configure", "./configure.py %s" % argv, "CONFIGURE", generator=True)
     w.rule("protoc", "protoc-c --c_out=$builddir/gen --proto_path=schemas $in", "PROTOC $in",
@@ -362,7 +379,8 @@ def main():
     w.build("tests", "phony", tests)
 
     w.build("test", "run", implicit=targets + tests,
-            variables={"cmd": "$python -m pytest -q -p no:cacheprovider tests",
+            variables={"cmd": "$python -m pytest -q -p no:cacheprovider%s tests"
+                       % pytest_parallel(python),
                        "desc": "TEST"})
     w.build("demo", "run", implicit=targets,
             variables={"cmd": "sh examples/demo.sh", "desc": "DEMO"})

@@ -42,6 +42,13 @@ PERSISTENT_KINDS = ("param", "state", "optimizer")
 
 # ---- a small JSON Schema validator (the keywords plan.schema.json uses) ----
 
+_TYPE_OK = {"object": lambda v: isinstance(v, dict), "array": lambda v: isinstance(v, list),
+            "string": lambda v: isinstance(v, str), "boolean": lambda v: isinstance(v, bool),
+            "null": lambda v: v is None,
+            "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+            "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
 def validate(doc, schema, root=None, path="$"):
     root = root or schema
     if "$ref" in schema:
@@ -51,12 +58,7 @@ def validate(doc, schema, root=None, path="$"):
     types = schema.get("type")
     if types is not None:
         types = [types] if isinstance(types, str) else types
-        ok = {"object": lambda v: isinstance(v, dict), "array": lambda v: isinstance(v, list),
-              "string": lambda v: isinstance(v, str), "boolean": lambda v: isinstance(v, bool),
-              "null": lambda v: v is None,
-              "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-              "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)}
-        assert any(ok[t](doc) for t in types), "%s: %r is not %s" % (path, doc, types)
+        assert any(_TYPE_OK[t](doc) for t in types), "%s: %r is not %s" % (path, doc, types)
     if "const" in schema:
         assert doc == schema["const"], "%s: %r != %r" % (path, doc, schema["const"])
     if "enum" in schema:
@@ -221,12 +223,15 @@ def check_plan(p):
     # Values of persistent tensors: every read and every copy sees the latest
     # value; the update reaches the persistent instance by the end of training.
     pers_names = {i["tensor"] for i in inst if i["kind"] in PERSISTENT_KINDS}
-    holders = {n: {i["index"] for i in inst if i["tensor"] == n and i["persistent"]}
-               for n in pers_names}
+    homes = {n: set() for n in pers_names}    # a tensor's persistent instances
+    for i in inst:
+        if i["persistent"] and i["tensor"] in homes:
+            homes[i["tensor"]].add(i["index"])
+    holders = {n: set(h) for n, h in homes.items()}
     for s in steps:
         if s["index"] == tr:
             for n in pers_names:
-                home = {i["index"] for i in inst if i["tensor"] == n and i["persistent"]}
+                home = homes[n]
                 assert home & holders[n], "%s: the updated value never reaches %s" % (n, home)
         for i in s["inputs"]:
             if i >= 0 and inst[i]["tensor"] in pers_names:

@@ -6,6 +6,7 @@ CPU): the same ONNX weights, inputs and labels go through torch and through
 the program snc emits.
 """
 import os
+import re
 import subprocess
 
 import numpy as np
@@ -25,11 +26,37 @@ def run(cmd, timeout=600, check=True, **kw):
     return r
 
 
-def compile_model(onnx_path, out_dir, batch, *flags):
-    """snc compile + ninja; returns the program's path."""
-    run([SNC, "compile", onnx_path, "-o", out_dir, "--batch", str(batch)] + list(flags))
+# The C flags the tests build emitted programs with, in place of the
+# `cflags = -std=c11 -O1 -g ...` line snc writes into DIR/build.ninja (what
+# users build; test_train_fashion.py and test_generated.py keep it). train.c
+# does no arithmetic of its own: it is tables of constants and one call into
+# the runtime (libsnrt_cpu.a, built by configure.py with its own flags) per
+# step, so its optimisation level changes no number a program computes and no
+# bit the tests compare, only how long gcc takes: densenet121's 14,000-line
+# train.c takes 11 s at -O1 -g and 3 s at -O0 -g on the 2-core VM, and the
+# tests build about 150 programs.
+TEST_CFLAGS = "-std=c11 -O0 -g"
+_EMITTED_CFLAGS = re.compile(r"^cflags = -std=c11 -O1 -g ", re.M)
+
+
+def build_program(out_dir, cflags=TEST_CFLAGS):
+    """ninja -C DIR on what snc compile wrote, at `cflags` (None: as written);
+    returns the program's path."""
+    if cflags is not None:
+        path = os.path.join(out_dir, "build.ninja")
+        text = open(path).read()
+        text, n = _EMITTED_CFLAGS.subn("cflags = %s " % cflags, text)
+        assert n == 1, "%s: no 'cflags = -std=c11 -O1 -g' line (update TEST_CFLAGS)" % path
+        with open(path, "w") as f:
+            f.write(text)
     run(["ninja", "-C", out_dir], timeout=900)
     return os.path.join(out_dir, "train")
+
+
+def compile_model(onnx_path, out_dir, batch, *flags, cflags=TEST_CFLAGS):
+    """snc compile + ninja (at `cflags`, see TEST_CFLAGS); returns the program's path."""
+    run([SNC, "compile", onnx_path, "-o", out_dir, "--batch", str(batch)] + list(flags))
+    return build_program(out_dir, cflags)
 
 
 def sanitize(name):

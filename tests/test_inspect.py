@@ -76,16 +76,13 @@ def compare_shapes(js, ref, min_fraction=0.95):
     return compared
 
 
-@pytest.fixture(scope="session")
-def tv(tmp_path_factory):
-    d = str(tmp_path_factory.mktemp("tv"))
-    return {name: export_torchvision.export(name, size, d)
-            for name, size in SIZES.items()}
-
-
 @pytest.mark.parametrize("name", list(SIZES))
-def test_torchvision(tv, name):
-    path, model, _ = tv[name]
+def test_torchvision(torchvision_onnx, name):
+    # The file examples/export_torchvision.py writes (tests/conftest.py: once
+    # per run, shared with the other tests of these models), and the same
+    # seeded model it exported.
+    path = torchvision_onnx(name, SIZES[name])
+    model, _ = export_torchvision.build(name, SIZES[name])
     js = inspect(path)
     compare_shapes(js, onnx_shapes(path))
     assert js["params"] == sum(p.numel() for p in model.parameters())

@@ -15,6 +15,7 @@
   max-batch.
 """
 import copy
+import functools
 import json
 import os
 import re
@@ -56,7 +57,7 @@ def test_validator_catches_errors():
 # ---- models ----
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
+def models(tmp_path_factory, torchvision_onnx):
     d = tmp_path_factory.mktemp("models")
     out = {"fashion_cnn": (os.path.join(ROOT, "examples", "fashion_cnn.onnx"), 16)}
     r50 = str(d / "resnet50.onnx")
@@ -64,10 +65,7 @@ def models(tmp_path_factory):
              "--classes", "10", "-o", r50])
     assert r.returncode == 0, r.stderr
     out["resnet50"] = (r50, 4)
-    r = run([PY, os.path.join(ROOT, "examples", "export_torchvision.py"), "googlenet",
-             "--size", "64", "--out", str(d)], timeout=600)
-    assert r.returncode == 0, r.stdout + r.stderr
-    out["googlenet"] = (str(d / "googlenet.onnx"), 4)
+    out["googlenet"] = (torchvision_onnx("googlenet", 64), 4)
     return out
 
 
@@ -114,8 +112,12 @@ def test_real_plans(models, name, tmp_path):
     assert abs(float(last[4]) - pl["steps"][-1]["high_water_bytes"] / 2**20) < 0.06
 
 
+@functools.lru_cache(maxsize=None)
 def smallest_budget(model, batch, *extra):
-    """The smallest budget that fits, as the infeasible-budget error names it."""
+    """The smallest budget that fits, as the infeasible-budget error names it
+    (memoised: several tests ask it of the same model and flags, and one
+    answer takes auto's search at every budget, 10-20 s on resnet50; snc is
+    deterministic, so a second call would say the same)."""
     r = run([SNC, "plan", model, "--batch", str(batch), "--budget", "1"] + list(extra))
     assert r.returncode == 2, r.stderr
     m = re.search(r"smallest budget that fits is .*\((\d+) bytes\)", r.stderr)

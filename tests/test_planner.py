@@ -4,6 +4,7 @@ too), the host budget, and auto as the fastest plan under both budgets.
 Bit-identity of these plans in training is tests/test_policies.py's (the
 checkpoint tier, --segment, nested segments, a binding host budget); here:
 what the plans are, checked from plan.json by tests/plan_check.py."""
+import functools
 import json
 import os
 import re
@@ -20,15 +21,13 @@ DEVICES = json.load(open(os.path.join(ROOT, "schemas", "devices.json")))["device
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
+def models(tmp_path_factory, torchvision_onnx):
     d = tmp_path_factory.mktemp("planner_models")
     r50 = str(d / "resnet50.onnx")
     run([PY, os.path.join(ROOT, "examples", "make_resnet.py"), "--depth", "50", "--size", "32",
          "--classes", "10", "-o", r50])
-    run([PY, os.path.join(ROOT, "examples", "export_torchvision.py"), "googlenet", "--size", "32",
-         "--out", str(d)], timeout=600)
     return {"fashion_cnn": (os.path.join(ROOT, "examples", "fashion_cnn.onnx"), 16),
-            "resnet50": (r50, 4), "googlenet": (str(d / "googlenet.onnx"), 4)}
+            "resnet50": (r50, 4), "googlenet": (torchvision_onnx("googlenet", 32), 4)}
 
 
 def plan(model, batch, tmp_path, *flags, check=True):
@@ -42,7 +41,11 @@ def plan(model, batch, tmp_path, *flags, check=True):
     return json.load(open(js))
 
 
+@functools.lru_cache(maxsize=None)
 def smallest(model, batch, *flags):
+    """The smallest budget auto fits in, as snc's error for budget 1 names it
+    (memoised: with auto's search at every budget, one call takes 10-20 s on
+    resnet50; snc is deterministic, so a second call would say the same)."""
     r = run([SNC, "plan", model, "--batch", str(batch), "--budget", "1"] + list(flags),
             check=False)
     assert r.returncode == 2, r.stderr

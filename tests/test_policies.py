@@ -30,7 +30,7 @@ from plan_check import TIERS, auto_tiers, check_plan, tier_of  # noqa: E402
 # copies per run at most).
 COPY_DELAY_US = "500"
 
-def model_path(name, tmp_dir):
+def model_path(name, tmp_dir, torchvision_onnx):
     """The ONNX file of an example model (built on first use)."""
     if name == "fashion_cnn":
         return os.path.join(ROOT, "examples", "fashion_cnn.onnx"), 8
@@ -39,8 +39,7 @@ def model_path(name, tmp_dir):
         run(["/usr/bin/python3", os.path.join(ROOT, "examples", "make_resnet.py"),
              "--depth", "50", "--size", "32", "--classes", "10", "-o", out])
         return out, 2
-    run(["/usr/bin/python3", os.path.join(ROOT, "examples", "export_torchvision.py"), name,
-         "--size", "32", "--out", tmp_dir])
+    out = torchvision_onnx(name, 32)   # (tests/conftest.py: exported once per run)
     # mobilenet_v2 ends on 1x1 feature maps at 32 px: at batch 2 its last
     # BatchNormalizations normalise over two values, the first step's
     # gradients reach 1e10 (PyTorch's too) and the third step's loss is NaN
@@ -53,9 +52,9 @@ MODELS = ["fashion_cnn", "resnet50", "googlenet", "densenet121", "mobilenet_v2"]
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
+def models(tmp_path_factory, torchvision_onnx):
     d = str(tmp_path_factory.mktemp("models"))
-    return lambda name: model_path(name, d)
+    return lambda name: model_path(name, d, torchvision_onnx)
 
 
 def train3(onnx, batch, policy, out, *flags):
