@@ -30,8 +30,10 @@ from plan_check import TIERS, auto_tiers, check_plan, tier_of  # noqa: E402
 # copies per run at most).
 COPY_DELAY_US = "500"
 
-def model_path(name, tmp_dir, torchvision_onnx):
-    """The ONNX file of an example model (built on first use)."""
+def model_path(name, tmp_dir, torchvision_onnx=None):
+    """The ONNX file of an example model (built on first use; torchvision
+    models by tests/conftest.py's torchvision_onnx where given, else in
+    tmp_dir)."""
     if name == "fashion_cnn":
         return os.path.join(ROOT, "examples", "fashion_cnn.onnx"), 8
     out = os.path.join(tmp_dir, name + ".onnx")
@@ -39,7 +41,11 @@ def model_path(name, tmp_dir, torchvision_onnx):
         run(["/usr/bin/python3", os.path.join(ROOT, "examples", "make_resnet.py"),
              "--depth", "50", "--size", "32", "--classes", "10", "-o", out])
         return out, 2
-    out = torchvision_onnx(name, 32)   # (tests/conftest.py: exported once per run)
+    if torchvision_onnx is not None:
+        out = torchvision_onnx(name, 32)   # exported once per run
+    else:
+        run(["/usr/bin/python3", os.path.join(ROOT, "examples", "export_torchvision.py"), name,
+             "--size", "32", "--out", tmp_dir])
     # mobilenet_v2 ends on 1x1 feature maps at 32 px: at batch 2 its last
     # BatchNormalizations normalise over two values, the first step's
     # gradients reach 1e10 (PyTorch's too) and the third step's loss is NaN
