@@ -387,6 +387,9 @@ typedef struct Route {
   Step *s;
   int ns, caps;
   int train_steps;         // steps [0, train_steps) are the training step
+  int **chunk;             // Step.in/out storage (route_ints): freed with the route
+  int nchunk, capchunk;
+  int *next, left;         // ... the free part of the last chunk
 } Route;
 
 Route *route_build(const Graph *g);
