@@ -21,13 +21,32 @@
  * GEMM per image on the CPU); a convolution also costs a fixed time per image
  * of the batch (per_image_s); where the profile lists the convolutions it
  * measured (conv_shapes), a convolution takes the FLOP rate of the nearest
- * one of its kind instead; gemm (Gemm, MatMul and their gradients); pool
+ * one of its kind instead; gemm (Gemm, MatMul and their gradients: the
+ * rate of the nearest GEMM the profile measured, gemm_shapes, else the
+ * class rate plus a cost per matrix of a batched product, one sgemm each);
+ * pool
  * (max and average pooling, forward and backward, rated in window elements
- * visited per second: n x c x oh x ow x kh x kw);
+ * visited per second: n x c x oh x ow x kh x kw; where the profile lists
+ * the poolings it measured, pool_shapes, the rate of the nearest one of the
+ * same kind, max or average: the kernels differ 5x per window element
+ * between a 2x2 window and a 3x3 one, and a global pooling of a 1x1 map is
+ * all fixed cost);
  * norm (batch and layer normalization, LRN, softmax, forward and backward);
  * update (SGD steps) and adam (Adam and AdamW steps, about 3x slower per
- * byte on the CPU); elementwise (everything else: activations,
- * pooling, adds, copies, the loss).
+ * byte on the CPU); strided (kernels that walk a broadcast or permuted
+ * index space: Add/Sub/Mul/Div with broadcasting and their gradients, which
+ * reduce, ReduceMean, Expand, Where, Transpose: 3-5x below a contiguous
+ * kernel's bandwidth on the CPU); math (a transcendental function per
+ * element: Erf, Sigmoid, Tanh, Pow, their gradients, softmax and the
+ * softmax cross-entropy loss); elementwise (everything else: activations,
+ * contiguous adds, copies, concatenation, gathers). A profile without the
+ * strided or math class (written before they were) rates them as
+ * elementwise.
+ * Where the profile gives parallel_min_elements, a step whose largest
+ * operand has more elements runs as a parallel region on the CPU (as
+ * runtime/cpu/kern.h decides) and costs the class's parallel_s more: the
+ * thread team's wake-up, which snc-calibrate measured (tens to hundreds of
+ * microseconds on a VM, as much as a 1 MiB kernel's own time).
  *
  * Not here: which steps exist (the passes), overlap of copies with compute
  * (offload.c places copies against the timeline cost_step_times gives). */
@@ -40,7 +59,7 @@ enum { COST_SMALL_K = 64 };   /* see the header comment: the "_small" conv class
 
 static const char *const class_names[CC_COUNT] = {
     "conv",  "conv_small", "conv_1x1", "conv_bwd",    "conv_bwd_small",
-    "conv_bwd_1x1", "gemm", "pool", "norm",   "elementwise", "update", "adam"};
+    "conv_bwd_1x1", "gemm", "pool", "norm",   "elementwise", "update", "adam", "strided", "math"};
 
 const char *cost_class_name(CostClass c) { return c >= 0 && c < CC_COUNT ? class_names[c] : "?"; }
 
@@ -63,8 +82,14 @@ CostClass cost_class(const Graph *g, const Node *n) {
   case OP_MAXPOOL: case OP_AVGPOOL: case OP_GLOBALAVGPOOL: case OP_MAXPOOL_BWD: case OP_AVGPOOL_BWD:
     return CC_POOL;
   case OP_BATCHNORM: case OP_BN_BWD: case OP_BN_SAVED: case OP_BN_INFER: case OP_LAYERNORM:
-  case OP_LN_BWD: case OP_LRN: case OP_LRN_BWD: case OP_SOFTMAX: case OP_SOFTMAX_BWD:
+  case OP_LN_BWD: case OP_LRN: case OP_LRN_BWD: case OP_SOFTMAX_BWD:
     return CC_NORM;
+  case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_BINARY_BWD: case OP_REDUCEMEAN:
+  case OP_REDUCE: case OP_EXPAND: case OP_BROADCAST: case OP_WHERE: case OP_TRANSPOSE:
+    return CC_STRIDED;
+  case OP_ERF: case OP_SIGMOID: case OP_TANH: case OP_POW: case OP_MATH_BWD: case OP_SOFTMAX:
+  case OP_SOFTMAX_CE: case OP_SOFTMAX_CE_BWD:
+    return CC_MATH;
   case OP_SGD: return CC_UPDATE;
   case OP_ADAM: return CC_ADAM;
   default: return CC_ELEMENTWISE;
@@ -89,6 +114,48 @@ static double nearest_conv_rate(const CostRates *r, const snrt_conv_t *p, int ki
   return rate;
 }
 
+/* The FLOP rate of the measured GEMM nearest to p (|log| ratios of m, n, k
+ * and the batch, which counts the sgemm calls; a transpose that differs adds
+ * a little), or 0 where the profile measured none. Linear in the shapes. */
+static double nearest_gemm_rate(const CostRates *r, const snrt_mm_t *p) {
+  double best = 1e300, rate = 0;
+  for (int i = 0; i < r->ngemms; i++) {
+    const CostGemm *q = &r->gemms[i];
+    double dist = fabs(log((double)p->m / q->m)) + fabs(log((double)p->n / q->n)) +
+                  fabs(log((double)p->k / q->k)) + fabs(log((double)p->batch / q->batch)) +
+                  0.25 * ((p->trans_a != 0) != q->trans_a) + 0.25 * ((p->trans_b != 0) != q->trans_b);
+    if (dist < best) best = dist, rate = q->rate;
+  }
+  return rate;
+}
+
+/* The rate (window elements per second) of the measured pooling nearest to
+ * p of the same kind (|log| ratios of the work and the window, the stride),
+ * or 0 where the profile measured none. */
+static double nearest_pool_rate(const CostRates *r, const snrt_pool_t *p, int avg, bool bwd) {
+  double best = 1e300, rate = 0;
+  double work = (double)p->n * p->c * p->oh * p->ow * p->kh * p->kw, win = (double)p->kh * p->kw;
+  for (int i = 0; i < r->npools; i++) {
+    const CostPool *q = &r->pools[i];
+    if (q->avg != avg) continue;
+    double dist = fabs(log(work / q->work)) + fabs(log(win / q->window)) +
+                  fabs(log((p->sh > 0 ? p->sh : 1) / q->stride));
+    if (dist < best) best = dist, rate = bwd ? q->bwd_rate : q->fwd_rate;
+  }
+  return rate;
+}
+
+/* Elements of the node's largest operand (which decides whether a CPU
+ * kernel runs as a parallel region). */
+static double largest_operand(const Graph *g, const Node *n) {
+  double m = 0;
+  for (int k = 0; k < n->nin + n->nout; k++) {
+    int t = k < n->nin ? n->in[k] : n->out[k - n->nin];
+    if (t >= 0 && (double)tensor_numel(&g->t[t]) > m) m = (double)tensor_numel(&g->t[t]);
+  }
+  return m;
+}
+
 double cost_node_seconds(const Graph *g, const Node *n, double bytes, const DeviceProfile *d) {
   double fl = op_info[n->op].flops(g, n);
   const CostRates *r = d->rates;
@@ -101,6 +168,9 @@ double cost_node_seconds(const Graph *g, const Node *n, double bytes, const Devi
   if (c == CC_POOL && n->p) {   /* window elements visited, forward or backward */
     const snrt_pool_t *p = n->p;
     fl = (double)p->n * p->c * p->oh * p->ow * p->kh * p->kw;
+    bool avg = n->op == OP_AVGPOOL || n->op == OP_GLOBALAVGPOOL || n->op == OP_AVGPOOL_BWD;
+    double rate = nearest_pool_rate(r, p, avg, n->op == OP_MAXPOOL_BWD || n->op == OP_AVGPOOL_BWD);
+    if (rate > 0) return fl / rate + r->overhead[c];
   }
   if (c <= CC_CONV_BWD_1X1 && n->p) {
     const snrt_conv_t *p = n->p;
@@ -108,9 +178,17 @@ double cost_node_seconds(const Graph *g, const Node *n, double bytes, const Devi
     if (rate > 0) return fl / rate + r->overhead[c];   /* the measured shape's rate says it all */
     images = p->n;
   }
+  if (c == CC_GEMM && n->p && fl > 0) {
+    const snrt_mm_t *mm = n->op == OP_GEMM ? &((const GemmParams *)n->p)->mm : n->p;
+    double rate = nearest_gemm_rate(r, mm);
+    if (rate > 0) return fl / rate + r->overhead[c];
+    images = (double)mm->batch;   /* one sgemm per matrix */
+  }
+  double par = r->parallel_min > 0 && r->parallel[c] > 0 && largest_operand(g, n) > r->parallel_min
+                   ? r->parallel[c] : 0;
   double tc = r->class_flops[c] > 0 ? fl / r->class_flops[c] : 0;
   double tm = r->class_bw[c] > 0 ? bytes / r->class_bw[c] : 0;
-  return (tc > tm ? tc : tm) + r->overhead[c] + images * r->per_image[c];
+  return (tc > tm ? tc : tm) + r->overhead[c] + images * r->per_image[c] + par;
 }
 
 double cost_copy_seconds(double bytes, CopyDir dir, const DeviceProfile *d) {

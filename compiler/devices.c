@@ -22,6 +22,7 @@
 #include "snc.h"
 #include "json.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -44,9 +45,15 @@ const int device_profile_count = sizeof device_profiles / sizeof device_profiles
  *  "reserve_bytes": R, "sm": 0, "host_bytes": H,
  *  "measured": {"machine": "...", "date": "...", "threads": N, ...},
  *  "classes": {"conv": {"flops": F, "bw": B, "overhead_s": S, "per_image_s": S},
+ *              "gemm": {"flops": F, "per_call_s": S}, "norm": {"bw": B, "parallel_s": S},
  *              ... one per cost class (cost.c)},
  *  "conv_shapes": [{"class": "conv", "n": N, "c": C, "hw": H, "k": K, "ksize": 3,
  *                   "stride": 1, "forward_s": S, "backward_s": S}, ...] (optional),
+ *  "pool_shapes": [{"kind": "max", "n": N, "c": C, "hw": H, "ksize": 3, "stride": 2,
+ *                   "pad": 1, "forward_s": S, "backward_s": S}, ...] (optional),
+ *  "gemm_shapes": [{"batch": B, "m": M, "n": N, "k": K, "trans_a": 0, "trans_b": 1,
+ *                   "seconds": S}, ...] (optional),
+ *  "parallel_min_elements": N (optional; with the classes' "parallel_s"),
  *  "copy": {"d2h": B, "h2d": B}, "step_overhead_s": S}
  * flops/mem_bw/link_bw/mem_bytes are required (the simple model); "classes"
  * (then with every class, "copy" and "step_overhead_s") makes it calibrated.
@@ -99,6 +106,11 @@ static DeviceProfile *profile_load(const char *path) {
     for (int c = 0; c < CC_COUNT; c++) {
       const char *nm = cost_class_name((CostClass)c);
       const Json *e = json_get(cls, nm);
+      if (!e && (c == CC_STRIDED || c == CC_MATH)) {   /* a profile older than these classes */
+        r->class_flops[c] = r->class_flops[CC_ELEMENTWISE], r->class_bw[c] = r->class_bw[CC_ELEMENTWISE];
+        r->overhead[c] = r->overhead[CC_ELEMENTWISE], r->parallel[c] = r->parallel[CC_ELEMENTWISE];
+        continue;
+      }
       if (!e) prof_error("a partial profile: \"classes\" has no \"%s\"", nm);
       if (e->type != JS_OBJ) prof_error("\"classes\".\"%s\" is not an object", nm);
       const Json *f = json_get(e, "flops"), *b = json_get(e, "bw");
@@ -109,7 +121,8 @@ static DeviceProfile *profile_load(const char *path) {
       if (r->class_flops[c] <= 0 && r->class_bw[c] <= 0)
         prof_error("\"classes\".\"%s\" has neither a positive \"flops\" nor a positive \"bw\"", nm);
       r->overhead[c] = prof_num(e, "overhead_s", false, -1, false);
-      r->per_image[c] = prof_num(e, "per_image_s", false, 0, false);
+      r->per_image[c] = prof_num(e, c == CC_GEMM ? "per_call_s" : "per_image_s", false, 0, false);
+      r->parallel[c] = prof_num(e, "parallel_s", false, 0, false);
     }
     const Json *sh = json_get(root, "conv_shapes");
     if (sh) {
@@ -134,6 +147,41 @@ static DeviceProfile *profile_load(const char *path) {
         q->fwd_rate = fl / tf, q->bwd_rate = 2 * fl / tb;
       }
     }
+    const Json *pm = json_get(root, "pool_shapes");
+    if (pm) {
+      if (pm->type != JS_ARR) prof_error("\"pool_shapes\" is not an array%s", "");
+      r->pools = xcalloc((size_t)pm->n + 1, sizeof *r->pools);
+      for (int i = 0; i < pm->n; i++) {
+        const Json *e = &pm->items[i], *kd = e->type == JS_OBJ ? json_get(e, "kind") : NULL;
+        if (!kd || kd->type != JS_STR || (strcmp(kd->str, "max") && strcmp(kd->str, "avg")))
+          prof_error("a \"pool_shapes\" entry without a \"kind\" of \"max\" or \"avg\"%s", "");
+        CostPool *q = &r->pools[r->npools++];
+        q->avg = !strcmp(kd->str, "avg");
+        double n = prof_num(e, "n", true, 0, true), c = prof_num(e, "c", true, 0, true);
+        double hw = prof_num(e, "hw", true, 0, true), k = prof_num(e, "ksize", true, 0, true);
+        double st = prof_num(e, "stride", true, 0, true), pad = prof_num(e, "pad", false, 0, false);
+        double o = floor((hw + 2 * pad - k) / st) + 1;
+        q->work = n * c * o * o * k * k, q->window = k * k, q->stride = st;
+        q->fwd_rate = q->work / prof_num(e, "forward_s", true, 0, true);
+        q->bwd_rate = q->work / prof_num(e, "backward_s", true, 0, true);
+      }
+    }
+    const Json *gm = json_get(root, "gemm_shapes");
+    if (gm) {
+      if (gm->type != JS_ARR) prof_error("\"gemm_shapes\" is not an array%s", "");
+      r->gemms = xcalloc((size_t)gm->n + 1, sizeof *r->gemms);
+      for (int i = 0; i < gm->n; i++) {
+        const Json *e = &gm->items[i];
+        if (e->type != JS_OBJ) prof_error("\"gemm_shapes\" holds a %s, not an object", json_type_name(e->type));
+        CostGemm *q = &r->gemms[r->ngemms++];
+        q->batch = prof_num(e, "batch", true, 0, true), q->m = prof_num(e, "m", true, 0, true);
+        q->n = prof_num(e, "n", true, 0, true), q->k = prof_num(e, "k", true, 0, true);
+        q->trans_a = prof_num(e, "trans_a", false, 0, false) != 0;
+        q->trans_b = prof_num(e, "trans_b", false, 0, false) != 0;
+        q->rate = 2.0 * q->batch * q->m * q->n * q->k / prof_num(e, "seconds", true, 0, true);
+      }
+    }
+    r->parallel_min = prof_num(root, "parallel_min_elements", false, 0, false);
     const Json *cp = json_get(root, "copy");
     if (!cp) prof_error("a partial profile: \"classes\" without \"copy\"%s", "");
     if (cp->type != JS_OBJ) prof_error("\"copy\" is not an object%s", "");

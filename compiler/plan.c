@@ -248,6 +248,11 @@ typedef struct Search {
   double last_est;         // ... and estimate
   char *log;               // the candidates, a line each (Plan.auto_log)
   size_t nlog;
+  int64_t turn;            // held_at_turn()
+  int64_t pers;            // bytes of the persistent state
+  int64_t moved[3];        // ... of it on the host at host-state level 0, 1, 2
+  bool no_skip;            // plan every candidate (the error path's smallest arenas)
+  bool skipped;            // a candidate was skipped by `held`
 } Search;
 
 static const char *cand_name(const Cand *c, const Plan *pl) {
@@ -293,6 +298,30 @@ static void log_cand(Search *sr, const Cand *c, const Plan *pl, Verdict v, bool 
   free(line);
 }
 
+/* A lower bound, for every plan without checkpoint recomputation, of the
+ * bytes held on the device and the host together when the backward pass
+ * starts: the outputs of expensive forward layers that a backward step reads.
+ * The cheap rule never drops them (recompute.c), so each is there, in the
+ * device arena or, offloaded, in the host arena. */
+static int64_t held_at_turn(const Graph *g) {
+  bool *seen = xcalloc((size_t)g->nt + 1, sizeof(bool));
+  int64_t b = 0;
+  for (int i = 0; i < g->nn; i++) {
+    const Node *n = &g->n[i];
+    if (n->phase != PH_BACKWARD) continue;
+    for (int k = 0; k < n->nin; k++) {
+      int t = n->in[k];
+      if (t < 0 || seen[t] || g->t[t].kind != TK_ACT || g->t[t].producer < 0) continue;
+      const Node *p = &g->n[g->t[t].producer];
+      if (p->phase != PH_FORWARD || node_cost(g, p) != COST_EXPENSIVE) continue;
+      seen[t] = true;
+      b += tensor_bytes(&g->t[t]);
+    }
+  }
+  free(seen);
+  return b;
+}
+
 /* Plans candidate c; keeps it if it is the fastest fit so far. A plan fits
  * here when its live bytes (a lower bound of the device arena) and its host
  * arena fit the budgets; its device arena is packed at the end (finish()),
@@ -301,9 +330,32 @@ static void log_cand(Search *sr, const Cand *c, const Plan *pl, Verdict v, bool 
  * host arena under the device budget (for the error message). */
 static Verdict consider(Search *sr, Graph *g, const PlanOpts *o, const DeviceProfile *dev,
                         const Cand *c) {
+  /* Without checkpoints, what must be held when the backward pass starts
+   * cannot fit both budgets together, or (nothing offloaded) the device
+   * budget: not planned (the verdict it would get). */
+  int64_t held = sr->turn + sr->pers, held_dev = sr->turn + sr->pers - sr->moved[c->host_state];
+  bool skip = !c->seg_bytes && !sr->no_skip && sr->turn &&
+              (held > sr->budget + sr->host_budget || (!c->sel && held_dev > sr->budget));
+  if (skip) {
+    sr->tried++, sr->skipped = true;
+    sr->last_checkpoints = 0, sr->last_arena = 0, sr->last_est = NAN;
+    char *line = xasprintf("%3d  %-6s %11s %10s %13s  %s; %s held at the turn%s\n", sr->tried,
+                           "-", "", "", "(skipped)", cand_name(c, &(Plan){0}),
+                           fmt_bytes(c->sel ? held : held_dev), c->sel ? "" : " on the device");
+    log_line(sr, line);
+    free(line);
+    return C_NOFIT;
+  }
   bool cut;
   Plan *pl = plan_passes(g, o, dev, c, (const int64_t[2]){sr->budget, sr->host_budget}, &cut);
   sr->tried++;
+  /* The bound is checked wherever such a plan is made: its arenas hold at
+   * least the expensive layers' outputs (finished: and the persistent state). */
+  if (!c->seg_bytes && sr->turn &&
+      (pl->peak_live_bytes + pl->host_bytes < (cut ? sr->turn : held) ||
+       (!c->sel && pl->peak_live_bytes < (cut ? sr->turn : held_dev))))
+    internal_error(__FILE__, __LINE__, "a plan without checkpoints holds less than the outputs "
+                   "of expensive layers read by backward");
   sr->last_checkpoints = pl->checkpoints;
   sr->last_arena = pl->peak_live_bytes;
   sr->last_est = pl->est_step_seconds;
@@ -495,6 +547,8 @@ static Plan *plan_auto(Graph *g, const PlanOpts *o, const DeviceProfile *dev, Se
     if (tensor_kind_persistent(k)) pers += arena_align(tensor_bytes(&g->t[t]));
   }
   int hs0 = pers < budget ? 0 : pers - opt < budget ? 1 : 2;
+  sr->turn = held_at_turn(g), sr->pers = pers;
+  for (int hs = 1; hs <= 2; hs++) sr->moved[hs] = moved_bytes(g, hs);
   for (int hs = hs0; hs <= 2; hs++) {
     /* Persistent state on the host (hs 1: optimizer state, 2: parameters
      * too) only where nothing fits with less there, or the best plan so far
@@ -557,12 +611,12 @@ static Plan *plan_auto(Graph *g, const PlanOpts *o, const DeviceProfile *dev, Se
 
 /* The plan for o->policy, without the budget checks (auto: NULL if nothing
  * fits; sr then has the smallest arenas seen). */
-static Plan *build(Graph *g, const PlanOpts *o, Search *sr) {
+static Plan *build(Graph *g, const PlanOpts *o, Search *sr, bool no_skip) {
   const DeviceProfile *dev = device_find(o->device ? o->device : "h200");
   *sr = (Search){.budget = o->budget ? o->budget : device_budget(dev),
                  .host_budget = o->host_budget ? o->host_budget : device_host_budget(dev),
                  .smallest = INT64_MAX, .smallest_host = INT64_MAX, .smallest_any = INT64_MAX,
-                 .nt = g->nt};
+                 .nt = g->nt, .no_skip = no_skip};
   Cand c = {.planned = o->policy, .rc_target = -1};
   switch (o->policy) {
   case POL_NONE: case POL_LIVENESS: return plan_once(g, o, dev, &c);
@@ -602,7 +656,7 @@ static bool auto_fits(Graph *g, const PlanOpts *o, int64_t b) {
   PlanOpts q = *o;
   q.budget = b;
   Search sr;
-  Plan *pl = build(g, &q, &sr);
+  Plan *pl = build(g, &q, &sr, false);
   plan_free(pl);
   return pl != NULL;
 }
@@ -610,10 +664,12 @@ static bool auto_fits(Graph *g, const PlanOpts *o, int64_t b) {
 /* The smallest device budget auto fits, given that `bad` does not fit and
  * `hint` is the smallest arena it saw there: auto's candidates depend on the
  * budget (their recomputation targets), so that arena is confirmed, or
- * doubled until it fits, then bisected in SNRT_ALIGN steps. *exact is false
- * where planning is slow enough that the search stopped early (the result
- * then fits but a smaller budget may too). A negative result: none fits up
- * to its magnitude. */
+ * doubled until it fits, then bisected in SNRT_ALIGN steps. On graphs up to
+ * LARGE_GRAPH_NODES forward nodes the search always runs to the end (its
+ * answer must not depend on the machine's load); on larger ones it stops
+ * after plan_smallest_search_seconds, and *exact is then false (the result
+ * fits but a smaller budget may too). A negative result: none fits up to its
+ * magnitude. */
 static double seconds_since(const struct timespec *t0) {
   struct timespec t1;
   clock_gettime(CLOCK_MONOTONIC, &t1);
@@ -627,13 +683,15 @@ static int64_t smallest_budget(Graph *g, const PlanOpts *o, int64_t bad, int64_t
   if (hint <= bad) hint = bad + SNRT_ALIGN;
   int64_t lo = bad / SNRT_ALIGN, hi = (hint + SNRT_ALIGN - 1) / SNRT_ALIGN;   // lo fails
   *exact = true;
+  bool timed = g->nfwd > LARGE_GRAPH_NODES;
   for (int k = 0; !auto_fits(g, o, hi * SNRT_ALIGN); k++) {
-    if (k == 8 || seconds_since(&t0) > plan_smallest_search_seconds || hi > INT64_MAX / 1024)
+    if (k == 8 || (timed && seconds_since(&t0) > plan_smallest_search_seconds) ||
+        hi > INT64_MAX / 1024)
       return -hi * SNRT_ALIGN;   /* none found up to there */
     lo = hi, hi *= 2;
   }
   while (hi - lo > 1) {
-    if (seconds_since(&t0) > plan_smallest_search_seconds) {
+    if (timed && seconds_since(&t0) > plan_smallest_search_seconds) {
       *exact = false;
       break;
     }
@@ -646,8 +704,11 @@ static int64_t smallest_budget(Graph *g, const PlanOpts *o, int64_t bad, int64_t
 
 Plan *plan_build(Graph *g, const PlanOpts *o) {
   Search sr;
-  Plan *pl = build(g, o, &sr);
+  Plan *pl = build(g, o, &sr, false);
   int64_t budget = sr.budget, host = sr.host_budget;
+  /* Nothing fits: the smallest arenas below come from every candidate,
+   * those skipped (consider()) too. */
+  if (!pl && sr.skipped) pl = build(g, o, &sr, true);
   if (!pl) {
     if (sr.smallest != INT64_MAX) {
       bool exact;
@@ -703,7 +764,9 @@ void plan_dump(const Graph *g, const Plan *pl, const char *pass, FILE *f) {
             "fastest that fits.\nAn arena '>=' was not packed: its live bytes (a lower bound); "
             "only the chosen plan is packed\n(at the end), and a tight fit (within 1/8 of the "
             "budget) at once. 'cut short': not finished,\nlower bounds of its arenas after "
-            "recomputation and offload already exceed a budget\n"
+            "recomputation and offload already exceed a budget; 'skipped': not planned,\n"
+            "without checkpoints the outputs of expensive layers read by backward and the "
+            "persistent state\nexceed both budgets together\n"
             "%3s  %-6s %11s %10s %13s  %s\n%s", fmt_bytes(pl->budget),
             fmt_bytes(pl->host_budget), "#", "", "arena", "host", "est. step", "plan",
             pl->auto_log);
@@ -724,7 +787,7 @@ static int64_t arena_at(const char *model, const char *input, const TrainOpts *t
   shape_infer(g, batch);
   train_build(g, t);
   Search sr;
-  Plan *pl = build(g, o, &sr);
+  Plan *pl = build(g, o, &sr, false);
   for (int i = 0; i < g->nt; i++) free(g->t[i].data), g->t[i].data = NULL;
   if (!pl) return INT64_MAX;
   /* A plan over the host budget fits no device budget. */

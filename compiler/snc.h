@@ -387,6 +387,9 @@ typedef struct Route {
   Step *s;
   int ns, caps;
   int train_steps;         // steps [0, train_steps) are the training step
+  int **chunk;             // Step.in/out storage (route_ints): freed with the route
+  int nchunk, capchunk;
+  int *next, left;         // ... the free part of the last chunk
 } Route;
 
 Route *route_build(const Graph *g);
@@ -454,7 +457,8 @@ typedef struct Plan {
 /* cost.c: the op classes a calibrated profile gives rates for (the names
  * are the keys of a profile file's "classes"; snc-calibrate writes them). */
 typedef enum { CC_CONV, CC_CONV_SMALL, CC_CONV_1X1, CC_CONV_BWD, CC_CONV_BWD_SMALL, CC_CONV_BWD_1X1,
-               CC_GEMM, CC_POOL, CC_NORM, CC_ELEMENTWISE, CC_UPDATE, CC_ADAM, CC_COUNT } CostClass;
+               CC_GEMM, CC_POOL, CC_NORM, CC_ELEMENTWISE, CC_UPDATE, CC_ADAM, CC_STRIDED,
+               CC_MATH, CC_COUNT } CostClass;
 typedef enum { COPY_D2H, COPY_H2D } CopyDir;
 
 /* Rates of a calibrated profile, measured on the runtime's kernels. */
@@ -465,10 +469,32 @@ typedef struct CostRates {
   double overhead[CC_COUNT];      // seconds added to each compute step of the class (the
                                   // call, a parallel region's start); default step_overhead_s
   double per_image[CC_COUNT];     // convolution classes: seconds per image of the batch (the
-                                  // CPU kernels' per-image GEMMs and im2col set-up)
+                                  // CPU kernels' per-image GEMMs and im2col set-up); gemm:
+                                  // seconds per matrix of a batched product (one sgemm each)
+  double parallel[CC_COUNT];      // seconds added where the step's kernel runs as a parallel
+                                  // region (the thread team's wake-up); 0: none measured
+  double parallel_min;            // above this many elements (largest operand) a CPU kernel
+                                  // runs in parallel; 0: the profile says nothing
   struct CostShape *shapes;       // the convolutions measured (nearest one's rate wins)
   int nshapes;
+  struct CostGemm *gemms;         // the GEMMs measured (nearest one's rate wins)
+  int ngemms;
+  struct CostPool *pools;         // the poolings measured (nearest one of its kind wins)
+  int npools;
 } CostRates;
+/* One measured pooling: max or average, its window elements visited
+ * (n c oh ow kh kw), window size, stride, forward and backward rates. */
+typedef struct CostPool {
+  int avg;
+  double work, window, stride;
+  double fwd_rate, bwd_rate;      // window elements per second
+} CostPool;
+/* One measured GEMM: batch (one sgemm each), m, n, k, transposes, FLOP rate. */
+typedef struct CostGemm {
+  double batch, m, n, k;
+  int trans_a, trans_b;
+  double rate;                    // FLOP/s of the whole call
+} CostGemm;
 /* One measured convolution: class offset (0 large K, 1 small K, 2 1x1), shape,
  * forward and backward (data + filter) FLOP rates. */
 typedef struct CostShape {

@@ -15,7 +15,8 @@ from snc_harness import ROOT, SNC, compile_model, run
 CAL = os.path.join(ROOT, "build", "snc-calibrate")
 FASHION = os.path.join(ROOT, "examples", "fashion_cnn.onnx")
 CLASSES = ["conv", "conv_small", "conv_1x1", "conv_bwd", "conv_bwd_small", "conv_bwd_1x1",
-           "gemm", "pool", "norm", "elementwise", "update", "adam"]
+           "gemm", "pool", "norm", "elementwise", "update", "adam", "strided", "math"]
+GPT = os.path.join(ROOT, "examples", "gpt_bytes.onnx")
 
 
 @pytest.fixture(scope="module")
@@ -26,15 +27,35 @@ def profile(tmp_path_factory):
     return path
 
 
-def plan(device, *flags, check=True):
-    return run([SNC, "plan", FASHION, "--batch", "8", "--policy", "liveness", "--device", device]
+def plan(device, *flags, check=True, model=FASHION):
+    return run([SNC, "plan", model, "--batch", "8", "--policy", "liveness", "--device", device]
                + list(flags), check=check)
 
 
-def plan_json(tmp_path, device, *flags):
+def plan_json(tmp_path, device, *flags, model=FASHION):
     js = str(tmp_path / "plan.json")
-    plan(device, "--json", js, *flags)
+    plan(device, "--json", js, *flags, model=model)
     return json.load(open(js))
+
+
+def est_with(tmp_path, p, name, model=FASHION):
+    """est_step_seconds of the liveness plan under profile dict p."""
+    f = tmp_path / name
+    f.write_text(json.dumps(p))
+    return plan_json(tmp_path, str(f), model=model)["est_step_seconds"]
+
+
+def plain(profile):
+    """The profile without its measured shapes (their rates take precedence
+    over the class rates) and without fixed costs."""
+    p = json.load(open(profile))
+    for k in ("conv_shapes", "gemm_shapes", "pool_shapes"):
+        p.pop(k, None)
+    for c in p["classes"].values():
+        for k in ("overhead_s", "per_image_s", "per_call_s", "parallel_s"):
+            c[k] = 0
+    p["step_overhead_s"] = 0
+    return p
 
 
 def test_calibrate_writes_a_valid_profile(profile, tmp_path):
@@ -47,6 +68,15 @@ def test_calibrate_writes_a_valid_profile(profile, tmp_path):
     assert p["step_overhead_s"] >= 0
     assert p["measured"]["target"] == "cpu" and p["measured"]["threads"] == 2
     assert p["measured"]["date"] and p["measured"]["machine"]
+    # the CPU kernels' parallel threshold, and the shapes measured
+    assert p["parallel_min_elements"] > 0
+    for c in ("elementwise", "strided", "norm"):
+        assert p["classes"][c]["parallel_s"] >= 0
+    assert p["classes"]["gemm"]["per_call_s"] >= 0
+    assert {g["batch"] for g in p["gemm_shapes"]} > {1}, "a batched (per-sequence) GEMM is measured"
+    assert all(g["seconds"] > 0 for g in p["gemm_shapes"])
+    assert {q["kind"] for q in p["pool_shapes"]} == {"max", "avg"}
+    assert all(q["forward_s"] > 0 and q["backward_s"] > 0 for q in p["pool_shapes"])
     pl = plan_json(tmp_path, profile)
     assert pl["device"] == profile
     assert pl["est_step_seconds"] > 0
@@ -89,15 +119,11 @@ def test_simple_profile_file_equals_builtin(tmp_path):
 
 def test_calibrated_profile_changes_the_estimate(profile, tmp_path):
     """Per-class rates are used: doubling every rate halves the compute part."""
-    p = json.load(open(profile))
-    p.pop("conv_shapes", None)   # measured shapes' rates would take precedence
+    p = plain(profile)
     for c in p["classes"].values():
         for k in ("flops", "bw"):
             if k in c:
                 c[k] *= 2
-        c["overhead_s"] = 0
-        c["per_image_s"] = 0
-    p["step_overhead_s"] = 0
     fast = tmp_path / "fast.json"
     fast.write_text(json.dumps(p))
     for c in p["classes"].values():
@@ -186,3 +212,64 @@ def test_program_profile(profile, tmp_path):
     # the steps' measured times cover the train step (what lies between them
     # is the loop's own bookkeeping)
     assert sum(s["measured_s"] for s in p["per_step"]) > 0.5 * p["step"]["measured_s"]
+
+
+def test_parallel_region_cost(profile, tmp_path):
+    """parallel_s is added once to every step whose largest operand has more
+    elements than parallel_min_elements, and to no other step."""
+    p = plain(profile)
+    base = est_with(tmp_path, p, "base.json")
+    for c in p["classes"].values():
+        c["parallel_s"] = 1.0
+    p["parallel_min_elements"] = 1e15          # no tensor is that large
+    assert est_with(tmp_path, p, "none.json") == pytest.approx(base, rel=1e-9)
+    p["parallel_min_elements"] = 0.5           # every step's operands are larger
+    pl = plan_json(tmp_path, profile)
+    compute = [s for s in pl["steps"] if s["kind"] in ("forward", "loss", "backward", "update")]
+    every = est_with(tmp_path, p, "every.json")
+    assert every - base == pytest.approx(len(compute), abs=1e-3)
+    # a threshold between: some steps pay, not all
+    p["parallel_min_elements"] = 16384
+    some = est_with(tmp_path, p, "some.json") - base
+    assert 1 - 1e-3 < some < len(compute) - 1 + 1e-3
+    assert abs(some - round(some)) < 1e-3
+
+
+@pytest.mark.parametrize("key,scale", [("gemm_shapes", "seconds"), ("pool_shapes", "forward_s")])
+def test_measured_shapes_are_used(profile, tmp_path, key, scale):
+    """Where the profile lists the GEMMs (poolings) it measured, their steps
+    take the nearest one's rate: scaling the measured times scales those
+    steps' estimates, linearly, whatever the class rate says."""
+    p = plain(profile)
+    p[key] = json.load(open(profile))[key]
+    ests = []
+    for k in (1, 2, 4):
+        q = json.loads(json.dumps(p))
+        for e in q[key]:
+            e[scale] *= k
+            if key == "pool_shapes":
+                e["backward_s"] *= k
+        ests.append(est_with(tmp_path, q, "s%d.json" % k))
+    d1, d2 = ests[1] - ests[0], ests[2] - ests[1]
+    assert d1 > 0
+    assert d2 == pytest.approx(2 * d1, rel=1e-6)
+    # the class rate no longer matters for those steps
+    cls = "gemm" if key == "gemm_shapes" else "pool"
+    p["classes"][cls]["flops"] *= 10
+    assert est_with(tmp_path, p, "cls.json") == pytest.approx(ests[0], rel=1e-9)
+
+
+def test_profile_without_new_classes_falls_back(profile, tmp_path):
+    """A profile written before the strided and math classes (and without
+    shapes or parallel costs) still loads; those steps take the elementwise
+    rates, exactly as a profile whose strided and math rows copy elementwise."""
+    p = plain(profile)
+    del p["classes"]["strided"], p["classes"]["math"]
+    p.pop("parallel_min_elements", None)
+    old = est_with(tmp_path, p, "old.json", model=GPT)
+    p["classes"]["strided"] = dict(p["classes"]["elementwise"])
+    p["classes"]["math"] = dict(p["classes"]["elementwise"])
+    same = est_with(tmp_path, p, "same.json", model=GPT)
+    assert old == pytest.approx(same, rel=1e-9)
+    p["classes"]["strided"]["bw"] /= 4        # and the strided row is used where present
+    assert est_with(tmp_path, p, "slow.json", model=GPT) > same * 1.05

@@ -4,11 +4,15 @@
  * What it is: a timer of the runtime's own kernels through snrt.h, the calls
  * an emitted train.c makes: convolution forward and backward (data + filter)
  * in shape classes by the GEMM inner dimension K = c/group*kh*kw (below 64:
- * "conv_small", "conv_bwd_small") and 1x1 kernels ("conv_1x1", "conv_bwd_1x1"), GEMM, batch normalization forward and
- * backward ("norm"), max and average pooling ("pool"), activations and adds
- * ("elementwise"), SGD ("update") and
- * Adam ("adam"), the copy engine in each direction, and the fixed cost of
- * a step (a tiny kernel). Per class it writes the rate the cost model uses:
+ * "conv_small", "conv_bwd_small") and 1x1 kernels ("conv_1x1",
+ * "conv_bwd_1x1"), GEMMs (each shape kept: "gemm_shapes"), batch
+ * normalization forward and backward and softmax backward ("norm"), max and
+ * average pooling ("pool"), contiguous activations and adds ("elementwise"),
+ * broadcast binary ops, their gradients, a reduction and a transpose
+ * ("strided"), erf and softmax ("math"), SGD ("update") and Adam ("adam"),
+ * the copy engine in each direction, and the fixed cost of a step (a tiny
+ * kernel); bandwidth classes below and above the size where a CPU kernel
+ * wakes its thread team, so the fit separates that wake-up ("parallel_s"). Per class it writes the rate the cost model uses:
  * FLOP/s (FLOPs counted as compiler/flops.c counts them) for the convolution
  * and GEMM classes, bytes touched per second (inputs + outputs + workspace,
  * as cost.c counts them) for the others; each the total over its shapes
@@ -26,6 +30,7 @@
 #include "snrt.h"
 #include "snrt_dev.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,32 +44,50 @@
 #endif
 
 /* The cost classes of compiler/cost.c, in its order. */
-enum { NCLASS = 12 };
+enum { NCLASS = 14 };
 static const char *const class_names[NCLASS] = {
     "conv", "conv_small", "conv_1x1", "conv_bwd", "conv_bwd_small", "conv_bwd_1x1",
-    "gemm", "pool", "norm", "elementwise", "update", "adam"};
+    "gemm", "pool", "norm", "elementwise", "update", "adam", "strided", "math"};
 enum { K_CONV, K_CONV_SMALL, K_CONV_1X1, K_CONV_BWD, K_CONV_BWD_SMALL, K_CONV_BWD_1X1, K_GEMM,
-       K_POOL, K_NORM, K_ELEM, K_UPDATE, K_ADAM };
+       K_POOL, K_NORM, K_ELEM, K_UPDATE, K_ADAM, K_STRIDED, K_MATH };
 /* Classes rated in FLOP/s (pool: window elements visited per second), the
  * others in bytes/s. */
-static const int by_flops[NCLASS] = {1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0};
+static const int by_flops[NCLASS] = {1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0};
 
 static double work[NCLASS], seconds[NCLASS];   /* FLOPs or bytes; time */
 /* Per class, each measurement (work, seconds), for the fit t = a + work / rate. */
-enum { MAXPTS = 64 };
+enum { MAXPTS = 96 };
 static double pw[NCLASS][MAXPTS], pt[NCLASS][MAXPTS], pn[NCLASS][MAXPTS];   /* pn: images */
+static double pp[NCLASS][MAXPTS];   /* 1: the kernel ran as a parallel region (see par_of) */
 static int npts[NCLASS];
 /* 1: fitted with an intercept (a fixed cost per call: an OpenMP parallel
- * region's start, a BLAS call's set-up); 2: convolutions, fitted with a cost
- * per image of the batch instead (the CPU kernels run a GEMM per image, or
- * per chunk of images, each with its set-up); 0: the aggregate rate. */
-static const int fitted[NCLASS] = {2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1};
+ * region's start) and a parallel region's start on top of it; 2:
+ * convolutions and GEMMs, fitted with a cost per call instead (the CPU
+ * kernels run a GEMM per image, or per chunk of images, and a batched
+ * MatMul one sgemm per matrix, each with its set-up and the wake-up of
+ * OpenBLAS's threads); 0: the aggregate rate. */
+static const int fitted[NCLASS] = {2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1};
 
-static void record_n(int cls, double w, double t, double images) {
+/* Whether a kernel over `elements` (its largest operand) runs as a parallel
+ * region: the CPU kernels wake their thread team above KERN_PAR_MIN
+ * elements (runtime/cpu/kern.h), which on a VM with idle vCPUs costs tens to
+ * hundreds of microseconds (a vCPU's wake-up). The profile says the
+ * threshold ("parallel_min_elements"), cost.c applies it. CUDA: none. */
+#ifdef SNRT_CALIBRATE_CUDA
+#define PAR_MIN 0
+static int par_of(int64_t elements) { (void)elements; return 0; }
+#else
+#include "cpu/kern.h"
+#define PAR_MIN KERN_PAR_MIN
+static int par_of(int64_t elements) { return elements > KERN_PAR_MIN; }
+#endif
+
+static void record_p(int cls, double w, double t, double images, int par) {
   work[cls] += w, seconds[cls] += t;
-  if (npts[cls] < MAXPTS) pw[cls][npts[cls]] = w, pn[cls][npts[cls]] = images, pt[cls][npts[cls]++] = t;
+  if (npts[cls] < MAXPTS)
+    pw[cls][npts[cls]] = w, pn[cls][npts[cls]] = images, pp[cls][npts[cls]] = par, pt[cls][npts[cls]++] = t;
 }
-static void record(int cls, double w, double t) { record_n(cls, w, t, 0); }
+static void record_n(int cls, double w, double t, double images) { record_p(cls, w, t, images, 0); }
 
 /* Least squares t = a n + w / rate (n images, w FLOPs) through the origin;
  * where a comes out negative or the system is degenerate, a = 0 and the
@@ -83,30 +106,62 @@ static void fit_images(int cls, double *rate, double *per_image) {
   *rate = 1 / b, *per_image = a;
 }
 
-/* Least squares t = a + b w in relative terms (each point weighted by
- * 1/t^2, so a small kernel's time counts as much as a large one's); rate
- * 1/b, overhead a (>= 0; where the fit is degenerate, the aggregate rate and
- * no intercept). */
-static void fit(int cls, double *rate, double *overhead) {
+/* Weighted least squares of t over the columns in `use` (bit 0: 1, the
+ * fixed cost; bit 1: w, the work; bit 2: the parallel flag), each point
+ * weighted by 1/t^2 (relative error: a small kernel's time counts as much
+ * as a large one's). x[] gets the coefficients (0 for unused columns).
+ * Returns 0 where the system is singular. Gaussian elimination on at most
+ * 3 unknowns. */
+static int lsq(int cls, int use, double x[3]) {
+  int col[3], k = 0;
+  for (int j = 0; j < 3; j++)
+    if (use >> j & 1) col[k++] = j;
+  double m[3][4] = {{0}};
+  for (int i = 0; i < npts[cls]; i++) {
+    double v[3] = {1, pw[cls][i], pp[cls][i]}, t = pt[cls][i], u = 1 / (t * t);
+    for (int r = 0; r < k; r++) {
+      for (int c = 0; c < k; c++) m[r][c] += u * v[col[r]] * v[col[c]];
+      m[r][k] += u * v[col[r]] * t;
+    }
+  }
+  for (int r = 0; r < k; r++) {
+    int piv = r;
+    for (int q = r + 1; q < k; q++)
+      if (fabs(m[q][r]) > fabs(m[piv][r])) piv = q;
+    if (fabs(m[piv][r]) < 1e-300) return 0;
+    for (int c = 0; c <= k; c++) { double tmp = m[r][c]; m[r][c] = m[piv][c]; m[piv][c] = tmp; }
+    for (int q = 0; q < k; q++) {
+      if (q == r) continue;
+      double f = m[q][r] / m[r][r];
+      for (int c = r; c <= k; c++) m[q][c] -= f * m[r][c];
+    }
+  }
+  x[0] = x[1] = x[2] = 0;
+  for (int r = 0; r < k; r++) x[col[r]] = m[r][k] / m[r][r];
+  return 1;
+}
+
+/* t = a + w / rate + p [parallel]: the first of the models (all three terms;
+ * no fixed cost; no parallel term; the slope alone) whose coefficients are
+ * all >= 0 (rate > 0). Where the class's points are all serial or all
+ * parallel, the parallel term is not identifiable and drops out. overhead a
+ * and par_s p: -1 where the fit is degenerate (the aggregate rate then). */
+static void fit(int cls, double *rate, double *overhead, double *par_s) {
   int n = npts[cls];
   *rate = seconds[cls] > 0 ? work[cls] / seconds[cls] : 0;
-  *overhead = -1;
+  *overhead = *par_s = -1;
   if (fitted[cls] != 1 || n < 2) return;
-  double s0 = 0, sx = 0, sxx = 0, sy = 0, sxy = 0;
-  for (int i = 0; i < n; i++) {
-    double w = pw[cls][i], t = pt[cls][i], u = 1 / (t * t);
-    s0 += u, sx += u * w, sxx += u * w * w, sy += u * t, sxy += u * w * t;
+  int nparallel = 0;
+  for (int i = 0; i < n; i++) nparallel += pp[cls][i] > 0;
+  static const int models[] = {7, 6, 3, 2};
+  for (int i = 0; i < 4; i++) {
+    int use = models[i];
+    if ((use & 4) && (nparallel == 0 || nparallel == n || n < 3)) continue;
+    double x[3];
+    if (!lsq(cls, use, x) || x[0] < 0 || x[1] <= 0 || x[2] < 0) continue;
+    *rate = 1 / x[1], *overhead = x[0], *par_s = use & 4 ? x[2] : 0;
+    return;
   }
-  double det = s0 * sxx - sx * sx;
-  if (det <= 0) return;
-  double b = (s0 * sxy - sx * sy) / det, a = (sy - b * sx) / s0;
-  if (b <= 0) return;
-  if (a < 0) {   /* no intercept: the relative slope through the origin */
-    double q = 0;
-    for (int i = 0; i < n; i++) q += pt[cls][i] / pw[cls][i] / n;
-    b = q, a = 0;
-  }
-  *rate = 1 / b, *overhead = a;
 }
 static double trial_s = 0.25;                  /* time per measurement (--quick: less) */
 static int quick;
@@ -234,7 +289,14 @@ static void mm(void *a) {
   MmCase *k = rot_next(a);
   snrt_matmul(&ctx, &k->p, k->a, k->b, k->y);
 }
-static void mm_case(int64_t batch, int64_t m, int64_t n, int64_t k, int ta, int tb) {
+/* Every GEMM measured: the cost model takes the rate of the nearest
+ * (compiler/cost.c). bcast: B shared by the batch (stride 0: a linear layer
+ * applied to a [batch, T, C] activation). */
+typedef struct GemmShape { int64_t batch, m, n, k; int ta, tb, bcast; double s; } GemmShape;
+static GemmShape gemms[MAXSHAPES];
+static int ngemms;
+
+static void mm_case(int64_t batch, int64_t m, int64_t n, int64_t k, int ta, int tb, int bcast) {
   int64_t mark = top;
   static MmCase cases[NROT];
   Rot rot = {.n = (int)(ROT_BYTES / (4 * batch * (m * k + k * n + m * n)) + 1)};
@@ -242,14 +304,17 @@ static void mm_case(int64_t batch, int64_t m, int64_t n, int64_t k, int ta, int 
   for (int r = 0; r < rot.n; r++) {
     MmCase *c = &cases[r];
     *c = (MmCase){.p = {.batch = batch, .m = m, .n = n, .k = k, .trans_a = ta, .trans_b = tb,
-                        .alpha = 1, .beta = 0, .stride_a = m * k, .stride_b = k * n, .stride_y = m * n}};
+                        .alpha = 1, .beta = 0, .stride_a = m * k, .stride_b = bcast ? 0 : k * n,
+                        .stride_y = m * n}};
     c->a = alloc_f(batch * m * k), c->b = alloc_f(batch * k * n), c->y = alloc_f(batch * m * n);
     rot.arg[r] = c;
   }
   double fl = 2.0 * batch * m * n * k, t = time_call(mm, &rot);
-  record(K_GEMM, fl, t);
-  fprintf(stderr, "  gemm %lldx(%lldx%lld)x(%lldx%lld): %.3f ms (%.1f GFLOP/s)\n", (long long)batch,
-          (long long)m, (long long)k, (long long)k, (long long)n, t * 1e3, fl / t / 1e9);
+  record_n(K_GEMM, fl, t, (double)batch);   /* one sgemm per matrix of the batch */
+  if (ngemms < MAXSHAPES) gemms[ngemms++] = (GemmShape){batch, m, n, k, ta, tb, bcast, t};
+  fprintf(stderr, "  gemm %lldx(%lldx%lld)%sx(%lldx%lld)%s%s: %.3f ms (%.1f GFLOP/s)\n", (long long)batch,
+          (long long)m, (long long)k, ta ? "^T" : "", (long long)k, (long long)n, tb ? "^T" : "",
+          bcast ? " (B shared)" : "", t * 1e3, fl / t / 1e9);
   top = mark;
 }
 
@@ -290,6 +355,44 @@ static void ew(void *a) {
     snrt_binary_fwd(&ctx, &p, k->x, k->y, k->z);
     break;
   }
+  case 15: {   /* Add of two tensors of one shape (a residual), as the emitted Add calls it */
+    snrt_binary_t p = {.kind = SNRT_ADD, .rank = 1, .n = k->n, .dims = {k->n}, .sa = {1}, .sb = {1},
+                       .na = k->n, .nb = k->n};
+    snrt_binary_fwd(&ctx, &p, k->x, k->y, k->z);
+    break;
+  }
+  case 9: {   /* the gradient of a row vector broadcast over (n / 64, 64): a bias's */
+    snrt_binary_t p = {.kind = SNRT_ADD, .rank = 2, .n = k->n, .dims = {k->n / 64, 64},
+                       .sa = {64, 1}, .sb = {0, 1}, .na = k->n, .nb = 64};
+    snrt_binary_bwd(&ctx, &p, NULL, NULL, k->x, k->y, k->s);
+    break;
+  }
+  case 10: {   /* a mean over rows of 64 (LayerNorm's ReduceMean) */
+    snrt_reduce_t p = {.rank = 2, .n_big = k->n, .n_small = k->n / 64, .dims = {k->n / 64, 64},
+                       .ss = {1, 0}, .scale = 1.0f / 64};
+    snrt_reduce(&ctx, &p, k->x, k->y);
+    break;
+  }
+  case 11: {   /* (n / 4096, 64, 64) -> its last two dims swapped (attention heads) */
+    snrt_transpose_t p = {.rank = 3, .n = k->n, .in_dims = {k->n / 4096, 64, 64}, .perm = {0, 2, 1}};
+    snrt_transpose(&ctx, &p, k->x, k->y);
+    break;
+  }
+  case 12: {
+    snrt_math_t p = {.n = k->n, .kind = SNRT_ERF};
+    snrt_math_fwd(&ctx, &p, k->x, k->y);
+    break;
+  }
+  case 13: {   /* softmax over rows of 64 (attention) */
+    snrt_softmax_t p = {.outer = k->n / 64, .len = 64, .inner = 1};
+    snrt_softmax_fwd(&ctx, &p, k->x, k->y);
+    break;
+  }
+  case 14: {
+    snrt_softmax_t p = {.outer = k->n / 64, .len = 64, .inner = 1};
+    snrt_softmax_bwd(&ctx, &p, k->x, k->y, k->z);
+    break;
+  }
 
   case 4: {
     snrt_bn_t p = {.n = (int)(k->n / ((int64_t)k->c * k->hw)), .c = k->c, .hw = k->hw,
@@ -328,7 +431,7 @@ static void ew_case(int which, int cls, int64_t n, int c, int hw, double bytes, 
   snrt_fill(&ctx, c, 1.0f, k.rv);
   snrt_fill(&ctx, c, 1.0f, k.si);
   double t = time_call(ew, &k);
-  record(cls, bytes, t);
+  record_p(cls, bytes, t, 0, par_of(n));
   fprintf(stderr, "  %s, %lld elements: %.3f ms (%.2f GB/s)\n", what, (long long)n, t * 1e3,
           bytes / t / 1e9);
   top = mark;
@@ -345,6 +448,12 @@ static void pool_bwd(void *a) {
   if (k->avg) snrt_avgpool_bwd(&ctx, &k->p, k->dy, k->dx);
   else snrt_maxpool_bwd(&ctx, &k->p, k->x, k->dy, k->dx);
 }
+
+/* Every pooling measured: the cost model takes the rate of the nearest of
+ * the same kind (max or average; compiler/cost.c). */
+typedef struct PoolShape { int avg, n, c, hw, ksz, stride, pad; double fwd_s, bwd_s; } PoolShape;
+static PoolShape pools[MAXSHAPES];
+static int npools;
 
 /* Work: window elements visited, n c oh ow kh kw (cost.c counts the same). */
 static void pool_case(int n, int c, int hw, int ksz, int stride, int pad, int avg) {
@@ -364,8 +473,9 @@ static void pool_case(int n, int c, int hw, int ksz, int stride, int pad, int av
     rot.arg[r] = k;
   }
   double w = (double)ny * ksz * ksz, tf = time_call(pool_fwd, &rot), tb = time_call(pool_bwd, &rot);
-  record(K_POOL, w, tf);
-  record(K_POOL, w, tb);
+  record_p(K_POOL, w, tf, 0, par_of(nx));
+  record_p(K_POOL, w, tb, 0, par_of(nx));
+  if (npools < MAXSHAPES) pools[npools++] = (PoolShape){avg, n, c, hw, ksz, stride, pad, tf, tb};
   fprintf(stderr, "  %s-pool n%d c%d %dx%d %dx%d/%d: forward %.3f ms, backward %.3f ms (%.2f G window "
           "elements/s)\n", avg ? "avg" : "max", n, c, hw, hw, ksz, ksz, stride, tf * 1e3, tb * 1e3,
           2 * w / (tf + tb) / 1e9);
@@ -515,32 +625,60 @@ int main(int argc, char **argv) {
   pool_case(nb, 64, 16, 3, 2, 1, 0);
   pool_case(nb, 192, 8, 3, 1, 1, 0);
   pool_case(nb, 512, 4, 4, 4, 0, 1);
+  pool_case(nb, 512, 1, 1, 1, 0, 1);   /* global average pooling of a 1x1 map (ResNets at 32 px) */
   if (!quick) {
     pool_case(nb, 64, 32, 3, 2, 1, 0);
+    pool_case(nb, 1024, 2, 2, 2, 0, 1);
+    pool_case(nb, 2048, 1, 1, 1, 0, 1);
+    pool_case(nb, 832, 4, 3, 2, 1, 0);
+    pool_case(nb, 256, 16, 3, 1, 1, 0);
     pool_case(nb, 480, 4, 3, 1, 1, 0);
     pool_case(nb, 2048, 2, 2, 2, 0, 1);
   }
-  /* GEMMs: dense layers (a classifier's small ones too) and a transformer's
-   * projections, MLP and attention. */
-  mm_case(1, 64, 64, 3136, 0, 1);
-  mm_case(1, 64, 10, 64, 0, 1);
-  mm_case(1, 1024, 192, 64, 0, 1);
-  mm_case(1, 1024, 256, 64, 0, 1);
+  /* GEMMs: dense layers (a classifier's small ones too, their gradients
+   * with a transposed operand) and a transformer's projections and MLP over
+   * [batch, T, C] (one sgemm per sequence, the weight shared), their weight
+   * gradients (the batch folded into K) and attention (per head). */
+  mm_case(1, 64, 64, 3136, 0, 1, 0);
+  mm_case(1, 64, 10, 64, 0, 1, 0);
+  mm_case(nb, 64, 192, 64, 0, 0, 1);
+  mm_case(1, 64, 192, 64 * nb, 1, 0, 0);
+  mm_case(nb, 64, 64, 256, 0, 1, 1);
+  mm_case(4 * nb, 64, 64, 16, 0, 0, 0);
+  mm_case(1, 1000, 512, nb, 1, 0, 0);
   if (!quick) {
-    mm_case(1, 64, 64, 10, 0, 0);
-    mm_case(1, 1024, 64, 256, 0, 1);
-    mm_case(64, 64, 64, 16, 0, 1);
-    mm_case(1, 64, 3136, 64, 1, 0);
-    mm_case(1, 1024, 256, 1024, 0, 0);
+    mm_case(1, 64, 64, 10, 0, 0, 0);
+    mm_case(1, 64, 3136, 64, 1, 0, 0);
+    mm_case(1, 1024, 256, 1024, 0, 0, 0);
+    mm_case(nb, 64, 256, 64, 0, 0, 1);
+    mm_case(nb, 64, 64, 64, 0, 1, 1);
+    mm_case(nb, 64, 64, 192, 0, 1, 1);
+    mm_case(1, 64, 256, 1024, 1, 0, 0);
+    mm_case(1, 256, 64, 1024, 1, 0, 0);
+    mm_case(1, 64, 64, 1024, 1, 0, 0);
+    mm_case(64, 64, 16, 64, 0, 0, 0);
+    mm_case(64, 16, 64, 64, 1, 0, 0);
+    mm_case(1, 16, 1000, 512, 0, 1, 0);
+    mm_case(1, 16, 512, 1000, 0, 0, 0);
+    mm_case(1, 16, 1000, 2048, 0, 1, 0);
+    mm_case(1, 16, 2048, 1000, 0, 0, 0);
+    mm_case(1, 1000, 2048, 16, 1, 0, 0);
   }
   /* Bandwidth: activations of 16 K to 4 M floats (the step's bytes touched as
    * cost.c counts them: inputs + outputs), fitted with a fixed cost per call. */
-  int64_t lo = quick ? (1 << 12) : (1 << 14), big = quick ? (1 << 18) : (1 << 22);
+  int64_t lo = 1 << 12, big = quick ? (1 << 18) : (1 << 22);
   for (int64_t n = lo; n <= big; n *= 4) {
     ew_case(0, K_ELEM, n, 64, 256, 8.0 * n, "relu forward");
     ew_case(1, K_ELEM, n, 64, 256, 16.0 * n, "relu backward");
     ew_case(2, K_ELEM, n, 64, 256, 12.0 * n, "add");
-    ew_case(8, K_ELEM, n, 64, 256, 8.0 * n + 256, "broadcast multiply");
+    ew_case(8, K_STRIDED, n, 64, 256, 8.0 * n + 256, "broadcast multiply");
+    ew_case(15, K_STRIDED, n, 64, 256, 12.0 * n, "Add, one shape");
+    ew_case(9, K_STRIDED, n, 64, 256, 8.0 * n + 256, "bias gradient (a broadcast's backward)");
+    ew_case(10, K_STRIDED, n, 64, 256, 4.0 * n + n / 16, "mean over rows of 64");
+    ew_case(11, K_STRIDED, n, 64, 256, 8.0 * n, "transpose");
+    ew_case(12, K_MATH, n, 64, 256, 8.0 * n, "erf");
+    ew_case(13, K_MATH, n, 64, 256, 8.0 * n, "softmax forward");
+    ew_case(14, K_NORM, n, 64, 256, 12.0 * n, "softmax backward");
     if (n >= 64 * 256) ew_case(4, K_NORM, n, 64, 256, 8.0 * n, "batch-norm forward");
     if (n >= 64 * 256) ew_case(5, K_NORM, n, 64, 256, 16.0 * n, "batch-norm backward");
   }
@@ -579,9 +717,9 @@ int main(int argc, char **argv) {
   strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&tt));
   double loads[3] = {0, 0, 0};
   if (getloadavg(loads, 3) < 0) loads[0] = -1;
-  double rate[NCLASS], ovh[NCLASS], per_image[NCLASS];
+  double rate[NCLASS], ovh[NCLASS], per_image[NCLASS], par[NCLASS];
   for (int c = 0; c < NCLASS; c++) {
-    fit(c, &rate[c], &ovh[c]);
+    fit(c, &rate[c], &ovh[c], &par[c]);
     per_image[c] = -1;
     if (fitted[c] == 2) fit_images(c, &rate[c], &per_image[c]);
   }
@@ -603,7 +741,8 @@ int main(int argc, char **argv) {
   for (int c = 0; c < NCLASS; c++) {
     fprintf(f, "    \"%s\": {\"%s\": %.4g", class_names[c], by_flops[c] ? "flops" : "bw", rate[c]);
     if (ovh[c] >= 0) fprintf(f, ", \"overhead_s\": %.4g", ovh[c]);
-    if (per_image[c] >= 0) fprintf(f, ", \"per_image_s\": %.4g", per_image[c]);
+    if (par[c] >= 0) fprintf(f, ", \"parallel_s\": %.4g", par[c]);
+    if (per_image[c] >= 0) fprintf(f, ", \"%s\": %.4g", c == K_GEMM ? "per_call_s" : "per_image_s", per_image[c]);
     fprintf(f, "}%s\n", c + 1 < NCLASS ? "," : "");
   }
   fprintf(f, "  },\n  \"conv_shapes\": [\n");
@@ -613,7 +752,24 @@ int main(int argc, char **argv) {
             "\"stride\": %d, \"forward_s\": %.4g, \"backward_s\": %.4g}%s\n", class_names[K_CONV + q->kind],
             q->n, q->c, q->hw, q->k, q->ksz, q->stride, q->fwd_s, q->bwd_s, i + 1 < nshapes ? "," : "");
   }
-  fprintf(f, "  ],\n  \"copy\": {\"d2h\": %.4g, \"h2d\": %.4g},\n", copy_bw[0], copy_bw[1]);
+  fprintf(f, "  ],\n  \"pool_shapes\": [\n");
+  for (int i = 0; i < npools; i++) {
+    const PoolShape *q = &pools[i];
+    fprintf(f, "    {\"kind\": \"%s\", \"n\": %d, \"c\": %d, \"hw\": %d, \"ksize\": %d, \"stride\": %d, "
+            "\"pad\": %d, \"forward_s\": %.4g, \"backward_s\": %.4g}%s\n", q->avg ? "avg" : "max", q->n, q->c,
+            q->hw, q->ksz, q->stride, q->pad, q->fwd_s, q->bwd_s, i + 1 < npools ? "," : "");
+  }
+  fprintf(f, "  ],\n  \"gemm_shapes\": [\n");
+  for (int i = 0; i < ngemms; i++) {
+    const GemmShape *q = &gemms[i];
+    fprintf(f, "    {\"batch\": %lld, \"m\": %lld, \"n\": %lld, \"k\": %lld, \"trans_a\": %d, "
+            "\"trans_b\": %d, \"shared_b\": %d, \"seconds\": %.4g}%s\n", (long long)q->batch,
+            (long long)q->m, (long long)q->n, (long long)q->k, q->ta, q->tb, q->bcast, q->s,
+            i + 1 < ngemms ? "," : "");
+  }
+  if (PAR_MIN > 0) fprintf(f, "  ],\n  \"parallel_min_elements\": %d,\n", PAR_MIN);
+  else fprintf(f, "  ],\n");
+  fprintf(f, "  \"copy\": {\"d2h\": %.4g, \"h2d\": %.4g},\n", copy_bw[0], copy_bw[1]);
   fprintf(f, "  \"step_overhead_s\": %.4g\n}\n", overhead);
   if (out && fclose(f)) {
     fprintf(stderr, "snc-calibrate: error: cannot write '%s'\n", out);
