@@ -81,6 +81,19 @@ static double prof_num(const Json *obj, const char *key, bool required, double d
   return v->num;
 }
 
+/* The entries of the array `key` of root (NULL where absent), each an
+ * object; *n is their count. */
+static const Json *prof_entries(const Json *root, const char *key, int *n) {
+  const Json *a = json_get(root, key);
+  *n = 0;
+  if (!a) return NULL;
+  if (a->type != JS_ARR) prof_error("\"%s\" is not an array", key);
+  for (int i = 0; i < a->n; i++)
+    if (a->items[i].type != JS_OBJ) prof_error("\"%s\" holds an entry that is not an object", key);
+  *n = a->n;
+  return a->items;
+}
+
 static DeviceProfile *profile_load(const char *path) {
   prof_path = path;
   const char *saved = err_file;
@@ -124,13 +137,12 @@ static DeviceProfile *profile_load(const char *path) {
       r->per_image[c] = prof_num(e, c == CC_GEMM ? "per_call_s" : "per_image_s", false, 0, false);
       r->parallel[c] = prof_num(e, "parallel_s", false, 0, false);
     }
-    const Json *sh = json_get(root, "conv_shapes");
-    if (sh) {
-      if (sh->type != JS_ARR) prof_error("\"conv_shapes\" is not an array%s", "");
-      r->shapes = xcalloc((size_t)sh->n + 1, sizeof *r->shapes);
-      for (int i = 0; i < sh->n; i++) {
-        const Json *e = &sh->items[i];
-        if (e->type != JS_OBJ) prof_error("\"conv_shapes\" holds a %s, not an object", json_type_name(e->type));
+    int ne;
+    const Json *ent = prof_entries(root, "conv_shapes", &ne);
+    if (ent) {
+      r->shapes = xcalloc((size_t)ne + 1, sizeof *r->shapes);
+      for (int i = 0; i < ne; i++) {
+        const Json *e = &ent[i];
         const Json *cl = json_get(e, "class");
         int kind = -1;
         for (int k = 0; k < 3 && cl && cl->type == JS_STR; k++)
@@ -147,12 +159,11 @@ static DeviceProfile *profile_load(const char *path) {
         q->fwd_rate = fl / tf, q->bwd_rate = 2 * fl / tb;
       }
     }
-    const Json *pm = json_get(root, "pool_shapes");
-    if (pm) {
-      if (pm->type != JS_ARR) prof_error("\"pool_shapes\" is not an array%s", "");
-      r->pools = xcalloc((size_t)pm->n + 1, sizeof *r->pools);
-      for (int i = 0; i < pm->n; i++) {
-        const Json *e = &pm->items[i], *kd = e->type == JS_OBJ ? json_get(e, "kind") : NULL;
+    ent = prof_entries(root, "pool_shapes", &ne);
+    if (ent) {
+      r->pools = xcalloc((size_t)ne + 1, sizeof *r->pools);
+      for (int i = 0; i < ne; i++) {
+        const Json *e = &ent[i], *kd = json_get(e, "kind");
         if (!kd || kd->type != JS_STR || (strcmp(kd->str, "max") && strcmp(kd->str, "avg")))
           prof_error("a \"pool_shapes\" entry without a \"kind\" of \"max\" or \"avg\"%s", "");
         CostPool *q = &r->pools[r->npools++];
@@ -166,13 +177,11 @@ static DeviceProfile *profile_load(const char *path) {
         q->bwd_rate = q->work / prof_num(e, "backward_s", true, 0, true);
       }
     }
-    const Json *gm = json_get(root, "gemm_shapes");
-    if (gm) {
-      if (gm->type != JS_ARR) prof_error("\"gemm_shapes\" is not an array%s", "");
-      r->gemms = xcalloc((size_t)gm->n + 1, sizeof *r->gemms);
-      for (int i = 0; i < gm->n; i++) {
-        const Json *e = &gm->items[i];
-        if (e->type != JS_OBJ) prof_error("\"gemm_shapes\" holds a %s, not an object", json_type_name(e->type));
+    ent = prof_entries(root, "gemm_shapes", &ne);
+    if (ent) {
+      r->gemms = xcalloc((size_t)ne + 1, sizeof *r->gemms);
+      for (int i = 0; i < ne; i++) {
+        const Json *e = &ent[i];
         CostGemm *q = &r->gemms[r->ngemms++];
         q->batch = prof_num(e, "batch", true, 0, true), q->m = prof_num(e, "m", true, 0, true);
         q->n = prof_num(e, "n", true, 0, true), q->k = prof_num(e, "k", true, 0, true);
