@@ -649,7 +649,7 @@ static Plan *build(Graph *g, const PlanOpts *o, Search *sr, bool no_skip) {
   unreachable();
 }
 
-double plan_smallest_search_seconds = 20.0;
+double plan_smallest_search_seconds = 0;
 
 /* Whether auto finds a plan within device budget b (and o's host budget). */
 static bool auto_fits(Graph *g, const PlanOpts *o, int64_t b) {
@@ -664,12 +664,12 @@ static bool auto_fits(Graph *g, const PlanOpts *o, int64_t b) {
 /* The smallest device budget auto fits, given that `bad` does not fit and
  * `hint` is the smallest arena it saw there: auto's candidates depend on the
  * budget (their recomputation targets), so that arena is confirmed, or
- * doubled until it fits, then bisected in SNRT_ALIGN steps. On graphs up to
- * LARGE_GRAPH_NODES forward nodes the search always runs to the end (its
- * answer must not depend on the machine's load); on larger ones it stops
- * after plan_smallest_search_seconds, and *exact is then false (the result
- * fits but a smaller budget may too). A negative result: none fits up to its
- * magnitude. */
+ * doubled until it fits, then bisected in SNRT_ALIGN steps. By default the
+ * search runs to the end on graphs up to LARGE_GRAPH_NODES forward nodes (its
+ * answer must not depend on the machine's load) and stops after 20 s on
+ * larger ones (plan_smallest_search_seconds, where set, on any graph); *exact
+ * is false where it stopped early (the result fits but a smaller budget may
+ * too). A negative result: none fits up to its magnitude. */
 static double seconds_since(const struct timespec *t0) {
   struct timespec t1;
   clock_gettime(CLOCK_MONOTONIC, &t1);
@@ -683,15 +683,15 @@ static int64_t smallest_budget(Graph *g, const PlanOpts *o, int64_t bad, int64_t
   if (hint <= bad) hint = bad + SNRT_ALIGN;
   int64_t lo = bad / SNRT_ALIGN, hi = (hint + SNRT_ALIGN - 1) / SNRT_ALIGN;   // lo fails
   *exact = true;
-  bool timed = g->nfwd > LARGE_GRAPH_NODES;
+  double limit = plan_smallest_search_seconds > 0 ? plan_smallest_search_seconds
+                 : g->nfwd > LARGE_GRAPH_NODES ? 20.0 : INFINITY;
   for (int k = 0; !auto_fits(g, o, hi * SNRT_ALIGN); k++) {
-    if (k == 8 || (timed && seconds_since(&t0) > plan_smallest_search_seconds) ||
-        hi > INT64_MAX / 1024)
+    if (k == 8 || seconds_since(&t0) > limit || hi > INT64_MAX / 1024)
       return -hi * SNRT_ALIGN;   /* none found up to there */
     lo = hi, hi *= 2;
   }
   while (hi - lo > 1) {
-    if (timed && seconds_since(&t0) > plan_smallest_search_seconds) {
+    if (seconds_since(&t0) > limit) {
       *exact = false;
       break;
     }

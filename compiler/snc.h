@@ -544,8 +544,9 @@ double *cost_step_times(const Graph *g, const Plan *pl, const DeviceProfile *d);
 /* plan.c: runs the planning passes for the policy. */
 Plan *plan_build(Graph *g, const PlanOpts *o);
 /* How long an infeasible budget's error may search for the smallest budget
- * that fits before it names one that fits ("at most"); 20 s (the fuzzer
- * lowers it). */
+ * that fits before it names one that fits ("at most"). 0 (the default): no
+ * limit on graphs up to 2,000 forward nodes, 20 s on larger ones; a positive
+ * value limits every graph (the fuzzer's 0.5 s). */
 extern double plan_smallest_search_seconds;
 /* liveness.c: one instance per arena tensor plus one per conv workspace;
  * fills Step.in/out/ws and the per-step statistics (live_bytes...).
