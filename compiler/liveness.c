@@ -158,6 +158,7 @@ void liveness_assign(const Graph *g, Plan *pl) {
   }
   free(pl->tensor_inst);
   pl->tensor_inst = xmalloc(sizeof(int) * (size_t)(g->nt ? g->nt : 1));
+  pl->ntensors = g->nt;
   pl->ninst = 0;
   for (int t = 0; t < g->nt; t++) {
     const Tensor *x = &g->t[t];
@@ -255,27 +256,55 @@ static bool inplace_forward(OpKind op) {
   }
 }
 
-void liveness_floors(const Graph *g, const Plan *pl, int64_t *transient, int64_t *host) {
+void liveness_floors(const Graph *g, const Plan *pl, const bool *movable, int64_t *transient,
+                     int64_t *host) {
   const Route *r = pl->route;
   int T = r->ns;
   int64_t *diff = xcalloc((size_t)T + 1, sizeof *diff);
+  /* movable: primary instances that may leave the device between uses */
+  int64_t *away = xcalloc((size_t)T + 1, sizeof *away), *used = NULL;
+  int *stamp = NULL;
   for (int i = 0; i < pl->ninst; i++) {
     const Instance *in = &pl->inst[i];
+    if (movable && in->tensor >= 0 && !in->persistent && !in->host && movable[in->tensor] &&
+        i == pl->tensor_inst[in->tensor] && in->last > in->first + 1) {
+      away[in->first + 1] += in->bytes;
+      away[in->last] -= in->bytes;
+    }
     if (!in->host) continue;
     diff[in->first] += in->bytes;
     diff[in->last + 1] -= in->bytes;
   }
-  int64_t run = 0, hmax = 0, dmax = 0;
+  if (movable) {
+    used = xcalloc((size_t)T + 1, sizeof *used);
+    stamp = xmalloc(sizeof(int) * (size_t)(pl->ninst ? pl->ninst : 1));
+    for (int i = 0; i < pl->ninst; i++) stamp[i] = -1;
+    for (int s = 0; s < T; s++) {
+      const Step *st = &r->s[s];
+      for (int k = 0; k < st->nin + st->nout + st->nkeep; k++) {
+        int i = k < st->nin ? st->in[k] : k < st->nin + st->nout ? st->out[k - st->nin]
+                                                                    : st->keep[k - st->nin - st->nout];
+        if (i < 0 || stamp[i] == s) continue;
+        stamp[i] = s;
+        const Instance *in = &pl->inst[i];
+        if (in->tensor >= 0 && !in->persistent && !in->host && movable[in->tensor] &&
+            i == pl->tensor_inst[in->tensor] && in->first < s && s < in->last)
+          used[s] += in->bytes;
+      }
+    }
+  }
+  int64_t run = 0, hmax = 0, dmax = 0, gone = 0;
   for (int s = 0; s < T; s++) {
     run += diff[s];
+    gone += away[s];
     if (run > hmax) hmax = run;
     const Step *st = &r->s[s];
-    int64_t d = pl->live_bytes[s] - pl->persistent_bytes;
+    int64_t d = pl->live_bytes[s] - pl->persistent_bytes - (gone - (used ? used[s] : 0));
     if (st->node >= 0 && inplace_forward(g->n[st->node].op) && st->nout == 1 && st->out[0] >= 0)
       d -= pl->inst[st->out[0]].bytes;
     if (d > dmax) dmax = d;
   }
-  free(diff);
+  free(diff), free(away), free(used), free(stamp);
   *transient = dmax, *host = hmax;
 }
 

@@ -342,9 +342,12 @@ void offload_dump(const Graph *g, const Plan *pl, FILE *f) {
  * tensors moved. */
 typedef struct HostUse { int first, last, dev; bool writes; } HostUse;
 
-int offload_persistent(Graph *g, Plan *pl, const DeviceProfile *dev, bool params) {
+/* The persistent instances that move (optimizer state; with params,
+ * parameters too) and their trips: uses clustered (steps at most 1 apart). */
+static HostUse **host_trips(const Graph *g, const Plan *pl, bool params, bool **sel_out,
+                            int **ntrip_out) {
   const Route *old = pl->route;
-  int T = old->ns, n0 = pl->ninst, moved = 0;
+  int T = old->ns, n0 = pl->ninst;
   bool *sel = xcalloc((size_t)n0 + 1, sizeof(bool));
   for (int i = 0; i < n0; i++) {
     const Instance *in = &pl->inst[i];
@@ -352,9 +355,8 @@ int offload_persistent(Graph *g, Plan *pl, const DeviceProfile *dev, bool params
     TensorKind k = g->t[in->tensor].kind;
     if (k == TK_OPT || (params && k == TK_PARAM)) sel[i] = true;
   }
-  /* Uses of each selected instance, clustered (steps at most 1 apart). */
   HostUse **trip = xcalloc((size_t)n0 + 1, sizeof(HostUse *));
-  int *ntrip = xcalloc((size_t)n0 + 1, sizeof(int)), *cur = xcalloc((size_t)n0 + 1, sizeof(int));
+  int *ntrip = xcalloc((size_t)n0 + 1, sizeof(int));
   for (int s = 0; s < T; s++) {
     const Step *st = &old->s[s];
     for (int k = 0; k < st->nin + st->nout; k++) {
@@ -372,6 +374,36 @@ int offload_persistent(Graph *g, Plan *pl, const DeviceProfile *dev, bool params
       trip[i][ntrip[i]++] = (HostUse){.first = s, .last = s, .dev = -1, .writes = w};
     }
   }
+  *sel_out = sel, *ntrip_out = ntrip;
+  return trip;
+}
+
+double offload_persistent_seconds(const Graph *g, const Plan *pl, const DeviceProfile *dev,
+                                  bool params) {
+  bool *sel;
+  int *ntrip;
+  HostUse **trip = host_trips(g, pl, params, &sel, &ntrip);
+  double t = 0;
+  for (int i = 0; i < pl->ninst; i++) {
+    for (int k = 0; k < ntrip[i]; k++) {
+      if (trip[i][k].first >= pl->route->train_steps) continue;
+      double b = (double)pl->inst[i].bytes;
+      t += cost_copy_seconds(b, COPY_H2D, dev);
+      if (trip[i][k].writes) t += cost_copy_seconds(b, COPY_D2H, dev);
+    }
+    free(trip[i]);
+  }
+  free(trip), free(ntrip), free(sel);
+  return t;
+}
+
+int offload_persistent(Graph *g, Plan *pl, const DeviceProfile *dev, bool params) {
+  const Route *old = pl->route;
+  int T = old->ns, n0 = pl->ninst, moved = 0;
+  bool *sel;
+  int *ntrip;
+  HostUse **trip = host_trips(g, pl, params, &sel, &ntrip);
+  int *cur = xcalloc((size_t)n0 + 1, sizeof(int));
   for (int i = 0; i < n0; i++) {
     if (!sel[i] || !ntrip[i]) continue;
     pl->inst[i].host = true;

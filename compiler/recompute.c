@@ -156,8 +156,11 @@ static int ensure(RC *rc, int t0) {
   return rc->cur[t0];
 }
 
+long rc_rebuilds;
+
 /* Builds the recomputing route from rc->old with the current strategies. */
 static void rebuild(RC *rc) {
+  rc_rebuilds++;
   Graph *g = rc->g;
   const Route *old = rc->old;
   rc->r = xcalloc(1, sizeof *rc->r);
@@ -303,14 +306,62 @@ static int select_checkpoints(const Graph *g, const Route *old, bool *dropped, c
   return nck;
 }
 
-int recompute_plan(Graph *g, Plan *pl, const RecomputeOpts *ro) {
-  int64_t target = ro->target, seg_bytes = ro->seg_bytes;
+/* One recomputation scheme being planned: the decisions (what is dropped,
+ * the segments and their levels) and the plan whose route they make. */
+struct RcChain {
+  RC rc;
+  bool *ck;                // checkpoints the target ignores (offloaded next), or NULL
+  int *segsize;            // per segment: its tensors
+  int base_inst;           // instances before recomputation (later ones are rebuilt per round)
+  int64_t seg_bytes;
+  int nck;
+  int64_t peak;            // max over steps of the live bytes a target is compared with
+};
+
+/* The live bytes at each step that a target is compared with (offloaded
+ * checkpoints do not count where they will be on the host); their maximum. */
+static int64_t eff_live(RcChain *c, int64_t *per_step) {
+  Graph *g = c->rc.g;
+  Plan *pl = c->rc.pl;
+  const Route *r = pl->route;
+  int64_t *sub = xcalloc((size_t)r->ns + 2, sizeof(int64_t));
+  if (c->ck)
+    for (int t = 0; t < g->nt; t++) {
+      if (!c->ck[t] || pl->tensor_inst[t] < 0) continue;
+      const Instance *in = &pl->inst[pl->tensor_inst[t]];
+      if (in->first < 0 || in->last < in->first) continue;
+      sub[in->first] += in->bytes, sub[in->last + 1] -= in->bytes;
+    }
+  int64_t run = 0, mx = 0;
+  for (int s = 0; s < r->ns; s++) {
+    run += sub[s];
+    int64_t v = pl->live_bytes[s] - run;
+    if (per_step) per_step[s] = v;
+    if (v > mx) mx = v;
+  }
+  free(sub);
+  return mx;
+}
+
+/* The route for the current levels, and its lifetimes. */
+static void round_route(RcChain *c) {
+  c->rc.pl->ninst = c->base_inst;
+  rebuild(&c->rc);
+  c->rc.pl->route = c->rc.r;
+  liveness_lifetimes(c->rc.g, c->rc.pl);
+  c->peak = eff_live(c, NULL);
+}
+
+RcChain *rc_chain_new(Graph *g, Plan *pl, const RecomputeOpts *ro) {
+  int64_t seg_bytes = ro->seg_bytes;
   int max_chain = ro->max_chain;
-  RC rc = {.g = g, .pl = pl, .old = pl->route};
+  RcChain *c = xcalloc(1, sizeof *c);
+  c->rc = (RC){.g = g, .pl = pl, .old = pl->route};
+  RC *rc = &c->rc;
   const Route *old = pl->route;
-  rc.dropped = xcalloc((size_t)g->nt, sizeof(bool));
-  rc.seg = xmalloc(sizeof(int) * (size_t)g->nt);
-  rc.cur = xmalloc(sizeof(int) * (size_t)g->nt);
+  rc->dropped = xcalloc((size_t)g->nt, sizeof(bool));
+  rc->seg = xmalloc(sizeof(int) * (size_t)g->nt);
+  rc->cur = xmalloc(sizeof(int) * (size_t)g->nt);
 
   /* The cheap rule. Dropped: forward activations of cheap producers read by
    * a backward step. */
@@ -325,7 +376,7 @@ int recompute_plan(Graph *g, Plan *pl, const RecomputeOpts *ro) {
       if (x->kind != TK_ACT || x->producer < 0) continue;
       const Node *p = &g->n[x->producer];
       if (p->phase != PH_FORWARD || node_cost(g, p) == COST_EXPENSIVE) continue;
-      rc.dropped[t] = true;
+      rc->dropped[t] = true;
     }
   }
   /* Closed under "recomputing it reads": a cheap activation feeding a dropped
@@ -334,13 +385,13 @@ int recompute_plan(Graph *g, Plan *pl, const RecomputeOpts *ro) {
   for (int i = g->nfwd - 1; i >= 0; i--) {
     const Node *n = &g->n[i];
     bool any = false;
-    for (int k = 0; k < n->nout; k++) any |= n->out[k] >= 0 && rc.dropped[n->out[k]];
+    for (int k = 0; k < n->nout; k++) any |= n->out[k] >= 0 && rc->dropped[n->out[k]];
     if (!any) continue;
     for (int k = 0; k < n->nin; k++) {
       int t = n->in[k];
       if (t < 0 || g->t[t].kind != TK_ACT || g->t[t].producer < 0) continue;
       const Node *p = &g->n[g->t[t].producer];
-      if (p->phase == PH_FORWARD && node_cost(g, p) != COST_EXPENSIVE) rc.dropped[t] = true;
+      if (p->phase == PH_FORWARD && node_cost(g, p) != COST_EXPENSIVE) rc->dropped[t] = true;
     }
   }
   /* A cheap tensor is not worth dropping when rebuilding it needs inputs
@@ -359,14 +410,14 @@ int recompute_plan(Graph *g, Plan *pl, const RecomputeOpts *ro) {
       const Node *n = &g->n[i];
       for (int k = 0; k < n->nout; k++) {
         int t = n->out[k];
-        if (t < 0 || !rc.dropped[t]) continue;
+        if (t < 0 || !rc->dropped[t]) continue;
         int64_t extra = 0;
         for (int j = 0; j < n->nin; j++) {
           int x = n->in[j];
-          if (x >= 0 && g->t[x].kind == TK_ACT && !rc.dropped[x] && !saved[x] && readers[x] == 1)
+          if (x >= 0 && g->t[x].kind == TK_ACT && !rc->dropped[x] && !saved[x] && readers[x] == 1)
             extra += tensor_bytes(&g->t[x]);
         }
-        if (extra >= tensor_bytes(&g->t[t])) rc.dropped[t] = false;
+        if (extra >= tensor_bytes(&g->t[t])) rc->dropped[t] = false;
       }
     }
     free(saved), free(readers);
@@ -381,99 +432,169 @@ int recompute_plan(Graph *g, Plan *pl, const RecomputeOpts *ro) {
   int *chain = xcalloc((size_t)g->nt, sizeof(int));
   for (int i = 0; i < g->nfwd; i++) {
     const Node *n = &g->n[i];
-    int c = 1;
+    int cl = 1;
     for (int k = 0; k < n->nin; k++)
-      if (n->in[k] >= 0 && rc.dropped[n->in[k]]) c += chain[n->in[k]];
+      if (n->in[k] >= 0 && rc->dropped[n->in[k]]) cl += chain[n->in[k]];
     for (int k = 0; k < n->nout; k++) {
       int t = n->out[k];
-      if (t < 0 || !rc.dropped[t]) continue;
-      if (c > max_chain) rc.dropped[t] = false;
-      else chain[t] = c;
+      if (t < 0 || !rc->dropped[t]) continue;
+      if (cl > max_chain) rc->dropped[t] = false;
+      else chain[t] = cl;
     }
   }
   free(chain);
-  int nck = 0;
   if (seg_bytes > 0) {
     bool *cheap = xmalloc((size_t)g->nt * sizeof(bool));
-    memcpy(cheap, rc.dropped, (size_t)g->nt * sizeof(bool));
-    memset(rc.dropped, 0, (size_t)g->nt * sizeof(bool));
+    memcpy(cheap, rc->dropped, (size_t)g->nt * sizeof(bool));
+    memset(rc->dropped, 0, (size_t)g->nt * sizeof(bool));
     free(pl->ckpt), pl->ckpt = NULL;
-    nck = select_checkpoints(g, old, rc.dropped, cheap, seg_bytes, &pl->ckpt);
+    c->nck = select_checkpoints(g, old, rc->dropped, cheap, seg_bytes, &pl->ckpt);
+    pl->checkpoints = c->nck;
     /* Nested (level 1): inside a rebuilt segment, the expensive layers'
      * outputs are kept until their last backward reader (second-level
      * checkpoints) and the cheap ones are rebuilt from them for each
      * backward step that reads them, then dropped again. */
-    rc.cheapt = cheap;
+    rc->cheapt = cheap;
     for (int t = 0; t < g->nt; t++) {
       int p = g->t[t].producer;
-      cheap[t] = rc.dropped[t] && p >= 0 && p < g->nfwd && node_cost(g, &g->n[p]) != COST_EXPENSIVE;
+      cheap[t] = rc->dropped[t] && p >= 0 && p < g->nfwd && node_cost(g, &g->n[p]) != COST_EXPENSIVE;
     }
   }
-  find_segments(&rc);
+  find_segments(rc);
   /* Checkpoints: the forward activations kept (checkpoint mode). */
-  bool *ck = NULL;
   if (seg_bytes > 0 && ro->ck_offloaded) {
-    ck = xcalloc((size_t)g->nt, sizeof(bool));
+    c->ck = xcalloc((size_t)g->nt, sizeof(bool));
     for (int i = 0; i < g->nfwd; i++)
       for (int k = 0; k < g->n[i].nout; k++) {
         int t = g->n[i].out[k];
-        if (t >= 0 && g->t[t].kind == TK_ACT && !rc.dropped[t]) ck[t] = true;
+        if (t >= 0 && g->t[t].kind == TK_ACT && !rc->dropped[t]) c->ck[t] = true;
       }
   }
-  int base_inst = pl->ninst;
-  int *segsize = xcalloc((size_t)rc.nseg + 1, sizeof(int));
+  c->base_inst = pl->ninst;
+  c->seg_bytes = seg_bytes;
+  c->segsize = xcalloc((size_t)rc->nseg + 1, sizeof(int));
   for (int t = 0; t < g->nt; t++)
-    if (rc.seg[t] >= 0) segsize[rc.seg[t]]++;
+    if (rc->seg[t] >= 0) c->segsize[rc->seg[t]]++;
+  return c;
+}
 
-  for (int round = 0;; round++) {
-    pl->ninst = base_inst;
-    rebuild(&rc);
-    pl->route = rc.r;
-    liveness_lifetimes(g, pl);
-    /* Segments holding a recomputed instance across an over-target step
-     * (alive there but not used there) turn memory-centric. */
+void rc_chain_start(RcChain *c) {
+  if (c->rc.r) internal_error(__FILE__, __LINE__, "recomputation chain started twice");
+  round_route(c);
+}
+
+int64_t rc_chain_peak(const RcChain *c) { return c->peak; }
+Plan *rc_chain_plan(RcChain *c) { return c->rc.pl; }
+int rc_chain_checkpoints(const RcChain *c) { return c->nck; }
+
+/* Segments holding a recomputed instance across an over-target step (alive
+ * there but not used there) go one level up (checkpoint mode: nested, then
+ * memory-centric for segments up to MEMORY_CENTRIC_MAX tensors; the cheap
+ * rule: memory-centric), and the route is rebuilt, until no segment
+ * changes. Levels only go up: a chain escalated to a smaller target starts
+ * from where the larger one left it. */
+bool rc_chain_escalate(RcChain *c, int64_t target) {
+  RC *rc = &c->rc;
+  Plan *pl = rc->pl;
+  bool any = false;
+  while (target > 0 && c->peak > target) {
+    const Route *r = pl->route;
+    int64_t *live = xmalloc(sizeof(int64_t) * (size_t)(r->ns + 1));
+    eff_live(c, live);
+    int *diff = xcalloc((size_t)r->ns + 2, sizeof(int));
+    bool *bumped = xcalloc((size_t)rc->nseg + 1, sizeof(bool));
+    for (int s = 0; s < r->ns; s++) diff[s + 1] = diff[s] + (live[s] > target);
+    free(live);
     bool changed = false;
-    if (target > 0 && pl->peak_live_bytes > target) {
-      const Route *r = pl->route;
-      int *diff = xcalloc((size_t)r->ns + 2, sizeof(int));
-      bool *bumped = xcalloc((size_t)rc.nseg + 1, sizeof(bool));
-      /* Offloaded checkpoints (ck) do not count where they will be on the host. */
-      int64_t *sub = xcalloc((size_t)r->ns + 2, sizeof(int64_t));
-      if (ck)
-        for (int t = 0; t < g->nt; t++) {
-          if (!ck[t] || pl->tensor_inst[t] < 0) continue;
-          const Instance *in = &pl->inst[pl->tensor_inst[t]];
-          if (in->first < 0 || in->last < in->first) continue;
-          sub[in->first] += in->bytes, sub[in->last + 1] -= in->bytes;
-        }
-      for (int s = 1; s <= r->ns; s++) sub[s] += sub[s - 1];
-      for (int s = 0; s < r->ns; s++) diff[s + 1] = diff[s] + (pl->live_bytes[s] - sub[s] > target);
-      free(sub);
-      for (int i = base_inst; i < pl->ninst; i++) {
-        const Instance *in = &pl->inst[i];
-        /* (workspaces, and outputs no backward step needs, belong to no segment) */
-        int sg = in->tensor >= 0 ? rc.seg[in->tensor] : -1;
-        if (sg < 0 || rc.level[sg] == 2 || in->last <= in->first + 1) continue;
-        /* over-target steps strictly inside (first, last): one level up
-         * (checkpoint mode: nested first, then memory-centric) */
-        if (diff[in->last] - diff[in->first + 1] > 0 && !bumped[sg]) {
-          int lv = seg_bytes > 0 ? rc.level[sg] + 1 : 2;
-          /* Memory-centric rebuilds cost a segment's length squared: long
-           * checkpoint segments stop at nested. */
-          if (lv == 2 && seg_bytes > 0 && segsize[sg] > MEMORY_CENTRIC_MAX) continue;
-          rc.level[sg] = (unsigned char)lv;
-          bumped[sg] = changed = true;
-        }
+    for (int i = c->base_inst; i < pl->ninst; i++) {
+      const Instance *in = &pl->inst[i];
+      /* (workspaces, and outputs no backward step needs, belong to no segment) */
+      int sg = in->tensor >= 0 ? rc->seg[in->tensor] : -1;
+      if (sg < 0 || rc->level[sg] == 2 || in->last <= in->first + 1) continue;
+      /* over-target steps strictly inside (first, last): one level up */
+      if (diff[in->last] - diff[in->first + 1] > 0 && !bumped[sg]) {
+        int lv = c->seg_bytes > 0 ? rc->level[sg] + 1 : 2;
+        /* Memory-centric rebuilds cost a segment's length squared: long
+         * checkpoint segments stop at nested. */
+        if (lv == 2 && c->seg_bytes > 0 && c->segsize[sg] > MEMORY_CENTRIC_MAX) continue;
+        rc->level[sg] = (unsigned char)lv;
+        bumped[sg] = changed = true;
       }
-      free(diff), free(bumped);
     }
+    free(diff), free(bumped);
     if (!changed) break;
-    route_free(rc.r);
+    any = true;
+    route_free(rc->r);
+    round_route(c);
   }
-  route_free((Route *)old);
-  free(rc.dropped), free(rc.seg), free(rc.cur), free(rc.level), free(rc.cheapt), free(ck), free(segsize);
-  free(rc.made), free(rc.stack);
+  return any;
+}
+
+/* A lower bound of the seconds its recompute steps take, at any level: every
+ * forward node that makes a dropped tensor which a backward step reads, or
+ * which such a node's rebuild reads, runs at least once more, reading and
+ * writing what its recompute step would. */
+double rc_chain_rebuild_lb(RcChain *c, const DeviceProfile *dev) {
+  RC *rc = &c->rc;
+  Graph *g = rc->g;
+  const Plan *pl = rc->pl;
+  bool *saved = saved_for_backward(g, rc->old);
+  bool *need = xcalloc((size_t)g->nfwd + 1, sizeof(bool));
+  for (int t = 0; t < g->nt; t++) {
+    int p = g->t[t].producer;
+    if (rc->dropped[t] && saved[t] && p >= 0 && p < g->nfwd) need[p] = true;
+  }
+  double lb = 0;
+  for (int i = g->nfwd - 1; i >= 0; i--) {
+    if (!need[i]) continue;
+    const Node *n = &g->n[i];
+    for (int k = 0; k < n->nin; k++) {
+      int x = n->in[k];
+      int p = x >= 0 ? g->t[x].producer : -1;
+      if (x >= 0 && rc->dropped[x] && p >= 0 && p < g->nfwd) need[p] = true;
+    }
+    const Node *m = &g->n[recompute_node(rc, i)];
+    double bytes = 0;
+    for (int k = 0; k < m->nin + m->nout; k++) {
+      int t = k < m->nin ? m->in[k] : m->out[k - m->nin];
+      if (t < 0 || g->t[t].kind == TK_CONST || pl->tensor_inst[t] < 0) continue;
+      bytes += (double)pl->inst[pl->tensor_inst[t]].bytes;
+    }
+    int64_t ws = node_workspace_bytes(g, m);
+    if (ws > 0) bytes += (double)arena_align(ws);
+    lb += cost_node_seconds(g, &g->n[recompute_node(rc, i)], bytes, dev);
+  }
+  free(saved), free(need);
+  return lb;
+}
+
+static void chain_free(RcChain *c) {
+  RC *rc = &c->rc;
+  free(rc->dropped), free(rc->seg), free(rc->cur), free(rc->level), free(rc->cheapt);
+  free(c->ck), free(c->segsize), free(rc->made), free(rc->stack);
+  free(c);
+}
+
+/* Ends the chain: the plan keeps the current route (the one before
+ * recomputation is freed). Returns the checkpoints kept. */
+int rc_chain_finish(RcChain *c) {
+  if (!c->rc.r) internal_error(__FILE__, __LINE__, "recomputation chain finished unstarted");
+  route_free((Route *)c->rc.old);
+  int nck = c->nck;
+  chain_free(c);
   return nck;
+}
+
+void rc_chain_discard(RcChain *c) {
+  if (c->rc.r) internal_error(__FILE__, __LINE__, "a started recomputation chain discarded");
+  chain_free(c);
+}
+
+int recompute_plan(Graph *g, Plan *pl, const RecomputeOpts *ro) {
+  RcChain *c = rc_chain_new(g, pl, ro);
+  rc_chain_start(c);
+  rc_chain_escalate(c, ro->target);
+  return rc_chain_finish(c);
 }
 
 /* --dump recompute: the decisions. */

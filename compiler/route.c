@@ -115,6 +115,15 @@ Step *route_push(Route *r, const Step *proto) {
   return s;
 }
 
+Route *route_clone(const Route *r) {
+  Route *c = xcalloc(1, sizeof *c);
+  c->caps = r->ns ? r->ns : 1;
+  c->s = xmalloc(sizeof *c->s * (size_t)c->caps);
+  for (int i = 0; i < r->ns; i++) route_push(c, &r->s[i]);
+  c->train_steps = r->train_steps;
+  return c;
+}
+
 void route_free(Route *r) {
   if (!r) return;
   for (int s = 0; s < r->ns; s++) {

@@ -394,6 +394,7 @@ typedef struct Route {
 
 Route *route_build(const Graph *g);
 Step *route_push(Route *r, const Step *proto);   /* appends a deep copy */
+Route *route_clone(const Route *r);              /* a deep copy */
 void route_free(Route *r);
 void route_dump(const Graph *g, const Route *r, FILE *f);
 
@@ -439,6 +440,7 @@ typedef struct Plan {
   Instance *inst;
   int ninst, capinst;
   int *tensor_inst;        // per tensor: its primary instance (-1: none)
+  int ntensors;            // ... its entries (the graph's tensors when liveness ran)
   int64_t arena_bytes;     // device arena size
   int64_t persistent_bytes;
   int64_t host_bytes;
@@ -543,6 +545,59 @@ double *cost_step_times(const Graph *g, const Plan *pl, const DeviceProfile *d);
 
 /* plan.c: runs the planning passes for the policy. */
 Plan *plan_build(Graph *g, const PlanOpts *o);
+/* plan.c, shared with search.c: the route and liveness of the training
+ * graph (every plan starts from it; the none policy's arena in
+ * baseline_bytes); a deep copy; freeing; packing the device arena and checking
+ * it (O(n log n): every plan snc produces is verified); the estimate. */
+Plan *plan_base(Graph *g, const PlanOpts *o, const DeviceProfile *dev);
+Plan *plan_clone(const Plan *pl);
+void plan_free(Plan *pl);
+void plan_pack(const Graph *g, Plan *pl);
+void plan_estimate(const Graph *g, Plan *pl, const DeviceProfile *dev);
+/* Forward activations (and BN's saved statistics) that offloading may move:
+ * all but the tiny ones. */
+bool *plan_offload_candidates(const Graph *g);
+/* Persistent kinds on the host at host-state level hs (1: optimizer state,
+ * 2: parameters too), and their arena bytes. */
+bool plan_moves_to_host(TensorKind k, int hs);
+int64_t plan_moved_bytes(const Graph *g, int hs);
+/* Recomputation alone: the longest chain of cheap layers rebuilt from one
+ * checkpoint (a deep ResNet stage's block outputs would otherwise all be
+ * rebuilt from the stage's first, and memory-centric rebuilds of such a
+ * chain cost its length squared). */
+enum { PLAN_RECOMPUTE_CHAIN = 64 };
+/* What a plan does after recomputation. */
+typedef struct PlanVariant {
+  Policy planned;          // the kind of plan (Plan.planned)
+  const bool *sel;         // tensors to offload (NULL: none)
+  bool hidden_only;        // ... only where the copies hide fully
+  int lead;                // offload_plan's max_lead (0: any; -1: synchronous)
+  int hs;                  // persistent state on the host: 1 optimizer state, 2 parameters too
+} PlanVariant;
+/* The passes after recomputation: offload, persistent state to the host,
+ * in-place steps, the host arena, the estimate; the device arena is not
+ * packed. With `floor` (auto's search), a plan whose lower bounds
+ * (liveness_floors) already exceed floor[0] (device) or floor[1] (host)
+ * after offload is cut short: false, peak_live_bytes and host_bytes are then
+ * those bounds and est_step_seconds NaN. */
+bool plan_finish(Graph *g, Plan *pl, const DeviceProfile *dev, const PlanVariant *v,
+                 bool recomputed, int64_t baseline, const int64_t floor[2]);
+/* search.c: auto, the fastest estimated plan whose device arena fits
+ * `budget` and whose host arena fits `host_budget` (packed and checked; its
+ * auto_log lists the candidates), or NULL if none does. */
+Plan *search_auto(Graph *g, const PlanOpts *o, const DeviceProfile *dev, int64_t budget,
+                  int64_t host_budget);
+/* Where none fits: the smallest device arena of a plan within the host
+ * budget, the smallest host arena of a plan within the device budget, the
+ * smallest device arena of all (INT64_MAX: none); exact is false where a
+ * time limit (seconds > 0; 0: none on graphs up to 2,000 forward nodes, 20 s
+ * above) stopped the search first. */
+typedef struct SearchSmallest {
+  int64_t arena, host, any;
+  bool exact;
+} SearchSmallest;
+SearchSmallest search_smallest(Graph *g, const PlanOpts *o, const DeviceProfile *dev,
+                               int64_t budget, int64_t host_budget, double seconds);
 /* How long an infeasible budget's error may search for the smallest budget
  * that fits before it names one that fits ("at most"). 0 (the default): no
  * limit on graphs up to 2,000 forward nodes, 20 s on larger ones; a positive
@@ -565,8 +620,12 @@ void liveness_inplace(const Graph *g, Plan *pl);
 /* Lower bounds that no later pass goes below (offload_persistent only adds
  * transient device instances; liveness_inplace saves at most the output of
  * one in-place step per step): the device live bytes of the instances that
- * are not persistent, and the host arena (the peak of its live bytes). */
-void liveness_floors(const Graph *g, const Plan *pl, int64_t *transient, int64_t *host);
+ * are not persistent, and the host arena (the peak of its live bytes). With
+ * `movable` (the tensors offload_plan may still move), their primary
+ * instances count only at the steps that use them (offloading moves a copy
+ * out only between uses): a bound for any offload of them. */
+void liveness_floors(const Graph *g, const Plan *pl, const bool *movable, int64_t *transient,
+                     int64_t *host);
 /* An instance's name (its tensor's, or "NODE/workspace") and kind name. */
 const char *plan_inst_name(const Graph *g, const Plan *pl, int inst);
 const char *plan_inst_kind(const Graph *g, const Plan *pl, int inst);
@@ -592,6 +651,27 @@ typedef struct RecomputeOpts {
 } RecomputeOpts;
 /* Returns how many checkpoints checkpoint mode kept. */
 int recompute_plan(Graph *g, Plan *pl, const RecomputeOpts *o);
+/* recompute_plan in parts, for a search that walks one scheme down a ladder
+ * of targets (plan.c's auto): rc_chain_new decides what is dropped (pl as
+ * liveness_compute left it; the chain owns pl->route from then on),
+ * rc_chain_start makes the route with every segment speed-centric,
+ * rc_chain_escalate raises levels while live bytes exceed the target (levels
+ * never go down: returns whether any changed), rc_chain_finish frees the
+ * chain and leaves pl with the current route. pl->ckpt and pl->checkpoints
+ * are set by rc_chain_new. */
+typedef struct RcChain RcChain;
+RcChain *rc_chain_new(Graph *g, Plan *pl, const RecomputeOpts *o);
+void rc_chain_start(RcChain *c);
+bool rc_chain_escalate(RcChain *c, int64_t target);
+int64_t rc_chain_peak(const RcChain *c);     /* the live bytes targets are compared with */
+Plan *rc_chain_plan(RcChain *c);             /* the chain's plan (borrowed) */
+int rc_chain_checkpoints(const RcChain *c);
+/* Seconds that every plan of the chain spends in recompute steps at least. */
+double rc_chain_rebuild_lb(RcChain *c, const DeviceProfile *dev);
+int rc_chain_finish(RcChain *c);
+extern long rc_rebuilds;                     /* routes built (auto's log reports it) */
+/* Frees a chain never started (the plan keeps its route). */
+void rc_chain_discard(RcChain *c);
 void recompute_dump(const Graph *g, const Plan *pl, FILE *f);
 /* offload.c: inserts offload/prefetch steps for the selected tensors (those
  * whose copies hide fully only, if hidden_only); returns how many. */
@@ -601,6 +681,11 @@ void offload_dump(const Graph *g, const Plan *pl, FILE *f);
 /* Optimizer state (and with `params`, parameters) in the host arena, copied
  * to the device around each cluster of steps using them. */
 int offload_persistent(Graph *g, Plan *pl, const DeviceProfile *dev, bool params);
+/* The seconds offload_persistent's copies would add to this plan's step (all
+ * of them are synchronous). Steps inserted into the route later only split
+ * trips, never join them: a lower bound for every plan made from this one. */
+double offload_persistent_seconds(const Graph *g, const Plan *pl, const DeviceProfile *dev,
+                                  bool params);
 /* schedule.c: removes the waits implied by others (a later copy on the same
  * queue waited for at the same step, or already); returns how many. With a
  * non-NULL log, prints every wait and what became of it (--dump schedule). */

@@ -1,0 +1,717 @@
+/* search.c — auto: the fastest estimated plan whose device arena fits the
+ * budget and whose host arena fits the host budget.
+ *
+ * The candidates form one fixed set that does not depend on either budget;
+ * the budgets only say which of them fit. auto returns the candidate with
+ * the smallest estimate among those that fit (the first found among equals),
+ * so its estimate can never grow with the budget: a larger budget lets more
+ * candidates fit and takes nothing away. The search skips a candidate only
+ * where a bound proves it cannot fit or cannot be faster than one already
+ * found, so what it returns is that minimum, not an approximation of it.
+ *
+ * Candidates. A chain is one recomputation scheme with persistent state at
+ * one host-state level (0: on the device; 1: optimizer state on the host;
+ * 2: parameters too):
+ *   - none: nothing rebuilt;
+ *   - cheap: the cheap rule (recompute.c: activations, pools, BN, ... rebuilt
+ *     from the outputs of expensive layers);
+ *   - checkpoints every S bytes (S = A/2 .. A/256, A the forward activations'
+ *     bytes; every layer between two checkpoints rebuilt, expensive ones
+ *     too), and S = A/sqrt(N) (Chen et al.'s sqrt(N) checkpointing);
+ *   - the fixed recompute and superneurons policies' own plans.
+ * Each chain has states: the first keeps every segment speed-centric
+ * (rebuilt once); the next ones escalate (recompute.c: segments nested, then
+ * memory-centric) toward the targets of one ladder, L, L 2^-1/8, L 2^-1/4 ...
+ * down to the layer peak (L: the liveness plan's peak), each state starting
+ * from the one before, so a state's recomputation only grows along the
+ * chain. Each state is planned with each of its chain's variants (what is
+ * offloaded: nothing; what hides fully; all checkpoints with copies led by
+ * at most 16, 4 or 1 steps, or synchronous; cheap recomputation with the
+ * first k/8 of the activations offloaded) and is a candidate.
+ *
+ * Bounds (sound: each is checked where the plan that could break it is made;
+ * internal_error if one does not hold):
+ *   - time: every candidate of a chain takes at least the compute steps plus
+ *     one rebuild of every forward node the chain drops (rc_chain_rebuild_lb);
+ *     along a chain, a state's compute plus recompute seconds never fall, and
+ *     no variant of it is faster than that. Chains are tried in the order of
+ *     their bound; once one is at least the best estimate found, every chain
+ *     after it is skipped, and a chain's walk stops at the first state whose
+ *     compute plus recompute reaches it.
+ *   - memory: what every plan of a chain holds at the backward pass's start
+ *     (checkpoints, or the outputs of expensive layers read by backward, and
+ *     the persistent state left on the device); liveness_floors after
+ *     offload (a candidate cut short).
+ * A candidate that fits by live bytes and is faster than the best so far is
+ * packed at once (so the best is always one that really fits).
+ *
+ * `snc plan --dump auto` prints every candidate planned and every chain
+ * skipped, with the bound that skipped it. search_smallest walks every chain
+ * to its end (no time bound applies where nothing fits) for the infeasible
+ * budget's message.
+ *
+ * Not here: the passes (recompute.c, offload.c, ...), the fixed policies
+ * (plan.c). */
+#include "snc.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef enum { SC_NONE, SC_CHEAP, SC_CKPT, SC_FIXED } Scheme;
+
+enum { MAX_VARIANTS = 12, FIRST_K_STEPS = 8 };
+/* The target ladder's step: 2^-1/8 (about 9%); on large graphs 2^-1/4. */
+#define LADDER_STEP 0.9170040432046712
+/* Forward nodes above which the candidate set is smaller (planning time
+ * grows with the graph; a 2,498-layer ResNet has 8,335): only chains that
+ * offload nothing and keep the persistent state on the device walk the
+ * target ladder (the others are planned speed-centric only), cheap
+ * recomputation has no first-k variants, and the ladder's steps are twice
+ * as large. */
+enum { LARGE_GRAPH_NODES = 2000 };
+/* On large graphs the bounds skip what cannot be more than 1% faster than the
+ * best found: auto's estimate is then within 1% of the fastest candidate's,
+ * and never more than 1% above its estimate at any smaller budget. */
+#define SEARCH_SLACK 0.03
+
+typedef struct Chain {
+  Scheme scheme;
+  RecomputeOpts ro;        // SC_FIXED: its target; the others walk the ladder
+  int hs;                  // host-state level of every variant
+  PlanVariant v[MAX_VARIANTS];
+  int nv;
+  int order;               // position in the list (ties in the bound)
+  int group;               // chains with the same first state (what is dropped) share it
+  bool walks;              // walks the target ladder (else: its first state only)
+  double lb;               // every candidate's estimate is at least this
+  double lb_busy;          // ... its compute and recompute steps at least this
+  int64_t held;            // bytes every candidate holds at the turn (device or host)
+  int64_t held_dev;        // ... on the device where nothing is offloaded
+  int nck;                 // checkpoint mode: checkpoints
+  int *ckpt;               // ... the checkpoint tensors (duplicate chains are skipped)
+  bool dup;                // the same plans as an earlier chain
+} Chain;
+
+typedef struct Search {
+  Graph *g;
+  const PlanOpts *o;
+  const DeviceProfile *dev;
+  int64_t budget, host_budget;
+  Plan *base;              // route and liveness (every chain starts from a copy)
+  double compute;          // seconds of the compute steps (the same in every plan)
+  int64_t layer_peak;
+  int64_t pers;            // persistent bytes
+  int64_t moved[3];        // ... of them on the host at host-state level 0, 1, 2
+  int64_t adj[3];          // what a level adds to the recomputation targets
+  double hs_seconds[3];    // ... its copies add to every plan at least
+  int64_t *ladder;         // recomputation targets, decreasing, the layer peak last
+  int nladder;
+  Chain *ch;
+  int nch, capch;
+  bool *saved;             // per tensor: read by a backward step
+  bool **owned;            // offload selections the chains point to
+  int nowned;
+  double shared_busy;      // busy seconds of the first state shared by a group
+  bool settled[3];         // ... planned without offload at a level: fits or not faster
+  double slack;            // a chain or state is skipped where its bound reaches (1 - slack) x
+                           // the best estimate (0: exact; SEARCH_SLACK on large graphs)
+  Plan *best;              // the fastest fit (packed)
+  int best_tried;
+  int tried;               // candidates planned
+  char *log;
+  size_t nlog;
+  /* search_smallest */
+  bool enumerate;          // every candidate, no time bound (nothing fits)
+  double deadline;         // seconds (0: none)
+  struct timespec t0;
+  bool stopped;            // ... passed
+  SearchSmallest sm;
+} Search;
+
+static void log_line(Search *sr, const char *line) {
+  size_t n = strlen(line);
+  sr->log = xrealloc(sr->log, sr->nlog + n + 1);
+  memcpy(sr->log + sr->nlog, line, n + 1);
+  sr->nlog += n;
+}
+
+static const char *chain_name(const Search *sr, const Chain *ch, const PlanVariant *v) {
+  static char buf[200];
+  int n = snprintf(buf, sizeof buf, "%s", policy_name(v ? v->planned : POL_RECOMPUTE));
+  if (ch->scheme == SC_FIXED)
+    n += snprintf(buf + n, sizeof buf - (size_t)n, ", the fixed policy's plan");
+  if (ch->ro.seg_bytes)
+    n += snprintf(buf + n, sizeof buf - (size_t)n, ", checkpoints every %s (%d kept)",
+                  fmt_bytes(ch->ro.seg_bytes), ch->nck);
+  else if (ch->scheme != SC_NONE)
+    n += snprintf(buf + n, sizeof buf - (size_t)n, ", cheap layers rebuilt");
+  if (v && v->sel) {
+    n += snprintf(buf + n, sizeof buf - (size_t)n, ", offload %s",
+                  v->hidden_only ? "where hidden" : "exposed allowed");
+    int k = 0, all = 0;
+    for (int t = 0; t < sr->g->nt; t++) k += v->sel[t], all += sr->owned[0][t];
+    if (k < all) n += snprintf(buf + n, sizeof buf - (size_t)n, " (first %d of %d)", k, all);
+    if (v->lead < 0) n += snprintf(buf + n, sizeof buf - (size_t)n, ", synchronous");
+    else if (v->lead) n += snprintf(buf + n, sizeof buf - (size_t)n, ", lead <= %d", v->lead);
+  }
+  if (ch->hs) snprintf(buf + n, sizeof buf - (size_t)n, ", %s on the host",
+                       ch->hs > 1 ? "parameters and optimizer state" : "optimizer state");
+  return buf;
+}
+
+static bool fits(const Search *sr, const Plan *pl) {
+  return pl->arena_bytes <= sr->budget && pl->host_bytes <= sr->host_budget;
+}
+
+/* The bytes of the outputs of expensive forward layers that a backward step
+ * reads. Without checkpoint recomputation nothing drops them (recompute.c's
+ * cheap rule keeps them), so every such plan holds them all, on the device
+ * or (offloaded) on the host, when the backward pass starts. */
+static int64_t held_at_turn(const Graph *g) {
+  bool *seen = xcalloc((size_t)g->nt + 1, sizeof(bool));
+  int64_t b = 0;
+  for (int i = 0; i < g->nn; i++) {
+    const Node *n = &g->n[i];
+    if (n->phase != PH_BACKWARD) continue;
+    for (int k = 0; k < n->nin; k++) {
+      int t = n->in[k];
+      if (t < 0 || seen[t] || g->t[t].kind != TK_ACT || g->t[t].producer < 0) continue;
+      const Node *p = &g->n[g->t[t].producer];
+      if (p->phase != PH_FORWARD || node_cost(g, p) != COST_EXPENSIVE) continue;
+      seen[t] = true;
+      b += arena_align(tensor_bytes(&g->t[t]));
+    }
+  }
+  free(seen);
+  return b;
+}
+
+/* Bytes of the forward activations: the scale of the checkpoint segments. */
+static int64_t forward_act_bytes(const Graph *g) {
+  int64_t a = 0;
+  for (int i = 0; i < g->nfwd; i++)
+    for (int k = 0; k < g->n[i].nout; k++) {
+      int t = g->n[i].out[k];
+      if (t >= 0 && g->t[t].kind == TK_ACT) a += tensor_bytes(&g->t[t]);
+    }
+  return a;
+}
+
+/* The first `k` selected tensors in forward order (the ones idle longest
+ * between forward and backward). */
+static bool *first_k(const Graph *g, const bool *sel, int k) {
+  bool *out = xcalloc((size_t)g->nt + 1, sizeof(bool));
+  for (int i = 0; i < g->nfwd && k > 0; i++) {
+    const Node *n = &g->n[i];
+    for (int o = 0; o < n->nout && k > 0; o++)
+      if (n->out[o] >= 0 && sel[n->out[o]]) out[n->out[o]] = true, k--;
+  }
+  return out;
+}
+
+static Chain *add_chain(Search *sr, Scheme sc, int hs, RecomputeOpts ro) {
+  xgrow((void **)&sr->ch, &sr->capch, sr->nch + 1, sizeof *sr->ch);
+  Chain *ch = &sr->ch[sr->nch];
+  *ch = (Chain){.scheme = sc, .ro = ro, .hs = hs, .order = sr->nch,
+                .walks = sc == SC_CHEAP || sc == SC_CKPT};
+  /* Large graphs: only the chains without offload or state on the host walk
+   * the ladder (planning time); the others are their first state. */
+  if (sr->g->nfwd > LARGE_GRAPH_NODES && (hs || ro.ck_offloaded)) ch->walks = false;
+  sr->nch++;
+  return ch;
+}
+
+static void add_variant(Chain *ch, Policy planned, const bool *sel, bool hidden, int lead) {
+  if (ch->nv == MAX_VARIANTS) internal_error(__FILE__, __LINE__, "too many variants");
+  ch->v[ch->nv++] = (PlanVariant){.planned = planned, .sel = sel, .hidden_only = hidden,
+                                  .lead = lead, .hs = ch->hs};
+}
+
+/* The candidate set: chains and their variants (see the header). */
+static void make_chains(Search *sr) {
+  Graph *g = sr->g;
+  bool large = g->nfwd > LARGE_GRAPH_NODES;
+  bool *acts = plan_offload_candidates(g);
+  int K = 0;
+  for (int t = 0; t < g->nt; t++) K += acts[t];
+  sr->owned = xcalloc(FIRST_K_STEPS + 1, sizeof(bool *));
+  sr->owned[sr->nowned++] = acts;
+  bool *firstk[FIRST_K_STEPS];
+  int nfk = 0;
+  for (int j = 1; j < FIRST_K_STEPS; j++) {
+    int k = (int)(((int64_t)K * j + FIRST_K_STEPS - 1) / FIRST_K_STEPS);
+    if (k < 1 || k >= K || (nfk && k == K * (j - 1) / FIRST_K_STEPS)) continue;
+    firstk[nfk++] = sr->owned[sr->nowned++] = first_k(g, acts, k);
+  }
+  int64_t A = forward_act_bytes(g);
+  static const int ladder[] = {256, 192, 128, 96, 64, 48, 32, 24, 16, 12, 8, 6, 4, 3, 2};
+  int64_t sqrt_seg = (int64_t)((double)A / sqrt((double)(g->nfwd > 1 ? g->nfwd : 1)));
+  for (int hs = 0; hs <= 2; hs++) {
+    /* a level that moves nothing more than the one before */
+    if (hs && sr->moved[hs] == sr->moved[hs - 1]) continue;
+    Chain *ch = add_chain(sr, SC_NONE, hs, (RecomputeOpts){0});
+    add_variant(ch, POL_LIVENESS, NULL, false, 0);
+    add_variant(ch, POL_OFFLOAD, acts, true, 0);
+    RecomputeOpts cheap = {.max_chain = PLAN_RECOMPUTE_CHAIN};
+    ch = add_chain(sr, SC_CHEAP, hs, cheap);
+    add_variant(ch, POL_RECOMPUTE, NULL, false, 0);
+    /* Offloading plans rebuild short chains: a rebuild needs all its
+     * checkpoints prefetched at once. */
+    RecomputeOpts cheap2 = {.max_chain = 2, .ck_offloaded = true};
+    ch = add_chain(sr, SC_CHEAP, hs, cheap2);
+    add_variant(ch, POL_SUPERNEURONS, acts, true, 0);
+    for (int j = 0; j < nfk && !large; j++) add_variant(ch, POL_SUPERNEURONS, firstk[j], false, 1);
+    add_variant(ch, POL_SUPERNEURONS, acts, false, 1);
+    for (size_t k = 0; k < sizeof ladder / sizeof ladder[0]; k++) {
+      int64_t seg = A / ladder[k];
+      if (seg < 1) continue;
+      RecomputeOpts ck = {.max_chain = PLAN_RECOMPUTE_CHAIN, .seg_bytes = seg};
+      ch = add_chain(sr, SC_CKPT, hs, ck);
+      add_variant(ch, POL_RECOMPUTE, NULL, false, 0);
+      ck.ck_offloaded = true;
+      ch = add_chain(sr, SC_CKPT, hs, ck);
+      add_variant(ch, POL_SUPERNEURONS, acts, true, 0);
+      static const int lead[] = {16, 4, 1, -1};
+      for (int v = 0; v < 4; v++) add_variant(ch, POL_SUPERNEURONS, acts, false, lead[v]);
+    }
+    /* The fixed policies' own plans (liveness and offload are the none
+     * chain's): auto is never slower than a fixed policy whose plan fits.
+     * And Chen et al.'s sqrt(N) checkpointing: about sqrt(N) segments, each
+     * rebuilt once (bench/tradeoff's reference point). */
+    RecomputeOpts fx = {.target = sr->layer_peak, .max_chain = PLAN_RECOMPUTE_CHAIN};
+    ch = add_chain(sr, SC_FIXED, hs, fx);
+    add_variant(ch, POL_RECOMPUTE, NULL, false, 0);
+    fx = (RecomputeOpts){.target = sr->layer_peak, .max_chain = 2, .ck_offloaded = true};
+    ch = add_chain(sr, SC_FIXED, hs, fx);
+    add_variant(ch, POL_SUPERNEURONS, acts, false, -1);
+    if (sqrt_seg > 0) {
+      fx = (RecomputeOpts){.target = INT64_MAX, .max_chain = PLAN_RECOMPUTE_CHAIN,
+                           .seg_bytes = sqrt_seg};
+      ch = add_chain(sr, SC_FIXED, hs, fx);
+      add_variant(ch, POL_RECOMPUTE, NULL, false, 0);
+    }
+  }
+}
+
+/* Per chain, before any of its plans is made: the time bound, what it holds
+ * at the turn, its checkpoints (chains with the same ones as an earlier
+ * chain of the same kind are the same plans). */
+static void bound_chains(Search *sr) {
+  Graph *g = sr->g;
+  int64_t turn = held_at_turn(g);
+  for (int c = 0; c < sr->nch; c++) {
+    Chain *ch = &sr->ch[c];
+    int64_t pers_dev = sr->pers - sr->moved[ch->hs];
+    ch->lb_busy = sr->compute;
+    /* the cheap rule keeps the outputs of expensive layers */
+    ch->held = turn + sr->pers, ch->held_dev = turn + pers_dev;
+    ch->group = c;
+    const Chain *e = NULL;   // the group's first chain: the same decisions
+    for (int d = 0; d < c && !e; d++)
+      if (sr->ch[d].scheme == ch->scheme && ch->scheme != SC_FIXED &&
+          sr->ch[d].ro.seg_bytes == ch->ro.seg_bytes && sr->ch[d].ro.max_chain == ch->ro.max_chain)
+        e = &sr->ch[d];
+    if (ch->scheme == SC_NONE) {
+      ch->lb = ch->lb_busy + sr->hs_seconds[ch->hs];
+      continue;
+    }
+    if (e) {
+      ch->group = e->group, ch->lb_busy = e->lb_busy, ch->nck = e->nck;
+      ch->ckpt = ch->nck ? xmalloc(sizeof(int) * (size_t)ch->nck) : NULL;
+      if (ch->nck) memcpy(ch->ckpt, e->ckpt, sizeof(int) * (size_t)ch->nck);
+    } else {
+      /* what is dropped, on the base plan (the chain is never started;
+       * the checkpoints it sets there are taken back) */
+      RcChain *rc = rc_chain_new(g, sr->base, &ch->ro);
+      ch->lb_busy += rc_chain_rebuild_lb(rc, sr->dev);
+      ch->nck = rc_chain_checkpoints(rc);
+      ch->ckpt = sr->base->ckpt;
+      sr->base->ckpt = NULL, sr->base->checkpoints = 0;
+      rc_chain_discard(rc);
+    }
+    /* state on the host: its copies are synchronous, and there are at least
+     * as many as in the route without recomputation */
+    ch->lb = ch->lb_busy + sr->hs_seconds[ch->hs];
+    if (!ch->ro.seg_bytes) continue;
+    /* the checkpoints a backward step reads are kept from forward to backward */
+    int64_t ck = 0;
+    for (int k = 0; k < ch->nck; k++)
+      if (sr->saved[ch->ckpt[k]]) ck += arena_align(tensor_bytes(&g->t[ch->ckpt[k]]));
+    ch->held = ck + sr->pers, ch->held_dev = ck + pers_dev;
+    for (int d = 0; d < c; d++) {
+      const Chain *f = &sr->ch[d];
+      if (f->scheme == SC_CKPT && ch->scheme == SC_CKPT && f->hs == ch->hs &&
+          f->ro.ck_offloaded == ch->ro.ck_offloaded && f->nck == ch->nck &&
+          !memcmp(f->ckpt, ch->ckpt, sizeof(int) * (size_t)ch->nck))
+        ch->dup = true;
+    }
+  }
+}
+
+static int by_bound(const void *a, const void *b) {
+  const Chain *x = a, *y = b;
+  if (x->lb_busy != y->lb_busy) return x->lb_busy < y->lb_busy ? -1 : 1;
+  if (x->group != y->group) return x->group - y->group;
+  if (x->hs != y->hs) return x->hs - y->hs;
+  return x->order - y->order;
+}
+
+static double seconds_since(const struct timespec *t0) {
+  struct timespec t1;
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  return (double)(t1.tv_sec - t0->tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0->tv_nsec);
+}
+
+/* A variant cannot fit where what it must hold at the turn exceeds the
+ * budgets (on the device alone where nothing is offloaded), or the
+ * persistent state left on the device alone exceeds the device budget. */
+static bool cannot_fit(const Search *sr, const Chain *ch, const PlanVariant *v) {
+  if (sr->pers - sr->moved[ch->hs] > sr->budget) return true;
+  return v->sel ? ch->held > sr->budget + sr->host_budget : ch->held_dev > sr->budget;
+}
+
+/* Seconds of the compute and recompute steps of a chain's current state. */
+static double busy_seconds(const Search *sr, const Plan *pl) {
+  double s = sr->compute;
+  const Route *r = pl->route;
+  for (int k = 0; k < r->train_steps; k++)
+    if (r->s[k].kind == SK_RECOMPUTE) s += cost_step_seconds(sr->g, pl, k, sr->dev);
+  return s;
+}
+
+static void log_cand(Search *sr, const Chain *ch, const PlanVariant *v, const Plan *pl,
+                     const char *verdict, bool packed) {
+  char arena[32], host[32], est[32] = "(cut short)";
+  bool cut = isnan(pl->est_step_seconds);
+  snprintf(arena, sizeof arena, "%s%s", packed ? "" : ">=",
+           fmt_bytes(packed ? pl->arena_bytes : pl->peak_live_bytes));
+  snprintf(host, sizeof host, "%s%s", cut ? ">=" : "", fmt_bytes(pl->host_bytes));
+  if (!cut) snprintf(est, sizeof est, "%10.3f ms", pl->est_step_seconds * 1e3);
+  char *line = xasprintf("%3d  %-6s %11s %10s %13s  %s\n", sr->tried, verdict, arena, host,
+                         est, chain_name(sr, ch, v));
+  log_line(sr, line);
+  free(line);
+}
+
+/* Plans one candidate from a chain's state; keeps it if it is the fastest
+ * fit so far (search) or records its arenas (search_smallest). True where
+ * it was finished and fits or is not faster than the best: then no plan of
+ * the same state that adds copies to it can be faster than the best found. */
+static bool candidate(Search *sr, const Chain *ch, const PlanVariant *v, const Plan *state,
+                      bool recomputed) {
+  Graph *g = sr->g;
+  if (!sr->enumerate) {
+    /* what any offload of v->sel leaves on the device: over the budget, the
+     * plan is not made */
+    int64_t dev_floor, host_floor;
+    liveness_floors(g, state, v->sel, &dev_floor, &host_floor);
+    if (!v->hs) dev_floor += state->persistent_bytes;
+    if (dev_floor > sr->budget) {
+      sr->tried++;
+      char arena[32];
+      snprintf(arena, sizeof arena, ">=%s", fmt_bytes(dev_floor));
+      char *line = xasprintf("%3d  %-6s %11s %10s %13s  %s\n", sr->tried, "-", arena, "",
+                             "(cut short)", chain_name(sr, ch, v));
+      log_line(sr, line);
+      free(line);
+      return false;
+    }
+  }
+  Plan *pl = plan_clone(state);
+  pl->seg_bytes = ch->ro.seg_bytes;
+  int64_t floor[2] = {sr->budget, sr->host_budget};
+  if (sr->enumerate) floor[0] = floor[1] = INT64_MAX;
+  bool done = plan_finish(g, pl, sr->dev, v, recomputed, sr->base->baseline_bytes, floor);
+  sr->tried++;
+  if (done && pl->est_step_seconds < ch->lb * (1 - 1e-9))
+    internal_error(__FILE__, __LINE__, "%s: estimate %g s under its bound %g s",
+                   chain_name(sr, ch, v), pl->est_step_seconds, ch->lb);
+  if (done && fabs(pl->compute_seconds - sr->compute) > 1e-9 * sr->compute)
+    internal_error(__FILE__, __LINE__, "a plan's compute steps take %g s, the liveness plan's "
+                   "%g s", pl->compute_seconds, sr->compute);
+  /* the chain's bound at the turn: checked on every plan finished */
+  if (done && (v->sel ? pl->peak_live_bytes + pl->host_bytes < ch->held
+                      : pl->peak_live_bytes < ch->held_dev))
+    internal_error(__FILE__, __LINE__, "a plan of %s holds less than its chain's bound at the "
+                   "turn", chain_name(sr, ch, v));
+  if (sr->enumerate) {
+    /* the smallest arenas: packed where it can be smaller than the smallest seen */
+    bool host_ok = pl->host_bytes <= sr->host_budget;
+    if (pl->peak_live_bytes < sr->sm.any || (host_ok && pl->peak_live_bytes < sr->sm.arena) ||
+        (pl->peak_live_bytes <= sr->budget && pl->host_bytes < sr->sm.host)) {
+      plan_pack(g, pl);
+      if (pl->arena_bytes < sr->sm.any) sr->sm.any = pl->arena_bytes;
+      if (host_ok && pl->arena_bytes < sr->sm.arena) sr->sm.arena = pl->arena_bytes;
+      if (pl->arena_bytes <= sr->budget && pl->host_bytes < sr->sm.host)
+        sr->sm.host = pl->host_bytes;
+    }
+    plan_free(pl);
+    return false;
+  }
+  const char *verdict = "-";
+  bool packed = false;
+  if (done && pl->peak_live_bytes <= sr->budget && pl->host_bytes <= sr->host_budget) {
+    verdict = "slower";
+    if (!sr->best || pl->est_step_seconds < sr->best->est_step_seconds) {
+      plan_pack(g, pl);
+      packed = true;
+      verdict = fits(sr, pl) ? "fits" : "-";
+    }
+  }
+  log_cand(sr, ch, v, pl, verdict, packed);
+  bool settled = done && ((packed && fits(sr, pl)) ||
+                          (sr->best && pl->est_step_seconds >= sr->best->est_step_seconds));
+  if (packed && fits(sr, pl)) {
+    plan_free(sr->best);
+    sr->best = pl, sr->best_tried = sr->tried;
+  } else {
+    plan_free(pl);
+  }
+  return settled;
+}
+
+static bool time_up(Search *sr) {
+  if (sr->deadline > 0 && seconds_since(&sr->t0) > sr->deadline) sr->stopped = true;
+  return sr->stopped;
+}
+
+/* The variants of a chain that may fit (NULL if none: logged). */
+static bool chain_live(Search *sr, const Chain *ch, bool live[MAX_VARIANTS]) {
+  bool any = false;
+  for (int k = 0; k < ch->nv; k++) any |= live[k] = sr->enumerate || !cannot_fit(sr, ch, &ch->v[k]);
+  if (!any) {
+    char *line = xasprintf("%3s  %-6s %11s %10s %13s  %s; %s held at the turn%s\n", "", "-",
+                           "", "", "(skipped)", chain_name(sr, ch, &ch->v[0]),
+                           fmt_bytes(ch->nv && ch->v[0].sel ? ch->held : ch->held_dev),
+                           ch->nv && ch->v[0].sel ? "" : " on the device");
+    log_line(sr, line);
+    free(line);
+  }
+  return any;
+}
+
+/* Checks the time bounds on a chain's state; false where the state, and
+ * every later one, cannot be faster than the best (with the slack). */
+static bool state_worth(Search *sr, const Chain *ch, double busy, double *prev) {
+  if (busy < ch->lb_busy * (1 - 1e-9) || busy < *prev * (1 - 1e-9))
+    internal_error(__FILE__, __LINE__, "recomputation of %s takes %g s, under its bound %g s "
+                   "(or the state before's %g s)", chain_name(sr, ch, NULL), busy - sr->compute,
+                   ch->lb_busy - sr->compute, *prev - sr->compute);
+  *prev = busy;
+  return sr->enumerate || !sr->best ||
+         busy + sr->hs_seconds[ch->hs] < (1 - sr->slack) * sr->best->est_step_seconds;
+}
+
+/* A chain's first state: its own plan (fixed policies) or the one every
+ * segment speed-centric, shared by the chains of its group (*shared, kept
+ * between calls while the group lasts). */
+static void first_state(Search *sr, const Chain *ch, Plan **shared, int *shared_group) {
+  bool live[MAX_VARIANTS];
+  if (!chain_live(sr, ch, live)) return;
+  if (ch->scheme == SC_NONE) {
+    for (int k = 0; k < ch->nv; k++)
+      if (live[k]) candidate(sr, ch, &ch->v[k], sr->base, false);
+    return;
+  }
+  Plan *pl;
+  bool fresh = ch->scheme == SC_FIXED || *shared_group != ch->group;
+  if (fresh) {
+    pl = plan_clone(sr->base);
+    RcChain *rc = rc_chain_new(sr->g, pl, &ch->ro);
+    rc_chain_start(rc);
+    if (ch->scheme == SC_FIXED) rc_chain_escalate(rc, ch->ro.target);
+    rc_chain_finish(rc);
+    if (ch->scheme != SC_FIXED) plan_free(*shared), *shared = pl, *shared_group = ch->group;
+  } else {
+    pl = *shared;
+  }
+  /* the shared state's busy seconds, once per group */
+  if (fresh) {
+    sr->shared_busy = busy_seconds(sr, pl);
+    memset(sr->settled, 0, sizeof sr->settled);
+  }
+  double prev = 0;
+  /* Offload adds copy steps and exposed time to a state and takes nothing
+   * away (persistent state's trips only split): where the same state with
+   * the same host-state level and nothing offloaded fits, or is not faster
+   * than the best, an offloading variant cannot be faster than the best. */
+  if (!sr->enumerate && ch->scheme != SC_FIXED && ch->v[0].sel && sr->settled[ch->hs]) {
+    char *line = xasprintf("%3s  %-6s %11s %10s %13s  %s: no faster than the same plan "
+                           "without offload\n", "", "-", "", "", "(dominated)",
+                           chain_name(sr, ch, NULL));
+    log_line(sr, line);
+    free(line);
+  } else if (state_worth(sr, ch, sr->shared_busy, &prev)) {
+    for (int k = 0; k < ch->nv; k++)
+      if (live[k] && candidate(sr, ch, &ch->v[k], pl, true) && !ch->v[k].sel &&
+          ch->scheme != SC_FIXED)
+        sr->settled[ch->hs] = true;
+  }
+  if (ch->scheme == SC_FIXED) plan_free(pl);
+}
+
+/* The rest of a chain that walks the ladder: its states after the first, in
+ * order, each planned with the variants that may fit, until a state's
+ * compute and recompute alone reach the best estimate or the ladder ends. */
+static void walk_rest(Search *sr, const Chain *ch) {
+  bool live[MAX_VARIANTS];
+  if (ch->scheme == SC_NONE || ch->scheme == SC_FIXED || !ch->walks) return;
+  bool any = false;
+  for (int k = 0; k < ch->nv; k++) any |= live[k] = sr->enumerate || !cannot_fit(sr, ch, &ch->v[k]);
+  if (!any) return;
+  Plan *pl = plan_clone(sr->base);
+  RcChain *rc = rc_chain_new(sr->g, pl, &ch->ro);
+  rc_chain_start(rc);
+  int64_t adj = sr->adj[ch->hs];
+  double prev = 0;
+  for (int j = 0; state_worth(sr, ch, busy_seconds(sr, pl), &prev) && !time_up(sr);) {
+    /* the next state: the next target of the ladder below this one's peak
+     * that changes something */
+    bool changed = false;
+    while (!changed && j < sr->nladder) {
+      int64_t t = sr->ladder[j++] + adj;
+      if (t < rc_chain_peak(rc)) changed = rc_chain_escalate(rc, t);
+    }
+    if (!changed || !state_worth(sr, ch, busy_seconds(sr, pl), &prev)) break;
+    for (int k = 0; k < ch->nv; k++)
+      if (live[k]) candidate(sr, ch, &ch->v[k], pl, true);
+  }
+  rc_chain_finish(rc);
+  plan_free(pl);
+}
+
+/* Every chain in the order of its bound, in two rounds: first states (one
+ * route for a group's chains; they give a good best early), then the rest
+ * of the ladders. A chain whose bound reaches the best ends the round. */
+static void run_chains(Search *sr) {
+  Plan *shared = NULL;
+  int group = -1;
+  for (int round = 0; round < 2; round++) {
+    int skipped = 0, left = 0;
+    for (int c = 0; c < sr->nch && !time_up(sr); c++) {
+      const Chain *ch = &sr->ch[c];
+      if (ch->dup) continue;
+      double cut = sr->best ? (1 - sr->slack) * sr->best->est_step_seconds : INFINITY;
+      if (!sr->enumerate && ch->lb_busy >= cut) {   /* sorted by it: so are the rest */
+        left = sr->nch - c;
+        break;
+      }
+      if (!sr->enumerate && ch->lb >= cut) {
+        skipped++;
+        continue;
+      }
+      if (!round) first_state(sr, ch, &shared, &group);
+      else walk_rest(sr, ch);
+    }
+    if (skipped || left) {
+      char *line = xasprintf("%3s  %-6s %11s %10s %13s  %d chains%s skipped: none of their plans "
+                             "can be faster than %.3f ms%s (compute %.3f ms, one rebuild of what "
+                             "each drops, its state's copies)\n", "", "-", "", "", "(bound)",
+                             skipped + left, round ? "' ladders" : "",
+                             sr->best->est_step_seconds * 1e3,
+                             sr->slack > 0 ? " by the slack" : "", sr->compute * 1e3);
+      log_line(sr, line);
+      free(line);
+    }
+    plan_free(shared), shared = NULL, group = -1;
+  }
+}
+
+static void search_init(Search *sr, Graph *g, const PlanOpts *o, const DeviceProfile *dev,
+                        int64_t budget, int64_t host_budget) {
+  *sr = (Search){.g = g, .o = o, .dev = dev, .budget = budget, .host_budget = host_budget,
+                 .slack = g->nfwd > LARGE_GRAPH_NODES ? SEARCH_SLACK : 0};
+  clock_gettime(CLOCK_MONOTONIC, &sr->t0);
+  sr->base = plan_base(g, o, dev);
+  Plan *liv = plan_clone(sr->base);
+  plan_finish(g, liv, dev, &(PlanVariant){.planned = POL_LIVENESS}, false,
+              sr->base->baseline_bytes, NULL);
+  sr->compute = liv->compute_seconds;
+  plan_free(liv);
+  sr->layer_peak = sr->base->layer_peak_bytes;
+  sr->saved = xcalloc((size_t)g->nt + 1, sizeof(bool));
+  for (int i = 0; i < g->nn; i++)
+    if (g->n[i].phase == PH_BACKWARD)
+      for (int k = 0; k < g->n[i].nin; k++)
+        if (g->n[i].in[k] >= 0) sr->saved[g->n[i].in[k]] = true;
+  for (int t = 0; t < g->nt; t++)
+    if (tensor_kind_persistent(g->t[t].kind)) sr->pers += arena_align(tensor_bytes(&g->t[t]));
+  for (int hs = 1; hs <= 2; hs++) {
+    sr->moved[hs] = plan_moved_bytes(g, hs);
+    /* With state on the host, the moved bytes do not count against the
+     * recomputation target, but the device copies of those the steps at hand
+     * use do (at most twice the most one node uses). */
+    int64_t most = 0;
+    for (int i = 0; i < g->nn; i++) {
+      const Node *n = &g->n[i];
+      int64_t b = 0;
+      for (int k = 0; k < n->nin + n->nout; k++) {
+        int t = k < n->nin ? n->in[k] : n->out[k - n->nin];
+        if (t >= 0 && plan_moves_to_host(g->t[t].kind, hs)) b += arena_align(tensor_bytes(&g->t[t]));
+      }
+      if (b > most) most = b;
+    }
+    sr->adj[hs] = sr->moved[hs] > 2 * most ? sr->moved[hs] - 2 * most : 0;
+    sr->hs_seconds[hs] = offload_persistent_seconds(g, sr->base, dev, hs > 1);
+  }
+  /* The ladder of targets: from the liveness plan's peak down to the layer peak. */
+  int cap = 0;
+  double step = g->nfwd > LARGE_GRAPH_NODES ? LADDER_STEP * LADDER_STEP : LADDER_STEP;
+  for (double t = (double)sr->base->peak_live_bytes * step; t > (double)sr->layer_peak;
+       t *= step) {
+    xgrow((void **)&sr->ladder, &cap, sr->nladder + 1, sizeof(int64_t));
+    sr->ladder[sr->nladder++] = (int64_t)t;
+  }
+  xgrow((void **)&sr->ladder, &cap, sr->nladder + 1, sizeof(int64_t));
+  sr->ladder[sr->nladder++] = sr->layer_peak;
+  make_chains(sr);
+  bound_chains(sr);
+  qsort(sr->ch, (size_t)sr->nch, sizeof *sr->ch, by_bound);
+  clock_gettime(CLOCK_MONOTONIC, &sr->t0);
+}
+
+static void search_free(Search *sr) {
+  for (int c = 0; c < sr->nch; c++) free(sr->ch[c].ckpt);
+  free(sr->ch);
+  for (int k = 0; k < sr->nowned; k++) free(sr->owned[k]);
+  free(sr->owned);
+  free(sr->ladder), free(sr->saved);
+  plan_free(sr->base);
+}
+
+Plan *search_auto(Graph *g, const PlanOpts *o, const DeviceProfile *dev, int64_t budget,
+                  int64_t host_budget) {
+  Search sr;
+  search_init(&sr, g, o, dev, budget, host_budget);
+  run_chains(&sr);
+  Plan *pl = sr.best;
+  if (pl) {
+    char *line = xasprintf("chosen: #%d, arena %s (%d candidates planned, %ld recomputing routes "
+                           "built)\n", sr.best_tried, fmt_bytes(pl->arena_bytes), sr.tried,
+                           rc_rebuilds);
+    log_line(&sr, line);
+    free(line);
+    pl->opts.policy = POL_AUTO;
+    pl->auto_log = sr.log;
+  } else {
+    free(sr.log);
+  }
+  search_free(&sr);
+  return pl;
+}
+
+SearchSmallest search_smallest(Graph *g, const PlanOpts *o, const DeviceProfile *dev,
+                               int64_t budget, int64_t host_budget, double seconds) {
+  Search sr;
+  search_init(&sr, g, o, dev, budget, host_budget);
+  sr.enumerate = true;
+  sr.deadline = seconds > 0 ? seconds : g->nfwd > LARGE_GRAPH_NODES ? 20.0 : 0;
+  sr.sm = (SearchSmallest){.arena = INT64_MAX, .host = INT64_MAX, .any = INT64_MAX};
+  run_chains(&sr);
+  sr.sm.exact = !sr.stopped;
+  free(sr.log);
+  search_free(&sr);
+  return sr.sm;
+}
