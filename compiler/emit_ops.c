@@ -33,7 +33,8 @@ static const char *dims_list(const int64_t *v, int n) {
 static const char *p_conv_step(Emit *e, const snrt_conv_t *p) {
   if (!e->ws_per_step) return NULL;
   snrt_conv_t q = *p;
-  q.ws_bytes = e->st->ws >= 0 ? e->pl->inst[e->st->ws].bytes : 0;
+  /* (the kernel's part: after the step's float32 copies, if any) */
+  q.ws_bytes = e->st->ws >= 0 ? e->pl->inst[e->st->ws].bytes - e->pl->inst[e->st->ws].convert_bytes : 0;
   const char *have = emit_params_find(e, e->st);
   if (have) return have;
   snprintf(pb, BUF, ".n = %d, .c = %d, .h = %d, .w = %d, .k = %d, .oh = %d, .ow = %d, "
@@ -41,6 +42,7 @@ static const char *p_conv_step(Emit *e, const snrt_conv_t *p) {
            ".group = %d, .ws_images = %d, .ws_bytes = %lld",
            q.n, q.c, q.h, q.w, q.k, q.oh, q.ow, q.kh, q.kw, q.sh, q.sw, q.pt, q.pl,
            q.dh, q.dw, q.group, q.ws_images, (long long)q.ws_bytes);
+  if (q.accumulate) strcat(pb, ", .accumulate = 1");
   return emit_params(e, e->st, "snrt_conv_t", pb);
 }
 
@@ -50,6 +52,7 @@ static const char *p_conv_node(Emit *e, const snrt_conv_t *p) {
            ".group = %d, .ws_images = %d, .ws_bytes = %lld",
            p->n, p->c, p->h, p->w, p->k, p->oh, p->ow, p->kh, p->kw, p->sh, p->sw, p->pt, p->pl,
            p->dh, p->dw, p->group, p->ws_images, (long long)p->ws_bytes);
+  if (p->accumulate) strcat(pb, ", .accumulate = 1");   /* (a chunk of the batch: convert.c) */
   return emit_params(e, p, "snrt_conv_t", pb);
 }
 
@@ -255,8 +258,10 @@ void emit_lrn_bwd(Emit *e, const Graph *g, const Node *n) {
 
 /* Flatten, Reshape, Identity (and reshaped gradients): the same bytes. */
 void emit_copy(Emit *e, const Graph *g, const Node *n) {
-  /* A wrapped step (emit.c) copies between float32 scratch copies. */
-  int64_t bytes = e->wrapped ? 4 * tensor_numel(&g->t[n->out[0]]) : tensor_bytes(&g->t[n->out[0]]);
+  /* A step on float32 copies (emit_convert.c) copies between them, a chunk
+   * at a time. */
+  int64_t bytes = e->chunk_elems ? 4 * e->chunk_elems
+                  : e->wrapped ? 4 * tensor_numel(&g->t[n->out[0]]) : tensor_bytes(&g->t[n->out[0]]);
   fprintf(OUT, "  snrt_copy(c, %lld, %s, %s);\n", (long long)bytes,
           emit_in(e, 0), emit_out(e, 0));
 }
@@ -340,7 +345,8 @@ void emit_dropout_bwd(Emit *e, const Graph *g, const Node *n) {
   fprintf(OUT, "  snrt_dropout_bwd(c, %s, %s, %s);\n", p_dropout(e, n->p), emit_in(e, 0), emit_out(e, 0));
 }
 void emit_accumulate(Emit *e, const Graph *g, const Node *n) {
-  fprintf(OUT, "  snrt_add(c, %lld, %s, %s, %s);\n", (long long)tensor_numel(&g->t[n->out[0]]),
+  int64_t cnt = e->chunk_elems ? e->chunk_elems : tensor_numel(&g->t[n->out[0]]);
+  fprintf(OUT, "  snrt_add(c, %lld, %s, %s, %s);\n", (long long)cnt,
           emit_in(e, 0), emit_in(e, 1), emit_out(e, 0));
 }
 

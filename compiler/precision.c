@@ -52,8 +52,19 @@ bool precision_low_op(OpKind op) {
   }
 }
 
-void precision_assign(Graph *g, Precision p) {
+/* Default chunk of a 16-bit step's float32 copies (convert.c), in elements:
+ * 64Ki on the CPU (256 KiB a copy: the chunk stays in cache between its
+ * conversion and its kernel), 4Mi on the GPU (16 MiB a copy: each chunk is a
+ * few kernel launches, so chunks there must be big enough to fill the device). */
+#define CONVERT_CHUNK_CPU (64 << 10)
+#define CONVERT_CHUNK_CUDA (4 << 20)
+
+void precision_assign(Graph *g, const TrainOpts *o) {
+  Precision p = o->precision;
   g->precision = p;
+  g->tensor_cores = o->cuda;
+  g->convert_chunk = o->convert_chunk >= 0 ? o->convert_chunk
+                     : o->cuda ? CONVERT_CHUNK_CUDA : CONVERT_CHUNK_CPU;
   if (p == PREC_FP32) return;
   int low = p == PREC_BF16 ? DT_BFLOAT16 : DT_FLOAT16;
   for (int t = 0; t < g->nt; t++) {

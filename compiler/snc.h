@@ -199,6 +199,9 @@ typedef struct Graph {
   int zero_ranks;          // --zero 1: ranks the optimizer state is sharded over (0: none)
   int64_t zero_shard;      // --zero 1: elements of the flat parameter space per rank
   Precision precision;     // --precision the graph was typed for (precision_assign)
+  int64_t convert_chunk;   // 16-bit steps: elements per chunk of float32 copies (convert.c;
+                           // --convert-chunk), 0: whole tensors
+  bool tensor_cores;       // cuda target: conv/GEMM/MatMul read 16-bit operands (no copies)
 } Graph;
 
 Graph *graph_new(const char *path);
@@ -335,6 +338,8 @@ typedef struct TrainOpts {
   int zero_ranks;          // --zero 1 --ranks N: N (optimizer state sharded); 0: none
   int64_t bucket_bytes;    // --dist: gradients per all-reduce bucket (bytes, at least)
   Precision precision;     // --precision (precision_assign runs at the end of train_build)
+  int64_t convert_chunk;   // --convert-chunk: elements (0: whole tensors; -1: the target's default)
+  bool cuda;               // --target cuda (its conv/GEMM/MatMul read 16-bit operands directly)
 } TrainOpts;
 
 /* Appends to the forward graph: labels, the loss, the backward nodes (with
@@ -356,12 +361,47 @@ int precision_parse(const char *s);    /* -1 if unknown */
  * DT_BFLOAT16 (PREC_FP16: DT_FLOAT16; the planner then sizes it at 2 bytes an element through
  * tensor_bytes); parameters, their gradients, optimizer and BN state, saved
  * statistics, the data input, labels, the loss and the eval logits stay
- * float32. Sets g->precision. PREC_FP32 changes nothing. */
-void precision_assign(Graph *g, Precision p);
+ * float32. Sets g->precision, g->convert_chunk and g->tensor_cores. PREC_FP32
+ * changes no dtype. */
+void precision_assign(Graph *g, const TrainOpts *o);
 /* Ops autocast runs in 16-bit (conv, GEMM, MatMul and their backward
  * products): under bf16 their float32 inputs (weights, biases, the data
  * input) are rounded to bfloat16 as they are read. */
 bool precision_low_op(OpKind op);
+
+/* ------------------------------------------------------------------ convert.c */
+
+/* A 16-bit step's float32 working copies (convert.c has the rules). */
+typedef enum { CHUNK_WHOLE, CHUNK_FLAT, CHUNK_IMAGES, CHUNK_CHANNELS } ChunkAxis;
+typedef struct ConvertSlot {
+  int tensor;              // the float operand in the arena (-1: none)
+  int dtype;               // its storage dtype
+  bool copy;               // has a float32 copy (16-bit, or rounded for a 16-bit op)
+  bool chunked;            // follows the chunks: `outer` rows of chunk x `inner` elements,
+                           // rows units x inner apart, starting at unit u0 x inner
+  int64_t outer, inner;
+  int64_t at;              // copy: byte offset in the step's workspace
+  int64_t floats;          // copy: floats it holds (one chunk's, or the whole tensor's)
+  int same;                // an earlier input slot of the same tensor: its copy (-1: none)
+} ConvertSlot;
+typedef struct Convert {
+  bool wrapped;            // the step runs on float32 copies
+  ChunkAxis axis;
+  int64_t units;           // elements, images or channels the chunks split
+  int64_t chunk;           // units per chunk (units: one pass)
+  bool accumulates;        // the chunks after the first add to an output (conv backward-filter)
+  int nin, nout;
+  ConvertSlot *in, *out;   // per node input / output
+  int64_t bytes;           // workspace bytes of the copies (SNRT_ALIGN multiple; 0: none)
+} Convert;
+void convert_plan(const Graph *g, const Node *n, Convert *cv);
+void convert_free(Convert *cv);
+/* convert_plan(...).bytes */
+int64_t convert_bytes(const Graph *g, const Node *n);
+/* Node params for a chunk of m units along axis (malloc'ed; `first`: the
+ * step's first chunk), NULL for ops that take the count from the emitter (gradient
+ * accumulation, copies). */
+void *convert_chunk_params(const Node *n, ChunkAxis axis, int64_t m, bool first);
 
 /* ------------------------------------------------------------------ route.c */
 
@@ -415,6 +455,8 @@ typedef struct Instance {
   int64_t host_offset;     // pinned host arena offset (-1: none)
   bool persistent;         // resident for the whole program (params, opt state...)
   bool host;               // lives in the pinned host arena (an offloaded copy)
+  int64_t convert_bytes;   // a workspace: of `bytes`, the first ones hold the step's float32
+                           // working copies (--precision bf16|fp16: convert.c)
 } Instance;
 
 typedef struct PlanOpts {
@@ -554,6 +596,9 @@ extern double plan_smallest_search_seconds;
  * liveness_lifetimes (first/last from the steps, statistics); passes that
  * insert steps and instances (recompute, offload) run between the two. */
 void liveness_compute(const Graph *g, Plan *pl);
+/* The workspace instance of a step of node n at step `first` (its kernel's
+ * scratch and its float32 working copies), or -1 when it needs none. */
+int liveness_workspace(const Graph *g, Plan *pl, const Node *n, int first);
 /* Bytes rounded up to SNRT_ALIGN (every instance's size). */
 int64_t arena_align(int64_t b);
 /* Kinds resident for the whole program (parameters, state, optimizer state, constants). */

@@ -56,17 +56,39 @@ typedef struct snrt_conv_t {
   int group;             /* groups (c and k divisible by it) */
   int ws_images;         /* CPU: images per im2col chunk (workspace sizing) */
   int64_t ws_bytes;      /* workspace the plan gave this step (bytes) */
+  int accumulate;        /* backward-filter: add to dw instead of overwriting it (a chunk
+                            of the batch after the first: compiler/convert.c) */
 } snrt_conv_t;
 
 /* Workspace of a CPU conv step (forward, backward-data or backward-filter):
  * an im2col buffer for ws_images images at a time; none for a 1x1, stride-1,
  * unpadded conv, whose input already is its column matrix. The compiler plans
  * exactly this many bytes; the CPU kernels use no other scratch memory. */
+static inline int snrt_conv_is_1x1(const snrt_conv_t *p) {
+  return p->kh == 1 && p->kw == 1 && p->sh == 1 && p->sw == 1 && p->pt == 0 && p->pl == 0 &&
+         p->oh == p->h && p->ow == p->w;
+}
+
 static inline int64_t snrt_conv_ws_bytes(const snrt_conv_t *p) {
-  if (p->kh == 1 && p->kw == 1 && p->sh == 1 && p->sw == 1 && p->pt == 0 && p->pl == 0 &&
-      p->oh == p->h && p->ow == p->w)
-    return 0;
+  if (snrt_conv_is_1x1(p)) return 0;
   return (int64_t)p->ws_images * (p->c / p->group) * p->kh * p->kw * p->oh * p->ow * 4;
+}
+
+/* How the CPU conv kernels group the images of a batch into GEMMs: the
+ * backward-filter sum adds one GEMM's partial sum per group of this many
+ * images, in image order, so a call on part of the batch that starts on a
+ * group boundary and adds to dw (accumulate) continues the sum of a call on
+ * the whole batch bit for bit. 1: a GEMM per image (a 1x1 stride-1 conv; a
+ * workspace too small for two images and the staging matrix); more: the
+ * images whose columns fit the workspace with the staging matrix (the
+ * kernel's batched GEMMs); 0: the direct loops of a conv with one input
+ * channel per group, whose sum runs over the whole batch in double. */
+static inline int64_t snrt_conv_gemm_images(const snrt_conv_t *p) {
+  if (snrt_conv_is_1x1(p)) return 1;
+  int64_t cg = p->c / p->group, kg = p->k / p->group, ohw = (int64_t)p->oh * p->ow;
+  if (cg == 1) return 0;
+  int64_t nbb = snrt_conv_ws_bytes(p) / 4 / ((cg * p->kh * p->kw + kg) * ohw);
+  return nbb >= 2 ? nbb : 1;
 }
 
 /* Max/average pooling, NCHW. pb/pr are the bottom/right padding (needed for
@@ -370,10 +392,11 @@ typedef struct snrt_model {
   /* --zero 1: per tensor of the table, where a parameter starts in the flat
    * space (-1: not a parameter, or not updated); NULL otherwise. */
   const int64_t *zero_flat;
-  /* --precision bf16: "bf16" (NULL: float32), and the float32 scratch the
-   * largest step widens its bf16 operands into (elements; snrt_bf16_load). */
+  /* --precision bf16|fp16: "bf16" or "fp16" (NULL: float32), and the bytes
+   * of the largest step's float32 working copies (planned in the arena,
+   * inside that step's workspace; reported, not allocated). */
   const char *precision;
-  int64_t scratch_floats;
+  int64_t convert_bytes;
   /* --profile: the training steps of the plan (index = plan step, the
    * numbers snrt_reads gets), and the plan's estimated step time. */
   int nsteps;
@@ -506,27 +529,34 @@ void snrt_fill(snrt_ctx *c, int64_t n, float value, float *y);
 void snrt_add(snrt_ctx *c, int64_t n, const float *a, const float *b, float *y);  /* y = a + b */
 
 /* Mixed precision (--precision bf16). Activations and their gradients are
- * bfloat16 in the arena; kernels compute in float32 on scratch copies: the
- * runtime's scratch buffer of snrt_the_model.scratch_floats floats, carved
- * by the emitted step at float offsets `at`. load widens n bf16 values into
- * the scratch at `at`; round copies n floats there rounded to bf16
- * precision (a 16-bit op's weights); both return the scratch pointer.
- * store rounds n floats to nearest-even bf16 into the arena. */
-float *snrt_scratch(snrt_ctx *c, int64_t at);
-float *snrt_bf16_load(snrt_ctx *c, int64_t at, const uint16_t *src, int64_t n);
-float *snrt_bf16_round(snrt_ctx *c, int64_t at, const float *src, int64_t n);
+ * bfloat16 in the arena; kernels compute in float32 on working copies in
+ * the step's planned workspace (compiler/convert.c). load widens n bf16
+ * values into dst; round copies n floats into dst rounded to bf16 precision
+ * (a 16-bit op's weights); store rounds n floats to nearest-even bf16 into
+ * dst. The _rows forms move `rows` runs of `len` elements that lie `stride`
+ * elements apart in the arena (a chunk of channels of an NCHW tensor) to or
+ * from one contiguous copy. */
+void snrt_bf16_load(snrt_ctx *c, const uint16_t *src, float *dst, int64_t n);
+void snrt_bf16_round(snrt_ctx *c, const float *src, float *dst, int64_t n);
 void snrt_bf16_store(snrt_ctx *c, const float *src, uint16_t *dst, int64_t n);
-/* --precision fp16: the same three for IEEE half precision (float16), and
+void snrt_bf16_load_rows(snrt_ctx *c, const uint16_t *src, int64_t stride, float *dst, int64_t rows,
+                         int64_t len);
+void snrt_bf16_store_rows(snrt_ctx *c, const float *src, uint16_t *dst, int64_t stride, int64_t rows,
+                          int64_t len);
+/* --precision fp16: the same for IEEE half precision (float16), and
  * dynamic loss scaling (PyTorch GradScaler's defaults: initial scale 65536,
  * or SNRT_LOSS_SCALE; halved on overflow; doubled after 2000 steps without
  * one). snrt_loss_scale multiplies the loss gradient by the scale;
  * snrt_grad_unscale, after the backward pass, divides the n parameter
  * gradients g[k] (cnt[k] elements) by it and checks them for Inf/NaN;
- * snrt_overflow tells the updates of this step to skip. The CPU target
- * only: the CUDA runtime defines them to stop with a message. */
-float *snrt_f16_load(snrt_ctx *c, int64_t at, const uint16_t *src, int64_t n);
-float *snrt_f16_round(snrt_ctx *c, int64_t at, const float *src, int64_t n);
+ * snrt_overflow tells the updates of this step to skip. */
+void snrt_f16_load(snrt_ctx *c, const uint16_t *src, float *dst, int64_t n);
+void snrt_f16_round(snrt_ctx *c, const float *src, float *dst, int64_t n);
 void snrt_f16_store(snrt_ctx *c, const float *src, uint16_t *dst, int64_t n);
+void snrt_f16_load_rows(snrt_ctx *c, const uint16_t *src, int64_t stride, float *dst, int64_t rows,
+                        int64_t len);
+void snrt_f16_store_rows(snrt_ctx *c, const float *src, uint16_t *dst, int64_t stride, int64_t rows,
+                         int64_t len);
 void snrt_loss_scale(snrt_ctx *c, int64_t n, float *dy);
 void snrt_grad_unscale(snrt_ctx *c, int n, float *const *g, const int64_t *cnt);
 int snrt_overflow(snrt_ctx *c);

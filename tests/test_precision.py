@@ -264,6 +264,53 @@ def test_bf16_policies_bit_identical(name, precision, tmp_path):
           "fp32 liveness %.2f MiB" % (fp32 / 2**20))
 
 
+# ---- the float32 working copies: planned, chunked, bit-identical ---------------
+
+CHUNKS = ["65536", "1000", "1"]   # the default, a chunk that divides nothing, the smallest
+
+
+@pytest.mark.parametrize("name,precision", [("fashion_cnn", "bf16"), ("resnet50", "bf16"),
+                                            ("gpt_bytes", "bf16"), ("fashion_cnn", "fp16")])
+def test_convert_chunks_bit_identical(name, precision, tmp_path):
+    """A 16-bit step's float32 working copies live in its planned workspace
+    and convert in chunks where its kernel computes the same bits on a part
+    (convert.c): elements, whole images (pools, convolutions; backward-filter
+    in its kernel's GEMM groups, adding to dw), whole channels (BatchNorm).
+    Each chunk size gives parameters bit-identical to whole tensors
+    (--convert-chunk 0) after 3 steps with --poison (a chunk reading a copy
+    another chunk did not write shows up as NaN), every plan passes the
+    independent checker (copies inside their step's workspace), and smaller
+    chunks plan smaller copies."""
+    if name == "gpt_bytes":
+        onnx, batch = os.path.join(ROOT, "examples", "gpt_bytes.onnx"), 2
+    else:
+        onnx, batch = model_path(name, str(tmp_path))
+    if name == "resnet50":
+        batch = 6   # (odd chunks of images: 1000 elements is under one 32x32 image)
+    ref = train3_bf16(onnx, batch, "liveness", str(tmp_path / "whole"), "--convert-chunk", "0",
+                      precision=precision)
+    whole = json.load(open(tmp_path / "whole" / "plan.json"))
+    check_plan(whole)
+    assert "for (int64_t u" not in open(tmp_path / "whole" / "train.c").read()
+    sizes = {"0": whole["convert_bytes"]}
+    for ch in CHUNKS:
+        out = str(tmp_path / ("c" + ch))
+        dump = train3_bf16(onnx, batch, "liveness", out, "--convert-chunk", ch, precision=precision)
+        bad = same_files(ref, dump)
+        assert not bad, "%s %s chunks of %s: parameters differ from whole tensors: %s" % (
+            name, precision, ch, bad[:5])
+        plan = json.load(open(os.path.join(out, "plan.json")))
+        check_plan(plan)
+        assert plan["convert_chunk"] == int(ch)
+        sizes[ch] = plan["convert_bytes"]
+        if ch == "1":
+            assert "for (int64_t u" in open(os.path.join(out, "train.c")).read()
+    print(name, precision, "largest step's float32 copies by chunk:",
+          {k: "%.1f KiB" % (v / 1024) for k, v in sizes.items()})
+    assert sizes["1"] <= sizes["1000"] <= sizes["65536"] <= sizes["0"], sizes
+    assert sizes["1"] < sizes["0"], sizes
+
+
 # ---- the command line and the emitted program ---------------------------------
 
 def test_fp32_program_unchanged(tmp_path):
@@ -334,19 +381,26 @@ def test_cuda_bf16_links(tmp_path):
 def test_resnet50_bf16_arena_ratio(tmp_path):
     """The issue's figure: resnet50 224x224 batch 32, liveness arena in bf16 at
     most 0.55x the fp32 one (activations halve; parameters, gradients and
-    momentum, 3 x 98 MiB, do not)."""
+    momentum, 3 x 98 MiB, do not), the float32 working copies of every 16-bit
+    step counted in it (planned in the steps' workspaces, in chunks)."""
     onnx = str(tmp_path / "r50.onnx")
     run(["/usr/bin/python3", os.path.join(ROOT, "examples", "make_resnet.py"), "--depth", "50",
          "--size", "224", "-o", onnx])
-    arena = {}
+    arena, plans = {}, {}
     for pr in ("fp32", "bf16"):
         js = str(tmp_path / (pr + ".json"))
         run([SNC, "plan", onnx, "--batch", "32", "--policy", "liveness", "--precision", pr,
              "--json", js])
-        arena[pr] = json.load(open(js))["arena_bytes"]
+        plans[pr] = json.load(open(js))
+        arena[pr] = plans[pr]["arena_bytes"]
+    bf = plans["bf16"]
+    copies = [i for i in bf["instances"] if i.get("convert_bytes")]
+    assert copies and all(i["kind"] == "workspace" for i in copies)
+    assert not any("convert_bytes" in i for i in plans["fp32"]["instances"])
     ratio = arena["bf16"] / arena["fp32"]
-    print("resnet50 b32 liveness: fp32 %.2f GiB, bf16 %.2f GiB, ratio %.3f" % (
-        arena["fp32"] / 2**30, arena["bf16"] / 2**30, ratio))
+    print("resnet50 b32 liveness: fp32 %.2f GiB, bf16 %.2f GiB, ratio %.4f; largest step's "
+          "float32 copies %.1f MiB" % (arena["fp32"] / 2**30, arena["bf16"] / 2**30, ratio,
+                                       bf["convert_bytes"] / 2**20))
     assert ratio <= 0.55, arena
 
 

@@ -531,9 +531,10 @@ int main(int argc, char **argv) {
          m->name ? m->name : "model", m->batch, m->arena_bytes / 1048576.0,
          m->policy ? m->policy : "?", m->host_bytes / 1048576.0, snrt_dev_describe(&c));
     if (m->precision)
-      printf("%s: precision %s: activations and their gradients in bfloat16, fp32 master weights; "
-             "%.2f MiB of float32 scratch beside the arena\n", rt_prog, m->precision,
-             m->scratch_floats * 4 / 1048576.0);
+      printf("%s: precision %s: activations and their gradients in %s, fp32 master weights; "
+             "float32 working copies in the planned arena (largest step %.2f MiB)\n", rt_prog,
+             m->precision, strcmp(m->precision, "fp16") == 0 ? "float16" : "bfloat16",
+             m->convert_bytes / 1048576.0);
   }
   if (o.resume && lead)
     printf("%s: resumed from %s at step %lld (epoch %lld, batch %lld)\n", rt_prog, o.resume,

@@ -46,8 +46,7 @@ static conv_geo conv_geo_of(const snrt_conv_t *p, float *ws) {
   q.nb = 0;
   q.batched = 0;
   int64_t wsf = snrt_conv_ws_bytes(p) / 4;
-  q.one = p->kh == 1 && p->kw == 1 && p->sh == 1 && p->sw == 1 && p->pt == 0 && p->pl == 0 &&
-          p->oh == p->h && p->ow == p->w;
+  q.one = snrt_conv_is_1x1(p);
   if (q.one || q.cg == 1)
     return q;
   if (!ws || wsf < q.ckk * q.ohw) {
@@ -55,7 +54,7 @@ static conv_geo conv_geo_of(const snrt_conv_t *p, float *ws) {
             "(ws_images %d)\n", (long long)wsf * 4, p->ws_images);
     abort();
   }
-  int64_t nbb = wsf / ((q.ckk + q.kg) * q.ohw);
+  int64_t nbb = snrt_conv_gemm_images(p);   /* (snrt.h: the compiler chunks by it too) */
   if (nbb >= 2) {
     q.batched = 1;
     q.nb = (int)kern_min(nbb, p->n);
@@ -295,6 +294,7 @@ static void direct_bwd_data(const snrt_conv_t *p, const conv_geo *q, const float
     }
 }
 
+/* (No accumulate: the compiler never splits this sum, snrt_conv_gemm_images.) */
 static void direct_bwd_filter(const snrt_conv_t *p, const conv_geo *q, const float *x,
                               const float *dy, float *dw) {
 #pragma omp parallel for collapse(2) schedule(static)
@@ -423,7 +423,8 @@ void snrt_conv_bwd_filter(snrt_ctx *c, const snrt_conv_t *p, const float *x, con
         kern_sgemm(0, 1, q.kg, q.cg, (int)q.hw, 1.0f,
                     dy + ((int64_t)img * p->k + g * q.kg) * q.ohw, (int)q.ohw,
                     x + ((int64_t)img * p->c + g * q.cg) * q.hw, (int)q.hw,
-                    img == 0 ? 0.0f : 1.0f, dw + (int64_t)g * q.kg * q.ckk, (int)q.ckk);
+                    img == 0 && !p->accumulate ? 0.0f : 1.0f, dw + (int64_t)g * q.kg * q.ckk,
+                    (int)q.ckk);
     return;
   }
   for (int i0 = 0; i0 < p->n; i0 += q.nb) {
@@ -435,12 +436,12 @@ void snrt_conv_bwd_filter(snrt_ctx *c, const snrt_conv_t *p, const float *x, con
       if (q.batched) {
         nchw_to_stage(p, &q, dy, i0, cnt, g, q.tmp);
         kern_sgemm(0, 1, q.kg, (int)q.ckk, L, 1.0f, q.tmp,
-                    L, q.col, L, i0 == 0 ? 0.0f : 1.0f, dwg, (int)q.ckk);
+                    L, q.col, L, i0 == 0 && !p->accumulate ? 0.0f : 1.0f, dwg, (int)q.ckk);
       } else {
         for (int img = 0; img < cnt; img++)
           kern_sgemm(0, 1, q.kg, (int)q.ckk, (int)q.ohw,
                       1.0f, dy + ((int64_t)(i0 + img) * p->k + g * q.kg) * q.ohw, (int)q.ohw,
-                      q.col + img * q.ohw, L, (i0 == 0 && img == 0) ? 0.0f : 1.0f, dwg,
+                      q.col + img * q.ohw, L, (i0 == 0 && img == 0 && !p->accumulate) ? 0.0f : 1.0f, dwg,
                       (int)q.ckk);
       }
     }

@@ -244,7 +244,7 @@ void snrt_conv_bwd_filter(snrt_ctx *c, const snrt_conv_t *p, const float *x, con
   CUDNN_CHECK(cudnnSetConvolutionMathType(e->conv, e->math[DIR_BWD_FILTER]));
   CUDNN_CHECK(cudnnConvolutionBackwardFilter(
       h, &one, e->x, x, e->y, dy, e->conv, (cudnnConvolutionBwdFilterAlgo_t)e->algo[DIR_BWD_FILTER],
-      ws, e->ws[DIR_BWD_FILTER], &zero, e->w, dw));
+      ws, e->ws[DIR_BWD_FILTER], p->accumulate ? &one : &zero, e->w, dw));
 }
 
 /* db[k] = sum over n and (oh, ow) of dy: one block per channel, fixed order. */

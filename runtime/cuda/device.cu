@@ -161,13 +161,6 @@ void snrt_dev_init(snrt_ctx *c) {
       CUDA_CHECK(cudaMemsetAsync(c->arena, 0, (size_t)m->arena_bytes, d->compute));
     CUDA_CHECK(cudaStreamSynchronize(d->compute));
   }
-  /* --precision bf16: the float32 scratch of the widest step (bf16.cu),
-   * device memory outside the planned arena. */
-  c->scratch = NULL;
-  if (m->scratch_floats > 0) {
-    e = cudaMalloc((void **)&c->scratch, (size_t)m->scratch_floats * sizeof(float));
-    if (e != cudaSuccess) alloc_failed("bf16 scratch", m->scratch_floats * 4, e);
-  }
   c->host = NULL;
   if (m->host_bytes > 0) {
     e = cudaHostAlloc((void **)&c->host, (size_t)m->host_bytes, cudaHostAllocDefault);
@@ -214,8 +207,6 @@ void snrt_dev_free(snrt_ctx *c) {
   CUDA_CHECK(cudaStreamDestroy(d->d2h));
   CUDA_CHECK(cudaStreamDestroy(d->h2d));
   if (c->arena) CUDA_CHECK(cudaFree(c->arena));
-  if (c->scratch) CUDA_CHECK(cudaFree(c->scratch));
-  c->scratch = NULL;
   if (c->host) CUDA_CHECK(cudaFreeHost(c->host));
   c->arena = c->host = NULL;
   free(d);
