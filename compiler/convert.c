@@ -12,7 +12,8 @@
  * g->tensor_cores, and convert nothing here). A step that reads or writes a
  * 16-bit tensor, or a 16-bit op (conv, GEMM, MatMul) that reads a float32
  * operand (a weight, a bias, the data input: rounded to 16-bit precision, as
- * autocast does), runs on float32 copies: each 16-bit input widened into one,
+ * autocast does; the CPU conv kernels round their weights and bias
+ * themselves, a block at a time, snrt_conv_t.round_w), runs on float32 copies: each 16-bit input widened into one,
  * each float32 input of a 16-bit op rounded into one, each 16-bit output
  * computed into one and rounded to nearest-even into the arena. The copies
  * never alias, so a step the planner made in place gives the bits it gives
@@ -25,17 +26,19 @@
  * operands exactly the bits it computes there on the whole converts and runs
  * one chunk at a time, in g->convert_chunk elements or so:
  *   CHUNK_FLAT      elementwise ops without broadcasting (activations and
- *                   their gradients, Add/Sub/Mul/Div of equal shapes and their
- *                   gradients, gradient accumulation, Sqrt/Erf/Neg/
+ *                   their gradients, Add/Sub/Mul/Div of equal shapes, or by a
+ *                   scalar, and their gradients but the scalar's, gradient
+ *                   accumulation, Sqrt/Erf/Neg/
  *                   Reciprocal/Pow, copies between dtypes): runs of elements;
  *   CHUNK_IMAGES    pools, LRN, convolution forward and backward-data: whole
- *                   images of the batch (at least one), the weights converted
- *                   once; each image's outputs depend on that image alone (the
- *                   CPU convolution's GEMMs split columns, never the sum,
- *                   tests/test_precision.py compares the bits); convolution
- *                   backward-filter too, in whole groups of the images its
- *                   kernel sums per GEMM (snrt_conv_gemm_images), the chunks
- *                   after the first adding to dw in the kernel's own order;
+ *                   images of the batch (at least one); each image's outputs
+ *                   depend on that image alone. A convolution's chunks are
+ *                   whole groups of the images its kernel puts in one GEMM
+ *                   (snrt_conv_gemm_images), so that they make the very GEMM
+ *                   calls of the whole batch (OpenBLAS may round a column
+ *                   differently in a call of another size); backward-filter
+ *                   too, the chunks after the first adding to dw in the
+ *                   kernel's own order;
  *   CHUNK_CHANNELS  BatchNorm (training, recomputation, inference, backward):
  *                   whole channels (at least one); each channel's statistics
  *                   are summed by one thread in a fixed order over its own
@@ -74,8 +77,13 @@ static bool flat_op(const Node *n) {
   case OP_MATH_BWD:
     return true;
   case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_BINARY_BWD: {
+    /* Equal shapes, or one operand a scalar whose gradient (a sum over every
+     * element) the step does not compute. */
     const snrt_binary_t *p = n->p;
-    return p && p->na == p->n && p->nb == p->n;
+    if (!p) return false;
+    bool fa = p->na == p->n, fb = p->nb == p->n;
+    if (n->op == OP_BINARY_BWD && ((!fa && (n->aux & 1)) || (!fb && (n->aux & 2)))) return false;
+    return (fa || p->na == 1) && (fb || p->nb == 1);
   }
   default:
     return copy_op(n->op);
@@ -149,6 +157,13 @@ static int step_axes(const Graph *g, const Node *n, ChunkAxis *axis, int64_t *un
   return na;
 }
 
+/* Float32 inputs a 16-bit op's kernel rounds itself as it reads them: the
+ * CPU conv's weights and bias (snrt_conv_t.round_w). */
+static bool kernel_rounds(const Node *n, int k) {
+  return (n->op == OP_CONV || n->op == OP_CONV_BWD_DATA) && k >= 1 && n->p &&
+         ((const snrt_conv_t *)n->p)->round_w;
+}
+
 static int64_t align_floats(int64_t f) { return (f + 63) / 64 * 64; }   /* 256 bytes */
 
 /* Lays the copies out with chunks along `axis` (CHUNK_WHOLE: none); returns
@@ -177,11 +192,16 @@ static bool layout(const Graph *g, const Node *n, Convert *cv, ChunkAxis axis, i
   } else {
     cv->chunk = g->convert_chunk / unit_max;
     if (cv->chunk < 1) cv->chunk = 1;
-    if (n->op == OP_CONV_BWD_FILTER) {
-      /* Whole groups of the kernel's GEMMs: the later chunks add to dw. */
+    if (n->op == OP_CONV || n->op == OP_CONV_BWD_DATA || n->op == OP_CONV_BWD_FILTER) {
+      /* Whole groups of the kernel's GEMMs: each chunk makes the very GEMM
+       * calls the whole batch makes there (OpenBLAS's result for a column
+       * may depend on the size of the call: its small-matrix kernels); the
+       * backward-filter's later chunks add to dw. The direct loops (0) run
+       * image by image. */
       int64_t grp = snrt_conv_gemm_images(n->p);
+      if (grp < 1) grp = 1;
       cv->chunk = (cv->chunk + grp - 1) / grp * grp;
-      cv->accumulates = true;
+      cv->accumulates = n->op == OP_CONV_BWD_FILTER;
     }
     if (cv->chunk > units) cv->chunk = units;
     if (cv->chunk == units) cv->accumulates = false;
@@ -233,7 +253,7 @@ void convert_plan(const Graph *g, const Node *n, Convert *cv) {
       continue;
     }
     s->dtype = g->t[s->tensor].dtype;
-    s->copy = is16(s->dtype) || (low && !out);
+    s->copy = is16(s->dtype) || (low && !out && !kernel_rounds(n, j));
     if (!out)
       for (int i = 0; i < j; i++)
         if (cv->in[i].tensor == s->tensor) s->same = i;
@@ -306,13 +326,18 @@ void *convert_chunk_params(const Node *n, ChunkAxis axis, int64_t m, bool first)
     return p;
   }
   case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_BINARY_BWD: {
-    /* Equal shapes: one contiguous run of m elements for every operand. */
+    /* One contiguous run of m elements for every full operand; a scalar
+     * operand broadcasts (stride 0). */
+    const snrt_binary_t *q = n->p;
     snrt_binary_t *p = xcalloc(1, sizeof *p);
-    p->kind = ((const snrt_binary_t *)n->p)->kind;
+    p->kind = q->kind;
     p->rank = 1;
-    p->n = p->na = p->nb = m;
+    p->n = m;
     p->dims[0] = m;
-    p->sa[0] = p->sb[0] = 1;
+    p->na = q->na == q->n ? m : 1;
+    p->nb = q->nb == q->n ? m : 1;
+    p->sa[0] = q->na == q->n;
+    p->sb[0] = q->nb == q->n;
     return p;
   }
   default:

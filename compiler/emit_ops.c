@@ -43,6 +43,7 @@ static const char *p_conv_step(Emit *e, const snrt_conv_t *p) {
            q.n, q.c, q.h, q.w, q.k, q.oh, q.ow, q.kh, q.kw, q.sh, q.sw, q.pt, q.pl,
            q.dh, q.dw, q.group, q.ws_images, (long long)q.ws_bytes);
   if (q.accumulate) strcat(pb, ", .accumulate = 1");
+  if (q.round_w) snprintf(pb + strlen(pb), BUF - strlen(pb), ", .round_w = %d", q.round_w);
   return emit_params(e, e->st, "snrt_conv_t", pb);
 }
 
@@ -53,6 +54,7 @@ static const char *p_conv_node(Emit *e, const snrt_conv_t *p) {
            p->n, p->c, p->h, p->w, p->k, p->oh, p->ow, p->kh, p->kw, p->sh, p->sw, p->pt, p->pl,
            p->dh, p->dw, p->group, p->ws_images, (long long)p->ws_bytes);
   if (p->accumulate) strcat(pb, ", .accumulate = 1");   /* (a chunk of the batch: convert.c) */
+  if (p->round_w) snprintf(pb + strlen(pb), BUF - strlen(pb), ", .round_w = %d", p->round_w);
   return emit_params(e, p, "snrt_conv_t", pb);
 }
 
@@ -397,9 +399,8 @@ void emit_sgd(Emit *e, const Graph *g, const Node *n) {
            (long long)p->n, emit_float(p->momentum), emit_float(p->weight_decay),
            emit_float(p->dampening), p->nesterov, e->table[p->param]);
   const char *ps = emit_params(e, p, "snrt_sgd_t", pb);
-  /* fp16: no update in a step whose gradients overflowed (snrt_grad_unscale). */
-  fprintf(OUT, "  %ssnrt_sgd(c, %s, %s, %s, %s);\n", g->precision == PREC_FP16 ? "if (!snrt_overflow(c)) " : "",
-          ps, emit_in(e, 0), emit_in(e, 1),
+  /* (fp16: the runtime skips it in a step whose gradients overflowed.) */
+  fprintf(OUT, "  snrt_sgd(c, %s, %s, %s, %s);\n", ps, emit_in(e, 0), emit_in(e, 1),
           n->nin > 2 ? emit_in(e, 2) : "NULL");
 }
 void emit_adam(Emit *e, const Graph *g, const Node *n) {
@@ -412,7 +413,6 @@ void emit_adam(Emit *e, const Graph *g, const Node *n) {
            (long long)p->n, emit_float(p->beta1), emit_float(p->beta2), emit_float(p->eps),
            emit_float(p->weight_decay), p->decoupled, e->table[p->param]);
   const char *ps = emit_params(e, p, "snrt_adam_t", pb);
-  fprintf(OUT, "  %ssnrt_adam(c, %s, %s, %s, %s, %s);\n", g->precision == PREC_FP16 ? "if (!snrt_overflow(c)) " : "",
-          ps, emit_in(e, 0), emit_in(e, 1),
+  fprintf(OUT, "  snrt_adam(c, %s, %s, %s, %s, %s);\n", ps, emit_in(e, 0), emit_in(e, 1),
           emit_in(e, 2), emit_in(e, 3));
 }

@@ -116,7 +116,8 @@ void plan_print_summary(const Graph *g, const Plan *pl, FILE *f) {
     }
     fprintf(f, "  precision       %12s   (%s activations and their gradients: %s; float32 "
             "master weights, gradients, optimizer and BN state, input, loss: %s)\n",
-            precision_name(g->precision), precision_name(g->precision), fmt_bytes(low),
+            precision_name(g->precision),
+            dtype_name(g->precision == PREC_FP16 ? DT_FLOAT16 : DT_BFLOAT16), fmt_bytes(low),
             fmt_bytes(full));
     ConvertStats cs = review_convert(pl);
     if (cs.at >= 0)

@@ -124,13 +124,17 @@ void shape_conv(Graph *g, Node *n) {
       .ow = shape_int(n, out[1], "output width"), .kh = (int)win.k[0], .kw = (int)win.k[1],
       .sh = (int)win.s[0], .sw = (int)win.s[1], .pt = (int)pb[0], .pl = (int)pb[1],
       .dh = (int)win.d[0], .dw = (int)win.d[1], .group = (int)group};
-  /* im2col of one image: (C/g * kh * kw) x (oh * ow) floats. */
-  int64_t per_image = mul_checked(mul_checked((C / group) * win.k[0] * win.k[1], out[0] * out[1],
-                                              n->name), 4, n->name);
-  int64_t imgs = per_image ? WS_TARGET / per_image : N;
-  p->ws_images = (int)(imgs < 1 ? 1 : imgs > N ? N : imgs);
-  p->ws_bytes = snrt_conv_ws_bytes(p);
+  mul_checked(mul_checked((C / group) * win.k[0] * win.k[1], out[0] * out[1], n->name), 4, n->name);
+  shape_conv_workspace(p, WS_TARGET);
   n->p = p;
+}
+
+void shape_conv_workspace(snrt_conv_t *p, int64_t target) {
+  /* im2col of one image: (C/g * kh * kw) x (oh * ow) floats. */
+  int64_t per_image = (int64_t)(p->c / p->group) * p->kh * p->kw * p->oh * p->ow * 4;
+  int64_t imgs = per_image ? target / per_image : p->n;
+  p->ws_images = (int)(imgs < 1 ? 1 : imgs > p->n ? p->n : imgs);
+  p->ws_bytes = snrt_conv_ws_bytes(p);
 }
 
 void shape_pool(Graph *g, Node *n) {

@@ -249,6 +249,9 @@ typedef struct GemmParams {
   bool has_c;
 } GemmParams;
 
+/* A CPU conv's im2col sizing (shape_nn.c): as many images as fit `target`
+ * bytes of columns (at least one), and ws_bytes. */
+void shape_conv_workspace(snrt_conv_t *p, int64_t target);
 /* Scratch bytes a node needs for its step (conv im2col / cuDNN); 0 for most. */
 int64_t node_workspace_bytes(const Graph *g, const Node *n);
 

@@ -58,20 +58,40 @@ typedef struct snrt_conv_t {
   int64_t ws_bytes;      /* workspace the plan gave this step (bytes) */
   int accumulate;        /* backward-filter: add to dw instead of overwriting it (a chunk
                             of the batch after the first: compiler/convert.c) */
+  int round_w;           /* CPU, --precision bf16 (1) or fp16 (2): the kernel reads the
+                            float32 weights and bias rounded to that precision, a block
+                            of the weights at a time in its workspace (0: as they are) */
 } snrt_conv_t;
 
 /* Workspace of a CPU conv step (forward, backward-data or backward-filter):
- * an im2col buffer for ws_images images at a time; none for a 1x1, stride-1,
- * unpadded conv, whose input already is its column matrix. The compiler plans
- * exactly this many bytes; the CPU kernels use no other scratch memory. */
+ * an im2col buffer for ws_images images at a time (none for a 1x1, stride-1,
+ * unpadded conv, whose input already is its column matrix), then with
+ * round_w a block of rounded weights. The compiler plans exactly this many
+ * bytes; the CPU kernels use no other scratch memory. */
 static inline int snrt_conv_is_1x1(const snrt_conv_t *p) {
   return p->kh == 1 && p->kw == 1 && p->sh == 1 && p->sw == 1 && p->pt == 0 && p->pl == 0 &&
          p->oh == p->h && p->ow == p->w;
 }
 
-static inline int64_t snrt_conv_ws_bytes(const snrt_conv_t *p) {
+/* The im2col part: columns for ws_images images. */
+static inline int64_t snrt_conv_col_bytes(const snrt_conv_t *p) {
   if (snrt_conv_is_1x1(p)) return 0;
   return (int64_t)p->ws_images * (p->c / p->group) * p->kh * p->kw * p->oh * p->ow * 4;
+}
+
+/* round_w: the block of rounded weights (floats) after the columns: rows of
+ * a group's (kg x c/group*kh*kw) weight matrix, or columns for the
+ * backward-data product, 16Ki floats or one row or column if larger. None
+ * for one input channel per group (its direct loops round each weight as
+ * they read it). */
+static inline int64_t snrt_conv_wblock(const snrt_conv_t *p) {
+  int64_t ckk = (int64_t)(p->c / p->group) * p->kh * p->kw, kg = p->k / p->group, b = 16384;
+  if (!p->round_w || p->c / p->group == 1) return 0;
+  return b > ckk && b > kg ? b : ckk > kg ? ckk : kg;
+}
+
+static inline int64_t snrt_conv_ws_bytes(const snrt_conv_t *p) {
+  return snrt_conv_col_bytes(p) + 4 * snrt_conv_wblock(p);
 }
 
 /* How the CPU conv kernels group the images of a batch into GEMMs: the
@@ -87,7 +107,7 @@ static inline int64_t snrt_conv_gemm_images(const snrt_conv_t *p) {
   if (snrt_conv_is_1x1(p)) return 1;
   int64_t cg = p->c / p->group, kg = p->k / p->group, ohw = (int64_t)p->oh * p->ow;
   if (cg == 1) return 0;
-  int64_t nbb = snrt_conv_ws_bytes(p) / 4 / ((cg * p->kh * p->kw + kg) * ohw);
+  int64_t nbb = snrt_conv_col_bytes(p) / 4 / ((cg * p->kh * p->kw + kg) * ohw);
   return nbb >= 2 ? nbb : 1;
 }
 
@@ -543,13 +563,34 @@ void snrt_bf16_load_rows(snrt_ctx *c, const uint16_t *src, int64_t stride, float
                          int64_t len);
 void snrt_bf16_store_rows(snrt_ctx *c, const float *src, uint16_t *dst, int64_t stride, int64_t rows,
                           int64_t len);
+/* Tensor cores (--target cuda, --precision bf16|fp16; the CUDA runtime
+ * only): convolution and GEMM on 16-bit operands in the arena, accumulating
+ * in float32 (cuDNN with bfloat16/half tensors and float compute; cublasGemmEx
+ * with CUBLAS_COMPUTE_32F). fmt says which 16-bit format. A float32 operand
+ * (a weight, the data input) reaches them through a 16-bit copy in the
+ * step's workspace (compiler/convert.c); a conv's bias stays float32 and is
+ * added to its 16-bit output in float32. matmul16 writes a float32 y when
+ * y_fmt is 0 (a parameter's gradient, the eval logits), else a 16-bit one;
+ * bias_fwd16 adds a float32 bias to a 16-bit y. */
+enum snrt_half_fmt { SNRT_BF16 = 1, SNRT_F16 = 2 };
+void snrt_conv_fwd16(snrt_ctx *c, const snrt_conv_t *p, int fmt, const uint16_t *x,
+                     const uint16_t *w, const float *b, uint16_t *y, float *ws);
+void snrt_conv_bwd_data16(snrt_ctx *c, const snrt_conv_t *p, int fmt, const uint16_t *dy,
+                          const uint16_t *w, uint16_t *dx, float *ws);
+void snrt_conv_bwd_filter16(snrt_ctx *c, const snrt_conv_t *p, int fmt, const uint16_t *x,
+                            const uint16_t *dy, uint16_t *dw, float *ws);
+void snrt_matmul16(snrt_ctx *c, const snrt_mm_t *p, int fmt, const uint16_t *a, const uint16_t *b,
+                   void *y, int y_fmt);
+void snrt_bias_fwd16(snrt_ctx *c, const snrt_bias_t *p, int fmt, const float *b, uint16_t *y);
 /* --precision fp16: the same for IEEE half precision (float16), and
  * dynamic loss scaling (PyTorch GradScaler's defaults: initial scale 65536,
  * or SNRT_LOSS_SCALE; halved on overflow; doubled after 2000 steps without
  * one). snrt_loss_scale multiplies the loss gradient by the scale;
  * snrt_grad_unscale, after the backward pass, divides the n parameter
- * gradients g[k] (cnt[k] elements) by it and checks them for Inf/NaN;
- * snrt_overflow tells the updates of this step to skip. */
+ * gradients g[k] (cnt[k] elements) by it and checks them for Inf/NaN; the
+ * updates (snrt_sgd, snrt_adam) of a step that overflowed do nothing. The
+ * CUDA runtime keeps the scale and the decision in device memory, so that a
+ * captured CUDA graph replays them without the host. */
 void snrt_f16_load(snrt_ctx *c, const uint16_t *src, float *dst, int64_t n);
 void snrt_f16_round(snrt_ctx *c, const float *src, float *dst, int64_t n);
 void snrt_f16_store(snrt_ctx *c, const float *src, uint16_t *dst, int64_t n);
@@ -559,7 +600,6 @@ void snrt_f16_store_rows(snrt_ctx *c, const float *src, uint16_t *dst, int64_t s
                          int64_t len);
 void snrt_loss_scale(snrt_ctx *c, int64_t n, float *dy);
 void snrt_grad_unscale(snrt_ctx *c, int n, float *const *g, const int64_t *cnt);
-int snrt_overflow(snrt_ctx *c);
 
 /* loss = mean over the batch; writes one float. */
 void snrt_softmax_ce_fwd(snrt_ctx *c, const snrt_loss_t *p, const float *logits,

@@ -32,6 +32,7 @@ struct snrt_ctx {
   float loss_scale;          /* the loss gradient's multiplier */
   int overflow;              /* this step's gradients overflowed: its updates are skipped */
   int64_t scale_good;        /* steps since the scale last changed without an overflow */
+  int64_t scale_interval;    /* ... after which it doubles (2000; SNRT_LOSS_SCALE_INTERVAL) */
   int64_t skipped_steps;     /* steps skipped so far (continued across --resume) */
 };
 

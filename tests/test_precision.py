@@ -576,3 +576,106 @@ def test_fp16_overflow_skips_steps(tmp_path):
          "--dump-params", str(params), "--metrics", str(tmp_path / "m.json")])
     assert json.load(open(tmp_path / "m.json"))["skipped_steps"] == 0
     assert not np.array_equal(load_dump(params, "fc2.weight"), model.fc2.weight.detach().numpy())
+
+
+# ---- checkpoints: fp16's loss scaling resumes exactly; version 1 still loads ----
+
+def fnv1a(b):
+    h = 0xCBF29CE484222325
+    for x in b:
+        h = ((h ^ x) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def ckpt_scaling(raw):
+    """Version, loss scale, good steps and skipped steps of a checkpoint (the
+    layout documented in runtime/common/checkpoint.c)."""
+    import struct
+    (version,) = struct.unpack_from("<I", raw, 8)
+    if version < 2:
+        return version, None, None, None
+    return (version,) + struct.unpack_from("<dqq", raw, 80)
+
+
+def ckpt_rewrite(raw, version=None, good=None):
+    """The same checkpoint as version 1 (bytes 80..103 dropped), or with
+    another count of good steps; length and checksum fixed."""
+    import struct
+    b = bytearray(raw)
+    if good is not None:
+        struct.pack_into("<q", b, 88, good)
+    if version == 1:
+        del b[80:104]
+        struct.pack_into("<I", b, 8, 1)
+    struct.pack_into("<Q", b, 24, len(b) - 24)
+    struct.pack_into("<Q", b, 16, fnv1a(bytes(b[24:])))
+    return bytes(b)
+
+
+def test_fp16_resume_continues_loss_scaling(tmp_path):
+    """An fp16 checkpoint holds the loss scale, the clean steps since it last
+    changed and the steps skipped so far, so a run stopped at step 8 and
+    resumed to step 14 ends bit for bit where an uninterrupted 14-step run
+    ends (parameters, checkpoint, metrics). SNRT_LOSS_SCALE=2^26 makes the
+    first steps overflow (the scale halves on each) and
+    SNRT_LOSS_SCALE_INTERVAL=3 doubles it after 3 clean steps, so at step 8
+    the scale is neither the initial one nor GradScaler's, and a clean step
+    is counted towards the next doubling: resuming with that count lost
+    ends elsewhere (the test can fail)."""
+    exe = compile_model(os.path.join(ROOT, "examples", "fashion_cnn.onnx"), str(tmp_path / "p"), 8,
+                        "--precision", "fp16")
+    env = dict(os.environ, SNRT_LOSS_SCALE=str(2 ** 26), SNRT_LOSS_SCALE_INTERVAL="3")
+    common = ["--data", "synthetic", "--seed", "5"]
+
+    def go(name, *flags):
+        run([exe] + common + ["--save", str(tmp_path / name), "--dump-params", str(tmp_path / ("d" + name)),
+                              "--metrics", str(tmp_path / (name + ".json"))] + list(flags), env=env)
+        return (open(tmp_path / name, "rb").read(), json.load(open(tmp_path / (name + ".json"))),
+                tmp_path / ("d" + name))
+
+    full, mfull, dfull = go("full", "--steps", "14")
+    ck8, m8, _ = go("ck8", "--steps", "8")
+    version, scale, good, skipped = ckpt_scaling(ck8)
+    assert version == 2 and scale == m8["loss_scale"] and skipped == m8["skipped_steps"], (
+        ckpt_scaling(ck8), m8)
+    assert scale not in (2.0 ** 26, 65536.0) and 0 < good < 3 and skipped > 0, ckpt_scaling(ck8)
+    res, mres, dres = go("res", "--steps", "6", "--resume", str(tmp_path / "ck8"))
+    assert not same_files(str(dfull), str(dres)), "parameters differ from the uninterrupted run"
+    assert res == full
+    assert (mres["loss_scale"], mres["skipped_steps"]) == (mfull["loss_scale"], mfull["skipped_steps"])
+    # The count of clean steps matters: lost, the run ends elsewhere.
+    (tmp_path / "ck8g").write_bytes(ckpt_rewrite(ck8, good=0))
+    lost, _, _ = go("lost", "--steps", "6", "--resume", str(tmp_path / "ck8g"))
+    assert lost != full
+    print("fp16 resume at step 8: scale %g, %d clean steps, %d skipped; final scale %g, %d skipped"
+          % (scale, good, skipped, mfull["loss_scale"], mfull["skipped_steps"]))
+
+
+def test_checkpoint_version1_still_loads(tmp_path):
+    """A version 1 checkpoint (no loss-scaling bytes, written before they
+    existed) resumes: an fp32 run from it ends bit for bit where the run from
+    the version 2 file ends; an fp16 program resumes it too (from the
+    initial scale)."""
+    onnx = os.path.join(ROOT, "examples", "fashion_cnn.onnx")
+    exe = compile_model(onnx, str(tmp_path / "p"), 8)
+    common = ["--data", "synthetic", "--seed", "2"]
+    run([exe] + common + ["--steps", "3", "--save", str(tmp_path / "ck3")])
+    raw = open(tmp_path / "ck3", "rb").read()
+    assert ckpt_scaling(raw)[0] == 2
+    (tmp_path / "ck3v1").write_bytes(ckpt_rewrite(raw, version=1))
+    for name in ("ck3", "ck3v1"):
+        run([exe, "--data", "synthetic", "--steps", "2", "--resume", str(tmp_path / name), "--save",
+             str(tmp_path / (name + "_end"))])
+    assert open(tmp_path / "ck3_end", "rb").read() == open(tmp_path / "ck3v1_end", "rb").read()
+    exe16 = compile_model(onnx, str(tmp_path / "p16"), 8, "--precision", "fp16")
+    r = run([exe16, "--data", "synthetic", "--steps", "1", "--resume", str(tmp_path / "ck3v1"),
+             "--metrics", str(tmp_path / "m.json")])
+    assert "resumed from" in r.stdout
+    assert json.load(open(tmp_path / "m.json"))["loss_scale"] == 65536
+    # A version this program does not know is refused in one line.
+    import struct
+    b = bytearray(raw)
+    struct.pack_into("<I", b, 8, 3)
+    (tmp_path / "ck3v3").write_bytes(bytes(b))
+    r = run([exe, "--data", "synthetic", "--steps", "1", "--resume", str(tmp_path / "ck3v3")], check=False)
+    assert r.returncode == 2 and "format version 3" in r.stderr, r.stderr

@@ -495,10 +495,16 @@ int main(int argc, char **argv) {
   if (rt_ranks > 1) agree(&o, m, train, test);
 
   snrt_dev_init(&c);
-  /* --precision fp16: GradScaler's initial scale (SNRT_LOSS_SCALE: a testing aid). */
+  /* --precision fp16: GradScaler's initial scale and growth interval
+   * (SNRT_LOSS_SCALE, SNRT_LOSS_SCALE_INTERVAL: testing aids). A checkpoint's
+   * scale, when resuming, replaces the initial one. */
   c.loss_scale = 65536.0f;
+  c.scale_interval = 2000;
   const char *ls = getenv("SNRT_LOSS_SCALE");
   if (ls && *ls) c.loss_scale = strtof(ls, NULL);
+  const char *li = getenv("SNRT_LOSS_SCALE_INTERVAL");
+  if (li && *li && atoll(li) > 0) c.scale_interval = atoll(li);
+  snrt_dev_scale_sync(&c, false);
   c.grad_copy = calloc((size_t)m->ntensors, sizeof(float *));
   if (!c.grad_copy) rt_fail(SNRT_EXIT_DEVICE, "out of host memory");
   rt_init_tensors(&c);
@@ -684,6 +690,7 @@ int main(int argc, char **argv) {
       mt.sync_s = (sy - c3[2]) / (double)(done - 3);
     }
     mt.threads = c.threads;
+    snrt_dev_scale_sync(&c, true);   /* fp16's loss scale and skipped steps */
     rt_metrics_write(&c, o.metrics, &mt);
   }
   if (lead && o.profile) rt_prof_write(&c, o.profile);

@@ -44,7 +44,7 @@ void rt_metrics_write(const snrt_ctx *c, const char *path, const rt_metrics *mt)
     while (k > 0 && buf[k] != '}') k--;
     k += snprintf(buf + k, sizeof buf - (size_t)k, ", \"precision\": \"%s\", \"convert_bytes\": %lld}\n",
                   m->precision, (long long)m->convert_bytes);
-    if (strcmp(m->precision, "fp16") == 0) {   /* dynamic loss scaling */
+    if (strcmp(m->precision, "fp16") == 0) {   /* dynamic loss scaling (synced by the caller) */
       k--;
       while (k > 0 && buf[k] != '}') k--;
       k += snprintf(buf + k, sizeof buf - (size_t)k, ", \"skipped_steps\": %lld, \"loss_scale\": %.17g}\n",

@@ -55,9 +55,6 @@ HALF_FORMAT(f16, snrt_f16_to_f32, snrt_f32_to_f16)
 
 /* ---- dynamic loss scaling (fp16) ------------------------------------------ */
 
-/* GradScaler's defaults. */
-#define SCALE_GROWTH_INTERVAL 2000
-
 void snrt_loss_scale(snrt_ctx *c, int64_t n, float *dy) {
   float s = c->loss_scale;
   for (int64_t i = 0; i < n; i++) dy[i] *= s;
@@ -84,13 +81,11 @@ void snrt_grad_unscale(snrt_ctx *c, int n, float *const *g, const int64_t *cnt) 
     c->skipped_steps++;
     c->loss_scale *= 0.5f;
     c->scale_good = 0;
-  } else if (++c->scale_good == SCALE_GROWTH_INTERVAL) {
+  } else if (++c->scale_good >= c->scale_interval) {
     c->loss_scale *= 2.0f;
     c->scale_good = 0;
   }
 }
-
-int snrt_overflow(snrt_ctx *c) { return c->overflow; }
 
 /* The CPU keeps the scaling state in the context itself. */
 void snrt_dev_scale_sync(snrt_ctx *c, bool to_host) {
