@@ -9,7 +9,8 @@
  *
  * The kernels compute in float32 on both targets (the CUDA target's
  * convolutions and GEMMs excepted: they read 16-bit operands on tensor cores,
- * g->tensor_cores, and convert nothing here). A step that reads or writes a
+ * g->tensor_cores; their float32 operands get 16-bit copies instead,
+ * tensor_core_plan). A step that reads or writes a
  * 16-bit tensor, or a 16-bit op (conv, GEMM, MatMul) that reads a float32
  * operand (a weight, a bias, the data input: rounded to 16-bit precision, as
  * autocast does; the CPU conv kernels round their weights and bias
@@ -220,12 +221,59 @@ static bool layout(const Graph *g, const Node *n, Convert *cv, ChunkAxis axis, i
   return true;
 }
 
+/* The bias input of a conv or GEMM: float32 on tensor cores too (added to
+ * the 16-bit output in float32). */
+static bool bias_input(const Node *n, int k) {
+  return k == 2 && (n->op == OP_CONV || n->op == OP_GEMM);
+}
+
+/* Tensor cores (the CUDA target): a conv, GEMM or MatMul reads 16-bit
+ * operands; each float32 one (a weight, the data input) gets a 16-bit copy
+ * in the step's workspace, made before the call, and so does a float32
+ * output of a convolution (cuDNN writes its output in its inputs' type:
+ * backward-filter's parameter gradient), widened after it. cuBLAS writes
+ * float32 outputs itself. Whole tensors: the copies are 2 bytes an element. */
+static void tensor_core_plan(const Graph *g, const Node *n, Convert *cv) {
+  bool conv = n->op == OP_CONV || n->op == OP_CONV_BWD_DATA || n->op == OP_CONV_BWD_FILTER;
+  cv->half = true;
+  cv->in = xcalloc((size_t)n->nin + 1, sizeof *cv->in);
+  cv->out = xcalloc((size_t)n->nout + 1, sizeof *cv->out);
+  int64_t at = 0;
+  for (int k = 0; k < n->nin + n->nout; k++) {
+    bool out = k >= n->nin;
+    int j = out ? k - n->nin : k;
+    ConvertSlot *s = out ? &cv->out[j] : &cv->in[j];
+    s->tensor = out ? n->out[j] : n->in[j];
+    s->same = -1;
+    if (!arena_float(g, s->tensor)) {
+      s->tensor = -1;
+      continue;
+    }
+    s->dtype = g->t[s->tensor].dtype;
+    s->copy = !is16(s->dtype) && (out ? conv : !bias_input(n, j));
+    if (!out)
+      for (int i = 0; i < j; i++)
+        if (cv->in[i].tensor == s->tensor) s->same = i;
+    if (!s->copy || s->same >= 0) continue;
+    s->floats = tensor_numel(&g->t[s->tensor]);
+    s->at = at;
+    at += arena_align(2 * s->floats);
+    cv->wrapped = true;
+  }
+  cv->axis = CHUNK_WHOLE;
+  cv->units = cv->chunk = 1;
+  cv->bytes = arena_align(at);
+}
+
 void convert_plan(const Graph *g, const Node *n, Convert *cv) {
   memset(cv, 0, sizeof *cv);
   cv->nin = n->nin, cv->nout = n->nout;
   if (g->precision == PREC_FP32 || comm_op(n->op)) return;
   bool low = precision_low_op(n->op);
-  if (low && g->tensor_cores) return;   /* runtime/cuda: 16-bit operands on tensor cores */
+  if (low && g->tensor_cores) {
+    tensor_core_plan(g, n, cv);
+    return;
+  }
   bool any = false, same = true;
   int dt0 = -1;
   for (int k = 0; k < n->nin + n->nout; k++) {

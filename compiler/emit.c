@@ -536,15 +536,19 @@ void emit_program(const Graph *g, const Plan *pl, const EmitOpts *o, const char 
   if (g->precision == PREC_BF16)
     fprintf(f, "/* --precision bf16: B(x) is a bfloat16 tensor; a step reading or writing one works\n"
                " * on float32 copies s0, s1... in its workspace, chunk by chunk where its kernel\n"
-               " * allows (snrt_bf16_load/round/store). */\n"
-               "#define B(off) ((uint16_t *)(A + (off)))\n");
+               " * allows (snrt_bf16_load/round/store)%s. */\n"
+               "#define B(off) ((uint16_t *)(A + (off)))\n",
+            g->tensor_cores ? ";\n * convolutions and GEMMs read bf16 on tensor cores (snrt_conv_fwd16, snrt_matmul16...),\n"
+                              " * float32 operands through 16-bit copies h0, h1..." : "");
   if (g->precision == PREC_FP16)
     fprintf(f, "/* --precision fp16: H(x) is a float16 tensor; a step reading or writing one works\n"
                " * on float32 copies s0, s1... in its workspace, chunk by chunk where its kernel\n"
-               " * allows (snrt_f16_load/round/store). The loss\n"
+               " * allows (snrt_f16_load/round/store)%s. The loss\n"
                " * gradient is multiplied by the loss scale; grad_unscale divides the parameter\n"
                " * gradients by it and skips the updates on overflow. */\n"
-               "#define H(off) ((uint16_t *)(A + (off)))\n");
+               "#define H(off) ((uint16_t *)(A + (off)))\n",
+            g->tensor_cores ? ";\n * convolutions and GEMMs read float16 on tensor cores (snrt_conv_fwd16, snrt_matmul16...),\n"
+                              " * float32 operands through 16-bit copies h0, h1..." : "");
   fprintf(f, "\n");
   fwrite(decl, 1, decl_len, f);
   fprintf(f, "\n");

@@ -120,6 +120,60 @@ static void emit_pass(Emit *e, const Node *n, const Convert *cv, char **name, co
   }
 }
 
+/* Tensor cores (cuda): 16-bit copies of the step's float32 operands, made
+ * before the call (snrt_bf16_store: rounded to nearest-even), and of its
+ * float32 outputs, widened after it (snrt_bf16_load); the op's emitter
+ * prints the 16-bit call on them (emit_ops.c). */
+static void emit_half_step(Emit *e, const Node *n, const Convert *cv, int64_t base) {
+  const Graph *g = e->g;
+  const Step *st = e->st;
+  FILE *f = e->f;
+  const char *fmt = g->precision == PREC_FP16 ? "f16" : "bf16";
+  e->sub_in = xcalloc((size_t)n->nin + 1, sizeof(char *));
+  e->sub_out = xcalloc((size_t)n->nout + 1, sizeof(char *));
+  e->wrapped = true;
+  fprintf(f, "  {   /* 16-bit copies of float32 operands: %s */\n", fmt_bytes(cv->bytes));
+  int names = 0;
+  for (int k = 0; k < n->nin + n->nout; k++) {
+    bool out = k >= n->nin;
+    int j = out ? k - n->nin : k;
+    const ConvertSlot *s = out ? &cv->out[j] : &cv->in[j];
+    char **sub = out ? &e->sub_out[j] : &e->sub_in[j];
+    if (s->tensor < 0 || !s->copy) continue;
+    if (s->same >= 0) {
+      *sub = xstrdup(e->sub_in[s->same]);
+      continue;
+    }
+    *sub = xasprintf("h%d", names++);
+    fprintf(f, "    uint16_t *const %s = (uint16_t *)(A + 0x%llx);   /* %s */\n", *sub,
+            (unsigned long long)(base + s->at), emit_comment_safe(g->t[s->tensor].name));
+    if (!out)
+      fprintf(f, "    snrt_%s_store(c, %s, %s, %lld);\n", fmt, emit_ptr(e, st->in[j], s->tensor), *sub,
+              (long long)s->floats);
+  }
+  char *call = NULL;
+  size_t len = 0;
+  e->f = open_memstream(&call, &len);
+  if (!e->f) fatal(EXIT_BADINPUT, "out of memory");
+  op_info[n->op].emit(e, g, n);
+  fclose(e->f);
+  e->f = f;
+  for (char *line = call; *line;) {
+    char *end = strchr(line, '\n');
+    size_t l = end ? (size_t)(end - line) : strlen(line);
+    fprintf(f, "  %.*s\n", (int)l, line);
+    line += l + (end != NULL);
+  }
+  free(call);
+  for (int j = 0; j < n->nout; j++) {
+    const ConvertSlot *s = &cv->out[j];
+    if (s->tensor >= 0 && s->copy)
+      fprintf(f, "    snrt_%s_load(c, %s, %s, %lld);\n", fmt, e->sub_out[j],
+              emit_ptr(e, st->out[j], s->tensor), (long long)s->floats);
+  }
+  fprintf(f, "  }\n");
+}
+
 bool emit_convert_step(Emit *e, const Node *n) {
   const Graph *g = e->g;
   const Plan *pl = e->pl;
@@ -132,7 +186,18 @@ bool emit_convert_step(Emit *e, const Node *n) {
   }
   if (st->ws < 0 || pl->inst[st->ws].convert_bytes != cv.bytes)
     internal_error(__FILE__, __LINE__, "step %d (%s): the plan's workspace does not hold its "
-                   "float32 copies (%lld bytes)", e->step, n->name, (long long)cv.bytes);
+                   "working copies (%lld bytes)", e->step, n->name, (long long)cv.bytes);
+  if (cv.half) {
+    emit_half_step(e, n, &cv, pl->inst[st->ws].offset);
+    for (int k = 0; k < n->nin; k++) free(e->sub_in[k]);
+    for (int k = 0; k < n->nout; k++) free(e->sub_out[k]);
+    free(e->sub_in);
+    free(e->sub_out);
+    e->sub_in = e->sub_out = NULL;
+    e->wrapped = false;
+    convert_free(&cv);
+    return true;
+  }
   FILE *f = e->f;
   int64_t base = pl->inst[st->ws].offset;
   int slots = n->nin + n->nout;

@@ -188,18 +188,27 @@ static const char *p_loss(Emit *e, const snrt_loss_t *p) {
 
 #define OUT e->f
 
+/* Tensor cores (cuda, --precision bf16|fp16): conv, GEMM and MatMul steps
+ * call the 16-bit entry points ("16", ", SNRT_BF16"), every operand but a
+ * bias 16-bit (emit_convert.c made copies of the float32 ones). "" and ""
+ * otherwise. */
+static const char *tc(const Graph *g) { return g->tensor_cores && g->precision != PREC_FP32 ? "16" : ""; }
+static const char *tc_fmt(const Graph *g) {
+  return !*tc(g) ? "" : g->precision == PREC_FP16 ? ", SNRT_F16" : ", SNRT_BF16";
+}
+
 void emit_conv(Emit *e, const Graph *g, const Node *n) {
   const char *p = p_conv(e, n->p);
-  fprintf(OUT, "  snrt_conv_fwd(c, %s, %s, %s, %s, %s, %s);\n", p, emit_in(e, 0), emit_in(e, 1),
-          n->nin > 2 ? emit_in(e, 2) : "NULL", emit_out(e, 0), emit_ws(e));
+  fprintf(OUT, "  snrt_conv_fwd%s(c, %s%s, %s, %s, %s, %s, %s);\n", tc(g), p, tc_fmt(g), emit_in(e, 0),
+          emit_in(e, 1), n->nin > 2 ? emit_in(e, 2) : "NULL", emit_out(e, 0), emit_ws(e));
 }
 void emit_conv_bwd_data(Emit *e, const Graph *g, const Node *n) {
-  fprintf(OUT, "  snrt_conv_bwd_data(c, %s, %s, %s, %s, %s);\n", p_conv(e, n->p), emit_in(e, 0),
-          emit_in(e, 1), emit_out(e, 0), emit_ws(e));
+  fprintf(OUT, "  snrt_conv_bwd_data%s(c, %s%s, %s, %s, %s, %s);\n", tc(g), p_conv(e, n->p), tc_fmt(g),
+          emit_in(e, 0), emit_in(e, 1), emit_out(e, 0), emit_ws(e));
 }
 void emit_conv_bwd_filter(Emit *e, const Graph *g, const Node *n) {
-  fprintf(OUT, "  snrt_conv_bwd_filter(c, %s, %s, %s, %s, %s);\n", p_conv(e, n->p), emit_in(e, 0),
-          emit_in(e, 1), emit_out(e, 0), emit_ws(e));
+  fprintf(OUT, "  snrt_conv_bwd_filter%s(c, %s%s, %s, %s, %s, %s);\n", tc(g), p_conv(e, n->p), tc_fmt(g),
+          emit_in(e, 0), emit_in(e, 1), emit_out(e, 0), emit_ws(e));
 }
 void emit_conv_bwd_bias(Emit *e, const Graph *g, const Node *n) {
   fprintf(OUT, "  snrt_conv_bwd_bias(c, %s, %s, %s);\n", p_conv_node(e, n->p), emit_in(e, 0), emit_out(e, 0));
@@ -268,17 +277,30 @@ void emit_copy(Emit *e, const Graph *g, const Node *n) {
           emit_in(e, 0), emit_out(e, 0));
 }
 
+/* The product; on tensor cores its output's format too (0: float32). */
+static void matmul_call(Emit *e, const Graph *g, const Node *n, const snrt_mm_t *mm) {
+  if (!*tc(g)) {
+    fprintf(OUT, "  snrt_matmul(c, %s, %s, %s, %s);\n", p_mm(e, mm), emit_in(e, 0), emit_in(e, 1),
+            emit_out(e, 0));
+    return;
+  }
+  int dt = g->t[n->out[0]].dtype;
+  fprintf(OUT, "  snrt_matmul16(c, %s%s, %s, %s, %s, %s);\n", p_mm(e, mm), tc_fmt(g), emit_in(e, 0),
+          emit_in(e, 1), emit_out(e, 0), dt == DT_BFLOAT16 ? "SNRT_BF16" : dt == DT_FLOAT16 ? "SNRT_F16" : "0");
+}
+
 void emit_gemm(Emit *e, const Graph *g, const Node *n) {
   const GemmParams *gp = n->p;
-  fprintf(OUT, "  snrt_matmul(c, %s, %s, %s, %s);\n", p_mm(e, &gp->mm), emit_in(e, 0), emit_in(e, 1),
-          emit_out(e, 0));
-  if (gp->has_c)
+  matmul_call(e, g, n, &gp->mm);
+  if (!gp->has_c) return;
+  int dt = g->t[n->out[0]].dtype;
+  if (*tc(g) && (dt == DT_BFLOAT16 || dt == DT_FLOAT16))
+    fprintf(OUT, "  snrt_bias_fwd16(c, %s%s, %s, %s);\n", p_bias(e, &gp->bias), tc_fmt(g), emit_in(e, 2),
+            emit_out(e, 0));
+  else
     fprintf(OUT, "  snrt_bias_fwd(c, %s, %s, %s);\n", p_bias(e, &gp->bias), emit_in(e, 2), emit_out(e, 0));
 }
-void emit_matmul(Emit *e, const Graph *g, const Node *n) {
-  fprintf(OUT, "  snrt_matmul(c, %s, %s, %s, %s);\n", p_mm(e, n->p), emit_in(e, 0), emit_in(e, 1),
-          emit_out(e, 0));
-}
+void emit_matmul(Emit *e, const Graph *g, const Node *n) { matmul_call(e, g, n, n->p); }
 void emit_matmul_raw(Emit *e, const Graph *g, const Node *n) { emit_matmul(e, g, n); }
 void emit_bias_bwd(Emit *e, const Graph *g, const Node *n) {
   fprintf(OUT, "  snrt_bias_bwd(c, %s, %s, %s);\n", p_bias(e, n->p), emit_in(e, 0), emit_out(e, 0));

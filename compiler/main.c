@@ -185,11 +185,10 @@ static void parse_args(Args *a, int argc, char **argv) {
     usage("%s", "--zero 1 shards the optimizer state, and SGD without momentum has none");
   if (zero) a->train.zero_ranks = ranks;
   a->train.cuda = strcmp(a->target, "cuda") == 0;
-  if (a->train.precision == PREC_FP16 && (strcmp(a->target, "cuda") == 0 || a->train.dist))
-    fatal(EXIT_BADINPUT, "--precision fp16 runs on the cpu target without --dist only (its dynamic "
-          "loss scaling decides on the host whether a step's updates run, which a captured CUDA "
-          "graph and the all-reduce buckets do not do yet); --precision bf16 needs no loss "
-          "scaling and runs on both targets");
+  if (a->train.precision == PREC_FP16 && a->train.dist)
+    fatal(EXIT_BADINPUT, "--precision fp16 does not run with --dist yet (its loss scaling would "
+          "have to agree across ranks on whether a step's updates run); --precision bf16 needs "
+          "no loss scaling and runs with --dist");
   if (a->plan.segment && a->plan.policy != POL_RECOMPUTE)
     usage("%s", "--segment SIZE goes with --policy recompute (checkpoint segments of SIZE; "
           "auto chooses its own)");

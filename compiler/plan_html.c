@@ -339,7 +339,7 @@ static void summary(FILE *f, const Graph *g, const Plan *pl, const Review *rv) {
     if (cs.at >= 0) {
       sub = xasprintf("largest step's, in its workspace: step %d, %s %s; %d steps convert",
                       cs.at, review_step_op(g, pl, cs.at), review_step_node(g, pl, cs.at), cs.steps);
-      card(f, false, "float32 copies", fmt_bytes(cs.max), sub);
+      card(f, false, "working copies", fmt_bytes(cs.max), sub);
     }
   }
   sub = xasprintf("arena/baseline %.3f", pl->baseline_bytes ?
@@ -384,7 +384,7 @@ static void inst_row(FILE *f, const Graph *g, const Plan *pl, const Review *rv, 
   fprintf(f, "</td><td>%s", plan_inst_kind(g, pl, i));
   /* --precision bf16: each tensor's storage dtype beside its kind. */
   if (g->precision != PREC_FP32 && in->tensor >= 0) fprintf(f, " %s", dtype_name(g->t[in->tensor].dtype));
-  if (in->convert_bytes) fprintf(f, " (%s of float32 copies)", fmt_bytes(in->convert_bytes));
+  if (in->convert_bytes) fprintf(f, " (%s of working copies)", fmt_bytes(in->convert_bytes));
   fprintf(f, "</td><td>%s</td><td class=\"n\">%s</td>", cat_name[rv->cat[i]], fmt_bytes(in->bytes));
   if (share_of) fprintf(f, "<td class=\"n\">%.1f%%</td>", pct(in->bytes, share_of));
   if (in->persistent) fprintf(f, "<td>persistent</td>");

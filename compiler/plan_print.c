@@ -121,8 +121,9 @@ void plan_print_summary(const Graph *g, const Plan *pl, FILE *f) {
             fmt_bytes(full));
     ConvertStats cs = review_convert(pl);
     if (cs.at >= 0)
-      fprintf(f, "  float32 copies  %12s   (the largest step's working copies, in its workspace: "
-              "step %d, %s %s; %d training steps convert, %s%s)\n", fmt_bytes(cs.max), cs.at,
+      fprintf(f, "  working copies  %12s   (the largest step's, in its workspace: float32 copies of "
+              "16-bit operands%s; step %d, %s %s; %d training steps convert, %s%s)\n", fmt_bytes(cs.max),
+              g->tensor_cores ? ", 16-bit ones of float32 operands of tensor-core steps" : "", cs.at,
               review_step_op(g, pl, cs.at), review_step_node(g, pl, cs.at), cs.steps,
               g->convert_chunk > 0 ? "in chunks of about " : "whole tensors",
               g->convert_chunk > 0 ? xasprintf("%lld elements where the kernel allows",
@@ -242,10 +243,11 @@ void plan_print_text(const Graph *g, const Plan *pl, FILE *f) {
     fprintf(f, "%7d  %-9s %-18s %11.1f %11.1f  %s%s", s, step_kind_name(st->kind),
             review_step_op(g, pl, s), mib(pl->live_bytes[s]), mib(pl->high_water[s]),
             review_step_node(g, pl, s), s == peak ? "   <- peak live" : "");
-    if (pl->ws_cap > 0 && st->ws >= 0)
+    if (pl->ws_cap > 0 && st->ws >= 0 &&
+        (pl->inst[st->ws].bytes > pl->inst[st->ws].convert_bytes || !pl->inst[st->ws].convert_bytes))
       fprintf(f, "   (workspace %s)", fmt_bytes(pl->inst[st->ws].bytes - pl->inst[st->ws].convert_bytes));
     if (st->ws >= 0 && pl->inst[st->ws].convert_bytes)
-      fprintf(f, "   (float32 copies %s)", fmt_bytes(pl->inst[st->ws].convert_bytes));
+      fprintf(f, "   (copies %s)", fmt_bytes(pl->inst[st->ws].convert_bytes));
     fputc('\n', f);
   }
   review_free(rv);

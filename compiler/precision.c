@@ -13,9 +13,10 @@
  * reads them (a few KiB), and the first conv rounds the input as autocast
  * does.
  *
- * Arithmetic is not decided here: every kernel accumulates in fp32 (on the
- * CPU target a bf16 tensor is widened as a step reads it and rounded to
- * nearest-even as the step writes it; emit.c). Convolution, GEMM and MatMul
+ * Arithmetic is not decided here: every kernel accumulates in fp32 (a bf16
+ * tensor is widened as a step reads it and rounded to nearest-even as the
+ * step writes it, convert.c; the CUDA target's convolutions and GEMMs read
+ * bf16 on tensor cores with fp32 accumulation). Convolution, GEMM and MatMul
  * (autocast's 16-bit ops) also round their float32 operands (weights, biases)
  * to bf16 as they read them, so that their products see what a tensor core
  * sees. Reductions (BN statistics, softmax, LayerNorm, the loss) read bf16
@@ -26,7 +27,12 @@
  * gradient is multiplied by a scale, every parameter gradient is divided by
  * it after the backward pass and checked for overflow, and a step that
  * overflowed skips its updates and halves the scale (the updates therefore
- * follow the whole backward pass). CPU target only, without --dist (main.c).
+ * follow the whole backward pass). Both targets (the CUDA runtime decides on
+ * the device, inside a captured graph); not with --dist (main.c).
+ *
+ * Also here: the knobs of the steps' working copies (convert.c) that depend
+ * on the target: the chunk size, and the CPU conv kernels' own rounding of
+ * their weights with their smaller im2col columns.
  */
 #include "snc.h"
 
@@ -54,10 +60,11 @@ bool precision_low_op(OpKind op) {
 
 /* Default chunk of a 16-bit step's float32 copies (convert.c), in elements:
  * 64Ki on the CPU (256 KiB a copy: the chunk stays in cache between its
- * conversion and its kernel), 4Mi on the GPU (16 MiB a copy: each chunk is a
- * few kernel launches, so chunks there must be big enough to fill the device). */
+ * conversion and its kernel), 2Mi on the GPU (8 MiB a copy: each chunk is a
+ * few kernel launches, so chunks there must be big enough to fill the device;
+ * resnet50 224 b32's liveness arena: 1.49 GiB at 2Mi, 1.50 GiB at 4Mi). */
 #define CONVERT_CHUNK_CPU (64 << 10)
-#define CONVERT_CHUNK_CUDA (4 << 20)
+#define CONVERT_CHUNK_CUDA (2 << 20)
 #define CONV_COLUMNS_16BIT ((int64_t)256 << 10)
 
 void precision_assign(Graph *g, const TrainOpts *o) {

@@ -369,7 +369,8 @@ int precision_parse(const char *s);    /* -1 if unknown */
 void precision_assign(Graph *g, const TrainOpts *o);
 /* Ops autocast runs in 16-bit (conv, GEMM, MatMul and their backward
  * products): under bf16 their float32 inputs (weights, biases, the data
- * input) are rounded to bfloat16 as they are read. */
+ * input) are rounded to bfloat16 as they are read (on the CUDA target, all
+ * their operands are 16-bit: tensor cores). */
 bool precision_low_op(OpKind op);
 
 /* ------------------------------------------------------------------ convert.c */
@@ -384,11 +385,12 @@ typedef struct ConvertSlot {
                            // rows units x inner apart, starting at unit u0 x inner
   int64_t outer, inner;
   int64_t at;              // copy: byte offset in the step's workspace
-  int64_t floats;          // copy: floats it holds (one chunk's, or the whole tensor's)
+  int64_t floats;          // copy: elements it holds (one chunk's, or the whole tensor's)
   int same;                // an earlier input slot of the same tensor: its copy (-1: none)
 } ConvertSlot;
 typedef struct Convert {
-  bool wrapped;            // the step runs on float32 copies
+  bool wrapped;            // the step runs on copies: float32 ones, or (half) 16-bit ones
+  bool half;               // tensor cores (cuda): 16-bit copies of float32 operands
   ChunkAxis axis;
   int64_t units;           // elements, images or channels the chunks split
   int64_t chunk;           // units per chunk (units: one pass)

@@ -1,19 +1,19 @@
-/* bf16.cu — 16-bit storage for the CUDA target (--precision bf16; fp16's
- * conversions too, though snc does not compile fp16 for CUDA yet): the
- * conversions an emitted step wraps around a kernel whose operands are bf16
- * in the arena (snrt.h, "Mixed precision"), on the compute stream (so they
- * are captured into the step's CUDA graph like any kernel).
+/* bf16.cu — 16-bit storage for the CUDA target (--precision bf16|fp16): the
+ * conversions an emitted step wraps around a kernel whose operands are 16-bit
+ * in the arena (snrt.h, "Mixed precision"), and fp16's dynamic loss scaling,
+ * all on the compute stream (so they are captured into the step's CUDA graph
+ * like any kernel).
  *
- * What it is: the same contract as runtime/cpu/k_bf16.c, with the same
- * rounding (snrt_f32_to_bf16, shared through snrt.h): the cuDNN/cuBLAS calls
- * of a bf16 program run in float32 on scratch copies, so a bf16 program on
- * the GPU gives the CPU's numerics and the planned arena sizes.
+ * What it is: the same contract as runtime/cpu/k_half.c, with the same
+ * rounding (snrt_f32_to_bf16, shared through snrt.h): the kernels of a 16-bit
+ * step that take float32 (BatchNorm, activations, pools, softmax, losses...)
+ * run on float32 copies in the step's planned workspace; convolutions and
+ * GEMMs read 16-bit operands on tensor cores instead (conv.cu, matmul.cu),
+ * their float32 operands narrowed here into 16-bit copies (the same store).
  *
- * What it is not: tensor-core bf16 (cuDNN/cuBLAS reading the bf16 tensors
- * directly, with fp32 accumulation): not written yet. The scratch (device
- * memory outside the planned arena, snrt_model.scratch_floats floats) is
- * allocated by device.cu. This file has never run on a GPU: it compiles and
- * links (tests/test_precision.py). */
+ * What it is not: the planning of the copies (compiler/convert.c). This file
+ * has never run on a GPU: it compiles and links (tests/test_cuda_build.py);
+ * tests/gpu/run.sh checks it where a GPU is lent. */
 #include "cuda_rt.h"
 
 #include <stdio.h>
