@@ -186,6 +186,13 @@ void snrt_dev_init(snrt_ctx *c) {
   c->dev = d;
 }
 
+/* --precision fp16: the CPU keeps the loss-scaling state in the context
+ * itself (runtime/cpu/k_half.c reads and writes it there). */
+void snrt_dev_scale_sync(snrt_ctx *c, bool to_host) {
+  (void)c;
+  (void)to_host;
+}
+
 void snrt_dev_free(snrt_ctx *c) {
   dev_state *d = c->dev;
   if (d) {

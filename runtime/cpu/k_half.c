@@ -87,8 +87,3 @@ void snrt_grad_unscale(snrt_ctx *c, int n, float *const *g, const int64_t *cnt) 
   }
 }
 
-/* The CPU keeps the scaling state in the context itself. */
-void snrt_dev_scale_sync(snrt_ctx *c, bool to_host) {
-  (void)c;
-  (void)to_host;
-}
