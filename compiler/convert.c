@@ -107,9 +107,16 @@ static bool channel_op(OpKind op) {
   return op == OP_BATCHNORM || op == OP_BN_SAVED || op == OP_BN_INFER || op == OP_BN_BWD;
 }
 
-/* Convolution inputs that do not follow the images: the weights and bias. */
-static bool conv_whole_input(OpKind op, int k) {
-  return (op == OP_CONV && k >= 1) || (op == OP_CONV_BWD_DATA && k == 1);
+/* The operands of an image op that are (batch, ...) and follow its images:
+ * a convolution's activations and their gradients, not its weights, bias or
+ * weight gradient (whose first dimension may equal the batch by chance);
+ * every operand of a pool or LRN. */
+static bool image_slot(OpKind op, bool input, int k) {
+  switch (op) {
+  case OP_CONV: case OP_CONV_BWD_DATA: return k == 0;
+  case OP_CONV_BWD_FILTER: return input && k <= 1;
+  default: return true;
+  }
 }
 
 /* The chunk view of slot tensor t along the axis: `outer` rows of `inner`
@@ -123,7 +130,7 @@ static bool slot_view(const Graph *g, const Node *n, ChunkAxis axis, int64_t uni
     *outer = 1, *inner = 1;
     return numel == units;
   case CHUNK_IMAGES:
-    if ((input && conv_whole_input(n->op, k)) || x->rank < 1 || x->dims[0] != units) return false;
+    if (!image_slot(n->op, input, k) || x->rank < 1 || x->dims[0] != units) return false;
     *outer = 1, *inner = numel / units;
     return true;
   case CHUNK_CHANNELS: {

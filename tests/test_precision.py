@@ -313,6 +313,27 @@ def test_convert_chunks_bit_identical(name, precision, tmp_path):
     assert sizes["1"] < sizes["0"], sizes
 
 
+def test_convert_chunks_weight_first_dim_equals_batch(tmp_path):
+    """A chunk of images splits only a step's (batch, ...) operands: at batch
+    64 fashion_cnn's second conv has 64 output channels, so its weight
+    gradient (64, 32, 3, 3) starts with the batch size too, and must still be
+    written whole (a chunked one crashed or trained on a fraction of its
+    gradient). Chunks against whole tensors, bit for bit, 2 steps with
+    --poison."""
+    onnx = os.path.join(ROOT, "examples", "fashion_cnn.onnx")
+    dumps = []
+    for ch in ("65536", "0"):
+        out = str(tmp_path / ("c" + ch))
+        prog = compile_model(onnx, out, 64, "--policy", "liveness", "--precision", "bf16",
+                             "--convert-chunk", ch)
+        dump = os.path.join(out, "params")
+        run([prog, "--data", "synthetic", "--steps", "2", "--poison", "--dump-params", dump])
+        dumps.append(dump)
+    assert "for (int64_t u" in open(tmp_path / "c65536" / "train.c").read()
+    bad = same_files(dumps[0], dumps[1])
+    assert not bad, "chunks differ from whole tensors at batch 64: %s" % bad[:5]
+
+
 # ---- the command line and the emitted program ---------------------------------
 
 def test_fp32_program_unchanged(tmp_path):
