@@ -59,13 +59,16 @@ bool precision_low_op(OpKind op) {
 }
 
 /* Default chunk of a 16-bit step's float32 copies (convert.c), in elements:
- * 64Ki on the CPU (256 KiB a copy: the chunk stays in cache between its
- * conversion and its kernel), 2Mi on the GPU (8 MiB a copy: each chunk is a
- * few kernel launches, so chunks there must be big enough to fill the device;
- * resnet50 224 b32's liveness arena: 1.49 GiB at 2Mi, 1.50 GiB at 4Mi). */
-#define CONVERT_CHUNK_CPU (64 << 10)
+ * 128Ki on the CPU (512 KiB a copy; measured on fashion_cnn b64, 2 threads:
+ * 64Ki chunks ran at ~0.75x the speed of 128Ki, each chunk being a few
+ * OpenMP parallel regions; 256Ki was no faster and made fashion_cnn b8's fp16
+ * arena larger than its fp32 one), 2Mi on the GPU (8 MiB a copy: each chunk
+ * is a few kernel launches, so chunks there must be big enough to fill the
+ * device; resnet50 224 b32's liveness arena: 1.49 GiB at 2Mi, 1.50 GiB at
+ * 4Mi). */
+#define CONVERT_CHUNK_CPU (128 << 10)
 #define CONVERT_CHUNK_CUDA (2 << 20)
-#define CONV_COLUMNS_16BIT ((int64_t)256 << 10)
+#define CONV_COLUMNS_16BIT ((int64_t)1024 << 10)
 
 void precision_assign(Graph *g, const TrainOpts *o) {
   Precision p = o->precision;
@@ -76,13 +79,13 @@ void precision_assign(Graph *g, const TrainOpts *o) {
   if (p == PREC_FP32) return;
   /* The CPU's conv kernels round the float32 weights and bias themselves, a
    * block at a time (runtime/cpu/k_conv.c): no whole rounded copy of them
-   * (convert.c). And their im2col columns shrink from 4 MiB to 256 KiB: a
+   * (convert.c). And their im2col columns shrink from 4 MiB to 1 MiB: a
    * chunk of a conv's copies is a whole group of the images one GEMM takes
    * (convert.c), so smaller groups mean smaller copies beside smaller
-   * columns, for a few percent of CPU time (16-bit on the CPU is there for
-   * its numerics). Independent of --convert-chunk, so that every chunk size
-   * runs the same GEMMs. The CUDA target's convolutions read 16-bit
-   * operands instead. */
+   * columns (at 4 MiB fashion_cnn b8's fp16 arena exceeds its fp32 one; at
+   * 256 KiB the per-image GEMMs made the 16-bit CPU step 1.3x slower).
+   * Independent of --convert-chunk, so that every chunk size runs the same
+   * GEMMs. The CUDA target's convolutions read 16-bit operands instead. */
   for (int i = 0; i < g->nn && !o->cuda; i++) {
     OpKind op = g->n[i].op;
     if ((op == OP_CONV || op == OP_CONV_BWD_DATA || op == OP_CONV_BWD_FILTER) && g->n[i].p) {

@@ -268,7 +268,7 @@ def test_bf16_policies_bit_identical(name, precision, tmp_path):
 
 # ---- the float32 working copies: planned, chunked, bit-identical ---------------
 
-CHUNKS = ["65536", "1000", "1"]   # the default, a chunk that divides nothing, the smallest
+CHUNKS = ["131072", "1000", "1"]   # the CPU default, a chunk that divides nothing, the smallest
 
 
 @pytest.mark.parametrize("name,precision", [("fashion_cnn", "bf16"), ("resnet50", "bf16"),
@@ -276,9 +276,10 @@ CHUNKS = ["65536", "1000", "1"]   # the default, a chunk that divides nothing, t
 def test_convert_chunks_bit_identical(name, precision, tmp_path):
     """A 16-bit step's float32 working copies live in its planned workspace
     and convert in chunks where its kernel computes the same bits on a part
-    (convert.c): elements, whole images (pools, convolutions; backward-filter
-    in its kernel's GEMM groups, adding to dw), whole channels (BatchNorm).
-    Each chunk size gives parameters bit-identical to whole tensors
+    (convert.c): elements, whole images (pools, convolutions in their
+    kernel's GEMM groups; backward-filter adding to dw), whole channels
+    (BatchNorm). Each chunk size (the default 128Ki elements, 1000, 1) gives
+    parameters bit-identical to whole tensors
     (--convert-chunk 0) after 3 steps with --poison (a chunk reading a copy
     another chunk did not write shows up as NaN), every plan passes the
     independent checker (copies inside their step's workspace), and smaller
@@ -309,7 +310,7 @@ def test_convert_chunks_bit_identical(name, precision, tmp_path):
             assert "for (int64_t u" in open(os.path.join(out, "train.c")).read()
     print(name, precision, "largest step's float32 copies by chunk:",
           {k: "%.1f KiB" % (v / 1024) for k, v in sizes.items()})
-    assert sizes["1"] <= sizes["1000"] <= sizes["65536"] <= sizes["0"], sizes
+    assert sizes["1"] <= sizes["1000"] <= sizes["131072"] <= sizes["0"], sizes
     assert sizes["1"] < sizes["0"], sizes
 
 
@@ -322,14 +323,14 @@ def test_convert_chunks_weight_first_dim_equals_batch(tmp_path):
     --poison."""
     onnx = os.path.join(ROOT, "examples", "fashion_cnn.onnx")
     dumps = []
-    for ch in ("65536", "0"):
+    for ch in ("131072", "0"):
         out = str(tmp_path / ("c" + ch))
         prog = compile_model(onnx, out, 64, "--policy", "liveness", "--precision", "bf16",
                              "--convert-chunk", ch)
         dump = os.path.join(out, "params")
         run([prog, "--data", "synthetic", "--steps", "2", "--poison", "--dump-params", dump])
         dumps.append(dump)
-    assert "for (int64_t u" in open(tmp_path / "c65536" / "train.c").read()
+    assert "for (int64_t u" in open(tmp_path / "c131072" / "train.c").read()
     bad = same_files(dumps[0], dumps[1])
     assert not bad, "chunks differ from whole tensors at batch 64: %s" % bad[:5]
 
