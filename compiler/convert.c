@@ -202,8 +202,8 @@ static bool layout(const Graph *g, const Node *n, Convert *cv, ChunkAxis axis, i
     if (cv->chunk < 1) cv->chunk = 1;
     if (n->op == OP_CONV || n->op == OP_CONV_BWD_DATA || n->op == OP_CONV_BWD_FILTER) {
       /* Whole groups of the kernel's GEMMs: each chunk makes the very GEMM
-       * calls the whole batch makes there (OpenBLAS's result for a column
-       * may depend on the size of the call: its small-matrix kernels); the
+       * calls the whole batch makes there (OpenBLAS 0.3.21 gives some
+       * columns other bits in a call of another size: measured); the
        * backward-filter's later chunks add to dw. The direct loops (0) run
        * image by image. */
       int64_t grp = snrt_conv_gemm_images(n->p);
