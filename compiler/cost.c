@@ -165,9 +165,11 @@ static bool runs_parallel(const Graph *g, const Node *n, const CostRates *r);
 
 /* The FLOP rate of the measured convolution nearest to p (same kind; the
  * distance adds |log| ratios of inner dimension, output positions, output
- * channels and batch), or 0 where the profile measured none of that kind.
- * Linear in the shapes measured (a few dozen). */
-static double nearest_conv_rate(const CostRates *r, const snrt_conv_t *p, int kind, bool bwd) {
+ * channels, stride (a strided 1x1 convolution takes the im2col path) and
+ * batch) for kernel `which` (0 forward, 1 backward data, 2 backward filter),
+ * or 0 where the profile measured none of that kind. Linear in the shapes
+ * measured (a few dozen). */
+static double nearest_conv_rate(const CostRates *r, const snrt_conv_t *p, int kind, int which) {
   double best = 1e300, rate = 0;
   double K = (double)(p->c / p->group) * p->kh * p->kw, pos = (double)p->oh * p->ow;
   for (int i = 0; i < r->nshapes; i++) {
@@ -175,8 +177,13 @@ static double nearest_conv_rate(const CostRates *r, const snrt_conv_t *p, int ki
     if (q->kind != kind) continue;
     double o = (q->hw + 2 * (int)(q->ksize / 2) - q->ksize) / q->stride + 1;
     double dist = fabs(log(K / (q->c * q->ksize * q->ksize))) + fabs(log(pos / (o * o))) +
-                  fabs(log(p->k / q->k)) + 0.5 * fabs(log(p->n / q->n));
-    if (dist < best) best = dist, rate = bwd ? q->bwd_rate : q->fwd_rate;
+                  fabs(log(p->k / q->k)) + fabs(log((p->sh > 0 ? p->sh : 1) / q->stride)) +
+                  0.5 * fabs(log(p->n / q->n));
+    if (dist < best) {
+      best = dist;
+      rate = which == 0 ? q->fwd_rate : which == 1 && q->bwd_data_rate > 0 ? q->bwd_data_rate
+             : which == 2 && q->bwd_filter_rate > 0 ? q->bwd_filter_rate : q->bwd_rate;
+    }
   }
   return rate;
 }
@@ -253,7 +260,8 @@ double cost_node_seconds(const Graph *g, const Node *n, double bytes, const Devi
     if (rate > 0) return fl / rate + r->overhead[c];
   }
   if (c <= CC_CONV_BWD_1X1 && n->p) {
-    double rate = nearest_conv_rate(r, n->p, conv_kind(n), c >= CC_CONV_BWD);
+    double rate = nearest_conv_rate(r, n->p, conv_kind(n), n->op == OP_CONV_BWD_DATA     ? 1
+                                                           : n->op == OP_CONV_BWD_FILTER ? 2 : 0);
     if (rate > 0) return fl / rate + r->overhead[c];   /* the measured shape's rate says it all */
   }
   if (c == CC_GEMM && n->p && fl > 0) {

@@ -49,7 +49,8 @@ const int device_profile_count = sizeof device_profiles / sizeof device_profiles
  *              "norm": {"bw": B, "parallel_s": S, "per_row_s": S},
  *              ... one per cost class (cost.c)},
  *  "conv_shapes": [{"class": "conv", "n": N, "c": C, "hw": H, "k": K, "ksize": 3,
- *                   "stride": 1, "forward_s": S, "backward_s": S}, ...] (optional),
+ *                   "stride": 1, "forward_s": S, "backward_s": S (data + filter),
+ *                   "backward_data_s": S, "backward_filter_s": S (optional)}, ...] (optional),
  *  "pool_shapes": [{"kind": "max", "n": N, "c": C, "hw": H, "ksize": 3, "stride": 2,
  *                   "pad": 1, "forward_s": S, "backward_s": S}, ...] (optional),
  *  "gemm_shapes": [{"batch": B, "m": M, "n": N, "k": K, "trans_a": 0, "trans_b": 1,
@@ -162,6 +163,9 @@ static DeviceProfile *profile_load(const char *path) {
         double o = (q->hw + 2 * (int)(q->ksize / 2) - q->ksize) / q->stride + 1;
         double fl = 2.0 * q->n * q->k * o * o * q->c * q->ksize * q->ksize;
         q->fwd_rate = fl / tf, q->bwd_rate = 2 * fl / tb;
+        double td = prof_num(e, "backward_data_s", false, 0, false);
+        double tw = prof_num(e, "backward_filter_s", false, 0, false);
+        if (td > 0 && tw > 0) q->bwd_data_rate = fl / td, q->bwd_filter_rate = fl / tw;
       }
     }
     ent = prof_entries(root, "pool_shapes", &ne);

@@ -506,6 +506,7 @@ typedef struct CostShape {
   int kind;
   double n, c, hw, k, ksize, stride;
   double fwd_rate, bwd_rate;      // FLOP/s (backward: each of its two kernels at this rate)
+  double bwd_data_rate, bwd_filter_rate;   // each backward kernel's own (0: bwd_rate)
 } CostShape;
 
 /* devices.c: device profiles (the table mirrors schemas/devices.json). */

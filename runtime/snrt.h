@@ -69,6 +69,16 @@ static inline int64_t snrt_conv_ws_bytes(const snrt_conv_t *p) {
   return (int64_t)p->ws_images * (p->c / p->group) * p->kh * p->kw * p->oh * p->ow * 4;
 }
 
+/* Images per im2col chunk, as the compiler plans them (compiler/shape_nn.c
+ * says why 4 MiB): as many as fit SNRT_CONV_WS_TARGET bytes of columns, at
+ * least 1, at most the batch. snc-calibrate times convolutions with the same. */
+#define SNRT_CONV_WS_TARGET ((int64_t)4 << 20)
+static inline int snrt_conv_ws_images(const snrt_conv_t *p) {
+  int64_t per_image = (int64_t)(p->c / p->group) * p->kh * p->kw * p->oh * p->ow * 4;
+  int64_t imgs = per_image ? SNRT_CONV_WS_TARGET / per_image : p->n;
+  return (int)(imgs < 1 ? 1 : imgs > p->n ? p->n : imgs);
+}
+
 /* Max/average pooling, NCHW. pb/pr are the bottom/right padding (needed for
  * the count_include_pad divisor, which never counts positions past them). */
 typedef struct snrt_pool_t {

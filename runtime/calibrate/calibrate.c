@@ -5,7 +5,8 @@
  * an emitted train.c makes (cases.c): convolution forward and backward (data
  * + filter) in shape classes by the GEMM inner dimension K = c/group*kh*kw
  * (below 64: "conv_small", "conv_bwd_small") and 1x1 kernels ("conv_1x1",
- * "conv_bwd_1x1"), GEMMs, max and average pooling ("pool"), batch and layer
+ * "conv_bwd_1x1"; backward data and filter timed apart; the workspace as
+ * the compiler plans it), GEMMs, max and average pooling ("pool"), batch and layer
  * normalization, softmax backward and a convolution's bias gradient over
  * maps from 1x1 to 28x28 ("norm"), contiguous activations, adds and the
  * masked fill ("elementwise"), broadcast binary ops, their gradients, a
@@ -67,7 +68,7 @@ int64_t cal_out_pool_off, cal_out_pool_bytes;
 
 static double trial_s = 0.25;   /* time per case, all passes (--quick: less) */
 static char *A;                 /* device arena base */
-static int64_t in_off, in_bytes, scratch_top, scratch_end;
+static int64_t in_off, in_bytes, rect_off, rect_bytes, scratch_top, scratch_end;
 /* Operands rotate over at least this many bytes (beyond the caches). */
 static int64_t rot_bytes = (int64_t)64 << 20;
 enum { NROT = 64 };
@@ -89,29 +90,36 @@ float *cal_scratch(int64_t n) {
   return p;
 }
 
+char *cal_out_slot(const Case *k, int r) { return A + cal_out_pool_off + r * k->out_bytes; }
+
 void cal_call(Case *k) {
   k->cur = (k->cur + 1) % k->nrot;
-  k->fn(k, A + in_off + k->cur * k->in_bytes, A + cal_out_pool_off + k->cur * k->out_bytes);
+  k->fn(k, A + (k->rectified ? rect_off : in_off) + k->cur * k->in_bytes,
+        A + cal_out_pool_off + k->cur * k->out_bytes);
 }
 
-/* The input pool's values: approximately N(0, 1) (the sum of three uniform
- * values on [-1, 1]), from a fixed xorshift sequence, uploaded in chunks. */
+/* The input pools' values: approximately N(0, 1) (the sum of three uniform
+ * values on [-1, 1]) from a fixed xorshift sequence, and the same values
+ * rectified (max(0, v)) in the second pool; uploaded in chunks. */
 static void fill_inputs(void) {
   enum { CHUNK = 1 << 20 };
   float *h = malloc(sizeof(float) * CHUNK);
   if (!h) exit(3);
-  uint64_t s = 0x9e3779b97f4a7c15ull;
-  for (int64_t off = 0; off < in_bytes; off += 4 * (int64_t)CHUNK) {
-    int64_t n = (in_bytes - off) / 4 < CHUNK ? (in_bytes - off) / 4 : CHUNK;
-    for (int64_t i = 0; i < n; i++) {
-      float v = 0;
-      for (int j = 0; j < 3; j++) {
-        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-        v += (float)((double)(s >> 11) / 9007199254740992.0 * 2 - 1);
+  for (int pool = 0; pool < 2; pool++) {
+    uint64_t s = 0x9e3779b97f4a7c15ull;
+    int64_t off0 = pool ? rect_off : in_off, bytes = pool ? rect_bytes : in_bytes;
+    for (int64_t off = 0; off < bytes; off += 4 * (int64_t)CHUNK) {
+      int64_t n = (bytes - off) / 4 < CHUNK ? (bytes - off) / 4 : CHUNK;
+      for (int64_t i = 0; i < n; i++) {
+        float v = 0;
+        for (int j = 0; j < 3; j++) {
+          s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+          v += (float)((double)(s >> 11) / 9007199254740992.0 * 2 - 1);
+        }
+        h[i] = pool && v < 0 ? 0 : v;
       }
-      h[i] = v;
+      snrt_dev_upload(&cal_ctx, off0 + off, h, 4 * n);
     }
-    snrt_dev_upload(&cal_ctx, in_off + off, h, 4 * n);
   }
   free(h);
 }
@@ -123,8 +131,9 @@ static void size_slots(void) {
     int64_t per = k->in_bytes + k->out_bytes;
     int64_t r = rot_bytes / (per > 0 ? per : 1) + 1;
     if (r > NROT) r = NROT;
-    while (r > 1 && (r * k->in_bytes > in_bytes || r * k->out_bytes > cal_out_pool_bytes)) r--;
-    if (k->in_bytes > in_bytes || k->out_bytes > cal_out_pool_bytes) {
+    int64_t pool = k->rectified ? rect_bytes : in_bytes;
+    while (r > 1 && (r * k->in_bytes > pool || r * k->out_bytes > cal_out_pool_bytes)) r--;
+    if (k->in_bytes > pool || k->out_bytes > cal_out_pool_bytes) {
       fprintf(stderr, "snc-calibrate: error: internal: %s does not fit the pools\n", k->what);
       exit(3);
     }
@@ -136,6 +145,7 @@ static void size_slots(void) {
 /* One trial of case k in pass `pass`: a warm-up call, then reps calls (reps
  * sized in the first pass for trial_s / NPASS). */
 static void time_case(Case *k, int pass) {
+  if (k->prepare) k->prepare(k);
   cal_call(k);
   snrt_dev_sync(&cal_ctx);
   if (pass == 0) {
@@ -189,7 +199,8 @@ static void make_cases(void) {
       {1, 256, 8, 128, 1, 1}, {1, 512, 4, 256, 1, 1}, {1, 1024, 2, 512, 1, 1}, {1, 2048, 1, 512, 1, 1},
       {1, 512, 1, 2048, 1, 1}, {1, 64, 8, 128, 1, 2}, {1, 64, 16, 192, 3, 1}, {1, 96, 8, 128, 3, 1},
       {1, 16, 8, 32, 3, 1}, {1, 480, 4, 192, 1, 1}, {1, 112, 4, 224, 3, 1}, {1, 832, 2, 384, 1, 1},
-      {1, 192, 2, 384, 3, 1}};
+      {1, 192, 2, 384, 3, 1}, {1, 128, 4, 256, 1, 2}, {1, 256, 2, 512, 1, 2}, {1, 256, 8, 512, 1, 2},
+      {1, 512, 4, 1024, 1, 2}, {1, 1024, 2, 2048, 1, 2}, {1, 832, 2, 128, 1, 1}};
   int nconv = q ? 7 : (int)(sizeof conv_full / sizeof conv_full[0]);
   for (int i = 0; i < nconv; i++) {
     const short *c = conv_full[i];
@@ -345,10 +356,12 @@ int main(int argc, char **argv) {
     execv("/proc/self/exe", argv);
   if (cal_quick) trial_s = 0.01, rot_bytes = (int64_t)16 << 20;
 
-  /* The arena: input pool, output pool, scratch (see calibrate.h). */
+  /* The arena: input pool, rectified input pool, output pool, scratch
+   * (see calibrate.h). */
   int64_t pool = cal_quick ? ((int64_t)24 << 20) : ((int64_t)96 << 20);
   static snrt_model m = {.name = "snc-calibrate", .policy = "calibrate", .device = "calibrate"};
-  m.arena_bytes = 2 * pool + (cal_quick ? ((int64_t)32 << 20) : ((int64_t)112 << 20));
+  int64_t rect = cal_quick ? ((int64_t)16 << 20) : ((int64_t)64 << 20);
+  m.arena_bytes = 2 * pool + rect + (cal_quick ? ((int64_t)32 << 20) : ((int64_t)112 << 20));
   m.host_bytes = cal_quick ? ((int64_t)8 << 20) : ((int64_t)64 << 20);
   cal_ctx.m = &m;
   cal_ctx.threads = threads;
@@ -356,7 +369,8 @@ int main(int argc, char **argv) {
   snrt_dev_init(&cal_ctx);
   A = snrt_arena(&cal_ctx);
   in_off = SNRT_ALIGN, in_bytes = pool;
-  cal_out_pool_off = in_off + pool, cal_out_pool_bytes = pool;
+  rect_off = in_off + pool, rect_bytes = rect;
+  cal_out_pool_off = rect_off + rect, cal_out_pool_bytes = pool;
   scratch_top = cal_out_pool_off + pool, scratch_end = m.arena_bytes;
   fprintf(stderr, "snc-calibrate: %s%s, %d passes\n", snrt_dev_describe(&cal_ctx),
           cal_quick ? " (--quick)" : "", NPASS);
@@ -447,11 +461,13 @@ int main(int argc, char **argv) {
   int first = 1;
   for (int i = 0; i < cal_ncases; i++) {
     const Case *k = &cal_cases[i];
-    if (k->aux || k->fn != cal_cases[0].fn || k->bwd) continue;   /* forward convs (case 0 is one) */
+    if (k->aux || k->cls < K_CONV || k->cls > K_CONV_1X1) continue;   /* forward convs */
     const snrt_conv_t *p = &k->conv;
+    double bd = cal_cases[i + 1].s, bf = cal_cases[i + 2].s;
     fprintf(f, "%s\n    {\"class\": \"%s\", \"n\": %d, \"c\": %d, \"hw\": %d, \"k\": %d, \"ksize\": %d, "
-            "\"stride\": %d, \"forward_s\": %.4g, \"backward_s\": %.4g}", first ? "" : ",",
-            cal_class_names[k->cls], p->n, p->c, p->h, p->k, p->kh, p->sh, k->s, cal_cases[i + 1].s);
+            "\"stride\": %d, \"forward_s\": %.4g, \"backward_s\": %.4g, \"backward_data_s\": %.4g, "
+            "\"backward_filter_s\": %.4g}", first ? "" : ",", cal_class_names[k->cls], p->n, p->c, p->h, p->k,
+            p->kh, p->sh, k->s, bd + bf, bd, bf);
     first = 0;
   }
   fprintf(f, "\n  ],\n  \"pool_shapes\": [");

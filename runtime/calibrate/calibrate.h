@@ -6,10 +6,13 @@
  * emitted train.c calls it. Its operands are read from the input pool
  * (random values, approximately N(0, 1), never written: a kernel whose speed
  * depends on its data, a max pooling's branches or erf's range reduction,
- * runs on data like a network's, not on a constant) and written to the
- * output pool (never read by another case); kernels that update a buffer in
- * place (SGD, Adam, BN's running statistics) or read integers (labels) use
- * buffers of their own in the scratch area. Each call takes the next of
+ * runs on data like a network's, not on a constant; poolings read the same
+ * values rectified, as they follow a ReLU in the examples' CNNs: the 3x3
+ * max pooling runs 1.5x faster on those) and written to the
+ * output pool (never read by another case); the optimizers update their
+ * state in the output slots (set before each pass: prepare), per-channel
+ * buffers (BN's statistics) and integers (labels) live in the scratch area.
+ * Each call takes the next of
  * `nrot` slots of both pools, so its operands come from memory, as in a
  * training step, where a tensor was mostly written several kernels before.
  *
@@ -45,6 +48,7 @@ typedef void (*case_fn)(Case *k, char *in, char *out);
 
 struct Case {
   case_fn fn;
+  void (*prepare)(Case *k);   /* before each pass's trial (NULL: none) */
   char what[112];           /* the log's line, without the time */
   int cls;                  /* the class its time is fitted in (-1: none) */
   double work;              /* FLOPs, bytes touched (as cost.c counts them) or window elements */
@@ -65,8 +69,10 @@ struct Case {
   snrt_mm_t mm;
   snrt_pool_t pool;
   int aux;                  /* 1: not timed in the passes (the overlap mix) */
+  int rectified;            /* 1: inputs from the rectified pool (a pooling's: ReLU outputs) */
   int shape;                /* index in the driver's shape lists (-1: none) */
-  int bwd;                  /* the backward kernel(s) of a conv or pool shape */
+  int bwd;                  /* a conv's kernel: 0 forward, 1 backward data, 2 backward filter;
+                               a pool's: 1 backward */
 };
 
 extern snrt_ctx cal_ctx;
@@ -82,11 +88,12 @@ int64_t cal_arena_bytes(void);
 void cal_pools_init(void);
 /* Scratch buffers (device memory outside the pools), bump-allocated; n floats. */
 float *cal_scratch(int64_t n);
-/* One call of case k on its next slot. */
+/* One call of case k on its next slot; slot r of its output pool part. */
 void cal_call(Case *k);
+char *cal_out_slot(const Case *k, int r);
 
 /* cases.c: add cases (each returns its index in cal_cases). */
-int cal_conv(int n, int c, int hw, int k, int ksz, int stride);   /* forward; backward at +1 */
+int cal_conv(int n, int c, int hw, int k, int ksz, int stride);   /* forward; backward data +1, filter +2 */
 int cal_gemm(int64_t batch, int64_t m, int64_t n, int64_t k, int ta, int tb, int bcast);
 int cal_pool(int n, int c, int hw, int ksz, int stride, int pad, int avg);   /* forward; backward +1 */
 /* The kernels of the bandwidth classes. n elements; c, hw: a BN's channels

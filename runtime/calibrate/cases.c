@@ -39,45 +39,42 @@ static Case *new_case(case_fn fn, int cls, int64_t in_bytes, int64_t out_bytes) 
   return k;
 }
 
-/* ---- convolutions: forward; backward data + filter (one "step" pair) ---- */
+/* ---- convolutions: forward, backward data, backward filter ---- */
 
 /* Shared by every convolution: the largest im2col workspace (scratch). */
 static float *conv_ws;
 static int64_t conv_ws_bytes;
 
-static void conv_fwd(Case *k, char *in, char *out) {
-  const snrt_conv_t *p = &k->conv;
-  int64_t nx = (int64_t)p->n * p->c * p->h * p->w, nw = (int64_t)p->k * p->c * p->kh * p->kw;
-  float *x = (float *)in, *w = x + nx;
-  snrt_conv_fwd(&cal_ctx, p, x, w, w + nw, (float *)out, conv_ws);
-}
-static void conv_bwd(Case *k, char *in, char *out) {
+static void conv_call(Case *k, char *in, char *out) {
   const snrt_conv_t *p = &k->conv;
   int64_t nx = (int64_t)p->n * p->c * p->h * p->w, nw = (int64_t)p->k * p->c * p->kh * p->kw;
   float *x = (float *)in, *w = x + nx, *dy = w + nw + p->k;
-  float *dx = (float *)out, *dw = dx + nx;
-  snrt_conv_bwd_data(&cal_ctx, p, dy, w, dx, conv_ws);
-  snrt_conv_bwd_filter(&cal_ctx, p, x, dy, dw, conv_ws);
+  if (k->bwd == 0) snrt_conv_fwd(&cal_ctx, p, x, w, w + nw, (float *)out, conv_ws);
+  else if (k->bwd == 1) snrt_conv_bwd_data(&cal_ctx, p, dy, w, (float *)out, conv_ws);
+  else snrt_conv_bwd_filter(&cal_ctx, p, x, dy, (float *)out, conv_ws);
 }
 
+/* The workspace as the compiler plans it (snrt_conv_ws_images: the CPU
+ * kernels batch their GEMMs by it). */
 int cal_conv(int n, int c, int hw, int kk, int ksz, int stride) {
   int pad = ksz / 2, o = (hw + 2 * pad - ksz) / stride + 1;
   snrt_conv_t p = {.n = n, .c = c, .h = hw, .w = hw, .k = kk, .oh = o, .ow = o, .kh = ksz,
                    .kw = ksz, .sh = stride, .sw = stride, .pt = pad, .pl = pad, .dh = 1,
-                   .dw = 1, .group = 1, .ws_images = n};
+                   .dw = 1, .group = 1};
+  p.ws_images = snrt_conv_ws_images(&p);
   p.ws_bytes = snrt_conv_ws_bytes(&p);
   if (p.ws_bytes > conv_ws_bytes) conv_ws_bytes = p.ws_bytes;
   int64_t nx = (int64_t)n * c * hw * hw, ny = (int64_t)n * kk * o * o, nw = (int64_t)kk * c * ksz * ksz;
   double fl = 2.0 * n * kk * o * o * (double)c * ksz * ksz;
   int kind = (int64_t)c * ksz * ksz < 64 ? 1 : ksz == 1 ? 2 : 0;   /* as cost.c's conv_kind */
+  static const char *const what[3] = {"forward", "backward data", "backward filter"};
   int first = cal_ncases;
-  for (int b = 0; b < 2; b++) {
-    Case *k = new_case(b ? conv_bwd : conv_fwd, (b ? K_CONV_BWD : K_CONV) + kind,
-                       4 * (nx + nw + kk + ny), 4 * (b ? nx + nw : ny));
-    k->conv = p, k->bwd = b, k->work = b ? 2 * fl : fl;
-    k->units = b ? 2.0 * n : n;   /* two kernels in backward, each over the batch */
+  for (int b = 0; b < 3; b++) {
+    Case *k = new_case(conv_call, (b ? K_CONV_BWD : K_CONV) + kind, 4 * (nx + nw + kk + ny),
+                       4 * (b == 0 ? ny : b == 1 ? nx : nw));
+    k->conv = p, k->bwd = b, k->work = fl, k->units = n;   /* each kernel: fl FLOPs over the batch */
     snprintf(k->what, sizeof k->what, "conv n%d c%d %dx%d k%d %dx%d/%d %s", n, c, hw, hw, kk, ksz, ksz,
-             stride, b ? "backward" : "forward");
+             stride, what[b]);
   }
   return first;
 }
@@ -126,7 +123,7 @@ int cal_pool(int n, int c, int hw, int ksz, int stride, int pad, int avg) {
   int first = cal_ncases;
   for (int b = 0; b < 2; b++) {
     Case *k = new_case(b ? pool_bwd : pool_fwd, K_POOL, 4 * (nx + ny), 4 * (b ? nx : ny));
-    k->pool = p, k->which = avg, k->bwd = b;
+    k->pool = p, k->which = avg, k->bwd = b, k->rectified = 1;
     k->work = (double)ny * ksz * ksz, k->par = par_over(nx, 1);
     snprintf(k->what, sizeof k->what, "%s-pool n%d c%d %dx%d %dx%d/%d %s", avg ? "avg" : "max", n, c, hw,
              hw, ksz, ksz, stride, b ? "backward" : "forward");
@@ -154,8 +151,8 @@ static const struct {
     [EW_LN] = {8, 1, 1, 1, 1},          [EW_LN_BWD] = {12, 2, 1, 1, 1},
     [EW_CONV_BIAS] = {4, 1, 0, 1, 1},   [EW_DROPOUT] = {8, 1, 1, 4, 0},
     [EW_WHERE] = {8, 1, 1, 1, 0},       [EW_CE] = {4, 1, 0, 0, 1},
-    [EW_CE_BWD] = {8, 1, 1, 1, 1},      [EW_SGD] = {20, 1, 0, 1, 0},
-    [EW_ADAM] = {28, 1, 0, 1, 0},
+    [EW_CE_BWD] = {8, 1, 1, 1, 1},      [EW_SGD] = {20, 1, 2, 1, 0},
+    [EW_ADAM] = {28, 1, 3, 1, 0},
 };
 
 /* Per-channel (BN, conv bias) and per-row buffers, the optimizer state and
@@ -274,20 +271,31 @@ static void ew(Case *k, char *in, char *out) {
     snrt_softmax_ce_bwd(c, &p, x, e->labels, y);
     break;
   }
-  case EW_SGD: {
+  case EW_SGD: {   /* parameters and momentum: the output slot (rotated, cold as in a step) */
     snrt_sgd_t p = {.n = n, .momentum = 0.9f, .param = -1};
-    snrt_sgd(c, &p, e->w, x, e->m);
+    snrt_sgd(c, &p, y, x, y + n);
     break;
   }
   case EW_ADAM: {
     snrt_adam_t p = {.n = n, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .param = -1};
-    snrt_adam(c, &p, e->w, x, e->m, e->v);
+    snrt_adam(c, &p, y, x, y + n, y + 2 * n);
     break;
   }
   }
 }
 
-/* Scratch floats: value v, or (random) from the input pool's start. */
+/* The optimizer state in every output slot: parameters 0.01, first moment
+ * 0, second moment 1e-4 (>= 0 as Adam's is), before each pass. */
+static void optim_prepare(Case *k) {
+  for (int r = 0; r < k->nrot; r++) {
+    float *y = (float *)cal_out_slot(k, r);
+    snrt_fill(&cal_ctx, k->n, 0.01f, y);
+    snrt_fill(&cal_ctx, k->n, 0.0f, y + k->n);
+    if (k->which == EW_ADAM) snrt_fill(&cal_ctx, k->n, 1e-4f, y + 2 * k->n);
+  }
+}
+
+/* Scratch floats of value v. */
 static float *scratch_fill(int64_t n, float v) {
   float *p = cal_scratch(n);
   snrt_fill(&cal_ctx, n, v, p);
@@ -313,9 +321,7 @@ int cal_ew(int which, int cls, int64_t n, int c, int64_t hw, const char *what) {
     e->v = scratch_fill(which == EW_LN_BWD ? n / 64 : per, 1.0f);
     e->w = scratch_fill(2 * (which == EW_LN ? n / 64 : per), 1.0f);
     break;
-  case EW_SGD: case EW_ADAM:
-    e->w = scratch_fill(n, 0.01f), e->m = scratch_fill(n, 0.0f), e->v = scratch_fill(n, 1e-4f);
-    break;
+  case EW_SGD: case EW_ADAM: k->prepare = optim_prepare; break;
   case EW_CE: case EW_CE_BWD: {
     int rows = (int)(n / c);
     e->w = scratch_fill(1, 0);
@@ -371,19 +377,19 @@ int cal_copy(int dir, int64_t bytes) {
 /* The compute mix of the overlap measurement: a 3x3 convolution forward and
  * backward, a batch normalization and a ReLU on the activations of a small
  * CNN (auxiliary cases: timed only here, not in the passes). */
-static int mix[4];
+static int mix[5];
 
 void cal_overlap_init(void) {
   int nb = cal_quick ? 4 : 16;
-  mix[0] = cal_conv(nb, 64, 16, 64, 3, 1), mix[1] = mix[0] + 1;
-  mix[2] = cal_ew(EW_BN, -1, (int64_t)nb * 64 * 256, 64, 256, "batch-norm");
-  mix[3] = cal_ew(EW_RELU, -1, (int64_t)nb * 64 * 256, 64, 256, "relu");
-  for (int i = 0; i < 4; i++) cal_cases[mix[i]].cls = -1, cal_cases[mix[i]].aux = 1;
+  mix[0] = cal_conv(nb, 64, 16, 64, 3, 1), mix[1] = mix[0] + 1, mix[2] = mix[0] + 2;
+  mix[3] = cal_ew(EW_BN, -1, (int64_t)nb * 64 * 256, 64, 256, "batch-norm");
+  mix[4] = cal_ew(EW_RELU, -1, (int64_t)nb * 64 * 256, 64, 256, "relu");
+  for (int i = 0; i < 5; i++) cal_cases[mix[i]].cls = -1, cal_cases[mix[i]].aux = 1;
 }
 
 static void mix_run(int times) {
   for (int r = 0; r < times; r++)
-    for (int i = 0; i < 4; i++) cal_call(&cal_cases[mix[i]]);
+    for (int i = 0; i < 5; i++) cal_call(&cal_cases[mix[i]]);
 }
 
 void cal_overlap_pass(int dir, double copy_bw, int pass, double *loss) {
