@@ -56,7 +56,8 @@
  * (tens to hundreds of microseconds on a VM, as much as a 1 MiB kernel's
  * own time).
  *
- * Copies: bytes over the copy rate of their direction; a copy that runs
+ * Copies: a fixed cost per copy plus bytes over the copy rate of their
+ * direction; a copy that runs
  * beside compute costs that compute cost_copy_loss (the CPU target's copy
  * engine is a thread on the same cores: snc-calibrate measured compute
  * slowed by more than the copy's own time there; GPUs and the built-in
@@ -277,7 +278,8 @@ double cost_node_seconds(const Graph *g, const Node *n, double bytes, const Devi
 
 double cost_copy_seconds(double bytes, CopyDir dir, const DeviceProfile *d) {
   if (!d->rates) return bytes / d->link_bw;
-  return bytes / (dir == COPY_D2H ? d->rates->d2h_bw : d->rates->h2d_bw);
+  const CostRates *r = d->rates;
+  return dir == COPY_D2H ? r->d2h_s + bytes / r->d2h_bw : r->h2d_s + bytes / r->h2d_bw;
 }
 
 double cost_copy_loss(double overlap, CopyDir dir, const DeviceProfile *d) {

@@ -56,7 +56,8 @@ const int device_profile_count = sizeof device_profiles / sizeof device_profiles
  *  "gemm_shapes": [{"batch": B, "m": M, "n": N, "k": K, "trans_a": 0, "trans_b": 1,
  *                   "seconds": S}, ...] (optional),
  *  "parallel_min_elements": N (optional; with the classes' "parallel_s"),
- *  "copy": {"d2h": B, "h2d": B, "d2h_loss": L, "h2d_loss": L (optional)},
+ *  "copy": {"d2h": B, "h2d": B, "d2h_s": S, "h2d_s": S, "d2h_loss": L, "h2d_loss": L
+ *           (the last four optional)},
  *  "step_overhead_s": S}
  * flops/mem_bw/link_bw/mem_bytes are required (the simple model); "classes"
  * (then with every class but strided, math and loss, "copy" and
@@ -205,6 +206,8 @@ static DeviceProfile *profile_load(const char *path) {
     if (cp->type != JS_OBJ) prof_error("\"copy\" is not an object%s", "");
     r->d2h_bw = prof_num(cp, "d2h", true, 0, true);
     r->h2d_bw = prof_num(cp, "h2d", true, 0, true);
+    r->d2h_s = prof_num(cp, "d2h_s", false, 0, false);
+    r->h2d_s = prof_num(cp, "h2d_s", false, 0, false);
     r->d2h_loss = prof_num(cp, "d2h_loss", false, 0, false);
     r->h2d_loss = prof_num(cp, "h2d_loss", false, 0, false);
     double step_overhead = prof_num(root, "step_overhead_s", true, 0, false);

@@ -467,6 +467,8 @@ typedef struct CostRates {
   double class_flops[CC_COUNT];   // FLOP/s per op class (0: bandwidth alone)
   double class_bw[CC_COUNT];      // bytes touched per second per op class (0: FLOPs alone)
   double d2h_bw, h2d_bw;          // copy engine, each direction (bytes/s)
+  double d2h_s, h2d_s;            // ... and its fixed cost per copy (the copy thread's and the
+                                  // waiter's wake-ups on the CPU; 0: none measured)
   double d2h_loss, h2d_loss;      // compute seconds lost per second of copy running beside
                                   // compute (a copy engine that shares the compute cores); 0:
                                   // copies overlap compute for free (separate copy engines)

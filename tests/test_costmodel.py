@@ -55,6 +55,7 @@ def plain(profile):
         for k in ("overhead_s", "per_image_s", "per_call_s", "per_row_s", "parallel_s"):
             c[k] = 0
     p["step_overhead_s"] = 0
+    p["copy"]["d2h_s"] = p["copy"]["h2d_s"] = 0
     return p
 
 
@@ -284,6 +285,7 @@ def test_calibrate_measures_copy_loss_and_row_costs(profile):
     and the per-row cost of the norm and loss classes."""
     p = json.load(open(profile))
     assert p["copy"]["d2h_loss"] >= 0 and p["copy"]["h2d_loss"] >= 0
+    assert p["copy"]["d2h_s"] >= 0 and p["copy"]["h2d_s"] >= 0
     assert p["classes"]["norm"]["per_row_s"] >= 0
     assert p["classes"]["loss"]["per_row_s"] >= 0
     assert p["measured"]["passes"] >= 3
@@ -347,7 +349,8 @@ def test_copy_loss(profile, tmp_path):
     """A copy that runs beside compute costs it d2h_loss (h2d_loss) per second
     of the copy; a profile without them (a GPU's own copy engines) overlaps
     for free; synchronous copies (superneurons), during which compute waits,
-    cost their time and no more."""
+    cost their time and no more, a fixed cost per copy (d2h_s, h2d_s)
+    included."""
     p = plain(profile)
     for k in ("d2h_loss", "h2d_loss"):
         p["copy"].pop(k, None)
@@ -373,6 +376,12 @@ def test_copy_loss(profile, tmp_path):
     s5 = offload_est(tmp_path, p, "s5.json", "superneurons")
     assert s0["offload_bytes"] > 0
     assert s5["est_step_seconds"] == s0["est_step_seconds"]
+    # a fixed cost per copy: each synchronous copy of the training step pays it once
+    p["copy"]["d2h_s"] = p["copy"]["h2d_s"] = 1e-3
+    s1 = offload_est(tmp_path, p, "s1.json", "superneurons")
+    copies = [x for x in s1["steps"] if x["kind"] in ("offload", "prefetch")]
+    assert copies
+    assert s1["est_step_seconds"] - s0["est_step_seconds"] == pytest.approx(1e-3 * len(copies), rel=1e-6)
     # plan.txt says how much of the exposed time is compute slowed by copies
     f = tmp_path / "one.json"
     r = run([SNC, "plan", FASHION, "--batch", "8", "--policy", "offload", "--device", str(f)])

@@ -294,7 +294,11 @@ static void make_cases(void) {
     cal_ew(EW_ADAM, K_ADAM, n, 1, 1, "adam");
   }
   tiny_case = cal_tiny();
-  for (int dir = 0; dir < 2; dir++) copy_case[dir] = cal_copy(dir, q ? (4 << 20) : (32 << 20));
+  /* The copy engine: 256 KiB (a small activation) to 32 MiB, each way; the
+   * largest sizes the overlap measurement's copies. */
+  for (int dir = 0; dir < 2; dir++)
+    for (int64_t b = 256 << 10; b <= (q ? (4 << 20) : (32 << 20)); b *= q ? 16 : 8)
+      copy_case[dir] = cal_copy(dir, b);
   cal_overlap_init();
 }
 
@@ -400,8 +404,8 @@ int main(int argc, char **argv) {
     double lo = k->t[0], hi = k->t[0];
     for (int p = 1; p < NPASS; p++) lo = k->t[p] < lo ? k->t[p] : lo, hi = k->t[p] > hi ? k->t[p] : hi;
     char rate[64] = "";
-    if (i == copy_case[0] || i == copy_case[1])
-      snprintf(rate, sizeof rate, " (%.2f GB/s)", k->n / k->s / 1e9), copy_bw[i == copy_case[1]] = k->n / k->s;
+    if (k->cls >= NCLASS)
+      snprintf(rate, sizeof rate, " (%.2f GB/s)", k->n / k->s / 1e9);
     else if (k->cls >= 0)
       snprintf(rate, sizeof rate, k->cls == K_POOL ? " (%.2f G window elements/s)" : by_flops[k->cls]
                ? " (%.1f GFLOP/s)" : " (%.2f GB/s)", k->work / k->s / 1e9);
@@ -432,8 +436,12 @@ int main(int argc, char **argv) {
   strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&tt));
   double loads[3] = {0, 0, 0};
   if (getloadavg(loads, 3) < 0) loads[0] = -1;
-  double rate[NCLASS], ovh[NCLASS], par[NCLASS], unit[NCLASS];
-  for (int c = 0; c < NCLASS; c++) fit_class(c, &rate[c], &ovh[c], &par[c], &unit[c]);
+  double rate[NFIT], ovh[NFIT], par[NFIT], unit[NFIT];
+  for (int c = 0; c < NFIT; c++) fit_class(c, &rate[c], &ovh[c], &par[c], &unit[c]);
+  for (int dir = 0; dir < 2; dir++) {
+    copy_bw[dir] = rate[K_COPY_D2H + dir];
+    if (ovh[K_COPY_D2H + dir] < 0) ovh[K_COPY_D2H + dir] = 0;
+  }
   fprintf(f, "{\n  \"name\": \"%s-calibrated\",\n", TARGET);
   fprintf(f, "  \"measured\": {\"by\": \"snc-calibrate%s\", \"target\": \"%s\", \"machine\": \"%s\", "
           "\"runtime\": \"%s\", \"date\": \"%s\", \"threads\": %d, \"passes\": %d, \"load_average\": %.2f},\n",
@@ -494,8 +502,9 @@ int main(int argc, char **argv) {
   }
   if (PAR_MIN > 0) fprintf(f, "\n  ],\n  \"parallel_min_elements\": %d,\n", PAR_MIN);
   else fprintf(f, "\n  ],\n");
-  fprintf(f, "  \"copy\": {\"d2h\": %.4g, \"h2d\": %.4g, \"d2h_loss\": %.4g, \"h2d_loss\": %.4g},\n",
-          copy_bw[0], copy_bw[1], copy_loss[0], copy_loss[1]);
+  fprintf(f, "  \"copy\": {\"d2h\": %.4g, \"h2d\": %.4g, \"d2h_s\": %.4g, \"h2d_s\": %.4g, \"d2h_loss\": %.4g, "
+          "\"h2d_loss\": %.4g},\n", copy_bw[0], copy_bw[1], ovh[K_COPY_D2H], ovh[K_COPY_H2D], copy_loss[0],
+          copy_loss[1]);
   fprintf(f, "  \"step_overhead_s\": %.4g\n}\n", overhead);
   if (out && fclose(f)) {
     fprintf(stderr, "snc-calibrate: error: cannot write '%s'\n", out);

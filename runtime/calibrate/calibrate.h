@@ -37,6 +37,8 @@
 enum { K_CONV, K_CONV_SMALL, K_CONV_1X1, K_CONV_BWD, K_CONV_BWD_SMALL, K_CONV_BWD_1X1, K_GEMM,
        K_POOL, K_NORM, K_ELEM, K_UPDATE, K_ADAM, K_STRIDED, K_MATH, K_LOSS, NCLASS };
 extern const char *const cal_class_names[NCLASS];
+/* Fitted beside the classes: the copy engine per direction (t = a + bytes / rate). */
+enum { K_COPY_D2H = NCLASS, K_COPY_H2D, NFIT };
 
 enum { NPASS = 5 };          /* passes: each case's trials (its median of NPASS) */
 enum { MAXCASES = 512 };
@@ -107,7 +109,8 @@ enum { EW_RELU, EW_RELU_BWD, EW_ADD, EW_BCAST_MUL, EW_ADD_SAME, EW_BIAS_GRAD, EW
 /* A bandwidth-class kernel over n elements. */
 int cal_ew(int which, int cls, int64_t n, int c, int64_t hw, const char *what);
 int cal_tiny(void);          /* a 16-element kernel: the fixed cost of a step */
-/* The copy engine alone, one direction (0: to the host), `bytes` per call. */
+/* The copy engine alone, one direction (0: to the host), `bytes` per call
+ * (fitted in K_COPY_D2H + dir). */
 int cal_copy(int dir, int64_t bytes);
 /* The overlap measurement's compute mix (auxiliary cases); then, after every
  * case is made, the shared convolution workspace. */

@@ -367,7 +367,8 @@ static void copy1(Case *k, char *in, char *out) {
 }
 
 int cal_copy(int dir, int64_t bytes) {
-  Case *k = new_case(copy1, -1, 64, bytes);
+  Case *k = new_case(copy1, K_COPY_D2H + dir, 64, bytes);
+  k->work = (double)bytes;
   k->which = dir, k->n = bytes;
   snprintf(k->what, sizeof k->what, "copy %s, %lld bytes", dir ? "to the device" : "to the host",
            (long long)bytes);

@@ -9,7 +9,9 @@
  * contiguous row of a normalization (a BN channel of one image, a LayerNorm
  * or softmax row: the kernels' loops restart per row, so a 1x1 map costs far
  * more per element than a 32x32 one). Convolutions and GEMMs have no fixed
- * cost a (their per-unit term covers it).
+ * cost a (their per-unit term covers it). The copy engine, per direction,
+ * is fitted the same way: a per copy (the copy thread's wake-up and the
+ * waiter's), bytes over the rate.
  *
  * Least squares on relative errors (each point weighted by 1/t^2, so a small
  * kernel's time counts as much as a large one's), over a ladder of models
@@ -23,12 +25,12 @@
 #include <math.h>
 
 enum { MAXPTS = 160 };
-static double pw[NCLASS][MAXPTS], pt[NCLASS][MAXPTS], pu[NCLASS][MAXPTS], pp[NCLASS][MAXPTS];
-static double work_sum[NCLASS], time_sum[NCLASS];
-static int npts[NCLASS];
+static double pw[NFIT][MAXPTS], pt[NFIT][MAXPTS], pu[NFIT][MAXPTS], pp[NFIT][MAXPTS];
+static double work_sum[NFIT], time_sum[NFIT];
+static int npts[NFIT];
 
 void fit_record(int cls, double work, double seconds, double units, int par) {
-  if (cls < 0 || cls >= NCLASS) return;
+  if (cls < 0 || cls >= NFIT) return;
   work_sum[cls] += work, time_sum[cls] += seconds;
   if (npts[cls] >= MAXPTS) return;
   int i = npts[cls]++;
