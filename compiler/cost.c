@@ -22,7 +22,8 @@
  * and so do 1x1 convolutions ("_1x1": one GEMM per image on the CPU); a
  * convolution also costs a fixed time per image of the batch (per_image_s);
  * where the profile lists the convolutions it measured (conv_shapes), a
- * convolution takes the FLOP rate of the nearest one of its kind instead;
+ * convolution takes the FLOP rate of the nearest one of its kind instead
+ * (its forward, backward-data or backward-filter kernel's own rate);
  * gemm (Gemm, MatMul and their gradients: the rate of the nearest GEMM the
  * profile measured, gemm_shapes, else the class rate plus a cost per matrix
  * of a batched product, one sgemm each); pool (max and average pooling,
