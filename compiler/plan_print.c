@@ -85,6 +85,11 @@ void plan_print_summary(const Graph *g, const Plan *pl, FILE *f) {
   fmt_time(tr, sizeof tr, pl->recompute_seconds);
   fmt_time(tx, sizeof tx, pl->exposed_seconds);
   fprintf(f, "    breakdown     %12s   compute + %s recompute + %s exposed transfer\n", tc, tr, tx);
+  if (pl->copy_loss_seconds > 0) {   /* a copy engine on the compute cores (cost_copy_loss) */
+    char tl[32];
+    fmt_time(tl, sizeof tl, pl->copy_loss_seconds);
+    fprintf(f, "    of which      %12s   compute slowed by the copies running beside it\n", tl);
+  }
   if (pl->recompute_flops > 0)
     fprintf(f, "  recompute       %12.3g   GFLOP (%.1f%% of the step's %.3g GFLOP)\n",
             pl->recompute_flops / 1e9, 100.0 * pl->recompute_flops / pl->step_flops,

@@ -494,6 +494,7 @@ typedef struct Plan {
   int64_t baseline_bytes;  // the none policy's arena
   double recompute_flops, offload_bytes, est_step_seconds, step_flops;
   double compute_seconds, recompute_seconds, exposed_seconds;  // est_step_seconds' parts
+  double copy_loss_seconds;  // of exposed_seconds: compute slowed by copies beside it (cost_copy_loss)
   int nevents;             // events used by copy steps
   int64_t aliased_bytes;   // tensors sharing another's instance in place (liveness_assign)
   int64_t *live_bytes;     // per step
@@ -505,7 +506,7 @@ typedef struct Plan {
  * are the keys of a profile file's "classes"; snc-calibrate writes them). */
 typedef enum { CC_CONV, CC_CONV_SMALL, CC_CONV_1X1, CC_CONV_BWD, CC_CONV_BWD_SMALL, CC_CONV_BWD_1X1,
                CC_GEMM, CC_POOL, CC_NORM, CC_ELEMENTWISE, CC_UPDATE, CC_ADAM, CC_STRIDED,
-               CC_MATH, CC_COUNT } CostClass;
+               CC_MATH, CC_LOSS, CC_COUNT } CostClass;
 typedef enum { COPY_D2H, COPY_H2D } CopyDir;
 
 /* Rates of a calibrated profile, measured on the runtime's kernels. */
@@ -513,11 +514,17 @@ typedef struct CostRates {
   double class_flops[CC_COUNT];   // FLOP/s per op class (0: bandwidth alone)
   double class_bw[CC_COUNT];      // bytes touched per second per op class (0: FLOPs alone)
   double d2h_bw, h2d_bw;          // copy engine, each direction (bytes/s)
+  double d2h_s, h2d_s;            // ... and its fixed cost per copy (the copy thread's and the
+                                  // waiter's wake-ups on the CPU; 0: none measured)
+  double d2h_loss, h2d_loss;      // compute seconds lost per second of copy running beside
+                                  // compute (a copy engine that shares the compute cores); 0:
+                                  // copies overlap compute for free (separate copy engines)
   double overhead[CC_COUNT];      // seconds added to each compute step of the class (the
                                   // call, a parallel region's start); default step_overhead_s
-  double per_image[CC_COUNT];     // convolution classes: seconds per image of the batch (the
+  double per_unit[CC_COUNT];      // convolution classes: seconds per image of the batch (the
                                   // CPU kernels' per-image GEMMs and im2col set-up); gemm:
-                                  // seconds per matrix of a batched product (one sgemm each)
+                                  // seconds per matrix of a batched product (one sgemm each);
+                                  // norm and loss: seconds per contiguous row (cost_units)
   double parallel[CC_COUNT];      // seconds added where the step's kernel runs as a parallel
                                   // region (the thread team's wake-up); 0: none measured
   double parallel_min;            // above this many elements (largest operand) a CPU kernel
@@ -548,6 +555,7 @@ typedef struct CostShape {
   int kind;
   double n, c, hw, k, ksize, stride;
   double fwd_rate, bwd_rate;      // FLOP/s (backward: each of its two kernels at this rate)
+  double bwd_data_rate, bwd_filter_rate;   // each backward kernel's own (0: bwd_rate)
 } CostShape;
 
 /* devices.c: device profiles (the table mirrors schemas/devices.json). */
@@ -581,6 +589,11 @@ const char *cost_class_name(CostClass c);
 /* A node that touches `bytes` (inputs, outputs, workspace) once. */
 double cost_node_seconds(const Graph *g, const Node *n, double bytes, const DeviceProfile *d);
 double cost_copy_seconds(double bytes, CopyDir dir, const DeviceProfile *d);
+/* The compute time a copy in direction dir costs while it runs beside
+ * compute for `overlap` seconds (of its own cost_copy_seconds): 0 on a
+ * device with its own copy engines; on the CPU target, where the copy
+ * engine is a thread on the compute cores, what snc-calibrate measured. */
+double cost_copy_loss(double overlap, CopyDir dir, const DeviceProfile *d);
 /* Step s of the plan's route: a compute step's time, or a copy's (which
  * overlaps compute; the planner counts only its exposed part). */
 double cost_step_seconds(const Graph *g, const Plan *pl, int s, const DeviceProfile *d);

@@ -111,6 +111,20 @@ static inline int64_t snrt_conv_gemm_images(const snrt_conv_t *p) {
   return nbb >= 2 ? nbb : 1;
 }
 
+/* Images per im2col chunk for `target` bytes of columns: as many as fit, at
+ * least 1, at most the batch. The compiler plans SNRT_CONV_WS_TARGET
+ * (compiler/shape_nn.c says why 4 MiB; 16-bit programs less:
+ * compiler/precision.c); snc-calibrate times convolutions with the same. */
+#define SNRT_CONV_WS_TARGET ((int64_t)4 << 20)
+static inline int snrt_conv_ws_images_for(const snrt_conv_t *p, int64_t target) {
+  int64_t per_image = (int64_t)(p->c / p->group) * p->kh * p->kw * p->oh * p->ow * 4;
+  int64_t imgs = per_image ? target / per_image : p->n;
+  return (int)(imgs < 1 ? 1 : imgs > p->n ? p->n : imgs);
+}
+static inline int snrt_conv_ws_images(const snrt_conv_t *p) {
+  return snrt_conv_ws_images_for(p, SNRT_CONV_WS_TARGET);
+}
+
 /* Max/average pooling, NCHW. pb/pr are the bottom/right padding (needed for
  * the count_include_pad divisor, which never counts positions past them). */
 typedef struct snrt_pool_t {
