@@ -288,8 +288,9 @@ def main():
 
     # snc-calibrate: times the runtime's own kernels, writes a device profile
     # (linked against the same library the emitted programs use).
-    cal_obj = w.build(B + "/obj/runtime/calibrate/calibrate.o", "rtcc", "runtime/calibrate/calibrate.c",
-                      order_only=gen)
+    cal_obj = []
+    for src in listdir("runtime/calibrate", ".c"):
+        cal_obj += w.build(B + "/obj/%s.o" % src[:-2], "rtcc", src, order_only=gen)
     targets += w.build(B + "/snc-calibrate", "link", cal_obj + cpu_lib,
                        variables={"libs": "-fopenmp -lopenblas -lprotobuf-c -lz -lm -lpthread"})
 
@@ -349,9 +350,10 @@ def main():
                 cobjs += w.build(B + "/obj/%s.o" % src[:-2], "rtcc", src, order_only=gen)
         targets += w.build(B + "/libsnrt_cuda.a", "ar", cobjs)
         # The CUDA runtime's snc-calibrate (snc-calibrate --target cuda runs it).
-        ccal = w.build(B + "/obj/runtime/calibrate/calibrate_cuda.o", "rtcc",
-                       "runtime/calibrate/calibrate.c", order_only=gen,
-                       variables={"rtflags": "$rtflags -DSNRT_CALIBRATE_CUDA"})
+        ccal = []
+        for src in listdir("runtime/calibrate", ".c"):
+            ccal += w.build(B + "/obj/%s_cuda.o" % src[:-2], "rtcc", src, order_only=gen,
+                            variables={"rtflags": "$rtflags -DSNRT_CALIBRATE_CUDA"})
         w.rule("nvlink", "$nvcc -o $out $in $cudalibs", "NVLINK $out")
         targets += w.build(B + "/snc-calibrate-cuda", "nvlink", ccal + [B + "/libsnrt_cuda.a"])
         # --dist mpi on the CUDA target: NCCL (from the toolkit) for the

@@ -759,7 +759,7 @@ void train_build(Graph *g, const TrainOpts *o) {
   if (o->dist) bucket_updates(g);
   if (o->precision == PREC_FP16) scaled_updates(g);
   add_eval(g);
-  precision_assign(g, o->precision);
+  precision_assign(g, o);
   hints_free();
   free(needs);
   free(pending);

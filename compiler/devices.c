@@ -45,18 +45,23 @@ const int device_profile_count = sizeof device_profiles / sizeof device_profiles
  *  "reserve_bytes": R, "sm": 0, "host_bytes": H,
  *  "measured": {"machine": "...", "date": "...", "threads": N, ...},
  *  "classes": {"conv": {"flops": F, "bw": B, "overhead_s": S, "per_image_s": S},
- *              "gemm": {"flops": F, "per_call_s": S}, "norm": {"bw": B, "parallel_s": S},
+ *              "gemm": {"flops": F, "per_call_s": S},
+ *              "norm": {"bw": B, "parallel_s": S, "per_row_s": S},
  *              ... one per cost class (cost.c)},
  *  "conv_shapes": [{"class": "conv", "n": N, "c": C, "hw": H, "k": K, "ksize": 3,
- *                   "stride": 1, "forward_s": S, "backward_s": S}, ...] (optional),
+ *                   "stride": 1, "forward_s": S, "backward_s": S (data + filter),
+ *                   "backward_data_s": S, "backward_filter_s": S (optional)}, ...] (optional),
  *  "pool_shapes": [{"kind": "max", "n": N, "c": C, "hw": H, "ksize": 3, "stride": 2,
  *                   "pad": 1, "forward_s": S, "backward_s": S}, ...] (optional),
  *  "gemm_shapes": [{"batch": B, "m": M, "n": N, "k": K, "trans_a": 0, "trans_b": 1,
  *                   "seconds": S}, ...] (optional),
  *  "parallel_min_elements": N (optional; with the classes' "parallel_s"),
- *  "copy": {"d2h": B, "h2d": B}, "step_overhead_s": S}
+ *  "copy": {"d2h": B, "h2d": B, "d2h_s": S, "h2d_s": S, "d2h_loss": L, "h2d_loss": L
+ *           (the last four optional)},
+ *  "step_overhead_s": S}
  * flops/mem_bw/link_bw/mem_bytes are required (the simple model); "classes"
- * (then with every class, "copy" and "step_overhead_s") makes it calibrated.
+ * (then with every class but strided, math and loss, "copy" and
+ * "step_overhead_s") makes it calibrated.
  * Keys that are not known are ignored (notes, the raw timings). */
 
 static const char *prof_path;
@@ -119,9 +124,10 @@ static DeviceProfile *profile_load(const char *path) {
     for (int c = 0; c < CC_COUNT; c++) {
       const char *nm = cost_class_name((CostClass)c);
       const Json *e = json_get(cls, nm);
-      if (!e && (c == CC_STRIDED || c == CC_MATH)) {   /* a profile older than these classes */
-        r->class_flops[c] = r->class_flops[CC_ELEMENTWISE], r->class_bw[c] = r->class_bw[CC_ELEMENTWISE];
-        r->overhead[c] = r->overhead[CC_ELEMENTWISE], r->parallel[c] = r->parallel[CC_ELEMENTWISE];
+      if (!e && (c == CC_STRIDED || c == CC_MATH || c == CC_LOSS)) {   /* a profile older than these */
+        int from = c == CC_LOSS ? CC_MATH : CC_ELEMENTWISE;   /* (math is read before loss) */
+        r->class_flops[c] = r->class_flops[from], r->class_bw[c] = r->class_bw[from];
+        r->overhead[c] = r->overhead[from], r->parallel[c] = r->parallel[from];
         continue;
       }
       if (!e) prof_error("a partial profile: \"classes\" has no \"%s\"", nm);
@@ -134,7 +140,8 @@ static DeviceProfile *profile_load(const char *path) {
       if (r->class_flops[c] <= 0 && r->class_bw[c] <= 0)
         prof_error("\"classes\".\"%s\" has neither a positive \"flops\" nor a positive \"bw\"", nm);
       r->overhead[c] = prof_num(e, "overhead_s", false, -1, false);
-      r->per_image[c] = prof_num(e, c == CC_GEMM ? "per_call_s" : "per_image_s", false, 0, false);
+      r->per_unit[c] = prof_num(e, c == CC_GEMM ? "per_call_s" : c <= CC_CONV_BWD_1X1 ? "per_image_s"
+                                   : "per_row_s", false, 0, false);
       r->parallel[c] = prof_num(e, "parallel_s", false, 0, false);
     }
     int ne;
@@ -157,6 +164,9 @@ static DeviceProfile *profile_load(const char *path) {
         double o = (q->hw + 2 * (int)(q->ksize / 2) - q->ksize) / q->stride + 1;
         double fl = 2.0 * q->n * q->k * o * o * q->c * q->ksize * q->ksize;
         q->fwd_rate = fl / tf, q->bwd_rate = 2 * fl / tb;
+        double td = prof_num(e, "backward_data_s", false, 0, false);
+        double tw = prof_num(e, "backward_filter_s", false, 0, false);
+        if (td > 0 && tw > 0) q->bwd_data_rate = fl / td, q->bwd_filter_rate = fl / tw;
       }
     }
     ent = prof_entries(root, "pool_shapes", &ne);
@@ -196,6 +206,10 @@ static DeviceProfile *profile_load(const char *path) {
     if (cp->type != JS_OBJ) prof_error("\"copy\" is not an object%s", "");
     r->d2h_bw = prof_num(cp, "d2h", true, 0, true);
     r->h2d_bw = prof_num(cp, "h2d", true, 0, true);
+    r->d2h_s = prof_num(cp, "d2h_s", false, 0, false);
+    r->h2d_s = prof_num(cp, "h2d_s", false, 0, false);
+    r->d2h_loss = prof_num(cp, "d2h_loss", false, 0, false);
+    r->h2d_loss = prof_num(cp, "h2d_loss", false, 0, false);
     double step_overhead = prof_num(root, "step_overhead_s", true, 0, false);
     for (int c = 0; c < CC_COUNT; c++)
       if (r->overhead[c] < 0) r->overhead[c] = step_overhead;

@@ -22,7 +22,7 @@
 
 /* ---- helpers used by emit_ops.c ---- */
 
-static const char *ptr_of(Emit *e, int inst, int tensor) {
+const char *emit_ptr(Emit *e, int inst, int tensor) {
   static char buf[16][48];
   static int k;
   if (inst < 0) return "NULL";
@@ -41,20 +41,23 @@ const char *emit_in(Emit *e, int k) {
   const Node *n = &e->g->n[e->st->node];
   if (k >= n->nin || n->in[k] < 0) return "NULL";
   if (e->wrapped && e->sub_in[k]) return e->sub_in[k];
-  return ptr_of(e, e->st->in[k], n->in[k]);
+  return emit_ptr(e, e->st->in[k], n->in[k]);
 }
 
 const char *emit_out(Emit *e, int k) {
   const Node *n = &e->g->n[e->st->node];
   if (k >= n->nout || n->out[k] < 0) return "NULL";
   if (e->wrapped && e->sub_out[k]) return e->sub_out[k];
-  return ptr_of(e, e->st->out[k], n->out[k]);
+  return emit_ptr(e, e->st->out[k], n->out[k]);
 }
 
+/* The kernel's part of the step's workspace: after its float32 copies. */
 const char *emit_ws(Emit *e) {
   if (e->st->ws < 0) return "NULL";
+  const Instance *w = &e->pl->inst[e->st->ws];
+  if (w->bytes <= w->convert_bytes) return "NULL";
   static char s[48];
-  snprintf(s, sizeof s, "F(0x%llx)", (unsigned long long)e->pl->inst[e->st->ws].offset);
+  snprintf(s, sizeof s, "F(0x%llx)", (unsigned long long)(w->offset + w->convert_bytes));
   return s;
 }
 
@@ -221,7 +224,7 @@ static void c_string(FILE *f, const char *s) {
 }
 
 /* Comments must not be closed early by a name containing the closing token. */
-static const char *comment_safe(const char *s) {
+const char *emit_comment_safe(const char *s) {
   static char buf[4][256];
   static int k;
   char *o = buf[k++ & 3];
@@ -272,110 +275,6 @@ static void emit_reads(Emit *e, int s) {
   else if (s < pl->route->train_steps) fprintf(e->f, "  snrt_reads(c, %d, 0, NULL);\n", s);   /* --profile */
 }
 
-/* --precision bf16|fp16 on a target whose kernels take float32 (both
- * today): a step that reads or writes a 16-bit tensor runs on float32
- * scratch copies (below for bf16; fp16 the same with snrt_f16_*).
- * Each bf16 input is widened into the scratch (snrt_bf16_load), each float32
- * input of a 16-bit op (conv/GEMM/MatMul: weights, biases, the data input)
- * is rounded to bf16 there (snrt_bf16_round), each bf16 output is computed
- * in the scratch and rounded to nearest-even into the arena after the call
- * (snrt_bf16_store). The kernel sees float32 buffers that never alias, so a
- * step the planner made in place gives the same bits as out of place. The
- * scratch is the float32 registers of a GPU kernel reading bf16: outside the
- * planned arena, allocated once at start-up (snrt_model.scratch_floats).
- * Copy-class ops (Reshape, Flatten...) between tensors of one dtype copy the
- * bytes as they are. Returns whether the step is wrapped (then it has
- * printed the opening lines, and wrap_end prints the rest). */
-static bool copy_class(OpKind op) { return op_info[op].emit == emit_copy; }
-
-static int64_t scratch_align(int64_t floats) { return (floats + 63) / 64 * 64; }
-
-/* A float operand in the arena (constants folded into a node's params have
- * no instance: Where's mask, Pow's exponent...). */
-static bool slot_float(const Graph *g, const Plan *pl, int t, int inst) {
-  if (t < 0 || inst < 0 || inst >= pl->ninst || pl->inst[inst].offset < 0) return false;
-  int dt = g->t[t].dtype;
-  return dt == DT_FLOAT || dt == DT_BFLOAT16 || dt == DT_FLOAT16;
-}
-
-static bool is16(int dt) { return dt == DT_BFLOAT16 || dt == DT_FLOAT16; }
-/* The runtime's name of a 16-bit format: snrt_bf16_load, snrt_f16_load... */
-static const char *fmt16(int dt) { return dt == DT_FLOAT16 ? "f16" : "bf16"; }
-
-static bool wrap_begin(Emit *e, const Node *n) {
-  const Graph *g = e->g;
-  const Plan *pl = e->pl;
-  const Step *st = e->st;
-  if (g->precision == PREC_FP32 || st->kind == SK_ALLREDUCE || st->kind == SK_COMM_WAIT ||
-      st->kind == SK_REDUCE_SCATTER || st->kind == SK_ALLGATHER)
-    return false;
-  bool low = precision_low_op(n->op), any = false, same = true;
-  int dt0 = -1;
-  for (int k = 0; k < n->nin + n->nout; k++) {
-    bool out = k >= n->nin;
-    int t = out ? n->out[k - n->nin] : n->in[k];
-    int inst = out ? (k - n->nin < st->nout ? st->out[k - n->nin] : -1) : (k < st->nin ? st->in[k] : -1);
-    if (!slot_float(g, pl, t, inst)) continue;
-    int dt = g->t[t].dtype;
-    if (dt0 < 0) dt0 = dt;
-    same &= dt == dt0;
-    any |= is16(dt) || (low && !out);
-  }
-  if (!any || (copy_class(n->op) && same)) return false;
-  e->sub_in = xcalloc((size_t)n->nin + 1, sizeof(char *));
-  e->sub_out = xcalloc((size_t)n->nout + 1, sizeof(char *));
-  int64_t at = 0;
-  int names = 0;
-  fprintf(e->f, "  {\n");
-  for (int k = 0; k < n->nin; k++) {
-    int t = n->in[k], inst = k < st->nin ? st->in[k] : -1;
-    if (!slot_float(g, pl, t, inst)) continue;
-    int dt = g->t[t].dtype;
-    if (dt == DT_FLOAT && !low) continue;
-    int seen = -1;
-    for (int j = 0; j < k; j++)
-      if (e->sub_in[j] && st->in[j] == inst) seen = j;
-    if (seen >= 0) {
-      e->sub_in[k] = xstrdup(e->sub_in[seen]);
-      continue;
-    }
-    e->sub_in[k] = xasprintf("s%d", names++);
-    int64_t cnt = tensor_numel(&g->t[t]);
-    fprintf(e->f, "    float *const %s = snrt_%s_%s(c, %lld, %s, %lld);   /* %s */\n", e->sub_in[k],
-            is16(dt) ? fmt16(dt) : g->precision == PREC_FP16 ? "f16" : "bf16",
-            is16(dt) ? "load" : "round", (long long)at, ptr_of(e, inst, t), (long long)cnt,
-            comment_safe(g->t[t].name));
-    at += scratch_align(cnt);
-  }
-  for (int k = 0; k < n->nout; k++) {
-    int t = n->out[k], inst = k < st->nout ? st->out[k] : -1;
-    if (!slot_float(g, pl, t, inst) || !is16(g->t[t].dtype)) continue;
-    e->sub_out[k] = xasprintf("s%d", names++);
-    int64_t cnt = tensor_numel(&g->t[t]);
-    fprintf(e->f, "    float *const %s = snrt_scratch(c, %lld);   /* %s */\n", e->sub_out[k],
-            (long long)at, comment_safe(g->t[t].name));
-    at += scratch_align(cnt);
-  }
-  if (at > e->scratch_max) e->scratch_max = at;
-  e->wrapped = true;
-  return true;
-}
-
-static void wrap_end(Emit *e, const Node *n) {
-  const Step *st = e->st;
-  for (int k = 0; k < n->nout; k++)
-    if (e->sub_out[k])
-      fprintf(e->f, "    snrt_%s_store(c, %s, %s, %lld);\n", fmt16(e->g->t[n->out[k]].dtype), e->sub_out[k],
-              ptr_of(e, st->out[k], n->out[k]), (long long)tensor_numel(&e->g->t[n->out[k]]));
-  fprintf(e->f, "  }\n");
-  for (int k = 0; k < n->nin; k++) free(e->sub_in[k]);
-  for (int k = 0; k < n->nout; k++) free(e->sub_out[k]);
-  free(e->sub_in);
-  free(e->sub_out);
-  e->sub_in = e->sub_out = NULL;
-  e->wrapped = false;
-}
-
 static void emit_steps(Emit *e, int from, int to, const char *fname, int **deaths, int *ndeaths) {
   const Graph *g = e->g;
   const Plan *pl = e->pl;
@@ -393,10 +292,8 @@ static void emit_steps(Emit *e, int from, int to, const char *fname, int **death
     if (st->node >= 0) {
       const Node *n = &g->n[st->node];
       fprintf(e->f, "  /* %5d %-9s %-18s %s  live %s */\n", s, step_kind_name(st->kind), op_name(n->op),
-              comment_safe(n->name), fmt_bytes(pl->live_bytes ? pl->live_bytes[s] : 0));
-      bool wrapped = wrap_begin(e, n);
-      op_info[n->op].emit(e, g, n);
-      if (wrapped) wrap_end(e, n);
+              emit_comment_safe(n->name), fmt_bytes(pl->live_bytes ? pl->live_bytes[s] : 0));
+      if (!emit_convert_step(e, n)) op_info[n->op].emit(e, g, n);
       /* MPI progresses a nonblocking all-reduce only inside MPI calls. */
       if (st->kind == SK_ALLREDUCE || st->kind == SK_REDUCE_SCATTER || st->kind == SK_ALLGATHER) comm++;
       else if (st->kind == SK_COMM_WAIT) comm--;
@@ -405,7 +302,7 @@ static void emit_steps(Emit *e, int from, int to, const char *fname, int **death
       /* A copy on the copy engine, recording its event when done. */
       const Instance *src = &pl->inst[st->in[0]], *dst = &pl->inst[st->out[0]];
       fprintf(e->f, "  /* %5d %-9s %-18s %s  live %s */\n", s, step_kind_name(st->kind),
-              st->kind == SK_OFFLOAD ? "to host" : "to device", comment_safe(g->t[st->tensor].name),
+              st->kind == SK_OFFLOAD ? "to host" : "to device", emit_comment_safe(g->t[st->tensor].name),
               fmt_bytes(pl->live_bytes ? pl->live_bytes[s] : 0));
       if (st->kind == SK_OFFLOAD)
         fprintf(e->f, "  snrt_offload(c, 0x%llx, 0x%llx, %lld, %d);\n", (unsigned long long)dst->host_offset,
@@ -620,11 +517,13 @@ void emit_program(const Graph *g, const Plan *pl, const EmitOpts *o, const char 
   emit_steps(&e, pl->route->train_steps, pl->route->ns, "eval_step", deaths, ndeaths);
   fclose(e.f);
   fclose(e.decl);
+  for (int i = 0; i < e.nowned; i++) free(e.owned[i]);
+  free(e.owned);
 
   FILE *f = create(dir, "train.c", "w");
   const char *base = strrchr(o->model_path, '/') ? strrchr(o->model_path, '/') + 1 : o->model_path;
   fprintf(f, "/* train.c — the training program of %s, generated by snc. Do not edit.\n",
-          comment_safe(base));
+          emit_comment_safe(base));
   fprintf(f, " *\n * batch %d, policy %s, target %s, device arena %lld bytes (%s), host arena %lld bytes%s%s.\n",
           g->batch, policy_name(pl->opts.policy), o->target, (long long)pl->arena_bytes,
           fmt_bytes(pl->arena_bytes), (long long)pl->host_bytes,
@@ -636,14 +535,20 @@ void emit_program(const Graph *g, const Plan *pl, const EmitOpts *o, const char 
   fprintf(f, "#define F(off) ((float *)(A + (off)))\n#define I(off) ((int32_t *)(A + (off)))\n");
   if (g->precision == PREC_BF16)
     fprintf(f, "/* --precision bf16: B(x) is a bfloat16 tensor; a step reading or writing one works\n"
-               " * on float32 scratch copies s0, s1... (snrt_bf16_load/round/store). */\n"
-               "#define B(off) ((uint16_t *)(A + (off)))\n");
+               " * on float32 copies s0, s1... in its workspace, chunk by chunk where its kernel\n"
+               " * allows (snrt_bf16_load/round/store)%s. */\n"
+               "#define B(off) ((uint16_t *)(A + (off)))\n",
+            g->tensor_cores ? ";\n * convolutions and GEMMs read bf16 on tensor cores (snrt_conv_fwd16, snrt_matmul16...),\n"
+                              " * float32 operands through 16-bit copies h0, h1..." : "");
   if (g->precision == PREC_FP16)
     fprintf(f, "/* --precision fp16: H(x) is a float16 tensor; a step reading or writing one works\n"
-               " * on float32 scratch copies s0, s1... (snrt_f16_load/round/store). The loss\n"
+               " * on float32 copies s0, s1... in its workspace, chunk by chunk where its kernel\n"
+               " * allows (snrt_f16_load/round/store)%s. The loss\n"
                " * gradient is multiplied by the loss scale; grad_unscale divides the parameter\n"
                " * gradients by it and skips the updates on overflow. */\n"
-               "#define H(off) ((uint16_t *)(A + (off)))\n");
+               "#define H(off) ((uint16_t *)(A + (off)))\n",
+            g->tensor_cores ? ";\n * convolutions and GEMMs read float16 on tensor cores (snrt_conv_fwd16, snrt_matmul16...),\n"
+                              " * float32 operands through 16-bit copies h0, h1..." : "");
   fprintf(f, "\n");
   fwrite(decl, 1, decl_len, f);
   fprintf(f, "\n");
@@ -701,9 +606,13 @@ void emit_program(const Graph *g, const Plan *pl, const EmitOpts *o, const char 
                                     : o->train->optim == OPTIM_ADAM ? "SNRT_OPT_ADAM" : "SNRT_OPT_ADAMW");
   fprintf(f, "  .lr = %s,\n  .policy = \"%s\",\n", emit_float(o->train->lr), policy_name(pl->opts.policy));
   fprintf(f, "  .train_step = train_step,\n  .eval_step = eval_step,\n");
-  if (g->precision != PREC_FP32)
-    fprintf(f, "  .precision = \"%s\",\n  .scratch_floats = %lld,\n", precision_name(g->precision),
-            (long long)e.scratch_max);
+  if (g->precision != PREC_FP32) {
+    int64_t cvb = 0;   /* the largest step's float32 copies (in its workspace) */
+    for (int i = 0; i < pl->ninst; i++)
+      if (pl->inst[i].convert_bytes > cvb) cvb = pl->inst[i].convert_bytes;
+    fprintf(f, "  .precision = \"%s\",\n  .convert_bytes = %lld,\n", precision_name(g->precision),
+            (long long)cvb);
+  }
   emit_step_table_fields(f, pl);
   /* Token models: the smallest table the token ids index, and T labels a sample. */
   int64_t vocab = 0;

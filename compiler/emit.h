@@ -20,13 +20,21 @@ struct Emit {
   int phcap;               // a power of two, or 0
   int nparams;             // counter for P<n> names
   bool ws_per_step;        // cuda: each conv step its own params, .ws_bytes = its workspace
-  /* --precision bf16: a step with a bf16 operand (or a 16-bit op reading a
-   * float32 operand) runs on float32 scratch copies (emit.c, wrap_step). */
-  bool wrapped;            // the current step does
-  char **sub_in, **sub_out;  // per input/output slot: its scratch name ("s0"), or NULL
-  int64_t scratch_max;     // floats of scratch the largest wrapped step uses
+  /* --precision bf16|fp16: a step on float32 working copies (emit_convert.c). */
+  bool wrapped;            // the current step is
+  char **sub_in, **sub_out;  // per input/output slot: the pointer to pass ("s0"), or NULL
+  int64_t chunk_elems;     // a chunk of an op whose emitter counts elements itself (0: none)
+  void **owned;            // chunk params declared (keys of emit_params: freed at the end)
+  int nowned, capowned;
 };
 
+/* "F(0x1200)" (B(..) bf16, H(..) fp16, I(..) int32) for instance inst of tensor t. */
+const char *emit_ptr(Emit *e, int inst, int tensor);
+/* s with comment-closing tokens and control characters replaced (rotating buffer). */
+const char *emit_comment_safe(const char *s);
+/* emit_convert.c: a step on float32 working copies (convert.c), printed
+ * whole; false (nothing printed) for a step that needs none. */
+bool emit_convert_step(Emit *e, const Node *n);
 /* "F(0x1200)" for node input k / output k at the current step, "NULL" if absent. */
 const char *emit_in(Emit *e, int k);
 const char *emit_out(Emit *e, int k);

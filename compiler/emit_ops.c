@@ -33,7 +33,8 @@ static const char *dims_list(const int64_t *v, int n) {
 static const char *p_conv_step(Emit *e, const snrt_conv_t *p) {
   if (!e->ws_per_step) return NULL;
   snrt_conv_t q = *p;
-  q.ws_bytes = e->st->ws >= 0 ? e->pl->inst[e->st->ws].bytes : 0;
+  /* (the kernel's part: after the step's float32 copies, if any) */
+  q.ws_bytes = e->st->ws >= 0 ? e->pl->inst[e->st->ws].bytes - e->pl->inst[e->st->ws].convert_bytes : 0;
   const char *have = emit_params_find(e, e->st);
   if (have) return have;
   snprintf(pb, BUF, ".n = %d, .c = %d, .h = %d, .w = %d, .k = %d, .oh = %d, .ow = %d, "
@@ -41,6 +42,8 @@ static const char *p_conv_step(Emit *e, const snrt_conv_t *p) {
            ".group = %d, .ws_images = %d, .ws_bytes = %lld",
            q.n, q.c, q.h, q.w, q.k, q.oh, q.ow, q.kh, q.kw, q.sh, q.sw, q.pt, q.pl,
            q.dh, q.dw, q.group, q.ws_images, (long long)q.ws_bytes);
+  if (q.accumulate) strcat(pb, ", .accumulate = 1");
+  if (q.round_w) snprintf(pb + strlen(pb), BUF - strlen(pb), ", .round_w = %d", q.round_w);
   return emit_params(e, e->st, "snrt_conv_t", pb);
 }
 
@@ -50,6 +53,8 @@ static const char *p_conv_node(Emit *e, const snrt_conv_t *p) {
            ".group = %d, .ws_images = %d, .ws_bytes = %lld",
            p->n, p->c, p->h, p->w, p->k, p->oh, p->ow, p->kh, p->kw, p->sh, p->sw, p->pt, p->pl,
            p->dh, p->dw, p->group, p->ws_images, (long long)p->ws_bytes);
+  if (p->accumulate) strcat(pb, ", .accumulate = 1");   /* (a chunk of the batch: convert.c) */
+  if (p->round_w) snprintf(pb + strlen(pb), BUF - strlen(pb), ", .round_w = %d", p->round_w);
   return emit_params(e, p, "snrt_conv_t", pb);
 }
 
@@ -183,18 +188,27 @@ static const char *p_loss(Emit *e, const snrt_loss_t *p) {
 
 #define OUT e->f
 
+/* Tensor cores (cuda, --precision bf16|fp16): conv, GEMM and MatMul steps
+ * call the 16-bit entry points ("16", ", SNRT_BF16"), every operand but a
+ * bias 16-bit (emit_convert.c made copies of the float32 ones). "" and ""
+ * otherwise. */
+static const char *tc(const Graph *g) { return g->tensor_cores && g->precision != PREC_FP32 ? "16" : ""; }
+static const char *tc_fmt(const Graph *g) {
+  return !*tc(g) ? "" : g->precision == PREC_FP16 ? ", SNRT_F16" : ", SNRT_BF16";
+}
+
 void emit_conv(Emit *e, const Graph *g, const Node *n) {
   const char *p = p_conv(e, n->p);
-  fprintf(OUT, "  snrt_conv_fwd(c, %s, %s, %s, %s, %s, %s);\n", p, emit_in(e, 0), emit_in(e, 1),
-          n->nin > 2 ? emit_in(e, 2) : "NULL", emit_out(e, 0), emit_ws(e));
+  fprintf(OUT, "  snrt_conv_fwd%s(c, %s%s, %s, %s, %s, %s, %s);\n", tc(g), p, tc_fmt(g), emit_in(e, 0),
+          emit_in(e, 1), n->nin > 2 ? emit_in(e, 2) : "NULL", emit_out(e, 0), emit_ws(e));
 }
 void emit_conv_bwd_data(Emit *e, const Graph *g, const Node *n) {
-  fprintf(OUT, "  snrt_conv_bwd_data(c, %s, %s, %s, %s, %s);\n", p_conv(e, n->p), emit_in(e, 0),
-          emit_in(e, 1), emit_out(e, 0), emit_ws(e));
+  fprintf(OUT, "  snrt_conv_bwd_data%s(c, %s%s, %s, %s, %s, %s);\n", tc(g), p_conv(e, n->p), tc_fmt(g),
+          emit_in(e, 0), emit_in(e, 1), emit_out(e, 0), emit_ws(e));
 }
 void emit_conv_bwd_filter(Emit *e, const Graph *g, const Node *n) {
-  fprintf(OUT, "  snrt_conv_bwd_filter(c, %s, %s, %s, %s, %s);\n", p_conv(e, n->p), emit_in(e, 0),
-          emit_in(e, 1), emit_out(e, 0), emit_ws(e));
+  fprintf(OUT, "  snrt_conv_bwd_filter%s(c, %s%s, %s, %s, %s, %s);\n", tc(g), p_conv(e, n->p), tc_fmt(g),
+          emit_in(e, 0), emit_in(e, 1), emit_out(e, 0), emit_ws(e));
 }
 void emit_conv_bwd_bias(Emit *e, const Graph *g, const Node *n) {
   fprintf(OUT, "  snrt_conv_bwd_bias(c, %s, %s, %s);\n", p_conv_node(e, n->p), emit_in(e, 0), emit_out(e, 0));
@@ -255,23 +269,38 @@ void emit_lrn_bwd(Emit *e, const Graph *g, const Node *n) {
 
 /* Flatten, Reshape, Identity (and reshaped gradients): the same bytes. */
 void emit_copy(Emit *e, const Graph *g, const Node *n) {
-  /* A wrapped step (emit.c) copies between float32 scratch copies. */
-  int64_t bytes = e->wrapped ? 4 * tensor_numel(&g->t[n->out[0]]) : tensor_bytes(&g->t[n->out[0]]);
+  /* A step on float32 copies (emit_convert.c) copies between them, a chunk
+   * at a time. */
+  int64_t bytes = e->chunk_elems ? 4 * e->chunk_elems
+                  : e->wrapped ? 4 * tensor_numel(&g->t[n->out[0]]) : tensor_bytes(&g->t[n->out[0]]);
   fprintf(OUT, "  snrt_copy(c, %lld, %s, %s);\n", (long long)bytes,
           emit_in(e, 0), emit_out(e, 0));
 }
 
+/* The product; on tensor cores its output's format too (0: float32). */
+static void matmul_call(Emit *e, const Graph *g, const Node *n, const snrt_mm_t *mm) {
+  if (!*tc(g)) {
+    fprintf(OUT, "  snrt_matmul(c, %s, %s, %s, %s);\n", p_mm(e, mm), emit_in(e, 0), emit_in(e, 1),
+            emit_out(e, 0));
+    return;
+  }
+  int dt = g->t[n->out[0]].dtype;
+  fprintf(OUT, "  snrt_matmul16(c, %s%s, %s, %s, %s, %s);\n", p_mm(e, mm), tc_fmt(g), emit_in(e, 0),
+          emit_in(e, 1), emit_out(e, 0), dt == DT_BFLOAT16 ? "SNRT_BF16" : dt == DT_FLOAT16 ? "SNRT_F16" : "0");
+}
+
 void emit_gemm(Emit *e, const Graph *g, const Node *n) {
   const GemmParams *gp = n->p;
-  fprintf(OUT, "  snrt_matmul(c, %s, %s, %s, %s);\n", p_mm(e, &gp->mm), emit_in(e, 0), emit_in(e, 1),
-          emit_out(e, 0));
-  if (gp->has_c)
+  matmul_call(e, g, n, &gp->mm);
+  if (!gp->has_c) return;
+  int dt = g->t[n->out[0]].dtype;
+  if (*tc(g) && (dt == DT_BFLOAT16 || dt == DT_FLOAT16))
+    fprintf(OUT, "  snrt_bias_fwd16(c, %s%s, %s, %s);\n", p_bias(e, &gp->bias), tc_fmt(g), emit_in(e, 2),
+            emit_out(e, 0));
+  else
     fprintf(OUT, "  snrt_bias_fwd(c, %s, %s, %s);\n", p_bias(e, &gp->bias), emit_in(e, 2), emit_out(e, 0));
 }
-void emit_matmul(Emit *e, const Graph *g, const Node *n) {
-  fprintf(OUT, "  snrt_matmul(c, %s, %s, %s, %s);\n", p_mm(e, n->p), emit_in(e, 0), emit_in(e, 1),
-          emit_out(e, 0));
-}
+void emit_matmul(Emit *e, const Graph *g, const Node *n) { matmul_call(e, g, n, n->p); }
 void emit_matmul_raw(Emit *e, const Graph *g, const Node *n) { emit_matmul(e, g, n); }
 void emit_bias_bwd(Emit *e, const Graph *g, const Node *n) {
   fprintf(OUT, "  snrt_bias_bwd(c, %s, %s, %s);\n", p_bias(e, n->p), emit_in(e, 0), emit_out(e, 0));
@@ -340,7 +369,8 @@ void emit_dropout_bwd(Emit *e, const Graph *g, const Node *n) {
   fprintf(OUT, "  snrt_dropout_bwd(c, %s, %s, %s);\n", p_dropout(e, n->p), emit_in(e, 0), emit_out(e, 0));
 }
 void emit_accumulate(Emit *e, const Graph *g, const Node *n) {
-  fprintf(OUT, "  snrt_add(c, %lld, %s, %s, %s);\n", (long long)tensor_numel(&g->t[n->out[0]]),
+  int64_t cnt = e->chunk_elems ? e->chunk_elems : tensor_numel(&g->t[n->out[0]]);
+  fprintf(OUT, "  snrt_add(c, %lld, %s, %s, %s);\n", (long long)cnt,
           emit_in(e, 0), emit_in(e, 1), emit_out(e, 0));
 }
 
@@ -391,9 +421,8 @@ void emit_sgd(Emit *e, const Graph *g, const Node *n) {
            (long long)p->n, emit_float(p->momentum), emit_float(p->weight_decay),
            emit_float(p->dampening), p->nesterov, e->table[p->param]);
   const char *ps = emit_params(e, p, "snrt_sgd_t", pb);
-  /* fp16: no update in a step whose gradients overflowed (snrt_grad_unscale). */
-  fprintf(OUT, "  %ssnrt_sgd(c, %s, %s, %s, %s);\n", g->precision == PREC_FP16 ? "if (!snrt_overflow(c)) " : "",
-          ps, emit_in(e, 0), emit_in(e, 1),
+  /* (fp16: the runtime skips it in a step whose gradients overflowed.) */
+  fprintf(OUT, "  snrt_sgd(c, %s, %s, %s, %s);\n", ps, emit_in(e, 0), emit_in(e, 1),
           n->nin > 2 ? emit_in(e, 2) : "NULL");
 }
 void emit_adam(Emit *e, const Graph *g, const Node *n) {
@@ -406,7 +435,6 @@ void emit_adam(Emit *e, const Graph *g, const Node *n) {
            (long long)p->n, emit_float(p->beta1), emit_float(p->beta2), emit_float(p->eps),
            emit_float(p->weight_decay), p->decoupled, e->table[p->param]);
   const char *ps = emit_params(e, p, "snrt_adam_t", pb);
-  fprintf(OUT, "  %ssnrt_adam(c, %s, %s, %s, %s, %s);\n", g->precision == PREC_FP16 ? "if (!snrt_overflow(c)) " : "",
-          ps, emit_in(e, 0), emit_in(e, 1),
+  fprintf(OUT, "  snrt_adam(c, %s, %s, %s, %s, %s);\n", ps, emit_in(e, 0), emit_in(e, 1),
           emit_in(e, 2), emit_in(e, 3));
 }

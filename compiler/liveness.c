@@ -13,7 +13,8 @@
  *   g->eval_output              [producer, last step] (read by the runtime after eval)
  *   anything else               [first writer, last reader]; written but never read:
  *                               its producing step only
- *   workspace of step s         [s, s]
+ *   workspace of step s         [s, s]: its kernel's scratch (conv im2col) after the
+ *                               step's float32 working copies (convert.c)
  * TK_CONST tensors take no arena space (the emitter folds them into the code).
  *
  * Not here: offsets (offsets.c), recomputation or offload (second instances).
@@ -184,9 +185,16 @@ void liveness_assign(const Graph *g, Plan *pl) {
       st->in[k] = n->in[k] < 0 || g->t[n->in[k]].kind == TK_CONST ? -1 : pl->tensor_inst[n->in[k]];
     for (int k = 0; k < n->nout; k++)
       st->out[k] = n->out[k] < 0 ? -1 : pl->tensor_inst[n->out[k]];
-    int64_t ws = node_workspace_bytes(g, n);
-    st->ws = ws > 0 ? add_inst(pl, -1, ws, s, s, false) : -1;
+    st->ws = liveness_workspace(g, pl, n, s);
   }
+}
+
+int liveness_workspace(const Graph *g, Plan *pl, const Node *n, int first) {
+  int64_t cv = convert_bytes(g, n), ws = node_workspace_bytes(g, n);
+  if (cv + ws <= 0) return -1;
+  int i = add_inst(pl, -1, cv + ws, first, first, false);
+  pl->inst[i].convert_bytes = cv;
+  return i;
 }
 
 /* Lifetimes from the steps (after any pass that inserted steps or instances):

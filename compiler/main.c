@@ -10,13 +10,15 @@ static const char usage_text[] =
     "usage:\n"
     "  snc inspect MODEL.onnx [--batch N] [--input NAME] [--json] [--dump import]\n"
     "  snc plan    MODEL.onnx --batch N [--policy P] [--budget SIZE] [--host-budget SIZE]\n"
-    "                         [--device PROFILE] [--target cpu|cuda] [--precision P] [--json FILE]\n"
+    "                         [--device PROFILE] [--target cpu|cuda] [--precision P [--convert-chunk N]]\n"
+    "                         [--json FILE]\n"
     "                         [--html FILE] [--dump PASS] [--input NAME] [--segment SIZE]\n"
     "                         [--dist mpi [--bucket SIZE] [--zero 1 --ranks N]]\n"
     "  snc plan    --diff A.json B.json\n"
     "  snc compile MODEL.onnx -o DIR --batch N [--target cpu|cuda] [--policy P]\n"
     "                         [--budget SIZE] [--host-budget SIZE] [--segment SIZE]\n"
-    "                         [--device PROFILE] [--precision P] [--loss softmax-ce|mse]\n"
+    "                         [--device PROFILE] [--precision P [--convert-chunk N]]\n"
+    "                         [--loss softmax-ce|mse]\n"
     "                         [--optimizer sgd|adam|adamw] [--lr X] [--momentum X]\n"
     "                         [--weight-decay X] [--input NAME]\n"
     "                         [--dist mpi [--bucket SIZE] [--zero 1 --ranks N]]\n"
@@ -60,7 +62,8 @@ static void parse_args(Args *a, int argc, char **argv) {
   a->plan.policy = POL_AUTO;
   a->train = (TrainOpts){.loss = LOSS_SOFTMAX_CE, .optim = OPTIM_SGD, .lr = 0.01f,
                          .momentum = 0.9f, .weight_decay = 0.0f, .beta1 = 0.9f,
-                         .beta2 = 0.999f, .eps = 1e-8f, .bucket_bytes = 1 << 20};
+                         .beta2 = 0.999f, .eps = 1e-8f, .bucket_bytes = 1 << 20,
+                         .convert_chunk = -1};
   if (argc < 2) usage("%s", "no command given");
   a->cmd = argv[1];
   if (strcmp(a->cmd, "-h") == 0 || strcmp(a->cmd, "--help") == 0) {
@@ -115,6 +118,12 @@ static void parse_args(Args *a, int argc, char **argv) {
       int p = precision_parse(v);
       if (p < 0) usage("--precision must be fp32, bf16 or fp16, not '%s'", v);
       a->train.precision = (Precision)p;
+    } else if (strcmp(s, "--convert-chunk") == 0) {
+      const char *v = need_value(argc, argv, &i);
+      char *end;
+      long long c = strtoll(v, &end, 10);
+      if (end == v || *end || c < 0) usage("bad element count for --convert-chunk: '%s' (0: whole tensors)", v);
+      a->train.convert_chunk = c;
     }
     else if (strcmp(s, "--loss") == 0) {
       const char *v = need_value(argc, argv, &i);
@@ -175,11 +184,11 @@ static void parse_args(Args *a, int argc, char **argv) {
   if (zero && a->train.optim == OPTIM_SGD && a->train.momentum == 0)
     usage("%s", "--zero 1 shards the optimizer state, and SGD without momentum has none");
   if (zero) a->train.zero_ranks = ranks;
-  if (a->train.precision == PREC_FP16 && (strcmp(a->target, "cuda") == 0 || a->train.dist))
-    fatal(EXIT_BADINPUT, "--precision fp16 runs on the cpu target without --dist only (its dynamic "
-          "loss scaling decides on the host whether a step's updates run, which a captured CUDA "
-          "graph and the all-reduce buckets do not do yet); --precision bf16 needs no loss "
-          "scaling and runs on both targets");
+  a->train.cuda = strcmp(a->target, "cuda") == 0;
+  if (a->train.precision == PREC_FP16 && a->train.dist)
+    fatal(EXIT_BADINPUT, "--precision fp16 does not run with --dist yet (its loss scaling would "
+          "have to agree across ranks on whether a step's updates run); --precision bf16 needs "
+          "no loss scaling and runs with --dist");
   if (a->plan.segment && a->plan.policy != POL_RECOMPUTE)
     usage("%s", "--segment SIZE goes with --policy recompute (checkpoint segments of SIZE; "
           "auto chooses its own)");

@@ -22,7 +22,10 @@
  * stalls compute, and the estimate counts that time (Plan.exposed_seconds).
  * With hidden_only, the copies kept are those that still land in time when
  * both queues (one copy engine per direction, in issue order) are simulated
- * (queue_filter); the others are left out.
+ * (queue_filter); the others are left out. The part of a copy that runs
+ * beside compute also slows that compute where the copy engine shares its
+ * cores (cost_copy_loss: the CPU target); the estimate counts that with the
+ * exposed time.
  *
  * max_lead (0: no limit) caps how many steps a copy may run ahead of the
  * compute that waits for it; max_lead < 0 makes copies synchronous (compute
@@ -51,7 +54,8 @@ typedef struct Copy {
   int ev_off;
   Trip *trip;                  // in step order
   int ntrip, cur;              // cur: the trip being read while rebuilding the route
-  double exposed;
+  double exposed;              // compute stalled at the waits
+  double loss;                 // compute slowed while the copies run beside it (cost_copy_loss)
 } Copy;
 
 static int new_inst(Plan *pl, int tensor, int64_t bytes, bool host) {
@@ -179,6 +183,7 @@ int offload_plan(Graph *g, Plan *pl, const bool *sel, const DeviceProfile *dev, 
       sw++;
     double exposed = max_lead < 0 ? tau : tau - (P[sw + 1] - P[a + 1]);
     if (exposed < 0) exposed = 0;
+    double slowed = cost_copy_loss(tau - exposed, COPY_D2H, dev);   /* the part beside compute */
     /* Trips back: one, or (memory-centric) one per cluster of readers whose
      * gaps are longer than a prefetch's lead, so the copy does not sit on
      * the device between them. */
@@ -195,6 +200,7 @@ int offload_plan(Graph *g, Plan *pl, const bool *sel, const DeviceProfile *dev, 
       while (max_lead >= 0 && p > lo && P[f] - P[p] < tau_pf && (!max_lead || p > f - max_lead)) p--;
       double e = tau_pf - (P[f] - P[p]);
       if (e > 0) exposed += e;
+      slowed += cost_copy_loss(e > 0 ? tau_pf - e : tau_pf, COPY_H2D, dev);
       c.trip = xrealloc(c.trip, sizeof(Trip) * (size_t)(c.ntrip + 1));
       c.trip[c.ntrip++] = (Trip){.first = f, .last = l, .s_pf = p};
       lo = l + 1;
@@ -203,7 +209,7 @@ int offload_plan(Graph *g, Plan *pl, const bool *sel, const DeviceProfile *dev, 
       free(c.trip);
       continue;
     }
-    c.exposed = exposed;
+    c.exposed = exposed, c.loss = slowed;
     xgrow((void **)&cp, &capc, nc + 1, sizeof *cp);
     cp[nc++] = c;
   }
@@ -226,7 +232,8 @@ int offload_plan(Graph *g, Plan *pl, const bool *sel, const DeviceProfile *dev, 
       x->trip[k].ev = pl->nevents++;
     }
     pl->offload_bytes += (double)bytes * (1 + x->ntrip);
-    pl->exposed_seconds += x->exposed;
+    pl->exposed_seconds += x->exposed + x->loss;
+    pl->copy_loss_seconds += x->loss;
   }
 
   /* Per old step: offloads issued after it, prefetches issued before it. */

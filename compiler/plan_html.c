@@ -331,10 +331,17 @@ static void summary(FILE *f, const Graph *g, const Plan *pl, const Review *rv) {
   } else {
     card(f, false, "persistent", fmt_bytes(pl->persistent_bytes), "parameters, state, optimizer");
   }
-  if (g->precision != PREC_FP32)
+  if (g->precision != PREC_FP32) {
     card(f, false, "precision", precision_name(g->precision),
          "activations and their gradients 16-bit; fp32 master weights, gradients, optimizer "
          "and BN state, loss");
+    ConvertStats cs = review_convert(pl);
+    if (cs.at >= 0) {
+      sub = xasprintf("largest step's, in its workspace: step %d, %s %s; %d steps convert",
+                      cs.at, review_step_op(g, pl, cs.at), review_step_node(g, pl, cs.at), cs.steps);
+      card(f, false, "working copies", fmt_bytes(cs.max), sub);
+    }
+  }
   sub = xasprintf("arena/baseline %.3f", pl->baseline_bytes ?
                   (double)pl->arena_bytes / (double)pl->baseline_bytes : 0);
   card(f, false, "baseline (policy none)", fmt_bytes(pl->baseline_bytes), sub);
@@ -377,6 +384,7 @@ static void inst_row(FILE *f, const Graph *g, const Plan *pl, const Review *rv, 
   fprintf(f, "</td><td>%s", plan_inst_kind(g, pl, i));
   /* --precision bf16: each tensor's storage dtype beside its kind. */
   if (g->precision != PREC_FP32 && in->tensor >= 0) fprintf(f, " %s", dtype_name(g->t[in->tensor].dtype));
+  if (in->convert_bytes) fprintf(f, " (%s of working copies)", fmt_bytes(in->convert_bytes));
   fprintf(f, "</td><td>%s</td><td class=\"n\">%s</td>", cat_name[rv->cat[i]], fmt_bytes(in->bytes));
   if (share_of) fprintf(f, "<td class=\"n\">%.1f%%</td>", pct(in->bytes, share_of));
   if (in->persistent) fprintf(f, "<td>persistent</td>");

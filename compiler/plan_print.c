@@ -85,6 +85,11 @@ void plan_print_summary(const Graph *g, const Plan *pl, FILE *f) {
   fmt_time(tr, sizeof tr, pl->recompute_seconds);
   fmt_time(tx, sizeof tx, pl->exposed_seconds);
   fprintf(f, "    breakdown     %12s   compute + %s recompute + %s exposed transfer\n", tc, tr, tx);
+  if (pl->copy_loss_seconds > 0) {   /* a copy engine on the compute cores (cost_copy_loss) */
+    char tl[32];
+    fmt_time(tl, sizeof tl, pl->copy_loss_seconds);
+    fprintf(f, "    of which      %12s   compute slowed by the copies running beside it\n", tl);
+  }
   if (pl->recompute_flops > 0)
     fprintf(f, "  recompute       %12.3g   GFLOP (%.1f%% of the step's %.3g GFLOP)\n",
             pl->recompute_flops / 1e9, 100.0 * pl->recompute_flops / pl->step_flops,
@@ -116,8 +121,18 @@ void plan_print_summary(const Graph *g, const Plan *pl, FILE *f) {
     }
     fprintf(f, "  precision       %12s   (%s activations and their gradients: %s; float32 "
             "master weights, gradients, optimizer and BN state, input, loss: %s)\n",
-            precision_name(g->precision), precision_name(g->precision), fmt_bytes(low),
+            precision_name(g->precision),
+            dtype_name(g->precision == PREC_FP16 ? DT_FLOAT16 : DT_BFLOAT16), fmt_bytes(low),
             fmt_bytes(full));
+    ConvertStats cs = review_convert(pl);
+    if (cs.at >= 0)
+      fprintf(f, "  working copies  %12s   (the largest step's, in its workspace: float32 copies of "
+              "16-bit operands%s; step %d, %s %s; %d training steps convert, %s%s)\n", fmt_bytes(cs.max),
+              g->tensor_cores ? ", 16-bit ones of float32 operands of tensor-core steps" : "", cs.at,
+              review_step_op(g, pl, cs.at), review_step_node(g, pl, cs.at), cs.steps,
+              g->convert_chunk > 0 ? "in chunks of about " : "whole tensors",
+              g->convert_chunk > 0 ? xasprintf("%lld elements where the kernel allows",
+                                               (long long)g->convert_chunk) : "");
     if (g->precision == PREC_FP16)
       fprintf(f, "  loss scaling    %12s   (initial scale 65536, halved and the step's updates skipped "
               "on overflow, doubled after 2000 steps without one; --metrics counts skipped_steps)\n",
@@ -233,8 +248,11 @@ void plan_print_text(const Graph *g, const Plan *pl, FILE *f) {
     fprintf(f, "%7d  %-9s %-18s %11.1f %11.1f  %s%s", s, step_kind_name(st->kind),
             review_step_op(g, pl, s), mib(pl->live_bytes[s]), mib(pl->high_water[s]),
             review_step_node(g, pl, s), s == peak ? "   <- peak live" : "");
-    if (pl->ws_cap > 0 && st->ws >= 0)
-      fprintf(f, "   (workspace %s)", fmt_bytes(pl->inst[st->ws].bytes));
+    if (pl->ws_cap > 0 && st->ws >= 0 &&
+        (pl->inst[st->ws].bytes > pl->inst[st->ws].convert_bytes || !pl->inst[st->ws].convert_bytes))
+      fprintf(f, "   (workspace %s)", fmt_bytes(pl->inst[st->ws].bytes - pl->inst[st->ws].convert_bytes));
+    if (st->ws >= 0 && pl->inst[st->ws].convert_bytes)
+      fprintf(f, "   (copies %s)", fmt_bytes(pl->inst[st->ws].convert_bytes));
     fputc('\n', f);
   }
   review_free(rv);
@@ -297,7 +315,11 @@ void plan_print_json(const Graph *g, const Plan *pl, FILE *f) {
   fprintf(f, ",\n  \"exposed_seconds\": ");
   json_num(f, pl->exposed_seconds);
   if (pl->ws_cap > 0) fprintf(f, ",\n  \"workspace_cap_bytes\": %lld", (long long)pl->ws_cap);
-  if (g->precision != PREC_FP32) fprintf(f, ",\n  \"precision\": \"%s\"", precision_name(g->precision));
+  if (g->precision != PREC_FP32) {
+    ConvertStats cs = review_convert(pl);
+    fprintf(f, ",\n  \"precision\": \"%s\",\n  \"convert_chunk\": %lld,\n  \"convert_bytes\": %lld",
+            precision_name(g->precision), (long long)g->convert_chunk, (long long)cs.max);
+  }
   if (g->zero_ranks)
     fprintf(f, ",\n  \"ranks\": %d,\n  \"zero\": 1,\n  \"zero_shard_elements\": %lld",
             g->zero_ranks, (long long)g->zero_shard);
@@ -336,6 +358,7 @@ void plan_print_json(const Graph *g, const Plan *pl, FILE *f) {
     /* Not in fp32 plans: their plan.json stays as it was before --precision. */
     if (g->precision != PREC_FP32)
       fprintf(f, ", \"dtype\": \"%s\"", in->tensor >= 0 ? dtype_name(g->t[in->tensor].dtype) : "bytes");
+    if (in->convert_bytes) fprintf(f, ", \"convert_bytes\": %lld", (long long)in->convert_bytes);
     fputc('}', f);
   }
   fprintf(f, "\n  ]\n}\n");

@@ -158,6 +158,19 @@ void review_free(Review *rv) {
   free(rv);
 }
 
+ConvertStats review_convert(const Plan *pl) {
+  ConvertStats cs = {0, -1, 0, 0};
+  for (int s = 0; s < pl->route->train_steps; s++) {
+    int w = pl->route->s[s].ws;
+    int64_t b = w >= 0 ? pl->inst[w].convert_bytes : 0;
+    if (!b) continue;
+    cs.steps++;
+    cs.total += b;
+    if (b > cs.max) cs.max = b, cs.at = s;
+  }
+  return cs;
+}
+
 const char *review_step_op(const Graph *g, const Plan *pl, int s) {
   const Step *st = &pl->route->s[s];
   return st->node >= 0 ? op_name(g->n[st->node].op) : "copy";

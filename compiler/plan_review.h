@@ -51,6 +51,16 @@ const char *review_reason(const Graph *g, const Plan *pl, const Review *rv, int 
 /* The step's op and node for people: "Conv /features/0/Conv" ("copy NAME" for copies). */
 const char *review_step_op(const Graph *g, const Plan *pl, int step);
 const char *review_step_node(const Graph *g, const Plan *pl, int step);
+/* --precision bf16|fp16: the float32 working copies of 16-bit steps (in their
+ * workspaces, convert.c): the largest step's bytes (returned), that step, the
+ * steps that have copies and their bytes summed over the training steps. */
+typedef struct ConvertStats {
+  int64_t max;
+  int at;                  // -1: no step converts
+  int steps;
+  int64_t total;
+} ConvertStats;
+ConvertStats review_convert(const Plan *pl);
 /* Instances live at step s, largest first; returns the count (*out malloc'ed). */
 int review_live_at(const Plan *pl, int s, int **out);
 

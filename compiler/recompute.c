@@ -146,9 +146,9 @@ static int ensure(RC *rc, int t0) {
       rc->made[rc->nmade++] = y;
     }
     proto.in = inp, proto.out = outp;
-    /* A rebuilt convolution needs its workspace again (one of its own). */
-    int64_t ws = node_workspace_bytes(g, m);
-    if (ws > 0) proto.ws = new_instance(rc->pl, -1, arena_align(ws));
+    /* A rebuilt step needs its workspace again (one of its own: a conv's
+     * im2col, a 16-bit step's float32 copies); lifetimes come later. */
+    proto.ws = liveness_workspace(g, rc->pl, m, -1);
     route_push(rc->r, &proto);
     if (inp != in) free(inp);
     if (outp != out) free(outp);

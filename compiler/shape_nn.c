@@ -12,13 +12,12 @@
 
 #include <string.h>
 
-/* CPU im2col chunk: ~4 MiB. Measured on resnet18 (32x32) and the example
- * CNN at batch 64, 1 thread: 1-4 MiB took 4-8% less time than 16 or 64 MiB
+/* CPU im2col chunk (SNRT_CONV_WS_TARGET in runtime/snrt.h): ~4 MiB. Measured
+ * on resnet18 (32x32) and the example CNN at batch 64, 1 thread: 1-4 MiB took 4-8% less time than 16 or 64 MiB
  * (the column matrix is still in cache when the GEMM reads it; the
  * differences between 1, 2 and 4 MiB were within noise). Below 4 MiB the
  * example CNN's liveness arena packed worse than 1.05x its peak live bytes
  * (tests/test_plan.py). */
-#define WS_TARGET ((int64_t)4 << 20)
 
 /* One spatial dimension of a window op. pb/pe come in as the explicit pads
  * and go out as the ones actually used. */
@@ -125,12 +124,15 @@ void shape_conv(Graph *g, Node *n) {
       .sh = (int)win.s[0], .sw = (int)win.s[1], .pt = (int)pb[0], .pl = (int)pb[1],
       .dh = (int)win.d[0], .dw = (int)win.d[1], .group = (int)group};
   /* im2col of one image: (C/g * kh * kw) x (oh * ow) floats. */
-  int64_t per_image = mul_checked(mul_checked((C / group) * win.k[0] * win.k[1], out[0] * out[1],
-                                              n->name), 4, n->name);
-  int64_t imgs = per_image ? WS_TARGET / per_image : N;
-  p->ws_images = (int)(imgs < 1 ? 1 : imgs > N ? N : imgs);
-  p->ws_bytes = snrt_conv_ws_bytes(p);
+  (void)mul_checked(mul_checked((C / group) * win.k[0] * win.k[1], out[0] * out[1], n->name), 4,
+                    n->name);   /* no overflow in snrt_conv_ws_images_for */
+  shape_conv_workspace(p, SNRT_CONV_WS_TARGET);
   n->p = p;
+}
+
+void shape_conv_workspace(snrt_conv_t *p, int64_t target) {
+  p->ws_images = snrt_conv_ws_images_for(p, target);
+  p->ws_bytes = snrt_conv_ws_bytes(p);
 }
 
 void shape_pool(Graph *g, Node *n) {

@@ -199,6 +199,9 @@ typedef struct Graph {
   int zero_ranks;          // --zero 1: ranks the optimizer state is sharded over (0: none)
   int64_t zero_shard;      // --zero 1: elements of the flat parameter space per rank
   Precision precision;     // --precision the graph was typed for (precision_assign)
+  int64_t convert_chunk;   // 16-bit steps: elements per chunk of float32 copies (convert.c;
+                           // --convert-chunk), 0: whole tensors
+  bool tensor_cores;       // cuda target: conv/GEMM/MatMul read 16-bit operands (no copies)
 } Graph;
 
 Graph *graph_new(const char *path);
@@ -246,6 +249,9 @@ typedef struct GemmParams {
   bool has_c;
 } GemmParams;
 
+/* A CPU conv's im2col sizing (shape_nn.c): as many images as fit `target`
+ * bytes of columns (at least one), and ws_bytes. */
+void shape_conv_workspace(snrt_conv_t *p, int64_t target);
 /* Scratch bytes a node needs for its step (conv im2col / cuDNN); 0 for most. */
 int64_t node_workspace_bytes(const Graph *g, const Node *n);
 
@@ -335,6 +341,8 @@ typedef struct TrainOpts {
   int zero_ranks;          // --zero 1 --ranks N: N (optimizer state sharded); 0: none
   int64_t bucket_bytes;    // --dist: gradients per all-reduce bucket (bytes, at least)
   Precision precision;     // --precision (precision_assign runs at the end of train_build)
+  int64_t convert_chunk;   // --convert-chunk: elements (0: whole tensors; -1: the target's default)
+  bool cuda;               // --target cuda (its conv/GEMM/MatMul read 16-bit operands directly)
 } TrainOpts;
 
 /* Appends to the forward graph: labels, the loss, the backward nodes (with
@@ -356,12 +364,49 @@ int precision_parse(const char *s);    /* -1 if unknown */
  * DT_BFLOAT16 (PREC_FP16: DT_FLOAT16; the planner then sizes it at 2 bytes an element through
  * tensor_bytes); parameters, their gradients, optimizer and BN state, saved
  * statistics, the data input, labels, the loss and the eval logits stay
- * float32. Sets g->precision. PREC_FP32 changes nothing. */
-void precision_assign(Graph *g, Precision p);
+ * float32. Sets g->precision, g->convert_chunk and g->tensor_cores. PREC_FP32
+ * changes no dtype. */
+void precision_assign(Graph *g, const TrainOpts *o);
 /* Ops autocast runs in 16-bit (conv, GEMM, MatMul and their backward
  * products): under bf16 their float32 inputs (weights, biases, the data
- * input) are rounded to bfloat16 as they are read. */
+ * input) are rounded to bfloat16 as they are read (on the CUDA target, all
+ * their operands are 16-bit: tensor cores). */
 bool precision_low_op(OpKind op);
+
+/* ------------------------------------------------------------------ convert.c */
+
+/* A 16-bit step's float32 working copies (convert.c has the rules). */
+typedef enum { CHUNK_WHOLE, CHUNK_FLAT, CHUNK_IMAGES, CHUNK_CHANNELS } ChunkAxis;
+typedef struct ConvertSlot {
+  int tensor;              // the float operand in the arena (-1: none)
+  int dtype;               // its storage dtype
+  bool copy;               // has a float32 copy (16-bit, or rounded for a 16-bit op)
+  bool chunked;            // follows the chunks: `outer` rows of chunk x `inner` elements,
+                           // rows units x inner apart, starting at unit u0 x inner
+  int64_t outer, inner;
+  int64_t at;              // copy: byte offset in the step's workspace
+  int64_t floats;          // copy: elements it holds (one chunk's, or the whole tensor's)
+  int same;                // an earlier input slot of the same tensor: its copy (-1: none)
+} ConvertSlot;
+typedef struct Convert {
+  bool wrapped;            // the step runs on copies: float32 ones, or (half) 16-bit ones
+  bool half;               // tensor cores (cuda): 16-bit copies of float32 operands
+  ChunkAxis axis;
+  int64_t units;           // elements, images or channels the chunks split
+  int64_t chunk;           // units per chunk (units: one pass)
+  bool accumulates;        // the chunks after the first add to an output (conv backward-filter)
+  int nin, nout;
+  ConvertSlot *in, *out;   // per node input / output
+  int64_t bytes;           // workspace bytes of the copies (SNRT_ALIGN multiple; 0: none)
+} Convert;
+void convert_plan(const Graph *g, const Node *n, Convert *cv);
+void convert_free(Convert *cv);
+/* convert_plan(...).bytes */
+int64_t convert_bytes(const Graph *g, const Node *n);
+/* Node params for a chunk of m units along axis (malloc'ed; `first`: the
+ * step's first chunk), NULL for ops that take the count from the emitter (gradient
+ * accumulation, copies). */
+void *convert_chunk_params(const Node *n, ChunkAxis axis, int64_t m, bool first);
 
 /* ------------------------------------------------------------------ route.c */
 
@@ -416,6 +461,8 @@ typedef struct Instance {
   int64_t host_offset;     // pinned host arena offset (-1: none)
   bool persistent;         // resident for the whole program (params, opt state...)
   bool host;               // lives in the pinned host arena (an offloaded copy)
+  int64_t convert_bytes;   // a workspace: of `bytes`, the first ones hold the step's float32
+                           // working copies (--precision bf16|fp16: convert.c)
 } Instance;
 
 typedef struct PlanOpts {
@@ -449,6 +496,7 @@ typedef struct Plan {
   int64_t baseline_bytes;  // the none policy's arena
   double recompute_flops, offload_bytes, est_step_seconds, step_flops;
   double compute_seconds, recompute_seconds, exposed_seconds;  // est_step_seconds' parts
+  double copy_loss_seconds;  // of exposed_seconds: compute slowed by copies beside it (cost_copy_loss)
   int nevents;             // events used by copy steps
   int64_t aliased_bytes;   // tensors sharing another's instance in place (liveness_assign)
   int64_t *live_bytes;     // per step
@@ -460,7 +508,7 @@ typedef struct Plan {
  * are the keys of a profile file's "classes"; snc-calibrate writes them). */
 typedef enum { CC_CONV, CC_CONV_SMALL, CC_CONV_1X1, CC_CONV_BWD, CC_CONV_BWD_SMALL, CC_CONV_BWD_1X1,
                CC_GEMM, CC_POOL, CC_NORM, CC_ELEMENTWISE, CC_UPDATE, CC_ADAM, CC_STRIDED,
-               CC_MATH, CC_COUNT } CostClass;
+               CC_MATH, CC_LOSS, CC_COUNT } CostClass;
 typedef enum { COPY_D2H, COPY_H2D } CopyDir;
 
 /* Rates of a calibrated profile, measured on the runtime's kernels. */
@@ -468,11 +516,17 @@ typedef struct CostRates {
   double class_flops[CC_COUNT];   // FLOP/s per op class (0: bandwidth alone)
   double class_bw[CC_COUNT];      // bytes touched per second per op class (0: FLOPs alone)
   double d2h_bw, h2d_bw;          // copy engine, each direction (bytes/s)
+  double d2h_s, h2d_s;            // ... and its fixed cost per copy (the copy thread's and the
+                                  // waiter's wake-ups on the CPU; 0: none measured)
+  double d2h_loss, h2d_loss;      // compute seconds lost per second of copy running beside
+                                  // compute (a copy engine that shares the compute cores); 0:
+                                  // copies overlap compute for free (separate copy engines)
   double overhead[CC_COUNT];      // seconds added to each compute step of the class (the
                                   // call, a parallel region's start); default step_overhead_s
-  double per_image[CC_COUNT];     // convolution classes: seconds per image of the batch (the
+  double per_unit[CC_COUNT];      // convolution classes: seconds per image of the batch (the
                                   // CPU kernels' per-image GEMMs and im2col set-up); gemm:
-                                  // seconds per matrix of a batched product (one sgemm each)
+                                  // seconds per matrix of a batched product (one sgemm each);
+                                  // norm and loss: seconds per contiguous row (cost_units)
   double parallel[CC_COUNT];      // seconds added where the step's kernel runs as a parallel
                                   // region (the thread team's wake-up); 0: none measured
   double parallel_min;            // above this many elements (largest operand) a CPU kernel
@@ -503,6 +557,7 @@ typedef struct CostShape {
   int kind;
   double n, c, hw, k, ksize, stride;
   double fwd_rate, bwd_rate;      // FLOP/s (backward: each of its two kernels at this rate)
+  double bwd_data_rate, bwd_filter_rate;   // each backward kernel's own (0: bwd_rate)
 } CostShape;
 
 /* devices.c: device profiles (the table mirrors schemas/devices.json). */
@@ -536,6 +591,11 @@ const char *cost_class_name(CostClass c);
 /* A node that touches `bytes` (inputs, outputs, workspace) once. */
 double cost_node_seconds(const Graph *g, const Node *n, double bytes, const DeviceProfile *d);
 double cost_copy_seconds(double bytes, CopyDir dir, const DeviceProfile *d);
+/* The compute time a copy in direction dir costs while it runs beside
+ * compute for `overlap` seconds (of its own cost_copy_seconds): 0 on a
+ * device with its own copy engines; on the CPU target, where the copy
+ * engine is a thread on the compute cores, what snc-calibrate measured. */
+double cost_copy_loss(double overlap, CopyDir dir, const DeviceProfile *d);
 /* Step s of the plan's route: a compute step's time, or a copy's (which
  * overlaps compute; the planner counts only its exposed part). */
 double cost_step_seconds(const Graph *g, const Plan *pl, int s, const DeviceProfile *d);
@@ -609,6 +669,9 @@ extern double plan_smallest_search_seconds;
  * liveness_lifetimes (first/last from the steps, statistics); passes that
  * insert steps and instances (recompute, offload) run between the two. */
 void liveness_compute(const Graph *g, Plan *pl);
+/* The workspace instance of a step of node n at step `first` (its kernel's
+ * scratch and its float32 working copies), or -1 when it needs none. */
+int liveness_workspace(const Graph *g, Plan *pl, const Node *n, int first);
 /* Bytes rounded up to SNRT_ALIGN (every instance's size). */
 int64_t arena_align(int64_t b);
 /* Kinds resident for the whole program (parameters, state, optimizer state, constants). */

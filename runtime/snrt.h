@@ -56,17 +56,73 @@ typedef struct snrt_conv_t {
   int group;             /* groups (c and k divisible by it) */
   int ws_images;         /* CPU: images per im2col chunk (workspace sizing) */
   int64_t ws_bytes;      /* workspace the plan gave this step (bytes) */
+  int accumulate;        /* backward-filter: add to dw instead of overwriting it (a chunk
+                            of the batch after the first: compiler/convert.c) */
+  int round_w;           /* CPU, --precision bf16 (1) or fp16 (2): the kernel reads the
+                            float32 weights and bias rounded to that precision, a block
+                            of the weights at a time in its workspace (0: as they are) */
 } snrt_conv_t;
 
 /* Workspace of a CPU conv step (forward, backward-data or backward-filter):
- * an im2col buffer for ws_images images at a time; none for a 1x1, stride-1,
- * unpadded conv, whose input already is its column matrix. The compiler plans
- * exactly this many bytes; the CPU kernels use no other scratch memory. */
-static inline int64_t snrt_conv_ws_bytes(const snrt_conv_t *p) {
-  if (p->kh == 1 && p->kw == 1 && p->sh == 1 && p->sw == 1 && p->pt == 0 && p->pl == 0 &&
-      p->oh == p->h && p->ow == p->w)
-    return 0;
+ * an im2col buffer for ws_images images at a time (none for a 1x1, stride-1,
+ * unpadded conv, whose input already is its column matrix), then with
+ * round_w a block of rounded weights. The compiler plans exactly this many
+ * bytes; the CPU kernels use no other scratch memory. */
+static inline int snrt_conv_is_1x1(const snrt_conv_t *p) {
+  return p->kh == 1 && p->kw == 1 && p->sh == 1 && p->sw == 1 && p->pt == 0 && p->pl == 0 &&
+         p->oh == p->h && p->ow == p->w;
+}
+
+/* The im2col part: columns for ws_images images. */
+static inline int64_t snrt_conv_col_bytes(const snrt_conv_t *p) {
+  if (snrt_conv_is_1x1(p)) return 0;
   return (int64_t)p->ws_images * (p->c / p->group) * p->kh * p->kw * p->oh * p->ow * 4;
+}
+
+/* round_w: the block of rounded weights (floats) after the columns: rows of
+ * a group's (kg x c/group*kh*kw) weight matrix, or columns for the
+ * backward-data product, 16Ki floats or one row or column if larger. None
+ * for one input channel per group (its direct loops round each weight as
+ * they read it). */
+static inline int64_t snrt_conv_wblock(const snrt_conv_t *p) {
+  int64_t ckk = (int64_t)(p->c / p->group) * p->kh * p->kw, kg = p->k / p->group, b = 16384;
+  if (!p->round_w || p->c / p->group == 1) return 0;
+  return b > ckk && b > kg ? b : ckk > kg ? ckk : kg;
+}
+
+static inline int64_t snrt_conv_ws_bytes(const snrt_conv_t *p) {
+  return snrt_conv_col_bytes(p) + 4 * snrt_conv_wblock(p);
+}
+
+/* How the CPU conv kernels group the images of a batch into GEMMs: the
+ * backward-filter sum adds one GEMM's partial sum per group of this many
+ * images, in image order, so a call on part of the batch that starts on a
+ * group boundary and adds to dw (accumulate) continues the sum of a call on
+ * the whole batch bit for bit. 1: a GEMM per image (a 1x1 stride-1 conv; a
+ * workspace too small for two images and the staging matrix); more: the
+ * images whose columns fit the workspace with the staging matrix (the
+ * kernel's batched GEMMs); 0: the direct loops of a conv with one input
+ * channel per group, whose sum runs over the whole batch in double. */
+static inline int64_t snrt_conv_gemm_images(const snrt_conv_t *p) {
+  if (snrt_conv_is_1x1(p)) return 1;
+  int64_t cg = p->c / p->group, kg = p->k / p->group, ohw = (int64_t)p->oh * p->ow;
+  if (cg == 1) return 0;
+  int64_t nbb = snrt_conv_col_bytes(p) / 4 / ((cg * p->kh * p->kw + kg) * ohw);
+  return nbb >= 2 ? nbb : 1;
+}
+
+/* Images per im2col chunk for `target` bytes of columns: as many as fit, at
+ * least 1, at most the batch. The compiler plans SNRT_CONV_WS_TARGET
+ * (compiler/shape_nn.c says why 4 MiB; 16-bit programs less:
+ * compiler/precision.c); snc-calibrate times convolutions with the same. */
+#define SNRT_CONV_WS_TARGET ((int64_t)4 << 20)
+static inline int snrt_conv_ws_images_for(const snrt_conv_t *p, int64_t target) {
+  int64_t per_image = (int64_t)(p->c / p->group) * p->kh * p->kw * p->oh * p->ow * 4;
+  int64_t imgs = per_image ? target / per_image : p->n;
+  return (int)(imgs < 1 ? 1 : imgs > p->n ? p->n : imgs);
+}
+static inline int snrt_conv_ws_images(const snrt_conv_t *p) {
+  return snrt_conv_ws_images_for(p, SNRT_CONV_WS_TARGET);
 }
 
 /* Max/average pooling, NCHW. pb/pr are the bottom/right padding (needed for
@@ -370,10 +426,11 @@ typedef struct snrt_model {
   /* --zero 1: per tensor of the table, where a parameter starts in the flat
    * space (-1: not a parameter, or not updated); NULL otherwise. */
   const int64_t *zero_flat;
-  /* --precision bf16: "bf16" (NULL: float32), and the float32 scratch the
-   * largest step widens its bf16 operands into (elements; snrt_bf16_load). */
+  /* --precision bf16|fp16: "bf16" or "fp16" (NULL: float32), and the bytes
+   * of the largest step's float32 working copies (planned in the arena,
+   * inside that step's workspace; reported, not allocated). */
   const char *precision;
-  int64_t scratch_floats;
+  int64_t convert_bytes;
   /* --profile: the training steps of the plan (index = plan step, the
    * numbers snrt_reads gets), and the plan's estimated step time. */
   int nsteps;
@@ -506,30 +563,57 @@ void snrt_fill(snrt_ctx *c, int64_t n, float value, float *y);
 void snrt_add(snrt_ctx *c, int64_t n, const float *a, const float *b, float *y);  /* y = a + b */
 
 /* Mixed precision (--precision bf16). Activations and their gradients are
- * bfloat16 in the arena; kernels compute in float32 on scratch copies: the
- * runtime's scratch buffer of snrt_the_model.scratch_floats floats, carved
- * by the emitted step at float offsets `at`. load widens n bf16 values into
- * the scratch at `at`; round copies n floats there rounded to bf16
- * precision (a 16-bit op's weights); both return the scratch pointer.
- * store rounds n floats to nearest-even bf16 into the arena. */
-float *snrt_scratch(snrt_ctx *c, int64_t at);
-float *snrt_bf16_load(snrt_ctx *c, int64_t at, const uint16_t *src, int64_t n);
-float *snrt_bf16_round(snrt_ctx *c, int64_t at, const float *src, int64_t n);
+ * bfloat16 in the arena; kernels compute in float32 on working copies in
+ * the step's planned workspace (compiler/convert.c). load widens n bf16
+ * values into dst; round copies n floats into dst rounded to bf16 precision
+ * (a 16-bit op's weights); store rounds n floats to nearest-even bf16 into
+ * dst. The _rows forms move `rows` runs of `len` elements that lie `stride`
+ * elements apart in the arena (a chunk of channels of an NCHW tensor) to or
+ * from one contiguous copy. */
+void snrt_bf16_load(snrt_ctx *c, const uint16_t *src, float *dst, int64_t n);
+void snrt_bf16_round(snrt_ctx *c, const float *src, float *dst, int64_t n);
 void snrt_bf16_store(snrt_ctx *c, const float *src, uint16_t *dst, int64_t n);
-/* --precision fp16: the same three for IEEE half precision (float16), and
+void snrt_bf16_load_rows(snrt_ctx *c, const uint16_t *src, int64_t stride, float *dst, int64_t rows,
+                         int64_t len);
+void snrt_bf16_store_rows(snrt_ctx *c, const float *src, uint16_t *dst, int64_t stride, int64_t rows,
+                          int64_t len);
+/* Tensor cores (--target cuda, --precision bf16|fp16; the CUDA runtime
+ * only): convolution and GEMM on 16-bit operands in the arena, accumulating
+ * in float32 (cuDNN with bfloat16/half tensors and float compute; cublasGemmEx
+ * with CUBLAS_COMPUTE_32F). fmt says which 16-bit format. A float32 operand
+ * (a weight, the data input) reaches them through a 16-bit copy in the
+ * step's workspace (compiler/convert.c); a conv's bias stays float32 and is
+ * added to its 16-bit output in float32. matmul16 writes a float32 y when
+ * y_fmt is 0 (a parameter's gradient, the eval logits), else a 16-bit one;
+ * bias_fwd16 adds a float32 bias to a 16-bit y. */
+enum snrt_half_fmt { SNRT_BF16 = 1, SNRT_F16 = 2 };
+void snrt_conv_fwd16(snrt_ctx *c, const snrt_conv_t *p, int fmt, const uint16_t *x,
+                     const uint16_t *w, const float *b, uint16_t *y, float *ws);
+void snrt_conv_bwd_data16(snrt_ctx *c, const snrt_conv_t *p, int fmt, const uint16_t *dy,
+                          const uint16_t *w, uint16_t *dx, float *ws);
+void snrt_conv_bwd_filter16(snrt_ctx *c, const snrt_conv_t *p, int fmt, const uint16_t *x,
+                            const uint16_t *dy, uint16_t *dw, float *ws);
+void snrt_matmul16(snrt_ctx *c, const snrt_mm_t *p, int fmt, const uint16_t *a, const uint16_t *b,
+                   void *y, int y_fmt);
+void snrt_bias_fwd16(snrt_ctx *c, const snrt_bias_t *p, int fmt, const float *b, uint16_t *y);
+/* --precision fp16: the same for IEEE half precision (float16), and
  * dynamic loss scaling (PyTorch GradScaler's defaults: initial scale 65536,
  * or SNRT_LOSS_SCALE; halved on overflow; doubled after 2000 steps without
  * one). snrt_loss_scale multiplies the loss gradient by the scale;
  * snrt_grad_unscale, after the backward pass, divides the n parameter
- * gradients g[k] (cnt[k] elements) by it and checks them for Inf/NaN;
- * snrt_overflow tells the updates of this step to skip. The CPU target
- * only: the CUDA runtime defines them to stop with a message. */
-float *snrt_f16_load(snrt_ctx *c, int64_t at, const uint16_t *src, int64_t n);
-float *snrt_f16_round(snrt_ctx *c, int64_t at, const float *src, int64_t n);
+ * gradients g[k] (cnt[k] elements) by it and checks them for Inf/NaN; the
+ * updates (snrt_sgd, snrt_adam) of a step that overflowed do nothing. The
+ * CUDA runtime keeps the scale and the decision in device memory, so that a
+ * captured CUDA graph replays them without the host. */
+void snrt_f16_load(snrt_ctx *c, const uint16_t *src, float *dst, int64_t n);
+void snrt_f16_round(snrt_ctx *c, const float *src, float *dst, int64_t n);
 void snrt_f16_store(snrt_ctx *c, const float *src, uint16_t *dst, int64_t n);
+void snrt_f16_load_rows(snrt_ctx *c, const uint16_t *src, int64_t stride, float *dst, int64_t rows,
+                        int64_t len);
+void snrt_f16_store_rows(snrt_ctx *c, const float *src, uint16_t *dst, int64_t stride, int64_t rows,
+                         int64_t len);
 void snrt_loss_scale(snrt_ctx *c, int64_t n, float *dy);
 void snrt_grad_unscale(snrt_ctx *c, int n, float *const *g, const int64_t *cnt);
-int snrt_overflow(snrt_ctx *c);
 
 /* loss = mean over the batch; writes one float. */
 void snrt_softmax_ce_fwd(snrt_ctx *c, const snrt_loss_t *p, const float *logits,

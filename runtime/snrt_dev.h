@@ -28,14 +28,20 @@ struct snrt_ctx {
   float **grad_copy;         /* per tensor index: host copy of its gradient (dump) */
   int threads;
   void *dev;                 /* device-layer private state */
-  float *scratch;            /* --precision bf16: m->scratch_floats floats (device memory) */
   /* --precision fp16: dynamic loss scaling (runtime/cpu/k_half.c). */
   float loss_scale;          /* the loss gradient's multiplier */
   int overflow;              /* this step's gradients overflowed: its updates are skipped */
   int64_t scale_good;        /* steps since the scale last changed without an overflow */
-  int64_t skipped_steps;     /* steps skipped so far in this run */
+  int64_t scale_interval;    /* ... after which it doubles (2000; SNRT_LOSS_SCALE_INTERVAL) */
+  int64_t skipped_steps;     /* steps skipped so far (continued across --resume) */
 };
 
+/* --precision fp16: the loss-scaling state above, between the host fields
+ * and where the step keeps it (to_host: before a checkpoint or the metrics
+ * read it; else after a checkpoint set it). The CPU keeps it in the fields
+ * (a no-op); the CUDA target in device memory, where the step's kernels
+ * decide without the host (runtime/cuda/bf16.cu). */
+void snrt_dev_scale_sync(snrt_ctx *c, bool to_host);
 /* Allocates the arenas; on failure prints what was asked and what to do, and
  * exits with code 4. */
 void snrt_dev_init(snrt_ctx *c);

@@ -25,6 +25,9 @@ definitions in README.md and INTERFACE.md, never against the planner's code:
   prefetched host region stay allocated (and unwritten) until their copy is
   complete; a host copy is prefetched only after the copy that wrote it is
   complete; every copy of the training step completes within it;
+- --precision bf16|fp16: a step's float32 working copies lie at the start of
+  its workspace (convert_bytes, aligned), the largest training step's are the
+  plan's convert_bytes;
 - the summary numbers recomputed from the instances: live bytes per step,
   peak live, persistent bytes, layer peak, high water per step, baseline
   (policy none), offload bytes, the step-time breakdown.
@@ -165,6 +168,7 @@ def check_plan(p):
     # Lifetimes: what a step touches is live at that step, and on the device
     # unless the step is a copy.
     written = set()
+    convert_max = 0
     for s in steps:
         touched = [i for i in s["inputs"] + s["outputs"] if i >= 0]
         for i in touched:
@@ -173,6 +177,12 @@ def check_plan(p):
             w = inst[s["workspace"]]
             assert w["kind"] == "workspace" and w["first"] == w["last"] == s["index"]
             touched.append(w["index"])
+            # A 16-bit step's float32 working copies: the start of its workspace.
+            cb = w.get("convert_bytes", 0)
+            assert 0 <= cb <= w["bytes"] and cb % ALIGN == 0, w
+            assert not cb or p.get("precision"), ("float32 copies in an fp32 plan", w)
+            if s["index"] < tr:
+                convert_max = max(convert_max, cb)
         if s["kind"] in ("offload", "prefetch"):
             assert s["op"] == "copy" and s["event"] is not None, s
             assert len(s["inputs"]) == len(s["outputs"]) == 1, s
@@ -194,6 +204,8 @@ def check_plan(p):
         for i in s["outputs"]:
             if i >= 0 and inst[i]["first"] == s["index"]:
                 written.add(i)
+    if p.get("precision"):
+        assert p["convert_bytes"] == convert_max, (p["convert_bytes"], convert_max)
     for i in inst:
         if i["persistent"] or i["kind"] in ("input", "label", "workspace", "constant-data"):
             continue

@@ -15,7 +15,7 @@ from snc_harness import ROOT, SNC, compile_model, run
 CAL = os.path.join(ROOT, "build", "snc-calibrate")
 FASHION = os.path.join(ROOT, "examples", "fashion_cnn.onnx")
 CLASSES = ["conv", "conv_small", "conv_1x1", "conv_bwd", "conv_bwd_small", "conv_bwd_1x1",
-           "gemm", "pool", "norm", "elementwise", "update", "adam", "strided", "math"]
+           "gemm", "pool", "norm", "elementwise", "update", "adam", "strided", "math", "loss"]
 GPT = os.path.join(ROOT, "examples", "gpt_bytes.onnx")
 
 
@@ -52,9 +52,10 @@ def plain(profile):
     for k in ("conv_shapes", "gemm_shapes", "pool_shapes"):
         p.pop(k, None)
     for c in p["classes"].values():
-        for k in ("overhead_s", "per_image_s", "per_call_s", "parallel_s"):
+        for k in ("overhead_s", "per_image_s", "per_call_s", "per_row_s", "parallel_s"):
             c[k] = 0
     p["step_overhead_s"] = 0
+    p["copy"]["d2h_s"] = p["copy"]["h2d_s"] = 0
     return p
 
 
@@ -216,7 +217,8 @@ def test_program_profile(profile, tmp_path):
 
 def test_parallel_region_cost(profile, tmp_path):
     """parallel_s is added once to every step whose largest operand has more
-    elements than parallel_min_elements, and to no other step."""
+    elements than parallel_min_elements, and to no other step; never to the
+    loss's forward step (the CPU kernel sums serially, k_loss.c)."""
     p = plain(profile)
     base = est_with(tmp_path, p, "base.json")
     for c in p["classes"].values():
@@ -225,7 +227,8 @@ def test_parallel_region_cost(profile, tmp_path):
     assert est_with(tmp_path, p, "none.json") == pytest.approx(base, rel=1e-9)
     p["parallel_min_elements"] = 0.5           # every step's operands are larger
     pl = plan_json(tmp_path, profile)
-    compute = [s for s in pl["steps"] if s["kind"] in ("forward", "loss", "backward", "update")]
+    compute = [s for s in pl["steps"] if s["kind"] in ("forward", "backward", "update")]
+    assert [s["op"] for s in pl["steps"] if s["kind"] == "loss"] == ["SOFTMAX_CE"]
     every = est_with(tmp_path, p, "every.json")
     assert every - base == pytest.approx(len(compute), abs=1e-3)
     # a threshold between: some steps pay, not all
@@ -260,16 +263,126 @@ def test_measured_shapes_are_used(profile, tmp_path, key, scale):
 
 
 def test_profile_without_new_classes_falls_back(profile, tmp_path):
-    """A profile written before the strided and math classes (and without
-    shapes or parallel costs) still loads; those steps take the elementwise
-    rates, exactly as a profile whose strided and math rows copy elementwise."""
+    """A profile written before the strided, math and loss classes (and
+    without shapes or parallel costs) still loads; those steps take the
+    elementwise rates (loss: math's, here elementwise's), exactly as a profile
+    whose strided, math and loss rows copy elementwise."""
     p = plain(profile)
-    del p["classes"]["strided"], p["classes"]["math"]
+    del p["classes"]["strided"], p["classes"]["math"], p["classes"]["loss"]
     p.pop("parallel_min_elements", None)
     old = est_with(tmp_path, p, "old.json", model=GPT)
     p["classes"]["strided"] = dict(p["classes"]["elementwise"])
     p["classes"]["math"] = dict(p["classes"]["elementwise"])
+    p["classes"]["loss"] = dict(p["classes"]["elementwise"])   # loss falls back to math's rates
     same = est_with(tmp_path, p, "same.json", model=GPT)
     assert old == pytest.approx(same, rel=1e-9)
     p["classes"]["strided"]["bw"] /= 4        # and the strided row is used where present
     assert est_with(tmp_path, p, "slow.json", model=GPT) > same * 1.05
+
+
+def test_calibrate_measures_copy_loss_and_row_costs(profile):
+    """The profile says what a copy beside compute costs it (per direction)
+    and the per-row cost of the norm and loss classes."""
+    p = json.load(open(profile))
+    assert p["copy"]["d2h_loss"] >= 0 and p["copy"]["h2d_loss"] >= 0
+    assert p["copy"]["d2h_s"] >= 0 and p["copy"]["h2d_s"] >= 0
+    assert p["classes"]["norm"]["per_row_s"] >= 0
+    assert p["classes"]["loss"]["per_row_s"] >= 0
+    assert p["measured"]["passes"] >= 3
+
+
+def test_norm_rows(profile, tmp_path):
+    """per_row_s is paid once per contiguous row of a norm step: a BN's
+    images x channels, forward and backward, and a conv bias gradient's
+    images x output channels (rows counted here from snc inspect's shapes)."""
+    p = plain(profile)
+    base = est_with(tmp_path, p, "base.json")
+    p["classes"]["norm"]["per_row_s"] = 1.0
+    rows = est_with(tmp_path, p, "rows.json") - base
+    r = run([SNC, "inspect", FASHION, "--batch", "8", "--json"])
+    want = 0
+    for n in json.loads(r.stdout)["nodes"]:
+        shape = n["outputs"][0]["shape"]
+        if n["op"] == "BatchNormalization":
+            want += 2 * shape[0] * shape[1]            # forward and backward
+        if n["op"] == "Conv" and len(n["inputs"]) == 3:
+            want += shape[0] * shape[1]                # the bias gradient
+    assert want > 0
+    assert rows == pytest.approx(want, rel=1e-9)
+
+
+def test_classes_follow_the_kernels(profile, tmp_path):
+    """Each step's cost class is its CPU kernel's: Pow by 2 multiplies
+    (elementwise), Erf and dropout's hash are math, the cross-entropy is
+    loss, the masked fill elementwise, a conv's bias gradient norm."""
+    seen = {}
+    for model in (GPT, FASHION):
+        out = str(tmp_path / os.path.basename(model))
+        run([SNC, "compile", model, "-o", out, "--batch", "4", "--policy", "liveness", "--device", profile])
+        pl = json.load(open(os.path.join(out, "plan.json")))
+        src = open(os.path.join(out, "train.c")).read()
+        table = src[src.index("step_info[] = {"):]
+        classes = [line.split('"')[3] for line in table.splitlines()[1:] if line.startswith("  {\"")]
+        train = [s for s in pl["steps"] if s["kind"] != "eval"]
+        assert len(classes) == len(train)
+        for s, c in zip(train, classes):
+            seen.setdefault(s["op"], set()).add(c)
+    assert seen["Pow"] == {"elementwise"}
+    assert seen["Sqrt"] == {"elementwise"}
+    assert seen["Erf"] == {"math"}
+    assert seen["Dropout"] == {"math"} and seen["DROPOUT_BWD"] == {"math"}
+    assert seen["SOFTMAX_CE"] == {"loss"} and seen["SOFTMAX_CE_BWD"] == {"loss"}
+    assert seen["Where"] == {"elementwise"}
+    assert seen["CONV_BWD_BIAS"] == {"norm"}
+    assert seen["MATH_BWD"] == {"elementwise", "math"}   # Pow's and Sqrt's; Erf's
+
+
+def offload_est(tmp_path, p, name, policy):
+    f = tmp_path / name
+    f.write_text(json.dumps(p))
+    js = str(tmp_path / (name + ".plan.json"))
+    run([SNC, "plan", FASHION, "--batch", "8", "--policy", policy, "--device", str(f), "--json", js])
+    return json.load(open(js))
+
+
+def test_copy_loss(profile, tmp_path):
+    """A copy that runs beside compute costs it d2h_loss (h2d_loss) per second
+    of the copy; a profile without them (a GPU's own copy engines) overlaps
+    for free; synchronous copies (superneurons), during which compute waits,
+    cost their time and no more, a fixed cost per copy (d2h_s, h2d_s)
+    included."""
+    p = plain(profile)
+    for k in ("d2h_loss", "h2d_loss"):
+        p["copy"].pop(k, None)
+    free = offload_est(tmp_path, p, "free.json", "offload")
+    assert free["offload_bytes"] > 0
+    p["copy"]["d2h_loss"] = p["copy"]["h2d_loss"] = 0
+    assert offload_est(tmp_path, p, "zero.json", "offload")["est_step_seconds"] == free["est_step_seconds"]
+    p["copy"]["d2h_loss"] = p["copy"]["h2d_loss"] = 1.0
+    one = offload_est(tmp_path, p, "one.json", "offload")
+    p["copy"]["d2h_loss"] = p["copy"]["h2d_loss"] = 2.0
+    two = offload_est(tmp_path, p, "two.json", "offload")
+    # the same copies, hidden (no exposed stall), each costing its time per unit of loss
+    assert one["offload_bytes"] == free["offload_bytes"] == two["offload_bytes"]
+    d1 = one["est_step_seconds"] - free["est_step_seconds"]
+    d2 = two["est_step_seconds"] - free["est_step_seconds"]
+    hidden = free["offload_bytes"] / 2 * (1 / p["copy"]["d2h"] + 1 / p["copy"]["h2d"])
+    assert d1 == pytest.approx(hidden, rel=1e-6)
+    assert d2 == pytest.approx(2 * d1, rel=1e-6)
+    # synchronous copies: compute waits for each, nothing runs beside it
+    p["copy"]["d2h_loss"] = p["copy"]["h2d_loss"] = 0
+    s0 = offload_est(tmp_path, p, "s0.json", "superneurons")
+    p["copy"]["d2h_loss"] = p["copy"]["h2d_loss"] = 5.0
+    s5 = offload_est(tmp_path, p, "s5.json", "superneurons")
+    assert s0["offload_bytes"] > 0
+    assert s5["est_step_seconds"] == s0["est_step_seconds"]
+    # a fixed cost per copy: each synchronous copy of the training step pays it once
+    p["copy"]["d2h_s"] = p["copy"]["h2d_s"] = 1e-3
+    s1 = offload_est(tmp_path, p, "s1.json", "superneurons")
+    copies = [x for x in s1["steps"] if x["kind"] in ("offload", "prefetch")]
+    assert copies
+    assert s1["est_step_seconds"] - s0["est_step_seconds"] == pytest.approx(1e-3 * len(copies), rel=1e-6)
+    # plan.txt says how much of the exposed time is compute slowed by copies
+    f = tmp_path / "one.json"
+    r = run([SNC, "plan", FASHION, "--batch", "8", "--policy", "offload", "--device", str(f)])
+    assert "compute slowed by the copies" in r.stdout

@@ -411,3 +411,43 @@ def test_gpt_example_links_for_cuda(tmp_path):
     for fn in ("snrt_gather_fwd", "snrt_gather_bwd", "snrt_where", "snrt_math_fwd",
                "snrt_math_bwd"):
         assert fn + "(" in src, fn
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_16bit_programs_link_for_cuda(precision, tmp_path):
+    """--precision bf16|fp16 --target cuda: convolutions and GEMMs go to the
+    tensor-core entry points (cuDNN on 16-bit tensors, cublasGemmEx), their
+    float32 operands (weights, the data input) through 16-bit copies in the
+    step's planned workspace, never through float32 copies; the other steps
+    keep float32 copies (snrt_bf16_load). fp16's loss scaling is on the
+    device: no host-side branch around the updates. The emitted train.c
+    compiles with -Wall -Wextra -Werror and links with nvcc (it has never run
+    on a GPU here)."""
+    require_lib()
+    fmt = "bf16" if precision == "bf16" else "f16"
+    for model, batch in (("fashion_cnn", 8), ("gpt_bytes", 4)):
+        out = str(tmp_path / model)
+        r = subprocess.run([os.path.join(ROOT, "build", "snc"), "compile",
+                            os.path.join(ROOT, "examples", model + ".onnx"), "-o", out, "--batch",
+                            str(batch), "--target", "cuda", "--precision", precision],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert r.returncode == 0, r.stderr
+        r = subprocess.run(["gcc", "-std=c11", "-O0", "-Wall", "-Wextra", "-Werror",
+                            "-Wno-unused-parameter", "-I" + os.path.join(ROOT, "runtime"), "-c",
+                            os.path.join(out, "train.c"), "-o", os.path.join(out, "check.o")],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert r.returncode == 0, r.stdout[-3000:]
+        r = subprocess.run(["ninja", "-C", out], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True)
+        assert r.returncode == 0, r.stdout[-3000:]
+        src = open(os.path.join(out, "train.c")).read()
+        assert "snrt_matmul16(" in src and "snrt_matmul(" not in src
+        if model == "fashion_cnn":
+            for fn in ("snrt_conv_fwd16(", "snrt_conv_bwd_data16(", "snrt_conv_bwd_filter16(",
+                       "snrt_bias_fwd16("):
+                assert fn in src, fn
+            assert "snrt_conv_fwd(" not in src
+        assert "snrt_%s_load(" % fmt in src   # the other steps' float32 copies
+        assert "snrt_overflow" not in src
+        if precision == "fp16":
+            assert "snrt_grad_unscale(" in src and "snrt_loss_scale(" in src

@@ -134,3 +134,61 @@ def test_graph_replay_check_on_cpu(tmp_path):
     os.remove(tmp_path / "g1" / "m2.json")
     assert same_losses(tmp_path / "g0", tmp_path / "g1", n).returncode == 1
     assert same_losses(tmp_path / "g0", tmp_path / "g0", n + 1).returncode == 1
+
+
+def test_bf16_rows_on_cpu(tmp_path):
+    """run.sh's 16-bit rows, their CPU-side parts: the script runs the bf16
+    gradient check (norm-relative, bound 2^-5, and over 1e-3 from fp32), the
+    fp16 graph check and the bf16/fp16 benchmark rows; torchref.py exports
+    smooth_cnn, writes its autocast (bf16) and fp32 reference gradients (here
+    on the CPU: torch.autocast('cpu')), and its norm comparison tells them
+    apart: the two references differ by more than 1e-3 and less than 2^-5
+    (bf16's rounding, as tests/test_precision.py measures it), and each
+    passes against itself."""
+    pytest.importorskip("torch")
+    import json
+    text = open(RUN).read()
+    assert 'torchref.py grads "$B16" cuda bf16' in text
+    assert 'torchref.py compare "$B16/ref" "$B16/got" 0.03125 norm' in text
+    assert 'for pr in bf16 fp16; do' in text and "SNRT_LOSS_SCALE=16777216" in text
+    d = tmp_path / "s"
+    r = subprocess.run([PY, REF, "export", "smooth_cnn", "16", "8", str(d)], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout
+    for pr in ("fp32", "bf16"):
+        r = subprocess.run([PY, REF, "grads", str(d), "cpu", pr], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, timeout=300)
+        assert r.returncode == 0, r.stdout
+        os.rename(d / "ref", d / ("ref_" + pr))
+
+    def cmp(a, b, tol):
+        r = subprocess.run([PY, REF, "compare", str(a), str(b), str(tol), "norm"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        return r.returncode, json.loads(r.stdout)["worst"]
+
+    assert cmp(d / "ref_bf16", d / "ref_bf16", 1e-12) == (0, 0.0)
+    rc, worst = cmp(d / "ref_fp32", d / "ref_bf16", 1e-3)
+    assert rc == 1 and 1e-3 < worst, worst
+    rc, worst = cmp(d / "ref_fp32", d / "ref_bf16", 2 ** -5)
+    assert rc == 0, worst
+    # The snc program's gradient files carry these names.
+    onnx = pytest.importorskip("onnx")
+    inits = {i.name for i in onnx.load(str(d / "model.onnx")).graph.initializer}
+    assert {f[:-4] for f in os.listdir(d / "ref_bf16")} - {"loss"} <= inits
+    # The whole row on the CPU target: snc's bf16 step against CPU autocast.
+    prog = tmp_path / "prog"
+    r = subprocess.run([os.path.join(ROOT, "build", "snc"), "compile", str(d / "model.onnx"), "-o",
+                        str(prog), "--batch", "8", "--lr", "0", "--precision", "bf16"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert r.returncode == 0, r.stdout
+    r = subprocess.run(["ninja", "-C", str(prog)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True)
+    assert r.returncode == 0, r.stdout
+    subprocess.run([str(prog / "train"), "--data", "npy:%s,%s" % (d / "x.npy", d / "y.npy"),
+                    "--steps", "1", "--lr", "0", "--dump-grads", str(d / "got")],
+                   stdout=subprocess.DEVNULL, check=True, timeout=300)
+    rc, worst = cmp(d / "ref_bf16", d / "got", 2 ** -5)
+    print("smooth_cnn bf16 on the CPU target vs CPU autocast: %.3g (bound 2^-5)" % worst)
+    assert rc == 0, worst
+    rc, worst32 = cmp(d / "ref_fp32", d / "got", 1e-3)
+    assert rc == 1, worst32

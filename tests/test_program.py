@@ -124,13 +124,15 @@ def metrics(path):
 
 def read_checkpoint(path):
     """The checkpoint's header fields and tensors, from the layout documented
-    in runtime/common/checkpoint.c (little-endian, header of 80 bytes)."""
+    in runtime/common/checkpoint.c (little-endian, header of 104 bytes in
+    version 2, 80 in version 1)."""
     import struct
     raw = open(path, "rb").read()
     assert raw[:8] == b"SNRTCKPT"
+    (version,) = struct.unpack_from("<I", raw, 8)
     batch, count = struct.unpack_from("<ii", raw, 40)
     step, epoch, pos, seed = struct.unpack_from("<qqqQ", raw, 48)
-    off, tensors = 80, {}
+    off, tensors = (104 if version >= 2 else 80), {}
     for _ in range(count):
         (nl,) = struct.unpack_from("<I", raw, off)
         name = raw[off + 4:off + 4 + nl].decode()

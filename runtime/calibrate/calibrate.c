@@ -2,22 +2,30 @@
  * model (compiler/cost.c) on the runtime the emitted programs link against.
  *
  * What it is: a timer of the runtime's own kernels through snrt.h, the calls
- * an emitted train.c makes: convolution forward and backward (data + filter)
- * in shape classes by the GEMM inner dimension K = c/group*kh*kw (below 64:
- * "conv_small", "conv_bwd_small") and 1x1 kernels ("conv_1x1",
- * "conv_bwd_1x1"), GEMMs (each shape kept: "gemm_shapes"), batch
- * normalization forward and backward and softmax backward ("norm"), max and
- * average pooling ("pool"), contiguous activations and adds ("elementwise"),
- * broadcast binary ops, their gradients, a reduction and a transpose
- * ("strided"), erf and softmax ("math"), SGD ("update") and Adam ("adam"),
- * the copy engine in each direction, and the fixed cost of a step (a tiny
- * kernel); bandwidth classes below and above the size where a CPU kernel
- * wakes its thread team, so the fit separates that wake-up ("parallel_s"). Per class it writes the rate the cost model uses:
- * FLOP/s (FLOPs counted as compiler/flops.c counts them) for the convolution
- * and GEMM classes, bytes touched per second (inputs + outputs + workspace,
- * as cost.c counts them) for the others; each the total over its shapes
- * divided by the total time, so a class's rate is what a mix of those
- * shapes runs at. Every timing is the median of several trials.
+ * an emitted train.c makes (cases.c): convolution forward and backward (data
+ * + filter) in shape classes by the GEMM inner dimension K = c/group*kh*kw
+ * (below 64: "conv_small", "conv_bwd_small") and 1x1 kernels ("conv_1x1",
+ * "conv_bwd_1x1"; backward data and filter timed apart; the workspace as
+ * the compiler plans it), GEMMs, max and average pooling ("pool"), batch and layer
+ * normalization, softmax backward and a convolution's bias gradient over
+ * maps from 1x1 to 28x28 ("norm"), contiguous activations, adds and the
+ * masked fill ("elementwise"), broadcast binary ops, their gradients, a
+ * reduction and a transpose ("strided"), erf, its gradient, softmax and
+ * dropout ("math"), the softmax cross-entropy loss ("loss"), SGD ("update")
+ * and Adam ("adam"), the copy engine in each direction alone and while
+ * compute runs (the compute it slows: "d2h_loss", "h2d_loss"), and the fixed
+ * cost of a step (a tiny kernel); bandwidth classes below and above the size
+ * where a CPU kernel wakes its thread team, so the fit separates that
+ * wake-up ("parallel_s"). Every convolution, pooling and GEMM measured is
+ * kept in the profile (the cost model takes the nearest one's rate).
+ *
+ * How: every case runs once per pass, NPASS passes, and its time is the
+ * median of its passes (each pass a trial of calls lasting about
+ * trial_s / NPASS); see calibrate.h for the operands. Per class the fit
+ * (fit.c) gives the rate, in FLOP/s (FLOPs counted as compiler/flops.c
+ * counts them) for convolutions and GEMMs, window elements per second for
+ * pooling, bytes touched per second (inputs + outputs + workspace, as
+ * cost.c counts them) for the others, and the fixed costs.
  *
  * What it is not: a benchmark of peak rates, or a model of every shape.
  * The shapes are those of small CNNs and transformers at batch 16-64 (the
@@ -25,10 +33,8 @@
  *
  * The same source builds for the CUDA runtime (build/snc-calibrate-cuda,
  * where nvcc is found); `--target cuda` runs that binary. Kernels are
- * asynchronous there, so each trial ends with a device synchronisation.
- */
-#include "snrt.h"
-#include "snrt_dev.h"
+ * asynchronous there, so each trial ends with a device synchronisation. */
+#include "calibrate.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -37,463 +43,134 @@
 #include <time.h>
 #include <unistd.h>
 
-#ifdef SNRT_CALIBRATE_CUDA
-#define TARGET "cuda"
-#else
-#define TARGET "cpu"
-#endif
-
-/* The cost classes of compiler/cost.c, in its order. */
-enum { NCLASS = 14 };
-static const char *const class_names[NCLASS] = {
-    "conv", "conv_small", "conv_1x1", "conv_bwd", "conv_bwd_small", "conv_bwd_1x1",
-    "gemm", "pool", "norm", "elementwise", "update", "adam", "strided", "math"};
-enum { K_CONV, K_CONV_SMALL, K_CONV_1X1, K_CONV_BWD, K_CONV_BWD_SMALL, K_CONV_BWD_1X1, K_GEMM,
-       K_POOL, K_NORM, K_ELEM, K_UPDATE, K_ADAM, K_STRIDED, K_MATH };
-/* Classes rated in FLOP/s (pool: window elements visited per second), the
- * others in bytes/s. */
-static const int by_flops[NCLASS] = {1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0};
-
-static double work[NCLASS], seconds[NCLASS];   /* FLOPs or bytes; time */
-/* Per class, each measurement (work, seconds), for the fit t = a + work / rate. */
-enum { MAXPTS = 96 };
-static double pw[NCLASS][MAXPTS], pt[NCLASS][MAXPTS], pn[NCLASS][MAXPTS];   /* pn: images */
-static double pp[NCLASS][MAXPTS];   /* 1: the kernel ran as a parallel region (see par_of) */
-static int npts[NCLASS];
-/* 1: fitted with an intercept (a fixed cost per call: an OpenMP parallel
- * region's start) and a parallel region's start on top of it; 2:
- * convolutions and GEMMs, fitted with a cost per call instead (the CPU
- * kernels run a GEMM per image, or per chunk of images, and a batched
- * MatMul one sgemm per matrix, each with its set-up and the wake-up of
- * OpenBLAS's threads); 0: the aggregate rate. */
-static const int fitted[NCLASS] = {2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1};
-
-/* Whether a kernel over `elements` (its largest operand) runs as a parallel
- * region: the CPU kernels wake their thread team above KERN_PAR_MIN
- * elements (runtime/cpu/kern.h), which on a VM with idle vCPUs costs tens to
- * hundreds of microseconds (a vCPU's wake-up). The profile says the
- * threshold ("parallel_min_elements"), cost.c applies it. CUDA: none. */
-#ifdef SNRT_CALIBRATE_CUDA
-#define PAR_MIN 0
-static int par_of(int64_t elements) { (void)elements; return 0; }
-#else
+#ifndef SNRT_CALIBRATE_CUDA
 #include "cpu/kern.h"
 #define PAR_MIN KERN_PAR_MIN
-static int par_of(int64_t elements) { return elements > KERN_PAR_MIN; }
+#else
+#define PAR_MIN 0
 #endif
 
-static void record_p(int cls, double w, double t, double images, int par) {
-  work[cls] += w, seconds[cls] += t;
-  if (npts[cls] < MAXPTS)
-    pw[cls][npts[cls]] = w, pn[cls][npts[cls]] = images, pp[cls][npts[cls]] = par, pt[cls][npts[cls]++] = t;
-}
-static void record_n(int cls, double w, double t, double images) { record_p(cls, w, t, images, 0); }
-
-/* Least squares t = a n + w / rate (n images, w FLOPs) through the origin;
- * where a comes out negative or the system is degenerate, a = 0 and the
- * aggregate rate. */
-static void fit_images(int cls, double *rate, double *per_image) {
-  double snn = 0, snw = 0, sww = 0, snt = 0, swt = 0;
-  for (int i = 0; i < npts[cls]; i++) {
-    double n = pn[cls][i], w = pw[cls][i], t = pt[cls][i];
-    snn += n * n, snw += n * w, sww += w * w, snt += n * t, swt += w * t;
-  }
-  double det = snn * sww - snw * snw;
-  *per_image = 0;
-  if (npts[cls] < 3 || det <= 0) return;
-  double a = (snt * sww - swt * snw) / det, b = (snn * swt - snw * snt) / det;
-  if (a < 0 || b <= 0) return;
-  *rate = 1 / b, *per_image = a;
+const char *const cal_class_names[NCLASS] = {
+    "conv", "conv_small", "conv_1x1", "conv_bwd", "conv_bwd_small", "conv_bwd_1x1", "gemm",
+    "pool", "norm", "elementwise", "update", "adam", "strided", "math", "loss"};
+/* Classes rated in FLOP/s (pool: window elements visited per second), the
+ * others in bytes/s; the name of a class's per-unit cost. */
+static const int by_flops[NCLASS] = {1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0};
+static const char *unit_name(int c) {
+  return c <= K_CONV_BWD_1X1 ? "per_image_s" : c == K_GEMM ? "per_call_s" : "per_row_s";
 }
 
-/* Weighted least squares of t over the columns in `use` (bit 0: 1, the
- * fixed cost; bit 1: w, the work; bit 2: the parallel flag), each point
- * weighted by 1/t^2 (relative error: a small kernel's time counts as much
- * as a large one's). x[] gets the coefficients (0 for unused columns).
- * Returns 0 where the system is singular. Gaussian elimination on at most
- * 3 unknowns. */
-static int lsq(int cls, int use, double x[3]) {
-  int col[3], k = 0;
-  for (int j = 0; j < 3; j++)
-    if (use >> j & 1) col[k++] = j;
-  double m[3][4] = {{0}};
-  for (int i = 0; i < npts[cls]; i++) {
-    double v[3] = {1, pw[cls][i], pp[cls][i]}, t = pt[cls][i], u = 1 / (t * t);
-    for (int r = 0; r < k; r++) {
-      for (int c = 0; c < k; c++) m[r][c] += u * v[col[r]] * v[col[c]];
-      m[r][k] += u * v[col[r]] * t;
-    }
-  }
-  for (int r = 0; r < k; r++) {
-    int piv = r;
-    for (int q = r + 1; q < k; q++)
-      if (fabs(m[q][r]) > fabs(m[piv][r])) piv = q;
-    if (fabs(m[piv][r]) < 1e-300) return 0;
-    for (int c = 0; c <= k; c++) { double tmp = m[r][c]; m[r][c] = m[piv][c]; m[piv][c] = tmp; }
-    for (int q = 0; q < k; q++) {
-      if (q == r) continue;
-      double f = m[q][r] / m[r][r];
-      for (int c = r; c <= k; c++) m[q][c] -= f * m[r][c];
-    }
-  }
-  x[0] = x[1] = x[2] = 0;
-  for (int r = 0; r < k; r++) x[col[r]] = m[r][k] / m[r][r];
-  return 1;
-}
+snrt_ctx cal_ctx;
+int cal_quick;
+Case cal_cases[MAXCASES];
+int cal_ncases;
+int64_t cal_out_pool_off, cal_out_pool_bytes;
 
-/* t = a + w / rate + p [parallel]: the first of the models (all three terms;
- * no fixed cost; no parallel term; the slope alone) whose coefficients are
- * all >= 0 (rate > 0). Where the class's points are all serial or all
- * parallel, the parallel term is not identifiable and drops out. overhead a
- * and par_s p: -1 where the fit is degenerate (the aggregate rate then). */
-static void fit(int cls, double *rate, double *overhead, double *par_s) {
-  int n = npts[cls];
-  *rate = seconds[cls] > 0 ? work[cls] / seconds[cls] : 0;
-  *overhead = *par_s = -1;
-  if (fitted[cls] != 1 || n < 2) return;
-  int nparallel = 0;
-  for (int i = 0; i < n; i++) nparallel += pp[cls][i] > 0;
-  static const int models[] = {7, 6, 3, 2};
-  for (int i = 0; i < 4; i++) {
-    int use = models[i];
-    if ((use & 4) && (nparallel == 0 || nparallel == n || n < 3)) continue;
-    double x[3];
-    if (!lsq(cls, use, x) || x[0] < 0 || x[1] <= 0 || x[2] < 0) continue;
-    *rate = 1 / x[1], *overhead = x[0], *par_s = use & 4 ? x[2] : 0;
-    return;
-  }
-}
-static double trial_s = 0.25;                  /* time per measurement (--quick: less) */
-static int quick;
+static double trial_s = 0.25;   /* time per case, all passes (--quick: less) */
+static char *A;                 /* device arena base */
+static int64_t in_off, in_bytes, rect_off, rect_bytes, scratch_top, scratch_end;
+/* Operands rotate over at least this many bytes (beyond the caches). */
+static int64_t rot_bytes = (int64_t)64 << 20;
+enum { NROT = 64 };
 
-static snrt_ctx ctx;
-static char *A;              /* device arena base */
-static int64_t top;          /* bump allocator over the arena */
-
-static double now(void) {
+double cal_now(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-static float *alloc_f(int64_t n) {
+float *cal_scratch(int64_t n) {
   int64_t bytes = (n * 4 + SNRT_ALIGN - 1) / SNRT_ALIGN * SNRT_ALIGN;
-  if (top + bytes > ctx.m->arena_bytes) {
+  if (scratch_top + bytes > scratch_end) {
     fprintf(stderr, "snc-calibrate: error: internal: arena too small for the calibration shapes\n");
     exit(3);
   }
-  float *p = (float *)(A + top);
-  top += bytes;
-  snrt_fill(&ctx, n > 0 ? n : 1, 0.01f, p);
+  float *p = (float *)(A + scratch_top);
+  scratch_top += bytes;
   return p;
 }
 
-/* Median seconds per call of fn(arg): trials of enough calls to last
- * trial_s / trials each. */
-typedef void (*bench_fn)(void *arg);
-static double time_call(bench_fn fn, void *arg) {
-  fn(arg);                   /* warm-up (CUDA: algorithm choice, lazy loading) */
-  snrt_dev_sync(&ctx);
-  double t0 = now();
-  fn(arg);
-  snrt_dev_sync(&ctx);
-  double one = now() - t0;
-  enum { TRIALS = 5 };
-  int reps = one > 0 ? (int)(trial_s / TRIALS / one) : 1000;
-  if (reps < 1) reps = 1;
-  if (reps > 100000) reps = 100000;
-  double t[TRIALS];
-  for (int k = 0; k < TRIALS; k++) {
-    double s = now();
-    for (int r = 0; r < reps; r++) fn(arg);
-    snrt_dev_sync(&ctx);
-    t[k] = (now() - s) / reps;
-  }
-  for (int i = 1; i < TRIALS; i++)   /* insertion sort: 5 values */
-    for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
-      double x = t[j]; t[j] = t[j - 1]; t[j - 1] = x;
+char *cal_out_slot(const Case *k, int r) { return A + cal_out_pool_off + r * k->out_bytes; }
+
+void cal_call(Case *k) {
+  k->cur = (k->cur + 1) % k->nrot;
+  k->fn(k, A + (k->rectified ? rect_off : in_off) + k->cur * k->in_bytes,
+        A + cal_out_pool_off + k->cur * k->out_bytes);
+}
+
+/* The input pools' values: approximately N(0, 1) (the sum of three uniform
+ * values on [-1, 1]) from a fixed xorshift sequence, and the same values
+ * rectified (max(0, v)) in the second pool; uploaded in chunks. */
+static void fill_inputs(void) {
+  enum { CHUNK = 1 << 20 };
+  float *h = malloc(sizeof(float) * CHUNK);
+  if (!h) exit(3);
+  for (int pool = 0; pool < 2; pool++) {
+    uint64_t s = 0x9e3779b97f4a7c15ull;
+    int64_t off0 = pool ? rect_off : in_off, bytes = pool ? rect_bytes : in_bytes;
+    for (int64_t off = 0; off < bytes; off += 4 * (int64_t)CHUNK) {
+      int64_t n = (bytes - off) / 4 < CHUNK ? (bytes - off) / 4 : CHUNK;
+      for (int64_t i = 0; i < n; i++) {
+        float v = 0;
+        for (int j = 0; j < 3; j++) {
+          s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+          v += (float)((double)(s >> 11) / 9007199254740992.0 * 2 - 1);
+        }
+        h[i] = pool && v < 0 ? 0 : v;
+      }
+      snrt_dev_upload(&cal_ctx, off0 + off, h, 4 * n);
     }
-  return t[TRIALS / 2];
+  }
+  free(h);
 }
 
-/* Operands rotate over at least this many bytes (beyond the caches). */
-enum { ROT_BYTES = 64 << 20 };
-
-/* ---- convolutions ---- */
-
-typedef struct ConvCase {
-  snrt_conv_t p;
-  float *x, *w, *b, *y, *dy, *dx, *dw, *ws;
-} ConvCase;
-
-/* Buffers of a case are rotated (ROT_BYTES below): each call takes the next
- * copy, so its operands come from memory, as in a training step. */
-enum { NROT = 16 };
-typedef struct Rot { void *arg[NROT]; int n, cur; } Rot;
-static void *rot_next(Rot *r) { return r->arg[r->cur = (r->cur + 1) % r->n]; }
-
-static void conv_fwd(void *a) {
-  ConvCase *k = rot_next(a);
-  snrt_conv_fwd(&ctx, &k->p, k->x, k->w, k->b, k->y, k->ws);
-}
-static void conv_bwd(void *a) {
-  ConvCase *k = rot_next(a);
-  snrt_conv_bwd_data(&ctx, &k->p, k->dy, k->w, k->dx, k->ws);
-  snrt_conv_bwd_filter(&ctx, &k->p, k->x, k->dy, k->dw, k->ws);
-}
-
-/* Every convolution measured: the cost model takes the rate of the nearest
- * of them (compiler/cost.c), the class rate where a profile has none. */
-typedef struct ConvShape { int kind, n, c, hw, k, ksz, stride; double fwd_s, bwd_s; } ConvShape;
-enum { MAXSHAPES = 128 };
-static ConvShape shapes[MAXSHAPES];
-static int nshapes;
-
-static void conv_case(int n, int c, int hw, int k, int ksz, int stride) {
-  int pad = ksz / 2, o = (hw + 2 * pad - ksz) / stride + 1;
-  snrt_conv_t p = {.n = n, .c = c, .h = hw, .w = hw, .k = k, .oh = o, .ow = o, .kh = ksz,
-                   .kw = ksz, .sh = stride, .sw = stride, .pt = pad, .pl = pad, .dh = 1,
-                   .dw = 1, .group = 1, .ws_images = n};
-  p.ws_bytes = snrt_conv_ws_bytes(&p);
-  int64_t mark = top;
-  int64_t nx = (int64_t)n * c * hw * hw, ny = (int64_t)n * k * o * o, nw = (int64_t)k * c * ksz * ksz;
-  static ConvCase cases[NROT];
-  Rot rot = {.n = (int)(ROT_BYTES / (8 * (2 * nx + 2 * ny + 2 * nw)) + 1)};
-  if (rot.n > NROT) rot.n = NROT;
-  float *ws = alloc_f(p.ws_bytes / 4 + 1);
-  for (int r = 0; r < rot.n; r++) {
-    ConvCase *cc = &cases[r];
-    *cc = (ConvCase){.p = p, .ws = ws};
-    cc->x = alloc_f(nx), cc->w = alloc_f(nw), cc->b = alloc_f(k), cc->y = alloc_f(ny);
-    cc->dy = alloc_f(ny), cc->dx = alloc_f(nx), cc->dw = alloc_f(nw);
-    rot.arg[r] = cc;
-  }
-  double fl = 2.0 * n * k * o * o * (double)c * ksz * ksz;
-  int kind = (int64_t)c * ksz * ksz < 64 ? 1 : ksz == 1 ? 2 : 0;   /* as cost.c's conv_kind */
-  double tf = time_call(conv_fwd, &rot), tb = time_call(conv_bwd, &rot);
-  int cf = K_CONV + kind, cb = K_CONV_BWD + kind;
-  if (nshapes < MAXSHAPES)
-    shapes[nshapes++] = (ConvShape){kind, n, c, hw, k, ksz, stride, tf, tb};
-  record_n(cf, fl, tf, n);
-  record_n(cb, 2 * fl, tb, 2.0 * n);   /* two kernels, each over the batch */
-  fprintf(stderr, "  conv n%d c%d %dx%d k%d %dx%d/%d: forward %.3f ms (%.1f GFLOP/s), "
-          "backward %.3f ms (%.1f GFLOP/s)\n", n, c, hw, hw, k, ksz, ksz, stride, tf * 1e3,
-          fl / tf / 1e9, tb * 1e3, 2 * fl / tb / 1e9);
-  top = mark;
-}
-
-/* ---- GEMM ---- */
-
-typedef struct MmCase { snrt_mm_t p; float *a, *b, *y; } MmCase;
-static void mm(void *a) {
-  MmCase *k = rot_next(a);
-  snrt_matmul(&ctx, &k->p, k->a, k->b, k->y);
-}
-/* Every GEMM measured: the cost model takes the rate of the nearest
- * (compiler/cost.c). bcast: B shared by the batch (stride 0: a linear layer
- * applied to a [batch, T, C] activation). */
-typedef struct GemmShape { int64_t batch, m, n, k; int ta, tb, bcast; double s; } GemmShape;
-static GemmShape gemms[MAXSHAPES];
-static int ngemms;
-
-static void mm_case(int64_t batch, int64_t m, int64_t n, int64_t k, int ta, int tb, int bcast) {
-  int64_t mark = top;
-  static MmCase cases[NROT];
-  Rot rot = {.n = (int)(ROT_BYTES / (4 * batch * (m * k + k * n + m * n)) + 1)};
-  if (rot.n > NROT) rot.n = NROT;
-  for (int r = 0; r < rot.n; r++) {
-    MmCase *c = &cases[r];
-    *c = (MmCase){.p = {.batch = batch, .m = m, .n = n, .k = k, .trans_a = ta, .trans_b = tb,
-                        .alpha = 1, .beta = 0, .stride_a = m * k, .stride_b = bcast ? 0 : k * n,
-                        .stride_y = m * n}};
-    c->a = alloc_f(batch * m * k), c->b = alloc_f(batch * k * n), c->y = alloc_f(batch * m * n);
-    rot.arg[r] = c;
-  }
-  double fl = 2.0 * batch * m * n * k, t = time_call(mm, &rot);
-  record_n(K_GEMM, fl, t, (double)batch);   /* one sgemm per matrix of the batch */
-  if (ngemms < MAXSHAPES) gemms[ngemms++] = (GemmShape){batch, m, n, k, ta, tb, bcast, t};
-  fprintf(stderr, "  gemm %lldx(%lldx%lld)%sx(%lldx%lld)%s%s: %.3f ms (%.1f GFLOP/s)\n", (long long)batch,
-          (long long)m, (long long)k, ta ? "^T" : "", (long long)k, (long long)n, tb ? "^T" : "",
-          bcast ? " (B shared)" : "", t * 1e3, fl / t / 1e9);
-  top = mark;
-}
-
-/* ---- bandwidth classes ---- */
-
-/* A training step's activations were mostly written several kernels
- * earlier, so they come from memory, not from the cache: each call takes
- * the next of `rot` copies of its buffers (at least 64 MiB in all). */
-enum { MAXROT = 64 };
-typedef struct EwCase {
-  int64_t n;
-  int c, hw;
-  float *x, *y, *z, *s, *b, *rm, *rv, *sm, *si, *ds, *db;
-  int which;
-  int rot, cur;
-  float *xs[MAXROT], *ys[MAXROT], *zs[MAXROT];
-} EwCase;
-
-static void ew(void *a) {
-  EwCase *k = a;
-  k->cur = (k->cur + 1) % k->rot;
-  k->x = k->xs[k->cur], k->y = k->ys[k->cur], k->z = k->zs[k->cur];
-  switch (k->which) {
-  case 0: {
-    snrt_unary_t p = {.n = k->n, .kind = SNRT_RELU, .lo = -3e38f, .hi = 3e38f};
-    snrt_unary_fwd(&ctx, &p, k->x, k->y);
-    break;
-  }
-  case 1: {
-    snrt_unary_t p = {.n = k->n, .kind = SNRT_RELU, .lo = -3e38f, .hi = 3e38f};
-    snrt_unary_bwd(&ctx, &p, k->x, k->y, k->z, k->z);
-    break;
-  }
-  case 2: snrt_add(&ctx, k->n, k->x, k->y, k->z); break;
-  case 8: {   /* a row vector broadcast over (n / 64, 64): a bias, a LayerNorm's scale */
-    snrt_binary_t p = {.kind = SNRT_MUL, .rank = 2, .n = k->n, .dims = {k->n / 64, 64},
-                       .sa = {64, 1}, .sb = {0, 1}, .na = k->n, .nb = 64};
-    snrt_binary_fwd(&ctx, &p, k->x, k->y, k->z);
-    break;
-  }
-  case 15: {   /* Add of two tensors of one shape (a residual), as the emitted Add calls it */
-    snrt_binary_t p = {.kind = SNRT_ADD, .rank = 1, .n = k->n, .dims = {k->n}, .sa = {1}, .sb = {1},
-                       .na = k->n, .nb = k->n};
-    snrt_binary_fwd(&ctx, &p, k->x, k->y, k->z);
-    break;
-  }
-  case 9: {   /* the gradient of a row vector broadcast over (n / 64, 64): a bias's */
-    snrt_binary_t p = {.kind = SNRT_ADD, .rank = 2, .n = k->n, .dims = {k->n / 64, 64},
-                       .sa = {64, 1}, .sb = {0, 1}, .na = k->n, .nb = 64};
-    snrt_binary_bwd(&ctx, &p, NULL, NULL, k->x, k->y, k->s);
-    break;
-  }
-  case 10: {   /* a mean over rows of 64 (LayerNorm's ReduceMean) */
-    snrt_reduce_t p = {.rank = 2, .n_big = k->n, .n_small = k->n / 64, .dims = {k->n / 64, 64},
-                       .ss = {1, 0}, .scale = 1.0f / 64};
-    snrt_reduce(&ctx, &p, k->x, k->y);
-    break;
-  }
-  case 11: {   /* (n / 4096, 64, 64) -> its last two dims swapped (attention heads) */
-    snrt_transpose_t p = {.rank = 3, .n = k->n, .in_dims = {k->n / 4096, 64, 64}, .perm = {0, 2, 1}};
-    snrt_transpose(&ctx, &p, k->x, k->y);
-    break;
-  }
-  case 12: {
-    snrt_math_t p = {.n = k->n, .kind = SNRT_ERF};
-    snrt_math_fwd(&ctx, &p, k->x, k->y);
-    break;
-  }
-  case 13: {   /* softmax over rows of 64 (attention) */
-    snrt_softmax_t p = {.outer = k->n / 64, .len = 64, .inner = 1};
-    snrt_softmax_fwd(&ctx, &p, k->x, k->y);
-    break;
-  }
-  case 14: {
-    snrt_softmax_t p = {.outer = k->n / 64, .len = 64, .inner = 1};
-    snrt_softmax_bwd(&ctx, &p, k->x, k->y, k->z);
-    break;
-  }
-
-  case 4: {
-    snrt_bn_t p = {.n = (int)(k->n / ((int64_t)k->c * k->hw)), .c = k->c, .hw = k->hw,
-                   .eps = 1e-5f, .momentum = 0.9f};
-    snrt_bn_fwd_train(&ctx, &p, k->x, k->s, k->b, k->rm, k->rv, k->y, k->sm, k->si);
-    break;
-  }
-  case 5: {
-    snrt_bn_t p = {.n = (int)(k->n / ((int64_t)k->c * k->hw)), .c = k->c, .hw = k->hw,
-                   .eps = 1e-5f, .momentum = 0.9f};
-    snrt_bn_bwd(&ctx, &p, k->x, k->y, k->s, k->sm, k->si, k->z, k->ds, k->db);
-    break;
-  }
-  case 6: {
-    snrt_sgd_t p = {.n = k->n, .momentum = 0.9f, .param = -1};
-    snrt_sgd(&ctx, &p, k->x, k->y, k->z);
-    break;
-  }
-  case 7: {
-    snrt_adam_t p = {.n = k->n, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .param = -1};
-    snrt_adam(&ctx, &p, k->x, k->y, k->z, k->s);
-    break;
-  }
+/* Slots: enough to cover rot_bytes, within the pools. */
+static void size_slots(void) {
+  for (int i = 0; i < cal_ncases; i++) {
+    Case *k = &cal_cases[i];
+    int64_t per = k->in_bytes + k->out_bytes;
+    int64_t r = rot_bytes / (per > 0 ? per : 1) + 1;
+    if (r > NROT) r = NROT;
+    int64_t pool = k->rectified ? rect_bytes : in_bytes;
+    while (r > 1 && (r * k->in_bytes > pool || r * k->out_bytes > cal_out_pool_bytes)) r--;
+    if (k->in_bytes > pool || k->out_bytes > cal_out_pool_bytes) {
+      fprintf(stderr, "snc-calibrate: error: internal: %s does not fit the pools\n", k->what);
+      exit(3);
+    }
+    k->nrot = (int)r;
+    k->cur = 0;
   }
 }
 
-/* which: the kernel (ew above); bytes: what cost.c counts for that step. */
-static void ew_case(int which, int cls, int64_t n, int c, int hw, double bytes, const char *what) {
-  int64_t mark = top;
-  EwCase k = {.n = n, .c = c, .hw = hw, .which = which};
-  k.rot = (int)(ROT_BYTES / (12 * n) + 1);
-  if (k.rot > MAXROT) k.rot = MAXROT;
-  for (int r = 0; r < k.rot; r++) k.xs[r] = alloc_f(n), k.ys[r] = alloc_f(n), k.zs[r] = alloc_f(n);
-  k.s = alloc_f(which == 7 ? n : c), k.b = alloc_f(c), k.rm = alloc_f(c), k.rv = alloc_f(c);
-  k.sm = alloc_f(c), k.si = alloc_f(c), k.ds = alloc_f(c), k.db = alloc_f(c);
-  snrt_fill(&ctx, c, 1.0f, k.rv);
-  snrt_fill(&ctx, c, 1.0f, k.si);
-  double t = time_call(ew, &k);
-  record_p(cls, bytes, t, 0, par_of(n));
-  fprintf(stderr, "  %s, %lld elements: %.3f ms (%.2f GB/s)\n", what, (long long)n, t * 1e3,
-          bytes / t / 1e9);
-  top = mark;
-}
-
-typedef struct PoolCase { snrt_pool_t p; float *x, *y, *dy, *dx; int avg; } PoolCase;
-static void pool_fwd(void *a) {
-  PoolCase *k = rot_next(a);
-  if (k->avg) snrt_avgpool_fwd(&ctx, &k->p, k->x, k->y);
-  else snrt_maxpool_fwd(&ctx, &k->p, k->x, k->y);
-}
-static void pool_bwd(void *a) {
-  PoolCase *k = rot_next(a);
-  if (k->avg) snrt_avgpool_bwd(&ctx, &k->p, k->dy, k->dx);
-  else snrt_maxpool_bwd(&ctx, &k->p, k->x, k->dy, k->dx);
-}
-
-/* Every pooling measured: the cost model takes the rate of the nearest of
- * the same kind (max or average; compiler/cost.c). */
-typedef struct PoolShape { int avg, n, c, hw, ksz, stride, pad; double fwd_s, bwd_s; } PoolShape;
-static PoolShape pools[MAXSHAPES];
-static int npools;
-
-/* Work: window elements visited, n c oh ow kh kw (cost.c counts the same). */
-static void pool_case(int n, int c, int hw, int ksz, int stride, int pad, int avg) {
-  int64_t mark = top;
-  int o = (hw + 2 * pad - ksz) / stride + 1;
-  snrt_pool_t p = {.n = n, .c = c, .h = hw, .w = hw, .oh = o, .ow = o, .kh = ksz, .kw = ksz,
-                   .sh = stride, .sw = stride, .pt = pad, .pl = pad, .pb = pad, .pr = pad,
-                   .dh = 1, .dw = 1};
-  int64_t nx = (int64_t)n * c * hw * hw, ny = (int64_t)n * c * o * o;
-  static PoolCase cases[NROT];
-  Rot rot = {.n = (int)(ROT_BYTES / (8 * (nx + ny)) + 1)};
-  if (rot.n > NROT) rot.n = NROT;
-  for (int r = 0; r < rot.n; r++) {
-    PoolCase *k = &cases[r];
-    *k = (PoolCase){.p = p, .avg = avg};
-    k->x = alloc_f(nx), k->y = alloc_f(ny), k->dy = alloc_f(ny), k->dx = alloc_f(nx);
-    rot.arg[r] = k;
+/* One trial of case k in pass `pass`: a warm-up call, then reps calls (reps
+ * sized in the first pass for trial_s / NPASS). */
+static void time_case(Case *k, int pass) {
+  if (k->prepare) k->prepare(k);
+  cal_call(k);
+  snrt_dev_sync(&cal_ctx);
+  if (pass == 0) {
+    double t0 = cal_now();
+    cal_call(k);
+    snrt_dev_sync(&cal_ctx);
+    double one = cal_now() - t0;
+    int reps = one > 0 ? (int)(trial_s / NPASS / one) : 1000;
+    k->reps = reps < 1 ? 1 : reps > 100000 ? 100000 : reps;
   }
-  double w = (double)ny * ksz * ksz, tf = time_call(pool_fwd, &rot), tb = time_call(pool_bwd, &rot);
-  record_p(K_POOL, w, tf, 0, par_of(nx));
-  record_p(K_POOL, w, tb, 0, par_of(nx));
-  if (npools < MAXSHAPES) pools[npools++] = (PoolShape){avg, n, c, hw, ksz, stride, pad, tf, tb};
-  fprintf(stderr, "  %s-pool n%d c%d %dx%d %dx%d/%d: forward %.3f ms, backward %.3f ms (%.2f G window "
-          "elements/s)\n", avg ? "avg" : "max", n, c, hw, hw, ksz, ksz, stride, tf * 1e3, tb * 1e3,
-          2 * w / (tf + tb) / 1e9);
-  top = mark;
+  double s = cal_now();
+  for (int r = 0; r < k->reps; r++) cal_call(k);
+  snrt_dev_sync(&cal_ctx);
+  k->t[pass] = (cal_now() - s) / k->reps;
 }
 
-static void tiny(void *a) {
-  (void)a;
-  snrt_unary_t p = {.n = 16, .kind = SNRT_RELU, .lo = -3e38f, .hi = 3e38f};
-  snrt_unary_fwd(&ctx, &p, (float *)A, (float *)(A + SNRT_ALIGN));
-}
-
-typedef struct CopyCase { int64_t bytes; int dir; int ev; } CopyCase;
-static void copy1(void *a) {
-  CopyCase *k = a;
-  if (k->dir == 0) snrt_offload(&ctx, 0, 0, k->bytes, k->ev);
-  else snrt_prefetch(&ctx, 0, 0, k->bytes, k->ev);
-  snrt_wait(&ctx, k->ev);
+static double median(const double *v) {
+  double t[NPASS];
+  memcpy(t, v, sizeof t);
+  for (int i = 1; i < NPASS; i++)   /* insertion sort: NPASS values */
+    for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
+      double x = t[j];
+      t[j] = t[j - 1], t[j - 1] = x;
+    }
+  return t[NPASS / 2];
 }
 
 static void usage(int code) {
@@ -506,13 +183,132 @@ static void usage(int code) {
   exit(code);
 }
 
+/* The shapes measured (see the header); --quick: fewer and smaller. */
+static int copy_case[2], tiny_case;
+static void make_cases(void) {
+  int q = cal_quick, nb = q ? 4 : 16;   /* images per batch */
+  /* Convolutions: first layers (K < 64) and the 3x3 / 1x1 body of ResNets
+   * and small CNNs at 32 px and below, GoogLeNet's branches at 64 px. */
+  static const short conv_full[][6] = {
+      {4, 1, 28, 32, 3, 1}, {1, 3, 32, 64, 3, 1}, {4, 32, 14, 64, 3, 1}, {1, 64, 32, 64, 3, 1},
+      {1, 64, 16, 256, 1, 1}, {1, 512, 2, 128, 1, 1}, {1, 128, 4, 128, 3, 1}, {1, 3, 32, 64, 7, 2},
+      {1, 128, 16, 128, 3, 1}, {1, 256, 8, 256, 3, 1}, {1, 256, 2, 256, 3, 1}, {1, 512, 1, 512, 3, 1},
+      {1, 128, 16, 256, 3, 2}, {1, 256, 8, 64, 1, 1}, {1, 64, 8, 256, 1, 1}, {1, 512, 4, 128, 1, 1},
+      {1, 1024, 1, 256, 1, 1}, {1, 256, 2, 1024, 1, 1}, {1, 192, 8, 64, 1, 1}, {1, 64, 8, 64, 3, 1},
+      {1, 64, 8, 128, 3, 2}, {1, 128, 4, 256, 3, 2}, {1, 256, 2, 512, 3, 2}, {1, 64, 8, 64, 1, 1},
+      {1, 256, 8, 128, 1, 1}, {1, 512, 4, 256, 1, 1}, {1, 1024, 2, 512, 1, 1}, {1, 2048, 1, 512, 1, 1},
+      {1, 512, 1, 2048, 1, 1}, {1, 64, 8, 128, 1, 2}, {1, 64, 16, 192, 3, 1}, {1, 96, 8, 128, 3, 1},
+      {1, 16, 8, 32, 3, 1}, {1, 480, 4, 192, 1, 1}, {1, 112, 4, 224, 3, 1}, {1, 832, 2, 384, 1, 1},
+      {1, 192, 2, 384, 3, 1}, {1, 128, 4, 256, 1, 2}, {1, 256, 2, 512, 1, 2}, {1, 256, 8, 512, 1, 2},
+      {1, 512, 4, 1024, 1, 2}, {1, 1024, 2, 2048, 1, 2}, {1, 832, 2, 128, 1, 1}};
+  int nconv = q ? 7 : (int)(sizeof conv_full / sizeof conv_full[0]);
+  for (int i = 0; i < nconv; i++) {
+    const short *c = conv_full[i];
+    cal_conv(nb * (q ? 1 : c[0]), c[1], c[2], c[3], c[4], c[5]);
+  }
+  /* Pooling: 2x2/2, 3x3/2 and 3x3/1 windows (GoogLeNet's branches), global. */
+  static const short pool_full[][7] = {
+      {4, 32, 28, 2, 2, 0, 0}, {1, 64, 16, 3, 2, 1, 0}, {1, 192, 8, 3, 1, 1, 0}, {1, 512, 4, 4, 4, 0, 1},
+      {1, 512, 1, 1, 1, 0, 1}, {1, 64, 32, 3, 2, 1, 0}, {1, 1024, 2, 2, 2, 0, 1}, {1, 2048, 1, 1, 1, 0, 1},
+      {1, 832, 4, 3, 2, 1, 0}, {1, 256, 16, 3, 1, 1, 0}, {1, 480, 4, 3, 1, 1, 0}, {1, 2048, 2, 2, 2, 0, 1},
+      {4, 64, 14, 2, 2, 0, 0}};
+  int npool = q ? 5 : (int)(sizeof pool_full / sizeof pool_full[0]);
+  for (int i = 0; i < npool; i++) {
+    const short *p = pool_full[i];
+    cal_pool(nb * (q ? 1 : p[0]), p[1], p[2], p[3], p[4], p[5], p[6]);
+  }
+  /* GEMMs: dense layers (a classifier's small ones too, their gradients
+   * with a transposed operand) and a transformer's projections and MLP over
+   * [batch, T, C] (one sgemm per sequence, the weight shared), their weight
+   * gradients (the batch folded into K) and attention (per head). */
+  static const short gemm_full[][7] = {
+      {1, 64, 64, 3136, 0, 1, 0}, {1, 64, 10, 64, 0, 1, 0}, {16, 64, 192, 64, 0, 0, 1},
+      {1, 64, 192, 1024, 1, 0, 0}, {16, 64, 64, 256, 0, 1, 1}, {64, 64, 64, 16, 0, 0, 0},
+      {1, 1000, 512, 16, 1, 0, 0}, {1, 64, 64, 10, 0, 0, 0}, {1, 64, 3136, 64, 1, 0, 0},
+      {1, 1024, 256, 1024, 0, 0, 0}, {16, 64, 256, 64, 0, 0, 1}, {16, 64, 64, 64, 0, 1, 1},
+      {16, 64, 64, 192, 0, 1, 1}, {1, 64, 256, 1024, 1, 0, 0}, {1, 256, 64, 1024, 1, 0, 0},
+      {1, 64, 64, 1024, 1, 0, 0}, {64, 64, 16, 64, 0, 0, 0}, {64, 16, 64, 64, 1, 0, 0},
+      {1, 16, 1000, 512, 0, 1, 0}, {1, 16, 512, 1000, 0, 0, 0}, {1, 16, 1000, 2048, 0, 1, 0},
+      {1, 16, 2048, 1000, 0, 0, 0}, {1, 1000, 2048, 16, 1, 0, 0}, {16, 64, 64, 64, 0, 0, 1},
+      {64, 64, 64, 16, 0, 1, 0}, {64, 64, 16, 64, 1, 0, 0}, {64, 64, 16, 64, 0, 1, 0}};
+  int ngemm = q ? 7 : (int)(sizeof gemm_full / sizeof gemm_full[0]);
+  for (int i = 0; i < ngemm; i++) {
+    const short *g = gemm_full[i];
+    int scale = q && g[0] == 16 ? 4 : 1;   /* --quick: batch 4 where it is 16 */
+    cal_gemm(g[0] / scale, g[1], g[2], g[3] == 1024 && q ? 256 : g[3], g[4], g[5], g[6]);
+  }
+  /* Bandwidth: activations of 4 K to 4 M floats, below and above the
+   * parallel threshold. */
+  int64_t lo = 1 << 12, big = q ? (1 << 18) : (1 << 22);
+  for (int64_t n = lo; n <= big; n *= 4) {
+    cal_ew(EW_RELU, K_ELEM, n, 64, 256, "relu forward");
+    cal_ew(EW_RELU_BWD, K_ELEM, n, 64, 256, "relu backward");
+    cal_ew(EW_ADD, K_ELEM, n, 64, 256, "add");
+    cal_ew(EW_WHERE, K_ELEM, n, 64, 256, "masked fill");
+    cal_ew(EW_BCAST_MUL, K_STRIDED, n, 64, 256, "broadcast multiply");
+    cal_ew(EW_ADD_SAME, K_STRIDED, n, 64, 256, "Add, one shape");
+    cal_ew(EW_BIAS_GRAD, K_STRIDED, n, 64, 256, "bias gradient (a broadcast's backward)");
+    cal_ew(EW_MEAN_ROWS, K_STRIDED, n, 64, 256, "mean over rows of 64");
+    cal_ew(EW_TRANSPOSE, K_STRIDED, n, 64, 256, "transpose");
+    cal_ew(EW_ERF, K_MATH, n, 64, 256, "erf");
+    cal_ew(EW_ERF_BWD, K_MATH, n, 64, 256, "erf backward");
+    cal_ew(EW_SOFTMAX, K_MATH, n, 64, 256, "softmax forward");
+    cal_ew(EW_DROPOUT, K_MATH, n, 64, 256, "dropout");
+    cal_ew(EW_SOFTMAX_BWD, K_NORM, n, 64, 256, "softmax backward");
+    if (n >= (q ? 1 << 14 : 1 << 16)) {
+      cal_ew(EW_LN, K_NORM, n, 64, 256, "layer-norm forward");
+      cal_ew(EW_LN_BWD, K_NORM, n, 64, 256, "layer-norm backward");
+    }
+  }
+  /* Batch normalization and a conv's bias gradient over the maps of the
+   * examples: n x c x hw (28x28 down to 1x1). */
+  static const short bn_full[][3] = {{64, 32, 784}, {64, 64, 196}, {16, 64, 256}, {16, 64, 64},
+                                     {16, 256, 64}, {16, 128, 16}, {16, 512, 16}, {16, 256, 4},
+                                     {16, 1024, 4}, {16, 512, 1}, {16, 2048, 1}, {16, 192, 1024}};
+  static const short bn_quick[][3] = {{4, 64, 256}, {4, 256, 16}, {4, 512, 1}};
+  int nbn = q ? 3 : (int)(sizeof bn_full / sizeof bn_full[0]);
+  for (int i = 0; i < nbn; i++) {
+    const short *b = q ? bn_quick[i] : bn_full[i];
+    int64_t n = (int64_t)b[0] * b[1] * b[2];
+    char what[64];
+    snprintf(what, sizeof what, "batch-norm forward n%d c%d hw%d", b[0], b[1], b[2]);
+    cal_ew(EW_BN, K_NORM, n, b[1], b[2], what);
+    snprintf(what, sizeof what, "batch-norm backward n%d c%d hw%d", b[0], b[1], b[2]);
+    cal_ew(EW_BN_BWD, K_NORM, n, b[1], b[2], what);
+    if (i % 2 == 0 || q) {
+      snprintf(what, sizeof what, "conv bias gradient n%d c%d hw%d", b[0], b[1], b[2]);
+      cal_ew(EW_CONV_BIAS, K_NORM, n, b[1], b[2], what);
+    }
+  }
+  /* The softmax cross-entropy loss: a small classifier, ImageNet's 1000
+   * classes, a byte-level language model's (batch x T) rows of 256. */
+  static const short ce[][2] = {{64, 10}, {16, 1000}, {256, 256}, {1024, 256}};
+  for (int i = 0; i < (q ? 2 : 4); i++) {
+    cal_ew(EW_CE, K_LOSS, (int64_t)ce[i][0] * ce[i][1], ce[i][1], 1, "cross-entropy forward");
+    cal_ew(EW_CE_BWD, K_LOSS, (int64_t)ce[i][0] * ce[i][1], ce[i][1], 1, "cross-entropy backward");
+  }
+  /* Optimizer updates (biases to large weights): parameters, gradient and
+   * state in, parameters and state out. */
+  for (int64_t n = 1 << 8; n <= (q ? (1 << 16) : (1 << 20)); n *= 16) {
+    cal_ew(EW_SGD, K_UPDATE, n, 1, 1, "sgd");
+    cal_ew(EW_ADAM, K_ADAM, n, 1, 1, "adam");
+  }
+  tiny_case = cal_tiny();
+  /* The copy engine: 256 KiB (a small activation) to 32 MiB, each way; the
+   * largest sizes the overlap measurement's copies. */
+  for (int dir = 0; dir < 2; dir++)
+    for (int64_t b = 256 << 10; b <= (q ? (4 << 20) : (32 << 20)); b *= q ? 16 : 8)
+      copy_case[dir] = cal_copy(dir, b);
+  cal_overlap_init();
+}
+
 int main(int argc, char **argv) {
   const char *target = NULL, *out = NULL;
   int threads = 0;
   for (int i = 1; i < argc; i++) {
     const char *s = argv[i];
     if (!strcmp(s, "-h") || !strcmp(s, "--help")) usage(0);
-    else if (!strcmp(s, "--quick")) quick = 1;
+    else if (!strcmp(s, "--quick")) cal_quick = 1;
     else if ((!strcmp(s, "--target") || !strcmp(s, "-o") || !strcmp(s, "--threads")) && i + 1 < argc) {
       const char *v = argv[++i];
       if (!strcmp(s, "--target")) target = v;
@@ -562,148 +358,71 @@ int main(int argc, char **argv) {
   /* As the emitted programs do (runtime/common/main.c): sleeping OpenMP waits. */
   if (!getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT") && !setenv("OMP_WAIT_POLICY", "passive", 1))
     execv("/proc/self/exe", argv);
-  if (quick) trial_s = 0.01;
+  if (cal_quick) trial_s = 0.01, rot_bytes = (int64_t)16 << 20;
 
+  /* The arena: input pool, rectified input pool, output pool, scratch
+   * (see calibrate.h). */
+  int64_t pool = cal_quick ? ((int64_t)24 << 20) : ((int64_t)96 << 20);
   static snrt_model m = {.name = "snc-calibrate", .policy = "calibrate", .device = "calibrate"};
-  m.arena_bytes = (int64_t)320 << 20;
-  m.host_bytes = (int64_t)64 << 20;
-  ctx.m = &m;
-  ctx.threads = threads;
-  ctx.lr = 0.01f;
-  snrt_dev_init(&ctx);
-  A = snrt_arena(&ctx);
-  top = 2 * SNRT_ALIGN;
-  fprintf(stderr, "snc-calibrate: %s%s\n", snrt_dev_describe(&ctx), quick ? " (--quick)" : "");
+  int64_t rect = cal_quick ? ((int64_t)16 << 20) : ((int64_t)64 << 20);
+  m.arena_bytes = 2 * pool + rect + (cal_quick ? ((int64_t)32 << 20) : ((int64_t)112 << 20));
+  m.host_bytes = cal_quick ? ((int64_t)8 << 20) : ((int64_t)64 << 20);
+  cal_ctx.m = &m;
+  cal_ctx.threads = threads;
+  cal_ctx.lr = 0.01f;
+  snrt_dev_init(&cal_ctx);
+  A = snrt_arena(&cal_ctx);
+  in_off = SNRT_ALIGN, in_bytes = pool;
+  rect_off = in_off + pool, rect_bytes = rect;
+  cal_out_pool_off = rect_off + rect, cal_out_pool_bytes = pool;
+  scratch_top = cal_out_pool_off + pool, scratch_end = m.arena_bytes;
+  fprintf(stderr, "snc-calibrate: %s%s, %d passes\n", snrt_dev_describe(&cal_ctx),
+          cal_quick ? " (--quick)" : "", NPASS);
+  fill_inputs();
+  make_cases();
+  cal_cases_ready();
+  size_slots();
 
-  int nb = quick ? 4 : 16;   /* images per convolution batch */
-  /* Convolutions: first layers (K < 64) and the 3x3 / 1x1 body of ResNets
-   * and small CNNs at 32 px and below. */
-  conv_case(nb * (quick ? 1 : 4), 1, 28, 32, 3, 1);
-  conv_case(nb, 3, 32, 64, 3, 1);
-  conv_case(nb * (quick ? 1 : 4), 32, 14, 64, 3, 1);
-  conv_case(nb, 64, 32, 64, 3, 1);
-  conv_case(nb, 64, 16, 256, 1, 1);
-  conv_case(nb, 512, 2, 128, 1, 1);
-  conv_case(nb, 128, 4, 128, 3, 1);
-  if (!quick) {
-    conv_case(nb, 3, 32, 64, 7, 2);
-    conv_case(nb, 128, 16, 128, 3, 1);
-    conv_case(nb, 256, 8, 256, 3, 1);
-    conv_case(nb, 256, 2, 256, 3, 1);
-    conv_case(nb, 512, 1, 512, 3, 1);
-    conv_case(nb, 128, 16, 256, 3, 2);
-    conv_case(nb, 256, 8, 64, 1, 1);
-    conv_case(nb, 64, 8, 256, 1, 1);
-    conv_case(nb, 512, 4, 128, 1, 1);
-    conv_case(nb, 1024, 1, 256, 1, 1);
-    conv_case(nb, 256, 2, 1024, 1, 1);
-    conv_case(nb, 192, 8, 64, 1, 1);
-    /* ResNet bodies at 32 px (8x8 down to 1x1) and GoogLeNet's branches at
-     * 64 px (16x16 down to 2x2). */
-    conv_case(nb, 64, 8, 64, 3, 1);
-    conv_case(nb, 64, 8, 128, 3, 2);
-    conv_case(nb, 128, 4, 128, 3, 1);
-    conv_case(nb, 128, 4, 256, 3, 2);
-    conv_case(nb, 256, 2, 512, 3, 2);
-    conv_case(nb, 64, 8, 64, 1, 1);
-    conv_case(nb, 256, 8, 128, 1, 1);
-    conv_case(nb, 512, 4, 256, 1, 1);
-    conv_case(nb, 1024, 2, 512, 1, 1);
-    conv_case(nb, 2048, 1, 512, 1, 1);
-    conv_case(nb, 512, 1, 2048, 1, 1);
-    conv_case(nb, 64, 8, 128, 1, 2);
-    conv_case(nb, 64, 16, 192, 3, 1);
-    conv_case(nb, 96, 8, 128, 3, 1);
-    conv_case(nb, 16, 8, 32, 3, 1);
-    conv_case(nb, 480, 4, 192, 1, 1);
-    conv_case(nb, 112, 4, 224, 3, 1);
-    conv_case(nb, 832, 2, 384, 1, 1);
-    conv_case(nb, 192, 2, 384, 3, 1);
-  }
-  /* Pooling: 2x2/2, 3x3/2 and 3x3/1 windows (GoogLeNet's branches), global. */
-  pool_case(nb * (quick ? 1 : 4), 32, 28, 2, 2, 0, 0);
-  pool_case(nb, 64, 16, 3, 2, 1, 0);
-  pool_case(nb, 192, 8, 3, 1, 1, 0);
-  pool_case(nb, 512, 4, 4, 4, 0, 1);
-  pool_case(nb, 512, 1, 1, 1, 0, 1);   /* global average pooling of a 1x1 map (ResNets at 32 px) */
-  if (!quick) {
-    pool_case(nb, 64, 32, 3, 2, 1, 0);
-    pool_case(nb, 1024, 2, 2, 2, 0, 1);
-    pool_case(nb, 2048, 1, 1, 1, 0, 1);
-    pool_case(nb, 832, 4, 3, 2, 1, 0);
-    pool_case(nb, 256, 16, 3, 1, 1, 0);
-    pool_case(nb, 480, 4, 3, 1, 1, 0);
-    pool_case(nb, 2048, 2, 2, 2, 0, 1);
-  }
-  /* GEMMs: dense layers (a classifier's small ones too, their gradients
-   * with a transposed operand) and a transformer's projections and MLP over
-   * [batch, T, C] (one sgemm per sequence, the weight shared), their weight
-   * gradients (the batch folded into K) and attention (per head). */
-  mm_case(1, 64, 64, 3136, 0, 1, 0);
-  mm_case(1, 64, 10, 64, 0, 1, 0);
-  mm_case(nb, 64, 192, 64, 0, 0, 1);
-  mm_case(1, 64, 192, 64 * nb, 1, 0, 0);
-  mm_case(nb, 64, 64, 256, 0, 1, 1);
-  mm_case(4 * nb, 64, 64, 16, 0, 0, 0);
-  mm_case(1, 1000, 512, nb, 1, 0, 0);
-  if (!quick) {
-    mm_case(1, 64, 64, 10, 0, 0, 0);
-    mm_case(1, 64, 3136, 64, 1, 0, 0);
-    mm_case(1, 1024, 256, 1024, 0, 0, 0);
-    mm_case(nb, 64, 256, 64, 0, 0, 1);
-    mm_case(nb, 64, 64, 64, 0, 1, 1);
-    mm_case(nb, 64, 64, 192, 0, 1, 1);
-    mm_case(1, 64, 256, 1024, 1, 0, 0);
-    mm_case(1, 256, 64, 1024, 1, 0, 0);
-    mm_case(1, 64, 64, 1024, 1, 0, 0);
-    mm_case(64, 64, 16, 64, 0, 0, 0);
-    mm_case(64, 16, 64, 64, 1, 0, 0);
-    mm_case(1, 16, 1000, 512, 0, 1, 0);
-    mm_case(1, 16, 512, 1000, 0, 0, 0);
-    mm_case(1, 16, 1000, 2048, 0, 1, 0);
-    mm_case(1, 16, 2048, 1000, 0, 0, 0);
-    mm_case(1, 1000, 2048, 16, 1, 0, 0);
-  }
-  /* Bandwidth: activations of 16 K to 4 M floats (the step's bytes touched as
-   * cost.c counts them: inputs + outputs), fitted with a fixed cost per call. */
-  int64_t lo = 1 << 12, big = quick ? (1 << 18) : (1 << 22);
-  for (int64_t n = lo; n <= big; n *= 4) {
-    ew_case(0, K_ELEM, n, 64, 256, 8.0 * n, "relu forward");
-    ew_case(1, K_ELEM, n, 64, 256, 16.0 * n, "relu backward");
-    ew_case(2, K_ELEM, n, 64, 256, 12.0 * n, "add");
-    ew_case(8, K_STRIDED, n, 64, 256, 8.0 * n + 256, "broadcast multiply");
-    ew_case(15, K_STRIDED, n, 64, 256, 12.0 * n, "Add, one shape");
-    ew_case(9, K_STRIDED, n, 64, 256, 8.0 * n + 256, "bias gradient (a broadcast's backward)");
-    ew_case(10, K_STRIDED, n, 64, 256, 4.0 * n + n / 16, "mean over rows of 64");
-    ew_case(11, K_STRIDED, n, 64, 256, 8.0 * n, "transpose");
-    ew_case(12, K_MATH, n, 64, 256, 8.0 * n, "erf");
-    ew_case(13, K_MATH, n, 64, 256, 8.0 * n, "softmax forward");
-    ew_case(14, K_NORM, n, 64, 256, 12.0 * n, "softmax backward");
-    if (n >= 64 * 256) ew_case(4, K_NORM, n, 64, 256, 8.0 * n, "batch-norm forward");
-    if (n >= 64 * 256) ew_case(5, K_NORM, n, 64, 256, 16.0 * n, "batch-norm backward");
-  }
-  if (quick) {   /* the norm class needs two sizes for its fit */
-    ew_case(4, K_NORM, 1 << 16, 64, 256, 8.0 * (1 << 16), "batch-norm forward");
-    ew_case(5, K_NORM, 1 << 16, 64, 256, 16.0 * (1 << 16), "batch-norm backward");
-  }
-  /* Optimizer updates (biases to large weights): parameters, gradient and
-   * state in, parameters and state out. */
-  for (int64_t n = 1 << 8; n <= (quick ? (1 << 16) : (1 << 20)); n *= 16) {
-    ew_case(6, K_UPDATE, n, 1, 1, 20.0 * n, "sgd");
-    ew_case(7, K_ADAM, n, 1, 1, 28.0 * n, "adam");
+  /* The passes: every case once per pass; the copy engine alone, then
+   * compute with copies beside it (the copy rate of the same pass). */
+  double loss[2][NPASS];
+  for (int pass = 0; pass < NPASS; pass++) {
+    for (int i = 0; i < cal_ncases; i++)
+      if (!cal_cases[i].aux) time_case(&cal_cases[i], pass);
+    for (int dir = 0; dir < 2; dir++) {
+      const Case *k = &cal_cases[copy_case[dir]];
+      cal_overlap_pass(dir, (double)k->n / k->t[pass], pass, loss[dir]);
+    }
   }
 
-  /* The copy engine, each direction, issued and waited for. */
-  double copy_bw[2];
+  /* Medians; the log; the fits; the shape lists. */
+  double copy_bw[2] = {0, 0}, copy_loss[2], overhead = 0;
+  for (int i = 0; i < cal_ncases; i++) {
+    Case *k = &cal_cases[i];
+    if (k->aux) continue;
+    k->s = median(k->t);
+    double lo = k->t[0], hi = k->t[0];
+    for (int p = 1; p < NPASS; p++) lo = k->t[p] < lo ? k->t[p] : lo, hi = k->t[p] > hi ? k->t[p] : hi;
+    char rate[64] = "";
+    if (k->cls >= NCLASS)
+      snprintf(rate, sizeof rate, " (%.2f GB/s)", k->n / k->s / 1e9);
+    else if (k->cls >= 0)
+      snprintf(rate, sizeof rate, k->cls == K_POOL ? " (%.2f G window elements/s)" : by_flops[k->cls]
+               ? " (%.1f GFLOP/s)" : " (%.2f GB/s)", k->work / k->s / 1e9);
+    else if (i == tiny_case)
+      overhead = k->s;
+    fprintf(stderr, "  %s: %.3f ms%s [passes %.3f-%.3f]\n", k->what, k->s * 1e3, rate, lo * 1e3, hi * 1e3);
+    if (getenv("CAL_PASSES")) for (int p = 0; p < NPASS; p++) fprintf(stderr, "    pass %d: %.3f ms\n", p, k->t[p] * 1e3);
+    if (k->cls >= 0) fit_record(k->cls, k->work, k->s, k->units, k->par);
+  }
   for (int dir = 0; dir < 2; dir++) {
-    CopyCase k = {.bytes = quick ? (4 << 20) : (32 << 20), .dir = dir, .ev = dir};
-    double t = time_call(copy1, &k);
-    copy_bw[dir] = k.bytes / t;
-    fprintf(stderr, "  copy %s, %lld bytes: %.3f ms (%.2f GB/s)\n", dir ? "to the device" : "to the host",
-            (long long)k.bytes, t * 1e3, copy_bw[dir] / 1e9);
+    copy_loss[dir] = median(loss[dir]);
+    if (copy_loss[dir] < 0) copy_loss[dir] = 0;
+    fprintf(stderr, "  compute beside copies %s: %.2f s lost per s of copy [passes", dir ? "to the device" : "to the host",
+            copy_loss[dir]);
+    for (int p = 0; p < NPASS; p++) fprintf(stderr, " %.2f", loss[dir][p]);
+    fprintf(stderr, "]\n");
   }
-  double overhead = time_call(tiny, NULL);
-  fprintf(stderr, "  step overhead (a 16-element kernel): %.2f us\n", overhead * 1e6);
 
   FILE *f = out ? fopen(out, "w") : stdout;
   if (!f) {
@@ -717,16 +436,17 @@ int main(int argc, char **argv) {
   strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&tt));
   double loads[3] = {0, 0, 0};
   if (getloadavg(loads, 3) < 0) loads[0] = -1;
-  double rate[NCLASS], ovh[NCLASS], per_image[NCLASS], par[NCLASS];
-  for (int c = 0; c < NCLASS; c++) {
-    fit(c, &rate[c], &ovh[c], &par[c]);
-    per_image[c] = -1;
-    if (fitted[c] == 2) fit_images(c, &rate[c], &per_image[c]);
+  double rate[NFIT], ovh[NFIT], par[NFIT], unit[NFIT];
+  for (int c = 0; c < NFIT; c++) fit_class(c, &rate[c], &ovh[c], &par[c], &unit[c]);
+  for (int dir = 0; dir < 2; dir++) {
+    copy_bw[dir] = rate[K_COPY_D2H + dir];
+    if (ovh[K_COPY_D2H + dir] < 0) ovh[K_COPY_D2H + dir] = 0;
   }
   fprintf(f, "{\n  \"name\": \"%s-calibrated\",\n", TARGET);
   fprintf(f, "  \"measured\": {\"by\": \"snc-calibrate%s\", \"target\": \"%s\", \"machine\": \"%s\", "
-          "\"runtime\": \"%s\", \"date\": \"%s\", \"threads\": %d, \"load_average\": %.2f},\n",
-          quick ? " --quick" : "", TARGET, host, snrt_dev_describe(&ctx), date, ctx.threads, loads[0]);
+          "\"runtime\": \"%s\", \"date\": \"%s\", \"threads\": %d, \"passes\": %d, \"load_average\": %.2f},\n",
+          cal_quick ? " --quick" : "", TARGET, host, snrt_dev_describe(&cal_ctx), date, cal_ctx.threads, NPASS,
+          loads[0]);
   /* The simple model's numbers (a planner that ignores classes): the large
    * convolutions' rate and the elementwise bandwidth. */
   fprintf(f, "  \"flops\": %.4g,\n  \"mem_bw\": %.4g,\n  \"link_bw\": %.4g,\n", rate[K_CONV],
@@ -739,43 +459,58 @@ int main(int argc, char **argv) {
 #endif
   fprintf(f, "  \"classes\": {\n");
   for (int c = 0; c < NCLASS; c++) {
-    fprintf(f, "    \"%s\": {\"%s\": %.4g", class_names[c], by_flops[c] ? "flops" : "bw", rate[c]);
+    fprintf(f, "    \"%s\": {\"%s\": %.4g", cal_class_names[c], by_flops[c] ? "flops" : "bw", rate[c]);
     if (ovh[c] >= 0) fprintf(f, ", \"overhead_s\": %.4g", ovh[c]);
     if (par[c] >= 0) fprintf(f, ", \"parallel_s\": %.4g", par[c]);
-    if (per_image[c] >= 0) fprintf(f, ", \"%s\": %.4g", c == K_GEMM ? "per_call_s" : "per_image_s", per_image[c]);
+    if (unit[c] >= 0) fprintf(f, ", \"%s\": %.4g", unit_name(c), unit[c]);
     fprintf(f, "}%s\n", c + 1 < NCLASS ? "," : "");
   }
-  fprintf(f, "  },\n  \"conv_shapes\": [\n");
-  for (int i = 0; i < nshapes; i++) {
-    const ConvShape *q = &shapes[i];
-    fprintf(f, "    {\"class\": \"%s\", \"n\": %d, \"c\": %d, \"hw\": %d, \"k\": %d, \"ksize\": %d, "
-            "\"stride\": %d, \"forward_s\": %.4g, \"backward_s\": %.4g}%s\n", class_names[K_CONV + q->kind],
-            q->n, q->c, q->hw, q->k, q->ksz, q->stride, q->fwd_s, q->bwd_s, i + 1 < nshapes ? "," : "");
+  fprintf(f, "  },\n  \"conv_shapes\": [");
+  int first = 1;
+  for (int i = 0; i < cal_ncases; i++) {
+    const Case *k = &cal_cases[i];
+    if (k->aux || k->cls < K_CONV || k->cls > K_CONV_1X1) continue;   /* forward convs */
+    const snrt_conv_t *p = &k->conv;
+    double bd = cal_cases[i + 1].s, bf = cal_cases[i + 2].s;
+    fprintf(f, "%s\n    {\"class\": \"%s\", \"n\": %d, \"c\": %d, \"hw\": %d, \"k\": %d, \"ksize\": %d, "
+            "\"stride\": %d, \"forward_s\": %.4g, \"backward_s\": %.4g, \"backward_data_s\": %.4g, "
+            "\"backward_filter_s\": %.4g}", first ? "" : ",", cal_class_names[k->cls], p->n, p->c, p->h, p->k,
+            p->kh, p->sh, k->s, bd + bf, bd, bf);
+    first = 0;
   }
-  fprintf(f, "  ],\n  \"pool_shapes\": [\n");
-  for (int i = 0; i < npools; i++) {
-    const PoolShape *q = &pools[i];
-    fprintf(f, "    {\"kind\": \"%s\", \"n\": %d, \"c\": %d, \"hw\": %d, \"ksize\": %d, \"stride\": %d, "
-            "\"pad\": %d, \"forward_s\": %.4g, \"backward_s\": %.4g}%s\n", q->avg ? "avg" : "max", q->n, q->c,
-            q->hw, q->ksz, q->stride, q->pad, q->fwd_s, q->bwd_s, i + 1 < npools ? "," : "");
+  fprintf(f, "\n  ],\n  \"pool_shapes\": [");
+  first = 1;
+  for (int i = 0; i < cal_ncases; i++) {
+    const Case *k = &cal_cases[i];
+    if (k->aux || k->cls != K_POOL || k->bwd) continue;
+    const snrt_pool_t *p = &k->pool;
+    fprintf(f, "%s\n    {\"kind\": \"%s\", \"n\": %d, \"c\": %d, \"hw\": %d, \"ksize\": %d, \"stride\": %d, "
+            "\"pad\": %d, \"forward_s\": %.4g, \"backward_s\": %.4g}", first ? "" : ",", k->which ? "avg" : "max",
+            p->n, p->c, p->h, p->kh, p->sh, p->pt, k->s, cal_cases[i + 1].s);
+    first = 0;
   }
-  fprintf(f, "  ],\n  \"gemm_shapes\": [\n");
-  for (int i = 0; i < ngemms; i++) {
-    const GemmShape *q = &gemms[i];
-    fprintf(f, "    {\"batch\": %lld, \"m\": %lld, \"n\": %lld, \"k\": %lld, \"trans_a\": %d, "
-            "\"trans_b\": %d, \"shared_b\": %d, \"seconds\": %.4g}%s\n", (long long)q->batch,
-            (long long)q->m, (long long)q->n, (long long)q->k, q->ta, q->tb, q->bcast, q->s,
-            i + 1 < ngemms ? "," : "");
+  fprintf(f, "\n  ],\n  \"gemm_shapes\": [");
+  first = 1;
+  for (int i = 0; i < cal_ncases; i++) {
+    const Case *k = &cal_cases[i];
+    if (k->aux || k->cls != K_GEMM) continue;
+    const snrt_mm_t *p = &k->mm;
+    fprintf(f, "%s\n    {\"batch\": %lld, \"m\": %lld, \"n\": %lld, \"k\": %lld, \"trans_a\": %d, "
+            "\"trans_b\": %d, \"shared_b\": %d, \"seconds\": %.4g}", first ? "" : ",", (long long)p->batch,
+            (long long)p->m, (long long)p->n, (long long)p->k, p->trans_a, p->trans_b, k->which, k->s);
+    first = 0;
   }
-  if (PAR_MIN > 0) fprintf(f, "  ],\n  \"parallel_min_elements\": %d,\n", PAR_MIN);
-  else fprintf(f, "  ],\n");
-  fprintf(f, "  \"copy\": {\"d2h\": %.4g, \"h2d\": %.4g},\n", copy_bw[0], copy_bw[1]);
+  if (PAR_MIN > 0) fprintf(f, "\n  ],\n  \"parallel_min_elements\": %d,\n", PAR_MIN);
+  else fprintf(f, "\n  ],\n");
+  fprintf(f, "  \"copy\": {\"d2h\": %.4g, \"h2d\": %.4g, \"d2h_s\": %.4g, \"h2d_s\": %.4g, \"d2h_loss\": %.4g, "
+          "\"h2d_loss\": %.4g},\n", copy_bw[0], copy_bw[1], ovh[K_COPY_D2H], ovh[K_COPY_H2D], copy_loss[0],
+          copy_loss[1]);
   fprintf(f, "  \"step_overhead_s\": %.4g\n}\n", overhead);
   if (out && fclose(f)) {
     fprintf(stderr, "snc-calibrate: error: cannot write '%s'\n", out);
     return 2;
   }
   if (out) fprintf(stderr, "snc-calibrate: wrote %s\n", out);
-  snrt_dev_free(&ctx);
+  snrt_dev_free(&cal_ctx);
   return 0;
 }

@@ -9,7 +9,16 @@
  *   0  "SNRTCKPT"   8  u32 version   12 u32 kinds   16 u64 FNV-1a of bytes 24..end
  *   24 u64 bytes after 24   32 u64 fingerprint   40 i32 batch   44 i32 count
  *   48 i64 step   56 i64 epoch   64 i64 pos   72 u64 seed
- *   80 count x { u32 name length, name, i64 nbytes, data }
+ *   80 f64 loss scale   88 i64 good steps   96 i64 skipped steps
+ *   104 count x { u32 name length, name, i64 nbytes, data }
+ *
+ * Bytes 80..103 (version 2) are fp16's dynamic loss scaling: the scale, the
+ * steps since it last changed without an overflow (it doubles at 2000) and
+ * the steps skipped so far, so that --resume continues the scaling exactly;
+ * the scale is 0 in a checkpoint of another precision, and a program of
+ * another precision ignores them. Version 1 files (written before the loss
+ * scale was saved) have no such bytes, their tensors start at 80; they still
+ * load, and an fp16 program then starts again from the initial scale.
  *
  * kinds: 1 + the optimizer (enum snrt_opt_kind) in bits 0-7, 1 + the loss
  * (enum snrt_loss_kind) in bits 8-15; 0 in files written before it existed.
@@ -34,8 +43,9 @@
 #include <unistd.h>
 
 #define CKPT_MAGIC "SNRTCKPT"
-#define CKPT_VERSION 1u
-#define CKPT_HEADER 80
+#define CKPT_VERSION 2u
+#define CKPT_HEADER 104
+#define CKPT_HEADER_V1 80
 
 static uint64_t fnv1a(const uint8_t *p, size_t n) {
   uint64_t h = 0xCBF29CE484222325ull;
@@ -205,6 +215,13 @@ void rt_checkpoint_save(snrt_ctx *c, const char *path, const rt_position *pos) {
   put(&p, &pos->epoch, 8);
   put(&p, &pos->pos, 8);
   put(&p, &pos->seed, 8);
+  bool fp16 = m->precision && strcmp(m->precision, "fp16") == 0;
+  if (fp16) snrt_dev_scale_sync(c, true);   /* (the CUDA target keeps it on the device) */
+  double scale = fp16 ? (double)c->loss_scale : 0.0;
+  int64_t good = fp16 ? c->scale_good : 0, skipped = fp16 ? c->skipped_steps : 0;
+  put(&p, &scale, 8);
+  put(&p, &good, 8);
+  put(&p, &skipped, 8);
   for (int i = 0; i < m->ntensors; i++) {
     const snrt_tensor *t = &m->tensors[i];
     if (!persistent(t)) continue;
@@ -252,7 +269,7 @@ void rt_checkpoint_load(snrt_ctx *c, const char *path, rt_position *pos) {
   fclose(f);
   if (size < 8 || memcmp(buf, CKPT_MAGIC, 8) != 0)
     rt_fail(SNRT_EXIT_DATA, "%s is not an snc checkpoint (bad magic)", path);
-  if (size < CKPT_HEADER) rt_fail(SNRT_EXIT_DATA, "checkpoint %s is truncated (%lld bytes)", path, (long long)size);
+  if (size < CKPT_HEADER_V1) rt_fail(SNRT_EXIT_DATA, "checkpoint %s is truncated (%lld bytes)", path, (long long)size);
   const uint8_t *p = buf + 8;
   uint32_t version, kinds;
   uint64_t sum, len, fp;
@@ -261,9 +278,11 @@ void rt_checkpoint_load(snrt_ctx *c, const char *path, rt_position *pos) {
   get(&p, &kinds, 4);
   get(&p, &sum, 8);
   get(&p, &len, 8);
-  if (version != CKPT_VERSION)
-    rt_fail(SNRT_EXIT_DATA, "checkpoint %s has format version %u; this program reads version %u",
-            path, version, CKPT_VERSION);
+  if (version != CKPT_VERSION && version != 1)
+    rt_fail(SNRT_EXIT_DATA, "checkpoint %s has format version %u; this program reads versions 1 "
+            "and %u", path, version, CKPT_VERSION);
+  if (version == CKPT_VERSION && size < CKPT_HEADER)
+    rt_fail(SNRT_EXIT_DATA, "checkpoint %s is truncated (%lld bytes)", path, (long long)size);
   if (len != (uint64_t)size - 24)
     rt_fail(SNRT_EXIT_DATA, "checkpoint %s is truncated or padded: %lld bytes, its header says %llu",
             path, (long long)size, (unsigned long long)(len + 24));
@@ -293,6 +312,19 @@ void rt_checkpoint_load(snrt_ctx *c, const char *path, rt_position *pos) {
   get(&p, &pos->epoch, 8);
   get(&p, &pos->pos, 8);
   get(&p, &pos->seed, 8);
+  if (version >= 2) {
+    double scale;
+    int64_t good, skipped;
+    get(&p, &scale, 8);
+    get(&p, &good, 8);
+    get(&p, &skipped, 8);
+    if (scale > 0 && m->precision && strcmp(m->precision, "fp16") == 0) {
+      c->loss_scale = (float)scale;
+      c->scale_good = good;
+      c->skipped_steps = skipped;
+      snrt_dev_scale_sync(c, false);
+    }
+  }
   const uint8_t *end = buf + size;
   int32_t seen = 0;
   /* --zero 1: the per-parameter optimizer state, scattered by rt_zero_scatter */

@@ -495,10 +495,16 @@ int main(int argc, char **argv) {
   if (rt_ranks > 1) agree(&o, m, train, test);
 
   snrt_dev_init(&c);
-  /* --precision fp16: GradScaler's initial scale (SNRT_LOSS_SCALE: a testing aid). */
+  /* --precision fp16: GradScaler's initial scale and growth interval
+   * (SNRT_LOSS_SCALE, SNRT_LOSS_SCALE_INTERVAL: testing aids). A checkpoint's
+   * scale, when resuming, replaces the initial one. */
   c.loss_scale = 65536.0f;
+  c.scale_interval = 2000;
   const char *ls = getenv("SNRT_LOSS_SCALE");
   if (ls && *ls) c.loss_scale = strtof(ls, NULL);
+  const char *li = getenv("SNRT_LOSS_SCALE_INTERVAL");
+  if (li && *li && atoll(li) > 0) c.scale_interval = atoll(li);
+  snrt_dev_scale_sync(&c, false);
   c.grad_copy = calloc((size_t)m->ntensors, sizeof(float *));
   if (!c.grad_copy) rt_fail(SNRT_EXIT_DEVICE, "out of host memory");
   rt_init_tensors(&c);
@@ -531,9 +537,10 @@ int main(int argc, char **argv) {
          m->name ? m->name : "model", m->batch, m->arena_bytes / 1048576.0,
          m->policy ? m->policy : "?", m->host_bytes / 1048576.0, snrt_dev_describe(&c));
     if (m->precision)
-      printf("%s: precision %s: activations and their gradients in bfloat16, fp32 master weights; "
-             "%.2f MiB of float32 scratch beside the arena\n", rt_prog, m->precision,
-             m->scratch_floats * 4 / 1048576.0);
+      printf("%s: precision %s: activations and their gradients in %s, fp32 master weights; "
+             "float32 working copies in the planned arena (largest step %.2f MiB)\n", rt_prog,
+             m->precision, strcmp(m->precision, "fp16") == 0 ? "float16" : "bfloat16",
+             m->convert_bytes / 1048576.0);
   }
   if (o.resume && lead)
     printf("%s: resumed from %s at step %lld (epoch %lld, batch %lld)\n", rt_prog, o.resume,
@@ -683,6 +690,7 @@ int main(int argc, char **argv) {
       mt.sync_s = (sy - c3[2]) / (double)(done - 3);
     }
     mt.threads = c.threads;
+    snrt_dev_scale_sync(&c, true);   /* fp16's loss scale and skipped steps */
     rt_metrics_write(&c, o.metrics, &mt);
   }
   if (lead && o.profile) rt_prof_write(&c, o.profile);

@@ -42,9 +42,9 @@ void rt_metrics_write(const snrt_ctx *c, const char *path, const rt_metrics *mt)
   if (m->precision) {   /* --precision bf16: before the closing brace (fp32: no key, as before) */
     k--;
     while (k > 0 && buf[k] != '}') k--;
-    k += snprintf(buf + k, sizeof buf - (size_t)k, ", \"precision\": \"%s\", \"scratch_bytes\": %lld}\n",
-                  m->precision, (long long)m->scratch_floats * 4);
-    if (strcmp(m->precision, "fp16") == 0) {   /* dynamic loss scaling */
+    k += snprintf(buf + k, sizeof buf - (size_t)k, ", \"precision\": \"%s\", \"convert_bytes\": %lld}\n",
+                  m->precision, (long long)m->convert_bytes);
+    if (strcmp(m->precision, "fp16") == 0) {   /* dynamic loss scaling (synced by the caller) */
       k--;
       while (k > 0 && buf[k] != '}') k--;
       k += snprintf(buf + k, sizeof buf - (size_t)k, ", \"skipped_steps\": %lld, \"loss_scale\": %.17g}\n",

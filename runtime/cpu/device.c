@@ -141,16 +141,6 @@ void snrt_dev_init(snrt_ctx *c) {
     memset(c->arena, 0, (size_t)m->arena_bytes);
   }
   memset(c->host, 0, (size_t)(m->host_bytes > 0 ? m->host_bytes : 1));
-  /* --precision bf16: the float32 scratch of the widest step (k_bf16.c). */
-  if (m->scratch_floats > 0) {
-    c->scratch = malloc(sizeof(float) * (size_t)m->scratch_floats);
-    if (!c->scratch) {
-      fprintf(stderr, "train: error: cannot allocate the bf16 scratch: %lld bytes\n",
-              (long long)m->scratch_floats * 4);
-      exit(SNRT_EXIT_DEVICE);
-    }
-  }
-
   int threads = c->threads;
   if (threads <= 0) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -196,6 +186,13 @@ void snrt_dev_init(snrt_ctx *c) {
   c->dev = d;
 }
 
+/* --precision fp16: the CPU keeps the loss-scaling state in the context
+ * itself (runtime/cpu/k_half.c reads and writes it there). */
+void snrt_dev_scale_sync(snrt_ctx *c, bool to_host) {
+  (void)c;
+  (void)to_host;
+}
+
 void snrt_dev_free(snrt_ctx *c) {
   dev_state *d = c->dev;
   if (d) {
@@ -219,9 +216,7 @@ void snrt_dev_free(snrt_ctx *c) {
   }
   free(c->arena);
   free(c->host);
-  free(c->scratch);
   c->arena = c->host = NULL;
-  c->scratch = NULL;
 }
 
 void snrt_dev_upload(snrt_ctx *c, int64_t dev_off, const void *src, int64_t bytes) {

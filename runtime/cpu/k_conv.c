@@ -31,6 +31,7 @@ typedef struct conv_geo {
   int nb;              /* images per chunk */
   int batched;         /* 1: one GEMM per chunk via the staging matrix */
   float *col, *tmp;    /* parts of ws */
+  float *wbuf;         /* round_w: the block of rounded weights (after the columns) */
 } conv_geo;
 
 static conv_geo conv_geo_of(const snrt_conv_t *p, float *ws) {
@@ -43,11 +44,15 @@ static conv_geo conv_geo_of(const snrt_conv_t *p, float *ws) {
   q.ckk = (int64_t)q.cg * q.khw;
   q.col = ws;
   q.tmp = NULL;
+  q.wbuf = ws ? ws + snrt_conv_col_bytes(p) / 4 : NULL;
   q.nb = 0;
   q.batched = 0;
-  int64_t wsf = snrt_conv_ws_bytes(p) / 4;
-  q.one = p->kh == 1 && p->kw == 1 && p->sh == 1 && p->sw == 1 && p->pt == 0 && p->pl == 0 &&
-          p->oh == p->h && p->ow == p->w;
+  int64_t wsf = snrt_conv_col_bytes(p) / 4;
+  q.one = snrt_conv_is_1x1(p);
+  if (snrt_conv_wblock(p) && !ws) {
+    fprintf(stderr, "snrt: internal error: conv with rounded weights and no workspace\n");
+    abort();
+  }
   if (q.one || q.cg == 1)
     return q;
   if (!ws || wsf < q.ckk * q.ohw) {
@@ -55,7 +60,7 @@ static conv_geo conv_geo_of(const snrt_conv_t *p, float *ws) {
             "(ws_images %d)\n", (long long)wsf * 4, p->ws_images);
     abort();
   }
-  int64_t nbb = wsf / ((q.ckk + q.kg) * q.ohw);
+  int64_t nbb = snrt_conv_gemm_images(p);   /* (snrt.h: the compiler chunks by it too) */
   if (nbb >= 2) {
     q.batched = 1;
     q.nb = (int)kern_min(nbb, p->n);
@@ -64,6 +69,50 @@ static conv_geo conv_geo_of(const snrt_conv_t *p, float *ws) {
     q.nb = (int)kern_min(wsf / (q.ckk * q.ohw), p->n);
   }
   return q;
+}
+
+/* --precision bf16|fp16 (p->round_w): a float32 weight or bias as a 16-bit
+ * op reads it. */
+static inline float wround(const snrt_conv_t *p, float v) {
+  if (p->round_w == 1) return snrt_bf16_to_f32(snrt_f32_to_bf16(v));
+  if (p->round_w == 2) return snrt_f16_to_f32(snrt_f32_to_f16(v));
+  return v;
+}
+
+/* C = W B (ta 0) or W^T B (ta 1) for a (rows x cols) weight matrix W whose
+ * rows lie cols apart. With round_w, W is read rounded: a block of its rows
+ * (ta 0) or columns (ta 1) at a time in q->wbuf, each block's GEMM the same
+ * dot products over the whole shared dimension; the blocks depend on the
+ * conv's shape alone, so a call on a chunk of the batch gives the bits of a
+ * call on all of it. Without: one GEMM on W itself. */
+static void gemm_w(const snrt_conv_t *p, const conv_geo *q, int ta, int rows, int cols,
+                   const float *w, int n, const float *b, int ldb, float *c, int ldc) {
+  if (!p->round_w) {
+    if (!ta) kern_sgemm(0, 0, rows, n, cols, 1.0f, w, cols, b, ldb, 0.0f, c, ldc);
+    else kern_sgemm(1, 0, cols, n, rows, 1.0f, w, cols, b, ldb, 0.0f, c, ldc);
+    return;
+  }
+  const int64_t cap = snrt_conv_wblock(p);
+  float *wb = q->wbuf;
+  if (!ta) {
+    const int rb = (int)kern_max(1, cap / cols);
+    for (int r0 = 0; r0 < rows; r0 += rb) {
+      const int r = (int)kern_min(rb, rows - r0);
+      const float *src = w + (int64_t)r0 * cols;
+#pragma omp parallel for schedule(static) if ((int64_t)r * cols > KERN_PAR_MIN)
+      for (int64_t i = 0; i < (int64_t)r * cols; i++) wb[i] = wround(p, src[i]);
+      kern_sgemm(0, 0, r, n, cols, 1.0f, wb, cols, b, ldb, 0.0f, c + (int64_t)r0 * ldc, ldc);
+    }
+  } else {
+    const int cb = (int)kern_max(1, cap / rows);
+    for (int c0 = 0; c0 < cols; c0 += cb) {
+      const int m = (int)kern_min(cb, cols - c0);
+#pragma omp parallel for schedule(static) if ((int64_t)rows * m > KERN_PAR_MIN)
+      for (int i = 0; i < rows; i++)
+        for (int j = 0; j < m; j++) wb[(int64_t)i * m + j] = wround(p, w[(int64_t)i * cols + c0 + j]);
+      kern_sgemm(1, 0, m, n, rows, 1.0f, wb, m, b, ldb, 0.0f, c + (int64_t)c0 * ldc, ldc);
+    }
+  }
 }
 
 /* Valid output columns [*o0, *o1) for a tap whose input column is
@@ -211,7 +260,7 @@ static void stage_to_nchw(const snrt_conv_t *p, const conv_geo *q, const float *
     for (int k = 0; k < q->kg; k++) {
       float *yp = y + ((int64_t)(i0 + img) * p->k + g * q->kg + k) * q->ohw;
       const float *tp = tmp + k * L + img * q->ohw;
-      float bv = b ? b[g * q->kg + k] : 0.0f;
+      float bv = b ? wround(p, b[g * q->kg + k]) : 0.0f;
       for (int64_t j = 0; j < q->ohw; j++) yp[j] = tp[j] + bv;
     }
 }
@@ -231,7 +280,7 @@ static void add_bias(const snrt_conv_t *p, const conv_geo *q, const float *b, fl
 #pragma omp parallel for collapse(2) schedule(static) if ((int64_t)p->n * p->k * q->ohw > KERN_PAR_MIN)
   for (int img = 0; img < p->n; img++)
     for (int k = 0; k < p->k; k++) {
-      float *yp = y + ((int64_t)img * p->k + k) * q->ohw, bv = b[k];
+      float *yp = y + ((int64_t)img * p->k + k) * q->ohw, bv = wround(p, b[k]);
       for (int64_t j = 0; j < q->ohw; j++) yp[j] += bv;
     }
 }
@@ -245,11 +294,11 @@ static void direct_fwd(const snrt_conv_t *p, const conv_geo *q, const float *x, 
     for (int k = 0; k < p->k; k++) {
       float *yp = y + ((int64_t)img * p->k + k) * q->ohw;
       const float *xp = x + ((int64_t)img * p->c + k / q->kg) * q->hw;
-      float bv = b ? b[k] : 0.0f;
+      float bv = b ? wround(p, b[k]) : 0.0f;
       for (int64_t j = 0; j < q->ohw; j++) yp[j] = bv;
       for (int ki = 0; ki < p->kh; ki++)
         for (int kj = 0; kj < p->kw; kj++) {
-          float wv = w[(int64_t)k * q->khw + ki * p->kw + kj];
+          float wv = wround(p, w[(int64_t)k * q->khw + ki * p->kw + kj]);
           int offx = kj * p->dw - p->pl, ox0, ox1;
           conv_range(offx, p->sw, p->w, p->ow, &ox0, &ox1);
           for (int oy = 0; oy < p->oh; oy++) {
@@ -277,7 +326,7 @@ static void direct_bwd_data(const snrt_conv_t *p, const conv_geo *q, const float
         const float *yp = dy + ((int64_t)img * p->k + k) * q->ohw;
         for (int ki = 0; ki < p->kh; ki++)
           for (int kj = 0; kj < p->kw; kj++) {
-            float wv = w[(int64_t)k * q->khw + ki * p->kw + kj];
+            float wv = wround(p, w[(int64_t)k * q->khw + ki * p->kw + kj]);
             int offx = kj * p->dw - p->pl, ox0, ox1;
             conv_range(offx, p->sw, p->w, p->ow, &ox0, &ox1);
             for (int oy = 0; oy < p->oh; oy++) {
@@ -295,6 +344,7 @@ static void direct_bwd_data(const snrt_conv_t *p, const conv_geo *q, const float
     }
 }
 
+/* (No accumulate: the compiler never splits this sum, snrt_conv_gemm_images.) */
 static void direct_bwd_filter(const snrt_conv_t *p, const conv_geo *q, const float *x,
                               const float *dy, float *dw) {
 #pragma omp parallel for collapse(2) schedule(static)
@@ -343,10 +393,9 @@ void snrt_conv_fwd(snrt_ctx *c, const snrt_conv_t *p, const float *x, const floa
   if (q.one) {
     for (int img = 0; img < p->n; img++)
       for (int g = 0; g < p->group; g++)
-        kern_sgemm(0, 0, q.kg, (int)q.hw, q.cg, 1.0f,
-                    w + (int64_t)g * q.kg * q.ckk, (int)q.ckk,
-                    x + ((int64_t)img * p->c + g * q.cg) * q.hw, (int)q.hw, 0.0f,
-                    y + ((int64_t)img * p->k + g * q.kg) * q.ohw, (int)q.ohw);
+        gemm_w(p, &q, 0, q.kg, q.cg, w + (int64_t)g * q.kg * q.ckk, (int)q.hw,
+               x + ((int64_t)img * p->c + g * q.cg) * q.hw, (int)q.hw,
+               y + ((int64_t)img * p->k + g * q.kg) * q.ohw, (int)q.ohw);
     if (b) add_bias(p, &q, b, y);
     return;
   }
@@ -357,14 +406,12 @@ void snrt_conv_fwd(snrt_ctx *c, const snrt_conv_t *p, const float *x, const floa
       const float *wg = w + (int64_t)g * q.kg * q.ckk;
       im2col(p, &q, x, i0, cnt, g, q.col);
       if (q.batched) {
-        kern_sgemm(0, 0, q.kg, L, (int)q.ckk, 1.0f, wg,
-                    (int)q.ckk, q.col, L, 0.0f, q.tmp, L);
+        gemm_w(p, &q, 0, q.kg, (int)q.ckk, wg, L, q.col, L, q.tmp, L);
         stage_to_nchw(p, &q, q.tmp, i0, cnt, g, b, y);
       } else {
         for (int img = 0; img < cnt; img++)
-          kern_sgemm(0, 0, q.kg, (int)q.ohw, (int)q.ckk,
-                      1.0f, wg, (int)q.ckk, q.col + img * q.ohw, L, 0.0f,
-                      y + ((int64_t)(i0 + img) * p->k + g * q.kg) * q.ohw, (int)q.ohw);
+          gemm_w(p, &q, 0, q.kg, (int)q.ckk, wg, (int)q.ohw, q.col + img * q.ohw, L,
+                 y + ((int64_t)(i0 + img) * p->k + g * q.kg) * q.ohw, (int)q.ohw);
       }
     }
   }
@@ -382,10 +429,9 @@ void snrt_conv_bwd_data(snrt_ctx *c, const snrt_conv_t *p, const float *dy, cons
   if (q.one) {
     for (int img = 0; img < p->n; img++)
       for (int g = 0; g < p->group; g++)
-        kern_sgemm(1, 0, q.cg, (int)q.hw, q.kg, 1.0f,
-                    w + (int64_t)g * q.kg * q.ckk, (int)q.ckk,
-                    dy + ((int64_t)img * p->k + g * q.kg) * q.ohw, (int)q.ohw, 0.0f,
-                    dx + ((int64_t)img * p->c + g * q.cg) * q.hw, (int)q.hw);
+        gemm_w(p, &q, 1, q.kg, q.cg, w + (int64_t)g * q.kg * q.ckk, (int)q.hw,
+               dy + ((int64_t)img * p->k + g * q.kg) * q.ohw, (int)q.ohw,
+               dx + ((int64_t)img * p->c + g * q.cg) * q.hw, (int)q.hw);
     return;
   }
   for (int i0 = 0; i0 < p->n; i0 += q.nb) {
@@ -395,14 +441,12 @@ void snrt_conv_bwd_data(snrt_ctx *c, const snrt_conv_t *p, const float *dy, cons
       const float *wg = w + (int64_t)g * q.kg * q.ckk;
       if (q.batched) {
         nchw_to_stage(p, &q, dy, i0, cnt, g, q.tmp);
-        kern_sgemm(1, 0, (int)q.ckk, L, q.kg, 1.0f, wg,
-                    (int)q.ckk, q.tmp, L, 0.0f, q.col, L);
+        gemm_w(p, &q, 1, q.kg, (int)q.ckk, wg, L, q.tmp, L, q.col, L);
       } else {
         for (int img = 0; img < cnt; img++)
-          kern_sgemm(1, 0, (int)q.ckk, (int)q.ohw, q.kg,
-                      1.0f, wg, (int)q.ckk,
-                      dy + ((int64_t)(i0 + img) * p->k + g * q.kg) * q.ohw, (int)q.ohw, 0.0f,
-                      q.col + img * q.ohw, L);
+          gemm_w(p, &q, 1, q.kg, (int)q.ckk, wg, (int)q.ohw,
+                 dy + ((int64_t)(i0 + img) * p->k + g * q.kg) * q.ohw, (int)q.ohw,
+                 q.col + img * q.ohw, L);
       }
       col2im(p, &q, q.col, i0, cnt, g, dx);
     }
@@ -423,7 +467,8 @@ void snrt_conv_bwd_filter(snrt_ctx *c, const snrt_conv_t *p, const float *x, con
         kern_sgemm(0, 1, q.kg, q.cg, (int)q.hw, 1.0f,
                     dy + ((int64_t)img * p->k + g * q.kg) * q.ohw, (int)q.ohw,
                     x + ((int64_t)img * p->c + g * q.cg) * q.hw, (int)q.hw,
-                    img == 0 ? 0.0f : 1.0f, dw + (int64_t)g * q.kg * q.ckk, (int)q.ckk);
+                    img == 0 && !p->accumulate ? 0.0f : 1.0f, dw + (int64_t)g * q.kg * q.ckk,
+                    (int)q.ckk);
     return;
   }
   for (int i0 = 0; i0 < p->n; i0 += q.nb) {
@@ -435,12 +480,12 @@ void snrt_conv_bwd_filter(snrt_ctx *c, const snrt_conv_t *p, const float *x, con
       if (q.batched) {
         nchw_to_stage(p, &q, dy, i0, cnt, g, q.tmp);
         kern_sgemm(0, 1, q.kg, (int)q.ckk, L, 1.0f, q.tmp,
-                    L, q.col, L, i0 == 0 ? 0.0f : 1.0f, dwg, (int)q.ckk);
+                    L, q.col, L, i0 == 0 && !p->accumulate ? 0.0f : 1.0f, dwg, (int)q.ckk);
       } else {
         for (int img = 0; img < cnt; img++)
           kern_sgemm(0, 1, q.kg, (int)q.ckk, (int)q.ohw,
                       1.0f, dy + ((int64_t)(i0 + img) * p->k + g * q.kg) * q.ohw, (int)q.ohw,
-                      q.col + img * q.ohw, L, (i0 == 0 && img == 0) ? 0.0f : 1.0f, dwg,
+                      q.col + img * q.ohw, L, (i0 == 0 && img == 0 && !p->accumulate) ? 0.0f : 1.0f, dwg,
                       (int)q.ckk);
       }
     }

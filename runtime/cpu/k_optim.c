@@ -17,6 +17,7 @@
 #include "snrt_adam.h"
 
 void snrt_sgd(snrt_ctx *c, const snrt_sgd_t *p, float *w, const float *g, float *mom) {
+  if (c->overflow) return;   /* --precision fp16: this step's gradients overflowed */
   snrt_grad_ready(c, p->param, g, p->n);
   const float lr = c->lr, wd = p->weight_decay, mu = p->momentum, damp = 1.0f - p->dampening;
   const int first = c->step == 0, nest = p->nesterov;
@@ -36,6 +37,7 @@ void snrt_sgd(snrt_ctx *c, const snrt_sgd_t *p, float *w, const float *g, float 
 }
 
 void snrt_adam(snrt_ctx *c, const snrt_adam_t *p, float *w, const float *g, float *m, float *v) {
+  if (c->overflow) return;   /* --precision fp16: this step's gradients overflowed */
   snrt_grad_ready(c, p->param, g, p->n);
   const snrt_adam_coef k = snrt_adam_coefs(p, c->lr, c->step);
   const float b1 = p->beta1, b2 = p->beta2, eps = p->eps;

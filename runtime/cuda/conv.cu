@@ -35,6 +35,7 @@ enum { DIR_FWD, DIR_BWD_DATA, DIR_BWD_FILTER, DIR_COUNT };
 
 typedef struct conv_entry {
   const snrt_conv_t *p;      /* key */
+  int fmt;                   /* 0: float32 operands; SNRT_BF16 / SNRT_F16: 16-bit (tensor cores) */
   cudnnTensorDescriptor_t x, y, b;
   cudnnFilterDescriptor_t w;
   cudnnConvolutionDescriptor_t conv;
@@ -79,8 +80,15 @@ static void conv_fail(const snrt_conv_t *p, const char *why) {
   exit(SNRT_EXIT_DEVICE);
 }
 
-static conv_entry *conv_get(snrt_ctx *c, const snrt_conv_t *p) {
+/* The cuDNN data type of x, w, y (and dw): float32, or bfloat16 / half
+ * with float32 compute (cuDNN's PSEUDO_BFLOAT16 and PSEUDO_HALF configs). */
+static cudnnDataType_t data_type(int fmt) {
+  return fmt == SNRT_BF16 ? CUDNN_DATA_BFLOAT16 : fmt == SNRT_F16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT;
+}
+
+static conv_entry *conv_get(snrt_ctx *c, const snrt_conv_t *p, int fmt) {
   conv_entry *e = tab_find(p);
+  if (e && e->fmt != fmt) conv_fail(p, "called with operands of two precisions (internal error)");
   if (e) return e;
   if (snrt_cu(c)->capturing)
     conv_fail(p, "first seen during CUDA graph capture (internal error: the warm-up step "
@@ -98,19 +106,18 @@ static conv_entry *conv_get(snrt_ctx *c, const snrt_conv_t *p) {
   e = (conv_entry *)calloc(1, sizeof *e);
   if (!e) snrt_cu_fail("calloc", "out of host memory", __FILE__, __LINE__);
   e->p = p;
+  e->fmt = fmt;
+  cudnnDataType_t dt = data_type(fmt);
   int g = p->group > 0 ? p->group : 1;
   CUDNN_CHECK(cudnnCreateTensorDescriptor(&e->x));
   CUDNN_CHECK(cudnnCreateTensorDescriptor(&e->y));
   CUDNN_CHECK(cudnnCreateTensorDescriptor(&e->b));
   CUDNN_CHECK(cudnnCreateFilterDescriptor(&e->w));
   CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&e->conv));
-  CUDNN_CHECK(cudnnSetTensor4dDescriptor(e->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, p->n, p->c,
-                                         p->h, p->w));
-  CUDNN_CHECK(cudnnSetTensor4dDescriptor(e->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, p->n, p->k,
-                                         p->oh, p->ow));
+  CUDNN_CHECK(cudnnSetTensor4dDescriptor(e->x, CUDNN_TENSOR_NCHW, dt, p->n, p->c, p->h, p->w));
+  CUDNN_CHECK(cudnnSetTensor4dDescriptor(e->y, CUDNN_TENSOR_NCHW, dt, p->n, p->k, p->oh, p->ow));
   CUDNN_CHECK(cudnnSetTensor4dDescriptor(e->b, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, p->k, 1, 1));
-  CUDNN_CHECK(cudnnSetFilter4dDescriptor(e->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, p->k,
-                                         p->c / g, p->kh, p->kw));
+  CUDNN_CHECK(cudnnSetFilter4dDescriptor(e->w, dt, CUDNN_TENSOR_NCHW, p->k, p->c / g, p->kh, p->kw));
   CUDNN_CHECK(cudnnSetConvolution2dDescriptor(e->conv, p->pt, p->pl, p->sh, p->sw, p->dh, p->dw,
                                               CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
   CUDNN_CHECK(cudnnSetConvolutionGroupCount(e->conv, g));
@@ -129,7 +136,10 @@ static conv_entry *conv_get(snrt_ctx *c, const snrt_conv_t *p) {
   return e;
 }
 
-static cudnnMathType_t base_math(snrt_ctx *c) {
+/* float32 operands: TF32 tensor cores unless SNRT_TF32=0; 16-bit ones:
+ * tensor cores always (their products are exact in float32). */
+static cudnnMathType_t base_math(snrt_ctx *c, const conv_entry *e) {
+  if (e->fmt) return CUDNN_TENSOR_OP_MATH;
   return snrt_cu(c)->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
 }
 
@@ -144,7 +154,7 @@ static int pick(snrt_ctx *c, const snrt_conv_t *p, const Perf *r, int n, size_t 
     if (r[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
     if (snrt_cu(c)->deterministic && r[i].determinism != CUDNN_DETERMINISTIC) continue;
     e->ws[dir] = r[i].memory;
-    e->math[dir] = snrt_cu(c)->tf32 ? r[i].mathType : CUDNN_FMA_MATH;
+    e->math[dir] = snrt_cu(c)->tf32 || e->fmt ? r[i].mathType : CUDNN_FMA_MATH;
     e->chosen[dir] = true;
     return (int)r[i].algo;
   }
@@ -165,22 +175,24 @@ static void before_choice(snrt_ctx *c, const snrt_conv_t *p, const char *what) {
   conv_fail(p, why);
 }
 
-static size_t ws_limit(const snrt_conv_t *p, const float *ws) {
+static size_t ws_limit(const snrt_conv_t *p, const void *ws) {
   return ws && p->ws_bytes > 0 ? (size_t)p->ws_bytes : 0;
 }
 
 static const float one = 1.0f, zero = 0.0f;
 
-void snrt_conv_fwd(snrt_ctx *c, const snrt_conv_t *p, const float *x, const float *w,
-                   const float *b, float *y, float *ws) {
-  conv_entry *e = conv_get(c, p);
+/* The three directions on operands of e->fmt (void pointers: float32 or
+ * 16-bit); alpha and beta are float for every config. */
+static void conv_fwd(snrt_ctx *c, const snrt_conv_t *p, int fmt, const void *x, const void *w,
+                     void *y, float *ws) {
+  conv_entry *e = conv_get(c, p, fmt);
   cudnnHandle_t h = snrt_cu(c)->cudnn;
   size_t lim = ws_limit(p, ws);
   if (!e->chosen[DIR_FWD]) {
     before_choice(c, p, "forward");
     cudnnConvolutionFwdAlgoPerf_t r[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     int n = 0;
-    CUDNN_CHECK(cudnnSetConvolutionMathType(e->conv, base_math(c)));
+    CUDNN_CHECK(cudnnSetConvolutionMathType(e->conv, base_math(c, e)));
     if (snrt_cu(c)->deterministic)
       CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, e->x, e->w, e->conv, e->y,
                                                          CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, r));
@@ -194,19 +206,18 @@ void snrt_conv_fwd(snrt_ctx *c, const snrt_conv_t *p, const float *x, const floa
   CUDNN_CHECK(cudnnConvolutionForward(h, &one, e->x, x, e->w, w, e->conv,
                                       (cudnnConvolutionFwdAlgo_t)e->algo[DIR_FWD], ws,
                                       e->ws[DIR_FWD], &zero, e->y, y));
-  if (b) CUDNN_CHECK(cudnnAddTensor(h, &one, e->b, b, &one, e->y, y));
 }
 
-void snrt_conv_bwd_data(snrt_ctx *c, const snrt_conv_t *p, const float *dy, const float *w,
-                        float *dx, float *ws) {
-  conv_entry *e = conv_get(c, p);
+static void conv_bwd_data(snrt_ctx *c, const snrt_conv_t *p, int fmt, const void *dy,
+                          const void *w, void *dx, float *ws) {
+  conv_entry *e = conv_get(c, p, fmt);
   cudnnHandle_t h = snrt_cu(c)->cudnn;
   size_t lim = ws_limit(p, ws);
   if (!e->chosen[DIR_BWD_DATA]) {
     before_choice(c, p, "backward-data");
     cudnnConvolutionBwdDataAlgoPerf_t r[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     int n = 0;
-    CUDNN_CHECK(cudnnSetConvolutionMathType(e->conv, base_math(c)));
+    CUDNN_CHECK(cudnnSetConvolutionMathType(e->conv, base_math(c, e)));
     if (snrt_cu(c)->deterministic)
       CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
           h, e->w, e->y, e->conv, e->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, r));
@@ -222,16 +233,16 @@ void snrt_conv_bwd_data(snrt_ctx *c, const snrt_conv_t *p, const float *dy, cons
                                            ws, e->ws[DIR_BWD_DATA], &zero, e->x, dx));
 }
 
-void snrt_conv_bwd_filter(snrt_ctx *c, const snrt_conv_t *p, const float *x, const float *dy,
-                          float *dw, float *ws) {
-  conv_entry *e = conv_get(c, p);
+static void conv_bwd_filter(snrt_ctx *c, const snrt_conv_t *p, int fmt, const void *x,
+                            const void *dy, void *dw, float *ws) {
+  conv_entry *e = conv_get(c, p, fmt);
   cudnnHandle_t h = snrt_cu(c)->cudnn;
   size_t lim = ws_limit(p, ws);
   if (!e->chosen[DIR_BWD_FILTER]) {
     before_choice(c, p, "backward-filter");
     cudnnConvolutionBwdFilterAlgoPerf_t r[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
     int n = 0;
-    CUDNN_CHECK(cudnnSetConvolutionMathType(e->conv, base_math(c)));
+    CUDNN_CHECK(cudnnSetConvolutionMathType(e->conv, base_math(c, e)));
     if (snrt_cu(c)->deterministic)
       CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
           h, e->x, e->y, e->conv, e->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, r));
@@ -244,7 +255,63 @@ void snrt_conv_bwd_filter(snrt_ctx *c, const snrt_conv_t *p, const float *x, con
   CUDNN_CHECK(cudnnSetConvolutionMathType(e->conv, e->math[DIR_BWD_FILTER]));
   CUDNN_CHECK(cudnnConvolutionBackwardFilter(
       h, &one, e->x, x, e->y, dy, e->conv, (cudnnConvolutionBwdFilterAlgo_t)e->algo[DIR_BWD_FILTER],
-      ws, e->ws[DIR_BWD_FILTER], &zero, e->w, dw));
+      ws, e->ws[DIR_BWD_FILTER], p->accumulate ? &one : &zero, e->w, dw));
+}
+
+void snrt_conv_fwd(snrt_ctx *c, const snrt_conv_t *p, const float *x, const float *w,
+                   const float *b, float *y, float *ws) {
+  conv_fwd(c, p, 0, x, w, y, ws);
+  if (b) {
+    conv_entry *e = conv_get(c, p, 0);
+    CUDNN_CHECK(cudnnAddTensor(snrt_cu(c)->cudnn, &one, e->b, b, &one, e->y, y));
+  }
+}
+
+void snrt_conv_bwd_data(snrt_ctx *c, const snrt_conv_t *p, const float *dy, const float *w,
+                        float *dx, float *ws) {
+  conv_bwd_data(c, p, 0, dy, w, dx, ws);
+}
+
+void snrt_conv_bwd_filter(snrt_ctx *c, const snrt_conv_t *p, const float *x, const float *dy,
+                          float *dw, float *ws) {
+  conv_bwd_filter(c, p, 0, x, dy, dw, ws);
+}
+
+/* ---- tensor cores: 16-bit operands, float32 accumulation ------------------ */
+
+/* y[n][k][j] = round(y + b[k]): the bias of a 16-bit conv's output, added
+ * in float32 (cudnnAddTensor wants the bias in y's type). */
+template <int FMT>
+__global__ void k_conv_bias16(int64_t total, int k, int64_t ohw, const float *b, uint16_t *y) {
+  SNRT_FOR(i, total) {
+    float v = (FMT == SNRT_BF16 ? snrt_bf16_to_f32(y[i]) : snrt_f16_to_f32(y[i])) + b[i / ohw % k];
+    y[i] = FMT == SNRT_BF16 ? snrt_f32_to_bf16(v) : snrt_f32_to_f16(v);
+  }
+}
+
+void snrt_conv_fwd16(snrt_ctx *c, const snrt_conv_t *p, int fmt, const uint16_t *x,
+                     const uint16_t *w, const float *b, uint16_t *y, float *ws) {
+  conv_fwd(c, p, fmt, x, w, y, ws);
+  if (!b) return;
+  int64_t ohw = (int64_t)p->oh * p->ow, total = (int64_t)p->n * p->k * ohw;
+  if (total <= 0) return;
+  if (fmt == SNRT_BF16)
+    k_conv_bias16<SNRT_BF16><<<snrt_cu_blocks(total), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(
+        total, p->k, ohw, b, y);
+  else
+    k_conv_bias16<SNRT_F16><<<snrt_cu_blocks(total), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(
+        total, p->k, ohw, b, y);
+  SNRT_LAUNCH_CHECK();
+}
+
+void snrt_conv_bwd_data16(snrt_ctx *c, const snrt_conv_t *p, int fmt, const uint16_t *dy,
+                          const uint16_t *w, uint16_t *dx, float *ws) {
+  conv_bwd_data(c, p, fmt, dy, w, dx, ws);
+}
+
+void snrt_conv_bwd_filter16(snrt_ctx *c, const snrt_conv_t *p, int fmt, const uint16_t *x,
+                            const uint16_t *dy, uint16_t *dw, float *ws) {
+  conv_bwd_filter(c, p, fmt, x, dy, dw, ws);
 }
 
 /* db[k] = sum over n and (oh, ow) of dy: one block per channel, fixed order. */

@@ -34,6 +34,17 @@ typedef struct snrt_cuda_vars {
   snrt_adam_coef adam[SNRT_CU_ADAM_SLOTS];
 } snrt_cuda_vars;
 
+/* --precision fp16: dynamic loss scaling in device memory (bf16.cu), so
+ * that a captured step scales, checks and skips without the host; the host
+ * reads and writes it through snrt_dev_scale_sync (checkpoints, metrics). */
+typedef struct snrt_cuda_scale {
+  float scale;               /* the loss gradient's multiplier */
+  int overflow;              /* this step's gradients overflowed: updates skip */
+  int64_t good;              /* clean steps since the scale last changed */
+  int64_t skipped;           /* steps skipped so far */
+  int64_t interval;          /* clean steps after which the scale doubles */
+} snrt_cuda_scale;
+
 /* One captured step function (train_step, eval_step). */
 typedef struct snrt_cuda_graph {
   void (*fn)(snrt_ctx *c);
@@ -55,6 +66,7 @@ typedef struct snrt_cuda {
   void *cublas_ws;           /* cuBLAS workspace (fixed, so graphs never allocate) */
   size_t cublas_ws_bytes;
   snrt_cuda_vars *dvars;     /* device copy of the per-step values */
+  snrt_cuda_scale *dscale;   /* --precision fp16: the loss scaling state (NULL otherwise) */
   snrt_cuda_vars hvars;      /* what dvars holds (valid if hvars_ok) */
   bool hvars_ok;
   snrt_adam_t adam_key[SNRT_CU_ADAM_SLOTS];  /* the configuration of each Adam slot */
@@ -120,6 +132,11 @@ static inline unsigned snrt_cu_blocks(int64_t n) {
 #define SNRT_FOR(i, n)                                                          \
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);    \
        i += (int64_t)gridDim.x * blockDim.x)
+
+/* --precision fp16: the overflow flag the update kernels read (NULL: none). */
+static inline const int *snrt_cu_skip(snrt_ctx *c) {
+  return snrt_cu(c)->dscale ? &snrt_cu(c)->dscale->overflow : NULL;
+}
 
 /* Fill n floats with v on the compute stream (poison, zeroing). */
 void snrt_cu_fill(snrt_ctx *c, float *y, int64_t n, float v);

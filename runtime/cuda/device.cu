@@ -9,7 +9,8 @@
  * Memory: exactly one cudaMalloc of m->arena_bytes (the planned device arena)
  * and one cudaHostAlloc of m->host_bytes. Outside the plan, fixed and small:
  * the cuBLAS workspace (so that cuBLAS never allocates inside a captured
- * graph) and one snrt_cuda_vars (lr, step, seed). Nothing is allocated during
+ * graph), one snrt_cuda_vars (lr, step, seed) and, for --precision fp16, one
+ * snrt_cuda_scale (the loss scaling state, 32 bytes). Nothing is allocated during
  * a step. Order: context, streams, cuDNN, cuBLAS and its workspace first; then
  * the arena, if it fits in the free memory and leaves m->reserve_bytes of the
  * total (the profile's reserve, which snc's default budget also leaves);
@@ -106,6 +107,11 @@ void snrt_dev_init(snrt_ctx *c) {
 
   e = cudaMalloc((void **)&d->dvars, sizeof(snrt_cuda_vars));
   if (e != cudaSuccess) alloc_failed("step variables", sizeof(snrt_cuda_vars), e);
+  d->dscale = NULL;
+  if (m->precision && strcmp(m->precision, "fp16") == 0) {
+    e = cudaMalloc((void **)&d->dscale, sizeof(snrt_cuda_scale));
+    if (e != cudaSuccess) alloc_failed("loss scaling state", sizeof(snrt_cuda_scale), e);
+  }
 
   CUDNN_CHECK(cudnnCreate(&d->cudnn));
   CUDNN_CHECK(cudnnSetStream(d->cudnn, d->compute));
@@ -161,13 +167,6 @@ void snrt_dev_init(snrt_ctx *c) {
       CUDA_CHECK(cudaMemsetAsync(c->arena, 0, (size_t)m->arena_bytes, d->compute));
     CUDA_CHECK(cudaStreamSynchronize(d->compute));
   }
-  /* --precision bf16: the float32 scratch of the widest step (bf16.cu),
-   * device memory outside the planned arena. */
-  c->scratch = NULL;
-  if (m->scratch_floats > 0) {
-    e = cudaMalloc((void **)&c->scratch, (size_t)m->scratch_floats * sizeof(float));
-    if (e != cudaSuccess) alloc_failed("bf16 scratch", m->scratch_floats * 4, e);
-  }
   c->host = NULL;
   if (m->host_bytes > 0) {
     e = cudaHostAlloc((void **)&c->host, (size_t)m->host_bytes, cudaHostAllocDefault);
@@ -206,6 +205,7 @@ void snrt_dev_free(snrt_ctx *c) {
   CUBLAS_CHECK(cublasDestroy(d->cublas));
   CUDA_CHECK(cudaFree(d->cublas_ws));
   CUDA_CHECK(cudaFree(d->dvars));
+  if (d->dscale) CUDA_CHECK(cudaFree(d->dscale));
   CUDA_CHECK(cudaEventDestroy(d->issue_d2h));
   CUDA_CHECK(cudaEventDestroy(d->issue_h2d));
   CUDA_CHECK(cudaEventDestroy(d->join_d2h));
@@ -214,8 +214,6 @@ void snrt_dev_free(snrt_ctx *c) {
   CUDA_CHECK(cudaStreamDestroy(d->d2h));
   CUDA_CHECK(cudaStreamDestroy(d->h2d));
   if (c->arena) CUDA_CHECK(cudaFree(c->arena));
-  if (c->scratch) CUDA_CHECK(cudaFree(c->scratch));
-  c->scratch = NULL;
   if (c->host) CUDA_CHECK(cudaFreeHost(c->host));
   c->arena = c->host = NULL;
   free(d);

@@ -330,6 +330,32 @@ void snrt_bias_fwd(snrt_ctx *c, const snrt_bias_t *p, const float *b, float *y) 
   SNRT_LAUNCH_CHECK();
 }
 
+/* The same on a 16-bit y: widened, the bias added in float32, rounded back. */
+template <int FMT>
+__global__ void k_bias_fwd16(snrt_bias_t p, const float *b, uint16_t *y) {
+  SNRT_FOR(i, p.rows * p.cols) {
+    int64_t bi = 0;
+    switch (p.kind) {
+    case SNRT_BIAS_ROW: bi = i % p.cols; break;
+    case SNRT_BIAS_COL: bi = i / p.cols; break;
+    case SNRT_BIAS_FULL: bi = i; break;
+    default: bi = 0;
+    }
+    float v = (FMT == SNRT_BF16 ? snrt_bf16_to_f32(y[i]) : snrt_f16_to_f32(y[i])) + p.scale * b[bi];
+    y[i] = FMT == SNRT_BF16 ? snrt_f32_to_bf16(v) : snrt_f32_to_f16(v);
+  }
+}
+
+void snrt_bias_fwd16(snrt_ctx *c, const snrt_bias_t *p, int fmt, const float *b, uint16_t *y) {
+  int64_t n = p->rows * p->cols;
+  if (n <= 0) return;
+  if (fmt == SNRT_BF16)
+    k_bias_fwd16<SNRT_BF16><<<snrt_cu_blocks(n), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(*p, b, y);
+  else
+    k_bias_fwd16<SNRT_F16><<<snrt_cu_blocks(n), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(*p, b, y);
+  SNRT_LAUNCH_CHECK();
+}
+
 /* db = scale * (dy summed the other way): the gradient of y += scale * b. */
 void snrt_bias_bwd(snrt_ctx *c, const snrt_bias_t *p, const float *dy, float *db) {
   int64_t dims[2] = {p->rows, p->cols}, ss[2];

@@ -158,8 +158,9 @@ void snrt_mse_bwd(snrt_ctx *c, const snrt_loss_t *p, const float *out, const flo
 /* torch.optim.SGD: g += wd * w; with momentum, buf = g at the first step
  * (step 0), else buf = momentum * buf + (1 - dampening) * g; nesterov uses
  * g + momentum * buf; w -= lr * that. */
-__global__ void k_sgd(snrt_sgd_t p, const snrt_cuda_vars *v, float *w, const float *g,
-                      float *mom) {
+__global__ void k_sgd(snrt_sgd_t p, const snrt_cuda_vars *v, const int *skip, float *w,
+                      const float *g, float *mom) {
+  if (skip && *skip) return;   /* --precision fp16: the step's gradients overflowed */
   float lr = v->lr;
   bool first = v->step == 0;
   SNRT_FOR(i, p.n) {
@@ -177,16 +178,17 @@ __global__ void k_sgd(snrt_sgd_t p, const snrt_cuda_vars *v, float *w, const flo
 void snrt_sgd(snrt_ctx *c, const snrt_sgd_t *p, float *w, const float *g, float *mom) {
   snrt_grad_ready(c, p->param, g, p->n);
   if (p->n <= 0) return;
-  k_sgd<<<snrt_cu_blocks(p->n), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(*p, snrt_cu_vars(c), w, g,
-                                                                       mom);
+  k_sgd<<<snrt_cu_blocks(p->n), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(*p, snrt_cu_vars(c),
+                                                                       snrt_cu_skip(c), w, g, mom);
   SNRT_LAUNCH_CHECK();
 }
 
 /* torch.optim.Adam / AdamW: snrt_adam.h's formula, the same as the CPU's; the
  * per-step scalars come from the host (vars->adam[slot], snrt_adam_coefs in
  * double), the element update is snrt_adam_elem. */
-__global__ void k_adam(snrt_adam_t p, const snrt_cuda_vars *vars, int slot, float *w,
-                       const float *g, float *m, float *v) {
+__global__ void k_adam(snrt_adam_t p, const snrt_cuda_vars *vars, int slot, const int *skip,
+                       float *w, const float *g, float *m, float *v) {
+  if (skip && *skip) return;   /* --precision fp16: the step's gradients overflowed */
   const snrt_adam_coef k = vars->adam[slot];
   SNRT_FOR(i, p.n) snrt_adam_elem(p.beta1, p.beta2, p.eps, k, &w[i], g[i], &m[i], &v[i]);
 }
@@ -214,6 +216,6 @@ void snrt_adam(snrt_ctx *c, const snrt_adam_t *p, float *w, const float *g, floa
   if (p->n <= 0) return;
   int slot = adam_slot(c, p);
   k_adam<<<snrt_cu_blocks(p->n), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(*p, snrt_cu_vars(c), slot,
-                                                                        w, g, m, v);
+                                                                        snrt_cu_skip(c), w, g, m, v);
   SNRT_LAUNCH_CHECK();
 }

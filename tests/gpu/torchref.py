@@ -3,10 +3,17 @@
 
     torchref.py export  MODEL RES BATCH DIR   torchvision MODEL -> DIR/model.onnx,
                                               DIR/x.npy, DIR/y.npy (fixed seed)
-    torchref.py grads   DIR DEVICE            one training step of the same model in
-                                              PyTorch (TF32 off): DIR/ref/<name>.npy, loss.npy
-    torchref.py compare REF_DIR GOT_DIR       worst relative gradient error (prints JSON;
-                                              exit 1 when a tensor is missing or > --tol)
+    torchref.py grads   DIR DEVICE [bf16|fp32] one training step of the same model in
+                                              PyTorch (TF32 off; bf16: under torch.autocast
+                                              with bfloat16): DIR/ref/<name>.npy, loss.npy
+    torchref.py compare REF_DIR GOT_DIR [TOL [norm]]
+                                              worst relative gradient error (prints JSON;
+                                              exit 1 when a tensor is missing or > TOL);
+                                              max-abs relative to max |ref|, or with `norm`
+                                              ||got - ref|| / ||ref|| (the bf16 check's)
+MODEL is a torchvision model, or smooth_cnn: conv, BatchNorm, tanh, average
+pooling and a dense layer (no ReLU mask or max-pool argmax that a bf16
+rounding can flip: tests/test_precision.py's SmoothCNN, wider).
     torchref.py onnx    MODEL RES PATH        torchvision MODEL (1000 classes) -> PATH
     torchref.py same-losses A_DIR B_DIR N     the train_loss of A_DIR/m1.json..mN.json (one
                                               --metrics file per run of --steps k) equal to
@@ -30,10 +37,22 @@ def sanitize(name):
     return re.sub(r"[^A-Za-z0-9._-]", "_", name)
 
 
+def smooth_cnn(res, classes):
+    import torch
+    nn = torch.nn
+    return nn.Sequential(
+        nn.Conv2d(3, 32, 3, padding=1, bias=False), nn.BatchNorm2d(32), nn.Tanh(), nn.AvgPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1, bias=False), nn.BatchNorm2d(64), nn.Tanh(), nn.AvgPool2d(2),
+        nn.Conv2d(64, 64, 3, padding=1), nn.Tanh(), nn.Flatten(),
+        nn.Linear(64 * (res // 4) ** 2, classes))
+
+
 def build(model, res, classes=10):
     import torch
-    import torchvision
     torch.manual_seed(0)
+    if model == "smooth_cnn":
+        return smooth_cnn(res, classes)
+    import torchvision
     m = getattr(torchvision.models, model)(num_classes=classes)
     return m
 
@@ -74,7 +93,7 @@ def no_tf32():
     torch.backends.cudnn.allow_tf32 = False
 
 
-def cmd_grads(d, device):
+def cmd_grads(d, device, precision="fp32"):
     import numpy as np
     import torch
     meta = json.load(open(os.path.join(d, "meta.json")))
@@ -84,7 +103,13 @@ def cmd_grads(d, device):
     m.to(device).train()
     x = torch.from_numpy(np.load(os.path.join(d, "x.npy"))).to(device)
     y = torch.from_numpy(np.load(os.path.join(d, "y.npy")).astype(np.int64)).to(device)
-    loss = torch.nn.functional.cross_entropy(m(x), y)
+    if precision == "bf16":
+        with torch.autocast(device_type="cuda" if device.startswith("cuda") else "cpu",
+                            dtype=torch.bfloat16):
+            out = m(x)
+    else:
+        out = m(x)
+    loss = torch.nn.functional.cross_entropy(out.float(), y)
     loss.backward()
     ref = os.path.join(d, "ref")
     os.makedirs(ref, exist_ok=True)
@@ -93,8 +118,9 @@ def cmd_grads(d, device):
         np.save(os.path.join(ref, sanitize(name) + ".npy"), p.grad.detach().cpu().numpy())
 
 
-def cmd_compare(ref, got, tol=1e-3):
-    """Relative error of each tensor: max |got - ref| / max(max |ref|, 1e-6)."""
+def cmd_compare(ref, got, tol=1e-3, norm=False):
+    """Relative error of each tensor: max |got - ref| / max(max |ref|, 1e-6), or
+    with norm ||got - ref|| / max(||ref||, 1e-12)."""
     import numpy as np
     worst, worst_name, missing, n = 0.0, None, [], 0
     for f in sorted(os.listdir(ref)):
@@ -109,7 +135,12 @@ def cmd_compare(ref, got, tol=1e-3):
         if g.shape != r.shape:
             missing.append(f + " (shape)")
             continue
-        err = float(np.max(np.abs(g - r)) / max(float(np.max(np.abs(r))), 1e-6)) if r.size else 0.0
+        if not r.size:
+            err = 0.0
+        elif norm:
+            err = float(np.linalg.norm(g - r) / max(float(np.linalg.norm(r)), 1e-12))
+        else:
+            err = float(np.max(np.abs(g - r)) / max(float(np.max(np.abs(r))), 1e-6))
         if not np.isfinite(err):
             err = float("inf")
         n += 1
@@ -177,10 +208,11 @@ def main(argv):
     cmd, args = argv[1], argv[2:]
     if cmd == "export" and len(args) == 4:
         return cmd_export(*args)
-    if cmd == "grads" and len(args) == 2:
+    if cmd == "grads" and len(args) in (2, 3) and args[2:] in ([], ["fp32"], ["bf16"]):
         return cmd_grads(*args)
-    if cmd == "compare" and len(args) in (2, 3):
-        return cmd_compare(args[0], args[1], float(args[2]) if len(args) == 3 else 1e-3)
+    if cmd == "compare" and len(args) in (2, 3, 4) and args[3:] in ([], ["norm"]):
+        return cmd_compare(args[0], args[1], float(args[2]) if len(args) >= 3 else 1e-3,
+                           len(args) == 4)
     if cmd == "onnx" and len(args) == 3:
         import torch
         m = build(args[0], int(args[1]), classes=1000).train()
