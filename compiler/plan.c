@@ -213,6 +213,13 @@ Plan *plan_build(Graph *g, const PlanOpts *o) {
     if (!pl) {
       SearchSmallest sm = search_smallest(g, o, dev, budget, host, plan_smallest_search_seconds);
       const char *most = sm.exact ? "" : "at most ";
+      if (sm.arena != INT64_MAX && sm.host != INT64_MAX)
+        fatal(EXIT_BADINPUT, "budget %s and host budget %s are too small for this model at batch "
+              "%d: the smallest budget that fits is %s%s (%lld bytes) under the host budget %s, "
+              "and the smallest host budget that fits is %s%s (%lld bytes) under the budget %s",
+              fmt_bytes(budget), fmt_bytes(host), g->batch, most, fmt_bytes(sm.arena),
+              (long long)sm.arena, fmt_bytes(host), most, fmt_bytes(sm.host), (long long)sm.host,
+              fmt_bytes(budget));
       if (sm.arena != INT64_MAX)
         fatal(EXIT_BADINPUT, "budget %s is too small for this model at batch %d: the smallest "
               "budget that fits is %s%s (%lld bytes), under the host budget %s",
@@ -261,12 +268,14 @@ void plan_dump(const Graph *g, const Plan *pl, const char *pass, FILE *f) {
       return;
     }
     fprintf(f, "auto: candidates compared (device budget %s, host budget %s); chosen: the "
-            "fastest that fits.\nAn arena '>=' was not packed: its live bytes (a lower bound); "
-            "only the chosen plan is packed\n(at the end), and a tight fit (within 1/8 of the "
-            "budget) at once. 'cut short': not finished,\nlower bounds of its arenas after "
-            "recomputation and offload already exceed a budget; 'skipped': not planned,\n"
-            "without checkpoints the outputs of expensive layers read by backward and the "
-            "persistent state\nexceed both budgets together\n"
+            "fastest that fits.\nThe candidates do not depend on the budgets (search.c); a "
+            "bound skips what cannot fit or cannot\nbe faster than the best found. An arena '>=' "
+            "was not packed: its live bytes (a lower bound);\na plan is packed when it fits by "
+            "them and is the fastest so far. 'cut short': lower bounds of\nits arenas already "
+            "exceed a budget; 'skipped': what every plan of that chain holds when the\nbackward "
+            "pass starts exceeds the budgets; 'dominated': the same plan without offload fits or\n"
+            "is slower than the best, and offload only adds time; 'bound': compute, one rebuild "
+            "of what\nthe chain drops and its persistent state's copies already reach the best\n"
             "%3s  %-6s %11s %10s %13s  %s\n%s", fmt_bytes(pl->budget),
             fmt_bytes(pl->host_budget), "#", "", "arena", "host", "est. step", "plan",
             pl->auto_log);
