@@ -215,8 +215,8 @@ Plan *plan_build(Graph *g, const PlanOpts *o) {
       const char *most = sm.exact ? "" : "at most ";
       if (sm.arena != INT64_MAX && sm.host != INT64_MAX)
         fatal(EXIT_BADINPUT, "budget %s and host budget %s are too small for this model at batch "
-              "%d: the smallest budget that fits is %s%s (%lld bytes) under the host budget %s, "
-              "and the smallest host budget that fits is %s%s (%lld bytes) under the budget %s",
+              "%d: the smallest budget that fits is %s%s (%lld bytes), under the host budget %s; "
+              "the smallest host budget that fits is %s%s (%lld bytes), under the budget %s",
               fmt_bytes(budget), fmt_bytes(host), g->batch, most, fmt_bytes(sm.arena),
               (long long)sm.arena, fmt_bytes(host), most, fmt_bytes(sm.host), (long long)sm.host,
               fmt_bytes(budget));

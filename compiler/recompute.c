@@ -553,7 +553,8 @@ double rc_chain_rebuild_lb(RcChain *c, const DeviceProfile *dev) {
       int p = x >= 0 ? g->t[x].producer : -1;
       if (x >= 0 && rc->dropped[x] && p >= 0 && p < g->nfwd) need[p] = true;
     }
-    const Node *m = &g->n[recompute_node(rc, i)];
+    int rn = recompute_node(rc, i);   /* may add a node: g->n moves */
+    const Node *m = &g->n[rn];
     double bytes = 0;
     for (int k = 0; k < m->nin + m->nout; k++) {
       int t = k < m->nin ? m->in[k] : m->out[k - m->nin];
@@ -562,7 +563,7 @@ double rc_chain_rebuild_lb(RcChain *c, const DeviceProfile *dev) {
     }
     int64_t ws = node_workspace_bytes(g, m);
     if (ws > 0) bytes += (double)arena_align(ws);
-    lb += cost_node_seconds(g, &g->n[recompute_node(rc, i)], bytes, dev);
+    lb += cost_node_seconds(g, m, bytes, dev);
   }
   free(saved), free(need);
   return lb;

@@ -344,7 +344,7 @@ static void bound_chains(Search *sr) {
       const Chain *f = &sr->ch[d];
       if (f->scheme == SC_CKPT && ch->scheme == SC_CKPT && f->hs == ch->hs &&
           f->ro.ck_offloaded == ch->ro.ck_offloaded && f->nck == ch->nck &&
-          !memcmp(f->ckpt, ch->ckpt, sizeof(int) * (size_t)ch->nck))
+          (!ch->nck || !memcmp(f->ckpt, ch->ckpt, sizeof(int) * (size_t)ch->nck)))
         ch->dup = true;
     }
   }
