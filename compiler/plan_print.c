@@ -105,6 +105,10 @@ void plan_print_summary(const Graph *g, const Plan *pl, FILE *f) {
       fprintf(f, "%s %s", k ? "," : "", g->t[pl->ckpt[k]].name);
     if (pl->checkpoints > 12) fprintf(f, " ... (%d more)", pl->checkpoints - 12);
     fprintf(f, "\n");
+    if (pl->recursive_segments)
+      fprintf(f, "    recursive       %12d   (segments rebuilt by a binary schedule over the cuts "
+              "inside: O(log) of them kept at a time, each layer rebuilt about log2 times)\n",
+              pl->recursive_segments);
   }
   fprintf(f, "  offload         %12s   (copied to the host and back per step)\n",
           fmt_bytes((int64_t)pl->offload_bytes));
@@ -293,8 +297,9 @@ void plan_print_json(const Graph *g, const Plan *pl, FILE *f) {
   fprintf(f, ",\n  \"batch\": %d,\n  \"device\": ", pl->batch);
   json_str(f, pl->opts.device);
   fprintf(f, ",\n  \"host_budget_bytes\": %lld,\n  \"checkpoints\": %d,\n"
-          "  \"checkpoint_segment_bytes\": %lld", (long long)pl->host_budget, pl->checkpoints,
-          (long long)(pl->checkpoints ? pl->seg_bytes : 0));
+          "  \"checkpoint_segment_bytes\": %lld,\n  \"recursive_segments\": %d",
+          (long long)pl->host_budget, pl->checkpoints,
+          (long long)(pl->checkpoints ? pl->seg_bytes : 0), pl->recursive_segments);
   fprintf(f, ",\n  \"budget_bytes\": %lld,\n  \"arena_bytes\": %lld,\n  \"persistent_bytes\": %lld,\n"
           "  \"host_bytes\": %lld,\n  \"peak_live_bytes\": %lld,\n  \"layer_peak_bytes\": %lld,\n"
           "  \"baseline_bytes\": %lld,\n  \"recompute_flops\": ",

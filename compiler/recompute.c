@@ -49,8 +49,15 @@ typedef struct RC {
   bool *dropped;           // per tensor
   int *seg;                // per tensor: segment id (-1)
   int nseg;
-  unsigned char *level;    // per segment: 0 speed-centric, 1 nested, 2 memory-centric
+  unsigned char *level;    // per segment: LV_SPEED, LV_NESTED, LV_MEMORY, LV_RECURSIVE
   bool *cheapt;            // per tensor: dropped, of a cheap producer (checkpoint mode)
+  /* Checkpoint mode: the cut tensors inside each segment (second-level
+   * checkpoints of the recursive level), in forward order. */
+  int *ival;               // per dropped tensor: how many of its segment's cuts are made
+                           // at or before it (a cut: its own number, 1..m)
+  bool *iscut;             // per tensor: a cut inside a segment
+  int *ncuts;              // per segment: its cuts (m)
+  int *q;                  // per segment: the interval the current backward step is in (-1)
   int *cur;                // per tensor: valid recomputed instance (-1)
   Route *r;                // the route being built
   int *made;               // tensors recomputed for the current backward step
@@ -61,6 +68,46 @@ typedef struct RC {
 
 /* Checkpoint mode: the longest segment (in tensors) that may go memory-centric. */
 enum { MEMORY_CENTRIC_MAX = 128 };
+
+/* Segment levels, in the order escalation raises them (levels only rise):
+ * speed-centric (every dropped tensor rebuilt once, kept until its last
+ * backward reader); nested (checkpoint mode: the expensive layers' outputs
+ * kept, cheap ones rebuilt for each backward reader); recursive (checkpoint
+ * mode, segments with cuts inside: see keep_recursive); memory-centric
+ * (everything rebuilt for each backward step that needs it). */
+enum { LV_SPEED = 0, LV_NESTED = 1, LV_MEMORY = 2, LV_RECURSIVE = 3 };
+
+/* Recursive level: the cuts inside a segment (c_1 .. c_m, forward order;
+ * c_0 the checkpoint the segment starts from) split it into intervals
+ * I_0 .. I_m (I_k after c_k), and the intervals into a binary tree: the root
+ * [0, m], each node [lo, hi] halved at its middle, c_lo its start. While the
+ * backward pass is in I_q, the cuts kept are the starts of the tree nodes
+ * that contain q (at most log2(m + 1) + 1 of them) and the expensive layers'
+ * outputs of I_q; everything else rebuilt for a backward step dies after it,
+ * cheap layers as in nested. Entering an interval rebuilds it from the
+ * nearest kept start: each tensor is rebuilt about log2(m) times, and the
+ * segment holds O(log m) cuts and one interval instead of all of it
+ * (revolve's binary schedule; Chen et al. recursing on their segments). */
+static bool on_path(int k, int q, int m) {
+  int lo = 0, hi = m + 1;
+  while (hi - lo > 1) {
+    int mid = lo + (hi - lo) / 2;
+    if (q >= mid) {
+      if (k == mid) return true;
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  return k == lo;
+}
+
+static bool keep_recursive(const RC *rc, int t) {
+  int sg = rc->seg[t], q = rc->q[sg];
+  if (q < 0) return false;
+  if (rc->iscut[t] && on_path(rc->ival[t], q, rc->ncuts[sg])) return true;
+  return rc->ival[t] == q && !(rc->cheapt && rc->cheapt[t]);
+}
 
 static bool is_backward(StepKind k) { return k == SK_BACKWARD; }
 
@@ -165,6 +212,7 @@ static void rebuild(RC *rc) {
   const Route *old = rc->old;
   rc->r = xcalloc(1, sizeof *rc->r);
   for (int t = 0; t < g->nt; t++) rc->cur[t] = -1;
+  for (int sg = 0; sg < rc->nseg; sg++) rc->q[sg] = -1;
   /* Drop the instances a previous round made (they are at the end). */
   for (int s = 0; s < old->ns; s++) {
     const Step *st = &old->s[s];
@@ -173,17 +221,33 @@ static void rebuild(RC *rc) {
       /* ensure() adds recompute nodes (g->n may move): index it afresh. */
       const int nd = st->node;
       rc->nmade = 0;
+      /* Recursive segments: the interval this step is in (the latest of the
+       * dropped tensors it reads). */
+      for (int k = 0; k < g->n[nd].nin; k++) {
+        int t = g->n[nd].in[k];
+        if (t >= 0 && rc->dropped[t] && rc->level[rc->seg[t]] == LV_RECURSIVE &&
+            rc->ival[t] > rc->q[rc->seg[t]])
+          rc->q[rc->seg[t]] = rc->ival[t];
+      }
       for (int k = 0; k < g->n[nd].nin; k++) {
         int t = g->n[nd].in[k];
         if (t >= 0 && rc->dropped[t]) ensure(rc, t);
       }
       Step *ns = route_push(rc->r, st);
       for (int k = 0; k < g->n[nd].nin; k++) ns->in[k] = input_instance(rc, g->n[nd].in[k]);
-      /* Memory-centric segments: what was recomputed for this step dies with it. */
+      /* Memory-centric segments: what was recomputed for this step dies with
+       * it; nested: the cheap part of it; recursive: all but what
+       * keep_recursive keeps. */
       for (int i = 0; i < rc->nmade; i++) {
         int t = rc->made[i];
         int lv = rc->level[rc->seg[t]];
-        if (lv == 2 || (lv == 1 && rc->cheapt && rc->cheapt[t])) rc->cur[t] = -1;
+        if (lv == LV_MEMORY || (lv == LV_NESTED && rc->cheapt && rc->cheapt[t]) ||
+            (lv == LV_RECURSIVE && !keep_recursive(rc, t)))
+          rc->cur[t] = -1;
+      }
+      for (int k = 0; k < g->n[nd].nin; k++) {
+        int t = g->n[nd].in[k];
+        if (t >= 0 && rc->dropped[t]) rc->q[rc->seg[t]] = -1;
       }
     } else {
       route_push(rc->r, st);
@@ -255,7 +319,7 @@ static bool *saved_for_backward(const Graph *g, const Route *old) {
  * pass just made would only cost time. Returns the number of checkpoints
  * (their tensors in *ck_out, forward order). */
 static int select_checkpoints(const Graph *g, const Route *old, bool *dropped, const bool *cheap,
-                              int64_t seg_bytes, int **ck_out) {
+                              int64_t seg_bytes, int **ck_out, bool *iscut) {
   int capck = 0;
   int nf = g->nfwd;
   bool *saved = saved_for_backward(g, old);
@@ -293,6 +357,7 @@ static int select_checkpoints(const Graph *g, const Route *old, bool *dropped, c
         continue;
       }
       dropped[t] = true;
+      iscut[t] = cut;
       if (saved[t]) acc += tensor_bytes(&g->t[t]);
     }
   }
@@ -300,7 +365,7 @@ static int select_checkpoints(const Graph *g, const Route *old, bool *dropped, c
   for (int i = last_ck + 1; i < nf; i++) {
     const Node *n = &g->n[i];
     for (int k = 0; k < n->nout; k++)
-      if (n->out[k] >= 0) dropped[n->out[k]] = cheap[n->out[k]];
+      if (n->out[k] >= 0) dropped[n->out[k]] = cheap[n->out[k]], iscut[n->out[k]] = false;
   }
   free(saved), free(lastf), free(cross);
   return nck;
@@ -314,6 +379,7 @@ struct RcChain {
   int *segsize;            // per segment: its tensors
   int base_inst;           // instances before recomputation (later ones are rebuilt per round)
   int64_t seg_bytes;
+  bool recursive;          // escalate to the recursive level instead of nested
   int nck;
   int64_t peak;            // max over steps of the live bytes a target is compared with
 };
@@ -350,6 +416,7 @@ static void round_route(RcChain *c) {
   c->rc.pl->route = c->rc.r;
   liveness_lifetimes(c->rc.g, c->rc.pl);
   c->peak = eff_live(c, NULL);
+  c->rc.pl->recursive_segments = rc_chain_recursive_segments(c);
 }
 
 RcChain *rc_chain_new(Graph *g, Plan *pl, const RecomputeOpts *ro) {
@@ -360,6 +427,8 @@ RcChain *rc_chain_new(Graph *g, Plan *pl, const RecomputeOpts *ro) {
   RC *rc = &c->rc;
   const Route *old = pl->route;
   rc->dropped = xcalloc((size_t)g->nt, sizeof(bool));
+  rc->iscut = xcalloc((size_t)g->nt + 1, sizeof(bool));
+  rc->ival = xcalloc((size_t)g->nt + 1, sizeof(int));
   rc->seg = xmalloc(sizeof(int) * (size_t)g->nt);
   rc->cur = xmalloc(sizeof(int) * (size_t)g->nt);
 
@@ -448,7 +517,7 @@ RcChain *rc_chain_new(Graph *g, Plan *pl, const RecomputeOpts *ro) {
     memcpy(cheap, rc->dropped, (size_t)g->nt * sizeof(bool));
     memset(rc->dropped, 0, (size_t)g->nt * sizeof(bool));
     free(pl->ckpt), pl->ckpt = NULL;
-    c->nck = select_checkpoints(g, old, rc->dropped, cheap, seg_bytes, &pl->ckpt);
+    c->nck = select_checkpoints(g, old, rc->dropped, cheap, seg_bytes, &pl->ckpt, rc->iscut);
     pl->checkpoints = c->nck;
     /* Nested (level 1): inside a rebuilt segment, the expensive layers'
      * outputs are kept until their last backward reader (second-level
@@ -461,6 +530,19 @@ RcChain *rc_chain_new(Graph *g, Plan *pl, const RecomputeOpts *ro) {
     }
   }
   find_segments(rc);
+  /* The cuts inside each segment, numbered in forward order; each dropped
+   * tensor's interval. */
+  rc->ncuts = xcalloc((size_t)rc->nseg + 1, sizeof(int));
+  rc->q = xmalloc(sizeof(int) * (size_t)(rc->nseg + 1));
+  for (int i = 0; i < g->nfwd; i++) {
+    const Node *n = &g->n[i];
+    for (int k = 0; k < n->nout; k++) {
+      int t = n->out[k];
+      if (t < 0 || rc->seg[t] < 0) continue;
+      if (rc->iscut[t]) rc->ival[t] = ++rc->ncuts[rc->seg[t]];
+      else rc->ival[t] = rc->ncuts[rc->seg[t]];
+    }
+  }
   /* Checkpoints: the forward activations kept (checkpoint mode). */
   if (seg_bytes > 0 && ro->ck_offloaded) {
     c->ck = xcalloc((size_t)g->nt, sizeof(bool));
@@ -472,6 +554,7 @@ RcChain *rc_chain_new(Graph *g, Plan *pl, const RecomputeOpts *ro) {
   }
   c->base_inst = pl->ninst;
   c->seg_bytes = seg_bytes;
+  c->recursive = ro->recursive;
   c->segsize = xcalloc((size_t)rc->nseg + 1, sizeof(int));
   for (int t = 0; t < g->nt; t++)
     if (rc->seg[t] >= 0) c->segsize[rc->seg[t]]++;
@@ -486,6 +569,30 @@ void rc_chain_start(RcChain *c) {
 int64_t rc_chain_peak(const RcChain *c) { return c->peak; }
 Plan *rc_chain_plan(RcChain *c) { return c->rc.pl; }
 int rc_chain_checkpoints(const RcChain *c) { return c->nck; }
+
+int rc_chain_recursive_segments(const RcChain *c) {
+  int n = 0;
+  for (int sg = 0; sg < c->rc.nseg; sg++) n += c->rc.level[sg] == LV_RECURSIVE;
+  return n;
+}
+
+/* The level after a segment's current one (-1: none). Checkpoint mode:
+ * speed-centric, then nested, or recursive (RecomputeOpts.recursive, a
+ * segment with cuts inside), then memory-centric (whose rebuilds cost a
+ * segment's length squared: only up to MEMORY_CENTRIC_MAX tensors); the
+ * cheap rule: speed-centric, memory-centric. Each level rebuilds every
+ * tensor at least as often as the one before (nested and recursive are not
+ * ordered: nested rebuilds the cheap cuts recursive keeps), so a chain's
+ * recomputation only grows. */
+static int next_level(const RcChain *c, int sg) {
+  const RC *rc = &c->rc;
+  int lv = rc->level[sg];
+  bool small = c->segsize[sg] <= MEMORY_CENTRIC_MAX;
+  if (c->seg_bytes <= 0) return lv == LV_SPEED ? LV_MEMORY : -1;
+  if (lv == LV_SPEED) return c->recursive && rc->ncuts[sg] > 0 ? LV_RECURSIVE : LV_NESTED;
+  if (lv == LV_NESTED || lv == LV_RECURSIVE) return small ? LV_MEMORY : -1;
+  return -1;
+}
 
 /* Segments holding a recomputed instance across an over-target step (alive
  * there but not used there) go one level up (checkpoint mode: nested, then
@@ -510,13 +617,11 @@ bool rc_chain_escalate(RcChain *c, int64_t target) {
       const Instance *in = &pl->inst[i];
       /* (workspaces, and outputs no backward step needs, belong to no segment) */
       int sg = in->tensor >= 0 ? rc->seg[in->tensor] : -1;
-      if (sg < 0 || rc->level[sg] == 2 || in->last <= in->first + 1) continue;
+      if (sg < 0 || rc->level[sg] == LV_MEMORY || in->last <= in->first + 1) continue;
       /* over-target steps strictly inside (first, last): one level up */
       if (diff[in->last] - diff[in->first + 1] > 0 && !bumped[sg]) {
-        int lv = c->seg_bytes > 0 ? rc->level[sg] + 1 : 2;
-        /* Memory-centric rebuilds cost a segment's length squared: long
-         * checkpoint segments stop at nested. */
-        if (lv == 2 && c->seg_bytes > 0 && c->segsize[sg] > MEMORY_CENTRIC_MAX) continue;
+        int lv = next_level(c, sg);
+        if (lv < 0) continue;
         rc->level[sg] = (unsigned char)lv;
         bumped[sg] = changed = true;
       }
@@ -572,6 +677,7 @@ double rc_chain_rebuild_lb(RcChain *c, const DeviceProfile *dev) {
 static void chain_free(RcChain *c) {
   RC *rc = &c->rc;
   free(rc->dropped), free(rc->seg), free(rc->cur), free(rc->level), free(rc->cheapt);
+  free(rc->iscut), free(rc->ival), free(rc->ncuts), free(rc->q);
   free(c->ck), free(c->segsize), free(rc->made), free(rc->stack);
   free(c);
 }

@@ -143,8 +143,9 @@ static const char *chain_name(const Search *sr, const Chain *ch, const PlanVaria
   if (ch->scheme == SC_FIXED)
     n += snprintf(buf + n, sizeof buf - (size_t)n, ", the fixed policy's plan");
   if (ch->ro.seg_bytes)
-    n += snprintf(buf + n, sizeof buf - (size_t)n, ", checkpoints every %s (%d kept)",
-                  fmt_bytes(ch->ro.seg_bytes), ch->nck);
+    n += snprintf(buf + n, sizeof buf - (size_t)n, ", checkpoints every %s (%d kept)%s",
+                  fmt_bytes(ch->ro.seg_bytes), ch->nck,
+                  ch->ro.recursive ? ", segments recursive" : "");
   else if (ch->scheme != SC_NONE)
     n += snprintf(buf + n, sizeof buf - (size_t)n, ", cheap layers rebuilt");
   if (v && v->sel) {
@@ -270,11 +271,17 @@ static void make_chains(Search *sr) {
       RecomputeOpts ck = {.max_chain = PLAN_RECOMPUTE_CHAIN, .seg_bytes = seg};
       ch = add_chain(sr, SC_CKPT, hs, ck);
       add_variant(ch, POL_RECOMPUTE, NULL, false, 0);
-      ck.ck_offloaded = true;
+      ck.recursive = true;
       ch = add_chain(sr, SC_CKPT, hs, ck);
-      add_variant(ch, POL_SUPERNEURONS, acts, true, 0);
+      add_variant(ch, POL_RECOMPUTE, NULL, false, 0);
+      ck.recursive = false, ck.ck_offloaded = true;
       static const int lead[] = {16, 4, 1, -1};
-      for (int v = 0; v < 4; v++) add_variant(ch, POL_SUPERNEURONS, acts, false, lead[v]);
+      for (int r = 0; r < 2; r++) {
+        ck.recursive = r;
+        ch = add_chain(sr, SC_CKPT, hs, ck);
+        add_variant(ch, POL_SUPERNEURONS, acts, true, 0);
+        for (int v = 0; v < 4; v++) add_variant(ch, POL_SUPERNEURONS, acts, false, lead[v]);
+      }
     }
     /* The fixed policies' own plans (liveness and offload are the none
      * chain's): auto is never slower than a fixed policy whose plan fits.
@@ -343,7 +350,8 @@ static void bound_chains(Search *sr) {
     for (int d = 0; d < c; d++) {
       const Chain *f = &sr->ch[d];
       if (f->scheme == SC_CKPT && ch->scheme == SC_CKPT && f->hs == ch->hs &&
-          f->ro.ck_offloaded == ch->ro.ck_offloaded && f->nck == ch->nck &&
+          f->ro.ck_offloaded == ch->ro.ck_offloaded && f->ro.recursive == ch->ro.recursive &&
+          f->nck == ch->nck &&
           (!ch->nck || !memcmp(f->ckpt, ch->ckpt, sizeof(int) * (size_t)ch->nck)))
         ch->dup = true;
     }
@@ -509,6 +517,8 @@ static bool state_worth(Search *sr, const Chain *ch, double busy, double *prev) 
  * between calls while the group lasts). */
 static void first_state(Search *sr, const Chain *ch, Plan **shared, int *shared_group) {
   bool live[MAX_VARIANTS];
+  /* a recursive chain's first state is its nested twin's (the same group) */
+  if (ch->ro.recursive) return;
   if (!chain_live(sr, ch, live)) return;
   if (ch->scheme == SC_NONE) {
     for (int k = 0; k < ch->nv; k++)

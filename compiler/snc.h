@@ -479,6 +479,7 @@ typedef struct Plan {
   int64_t budget;          // the budget planned for (opts.budget, or the device's memory)
   int64_t host_budget;     // the host budget planned for (opts.host_budget, or the profile's)
   int checkpoints;         // checkpoint-mode recomputation: checkpoints kept (0: not used)
+  int recursive_segments;  // ... segments rebuilt by the binary schedule (recompute.c)
   int *ckpt;               // ... the checkpoint tensors, in forward order
   int64_t seg_bytes;       // ... and the segment size asked for
   char *auto_log;          // policy auto: one line per candidate tried (--dump auto)
@@ -711,6 +712,8 @@ typedef struct RecomputeOpts {
                            // layer between checkpoints about seg_bytes apart
   bool ck_offloaded;       // checkpoint mode: the target ignores the checkpoints' forward
                            // instances (offload_plan moves them to the host next)
+  bool recursive;          // checkpoint mode: segments escalate to the recursive level
+                           // (binary schedule over the cuts inside) instead of nested
 } RecomputeOpts;
 /* Returns how many checkpoints checkpoint mode kept. */
 int recompute_plan(Graph *g, Plan *pl, const RecomputeOpts *o);
@@ -729,6 +732,7 @@ bool rc_chain_escalate(RcChain *c, int64_t target);
 int64_t rc_chain_peak(const RcChain *c);     /* the live bytes targets are compared with */
 Plan *rc_chain_plan(RcChain *c);             /* the chain's plan (borrowed) */
 int rc_chain_checkpoints(const RcChain *c);
+int rc_chain_recursive_segments(const RcChain *c);
 /* Seconds that every plan of the chain spends in recompute steps at least. */
 double rc_chain_rebuild_lb(RcChain *c, const DeviceProfile *dev);
 int rc_chain_finish(RcChain *c);

@@ -243,6 +243,92 @@ def test_nested_and_host_budget_bit_identical(tmp_path):
         print(cfg, extra, plan["planned_policy"], plan["arena_bytes"], plan["host_bytes"], facts)
 
 
+def deep_narrow_resnet(path, blocks=24, ch=8, size=32, classes=10):
+    """A residual network whose activations outweigh its parameters (8
+    channels, 24 blocks of conv-BN-ReLU-conv-BN + add + ReLU at 32x32): long
+    checkpoint segments with many cuts inside, the case for recursion."""
+    import onnx
+    from onnx import TensorProto, helper
+    nodes = []
+    inputs = [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", ch, size, size])]
+
+    def param(name, shape):
+        inputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, shape))
+        return name
+
+    def conv_bn(x, name, relu):
+        w = param(name + ".w", [ch, ch, 3, 3])
+        nodes.append(helper.make_node("Conv", [x, w], [name + ".c"], name=name + ".c",
+                                      kernel_shape=[3, 3], pads=[1] * 4))
+        bn = [param(name + "." + k, [ch]) for k in ("g", "b", "m", "v")]
+        nodes.append(helper.make_node("BatchNormalization", [name + ".c"] + bn, [name + ".bn"],
+                                      name=name + ".bn"))
+        if not relu:
+            return name + ".bn"
+        nodes.append(helper.make_node("Relu", [name + ".bn"], [name + ".r"], name=name + ".r"))
+        return name + ".r"
+    x = "input"
+    for i in range(blocks):
+        y = conv_bn(conv_bn(x, "b%d.1" % i, True), "b%d.2" % i, False)
+        nodes.append(helper.make_node("Add", [x, y], ["b%d.add" % i], name="b%d.add" % i))
+        nodes.append(helper.make_node("Relu", ["b%d.add" % i], ["b%d.out" % i],
+                                      name="b%d.out" % i))
+        x = "b%d.out" % i
+    nodes.append(helper.make_node("GlobalAveragePool", [x], ["gap"], name="gap"))
+    nodes.append(helper.make_node("Flatten", ["gap"], ["flat"], name="flat"))
+    fw, fb = param("fc.w", [classes, ch]), param("fc.b", [classes])
+    nodes.append(helper.make_node("Gemm", ["flat", fw, fb], ["logits"], name="fc", transB=1))
+    graph = helper.make_graph(nodes, "deep_narrow", inputs, [
+        helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", classes])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    return path
+
+
+def test_recursive_segments_bit_identical(tmp_path):
+    """The recursive level (recompute.c: a checkpoint segment rebuilt by a
+    binary schedule over the cuts inside it, O(log) of them kept at a time)
+    on a deep, narrow residual network. With the host budget at 1 MiB nothing
+    is offloaded, so between the nested plans and the smallest budget auto
+    rebuilds segments recursively: the budget is walked down to the first
+    plan that does, which must rebuild some convolution at least three
+    times, pass the checker, be faster than the smallest-budget plan and
+    train bit-identically to `none` with --poison."""
+    onnx = deep_narrow_resnet(str(tmp_path / "deep.onnx"))
+    batch = 4
+    flags = ["--device", "h200", "--host-budget", "1MiB"]
+    js = str(tmp_path / "probe.json")
+    run([SNC, "plan", onnx, "--batch", str(batch), "--policy", "liveness", "--json", js] + flags)
+    live = json.load(open(js))["arena_bytes"]
+    low = smallest_budget(onnx, batch, *flags)
+    found = None
+    for k in range(64):
+        b = int(live * (low / live) ** (k / 63))
+        run([SNC, "plan", onnx, "--batch", str(batch), "--budget", str(b), "--json", js] + flags)
+        p = json.load(open(js))
+        if p["recursive_segments"]:
+            found = (b, p)
+            break
+    assert found, "no budget gave a recursive plan"
+    b, p = found
+    facts = check_plan(p)
+    per_node = {}
+    for st in p["steps"]:
+        if st["kind"] == "recompute" and st["op"] == "Conv":
+            per_node[st["node"]] = per_node.get(st["node"], 0) + 1
+    assert facts["recompute_expensive"] and max(per_node.values()) >= 3, per_node
+    run([SNC, "plan", onnx, "--batch", str(batch), "--budget", str(low), "--json", js] + flags)
+    assert p["est_step_seconds"] < json.load(open(js))["est_step_seconds"]
+    ref = train3(onnx, batch, "none", str(tmp_path / "none"), *flags)
+    out = str(tmp_path / "recursive")
+    dump = train3(onnx, batch, "auto", out, *(flags + ["--budget", str(b)]))
+    bad = same_files(ref, dump)
+    assert not bad, "recursive: parameters differ from policy none: %s" % bad[:5]
+    plan, _ = check_run(out)
+    assert plan["recursive_segments"] == p["recursive_segments"]
+    print("recursive at", b, "of", live, "segments", p["recursive_segments"],
+          "most rebuilds of a conv", max(per_node.values()))
+
+
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
 def test_auto_tiers_bit_identical(optimizer, tmp_path):
     """One budget per auto tier on fashion_cnn (the h200 profile's costs, under
