@@ -28,13 +28,13 @@
  * checkpoints): speed-centric keeps each recomputed instance until its last
  * backward reader (recompute once); memory-centric recomputes what each
  * backward step needs just before it and lets it die right after (recompute
- * per step); in checkpoint mode, nested lies between (the expensive layers'
- * rebuilt outputs kept, the cheap ones rebuilt per step). Every segment
- * starts speed-centric; while some step's live bytes exceed the memory
- * target, the segments holding recomputed instances across such a step go
- * one level up (checkpoint mode: nested, then memory-centric for segments up
- * to MEMORY_CENTRIC_MAX tensors; the cheap rule: memory-centric), and the
- * route is rebuilt. Each round costs O(steps + instances); rounds stop when
+ * per step); in checkpoint mode, nested and recursive lie between (nested:
+ * the expensive layers' rebuilt outputs kept, the cheap ones rebuilt per
+ * step; recursive: a binary schedule over the cuts inside the segment, see
+ * keep_recursive). Every segment starts speed-centric; while some step's
+ * live bytes exceed the memory target, the segments holding recomputed
+ * instances across such a step go one level up (next_level), and the route
+ * is rebuilt. Each round costs O(steps + instances); rounds stop when
  * nothing changes.
  */
 #include "snc.h"
