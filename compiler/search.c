@@ -291,8 +291,10 @@ static void make_chains(Search *sr) {
     ch = add_chain(sr, SC_FIXED, hs, fx);
     add_variant(ch, POL_RECOMPUTE, NULL, false, 0);
     fx = (RecomputeOpts){.target = sr->layer_peak, .max_chain = 2, .ck_offloaded = true};
-    ch = add_chain(sr, SC_FIXED, hs, fx);
-    add_variant(ch, POL_SUPERNEURONS, acts, false, -1);
+    if (!hs || !large) {   /* large graphs: the fixed policy's own plan only */
+      ch = add_chain(sr, SC_FIXED, hs, fx);
+      add_variant(ch, POL_SUPERNEURONS, acts, false, -1);
+    }
     if (sqrt_seg > 0) {
       fx = (RecomputeOpts){.target = INT64_MAX, .max_chain = PLAN_RECOMPUTE_CHAIN,
                            .seg_bytes = sqrt_seg};
