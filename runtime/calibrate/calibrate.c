@@ -162,6 +162,25 @@ static void time_case(Case *k, int pass) {
   k->t[pass] = (cal_now() - s) / k->reps;
 }
 
+/* The CPU time the hypervisor gave other guests (the "steal" column of
+ * /proc/stat) over the machine's whole CPU time so far: read before and
+ * after the run, the difference says whether the host took the cores while
+ * the kernels were timed (a profile measured then is too slow). -1 where
+ * /proc/stat cannot be read. */
+static void cpu_times(double *steal, double *total) {
+  *steal = *total = -1;
+  FILE *f = fopen("/proc/stat", "r");
+  if (!f) return;
+  unsigned long long v[8] = {0};
+  if (fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+             &v[6], &v[7]) == 8) {
+    *steal = (double)v[7];
+    *total = 0;
+    for (int i = 0; i < 8; i++) *total += (double)v[i];
+  }
+  fclose(f);
+}
+
 static double median(const double *v) {
   double t[NPASS];
   memcpy(t, v, sizeof t);
@@ -371,6 +390,8 @@ int main(int argc, char **argv) {
   cal_ctx.threads = threads;
   cal_ctx.lr = 0.01f;
   snrt_dev_init(&cal_ctx);
+  double steal0, total0;
+  cpu_times(&steal0, &total0);
   A = snrt_arena(&cal_ctx);
   in_off = SNRT_ALIGN, in_bytes = pool;
   rect_off = in_off + pool, rect_bytes = rect;
@@ -436,6 +457,14 @@ int main(int argc, char **argv) {
   strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&tt));
   double loads[3] = {0, 0, 0};
   if (getloadavg(loads, 3) < 0) loads[0] = -1;
+  double steal1, total1, steal = -1;
+  cpu_times(&steal1, &total1);
+  if (steal0 >= 0 && steal1 >= 0 && total1 > total0) steal = (steal1 - steal0) / (total1 - total0);
+  if (steal > 0.10)
+    fprintf(stderr, "snc-calibrate: warning: the host took %.0f%% of this machine's CPU time while the kernels "
+            "were timed (steal time): the rates measured are slower than this machine's own; calibrate "
+            "again when the host is quiet\n",
+            100 * steal);
   double rate[NFIT], ovh[NFIT], par[NFIT], unit[NFIT];
   for (int c = 0; c < NFIT; c++) fit_class(c, &rate[c], &ovh[c], &par[c], &unit[c]);
   for (int dir = 0; dir < 2; dir++) {
@@ -444,9 +473,9 @@ int main(int argc, char **argv) {
   }
   fprintf(f, "{\n  \"name\": \"%s-calibrated\",\n", TARGET);
   fprintf(f, "  \"measured\": {\"by\": \"snc-calibrate%s\", \"target\": \"%s\", \"machine\": \"%s\", "
-          "\"runtime\": \"%s\", \"date\": \"%s\", \"threads\": %d, \"passes\": %d, \"load_average\": %.2f},\n",
+          "\"runtime\": \"%s\", \"date\": \"%s\", \"threads\": %d, \"passes\": %d, \"load_average\": %.2f, \"steal\": %.3f},\n",
           cal_quick ? " --quick" : "", TARGET, host, snrt_dev_describe(&cal_ctx), date, cal_ctx.threads, NPASS,
-          loads[0]);
+          loads[0], steal);
   /* The simple model's numbers (a planner that ignores classes): the large
    * convolutions' rate and the elementwise bandwidth. */
   fprintf(f, "  \"flops\": %.4g,\n  \"mem_bw\": %.4g,\n  \"link_bw\": %.4g,\n", rate[K_CONV],
