@@ -70,6 +70,13 @@ static void add_int(int **arr, int *n, int v) {
   (*arr)[(*n)++] = v;
 }
 
+/* add_int for lists that only this file's passes grow, from empty: the
+ * capacity doubles (reallocated where *n is 0 or a power of two). */
+static void push_int(int **arr, int *n, int v) {
+  if ((*n & (*n - 1)) == 0) *arr = xrealloc(*arr, sizeof(int) * (size_t)(*n ? 2 * *n : 1));
+  (*arr)[(*n)++] = v;
+}
+
 
 static int cmp_int(const void *a, const void *b) {
   int x = *(const int *)a, y = *(const int *)b;
@@ -101,8 +108,18 @@ static int queue_filter(const Plan *pl, Copy *cp, int nc, const double *P,
     double tau = cost_copy_seconds((double)pl->inst[x->dev].bytes, COPY_D2H, dev);
     int a = x->s_last_fwd, b = x->trip[0].first;
     double fin = (P[a + 1] > busy ? P[a + 1] : busy) + tau;
+    /* the first step from s_wait on whose end the copy lands by (at most
+     * b - 2); P never falls, so by bisection */
     int sw = x->s_wait;
-    while (sw < b - 2 && P[sw + 1] < fin) sw++;
+    if (sw < b - 2 && P[sw + 1] < fin) {
+      int lo = sw + 1, hi = b - 2;
+      while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (P[mid + 1] < fin) lo = mid + 1;
+        else hi = mid;
+      }
+      sw = lo;
+    }
     if (P[sw + 1] < fin || x->trip[0].s_pf < sw + 1) {
       drop[(int)key[2 * k + 1]] = true;
       continue;
@@ -163,7 +180,7 @@ int offload_plan(Graph *g, Plan *pl, const bool *sel, const DeviceProfile *dev, 
       bool read = k < st->nin;
       if (s <= loss) lastf[i] = s;
       else if (!read) lastf[i] = -2;   /* written again in backward: not a forward tensor */
-      else if (!nreads[i] || reads[i][nreads[i] - 1] != s) add_int(&reads[i], &nreads[i], s);
+      else if (!nreads[i] || reads[i][nreads[i] - 1] != s) push_int(&reads[i], &nreads[i], s);
     }
   }
 
@@ -427,8 +444,8 @@ int offload_persistent(Graph *g, Plan *pl, const DeviceProfile *dev, bool params
   int **ends = xcalloc((size_t)T + 1, sizeof(int *)), *nends = xcalloc((size_t)T + 1, sizeof(int));
   for (int i = 0; i < n0; i++)
     for (int k = 0; k < ntrip[i]; k++) {
-      add_int(&starts[trip[i][k].first], &nstarts[trip[i][k].first], i);
-      if (trip[i][k].writes) add_int(&ends[trip[i][k].last], &nends[trip[i][k].last], i);
+      push_int(&starts[trip[i][k].first], &nstarts[trip[i][k].first], i);
+      if (trip[i][k].writes) push_int(&ends[trip[i][k].last], &nends[trip[i][k].last], i);
     }
   Route *r = xcalloc(1, sizeof *r);
   for (int s = 0; s < T; s++) {

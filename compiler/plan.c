@@ -135,7 +135,24 @@ void plan_free(Plan *pl) {
   free(pl->auto_log), free(pl->ckpt), free(pl);
 }
 
+/* The most bytes of host instances live at once (what the host arena
+ * packs to at least). */
+static int64_t host_live_bytes(const Plan *pl) {
+  int T = pl->route->ns;
+  int64_t *diff = xcalloc((size_t)T + 2, sizeof *diff), run = 0, most = 0;
+  for (int i = 0; i < pl->ninst; i++)
+    if (pl->inst[i].host && pl->inst[i].first >= 0)
+      diff[pl->inst[i].first] += pl->inst[i].bytes, diff[pl->inst[i].last + 1] -= pl->inst[i].bytes;
+  for (int s = 0; s <= T; s++) {
+    run += diff[s];
+    if (run > most) most = run;
+  }
+  free(diff);
+  return most;
+}
+
 void plan_pack(const Graph *g, Plan *pl) {
+  if (!pl->host_packed) offsets_host(pl), pl->host_packed = true;
   offsets_assign(pl, pl->planned != POL_NONE);
   if (offsets_check(g, pl, stderr))
     internal_error(__FILE__, __LINE__, "the offset plan has overlapping instances");
@@ -160,7 +177,11 @@ bool plan_finish(Graph *g, Plan *pl, const DeviceProfile *dev, const PlanVariant
    * are short-lived; the plain liveness plan is left as packed. */
   if (recomputed || v->sel) liveness_inplace(g, pl);
   pl->baseline_bytes = baseline;
-  offsets_host(pl);
+  if (floor) {
+    pl->host_bytes = host_live_bytes(pl), pl->host_packed = false;
+  } else {
+    offsets_host(pl), pl->host_packed = true;
+  }
   plan_estimate(g, pl, dev);
   return true;
 }
@@ -270,8 +291,9 @@ void plan_dump(const Graph *g, const Plan *pl, const char *pass, FILE *f) {
     fprintf(f, "auto: candidates compared (device budget %s, host budget %s); chosen: the "
             "fastest that fits.\nThe candidates do not depend on the budgets (search.c); a "
             "bound skips what cannot fit or cannot\nbe faster than the best found. An arena '>=' "
-            "was not packed: its live bytes (a lower bound);\na plan is packed when it fits by "
-            "them and is the fastest so far. 'cut short': lower bounds of\nits arenas already "
+            "was not packed: its live bytes (a lower bound);\n'fits': fits by them and is the "
+            "fastest so far; the last one is packed at the end (the\nchosen line gives its "
+            "arena). 'cut short': lower bounds of\nits arenas already "
             "exceed a budget; 'skipped': what every plan of that chain holds when the\nbackward "
             "pass starts exceeds the budgets; 'dominated': the same plan without offload fits or\n"
             "is slower than the best, and offload only adds time; 'bound': compute, one rebuild "

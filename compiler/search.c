@@ -42,8 +42,13 @@
  *     (checkpoints, or the outputs of expensive layers read by backward, and
  *     the persistent state left on the device); liveness_floors after
  *     offload (a candidate cut short).
- * A candidate that fits by live bytes and is faster than the best so far is
- * packed at once (so the best is always one that really fits).
+ * The best so far is the fastest candidate that fits by live bytes (the
+ * arena packing gives is at least those; it is the same in nearly every
+ * plan). It is packed at the end: where its packed arena fits, no candidate
+ * that fits can be faster (every one fits by live bytes too, and the bounds
+ * skipped only what could not beat an estimate that is a real fit's). Where
+ * fragmentation makes it exceed the budget, the search runs again packing
+ * every new best at once, so its best is always one that really fits.
  *
  * `snc plan --dump auto` prints every candidate planned and every chain
  * skipped, with the bound that skipped it. search_smallest walks every chain
@@ -114,10 +119,15 @@ typedef struct Search {
   bool **owned;            // offload selections the chains point to
   int nowned;
   double shared_busy;      // busy seconds of the first state shared by a group
+  double *group_busy;      // ... per group (NAN: not planned)
+  long gen;                // changes with the state candidates are planned from
+  struct { long gen; const bool *sel; int64_t dev, host; } floors[8];   // liveness_floors of it
+  int nfloors;
   bool settled[3];         // ... planned without offload at a level: fits or not faster
   double slack;            // a chain or state is skipped where its bound reaches (1 - slack) x
                            // the best estimate (0: exact; SEARCH_SLACK on large graphs)
-  Plan *best;              // the fastest fit (packed)
+  Plan *best;              // the fastest fit (by live bytes; packed at once where !defer)
+  bool defer;              // pack only the final best (see the header)
   int best_tried;
   int tried;               // candidates planned
   char *log;
@@ -397,12 +407,29 @@ static void log_cand(Search *sr, const Chain *ch, const PlanVariant *v, const Pl
   bool cut = isnan(pl->est_step_seconds);
   snprintf(arena, sizeof arena, "%s%s", packed ? "" : ">=",
            fmt_bytes(packed ? pl->arena_bytes : pl->peak_live_bytes));
-  snprintf(host, sizeof host, "%s%s", cut ? ">=" : "", fmt_bytes(pl->host_bytes));
+  snprintf(host, sizeof host, "%s%s", cut || (!pl->host_packed && pl->host_bytes) ? ">=" : "", fmt_bytes(pl->host_bytes));
   if (!cut) snprintf(est, sizeof est, "%10.3f ms", pl->est_step_seconds * 1e3);
   char *line = xasprintf("%3d  %-6s %11s %10s %13s  %s\n", sr->tried, verdict, arena, host,
                          est, chain_name(sr, ch, v));
   log_line(sr, line);
   free(line);
+}
+
+/* liveness_floors of the state candidates are planned from, with an offload
+ * selection: the same for every variant and host-state level that selects
+ * the same tensors, so computed once per state (sr->gen) and selection. */
+static void state_floors(Search *sr, const Plan *state, const bool *sel, int64_t *dev,
+                         int64_t *host) {
+  if (sr->nfloors && sr->floors[0].gen != sr->gen) sr->nfloors = 0;
+  for (int k = 0; k < sr->nfloors; k++)
+    if (sr->floors[k].sel == sel) {
+      *dev = sr->floors[k].dev, *host = sr->floors[k].host;
+      return;
+    }
+  liveness_floors(sr->g, state, sel, dev, host);
+  if (sr->nfloors < (int)(sizeof sr->floors / sizeof sr->floors[0]))
+    sr->floors[sr->nfloors].gen = sr->gen, sr->floors[sr->nfloors].sel = sel,
+    sr->floors[sr->nfloors].dev = *dev, sr->floors[sr->nfloors++].host = *host;
 }
 
 /* Plans one candidate from a chain's state; keeps it if it is the fastest
@@ -416,7 +443,7 @@ static bool candidate(Search *sr, const Chain *ch, const PlanVariant *v, const P
     /* what any offload of v->sel leaves on the device: over the budget, the
      * plan is not made */
     int64_t dev_floor, host_floor;
-    liveness_floors(g, state, v->sel, &dev_floor, &host_floor);
+    state_floors(sr, state, v->sel, &dev_floor, &host_floor);
     if (!v->hs) dev_floor += state->persistent_bytes;
     if (dev_floor > sr->budget) {
       sr->tried++;
@@ -448,6 +475,7 @@ static bool candidate(Search *sr, const Chain *ch, const PlanVariant *v, const P
                    "turn", chain_name(sr, ch, v));
   if (sr->enumerate) {
     /* the smallest arenas: packed where it can be smaller than the smallest seen */
+    if (done && !pl->host_packed) offsets_host(pl), pl->host_packed = true;
     bool host_ok = pl->host_bytes <= sr->host_budget;
     if (pl->peak_live_bytes < sr->sm.any || (host_ok && pl->peak_live_bytes < sr->sm.arena) ||
         (pl->peak_live_bytes <= sr->budget && pl->host_bytes < sr->sm.host)) {
@@ -461,19 +489,18 @@ static bool candidate(Search *sr, const Chain *ch, const PlanVariant *v, const P
     return false;
   }
   const char *verdict = "-";
-  bool packed = false;
+  bool packed = false, fit = false;
   if (done && pl->peak_live_bytes <= sr->budget && pl->host_bytes <= sr->host_budget) {
     verdict = "slower";
     if (!sr->best || pl->est_step_seconds < sr->best->est_step_seconds) {
-      plan_pack(g, pl);
-      packed = true;
-      verdict = fits(sr, pl) ? "fits" : "-";
+      if (!sr->defer) plan_pack(g, pl), packed = true;
+      fit = !packed || fits(sr, pl);
+      verdict = fit ? "fits" : "-";
     }
   }
   log_cand(sr, ch, v, pl, verdict, packed);
-  bool settled = done && ((packed && fits(sr, pl)) ||
-                          (sr->best && pl->est_step_seconds >= sr->best->est_step_seconds));
-  if (packed && fits(sr, pl)) {
+  bool settled = done && (fit || (sr->best && pl->est_step_seconds >= sr->best->est_step_seconds));
+  if (fit) {
     plan_free(sr->best);
     sr->best = pl, sr->best_tried = sr->tried;
   } else {
@@ -523,6 +550,7 @@ static void first_state(Search *sr, const Chain *ch, Plan **shared, int *shared_
   if (ch->ro.recursive) return;
   if (!chain_live(sr, ch, live)) return;
   if (ch->scheme == SC_NONE) {
+    sr->gen++;
     for (int k = 0; k < ch->nv; k++)
       if (live[k]) candidate(sr, ch, &ch->v[k], sr->base, false);
     return;
@@ -541,7 +569,9 @@ static void first_state(Search *sr, const Chain *ch, Plan **shared, int *shared_
   }
   /* the shared state's busy seconds, once per group */
   if (fresh) {
+    sr->gen++;
     sr->shared_busy = busy_seconds(sr, pl);
+    if (ch->scheme != SC_FIXED) sr->group_busy[ch->group] = sr->shared_busy;
     memset(sr->settled, 0, sizeof sr->settled);
   }
   double prev = 0;
@@ -573,12 +603,24 @@ static void walk_rest(Search *sr, const Chain *ch) {
   bool any = false;
   for (int k = 0; k < ch->nv; k++) any |= live[k] = sr->enumerate || !cannot_fit(sr, ch, &ch->v[k]);
   if (!any) return;
+  /* The walk starts from the group's first state, planned in the first
+   * round: where its compute and recompute already reach the best, so does
+   * every later state's, and the route is not built again. */
+  double gb = sr->group_busy[ch->group];
+  if (!sr->enumerate && sr->best && !isnan(gb) &&
+      gb + sr->hs_seconds[ch->hs] >= (1 - sr->slack) * sr->best->est_step_seconds)
+    return;
   Plan *pl = plan_clone(sr->base);
   RcChain *rc = rc_chain_new(sr->g, pl, &ch->ro);
   rc_chain_start(rc);
+  sr->gen++;
+  double start = busy_seconds(sr, pl);
+  if (!isnan(gb) && fabs(start - gb) > 1e-9 * gb)
+    internal_error(__FILE__, __LINE__, "%s starts at %g s of compute and recompute, its "
+                   "group's first state took %g s", chain_name(sr, ch, NULL), start, gb);
   int64_t adj = sr->adj[ch->hs];
   double prev = 0;
-  for (int j = 0; state_worth(sr, ch, busy_seconds(sr, pl), &prev) && !time_up(sr);) {
+  for (int j = 0; state_worth(sr, ch, start, &prev) && !time_up(sr);) {
     /* the next state: the next target of the ladder below this one's peak
      * that changes something */
     bool changed = false;
@@ -586,7 +628,10 @@ static void walk_rest(Search *sr, const Chain *ch) {
       int64_t t = sr->ladder[j++] + adj;
       if (t < rc_chain_peak(rc)) changed = rc_chain_escalate(rc, t);
     }
-    if (!changed || !state_worth(sr, ch, busy_seconds(sr, pl), &prev)) break;
+    sr->gen++;
+    if (!changed) break;
+    start = busy_seconds(sr, pl);
+    if (!state_worth(sr, ch, start, &prev)) break;
     for (int k = 0; k < ch->nv; k++)
       if (live[k]) candidate(sr, ch, &ch->v[k], pl, true);
   }
@@ -680,6 +725,8 @@ static void search_init(Search *sr, Graph *g, const PlanOpts *o, const DevicePro
   sr->ladder[sr->nladder++] = sr->layer_peak;
   make_chains(sr);
   bound_chains(sr);
+  sr->group_busy = xmalloc(sizeof(double) * (size_t)(sr->nch ? sr->nch : 1));
+  for (int c = 0; c < sr->nch; c++) sr->group_busy[c] = NAN;
   qsort(sr->ch, (size_t)sr->nch, sizeof *sr->ch, by_bound);
   clock_gettime(CLOCK_MONOTONIC, &sr->t0);
 }
@@ -689,7 +736,7 @@ static void search_free(Search *sr) {
   free(sr->ch);
   for (int k = 0; k < sr->nowned; k++) free(sr->owned[k]);
   free(sr->owned);
-  free(sr->ladder), free(sr->saved);
+  free(sr->ladder), free(sr->saved), free(sr->group_busy);
   plan_free(sr->base);
 }
 
@@ -697,12 +744,28 @@ Plan *search_auto(Graph *g, const PlanOpts *o, const DeviceProfile *dev, int64_t
                   int64_t host_budget) {
   Search sr;
   search_init(&sr, g, o, dev, budget, host_budget);
+  sr.defer = true;
   run_chains(&sr);
+  if (sr.best) {
+    plan_pack(g, sr.best);
+    if (!fits(&sr, sr.best)) {
+      /* fragmentation: the fastest by live bytes does not fit packed */
+      char *line = xasprintf("#%d packed: arena %s, over the budget; searching again, packing "
+                             "every new best at once\n", sr.best_tried, fmt_bytes(sr.best->arena_bytes));
+      log_line(&sr, line);
+      free(line);
+      plan_free(sr.best), sr.best = NULL;
+      sr.tried = sr.best_tried = 0, sr.defer = false;
+      run_chains(&sr);
+    }
+  }
   Plan *pl = sr.best;
   if (pl) {
-    char *line = xasprintf("chosen: #%d, arena %s (%d candidates planned, %ld recomputing routes "
-                           "built)\n", sr.best_tried, fmt_bytes(pl->arena_bytes), sr.tried,
-                           rc_rebuilds);
+    char host[32];
+    snprintf(host, sizeof host, "%s", fmt_bytes(pl->host_bytes));
+    char *line = xasprintf("chosen: #%d, arena %s, host arena %s (%d candidates planned, %ld "
+                           "recomputing routes built)\n", sr.best_tried, fmt_bytes(pl->arena_bytes),
+                           host, sr.tried, rc_rebuilds);
     log_line(&sr, line);
     free(line);
     pl->opts.policy = POL_AUTO;

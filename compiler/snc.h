@@ -491,7 +491,8 @@ typedef struct Plan {
   int ntensors;            // ... its entries (the graph's tensors when liveness ran)
   int64_t arena_bytes;     // device arena size
   int64_t persistent_bytes;
-  int64_t host_bytes;
+  int64_t host_bytes;      // host arena size (auto's search: its live bytes until host_packed)
+  bool host_packed;        // host offsets assigned (offsets_host)
   int64_t peak_live_bytes; // max over steps of live instance bytes, before packing
   int64_t layer_peak_bytes;
   int64_t baseline_bytes;  // the none policy's arena
@@ -640,7 +641,9 @@ typedef struct PlanVariant {
  * packed. With `floor` (auto's search), a plan whose lower bounds
  * (liveness_floors) already exceed floor[0] (device) or floor[1] (host)
  * after offload is cut short: false, peak_live_bytes and host_bytes are then
- * those bounds and est_step_seconds NaN. */
+ * those bounds and est_step_seconds NaN; and the host arena is not packed
+ * either (host_bytes: its live bytes, host_packed false; plan_pack packs
+ * both). */
 bool plan_finish(Graph *g, Plan *pl, const DeviceProfile *dev, const PlanVariant *v,
                  bool recomputed, int64_t baseline, const int64_t floor[2]);
 /* search.c: auto, the fastest estimated plan whose device arena fits
