@@ -332,12 +332,22 @@ static void bound_chains(Search *sr) {
       if (sr->ch[d].scheme == ch->scheme && ch->scheme != SC_FIXED &&
           sr->ch[d].ro.seg_bytes == ch->ro.seg_bytes && sr->ch[d].ro.max_chain == ch->ro.max_chain)
         e = &sr->ch[d];
+    /* a fixed policy's chain plans its own first state, but what it drops
+     * (so its bound and checkpoints) is that of any earlier chain with the
+     * same segments and chain length (recompute.c: rc_chain_new) */
+    const Chain *twin = NULL;
+    for (int d = 0; d < c && !twin && ch->scheme == SC_FIXED; d++)
+      if (sr->ch[d].scheme != SC_NONE && sr->ch[d].ro.seg_bytes == ch->ro.seg_bytes &&
+          sr->ch[d].ro.max_chain == ch->ro.max_chain)
+        twin = &sr->ch[d];
     if (ch->scheme == SC_NONE) {
       ch->lb = ch->lb_busy + sr->hs_seconds[ch->hs];
       continue;
     }
-    if (e) {
-      ch->group = e->group, ch->lb_busy = e->lb_busy, ch->nck = e->nck;
+    if (e || twin) {
+      if (e) ch->group = e->group;
+      else e = twin;
+      ch->lb_busy = e->lb_busy, ch->nck = e->nck;
       ch->ckpt = ch->nck ? xmalloc(sizeof(int) * (size_t)ch->nck) : NULL;
       if (ch->nck) memcpy(ch->ckpt, e->ckpt, sizeof(int) * (size_t)ch->nck);
     } else {
@@ -755,7 +765,7 @@ Plan *search_auto(Graph *g, const PlanOpts *o, const DeviceProfile *dev, int64_t
       log_line(&sr, line);
       free(line);
       plan_free(sr.best), sr.best = NULL;
-      sr.tried = sr.best_tried = 0, sr.defer = false;
+      sr.defer = false;
       run_chains(&sr);
     }
   }

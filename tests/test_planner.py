@@ -139,6 +139,37 @@ def test_auto_picks_checkpoints_between_cheap_recompute_and_offload(models, name
             assert p["est_step_seconds"] <= q["est_step_seconds"], pol
 
 
+def test_fragmented_best_is_searched_again(models, tmp_path):
+    """auto keeps the fastest candidate that fits by live bytes and packs it
+    at the end; where packing leaves a gap (arena > peak live) and the budget
+    lies in it, that candidate does not fit, and the search runs again
+    packing each new best at once. Its plan fits, and it is no faster than
+    the plan at the larger budget (a larger budget never makes auto slower)."""
+    model, batch = models["fashion_cnn"]
+    live = plan(model, batch, tmp_path, "--policy", "liveness")["arena_bytes"]
+    gap = None
+    for pct in range(100, 20, -3):
+        p = plan(model, batch, tmp_path, "--policy", "auto", "--budget", str(live * pct // 100))
+        if p["arena_bytes"] > p["peak_live_bytes"]:
+            gap = p
+            break
+    assert gap, "no auto plan of fashion_cnn with a packing gap: pick another model"
+    b = (gap["peak_live_bytes"] + gap["arena_bytes"]) // 2
+    js = str(tmp_path / "gap.json")
+    out = run([SNC, "plan", model, "--batch", str(batch), "--policy", "auto", "--budget", str(b),
+               "--dump", "auto", "--json", js]).stdout
+    # the plan packed at the end was faster than or the same as the one the
+    # larger budget chose, so it packs over this budget: the search ran again
+    m = re.search(r"^#(\d+) packed: arena .*, over the budget; searching again", out, re.M)
+    assert m, out[-3000:]
+    p = json.load(open(js))
+    check_plan(p)
+    assert p["arena_bytes"] <= b and p["est_step_seconds"] >= gap["est_step_seconds"]
+    chosen = re.search(r"^chosen: #(\d+)", out, re.M).group(1)
+    fits = re.findall(r"^ *(\d+)  fits ", out[m.end():], re.M)
+    assert fits and fits[-1] == chosen and int(chosen) > int(m.group(1)), out[-3000:]
+
+
 def test_dump_auto_lists_the_candidates(models, tmp_path):
     model, batch = models["resnet50"]
     live = plan(model, batch, tmp_path, "--policy", "liveness")
