@@ -674,6 +674,67 @@ double rc_chain_rebuild_lb(RcChain *c, const DeviceProfile *dev) {
   return lb;
 }
 
+/* A lower bound of the device bytes the chain's first state (every segment
+ * speed-centric: each dropped tensor rebuilt once and kept until its last
+ * backward reader) holds at one step, persistent state not counted. At the
+ * first backward step that reads a dropped tensor of a segment, that tensor
+ * is rebuilt, with the dropped tensors of the same segment it is rebuilt
+ * from (recursively); none of them was rebuilt before (no earlier backward
+ * step read the segment), and each that a backward step reads stays live
+ * until that reader, which is not earlier: so all of those are live there,
+ * in instances of their own (rebuilt instances are never offloaded). Sums
+ * them per step over the segments first read there; the most of any step.
+ * search.c checks it against liveness_floors on every first state built. */
+int64_t rc_chain_first_floor(RcChain *c) {
+  RC *rc = &c->rc;
+  const Graph *g = rc->g;
+  const Route *old = rc->old;
+  bool *saved = saved_for_backward(g, old);
+  bool *seen = xcalloc((size_t)rc->nseg + 1, sizeof(bool));
+  bool *visited = xcalloc((size_t)g->nt + 1, sizeof(bool));
+  int *stack = xmalloc(sizeof(int) * (size_t)(g->nt + 1));
+  int64_t most = 0;
+  for (int s = 0; s < old->train_steps; s++) {
+    const Step *st = &old->s[s];
+    if (!is_backward(st->kind) || st->node < 0) continue;
+    const Node *n = &g->n[st->node];
+    int64_t here = 0;
+    int fresh[8], nfresh = 0;   /* segments first read here (a node reads few) */
+    for (int k = 0; k < n->nin; k++) {
+      int t = n->in[k];
+      if (t < 0 || !rc->dropped[t] || rc->seg[t] < 0 || seen[rc->seg[t]]) continue;
+      bool dup = false;
+      for (int j = 0; j < nfresh; j++) dup |= fresh[j] == rc->seg[t];
+      if (!dup && nfresh < 8) fresh[nfresh++] = rc->seg[t];
+    }
+    for (int j = 0; j < nfresh; j++) seen[fresh[j]] = true;
+    for (int k = 0; k < n->nin; k++) {
+      int t = n->in[k];
+      if (t < 0 || !rc->dropped[t] || rc->seg[t] < 0 || visited[t]) continue;
+      int sg = rc->seg[t];
+      bool first = false;
+      for (int j = 0; j < nfresh; j++) first |= fresh[j] == sg;
+      if (!first) continue;
+      int sp = 0;
+      stack[sp++] = t, visited[t] = true;
+      while (sp) {
+        int x = stack[--sp];
+        if (saved[x]) here += arena_align(tensor_bytes(&g->t[x]));
+        if (g->t[x].producer < 0) continue;
+        const Node *p = &g->n[g->t[x].producer];
+        for (int i = 0; i < p->nin; i++) {
+          int y = p->in[i];
+          if (y >= 0 && rc->dropped[y] && rc->seg[y] == sg && !visited[y])
+            stack[sp++] = y, visited[y] = true;
+        }
+      }
+    }
+    if (here > most) most = here;
+  }
+  free(saved), free(seen), free(visited), free(stack);
+  return most;
+}
+
 static void chain_free(RcChain *c) {
   RC *rc = &c->rc;
   free(rc->dropped), free(rc->seg), free(rc->cur), free(rc->level), free(rc->cheapt);

@@ -94,6 +94,8 @@ typedef struct Chain {
   double lb_busy;          // ... its compute and recompute steps at least this
   int64_t held;            // bytes every candidate holds at the turn (device or host)
   int64_t held_dev;        // ... on the device where nothing is offloaded
+  int64_t first_floor;     // checkpoint chains: device bytes their first state holds at a step
+                           // at least, persistent state not counted (rc_chain_first_floor)
   int nck;                 // checkpoint mode: checkpoints
   int *ckpt;               // ... the checkpoint tensors (duplicate chains are skipped)
   bool dup;                // the same plans as an earlier chain
@@ -121,6 +123,7 @@ typedef struct Search {
   double shared_busy;      // busy seconds of the first state shared by a group
   double *group_busy;      // ... per group (NAN: not planned)
   long gen;                // changes with the state candidates are planned from
+  int64_t check_floor;     // the first_floor the state planned from must reach (-1: none)
   struct { long gen; const bool *sel; int64_t dev, host; } floors[8];   // liveness_floors of it
   int nfloors;
   bool settled[3];         // ... planned without offload at a level: fits or not faster
@@ -347,7 +350,7 @@ static void bound_chains(Search *sr) {
     if (e || twin) {
       if (e) ch->group = e->group;
       else e = twin;
-      ch->lb_busy = e->lb_busy, ch->nck = e->nck;
+      ch->lb_busy = e->lb_busy, ch->nck = e->nck, ch->first_floor = e->first_floor;
       ch->ckpt = ch->nck ? xmalloc(sizeof(int) * (size_t)ch->nck) : NULL;
       if (ch->nck) memcpy(ch->ckpt, e->ckpt, sizeof(int) * (size_t)ch->nck);
     } else {
@@ -356,6 +359,7 @@ static void bound_chains(Search *sr) {
       RcChain *rc = rc_chain_new(g, sr->base, &ch->ro);
       ch->lb_busy += rc_chain_rebuild_lb(rc, sr->dev);
       ch->nck = rc_chain_checkpoints(rc);
+      if (ch->ro.seg_bytes) ch->first_floor = rc_chain_first_floor(rc);
       ch->ckpt = sr->base->ckpt;
       sr->base->ckpt = NULL, sr->base->checkpoints = 0;
       rc_chain_discard(rc);
@@ -454,6 +458,10 @@ static bool candidate(Search *sr, const Chain *ch, const PlanVariant *v, const P
      * plan is not made */
     int64_t dev_floor, host_floor;
     state_floors(sr, state, v->sel, &dev_floor, &host_floor);
+    if (dev_floor < sr->check_floor)
+      internal_error(__FILE__, __LINE__, "%s: its first state holds %lld bytes at most, under the "
+                     "chain's bound %lld", chain_name(sr, ch, v), (long long)dev_floor,
+                     (long long)sr->check_floor);
     if (!v->hs) dev_floor += state->persistent_bytes;
     if (dev_floor > sr->budget) {
       sr->tried++;
@@ -567,6 +575,28 @@ static void first_state(Search *sr, const Chain *ch, Plan **shared, int *shared_
   }
   Plan *pl;
   bool fresh = ch->scheme == SC_FIXED || *shared_group != ch->group;
+  /* A checkpoint chain whose first state cannot fit (its first_floor, and
+   * the persistent state where it stays on the device) is not built: each
+   * variant is cut short as candidate() would cut it. */
+  if (!sr->enumerate && ch->scheme == SC_CKPT && fresh) {
+    bool any = false;
+    for (int k = 0; k < ch->nv; k++)
+      any |= live[k] && ch->first_floor + (ch->v[k].hs ? 0 : sr->base->persistent_bytes) <= sr->budget;
+    if (!any) {
+      for (int k = 0; k < ch->nv; k++) {
+        if (!live[k]) continue;
+        sr->tried++;
+        char arena[32];
+        snprintf(arena, sizeof arena, ">=%s",
+                 fmt_bytes(ch->first_floor + (ch->v[k].hs ? 0 : sr->base->persistent_bytes)));
+        char *line = xasprintf("%3d  %-6s %11s %10s %13s  %s\n", sr->tried, "-", arena, "",
+                               "(cut short)", chain_name(sr, ch, &ch->v[k]));
+        log_line(sr, line);
+        free(line);
+      }
+      return;
+    }
+  }
   if (fresh) {
     pl = plan_clone(sr->base);
     RcChain *rc = rc_chain_new(sr->g, pl, &ch->ro);
@@ -596,10 +626,12 @@ static void first_state(Search *sr, const Chain *ch, Plan **shared, int *shared_
     log_line(sr, line);
     free(line);
   } else if (state_worth(sr, ch, sr->shared_busy, &prev)) {
+    if (ch->scheme == SC_CKPT) sr->check_floor = ch->first_floor;
     for (int k = 0; k < ch->nv; k++)
       if (live[k] && candidate(sr, ch, &ch->v[k], pl, true) && !ch->v[k].sel &&
           ch->scheme != SC_FIXED)
         sr->settled[ch->hs] = true;
+    sr->check_floor = -1;
   }
   if (ch->scheme == SC_FIXED) plan_free(pl);
 }
@@ -689,6 +721,7 @@ static void run_chains(Search *sr) {
 static void search_init(Search *sr, Graph *g, const PlanOpts *o, const DeviceProfile *dev,
                         int64_t budget, int64_t host_budget) {
   *sr = (Search){.g = g, .o = o, .dev = dev, .budget = budget, .host_budget = host_budget,
+                 .check_floor = -1,
                  .slack = g->nfwd > LARGE_GRAPH_NODES ? SEARCH_SLACK : 0};
   clock_gettime(CLOCK_MONOTONIC, &sr->t0);
   sr->base = plan_base(g, o, dev);

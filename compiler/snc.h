@@ -738,6 +738,9 @@ int rc_chain_checkpoints(const RcChain *c);
 int rc_chain_recursive_segments(const RcChain *c);
 /* Seconds that every plan of the chain spends in recompute steps at least. */
 double rc_chain_rebuild_lb(RcChain *c, const DeviceProfile *dev);
+/* Device bytes the first state (every segment speed-centric) holds at some
+ * step at least, persistent state not counted. */
+int64_t rc_chain_first_floor(RcChain *c);
 int rc_chain_finish(RcChain *c);
 extern long rc_rebuilds;                     /* routes built (auto's log reports it) */
 /* Frees a chain never started (the plan keeps its route). */
