@@ -40,8 +40,10 @@
  *     compute plus recompute reaches it.
  *   - memory: what every plan of a chain holds at the backward pass's start
  *     (checkpoints, or the outputs of expensive layers read by backward, and
- *     the persistent state left on the device); liveness_floors after
- *     offload (a candidate cut short).
+ *     the persistent state left on the device); a checkpoint chain's first
+ *     state, what its segments rebuild and hold at once
+ *     (rc_chain_first_floor: the state is not built where that cannot fit);
+ *     liveness_floors after offload (a candidate cut short).
  * The best so far is the fastest candidate that fits by live bytes (the
  * arena packing gives is at least those; it is the same in nearly every
  * plan). It is packed at the end: where its packed arena fits, no candidate
