@@ -291,13 +291,14 @@ void plan_dump(const Graph *g, const Plan *pl, const char *pass, FILE *f) {
     fprintf(f, "auto: candidates compared (device budget %s, host budget %s); chosen: the "
             "fastest that fits.\nThe candidates do not depend on the budgets (search.c); a "
             "bound skips what cannot fit or cannot\nbe faster than the best found. An arena '>=' "
-            "was not packed: its live bytes (a lower bound);\n'fits': fits by them and is the "
+            "was not packed: its live bytes (a lower bound).\n'fits': fits by them and is the "
             "fastest so far; the last one is packed at the end (the\nchosen line gives its "
-            "arena). 'cut short': lower bounds of\nits arenas already "
-            "exceed a budget; 'skipped': what every plan of that chain holds when the\nbackward "
-            "pass starts exceeds the budgets; 'dominated': the same plan without offload fits or\n"
-            "is slower than the best, and offload only adds time; 'bound': compute, one rebuild "
-            "of what\nthe chain drops and its persistent state's copies already reach the best\n"
+            "arenas). 'cut short': lower bounds of its arenas already exceed a\nbudget; "
+            "'skipped': what every plan of that chain holds when the backward pass starts\n"
+            "exceeds the budgets; 'dominated': the same plan without offload (or with the state "
+            "on\nthe device) fits or is slower than the best, and copies only add time; 'bound': "
+            "compute,\none rebuild of what the chain drops and its persistent state's copies "
+            "already reach the best\n"
             "%3s  %-6s %11s %10s %13s  %s\n%s", fmt_bytes(pl->budget),
             fmt_bytes(pl->host_budget), "#", "", "arena", "host", "est. step", "plan",
             pl->auto_log);

@@ -123,6 +123,12 @@ typedef struct Search {
   bool **owned;            // offload selections the chains point to
   int nowned;
   double shared_busy;      // busy seconds of the first state shared by a group
+  /* per variant index of the shared state's chains at host-state level 0:
+   * the variant, whether its plan was finished and fits or is not faster
+   * than the best (settled), and its estimate (NAN: cut short) */
+  bool vknown[MAX_VARIANTS], vsettled[MAX_VARIANTS];
+  PlanVariant vsig[MAX_VARIANTS];
+  double vest[MAX_VARIANTS];
   double *group_busy;      // ... per group (NAN: not planned)
   long gen;                // changes with the state candidates are planned from
   int64_t check_floor;     // the first_floor the state planned from must reach (-1: none)
@@ -134,6 +140,7 @@ typedef struct Search {
   Plan *best;              // the fastest fit (by live bytes; packed at once where !defer)
   bool defer;              // pack only the final best (see the header)
   int best_tried;
+  double last_est;         // the estimate of the last candidate (NAN: cut short)
   int tried;               // candidates planned
   char *log;
   size_t nlog;
@@ -455,6 +462,7 @@ static void state_floors(Search *sr, const Plan *state, const bool *sel, int64_t
 static bool candidate(Search *sr, const Chain *ch, const PlanVariant *v, const Plan *state,
                       bool recomputed) {
   Graph *g = sr->g;
+  sr->last_est = NAN;
   if (!sr->enumerate) {
     /* what any offload of v->sel leaves on the device: over the budget, the
      * plan is not made */
@@ -520,6 +528,7 @@ static bool candidate(Search *sr, const Chain *ch, const PlanVariant *v, const P
   }
   log_cand(sr, ch, v, pl, verdict, packed);
   bool settled = done && (fit || (sr->best && pl->est_step_seconds >= sr->best->est_step_seconds));
+  if (done) sr->last_est = pl->est_step_seconds;
   if (fit) {
     plan_free(sr->best);
     sr->best = pl, sr->best_tried = sr->tried;
@@ -615,6 +624,7 @@ static void first_state(Search *sr, const Chain *ch, Plan **shared, int *shared_
     sr->shared_busy = busy_seconds(sr, pl);
     if (ch->scheme != SC_FIXED) sr->group_busy[ch->group] = sr->shared_busy;
     memset(sr->settled, 0, sizeof sr->settled);
+    memset(sr->vknown, 0, sizeof sr->vknown);
   }
   double prev = 0;
   /* Offload adds copy steps and exposed time to a state and takes nothing
@@ -629,10 +639,37 @@ static void first_state(Search *sr, const Chain *ch, Plan **shared, int *shared_
     free(line);
   } else if (state_worth(sr, ch, sr->shared_busy, &prev)) {
     if (ch->scheme == SC_CKPT) sr->check_floor = ch->first_floor;
-    for (int k = 0; k < ch->nv; k++)
-      if (live[k] && candidate(sr, ch, &ch->v[k], pl, true) && !ch->v[k].sel &&
-          ch->scheme != SC_FIXED)
-        sr->settled[ch->hs] = true;
+    for (int k = 0; k < ch->nv; k++) {
+      if (!live[k]) continue;
+      /* The persistent state on the host adds its copies to the same plan
+       * (offload_plan runs first, on the same state, and does not depend on
+       * the level): where the plan with the state on the device (a chain of
+       * this group at level 0, the same variant) fits or is not faster than
+       * the best, this one cannot be faster than the best. Checked: a level
+       * above 0 that is planned is never faster than level 0's plan. */
+      const PlanVariant *v = &ch->v[k];
+      bool same = ch->scheme != SC_FIXED && sr->vknown[k] && sr->vsig[k].planned == v->planned &&
+                  sr->vsig[k].sel == v->sel && sr->vsig[k].hidden_only == v->hidden_only &&
+                  sr->vsig[k].lead == v->lead;
+      if (!sr->enumerate && ch->hs && same && sr->vsettled[k]) {
+        char *line = xasprintf("%3s  %-6s %11s %10s %13s  %s: no faster than the same plan with "
+                               "the state on the device\n", "", "-", "", "", "(dominated)",
+                               chain_name(sr, ch, v));
+        log_line(sr, line);
+        free(line);
+        continue;
+      }
+      bool st = candidate(sr, ch, v, pl, true);
+      if (st && !v->sel && ch->scheme != SC_FIXED) sr->settled[ch->hs] = true;
+      if (ch->scheme == SC_FIXED) continue;
+      if (!ch->hs) {
+        sr->vknown[k] = true, sr->vsig[k] = *v, sr->vsettled[k] = st, sr->vest[k] = sr->last_est;
+      } else if (same && !isnan(sr->vest[k]) && !isnan(sr->last_est) &&
+                 sr->last_est < sr->vest[k] * (1 - 1e-9)) {
+        internal_error(__FILE__, __LINE__, "%s: estimate %g s under the same plan's with the "
+                       "state on the device, %g s", chain_name(sr, ch, v), sr->last_est, sr->vest[k]);
+      }
+    }
     sr->check_floor = -1;
   }
   if (ch->scheme == SC_FIXED) plan_free(pl);
