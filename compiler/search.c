@@ -44,6 +44,12 @@
  *     state, what its segments rebuild and hold at once
  *     (rc_chain_first_floor: the state is not built where that cannot fit);
  *     liveness_floors after offload (a candidate cut short).
+ *   - dominance: copies only add time to the same plan, so where a state's
+ *     plan without offload fits or is not faster than the best, its
+ *     offloading variants are skipped, and where a variant with the
+ *     persistent state on the device does, the same variant with the state
+ *     on the host (offload_plan does not depend on the level; checked where
+ *     both are planned).
  * The best so far is the fastest candidate that fits by live bytes (the
  * arena packing gives is at least those; it is the same in nearly every
  * plan). It is packed at the end: where its packed arena fits, no candidate
