@@ -135,22 +135,6 @@ void plan_free(Plan *pl) {
   free(pl->auto_log), free(pl->ckpt), free(pl);
 }
 
-/* The most bytes of host instances live at once (what the host arena
- * packs to at least). */
-static int64_t host_live_bytes(const Plan *pl) {
-  int T = pl->route->ns;
-  int64_t *diff = xcalloc((size_t)T + 2, sizeof *diff), run = 0, most = 0;
-  for (int i = 0; i < pl->ninst; i++)
-    if (pl->inst[i].host && pl->inst[i].first >= 0)
-      diff[pl->inst[i].first] += pl->inst[i].bytes, diff[pl->inst[i].last + 1] -= pl->inst[i].bytes;
-  for (int s = 0; s <= T; s++) {
-    run += diff[s];
-    if (run > most) most = run;
-  }
-  free(diff);
-  return most;
-}
-
 void plan_pack(const Graph *g, Plan *pl) {
   if (!pl->host_packed) offsets_host(pl), pl->host_packed = true;
   offsets_assign(pl, pl->planned != POL_NONE);
@@ -178,7 +162,9 @@ bool plan_finish(Graph *g, Plan *pl, const DeviceProfile *dev, const PlanVariant
   if (recomputed || v->sel) liveness_inplace(g, pl);
   pl->baseline_bytes = baseline;
   if (floor) {
-    pl->host_bytes = host_live_bytes(pl), pl->host_packed = false;
+    int64_t dev_floor;   /* the host arena packs to at least its live bytes */
+    liveness_floors(g, pl, NULL, &dev_floor, &pl->host_bytes);
+    pl->host_packed = false;
   } else {
     offsets_host(pl), pl->host_packed = true;
   }

@@ -234,15 +234,6 @@ static void print_decisions(const Graph *g, const Plan *pl, const Review *rv, FI
   }
 }
 
-/* Appends str, padded with spaces to w characters, at *p (sprintf's
- * "%-*s"); the caller's buffer holds strlen(str) + w more. */
-static void put_left(char **p, const char *str, int w) {
-  size_t n = strlen(str);
-  memcpy(*p, str, n);
-  *p += n;
-  for (; (int)n < w; n++) *(*p)++ = ' ';
-}
-
 /* Appends sprintf's "%11.1f" of mib(bytes), in integers: bytes / 2^20 is
  * exact in a double, and printf rounds its exact value to one decimal, ties
  * to even (at most 32 characters). */
@@ -279,21 +270,14 @@ void plan_print_text(const Graph *g, const Plan *pl, FILE *f) {
     const Step *st = &r->s[s];
     if (s == r->train_steps) fprintf(f, "%7s  -- eval (inference semantics) --\n", "");
     else if (s == rv->first_bwd) fprintf(f, "%7s  -- backward (loss, gradients, updates) --\n", "");
-    /* as fprintf("%7d  %-9s %-18s %11.1f %11.1f  ", ...) writes it, a few
-     * times faster (a deep model's schedule has 100k lines) */
-    const char *kind = step_kind_name(st->kind), *op = review_step_op(g, pl, s);
-    char *buf = xmalloc(strlen(kind) + strlen(op) + 128), *p = buf;
-    p += sprintf(p, "%7d  ", s);
-    put_left(&p, kind, 9);
-    *p++ = ' ';
-    put_left(&p, op, 18);
-    *p++ = ' ';
+    /* the MiB figures as "%11.1f" writes them, without printf's float
+     * formatting (a deep model's schedule has 100k lines) */
+    char live[32], hw[32], *p = live, *q = hw;
     put_mib(&p, pl->live_bytes[s]);
-    *p++ = ' ';
-    put_mib(&p, pl->high_water[s]);
-    *p++ = ' ', *p++ = ' ';
-    fwrite(buf, 1, (size_t)(p - buf), f);
-    free(buf);
+    put_mib(&q, pl->high_water[s]);
+    *p = *q = 0;
+    fprintf(f, "%7d  %-9s %-18s %s %s  ", s, step_kind_name(st->kind), review_step_op(g, pl, s),
+            live, hw);
     fputs(review_step_node(g, pl, s), f);
     if (s == peak) fputs("   <- peak live", f);
     if (pl->ws_cap > 0 && st->ws >= 0 &&

@@ -444,6 +444,18 @@ static void log_cand(Search *sr, const Chain *ch, const PlanVariant *v, const Pl
   free(line);
 }
 
+/* A candidate not planned because its device arena is at least dev_floor,
+ * over the budget: counted and logged. */
+static void log_cut(Search *sr, const Chain *ch, const PlanVariant *v, int64_t dev_floor) {
+  sr->tried++;
+  char arena[32];
+  snprintf(arena, sizeof arena, ">=%s", fmt_bytes(dev_floor));
+  char *line = xasprintf("%3d  %-6s %11s %10s %13s  %s\n", sr->tried, "-", arena, "",
+                         "(cut short)", chain_name(sr, ch, v));
+  log_line(sr, line);
+  free(line);
+}
+
 /* liveness_floors of the state candidates are planned from, with an offload
  * selection: the same for every variant and host-state level that selects
  * the same tensors, so computed once per state (sr->gen) and selection. */
@@ -480,13 +492,7 @@ static bool candidate(Search *sr, const Chain *ch, const PlanVariant *v, const P
                      (long long)sr->check_floor);
     if (!v->hs) dev_floor += state->persistent_bytes;
     if (dev_floor > sr->budget) {
-      sr->tried++;
-      char arena[32];
-      snprintf(arena, sizeof arena, ">=%s", fmt_bytes(dev_floor));
-      char *line = xasprintf("%3d  %-6s %11s %10s %13s  %s\n", sr->tried, "-", arena, "",
-                             "(cut short)", chain_name(sr, ch, v));
-      log_line(sr, line);
-      free(line);
+      log_cut(sr, ch, v, dev_floor);
       return false;
     }
   }
@@ -600,17 +606,10 @@ static void first_state(Search *sr, const Chain *ch, Plan **shared, int *shared_
     for (int k = 0; k < ch->nv; k++)
       any |= live[k] && ch->first_floor + (ch->v[k].hs ? 0 : sr->base->persistent_bytes) <= sr->budget;
     if (!any) {
-      for (int k = 0; k < ch->nv; k++) {
-        if (!live[k]) continue;
-        sr->tried++;
-        char arena[32];
-        snprintf(arena, sizeof arena, ">=%s",
-                 fmt_bytes(ch->first_floor + (ch->v[k].hs ? 0 : sr->base->persistent_bytes)));
-        char *line = xasprintf("%3d  %-6s %11s %10s %13s  %s\n", sr->tried, "-", arena, "",
-                               "(cut short)", chain_name(sr, ch, &ch->v[k]));
-        log_line(sr, line);
-        free(line);
-      }
+      for (int k = 0; k < ch->nv; k++)
+        if (live[k])
+          log_cut(sr, ch, &ch->v[k],
+                  ch->first_floor + (ch->v[k].hs ? 0 : sr->base->persistent_bytes));
       return;
     }
   }
