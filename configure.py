@@ -4,7 +4,8 @@
     ./configure.py [--install-deps] [--install-test-deps] [--cuda auto|on|off]
                    [--sanitize address,undefined] [--werror] [--builddir DIR]
 
-Sources are found by listing the folders (compiler/*.c, runtime/cpu/*.c,
+Sources are found by listing the folders (compiler/*.c, compiler/STAGE/*.c,
+runtime/cpu/*.c,
 runtime/cuda/*.cu, tests/unit/*.c); build.ninja re-runs this script when
 configure.py changes or a file is added to one of those folders.
 """
@@ -28,6 +29,12 @@ DEPS = ["gcc", "ninja-build", "protobuf-c-compiler", "libprotobuf-c-dev",
 TEST_DEPS = ["python3-torch", "python3-torchvision", "python3-onnx", "python3-numpy",
              "python3-pytest", "python3-pytest-xdist", "python3-pil", "chromium", "clang",
              "libclang-rt-14-dev"]
+
+
+# The compiler's stages, in the pipeline's order (compiler/README.md); each
+# folder's .c files are part of snc.
+COMPILER_STAGES = ["compiler/front", "compiler/train", "compiler/plan", "compiler/review",
+                   "compiler/emit"]
 
 
 def missing_packages(pkgs):
@@ -258,7 +265,7 @@ def main():
     w.rule("run", "$cmd", "$desc", pool="console")
 
     # Re-run when configure.py changes or a file is added to a source folder.
-    watched = [d for d in ["compiler", "runtime/common", "runtime/cpu", "runtime/cuda", "runtime/dist",
+    watched = [d for d in ["compiler"] + COMPILER_STAGES + ["runtime/common", "runtime/cpu", "runtime/cuda", "runtime/dist",
                            "runtime/calibrate", "tests/unit"]
                if os.path.isdir(d)]
     w.build(ninja_file, "configure", implicit=["configure.py"] + watched)
@@ -270,7 +277,7 @@ def main():
 
     # The compiler.
     objs = [pb_obj]
-    for src in listdir("compiler", ".c"):
+    for src in listdir("compiler", ".c") + [s for d in COMPILER_STAGES for s in listdir(d, ".c")]:
         objs += w.build(B + "/obj/%s.o" % src[:-2], "cc", src, order_only=gen)
     snc = w.build(B + "/snc", "link", objs, variables={"libs": "-lprotobuf-c -lz -lm"})
     snc_objs = [o for o in objs if not o.endswith("/main.o")]
@@ -336,7 +343,7 @@ def main():
         # and tests/test_cuda_build.py use the same list).
         w.variable("cudalibs", cudalibs)
         # The same, for the programs snc emits: snc compile --target cuda
-        # copies these lines into DIR/build.ninja (compiler/emit.c).
+        # copies these lines into DIR/build.ninja (compiler/emit/emit.c).
         with open(os.path.join(B, "snrt_cuda.ninja"), "w") as f:
             f.write("# Written by configure.py: how a program links against libsnrt_cuda.a\n")
             f.write("nvcc = %s\ncudalibs = %s\n" % (nvcc, cudalibs))

@@ -87,22 +87,6 @@ const char *tensor_kind_name(TensorKind k) {
   return (unsigned)k < sizeof names / sizeof names[0] ? names[k] : "?";
 }
 
-const char *step_kind_name(StepKind k) {
-  static const char *names[] = {"forward", "loss", "backward", "update", "recompute",
-                                "offload", "prefetch", "eval", "allreduce", "comm_wait",
-                                "reduce_scatter", "allgather"};
-  return (unsigned)k < sizeof names / sizeof names[0] ? names[k] : "?";
-}
-
-static const char *policy_names[] = {"none", "liveness", "recompute", "offload",
-                                     "superneurons", "auto"};
-const char *policy_name(Policy p) { return policy_names[p]; }
-int policy_parse(const char *s) {
-  for (int i = 0; i < (int)(sizeof policy_names / sizeof policy_names[0]); i++)
-    if (strcmp(s, policy_names[i]) == 0) return i;
-  return -1;
-}
-
 /* The limit of mul_checked (util.c), with a message naming the tensor and
  * its shape: the batch often is what pushed it over. */
 #define NUMEL_LIMIT ((int64_t)1 << 48)

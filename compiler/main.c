@@ -1,6 +1,8 @@
 /* main.c — the snc driver: parses the command line and calls the passes in
- * order. The whole pipeline is visible in compile_model() below. */
-#include "snc.h"
+ * order. The whole pipeline is visible in pipeline() below (compiler/README.md
+ * has the map of the stages; tests/test_layout.py checks it against this
+ * function). */
+#include "emit/emit.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -194,11 +196,48 @@ static void parse_args(Args *a, int argc, char **argv) {
           "auto chooses its own)");
 }
 
-static Graph *load(const Args *a, int batch) {
+/* --zero 1: a parameter's pieces are broadcast into its device instance
+ * between two steps, which the host-resident parameters of the last budget
+ * tier would not see. */
+static void check_zero_plan(const Args *a, const Graph *g, const Plan *pl) {
+  for (int t = 0; a->train.zero_ranks && t < g->nt; t++)
+    if (g->t[t].kind == TK_PARAM && pl->tensor_inst[t] >= 0 && pl->inst[pl->tensor_inst[t]].offset < 0)
+      fatal(EXIT_BADINPUT, "--zero 1: at budget %s the plan keeps parameters in host memory "
+            "('%s'), which --zero 1 does not support yet; give a larger --budget (or drop --zero 1)",
+            fmt_bytes(pl->budget), g->t[t].name);
+}
+
+/* How far pipeline() goes: the typed forward graph (inspect), a plan to
+ * size (max-batch's probes: no budget errors, nothing after the plan), or
+ * the whole plan (plan, compile). */
+typedef enum { UPTO_SHAPES, UPTO_PLAN_SIZE, UPTO_SCHEDULE } Upto;
+
+/* Every pass of the compiler, in order; each line one pass and the file
+ * that holds it. emit_program (emit/emit.c) follows in cmd_compile. NULL
+ * for UPTO_SHAPES, and for UPTO_PLAN_SIZE where auto finds nothing that
+ * fits. */
+static Plan *pipeline(const Args *a, int batch, Upto upto, FILE *schedule_log, Graph **out) {
+  bool cuda = strcmp(a->target, "cuda") == 0;
   err_file = a->model;
-  Graph *g = onnx_import(a->model, a->input);
-  shape_infer(g, batch);
-  return g;
+  Graph *g = *out = onnx_import(a->model, a->input);        // front/import.c
+  shape_infer(g, batch);                                    // front/shape.c, fold.c
+  if (upto == UPTO_SHAPES) return NULL;
+  train_build(g, &a->train);                                // train/autodiff.c
+  precision_assign(g, &a->train);                           // train/precision.c
+  Route *r = route_build(g);                                // plan/route.c
+  if (upto == UPTO_PLAN_SIZE) {
+    /* max-batch plans a dozen batches: planning needs only shapes */
+    for (int i = 0; i < g->nt; i++) free(g->t[i].data), g->t[i].data = NULL;
+    Plan *pl = plan_try(g, r, &a->plan);                    // plan_build, no budget errors
+    route_free(r);
+    return pl;
+  }
+  Plan *pl = plan_build(g, r, &a->plan);                    // plan/plan.c, search.c
+  route_free(r);
+  check_zero_plan(a, g, pl);
+  schedule_waits(g, pl, schedule_log);                      // plan/schedule.c
+  if (cuda) workspace_plan(g, pl, WS_CUDA_CAP);             // plan/workspace.c
+  return pl;
 }
 
 static FILE *open_out(const char *path) {
@@ -213,23 +252,6 @@ static void close_out(FILE *f, const char *path) {
   if (ferror(f) | fclose(f)) fatal(EXIT_BADINPUT, "error writing '%s'", path);
 }
 
-/* The planning passes, then the schedule's waits (--dump schedule logs them). */
-static Plan *plan_model(const Args *a, Graph *g, FILE *schedule_log) {
-  train_build(g, &a->train);
-  Plan *pl = plan_build(g, &a->plan);
-  /* --zero 1: a parameter's pieces are broadcast into its device instance
-   * between two steps, which the host-resident parameters of the last
-   * budget tier would not see. */
-  for (int t = 0; a->train.zero_ranks && t < g->nt; t++)
-    if (g->t[t].kind == TK_PARAM && pl->tensor_inst[t] >= 0 && pl->inst[pl->tensor_inst[t]].offset < 0)
-      fatal(EXIT_BADINPUT, "--zero 1: at budget %s the plan keeps parameters in host memory "
-            "('%s'), which --zero 1 does not support yet; give a larger --budget (or drop --zero 1)",
-            fmt_bytes(pl->budget), g->t[t].name);
-  schedule_waits(g, pl, schedule_log);
-  if (strcmp(a->target, "cuda") == 0) workspace_plan(g, pl, WS_CUDA_CAP);
-  return pl;
-}
-
 static int cmd_inspect(const Args *a) {
   if (a->dump) {
     /* Import alone: its debug view, before shape inference. */
@@ -238,7 +260,8 @@ static int cmd_inspect(const Args *a) {
     import_dump(onnx_import(a->model, a->input), stdout);
     return 0;
   }
-  Graph *g = load(a, a->batch);
+  Graph *g;
+  pipeline(a, a->batch, UPTO_SHAPES, NULL, &g);
   if (a->json_flag) inspect_json(g, stdout);
   else inspect_print(g, stdout);
   return 0;
@@ -246,9 +269,9 @@ static int cmd_inspect(const Args *a) {
 
 static int cmd_plan(const Args *a) {
   if (a->diff_a) return plan_diff(a->diff_a, a->diff_b, stdout);
-  Graph *g = load(a, a->batch);
+  Graph *g;
   bool dump_schedule = a->dump && strcmp(a->dump, "schedule") == 0;
-  Plan *pl = plan_model(a, g, dump_schedule ? stdout : NULL);
+  Plan *pl = pipeline(a, a->batch, UPTO_SCHEDULE, dump_schedule ? stdout : NULL, &g);
   if (dump_schedule) {
     /* printed while the pass ran */
   } else if (a->dump) plan_dump(g, pl, a->dump, stdout);
@@ -267,8 +290,8 @@ static int cmd_plan(const Args *a) {
 }
 
 static int cmd_compile(const Args *a) {
-  Graph *g = load(a, a->batch);
-  Plan *pl = plan_model(a, g, NULL);
+  Graph *g;
+  Plan *pl = pipeline(a, a->batch, UPTO_SCHEDULE, NULL, &g);
   EmitOpts eo = {.target = a->target, .model_path = a->model, .train = &a->train};
   emit_program(g, pl, &eo, a->out_dir);
   plan_print_summary(g, pl, stdout);
@@ -277,12 +300,42 @@ static int cmd_compile(const Args *a) {
   return 0;
 }
 
+/* The device arena of the plan at one batch size (INT64_MAX: nothing fits;
+ * a plan over the host budget fits no device budget). The graphs are kept:
+ * ir.c keys its name maps by graph address, so freeing one could alias the
+ * next. */
+static int64_t arena_at(const Args *a, int batch, int64_t host) {
+  Graph *g;
+  Plan *pl = pipeline(a, batch, UPTO_PLAN_SIZE, NULL, &g);
+  if (!pl) return INT64_MAX;
+  int64_t arena = pl->host_bytes <= host ? pl->arena_bytes : INT64_MAX;
+  plan_free(pl);
+  return arena;
+}
+
+/* The largest batch whose plan fits the budget: doubling then bisection,
+ * O(log B) plans, assuming the arena grows with the batch (it does: every
+ * activation scales with it). */
 static int cmd_max_batch(const Args *a) {
-  err_file = a->model;
-  int b = plan_max_batch(a->model, a->input, &a->train, &a->plan);
-  if (b <= 0) fatal(EXIT_BADINPUT, "not even batch 1 fits in %s under policy %s",
-                    fmt_bytes(a->plan.budget), policy_name(a->plan.policy));
-  printf("%d\n", b);
+  const DeviceProfile *dev = device_find(a->plan.device);
+  int64_t budget = a->plan.budget;
+  int64_t host = a->plan.host_budget ? a->plan.host_budget : device_host_budget(dev);
+  const int cap = 1000000;             // --batch's own limit
+  if (arena_at(a, 1, host) > budget)
+    fatal(EXIT_BADINPUT, "not even batch 1 fits in %s under policy %s",
+          fmt_bytes(budget), policy_name(a->plan.policy));
+  int lo = 1, hi = 2;                  // lo fits; hi is untested or too big
+  while (hi <= cap && arena_at(a, hi, host) <= budget) {
+    lo = hi;
+    hi *= 2;
+  }
+  if (hi > cap) hi = cap + 1;
+  while (hi - lo > 1) {
+    int mid = lo + (hi - lo) / 2;
+    if (arena_at(a, mid, host) <= budget) lo = mid;
+    else hi = mid;
+  }
+  printf("%d\n", lo);
   return 0;
 }
 

@@ -1,6 +1,6 @@
 """The cuda target's compile-time decisions, checked without a GPU or nvcc.
 
-- conv workspaces (compiler/workspace.c): every conv step of a cuda plan
+- conv workspaces (compiler/plan/workspace.c): every conv step of a cuda plan
   (forward, backward-data, backward-filter, eval; 1x1 convs included) is lent
   the largest free hole of the arena at its step, up to the cap; recomputed
   here from plan.json's instance table alone (an independent sweep), and the

@@ -414,9 +414,9 @@ def test_auto_is_the_fastest_that_fits(models, name, device, tmp_path):
 
 
 def test_device_table_matches_json():
-    """compiler/devices.c mirrors schemas/devices.json."""
+    """compiler/plan/devices.c mirrors schemas/devices.json."""
     data = json.load(open(os.path.join(ROOT, "schemas", "devices.json")))["devices"]
-    src = open(os.path.join(ROOT, "compiler", "devices.c")).read()
+    src = open(os.path.join(ROOT, "compiler", "plan", "devices.c")).read()
     rows = re.findall(r'\{"([a-z0-9-]+)",\s*([0-9.e]+),\s*([0-9.e]+),\s*([0-9.e]+),\s*(\d+)LL,'
                       r'\s*(\d+)LL,\s*(\d+),\s*(\d+)LL,\s*NULL\}', src)
     c = {r[0]: tuple(float(x) for x in r[1:]) for r in rows}

@@ -1,6 +1,6 @@
 """Every wait of a schedule is needed, and losing any one of them is caught.
 
-The compiler keeps only necessary waits (compiler/schedule.c): copies run on
+The compiler keeps only necessary waits (compiler/plan/schedule.c): copies run on
 two queues, one per direction, each in issue order, so a wait for a copy
 covers every earlier copy on its queue. These tests check that from outside:
 

@@ -14,7 +14,7 @@ set -eu
 out=${1:-build/fuzz}
 mkdir -p "$out/gen" "$out/seeds"
 protoc-c --c_out="$out/gen" --proto_path=schemas schemas/onnx.proto
-srcs=$(ls compiler/*.c | grep -v '^compiler/main.c$')
+srcs=$(ls compiler/*.c compiler/*/*.c | grep -v '^compiler/main.c$')
 # -O1: fast enough, and the sanitizers' reports stay readable.
 # -fno-sanitize-recover: a UBSan finding is a crash the fuzzer keeps.
 ${CLANG:-clang} -std=c11 -D_GNU_SOURCE -DSNC_FUZZ -g -O1 \

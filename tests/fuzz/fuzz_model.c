@@ -12,7 +12,7 @@
  *
  * Not here: emitting code (it writes files) or running the program.
  * Build: tests/fuzz/build.sh; run: build/fuzz/fuzz_model CORPUS_DIR. */
-#include "../../compiler/snc.h"
+#include "../../compiler/review/review.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +53,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                    .lr = 0.01f, .momentum = 0.9f, .beta1 = 0.9f, .beta2 = 0.999f,
                    .eps = 1e-8f};
     train_build(g, &t);
+    precision_assign(g, &t);
     /* Every policy, on two devices; half the time a budget (a fraction of
      * what the model needs, so that the recompute/offload planners work). */
     static const Policy pols[] = {POL_NONE, POL_LIVENESS, POL_RECOMPUTE, POL_OFFLOAD,
@@ -63,7 +64,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
      * (each probe a whole auto search): bounded here so one input stays
      * well under libFuzzer's timeout; the search itself is still run. */
     plan_smallest_search_seconds = 0.5;
-    Plan *pl = plan_build(g, &po);
+    Plan *pl = plan_build(g, route_build(g), &po);
     if (offsets_check(g, pl, stderr) != 0) abort();
   }
   snc_error_jmp = NULL;

@@ -10,7 +10,7 @@
  *   statistics computed by hand;
  * - a deep synthetic plan (~120k instances) packed in seconds.
  * Exits non-zero on the first failure. */
-#include "../../compiler/snc.h"
+#include "../../compiler/review/review.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -270,7 +270,8 @@ static void test_liveness(void) {
   g->n[n0].p = g->n[n5].p = g->n[e0].p = cp;
 
   PlanOpts o = {.policy = POL_LIVENESS, .device = "cpu"};
-  Plan *pl = plan_build(g, &o);
+  Route *route = route_build(g);
+  Plan *pl = plan_build(g, route, &o);
   Route *r = pl->route;
   CHECK_EQ(9, r->ns);
   CHECK_EQ(7, r->train_steps);
@@ -329,14 +330,14 @@ static void test_liveness(void) {
   CHECK(pl->est_step_seconds > 0);
 
   PlanOpts on = {.policy = POL_NONE, .device = "cpu"};
-  Plan *pn = plan_build(g, &on);
+  Plan *pn = plan_build(g, route, &on);
   CHECK_EQ(pl->baseline_bytes, pn->arena_bytes);
   CHECK_EQ(pn->baseline_bytes, pn->arena_bytes);
   CHECK_EQ(0, offsets_check(g, pn, stderr));
 
   /* The printers run and say what was planned. */
   PlanOpts oa = {.policy = POL_AUTO, .device = "cpu"};
-  Plan *pa = plan_build(g, &oa);
+  Plan *pa = plan_build(g, route, &oa);
   CHECK_EQ(POL_LIVENESS, pa->planned);
   char *buf = NULL;
   size_t len = 0;

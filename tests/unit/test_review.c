@@ -9,7 +9,7 @@
  * page's bands and copy-lane bars.
  *
  *   build/tests/test_review [examples/fashion_cnn.onnx [PAGE.html]]   -> "test_review: ok", exit 0 */
-#include "../../compiler/plan_review.h"
+#include "../../compiler/review/plan_review.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -60,8 +60,10 @@ int main(int argc, char **argv) {
   shape_infer(g, 4);
   TrainOpts t = {.loss = LOSS_SOFTMAX_CE, .optim = OPTIM_SGD, .lr = 0.01f, .momentum = 0.9f};
   train_build(g, &t);
+  precision_assign(g, &t);
   PlanOpts o = {.policy = POL_LIVENESS, .device = "h200"};
-  Plan *pl = plan_build(g, &o);
+  Route *r = route_build(g);
+  Plan *pl = plan_build(g, r, &o);
 
   /* Two forward activations: A (a Relu output, cheap) recomputed, B offloaded. */
   int A = -1, B = -1;

@@ -3,7 +3,7 @@
  * checked against PyTorch's pooling where noted). Error cases run in a child
  * process and must exit with code 2 (bad input), never crash.
  * Exit status: 0 if every check passed. */
-#include "../../compiler/snc.h"
+#include "../../compiler/front/front.h"
 
 #include <stdarg.h>
 #include <stdlib.h>

@@ -1,0 +1,104 @@
+/* emit_seq.c — emitters of the transformer ops (shape_seq.c): elementwise
+ * math, LayerNormalization, the embedding Gather, the masked-fill Where.
+ * Expand (OP_BROADCAST) prints as snrt_expand (emit_ops.c).
+ *
+ * As in emit_ops.c: the params struct is declared once per pointer, the call
+ * takes arena pointers of the plan's instances; constant index and mask
+ * arrays are declared beside their struct. */
+#include "emit_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define BUF 1024
+static char pb[BUF];
+
+static const char *math_kinds[] = {"SNRT_SQRT", "SNRT_ERF", "SNRT_NEG", "SNRT_RECIPROCAL", "SNRT_POW"};
+
+static const char *p_math(Emit *e, const snrt_math_t *p) {
+  snprintf(pb, BUF, ".n = %lld, .kind = %s, .exponent = %s", (long long)p->n, math_kinds[p->kind],
+           emit_float(p->exponent));
+  return emit_params(e, p, "snrt_math_t", pb);
+}
+
+static const char *p_ln(Emit *e, const snrt_ln_t *p) {
+  snprintf(pb, BUF, ".rows = %lld, .cols = %lld, .eps = %s", (long long)p->rows, (long long)p->cols,
+           emit_float(p->eps));
+  return emit_params(e, p, "snrt_ln_t", pb);
+}
+
+/* A static const array of n integers (int32 or uint8), 16 a line. */
+static void int_array(Emit *e, const char *type, const char *name, int64_t n, const void *v,
+                      bool bytes) {
+  fprintf(e->decl, "static const %s %s[%lld] = {", type, name, (long long)(n ? n : 1));
+  for (int64_t i = 0; i < n; i++)
+    fprintf(e->decl, "%s%s%d", i ? "," : "", i % 16 ? "" : "\n  ",
+            bytes ? ((const uint8_t *)v)[i] : ((const int32_t *)v)[i]);
+  fprintf(e->decl, "%s};\n", n ? "\n" : "0");
+}
+
+static const char *p_gather(Emit *e, const snrt_gather_t *p) {
+  const char *have = emit_params_find(e, p);
+  if (have) return have;
+  char arr[64] = "NULL";
+  if (p->idx) {
+    snprintf(arr, sizeof arr, "P%d_idx", e->nparams);
+    int_array(e, "int32_t", arr, p->n_idx, p->idx, false);
+  }
+  snprintf(pb, BUF, ".n_idx = %lld, .rows = %lld, .dim = %lld, .idx = %s", (long long)p->n_idx,
+           (long long)p->rows, (long long)p->dim, arr);
+  return emit_params(e, p, "snrt_gather_t", pb);
+}
+
+static const char *p_where(Emit *e, const snrt_where_t *p) {
+  const char *have = emit_params_find(e, p);
+  if (have) return have;
+  char arr[64];
+  snprintf(arr, sizeof arr, "P%d_fill", e->nparams);
+  int_array(e, "uint8_t", arr, p->inner, p->fill, true);
+  snprintf(pb, BUF, ".n = %lld, .inner = %lld, .value = %s, .fill = %s", (long long)p->n,
+           (long long)p->inner, emit_float(p->value), arr);
+  return emit_params(e, p, "snrt_where_t", pb);
+}
+
+#define OUT e->f
+
+void emit_math(Emit *e, const Graph *g, const Node *n) {
+  fprintf(OUT, "  snrt_math_fwd(c, %s, %s, %s);\n", p_math(e, n->p), emit_in(e, 0), emit_out(e, 0));
+}
+/* MATH_BWD: inputs (x, y or none: aux = 1 when it is y), dy. */
+void emit_math_bwd(Emit *e, const Graph *g, const Node *n) {
+  const char *v = emit_in(e, 0);
+  fprintf(OUT, "  snrt_math_bwd(c, %s, %s, %s, %s, %s);\n", p_math(e, n->p), n->aux ? "NULL" : v,
+          n->aux ? v : "NULL", emit_in(e, 1), emit_out(e, 0));
+}
+
+/* LAYERNORM: inputs x, scale, bias (optional); outputs y, saved mean, saved
+ * 1/std (training; absent in the eval graph). */
+void emit_layernorm(Emit *e, const Graph *g, const Node *n) {
+  fprintf(OUT, "  snrt_ln_fwd(c, %s, %s, %s, %s, %s, %s, %s);\n", p_ln(e, n->p), emit_in(e, 0),
+          emit_in(e, 1), emit_in(e, 2), emit_out(e, 0), emit_out(e, 1), emit_out(e, 2));
+}
+/* LN_BWD: inputs x, dy, scale, saved mean, saved 1/std; outputs dx, dscale, dbias. */
+void emit_ln_bwd(Emit *e, const Graph *g, const Node *n) {
+  fprintf(OUT, "  snrt_ln_bwd(c, %s, %s, %s, %s, %s, %s, %s, %s, %s);\n", p_ln(e, n->p),
+          emit_in(e, 0), emit_in(e, 1), emit_in(e, 2), emit_in(e, 3), emit_in(e, 4), emit_out(e, 0),
+          emit_out(e, 1), emit_out(e, 2));
+}
+
+/* GATHER: inputs table, indices (NULL when constant: in the params). */
+void emit_gather(Emit *e, const Graph *g, const Node *n) {
+  const snrt_gather_t *p = n->p;
+  fprintf(OUT, "  snrt_gather_fwd(c, %s, %s, %s, %s);\n", p_gather(e, p), emit_in(e, 0),
+          p->idx ? "NULL" : emit_in(e, 1), emit_out(e, 0));
+}
+/* GATHER_BWD: inputs indices (or -1), dy; output the table's gradient. */
+void emit_gather_bwd(Emit *e, const Graph *g, const Node *n) {
+  fprintf(OUT, "  snrt_gather_bwd(c, %s, %s, %s, %s);\n", p_gather(e, n->p), emit_in(e, 0),
+          emit_in(e, 1), emit_out(e, 0));
+}
+
+/* WHERE: the data branch is input aux (1 or 2); its gradient node has dy at 1. */
+void emit_where(Emit *e, const Graph *g, const Node *n) {
+  fprintf(OUT, "  snrt_where(c, %s, %s, %s);\n", p_where(e, n->p), emit_in(e, n->aux), emit_out(e, 0));
+}
