@@ -374,7 +374,7 @@ int main(int argc, char **argv) {
     perror("snc-calibrate: error: exec");
     return 2;
   }
-  /* As the emitted programs do (runtime/common/main.c): sleeping OpenMP waits. */
+  /* As the emitted programs do (rt_wait_policy, runtime/common/setup.c): sleeping OpenMP waits. */
   if (!getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT") && !setenv("OMP_WAIT_POLICY", "passive", 1))
     execv("/proc/self/exe", argv);
   if (cal_quick) trial_s = 0.01, rot_bytes = (int64_t)16 << 20;
