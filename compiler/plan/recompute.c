@@ -111,12 +111,6 @@ static bool keep_recursive(const RC *rc, int t) {
 
 static bool is_backward(StepKind k) { return k == SK_BACKWARD; }
 
-static int new_instance(Plan *pl, int tensor, int64_t bytes) {
-  xgrow((void **)&pl->inst, &pl->capinst, pl->ninst + 1, sizeof *pl->inst);
-  pl->inst[pl->ninst] = (Instance){.tensor = tensor, .bytes = bytes, .first = -1, .last = -1,
-                                   .offset = -1, .host_offset = -1};
-  return pl->ninst++;
-}
 
 
 /* The node a recompute step runs for forward node i. */
@@ -186,7 +180,7 @@ static int ensure(RC *rc, int t0) {
      * other half of a Split, dies right after this step). */
     for (int k = 0; k < m->nout; k++) {
       int y = m->out[k];
-      outp[k] = new_instance(rc->pl, y, rc->pl->inst[rc->pl->tensor_inst[y]].bytes);
+      outp[k] = plan_new_instance(rc->pl, y, rc->pl->inst[rc->pl->tensor_inst[y]].bytes, false);
       if (!rc->dropped[y]) continue;
       rc->cur[y] = outp[k];
       xgrow((void **)&rc->made, &rc->capmade, rc->nmade + 1, sizeof(int));
