@@ -59,6 +59,9 @@ static float parse_float(const char *flag, const char *s) {
   return v;
 }
 
+/* The command line into Args, then the checks between flags.
+ * Long: one branch per flag of every command, as the usage text lists them;
+ * split, the list of flags would be in several places. */
 static void parse_args(Args *a, int argc, char **argv) {
   *a = (Args){.target = "cpu", .device = NULL};
   a->plan.policy = POL_AUTO;
