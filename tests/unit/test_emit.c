@@ -117,87 +117,82 @@ static void test_emit_c(const Graph *g, const Plan *pl) {
   free(decl);
 }
 
+/* The step of that kind and op (a failed check when there is none). */
+static int step_of(const Graph *g, const Plan *pl, int k, OpKind op) {
+  int s = find_step(g, pl, k, op);
+  if (s < 0) fprintf(stderr, "no %s step of op %s\n", k < 0 ? "any" : step_kind_name(k), op_name(op));
+  CHECK(s >= 0);
+  return s;
+}
+
+/* Step s prints exactly `call`, with `decl` among its declarations. */
+static void expect_step(const Graph *g, const Plan *pl, int s, const char *decl, const char *call) {
+  Text t = step_text(g, pl, s);
+  CONTAINS(t.decl, decl);
+  if (strcmp(t.body, call)) {
+    fprintf(stderr, "step %d: want\n%sgot\n%s", s, call, t.body);
+    failures++;
+  }
+}
+
 /* ---- emit_ops.c ---- */
 
 static void test_emit_ops(const Graph *g, const Plan *pl) {
   /* conv forward: params, input, weight, bias, output, workspace */
-  int s = find_step(g, pl, SK_FORWARD, OP_CONV);
-  CHECK(s >= 0);
+  int s = step_of(g, pl, SK_FORWARD, OP_CONV);
   if (s >= 0) {
     const Step *st = &pl->route->s[s];
-    Text t = step_text(g, pl, s);
     const Instance *w = st->ws >= 0 ? &pl->inst[st->ws] : NULL;
     const char *ws = w && w->bytes > w->convert_bytes
                          ? xasprintf("F(0x%llx)", (unsigned long long)(w->offset + w->convert_bytes))
                          : "NULL";
-    CONTAINS(t.decl, "static const snrt_conv_t P0 = {");
-    CHECK(!strcmp(t.body, xasprintf("  snrt_conv_fwd(c, &P0, %s, %s, %s, %s, %s);\n", in_f(pl, s, 0),
-                                    in_f(pl, s, 1), st->nin > 2 ? in_f(pl, s, 2) : "NULL",
-                                    out_f(pl, s, 0), ws)));
+    expect_step(g, pl, s, "static const snrt_conv_t P0 = {",
+                xasprintf("  snrt_conv_fwd(c, &P0, %s, %s, %s, %s, %s);\n", in_f(pl, s, 0),
+                          in_f(pl, s, 1), st->nin > 2 ? in_f(pl, s, 2) : "NULL", out_f(pl, s, 0), ws));
   }
   /* ReLU forward and its backward (from y: aux = 1) */
-  s = find_step(g, pl, SK_FORWARD, OP_RELU);
-  CHECK(s >= 0);
+  s = step_of(g, pl, SK_FORWARD, OP_RELU);
+  if (s >= 0)
+    expect_step(g, pl, s, "static const snrt_unary_t P0 = {",
+                xasprintf("  snrt_unary_fwd(c, &P0, %s, %s);\n", in_f(pl, s, 0), out_f(pl, s, 0)));
+  s = step_of(g, pl, SK_BACKWARD, OP_UNARY_BWD);
   if (s >= 0) {
-    Text t = step_text(g, pl, s);
-    CONTAINS(t.decl, "static const snrt_unary_t P0 = {");
-    CHECK(!strcmp(t.body, xasprintf("  snrt_unary_fwd(c, &P0, %s, %s);\n", in_f(pl, s, 0),
-                                    out_f(pl, s, 0))));
-  }
-  s = find_step(g, pl, SK_BACKWARD, OP_UNARY_BWD);
-  CHECK(s >= 0);
-  if (s >= 0) {
-    const Node *n = &g->n[pl->route->s[s].node];
-    Text t = step_text(g, pl, s);
-    CHECK(!strcmp(t.body, xasprintf("  snrt_unary_bwd(c, &P0, %s, %s, %s, %s);\n",
-                                    n->aux ? "NULL" : in_f(pl, s, 0), n->aux ? in_f(pl, s, 0) : "NULL",
-                                    in_f(pl, s, 1), out_f(pl, s, 0))));
+    bool y = g->n[pl->route->s[s].node].aux;
+    expect_step(g, pl, s, "static const snrt_unary_t P0 = {",
+                xasprintf("  snrt_unary_bwd(c, &P0, %s, %s, %s, %s);\n", y ? "NULL" : in_f(pl, s, 0),
+                          y ? in_f(pl, s, 0) : "NULL", in_f(pl, s, 1), out_f(pl, s, 0)));
   }
   /* the loss: logits, labels (int32), the loss */
-  s = find_step(g, pl, SK_LOSS, OP_SOFTMAX_CE);
-  CHECK(s >= 0);
-  if (s >= 0) {
-    Text t = step_text(g, pl, s);
-    CONTAINS(t.decl, "static const snrt_loss_t P0 = {");
-    CHECK(!strcmp(t.body, xasprintf("  snrt_softmax_ce_fwd(c, &P0, %s, %s, %s);\n", in_f(pl, s, 0),
-                                    ptr(pl, pl->route->s[s].in[1], "I"), out_f(pl, s, 0))));
-  }
+  s = step_of(g, pl, SK_LOSS, OP_SOFTMAX_CE);
+  if (s >= 0)
+    expect_step(g, pl, s, "static const snrt_loss_t P0 = {",
+                xasprintf("  snrt_softmax_ce_fwd(c, &P0, %s, %s, %s);\n", in_f(pl, s, 0),
+                          ptr(pl, pl->route->s[s].in[1], "I"), out_f(pl, s, 0)));
   /* an SGD update with momentum: param, gradient, momentum */
-  s = find_step(g, pl, SK_UPDATE, OP_SGD);
-  CHECK(s >= 0);
-  if (s >= 0) {
-    const Node *n = &g->n[pl->route->s[s].node];
-    Text t = step_text(g, pl, s);
-    CONTAINS(t.decl, xasprintf(", .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, "
-                               ".nesterov = 0, .param = %d};", n->in[0]));
-    CHECK(!strcmp(t.body, xasprintf("  snrt_sgd(c, &P0, %s, %s, %s);\n", in_f(pl, s, 0),
-                                    in_f(pl, s, 1), in_f(pl, s, 2))));
-  }
+  s = step_of(g, pl, SK_UPDATE, OP_SGD);
+  if (s >= 0)
+    expect_step(g, pl, s,
+                xasprintf(", .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, "
+                          ".nesterov = 0, .param = %d};", g->n[pl->route->s[s].node].in[0]),
+                xasprintf("  snrt_sgd(c, &P0, %s, %s, %s);\n", in_f(pl, s, 0), in_f(pl, s, 1),
+                          in_f(pl, s, 2)));
 }
 
 /* ---- emit_seq.c ---- */
 
 static void test_emit_seq(const Graph *g, const Plan *pl) {
   /* an elementwise math op (the exported LayerNorm's Sqrt) */
-  int s = find_step(g, pl, SK_FORWARD, OP_SQRT);
-  CHECK(s >= 0);
-  if (s >= 0) {
-    Text t = step_text(g, pl, s);
-    CONTAINS(t.decl, "static const snrt_math_t P0 = {");
-    CHECK(!strcmp(t.body, xasprintf("  snrt_math_fwd(c, &P0, %s, %s);\n", in_f(pl, s, 0),
-                                    out_f(pl, s, 0))));
-  }
+  int s = step_of(g, pl, SK_FORWARD, OP_SQRT);
+  if (s >= 0)
+    expect_step(g, pl, s, "static const snrt_math_t P0 = {",
+                xasprintf("  snrt_math_fwd(c, &P0, %s, %s);\n", in_f(pl, s, 0), out_f(pl, s, 0)));
   /* the token embedding: table, token ids (int32), output */
-  s = find_step(g, pl, SK_FORWARD, OP_GATHER);
-  CHECK(s >= 0);
+  s = step_of(g, pl, SK_FORWARD, OP_GATHER);
   if (s >= 0) {
-    const Node *n = &g->n[pl->route->s[s].node];
-    const snrt_gather_t *p = n->p;
-    Text t = step_text(g, pl, s);
-    CONTAINS(t.decl, "static const snrt_gather_t P0 = {");
-    CHECK(!strcmp(t.body, xasprintf("  snrt_gather_fwd(c, &P0, %s, %s, %s);\n", in_f(pl, s, 0),
-                                    p->idx ? "NULL" : ptr(pl, pl->route->s[s].in[1], "I"),
-                                    out_f(pl, s, 0))));
+    const snrt_gather_t *p = g->n[pl->route->s[s].node].p;
+    expect_step(g, pl, s, "static const snrt_gather_t P0 = {",
+                xasprintf("  snrt_gather_fwd(c, &P0, %s, %s, %s);\n", in_f(pl, s, 0),
+                          p->idx ? "NULL" : ptr(pl, pl->route->s[s].in[1], "I"), out_f(pl, s, 0)));
   }
 }
 
@@ -243,8 +238,7 @@ static void test_emit_convert(const Graph *g, const Plan *pl, const Graph *g32, 
 /* ---- emit_dist.c ---- */
 
 static void test_emit_dist(const Graph *g, const Plan *pl) {
-  int s = find_step(g, pl, -1, OP_ALLREDUCE);
-  CHECK(s >= 0);
+  int s = step_of(g, pl, -1, OP_ALLREDUCE);
   if (s >= 0) {
     const Node *n = &g->n[pl->route->s[s].node];
     Text t = step_text(g, pl, s);
@@ -258,8 +252,7 @@ static void test_emit_dist(const Graph *g, const Plan *pl) {
     CHECK(!strcmp(t.body, xasprintf("  snrt_comm_start(c, %d, SNRT_COMM_ALLREDUCE, %d, comm%d);\n",
                                     n->aux, n->nin, n->aux)));
   }
-  s = find_step(g, pl, -1, OP_COMM_WAIT);
-  CHECK(s >= 0);
+  s = step_of(g, pl, -1, OP_COMM_WAIT);
   if (s >= 0) {
     Text t = step_text(g, pl, s);
     CHECK(!strcmp(t.body, xasprintf("  snrt_comm_wait(c, %d);\n", g->n[pl->route->s[s].node].aux)));
