@@ -1,7 +1,7 @@
 /* main.c — the emitted program's main(): flags, the training loop, evaluation.
  *
  * What it is: everything around the compiled step. It parses the flags of
- * INTERFACE.md ("The emitted program"), loads data, initializes or resumes the
+ * docs/reference.md ("DIR/train"), loads data, initializes or resumes the
  * model's tensors, then per step uploads a batch into the input and label
  * tensors, calls snrt_the_model.train_step, checks the loss, logs progress
  * and saves checkpoints; at the end of each epoch (and of the run) it
