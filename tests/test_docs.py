@@ -10,7 +10,9 @@ comments). In all of them:
   schemas/ or generated/ (and a bare file name such as `search.c`) names a
   file or folder that exists;
 - `name()` names a function that some C source calls or defines, or a
-  Python function of the tree;
+  Python function of the tree; a `snake_case` identifier in backticks is a
+  word of the C, Python, shell or JSON sources (a function, a variable, a
+  plan.json or metrics key);
 - a `--flag` is in a usage text (snc, the emitted program, snc-calibrate)
   or an argument parser of the tree;
 - an SNRT_/SNC_ name is read from the environment (getenv, os.environ, a
@@ -195,6 +197,19 @@ def known_functions(root):
     return names
 
 
+def source_words(root):
+    """Every word of the C code (comments left out), Python, shell and JSON files."""
+    words = set()
+    for rel in c_sources(root):
+        words.update(re.findall(r"\w+", re.sub(r"/\*.*?\*/|//[^\n]*", " ",
+                                               open(os.path.join(root, rel)).read(), flags=re.S)))
+    for rel in walk(root, ".", None):
+        if rel.endswith((".py", ".json", ".sh")) or is_python(root, rel):
+            if rel != "tests/test_docs.py":
+                words.update(re.findall(r"\w+", open(os.path.join(root, rel)).read()))
+    return words
+
+
 def c_string(src, start):
     """The adjacent C string literals from the first one after start, joined."""
     m = re.compile(r'(?:\s*"(?:[^"\\\n]|\\.)*")+').search(src, start)
@@ -278,6 +293,7 @@ def check_references(root):
     flags = all_known_flags(root)
     reads = env_reads(root)
     idents = c_identifiers(root)
+    words = source_words(root)
     bad = []
     for rel, text in documents(root):
         here = os.path.dirname(rel)
@@ -302,6 +318,9 @@ def check_references(root):
         for name in FUNC_RE.findall(text):
             if name not in funcs and name not in OUTSIDE_FUNCTIONS:
                 bad.append("%s: names function %s(), which does not exist" % (rel, name))
+        for name in re.findall(r"`([a-z][a-z0-9]*(?:_[a-z0-9]+)+)`", text):
+            if name not in words:
+                bad.append("%s: names `%s`, which is nowhere in the sources" % (rel, name))
         for flag in FLAG_RE.findall(text):
             if flag not in flags:
                 bad.append("%s: names flag %s, which no usage text or argument parser has" % (rel, flag))
@@ -435,7 +454,8 @@ def test_stale_references_planted(tree):
     plant(tree / "compiler/plan/search.c", "/* search.c — auto",
           "/* See compiler/plan/gone.c, docs/INTERFACE.md, INTERFACE.md, plan_everything(), --no-such-flag "
           "and SNRT_NO_SUCH=1, SNC_GONE.\n * search.c — auto")
-    plant(tree / "README.md", "## A tour", "See bench/nothing.md and runtime/cpu/k_gone.c.\n\n## A tour")
+    plant(tree / "README.md", "## A tour", "See bench/nothing.md and runtime/cpu/k_gone.c, and "
+          "`snrt_allreduce_wait`.\n\n## A tour")
     bad = check_references(str(tree))
     for needle in ("compiler/plan/search.c: names compiler/plan/gone.c",
                    "compiler/plan/search.c: names docs/INTERFACE.md",
@@ -445,9 +465,10 @@ def test_stale_references_planted(tree):
                    "compiler/plan/search.c: sets SNRT_NO_SUCH",
                    "compiler/plan/search.c: names SNC_GONE",
                    "README.md: names bench/nothing.md",
-                   "README.md: names runtime/cpu/k_gone.c"):
+                   "README.md: names runtime/cpu/k_gone.c",
+                   "README.md: names `snrt_allreduce_wait`"):
         assert any(b.startswith(needle) for b in bad), (needle, bad)
-    assert len(bad) == 9, bad
+    assert len(bad) == 10, bad
 
 
 def test_stale_figure_planted(tree):
