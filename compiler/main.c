@@ -28,6 +28,8 @@ static const char usage_text[] =
     "                         [--device PROFILE] [--precision P]\n"
     "\n"
     "policies: none liveness recompute offload superneurons auto (default); precisions: fp32 (default) bf16 fp16\n"
+    "--device: a profile of schemas/devices.json or a file from snc-calibrate; default cpu for\n"
+    "          compile --target cpu, h200 otherwise (plan, max-batch, compile --target cuda)\n"
     "passes for --dump: import (inspect); route liveness recompute offload offsets schedule\n"
     "                   auto (plan)\n";
 

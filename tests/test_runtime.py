@@ -2,7 +2,7 @@
 tested with a hand-written model (tests/e2e/fake_model.c) instead of a
 compiled one, so these tests need neither the compiler nor the kernels.
 
-Covers INTERFACE.md "The emitted program": training on real Fashion-MNIST,
+Covers docs/reference.md "DIR/train": training on real Fashion-MNIST,
 evaluation, resume bit-identity, checkpoint corruption/mismatch, failed saves,
 data-file errors, NaN loss, SIGTERM, .npy dumps, --metrics, --export-onnx,
 poison mode with the copy engine, arena allocation failure, ThreadSanitizer.
