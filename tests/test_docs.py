@@ -220,7 +220,7 @@ def c_string(src, start):
 def usage_texts(root):
     """{program: its usage text as the program prints it}."""
     snc_src = open(os.path.join(root, "compiler/main.c")).read()
-    train_src = open(os.path.join(root, "runtime/common/main.c")).read()
+    train_src = open(os.path.join(root, "runtime/common/flags.c")).read()
     cal_src = open(os.path.join(root, "runtime/calibrate/calibrate.c")).read()
     out = {
         "snc": c_string(snc_src, snc_src.index("usage_text[] =")),
@@ -241,8 +241,8 @@ def parsed_flags(root):
         return set(re.findall(r'strcmp\(\w+(?:->\w+)?, "(-[-\w]+)"\)', body))
     return {
         "snc": strcmp_flags("compiler/main.c", "static void parse_args"),
-        "train": strcmp_flags("runtime/common/main.c", "static void parse_args"),
-        "snc-calibrate": strcmp_flags("runtime/calibrate/calibrate.c", "int main("),
+        "train": strcmp_flags("runtime/common/flags.c", "void rt_parse_args"),
+        "snc-calibrate": strcmp_flags("runtime/calibrate/calibrate.c", "static int parse_args("),
         "configure.py": set(re.findall(r'add_argument\("(--[\w-]+)"',
                                        open(os.path.join(root, "configure.py")).read())),
     }
@@ -256,7 +256,10 @@ def all_known_flags(root):
         flags.update(fl)
     for rel in walk(root, ".", None):
         if rel.endswith(".py") or is_python(root, rel):
-            flags.update(re.findall(r'add_argument\(\s*"(--[\w-]+)"', open(os.path.join(root, rel)).read()))
+            text = open(os.path.join(root, rel)).read()
+            flags.update(re.findall(r'add_argument\(\s*"(--[\w-]+)"', text))
+            # a script that reads sys.argv itself: `"--flag" in argv`
+            flags.update(re.findall(r'"(--[\w-]+)" in (?:sys\.)?argv', text))
         elif rel.endswith(".sh"):
             # shell scripts' own options: case patterns and usage lines
             text = open(os.path.join(root, rel)).read()
@@ -487,8 +490,8 @@ def test_reference_drift_planted(tree):
     out of date, a schema key and an environment variable without a row: each
     reported."""
     assert check_reference(str(tree)) == []
-    plant(tree / "runtime/common/main.c", '"  --poison ', '"  --quiet            say less\\n"\n    "  --poison ')
-    plant(tree / "runtime/common/main.c", '!strcmp(s, "--poison")', '!strcmp(s, "--quiet")) o->poison = o->poison;\n'
+    plant(tree / "runtime/common/flags.c", '"  --poison ', '"  --quiet            say less\\n"\n    "  --poison ')
+    plant(tree / "runtime/common/flags.c", '!strcmp(s, "--poison")', '!strcmp(s, "--quiet")) o->poison = o->poison;\n'
           '    else if (!strcmp(s, "--poison")')
     plant(tree / "docs/reference.md", "| `--quick` | off |", "| `--slow` | off |")
     schema = json.loads((tree / "schemas/plan.schema.json").read_text())
