@@ -3,6 +3,7 @@
 
     ./configure.py [--install-deps] [--install-test-deps] [--cuda auto|on|off]
                    [--sanitize address,undefined] [--werror] [--builddir DIR]
+                   [--cuda-arch 90[,100...]]
 
 Sources are found by listing the folders (compiler/*.c, compiler/STAGE/*.c,
 runtime/cpu/*.c,
@@ -142,8 +143,7 @@ def cuda_link_flags(cuda_home, env=None):
     the program finds its libraries at run time without LD_LIBRARY_PATH."""
     env = os.environ if env is None else env
     inc, libdirs = "", []
-    for var in ("CUDNN_HOME", "CUBLAS_HOME"):
-        d = env.get(var)
+    for d in (env.get("CUDNN_HOME"), env.get("CUBLAS_HOME")):
         if d:
             inc += " -I%s/include" % d
             libdirs.append(os.path.join(d, "lib"))
@@ -220,6 +220,9 @@ def main():
     ap.add_argument("--sanitize", default="",
                     help="build snc and the CPU runtime with -fsanitize=LIST (e.g. address,undefined)")
     ap.add_argument("--werror", action="store_true", help="treat warnings as errors (the test build)")
+    ap.add_argument("--cuda-arch", default="",
+                    help="the CUDA architectures to build, e.g. 90 or 80,90 (SASS for each, PTX "
+                         "of the last; default: every one nvcc lists from sm_75 on)")
     ap.add_argument("--builddir", default="build",
                     help="folder for objects and binaries (default build); a folder other than "
                          "build gets its own DIR/build.ninja (ninja -f DIR/build.ninja), e.g. a "
@@ -333,6 +336,17 @@ def main():
         werr = " -Werror=all-warnings" if args.werror else ""
         extra_inc, cudalibs = cuda_link_flags(cuda_home)
         archs = cuda_archs(nvcc)
+        if args.cuda_arch:
+            try:
+                want = [int(a) for a in args.cuda_arch.split(",")]
+            except ValueError:
+                sys.exit("configure: error: --cuda-arch takes numbers like 90 or 80,90, not '%s'"
+                         % args.cuda_arch)
+            bad = [a for a in want if a not in archs]
+            if bad:
+                sys.exit("configure: error: --cuda-arch %s: nvcc builds %s" % (
+                    ",".join(map(str, bad)), ",".join(map(str, archs))))
+            archs = want
         gencode = " ".join("-gencode arch=compute_{0},code=sm_{0}".format(a) for a in archs)
         gencode += " -gencode arch=compute_{0},code=compute_{0}".format(archs[-1])
         w.variable("cuda_archs", " ".join("sm_%d" % a for a in archs))

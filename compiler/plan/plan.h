@@ -94,6 +94,8 @@ typedef struct Instance {
   bool host;               // lives in the pinned host arena (an offloaded copy)
   int64_t convert_bytes;   // a workspace: of `bytes`, the first ones hold the step's float32
                            // working copies (--precision bf16|fp16: convert.c)
+  int64_t lent_bytes;      // a cuda conv workspace: of `bytes`, those lent from a free hole
+                           // beyond its planned size (workspace.c; not in live bytes)
 } Instance;
 
 typedef struct PlanOpts {

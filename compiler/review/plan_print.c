@@ -392,6 +392,7 @@ void plan_print_json(const Graph *g, const Plan *pl, FILE *f) {
     if (g->precision != PREC_FP32)
       fprintf(f, ", \"dtype\": \"%s\"", in->tensor >= 0 ? dtype_name(g->t[in->tensor].dtype) : "bytes");
     if (in->convert_bytes) fprintf(f, ", \"convert_bytes\": %lld", (long long)in->convert_bytes);
+    if (in->lent_bytes) fprintf(f, ", \"lent_bytes\": %lld", (long long)in->lent_bytes);
     fputc('}', f);
   }
   fprintf(f, "\n  ]\n}\n");
