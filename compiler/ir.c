@@ -19,6 +19,10 @@ const char *op_name(OpKind op) {
   return op_info[op].onnx[0] ? op_info[op].onnx : op_info[op].name;
 }
 
+const char *node_op_name(const Node *n) {
+  return n->op == OP_EVAL && n->onnx_op ? n->onnx_op : op_name(n->op);
+}
+
 bool op_slot_is_data(OpKind op, int k) {
   switch (op) {
   case OP_RESHAPE: case OP_SPLIT: case OP_REDUCEMEAN: return k == 0;

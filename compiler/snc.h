@@ -181,6 +181,8 @@ struct Node {
   void *p;                 // op parameters (an snrt_*_t from snrt.h), set by shape.c/autodiff.c
   int aux;                 // op-specific small integer (e.g. unary kind, softmax axis)
   int twin;                // forward BN: its BN_SAVED recompute twin (-1 until made)
+  const char *onnx_op;     // OP_EVAL: the ONNX op_type (a static string of front/eval.c's
+                           // table; aux is its row); NULL otherwise
 };
 
 typedef struct Graph {
@@ -293,6 +295,8 @@ extern const OpInfo op_info[];
 #define NODE_CHEAP_MATMUL_K 256
 int node_cost(const Graph *g, const Node *n);
 const char *op_name(OpKind op);        /* ONNX name, or internal name */
+/* The node's ONNX op_type (OP_EVAL: the one it was imported as), or op_name. */
+const char *node_op_name(const Node *n);
 /* False for inputs that shape inference folds into the node's params
  * (Reshape's shape, Slice's starts..., Pad's pads, Clip's bounds, Dropout's
  * ratio, Split's sizes, ReduceMean's axes); true for data the kernel reads. */

@@ -21,6 +21,16 @@ Graph *onnx_import_bytes(unsigned char *buf, size_t len, const char *path,
  * attributes) as import leaves them, before shape inference. (import_dump.c) */
 void import_dump(const Graph *g, FILE *f);
 
+/* ------------------------------------------------------------------ eval.c */
+
+/* The row of eval.c's table for an ONNX op_type, -1 if it has none; the
+ * row's name (static) and arity. Import makes OP_EVAL nodes from them. */
+int eval_find(const char *onnx_op);
+const char *eval_op_name(int k);
+void eval_arity(int k, int *min_in, int *max_in, int *min_out, int *max_out);
+/* The ONNX op_type of a node (OP_EVAL: its onnx_op). */
+const char *eval_node_op(const Node *n);
+
 /* ------------------------------------------------------------------ shape.c */
 
 /* Replaces the data input's leading dimension by `batch` (if > 0) and infers

@@ -25,11 +25,11 @@ int shape_axis(const Node *n, int64_t axis, int rank, bool inclusive, const char
 int64_t shape_prod(const Node *n, const int64_t *dims, int from, int to);
 void *shape_alloc(size_t size);
 
-/* fold.c: evaluates n at compile time if its op is foldable and its inputs
- * are constants (Shape: any shaped input); true if it did. */
-bool fold_node(Graph *g, Node *n);
+/* eval.c: evaluates n at compile time if eval.c's table has its op and its
+ * inputs are constants (Shape, Size: any shaped input); true if it did. */
+bool eval_node(Graph *g, Node *n);
 /* Drops the forward nodes marked in folded[] (their outputs are constants
  * now) and renumbers the rest. */
-void fold_remove(Graph *g, const bool *folded);
+void eval_remove(Graph *g, const bool *folded);
 
 #endif
