@@ -19,6 +19,20 @@ const char *op_name(OpKind op) {
   return op_info[op].onnx[0] ? op_info[op].onnx : op_info[op].name;
 }
 
+int graph_token_source(const Graph *g, int t) {
+  for (int hops = 0; t >= 0 && hops < 1000; hops++) {
+    if (t == g->input) return t;
+    int p = g->t[t].producer;
+    if (p < 0) return -1;
+    OpKind op = g->n[p].op;
+    if (op != OP_RESHAPE && op != OP_FLATTEN && op != OP_SQUEEZE && op != OP_UNSQUEEZE &&
+        op != OP_IDENTITY)
+      return -1;
+    t = g->n[p].in[0];
+  }
+  return -1;
+}
+
 const char *node_op_name(const Node *n) {
   return n->op == OP_EVAL && n->onnx_op ? n->onnx_op : op_name(n->op);
 }

@@ -229,6 +229,11 @@ const char *attr_string(const Node *n, const char *name, const char *dflt);
 /* ints attribute: returns count (0 if absent) and sets *v. */
 int attr_ints(const Node *n, const char *name, const int64_t **v);
 
+/* The data input when tensor t holds the data input's elements in its order
+ * (t is the input, or a Reshape/Flatten/Squeeze/Unsqueeze/Identity chain of
+ * it: token ids viewed as (B*T)), else -1. */
+int graph_token_source(const Graph *g, int t);
+
 /* Values of a constant int tensor input (Reshape shape, Slice starts...):
  * returns count, or node_error when the input is not a known constant. */
 int const_ints(const Graph *g, const Node *n, int input, int64_t *out, int max);

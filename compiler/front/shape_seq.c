@@ -101,8 +101,9 @@ void shape_gather(Graph *g, Node *n) {
       v[i] = (int32_t)(k < 0 ? k + p->rows : k);
     }
     p->idx = v;
-  } else if (ix->kind != TK_INPUT) {
-    node_error(n, "indices ('%s') must be the data input (token ids) or a constant", ix->name);
+  } else if (ix->kind != TK_INPUT && graph_token_source(g, n->in[1]) < 0) {
+    node_error(n, "indices ('%s') must be the data input (token ids), its elements moved "
+               "(Reshape, Flatten, Squeeze, Unsqueeze, Identity), or a constant", ix->name);
   }
   int64_t dims[MAX_RANK];
   int r = 0;
