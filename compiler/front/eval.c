@@ -434,6 +434,7 @@ static void ev_constant_of_shape(Graph *g, Node *n, const char *op) {
   const Tensor *s = in_t(g, n, 0);
   if (s->rank != 1) node_error(n, "the shape input must be 1-D");
   int r = ints_of(g, n, 0, dims, MAX_RANK);
+  shape_batch_leading(g, n, dims, r);
   for (int d = 0; d < r; d++)
     if (dims[d] < 0) node_error(n, "shape[%d] = %lld is negative", d, (long long)dims[d]);
   const Attr *a = attr_find(n, "value");
@@ -686,6 +687,7 @@ static void ev_expand(Graph *g, Node *n, const char *op) {
   Tensor *x = in_t(g, n, 0);
   int64_t shape[MAX_RANK];
   int ns = ints_of(g, n, 1, shape, MAX_RANK);
+  shape_batch_leading(g, n, shape, ns);
   Tensor sh = {.rank = ns};
   for (int d = 0; d < ns; d++) {
     if (shape[d] < 0) node_error(n, "shape[%d] = %lld is negative", d, (long long)shape[d]);
@@ -707,6 +709,7 @@ static void ev_tile(Graph *g, Node *n, const char *op) {
   int64_t rep[MAX_RANK], dims[MAX_RANK], idx[MAX_RANK] = {0}, xst[MAX_RANK];
   int nr = ints_of(g, n, 1, rep, MAX_RANK);
   if (nr != x->rank) node_error(n, "repeats has %d values for rank %d", nr, x->rank);
+  if (nr >= 1 && x->dims[0] == 1) shape_batch_leading(g, n, rep, nr);
   for (int d = 0; d < nr; d++) {
     if (rep[d] < 0) node_error(n, "repeats[%d] is negative", d);
     dims[d] = mul_checked(x->dims[d], rep[d], n->name);

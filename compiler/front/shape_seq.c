@@ -180,6 +180,7 @@ void shape_broadcast(Graph *g, Node *n) {
   Tensor *x = shape_in_float(g, n, 0, -1);
   int64_t shape[MAX_RANK], dims[MAX_RANK];
   int ns = const_ints(g, n, 1, shape, MAX_RANK);
+  shape_batch_leading(g, n, shape, ns);
   int r = ns > x->rank ? ns : x->rank;
   snrt_reduce_t *p = shape_alloc(sizeof *p);
   int64_t stride = 1;
