@@ -63,8 +63,12 @@ static int64_t default_opset(const SncOnnx__ModelProto *m) {
       opset = m->opset_import[i]->version;
   }
   if (opset < 0) fatal(EXIT_BADINPUT, "the model declares no opset for the default ONNX domain");
-  if (opset < 7 || opset > 21)
-    fatal(EXIT_BADINPUT, "opset %lld is not supported (snc reads opsets 7 to 21)", (long long)opset);
+  /* 28: the newest that onnx 1.23 defines. From 22 on, the ops snc reads
+   * changed only in the types they accept (bfloat16, 4-bit and float8
+   * types, which import refuses by dtype). */
+  if (opset < 7 || opset > IMP_MAX_OPSET)
+    fatal(EXIT_BADINPUT, "opset %lld is not supported (snc reads opsets 7 to %d)", (long long)opset,
+          IMP_MAX_OPSET);
   return opset;
 }
 
