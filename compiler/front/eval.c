@@ -832,7 +832,9 @@ static void ev_binary(Graph *g, Node *n, const char *op) {
       if (!strcmp(op, "BitwiseAnd")) v = xa & xb;
       else if (!strcmp(op, "BitwiseOr")) v = xa | xb;
       else if (!strcmp(op, "BitwiseXor")) v = xa ^ xb;
-      else v = ub >= 64 ? 0 : (int64_t)(strcmp(dir, "RIGHT") ? ua << ub : ua >> ub);
+      else if (strcmp(dir, "RIGHT")) v = ub >= 64 ? 0 : (int64_t)(ua << ub);
+      else if (un) v = ub >= 64 ? 0 : (int64_t)(ua >> ub);
+      else v = ub >= 64 ? (xa < 0 ? -1 : 0) : xa >> ub;   /* arithmetic; amounts unsigned */
       break;
     default: unreachable();
     }
@@ -1384,4 +1386,54 @@ void eval_remove(Graph *g, const bool *folded) {
   if (!used)
     fatal(EXIT_BADINPUT, "the model output '%s' depends on the data input '%s' only through its "
           "shape", g->t[g->output].name, g->t[g->input].name);
+}
+
+/* ---- snc inspect --dump eval ---- */
+
+static void dump_value(FILE *f, const Tensor *t, int64_t k) {
+  if (dt_float(t->dtype)) {
+    double v = getf(t, k);
+    if (isnan(v)) fputs("\"nan\"", f);
+    else if (isinf(v)) fputs(v > 0 ? "\"inf\"" : "\"-inf\"", f);
+    else fprintf(f, t->dtype == DT_DOUBLE ? "%.17g" : "%.9g", v);
+  } else if (t->dtype == DT_UINT64) {
+    fprintf(f, "%llu", (unsigned long long)geti(t, k));
+  } else {
+    fprintf(f, "%lld", (long long)geti(t, k));
+  }
+}
+
+void eval_dump(Graph *g, FILE *f) {
+  for (int t = 0; t < g->nt; t++)
+    if (g->t[t].data && g->t[t].producer < 0 && t != g->input) g->t[t].kind = TK_CONST;
+  g->batch = 1;
+  for (int i = 0; i < g->nn; i++) {
+    Node *n = &g->n[i];
+    if (!eval_node(g, n))
+      node_error(n, "is not evaluated at compile time (an input is not a constant, or the op "
+                 "has no evaluator)");
+  }
+  fputs("{\"outputs\": [", f);
+  bool first = true;
+  for (int t = 0; t < g->nt; t++) {
+    const Tensor *y = &g->t[t];
+    if (!y->is_output) continue;
+    if (!y->data || y->rank < 0) fatal(EXIT_BADINPUT, "graph output '%s' has no value", y->name);
+    fputs(first ? "\n  {\"name\": \"" : ",\n  {\"name\": \"", f);
+    first = false;
+    for (const char *c = y->name; *c; c++)
+      if (*c == '"' || *c == '\\') fprintf(f, "\\%c", *c);
+      else if ((unsigned char)*c < 0x20) fprintf(f, "\\u%04x", *c);
+      else fputc(*c, f);
+    fprintf(f, "\", \"dtype\": \"%s\", \"shape\": [", dtype_name(y->dtype));
+    for (int d = 0; d < y->rank; d++) fprintf(f, "%s%lld", d ? ", " : "", (long long)y->dims[d]);
+    fputs("], \"values\": [", f);
+    int64_t cnt = tensor_numel(y);
+    for (int64_t k = 0; k < cnt; k++) {
+      if (k) fputs(", ", f);
+      dump_value(f, y, k);
+    }
+    fputs("]}", f);
+  }
+  fputs("\n]}\n", f);
 }

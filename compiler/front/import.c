@@ -159,6 +159,9 @@ static void add_initializers(Graph *g, const SncOnnx__GraphProto *gp, const char
   }
 }
 
+/* onnx_import_whole(): every graph output kept, no data input needed. */
+static bool imp_whole;
+
 /* Graph inputs; those with an initializer (IR < 4 lists them) are already
  * tensors. Returns the data input. */
 static int add_inputs(Graph *g, const SncOnnx__GraphProto *gp, const char *input_name) {
@@ -186,6 +189,7 @@ static int add_inputs(Graph *g, const SncOnnx__GraphProto *gp, const char *input
     if (rank >= 0) tensor_set_shape(&g->t[t], rank, dims);
     if (data < 0 && (!input_name || strcmp(input_name, name) == 0)) data = t;
   }
+  if (data < 0 && imp_whole && !input_name) return -1;
   if (data < 0) {
     if (input_name) fatal(EXIT_BADINPUT, "the model has no graph input named '%s'", imp_esc(input_name));
     fatal(EXIT_BADINPUT, "the model has no data input (every graph input has an initializer)");
@@ -520,8 +524,13 @@ static void topo_sort(Graph *g) {
 static Graph *prune(Graph *g) {
   char *live = xcalloc((size_t)g->nn + 1, 1);
   int *stack = xmalloc(sizeof(int) * ((size_t)g->nn + 1)), ns = 0;
-  live[g->t[g->output].producer] = 1;
-  stack[ns++] = g->t[g->output].producer;
+  for (int t = 0; t < g->nt; t++) {
+    int p = g->t[t].producer;
+    if ((t == g->output || (imp_whole && g->t[t].is_output)) && p >= 0 && !live[p]) {
+      live[p] = 1;
+      stack[ns++] = p;
+    }
+  }
   while (ns) {
     const Node *n = &g->n[stack[--ns]];
     for (int j = 0; j < n->nin; j++) {
@@ -535,7 +544,8 @@ static Graph *prune(Graph *g) {
   }
   int *tmap = xmalloc(sizeof(int) * ((size_t)g->nt + 1));
   for (int t = 0; t < g->nt; t++) tmap[t] = -1;
-  tmap[g->input] = 0;  // marks "keep"; real indices below
+  if (g->input >= 0) tmap[g->input] = 0;  // marks "keep"; real indices below
+  for (int t = 0; t < g->nt && imp_whole; t++) if (g->t[t].is_output) tmap[t] = 0;
   for (int i = 0; i < g->nn; i++) {
     if (!live[i]) continue;
     const Node *n = &g->n[i];
@@ -567,7 +577,7 @@ static Graph *prune(Graph *g) {
     h->n[ni].aux = n->aux;
     for (int j = 0; j < n->nout; j++) if (n->out[j] >= 0) h->t[n->out[j]].producer = ni;
   }
-  h->input = tmap[g->input];
+  h->input = g->input >= 0 ? tmap[g->input] : -1;
   h->output = tmap[g->output];
   /* Free what h did not take: node arrays (h has copies), dead nodes'
    * attributes, dropped tensors. g itself stays allocated, because ir.c keys
@@ -835,6 +845,13 @@ static void *pb_alloc(void *data, size_t n) { return xmalloc_try(n); }
 static void pb_free(void *data, void *p) { free(p); }
 static ProtobufCAllocator pb_allocator = {pb_alloc, pb_free, NULL};
 
+Graph *onnx_import_whole(const char *path) {
+  imp_whole = true;
+  Graph *g = onnx_import(path, NULL);
+  imp_whole = false;
+  return g;
+}
+
 Graph *onnx_import(const char *path, const char *input_name) {
   if (!err_file) err_file = path;
   size_t len;
@@ -871,7 +888,7 @@ Graph *onnx_import_bytes(unsigned char *buf, size_t len, const char *path,
 
   topo_sort(g);
   g = prune(g);
-  bool used = false;
+  bool used = imp_whole;
   for (int i = 0; i < g->nn && !used; i++)
     for (int j = 0; j < g->n[i].nin; j++) used |= g->n[i].in[j] == g->input;
   if (!used)
