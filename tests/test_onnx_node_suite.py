@@ -72,7 +72,7 @@ OUT_OF_SCOPE_DOMAINS = {
     "ai.onnx.preview.training": "training operators (snc derives the training step itself)",
 }
 # Accepted cases may only grow (the count at the last change of snc).
-ACCEPTED_FLOOR = 0
+ACCEPTED_FLOOR = 999
 
 
 def out_of_scope(case):

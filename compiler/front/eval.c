@@ -94,7 +94,13 @@ typedef void EvalFn(Graph *g, Node *n, const char *op);
   X("OneHot", 3, 3, 1, 1, ev_onehot) X("NonZero", 1, 1, 1, 1, ev_nonzero) \
   X("MatMul", 2, 2, 1, 1, ev_matmul) X("Pad", 1, 4, 1, 1, ev_pad) \
   X("Dropout", 1, 3, 1, 2, ev_dropout) X("Softmax", 1, 1, 1, 1, ev_softmax) \
-  X("LogSoftmax", 1, 1, 1, 1, ev_softmax)
+  X("LogSoftmax", 1, 1, 1, 1, ev_softmax) X("Hardmax", 1, 1, 1, 1, ev_softmax) \
+  X("CumProd", 2, 2, 1, 1, ev_cumsum) X("Gelu", 1, 1, 1, 1, ev_unary) X("Swish", 1, 1, 1, 1, ev_unary) \
+  X("LpNormalization", 1, 1, 1, 1, ev_lpnorm) X("BitCast", 1, 1, 1, 1, ev_bitcast) \
+  X("DepthToSpace", 1, 1, 1, 1, ev_depth_space) X("SpaceToDepth", 1, 1, 1, 1, ev_depth_space) \
+  X("GlobalMaxPool", 1, 1, 1, 1, ev_global_pool) X("GlobalAveragePool", 1, 1, 1, 1, ev_global_pool) \
+  X("Compress", 2, 2, 1, 1, ev_compress) X("ReverseSequence", 2, 2, 1, 1, ev_reverse_sequence) \
+  X("MeanVarianceNormalization", 1, 1, 1, 1, ev_mvn)
 
 #define EVAL_DECL(name, a, b, c, d, fn) static EvalFn fn;
 EVAL_OPS(EVAL_DECL)
@@ -918,6 +924,11 @@ static void ev_unary(Graph *g, Node *n, const char *op) {
       break;
     case 'E': r = !strcmp(op, "Exp") ? exp(f) : !strcmp(op, "Erf") ? erf_(f) : f > 0 ? f : alpha * expm1(f); break;
     case 'F': r = floor(f); break;
+    case 'G':
+      r = strcmp(attr_string(n, "approximate", "none"), "tanh")
+        ? 0.5 * f * (1 + erf(f / sqrt(2.0)))
+        : 0.5 * f * (1 + tanh(sqrt(2.0 / M_PI) * (f + 0.044715 * f * f * f)));
+      break;
     case 'H':
       r = !strcmp(op, "HardSigmoid") ? fmax(0, fmin(1, alpha * f + beta))
         : f * fmax(0, fmin(1, f / 6 + 0.5));
@@ -938,6 +949,7 @@ static void ev_unary(Graph *g, Node *n, const char *op) {
       else if (!strcmp(op, "Softplus")) r = f > 30 ? f : log1p(exp(f));
       else if (!strcmp(op, "Softsign")) r = f / (1 + fabs(f));
       else if (!strcmp(op, "Selu")) r = gamma * (f > 0 ? f : alpha * expm1(f));
+      else if (!strcmp(op, "Swish")) r = f / (1 + exp(-alpha * f));
       else r = f < -lambd ? f + bias : f > lambd ? f - bias : 0;   /* Shrink */
       break;
     case 'T':
@@ -1074,20 +1086,21 @@ static void ev_cumsum(Graph *g, Node *n, const char *op) {
   if (ints_of(g, n, 1, av, 1) != 1) node_error(n, "axis must be a scalar");
   int axis = shape_axis(n, av[0], xs.rank, false, "axis");
   bool excl = attr_int(n, "exclusive", 0) != 0, rev = attr_int(n, "reverse", 0) != 0;
+  bool prod = op[3] == 'P';
   Tensor *y = out_t(g, n, 0, xs.dtype, xs.rank, xs.dims);
   int64_t outer = shape_prod(n, xs.dims, 0, axis), len = xs.dims[axis];
   int64_t inner = shape_prod(n, xs.dims, axis + 1, xs.rank);
   for (int64_t a = 0; a < outer; a++)
     for (int64_t c = 0; c < inner; c++) {
-      double f = 0;
-      int64_t v = 0;
+      double f = prod;
+      int64_t v = prod;
       for (int64_t jj = 0; jj < len; jj++) {
         int64_t j = rev ? len - 1 - jj : jj, k = (a * len + j) * inner + c;
         double xf = getf(&xs, k);
         int64_t xi = geti(&xs, k);
-        if (!excl) f += xf, v += xi;
+        if (!excl) { if (prod) f *= xf, v *= xi; else f += xf, v += xi; }
         put(y, k, f, v);
-        if (excl) f += xf, v += xi;
+        if (excl) { if (prod) f *= xf, v *= xi; else f += xf, v += xi; }
       }
     }
 }
@@ -1288,12 +1301,20 @@ static void ev_softmax(Graph *g, Node *n, const char *op) {
     outer = shape_prod(n, xs.dims, 0, axis), len = xs.dims[axis];
     inner = shape_prod(n, xs.dims, axis + 1, r);
   }
-  bool lg = op[0] == 'L';
+  bool lg = op[0] == 'L', hard = op[0] == 'H';
   Tensor *y = out_t(g, n, 0, xs.dtype, r, xs.dims);
   for (int64_t a = 0; a < outer; a++)
     for (int64_t c = 0; c < inner; c++) {
       double m = -INFINITY, s = 0;
-      for (int64_t j = 0; j < len; j++) m = fmax(m, getf(&xs, (a * len + j) * inner + c));
+      int64_t arg = -1;
+      for (int64_t j = 0; j < len; j++) {
+        double v = getf(&xs, (a * len + j) * inner + c);
+        if (arg < 0 || v > m) m = v, arg = j;
+      }
+      if (hard) {
+        for (int64_t j = 0; j < len; j++) put(y, (a * len + j) * inner + c, j == arg, 0);
+        continue;
+      }
       for (int64_t j = 0; j < len; j++) s += exp(getf(&xs, (a * len + j) * inner + c) - m);
       for (int64_t j = 0; j < len; j++) {
         int64_t k = (a * len + j) * inner + c;
@@ -1301,6 +1322,172 @@ static void ev_softmax(Graph *g, Node *n, const char *op) {
         put(y, k, lg ? e - log(s) : exp(e) / s, 0);
       }
     }
+}
+
+static void ev_lpnorm(Graph *g, Node *n, const char *op) {
+  Tensor xs = *in_t(g, n, 0);
+  int axis = shape_axis(n, attr_int(n, "axis", -1), xs.rank, false, "axis");
+  int64_t p = attr_int(n, "p", 2);
+  if (p != 1 && p != 2) node_error(n, "p must be 1 or 2");
+  Tensor *y = out_t(g, n, 0, xs.dtype, xs.rank, xs.dims);
+  int64_t outer = shape_prod(n, xs.dims, 0, axis), len = xs.dims[axis];
+  int64_t inner = shape_prod(n, xs.dims, axis + 1, xs.rank);
+  for (int64_t a = 0; a < outer; a++)
+    for (int64_t c = 0; c < inner; c++) {
+      double s = 0;
+      for (int64_t j = 0; j < len; j++) {
+        double v = getf(&xs, (a * len + j) * inner + c);
+        s += p == 1 ? fabs(v) : v * v;
+      }
+      if (p == 2) s = sqrt(s);
+      for (int64_t j = 0; j < len; j++) {
+        int64_t k = (a * len + j) * inner + c;
+        put(y, k, s == 0 ? 0 : getf(&xs, k) / s, 0);
+      }
+    }
+}
+
+static void ev_bitcast(Graph *g, Node *n, const char *op) {
+  Tensor xs = *in_t(g, n, 0);
+  int to = (int)attr_int(n, "to", DT_UNDEF), from = dtype_size(xs.dtype), ts = dtype_size(to);
+  if (!ts || (!dt_float(to) && !dt_int(to))) node_error(n, "BitCast to %s is not supported",
+                                                        dtype_name(to));
+  int64_t dims[MAX_RANK];
+  int r = xs.rank;
+  memcpy(dims, xs.dims, sizeof dims);
+  if (ts < from) {
+    if (r >= MAX_RANK) node_error(n, "output rank is too high");
+    dims[r++] = from / ts;
+  } else if (ts > from) {
+    if (r < 1 || dims[r - 1] != ts / from) node_error(n, "the last dimension must be %d", ts / from);
+    r--;
+  }
+  Tensor *y = out_t(g, n, 0, to, r, dims);
+  if (y->ndata) memcpy(y->data, xs.data, (size_t)tensor_bytes(y));
+}
+
+static void ev_depth_space(Graph *g, Node *n, const char *op) {
+  Tensor xs = *in_t(g, n, 0);
+  if (xs.rank != 4) node_error(n, "input must be 4-D");
+  int64_t b = attr_int(n, "blocksize", 0), N = xs.dims[0], C = xs.dims[1], H = xs.dims[2],
+          W = xs.dims[3];
+  if (b < 1) node_error(n, "blocksize must be positive");
+  bool d2s = op[0] == 'D', crd = !strcmp(attr_string(n, "mode", "DCR"), "CRD");
+  int64_t dims[4];
+  if (d2s) {
+    if (C % (b * b)) node_error(n, "channels %lld are not a multiple of blocksize^2", (long long)C);
+    dims[0] = N, dims[1] = C / (b * b), dims[2] = H * b, dims[3] = W * b;
+  } else {
+    if (H % b || W % b) node_error(n, "height and width must be multiples of blocksize");
+    dims[0] = N, dims[1] = C * b * b, dims[2] = H / b, dims[3] = W / b;
+  }
+  Tensor *y = out_t(g, n, 0, xs.dtype, 4, dims);
+  int64_t idx[4] = {0};
+  for (int64_t k = 0; k < y->ndata; k++) {
+    int64_t nn = idx[0], c = idx[1], h = idx[2], w = idx[3], sc, sh, sw;
+    if (d2s) {   /* output (c, h, w) <- input channel from (c, h % b, w % b) */
+      int64_t bh = h % b, bw = w % b, oc = dims[1];
+      sc = crd ? (c * b + bh) * b + bw : (bh * b + bw) * oc + c;
+      sh = h / b, sw = w / b;
+    } else {     /* output channel c = (bh * b + bw) * C + ic (DCR), ic * b * b + ... (CRD) */
+      int64_t ic = crd ? c / (b * b) : c % C, blk = crd ? c % (b * b) : c / C;
+      int64_t bh = blk / b, bw = blk % b;
+      sc = ic, sh = h * b + bh, sw = w * b + bw;
+    }
+    copy_el(y, k, &xs, ((nn * C + sc) * H + sh) * W + sw);
+    next_index(4, dims, idx);
+  }
+}
+
+static void ev_global_pool(Graph *g, Node *n, const char *op) {
+  Tensor xs = *in_t(g, n, 0);
+  if (xs.rank < 3) node_error(n, "input must have rank 3 or more");
+  int64_t dims[MAX_RANK];
+  for (int d = 0; d < xs.rank; d++) dims[d] = d < 2 ? xs.dims[d] : 1;
+  int64_t rows = xs.dims[0] * xs.dims[1], len = shape_prod(n, xs.dims, 2, xs.rank);
+  Tensor *y = out_t(g, n, 0, xs.dtype, xs.rank, dims);
+  bool mx = op[6] == 'M';
+  for (int64_t r = 0; r < rows; r++) {
+    double s = mx ? -INFINITY : 0;
+    for (int64_t j = 0; j < len; j++) {
+      double v = getf(&xs, r * len + j);
+      s = mx ? fmax(s, v) : s + v;
+    }
+    put(y, r, mx ? s : s / (double)len, 0);
+  }
+}
+
+static void ev_compress(Graph *g, Node *n, const char *op) {
+  Tensor xs = *in_t(g, n, 0), cs = *in_t(g, n, 1);
+  const Attr *ax = attr_find(n, "axis");
+  int64_t dims[MAX_RANK];
+  int64_t len = ax ? xs.dims[shape_axis(n, ax->i, xs.rank, false, "axis")] : tensor_numel(&xs);
+  int64_t nc = tensor_numel(&cs), kept = 0;
+  for (int64_t j = 0; j < nc && j < len; j++) kept += geti(&cs, j) != 0;
+  if (!ax) {
+    Tensor *y = out_t(g, n, 0, xs.dtype, 1, &kept);
+    for (int64_t j = 0, o = 0; j < nc && j < len; j++) if (geti(&cs, j)) copy_el(y, o++, &xs, j);
+    return;
+  }
+  int axis = shape_axis(n, ax->i, xs.rank, false, "axis");
+  memcpy(dims, xs.dims, sizeof dims);
+  dims[axis] = kept;
+  Tensor *y = out_t(g, n, 0, xs.dtype, xs.rank, dims);
+  int64_t outer = shape_prod(n, xs.dims, 0, axis), inner = shape_prod(n, xs.dims, axis + 1, xs.rank);
+  int64_t o = 0;
+  for (int64_t a = 0; a < outer; a++)
+    for (int64_t j = 0; j < nc && j < len; j++)
+      if (geti(&cs, j))
+        for (int64_t c = 0; c < inner; c++) copy_el(y, o++, &xs, (a * len + j) * inner + c);
+}
+
+static void ev_reverse_sequence(Graph *g, Node *n, const char *op) {
+  Tensor xs = *in_t(g, n, 0), ls = *in_t(g, n, 1);
+  if (xs.rank < 2) node_error(n, "input must have rank 2 or more");
+  int ba = (int)attr_int(n, "batch_axis", 1), ta = (int)attr_int(n, "time_axis", 0);
+  if (ba < 0 || ba > 1 || ta < 0 || ta > 1 || ba == ta) node_error(n, "axes must be 0 and 1");
+  Tensor *y = out_t(g, n, 0, xs.dtype, xs.rank, xs.dims);
+  int64_t idx[MAX_RANK] = {0}, st[MAX_RANK];
+  strides_of(xs.rank, xs.dims, st);
+  for (int64_t k = 0; k < y->ndata; k++) {
+    int64_t L = geti(&ls, idx[ba]), t = idx[ta];
+    if (L < 0 || L > xs.dims[ta]) node_error(n, "sequence length %lld is out of range", (long long)L);
+    int64_t src = k + (t < L ? (L - 1 - t - t) * st[ta] : 0);
+    copy_el(y, k, &xs, src);
+    next_index(xs.rank, xs.dims, idx);
+  }
+}
+
+static void ev_mvn(Graph *g, Node *n, const char *op) {
+  Tensor xs = *in_t(g, n, 0);
+  int64_t axes[MAX_RANK];
+  const int64_t *v;
+  int na = attr_ints(n, "axes", &v);
+  bool red[MAX_RANK] = {false};
+  if (na) { if (na > MAX_RANK) node_error(n, "too many axes"); memcpy(axes, v, sizeof(int64_t) * (size_t)na); }
+  else { na = 3; axes[0] = 0, axes[1] = 2, axes[2] = 3; }
+  for (int i = 0; i < na; i++) red[shape_axis(n, axes[i], xs.rank, false, "axis")] = true;
+  int64_t kd[MAX_RANK], ost[MAX_RANK], idx[MAX_RANK] = {0};
+  for (int d = 0; d < xs.rank; d++) kd[d] = red[d] ? 1 : xs.dims[d];
+  strides_of(xs.rank, kd, ost);
+  int64_t no = shape_prod(n, kd, 0, xs.rank), nx = tensor_numel(&xs);
+  double *s1 = xcalloc((size_t)(no ? no : 1), sizeof(double)), *s2 = xcalloc((size_t)(no ? no : 1), sizeof(double));
+  int64_t *oi = xmalloc(sizeof(int64_t) * (size_t)(nx ? nx : 1));
+  for (int64_t k = 0; k < nx; k++) {
+    int64_t o = 0;
+    for (int d = 0; d < xs.rank; d++) o += (red[d] ? 0 : idx[d]) * ost[d];
+    oi[k] = o;
+    double f = getf(&xs, k);
+    s1[o] += f, s2[o] += f * f;
+    next_index(xs.rank, xs.dims, idx);
+  }
+  double cnt = no ? (double)nx / (double)no : 1;
+  Tensor *y = out_t(g, n, 0, xs.dtype, xs.rank, xs.dims);
+  for (int64_t k = 0; k < nx; k++) {
+    double m = s1[oi[k]] / cnt, var = s2[oi[k]] / cnt - m * m;
+    put(y, k, (getf(&xs, k) - m) / (sqrt(var) + 1e-9), 0);
+  }
+  free(s1), free(s2), free(oi);
 }
 
 /* ---- the entry points ---- */
