@@ -300,6 +300,11 @@ extern const OpInfo op_info[];
 #define NODE_CHEAP_MATMUL_K 256
 int node_cost(const Graph *g, const Node *n);
 const char *op_name(OpKind op);        /* ONNX name, or internal name */
+/* Where tensor t's value comes from, for messages: "" when t is itself a
+ * graph input or initializer, else " (computed from the data input 'x')"
+ * or " (computed from initializer 'w')" naming the nearest one it derives
+ * from (the data input first). A rotating static buffer. */
+const char *tensor_source(const Graph *g, int t);
 /* The node's ONNX op_type (OP_EVAL: the one it was imported as), or op_name. */
 const char *node_op_name(const Node *n);
 /* False for inputs that shape inference folds into the node's params

@@ -1536,8 +1536,8 @@ void shape_fold(Graph *g, Node *n) {
   for (int i = 0; i < n->nin; i++)
     if (n->in[i] >= 0 && !is_const(g, n->in[i]))
       node_error(n, "op %s is supported only on constant inputs (snc evaluates it at compile "
-                 "time), and input %d ('%s') is computed from data", eval_node_op(n), i,
-                 g->t[n->in[i]].name);
+                 "time), and input %d ('%s'%s) is computed from data", eval_node_op(n), i,
+                 g->t[n->in[i]].name, tensor_source(g, n->in[i]));
   internal_error(__FILE__, __LINE__, "node '%s' has constant inputs but was not evaluated", n->name);
 }
 

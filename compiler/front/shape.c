@@ -39,7 +39,8 @@ Tensor *shape_in(Graph *g, Node *n, int i) {
 Tensor *shape_in_float(Graph *g, Node *n, int i, int rank) {
   Tensor *t = shape_in(g, n, i);
   if (t->dtype != DT_FLOAT)
-    node_error(n, "input %d ('%s') must be float32, not %s", i, t->name, dtype_name(t->dtype));
+    node_error(n, "input %d ('%s'%s) must be float32, not %s", i, t->name,
+               tensor_source(g, n->in[i]), dtype_name(t->dtype));
   if (rank >= 0 && t->rank != rank)
     node_error(n, "input %d ('%s') must have rank %d, not %d %s", i, t->name, rank, t->rank,
                shape_str(t));

@@ -102,8 +102,9 @@ void shape_gather(Graph *g, Node *n) {
     }
     p->idx = v;
   } else if (ix->kind != TK_INPUT && graph_token_source(g, n->in[1]) < 0) {
-    node_error(n, "indices ('%s') must be the data input (token ids), its elements moved "
-               "(Reshape, Flatten, Squeeze, Unsqueeze, Identity), or a constant", ix->name);
+    node_error(n, "indices ('%s'%s) must be the data input (token ids), its elements moved "
+               "(Reshape, Flatten, Squeeze, Unsqueeze, Identity), or a constant", ix->name,
+               tensor_source(g, n->in[1]));
   }
   int64_t dims[MAX_RANK];
   int r = 0;
@@ -122,8 +123,9 @@ static bool const_scalar(const Tensor *t) {
 void shape_where(Graph *g, Node *n) {
   Tensor *c = shape_in(g, n, 0), *a = shape_in(g, n, 1), *b = shape_in(g, n, 2);
   if (c->kind != TK_CONST || !c->data || c->dtype != DT_BOOL)
-    node_error(n, "the condition ('%s') must be a constant bool tensor (a mask); Where on a "
-               "condition computed from data is not supported", c->name);
+    node_error(n, "the condition ('%s'%s) must be a constant bool tensor (a mask); Where on a "
+               "condition computed from data is not supported", c->name,
+               tensor_source(g, n->in[0]));
   bool fill_a = const_scalar(a), fill_b = const_scalar(b);
   if (fill_a == fill_b)
     node_error(n, "exactly one branch must be a constant float scalar (a masked fill); '%s' and "
