@@ -220,7 +220,7 @@ static Plan *pipeline(const Args *a, int batch, Upto upto, FILE *schedule_log, G
   bool cuda = strcmp(a->target, "cuda") == 0;
   err_file = a->model;
   Graph *g = *out = onnx_import(a->model, a->input);        // front/import.c
-  shape_infer(g, batch);                                    // front/shape.c, fold.c
+  shape_infer(g, batch);                                    // front/shape.c, eval.c
   if (upto == UPTO_SHAPES) return NULL;
   train_build(g, &a->train);                                // train/autodiff.c
   precision_assign(g, &a->train);                           // train/precision.c

@@ -1,4 +1,4 @@
-"""Constant folding (compiler/front/fold.c): the shape-computing subgraphs that
+"""Constant folding (compiler/front/eval.c): the shape-computing subgraphs that
 exporters write are evaluated at compile time, at the batch size given, and
 their nodes disappear; ops that exist only to be folded fail clearly when
 their input is data. Expected values are computed here by hand."""

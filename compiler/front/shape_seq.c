@@ -4,7 +4,7 @@
  * condition (torch's masked_fill of a causal mask) and Expand.
  *
  * Requires: inputs shaped (shape.c walks the nodes in order); Gather and
- * Where whose inputs are all constants were folded before (fold.c).
+ * Where whose inputs are all constants were evaluated before (eval.c).
  * Provides: output shapes and node->p (snrt_math_t, snrt_ln_t,
  * snrt_gather_t, snrt_where_t, snrt_reduce_t for Expand).
  *
