@@ -10,8 +10,17 @@
  *   shape     shape function (shape.c): output shapes + node params;
  *             shape_internal for ops snc creates (autodiff gives their shapes)
  *   grad      gradient builder (autodiff.c); grad_none: not differentiable
- *   emit      emitter (emit_ops.c): prints the params and the runtime call
- *   flops     forward FLOP count (flops.c)
+ *   emit      EmitFn (emit/emit_ops.c; transformer ops emit/emit_seq.c): prints
+ *             the step's param struct and its runtime call into train.c for one
+ *             node, forward, backward or recomputed (emit.c calls it per step;
+ *             a 16-bit step goes through emit/emit_convert.c first, which calls
+ *             it on the float32 working copies). emit_none (ir.c): ops that are
+ *             folded at compile time and never become a step (Constant, Shape,
+ *             ...); an internal error if called.
+ *   flops     FlopFn (front/flops.c): the node's forward FLOPs as a double, from
+ *             its shapes (flops_zero: shape ops and copies). Read by the cost
+ *             model (plan/cost.c), the plan's step_flops and recomputation
+ *             FLOPs (plan/plan.c, plan/recompute.c) and `snc inspect`.
  *
  * Keep ONNX ops first and internal ops after OP_FIRST_INTERNAL.
  *

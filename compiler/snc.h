@@ -29,7 +29,7 @@
 
 /* ------------------------------------------------------------------ util.c */
 
-/* Exit codes (INTERFACE.md). */
+/* Exit codes (docs/reference.md, "snc"). */
 enum { EXIT_USAGE = 1, EXIT_BADINPUT = 2, EXIT_INTERNAL = 3 };
 
 /* The file named in error messages (set by the driver). */

@@ -1,7 +1,7 @@
 """plan_check.py — an independent checker of plan.json, shared by the tests.
 
 It reads only plan.json (schemas/plan.schema.json) and checks it against the
-definitions in README.md and INTERFACE.md, never against the planner's code:
+definitions in docs/reference.md and docs/planning.md, never against the planner's code:
 
 - the schema (a small JSON Schema validator for the keywords it uses);
 - the route's shape (forward..., loss, backward/update/recompute/copies...,

@@ -1,6 +1,6 @@
 /* inspect.c — `snc inspect`: the shape-inferred forward graph, node by node,
  * and a summary (nodes, trainable parameters, activation bytes at the batch,
- * forward FLOPs); or the same as JSON (INTERFACE.md, "snc inspect --json").
+ * forward FLOPs); or the same as JSON (docs/reference.md, `--json`).
  * Reads the graph only; runs after shape_infer(). */
 #include "front.h"
 

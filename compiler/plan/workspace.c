@@ -61,20 +61,6 @@ static void live_remove(const Plan *pl, Live *l, int i) {
   l->n--;
 }
 
-static int cmp_first(const void *a, const void *b, void *ctx) {
-  const Instance *in = ctx;
-  int x = *(const int *)a, y = *(const int *)b;
-  if (in[x].first != in[y].first) return in[x].first < in[y].first ? -1 : 1;
-  return (x > y) - (x < y);
-}
-
-static int cmp_last(const void *a, const void *b, void *ctx) {
-  const Instance *in = ctx;
-  int x = *(const int *)a, y = *(const int *)b;
-  if (in[x].last != in[y].last) return in[x].last < in[y].last ? -1 : 1;
-  return (x > y) - (x < y);
-}
-
 void workspace_plan(const Graph *g, Plan *pl, int64_t cap) {
   Route *r = pl->route;
   cap -= cap % SNRT_ALIGN;
@@ -92,8 +78,8 @@ void workspace_plan(const Graph *g, Plan *pl, int64_t cap) {
     byfirst[n] = bylast[n] = i;
     n++;
   }
-  qsort_r(byfirst, (size_t)n, sizeof(int), cmp_first, pl->inst);
-  qsort_r(bylast, (size_t)n, sizeof(int), cmp_last, pl->inst);
+  qsort_r(byfirst, (size_t)n, sizeof(int), inst_cmp_first, pl->inst);
+  qsort_r(bylast, (size_t)n, sizeof(int), inst_cmp_last, pl->inst);
   Live live = {xmalloc(sizeof(int) * ((size_t)n + 1)), 0};
   bool *added = xcalloc((size_t)pl->ninst + 1, sizeof(bool));
   int a = 0, d = 0;

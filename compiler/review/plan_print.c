@@ -3,7 +3,7 @@
  * Text: a summary (policy, batch, device, arena, persistent, peak live, layer
  * peak, baseline, ratio, estimated step time), then one row per step: index,
  * kind, op, live MiB, arena high water MiB, node (the peak step marked).
- * JSON: every key INTERFACE.md lists for plan.json, plus the instances
+ * JSON: every key docs/reference.md lists for plan.json, plus the instances
  * (tensor, kind, bytes, lifetime, offset) for the HTML view and plan diffs;
  * schemas/plan.schema.json describes it.
  *

@@ -1,6 +1,6 @@
 /* cases.c — snc-calibrate's measurement cases: one runtime kernel on one
  * shape each, called through snrt.h as an emitted train.c calls it, with the
- * work and bytes touched counted as compiler/cost.c counts them for the step
+ * work and bytes touched counted as compiler/plan/cost.c counts them for the step
  * (inputs + outputs + workspace), so a rate measured here is the rate the
  * cost model divides by. Operands: see calibrate.h (random values from the
  * input pool, outputs to the output pool, rotated slots).
@@ -160,6 +160,9 @@ static const struct {
 typedef struct EwBufs { float *s, *b, *w, *m, *v; int32_t *labels; uint8_t *mask; } EwBufs;
 static EwBufs ewb[MAXCASES];
 
+/* Runs elementwise case k once: its kernel on in, into out.
+ * Long: one short case per elementwise kernel (a switch on k->which), each
+ * filling that kernel's parameter struct; no case depends on another. */
 static void ew(Case *k, char *in, char *out) {
   const int64_t n = k->n;
   const EwBufs *e = &ewb[k - cal_cases];

@@ -1,4 +1,4 @@
-/* metrics.c — the --metrics JSON file (INTERFACE.md).
+/* metrics.c — the --metrics JSON file (docs/reference.md, "Metrics").
  *
  * What it is: one flat JSON object, written atomically so a reader never sees
  * half a file. Keys: steps (run by this invocation), global_step, epochs
@@ -11,7 +11,7 @@
  * compute waited for), comm_overlapped_s (the rest) and sync_s (the step-end
  * exchange of the loss).
  *
- * What it is not: the progress line (main.c). */
+ * What it is not: the progress line (steps.c). */
 #include "rt.h"
 
 #include <errno.h>

@@ -1,6 +1,6 @@
 /* profile.c — `--profile FILE` of the emitted program: the measured time of
  * each plan step, summed per step kind and per cost class, beside the plan's
- * estimate (compiler/cost.c), so the cost model is checked step by step and
+ * estimate (compiler/plan/cost.c), so the cost model is checked step by step and
  * not only in total.
  *
  * How: while a training step runs (rt_prof_begin/end around it), the device
@@ -31,7 +31,7 @@ static struct {
   int64_t seen, measured;
 } P;
 
-/* Not rt_fail (main.c): build/snc-calibrate links the device layer, which
+/* Not rt_fail (util.c): build/snc-calibrate links the device layer, which
  * calls snrt_prof_mark, without the program's main. */
 static noreturn void prof_fail(int code, const char *what, const char *path) {
   fprintf(stderr, "train: error: --profile: %s%s%s\n", what, path ? " " : "", path ? path : "");
