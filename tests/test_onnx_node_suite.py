@@ -10,7 +10,7 @@ implementation; tests/onnx_node_cases.py writes them from build/venv's onnx
     and bools exactly, and the shapes exactly.
   - data: input 0 the data input, the rest initializers. `snc inspect --json`
     types the node on the data path; its output shapes must be the suite's.
-    (The values wait for the emitted program's --predict.)
+    (The values wait for the emitted program's forward-only mode.)
 
 A case is accepted when snc takes either form (and what it gives is right).
 Every refusal must be one line on stderr with exit 2: never a crash, never
