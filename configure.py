@@ -29,7 +29,14 @@ DEPS = ["gcc", "ninja-build", "protobuf-c-compiler", "libprotobuf-c-dev",
 # python3-pytest-xdist: `ninja test` runs the test files on every core.
 TEST_DEPS = ["python3-torch", "python3-torchvision", "python3-onnx", "python3-numpy",
              "python3-pytest", "python3-pytest-xdist", "python3-pil", "chromium", "clang",
-             "libclang-rt-14-dev"]
+             "libclang-rt-14-dev", "python3-venv"]
+# tests/test_hf_models.py and the ONNX node suite: a virtual environment over
+# Debian's torch (--system-site-packages) with these from PyPI: transformers
+# 4.38.2 builds and exports the tested models on torch 1.13 (Debian's);
+# onnx 1.23.2 defines opset 28 and ships the node suite; numpy stays below 2
+# for Debian's torch.
+VENV = "build/venv"
+VENV_PIP = ["transformers==4.38.2", "onnx==1.23.2", "onnxruntime==1.32.0", "numpy==1.26.4"]
 
 
 # The compiler's stages, in the pipeline's order (compiler/README.md); each
@@ -59,6 +66,24 @@ def install(pkgs):
     subprocess.run(sudo + ["apt-get", "update", "-qq"], check=True, env=env)
     subprocess.run(sudo + ["apt-get", "install", "-y", "-qq", "--no-install-recommends"]
                    + missing, check=True, env=env, stdout=subprocess.DEVNULL)
+
+
+def install_venv():
+    """build/venv with VENV_PIP; quiet, and nothing to do when its stamp
+    (the pinned list) matches."""
+    stamp = os.path.join(ROOT, VENV, "snc-pinned.txt")
+    want = "\n".join(VENV_PIP) + "\n"
+    if os.path.exists(stamp) and open(stamp).read() == want:
+        return
+    print("configure: making %s (pip: %s)" % (VENV, " ".join(VENV_PIP)), flush=True)
+    py = os.path.join(ROOT, VENV, "bin", "python")
+    if not os.path.exists(py):
+        subprocess.run(["/usr/bin/python3", "-m", "venv", "--system-site-packages",
+                        os.path.join(ROOT, VENV)], check=True)
+    subprocess.run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check"] + VENV_PIP,
+                   check=True)
+    with open(stamp, "w") as f:
+        f.write(want)
 
 
 class Writer:
@@ -214,7 +239,8 @@ def main():
     ap.add_argument("--install-deps", action="store_true",
                     help="apt-get the Debian packages building and the main job need")
     ap.add_argument("--install-test-deps", action="store_true",
-                    help="also the packages only the tests need (PyTorch, torchvision, ONNX, numpy, pytest, PIL, Chromium)")
+                    help="also the packages only the tests need (PyTorch, torchvision, ONNX, numpy, pytest, PIL, "
+                         "Chromium; build/venv with transformers, onnx and onnxruntime from PyPI)")
     ap.add_argument("--cuda", choices=["auto", "on", "off"], default="auto",
                     help="build the CUDA runtime (auto: where nvcc and cuDNN are found)")
     ap.add_argument("--sanitize", default="",
@@ -234,6 +260,8 @@ def main():
 
     if args.install_deps or args.install_test_deps:
         install(DEPS + (TEST_DEPS if args.install_test_deps else []))
+    if args.install_test_deps:
+        install_venv()
 
     os.chdir(ROOT)
     nvcc, cuda_home = probe_cuda(args.cuda)

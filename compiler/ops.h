@@ -24,10 +24,12 @@
  *
  * Keep ONNX ops first and internal ops after OP_FIRST_INTERNAL.
  *
- * Constant folding (fold.c, during shape inference): a node of a foldable op
- * whose inputs are all constants is evaluated at compile time and removed
- * (Cast, Shape, Gather, Unsqueeze... as exporters write them to compute
- * pads and shapes). Ops with shape_fold exist only for that.
+ * Compile-time evaluation (front/eval.c, during shape inference): a node of
+ * any ONNX op in eval.c's table whose inputs are all constants is evaluated
+ * at compile time and removed (Cast, Shape, Gather, Trilu, Sin... as
+ * exporters write them to compute shapes, masks and tables). Ops with
+ * shape_fold exist only for that; OP_EVAL stands for every ONNX op that has
+ * no row here.
  */
 /*  id              onnx                    in    out   cost            shape             grad             emit                flops */
 #define SNC_OPS(OP) \
@@ -74,12 +76,15 @@
   OP(GATHER,        "Gather",               2,2,  1,1,  COST_CHEAP,     shape_gather,     grad_gather,     emit_gather,        flops_zero) \
   OP(WHERE,         "Where",                3,3,  1,1,  COST_CHEAP,     shape_where,      grad_where,      emit_where,         flops_zero) \
   OP(BROADCAST,     "Expand",               2,2,  1,1,  COST_CHEAP,     shape_broadcast,  grad_broadcast,  emit_expand,        flops_out) \
-  /* ---- ONNX ops snc only evaluates at compile time (fold.c): shape_fold \
+  /* ---- ONNX ops snc only evaluates at compile time (eval.c): shape_fold \
    * fails, naming the node, when an input is not a constant ---- */ \
   OP(SHAPE,         "Shape",                1,1,  1,1,  COST_FREE,      shape_fold,       grad_none,       emit_none,          flops_zero) \
   OP(CONSTANTOFSHAPE, "ConstantOfShape",    1,1,  1,1,  COST_FREE,      shape_fold,       grad_none,       emit_none,          flops_zero) \
   OP(RANGE,         "Range",                3,3,  1,1,  COST_FREE,      shape_fold,       grad_none,       emit_none,          flops_zero) \
   OP(EQUAL,         "Equal",                2,2,  1,1,  COST_FREE,      shape_fold,       grad_none,       emit_none,          flops_zero) \
+  /* Any other ONNX op of eval.c's table (Sin, Trilu, ScatterND...): its \
+   * op_type in node->onnx_op; arity from that table. */ \
+  OP(EVAL,          "",                     0,-1, 0,-1, COST_FREE,      shape_fold,       grad_none,       emit_none,          flops_zero) \
   /* ---- internal ops: created by autodiff and the planner ---- */ \
   OP(CONV_BWD_DATA,   "",  2,2, 1,1, COST_EXPENSIVE, shape_internal, grad_none, emit_conv_bwd_data,   flops_conv_bwd) \
   OP(CONV_BWD_FILTER, "",  2,2, 1,1, COST_EXPENSIVE, shape_internal, grad_none, emit_conv_bwd_filter, flops_conv_bwd) \

@@ -74,6 +74,7 @@ OUTSIDE_FLAGS = {
     "--tool",                                                  # valgrind --tool=callgrind
     "--list-gpu-arch",                                         # nvcc
     "--no-install-recommends",                                 # apt-get
+    "--system-site-packages", "--disable-pip-version-check",   # python3 -m venv, pip
     "--version", "--help",
     "--bogus", "--frobnicate",    # docs/failures.md: the unknown flags it tries
 }

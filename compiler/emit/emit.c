@@ -644,7 +644,7 @@ static void emit_model(FILE *f, const Graph *g, const Plan *pl, const EmitOpts *
   /* Token models: the smallest table the token ids index, and T labels a sample. */
   int64_t vocab = 0;
   for (int i = 0; i < g->nfwd; i++)
-    if (g->n[i].op == OP_GATHER && g->n[i].in[1] == g->input) {
+    if (g->n[i].op == OP_GATHER && graph_token_source(g, g->n[i].in[1]) == g->input) {
       int64_t rows = ((const snrt_gather_t *)g->n[i].p)->rows;
       if (!vocab || rows < vocab) vocab = rows;
     }
