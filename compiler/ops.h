@@ -61,6 +61,13 @@
   OP(NEG,           "Neg",                  1,1,  1,1,  COST_CHEAP,     shape_math,       grad_math,       emit_math,          flops_elementwise) \
   OP(RECIPROCAL,    "Reciprocal",           1,1,  1,1,  COST_CHEAP,     shape_math,       grad_math,       emit_math,          flops_elementwise) \
   OP(POW,           "Pow",                  2,2,  1,1,  COST_CHEAP,     shape_math,       grad_math,       emit_math,          flops_elementwise) \
+  OP(SIN,           "Sin",                  1,1,  1,1,  COST_CHEAP,     shape_math,       grad_math,       emit_math,          flops_elementwise) \
+  OP(COS,           "Cos",                  1,1,  1,1,  COST_CHEAP,     shape_math,       grad_math,       emit_math,          flops_elementwise) \
+  OP(EXP,           "Exp",                  1,1,  1,1,  COST_CHEAP,     shape_math,       grad_math,       emit_math,          flops_elementwise) \
+  OP(LOG,           "Log",                  1,1,  1,1,  COST_CHEAP,     shape_math,       grad_math,       emit_math,          flops_elementwise) \
+  OP(ABS,           "Abs",                  1,1,  1,1,  COST_CHEAP,     shape_math,       grad_math,       emit_math,          flops_elementwise) \
+  OP(HARDSIGMOID,   "HardSigmoid",          1,1,  1,1,  COST_CHEAP,     shape_math,       grad_math,       emit_math,          flops_elementwise) \
+  OP(HARDSWISH,     "HardSwish",            1,1,  1,1,  COST_CHEAP,     shape_math,       grad_math,       emit_math,          flops_elementwise) \
   OP(LAYERNORM,     "LayerNormalization",   2,3,  1,3,  COST_EXPENSIVE, shape_layernorm,  grad_layernorm,  emit_layernorm,     flops_elementwise) \
   OP(GATHER,        "Gather",               2,2,  1,1,  COST_CHEAP,     shape_gather,     grad_gather,     emit_gather,        flops_zero) \
   OP(WHERE,         "Where",                3,3,  1,1,  COST_CHEAP,     shape_where,      grad_where,      emit_where,         flops_zero) \

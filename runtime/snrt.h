@@ -268,15 +268,22 @@ typedef struct snrt_dropout_t {
 
 /* Transformer ops (embedding, LayerNorm, masks, elementwise math). */
 
-enum snrt_math_kind { SNRT_SQRT, SNRT_ERF, SNRT_NEG, SNRT_RECIPROCAL, SNRT_POW };
+enum snrt_math_kind { SNRT_SQRT, SNRT_ERF, SNRT_NEG, SNRT_RECIPROCAL, SNRT_POW,
+                      SNRT_SIN, SNRT_COS, SNRT_EXP, SNRT_LOG, SNRT_ABS, SNRT_HARDSIGMOID,
+                      SNRT_HARDSWISH };
 
 /* Elementwise y = f(x): sqrt, erf, -x, 1/x, x^exponent (Pow with a constant
- * exponent). Backward reads y for Sqrt and Reciprocal, x for Erf and Pow,
- * neither for Neg (the one it does not need may be NULL). */
+ * exponent), sin, cos, exp, log, |x|, HardSigmoid max(0, min(1, alpha x +
+ * beta)), HardSwish x max(0, min(1, x/6 + 1/2)). Backward reads y for Sqrt,
+ * Reciprocal and Exp, neither for Neg, x for the others (the one it does not
+ * need may be NULL). At a kink (|x| at 0, the hard ops' corners) the
+ * gradient is torch's: 0 for Abs, the inner piece's for HardSwish at +-3,
+ * 0 for HardSigmoid outside the open interval. */
 typedef struct snrt_math_t {
   int64_t n;
   int kind;              /* enum snrt_math_kind */
   float exponent;        /* SNRT_POW */
+  float alpha, beta;     /* SNRT_HARDSIGMOID */
 } snrt_math_t;
 
 /* LayerNormalization over the last `cols` elements of each of `rows` rows:

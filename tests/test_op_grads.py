@@ -267,6 +267,15 @@ def op_gather_const(m, rng):
             lambda t, P: t + P[table][ix])
 
 
+def op_hard(build, fn):
+    """HardSigmoid/HardSwish over 3x the input: every piece of the function
+    (below -3, the middle, above 3) is reached."""
+    def make(m, rng):
+        three = m.const(fc(3.0), np.float32)
+        return lambda t: build(m, m.op("Mul", [t, three])), lambda t, P: fn(t * 3.0)
+    return make
+
+
 OPS = {
     "Conv": (op_conv, 13),
     "Conv_group_dilated": (op_conv_group, 13),
@@ -320,6 +329,15 @@ OPS = {
     "MatMul4d": (op_matmul4d, 13),
     "Expand": (op_expand, 13),
     "Gather_const": (op_gather_const, 13),
+    "Sin": (unary("Sin", torch.sin), 13),
+    "Cos": (unary("Cos", torch.cos), 13),
+    "Exp": (unary("Exp", torch.exp), 13),
+    "Log": (op_math("Log", torch.log), 13),
+    "Abs": (unary("Abs", torch.abs), 13),
+    "HardSigmoid_default": (unary("HardSigmoid", lambda t: torch.clamp(0.2 * t + 0.5, 0, 1)), 13),
+    "HardSigmoid_torch": (op_hard(lambda m, t: m.op("HardSigmoid", [t], alpha=1.0 / 6),
+                                  F.hardsigmoid), 13),
+    "HardSwish": (op_hard(lambda m, t: m.op("HardSwish", [t]), F.hardswish), 14),
 }
 
 

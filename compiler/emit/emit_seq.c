@@ -13,11 +13,16 @@
 #define BUF 1024
 static char pb[BUF];
 
-static const char *math_kinds[] = {"SNRT_SQRT", "SNRT_ERF", "SNRT_NEG", "SNRT_RECIPROCAL", "SNRT_POW"};
+static const char *math_kinds[] = {"SNRT_SQRT", "SNRT_ERF", "SNRT_NEG", "SNRT_RECIPROCAL", "SNRT_POW",
+                                   "SNRT_SIN", "SNRT_COS", "SNRT_EXP", "SNRT_LOG", "SNRT_ABS",
+                                   "SNRT_HARDSIGMOID", "SNRT_HARDSWISH"};
 
 static const char *p_math(Emit *e, const snrt_math_t *p) {
-  snprintf(pb, BUF, ".n = %lld, .kind = %s, .exponent = %s", (long long)p->n, math_kinds[p->kind],
-           emit_float(p->exponent));
+  int k = snprintf(pb, BUF, ".n = %lld, .kind = %s, .exponent = %s", (long long)p->n,
+                   math_kinds[p->kind], emit_float(p->exponent));
+  if (p->kind == SNRT_HARDSIGMOID)
+    snprintf(pb + k, (size_t)(BUF - k), ", .alpha = %s, .beta = %s", emit_float(p->alpha),
+             emit_float(p->beta));
   return emit_params(e, p, "snrt_math_t", pb);
 }
 

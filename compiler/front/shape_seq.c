@@ -1,5 +1,6 @@
 /* shape_seq.c — shape inference for the ops transformers add: elementwise
- * math (Sqrt, Erf, Neg, Reciprocal, Pow with a constant exponent),
+ * math (Sqrt, Erf, Neg, Reciprocal, Pow with a constant exponent, Sin, Cos,
+ * Exp, Log, Abs, HardSigmoid, HardSwish),
  * LayerNormalization, Gather (the embedding lookup), Where with a constant
  * condition (torch's masked_fill of a causal mask) and Expand.
  *
@@ -17,7 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- Sqrt, Erf, Neg, Reciprocal, Pow ---- */
+/* ---- Sqrt, Erf, Neg, Reciprocal, Pow, Sin, Cos, Exp, Log, Abs, HardSigmoid,
+ * HardSwish ---- */
 
 void shape_math(Graph *g, Node *n) {
   Tensor *x = shape_in_float(g, n, 0, -1);
@@ -35,6 +37,17 @@ void shape_math(Graph *g, Node *n) {
     p->exponent = const_float(g, n, 1, 1.0f);
     break;
   }
+  case OP_SIN: p->kind = SNRT_SIN; break;
+  case OP_COS: p->kind = SNRT_COS; break;
+  case OP_EXP: p->kind = SNRT_EXP; break;
+  case OP_LOG: p->kind = SNRT_LOG; break;
+  case OP_ABS: p->kind = SNRT_ABS; break;
+  case OP_HARDSWISH: p->kind = SNRT_HARDSWISH; break;
+  case OP_HARDSIGMOID:
+    p->kind = SNRT_HARDSIGMOID;
+    p->alpha = attr_float(n, "alpha", 0.2f);
+    p->beta = attr_float(n, "beta", 0.5f);
+    break;
   default: unreachable();
   }
   p->n = tensor_numel(x);

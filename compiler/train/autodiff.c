@@ -350,12 +350,13 @@ void grad_reducemean(Graph *g, int node) {
 
 /* ---- transformer ops ---- */
 
-/* Sqrt and Reciprocal differentiate from their output, Erf and Pow from
- * their input, Neg from neither (aux = 1: input 0 is y; 0: x; -1 absent). */
+/* Sqrt, Reciprocal and Exp differentiate from their output, Neg from
+ * neither, the others from their input (aux = 1: input 0 is y; 0: x; -1
+ * absent). */
 void grad_math(Graph *g, int node) {
   Node n = g->n[node];
   if (!need(&n, 0)) return;
-  bool from_y = n.op == OP_SQRT || n.op == OP_RECIPROCAL;
+  bool from_y = n.op == OP_SQRT || n.op == OP_RECIPROCAL || n.op == OP_EXP;
   int v = n.op == OP_NEG ? -1 : from_y ? n.out[0] : n.in[0];
   int dx = grad_slot(g, n.in[0]);
   int b = add_node(g, OP_MATH_BWD, node, "bwd", PH_BACKWARD, 2, (int[]){v, dy(g, &n, 0)}, 1, &dx, n.p);

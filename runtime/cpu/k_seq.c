@@ -1,5 +1,6 @@
 /* k_seq.c — CPU kernels of the transformer ops: elementwise math (Sqrt, Erf,
- * Neg, Reciprocal, Pow), LayerNormalization, the embedding lookup and its
+ * Neg, Reciprocal, Pow, Sin, Cos, Exp, Log, Abs, HardSigmoid, HardSwish),
+ * LayerNormalization, the embedding lookup and its
  * scatter-add gradient, the masked fill.
  *
  * Determinism (kern.h): each output element is owned by one thread and sums
@@ -17,6 +18,40 @@ static inline float pow_k(float x, float e) {
   if (e == 3.0f) return x * x * x;
   if (e == 0.5f) return sqrtf(x);
   return powf(x, e);
+}
+
+/* Sin, Cos, Exp, Log, Abs, HardSigmoid, HardSwish: y = f(x), and f'(x)
+ * (from y for Exp). */
+static inline float math_more(const snrt_math_t *p, float v) {
+  switch (p->kind) {
+  case SNRT_SIN: return sinf(v);
+  case SNRT_COS: return cosf(v);
+  case SNRT_EXP: return expf(v);
+  case SNRT_LOG: return logf(v);
+  case SNRT_ABS: return fabsf(v);
+  case SNRT_HARDSIGMOID: {
+    float t = p->alpha * v + p->beta;
+    return t <= 0.0f ? 0.0f : t >= 1.0f ? 1.0f : t;
+  }
+  default:   /* SNRT_HARDSWISH */
+    return v <= -3.0f ? 0.0f : v >= 3.0f ? v : v * (v + 3.0f) / 6.0f;
+  }
+}
+
+static inline float math_more_d(const snrt_math_t *p, float v, float y) {
+  switch (p->kind) {
+  case SNRT_SIN: return cosf(v);
+  case SNRT_COS: return -sinf(v);
+  case SNRT_EXP: return y;
+  case SNRT_LOG: return 1.0f / v;
+  case SNRT_ABS: return v > 0.0f ? 1.0f : v < 0.0f ? -1.0f : 0.0f;
+  case SNRT_HARDSIGMOID: {
+    float t = p->alpha * v + p->beta;
+    return t > 0.0f && t < 1.0f ? p->alpha : 0.0f;
+  }
+  default:   /* SNRT_HARDSWISH */
+    return v < -3.0f ? 0.0f : v > 3.0f ? 1.0f : v / 3.0f + 0.5f;
+  }
 }
 
 void snrt_math_fwd(snrt_ctx *c, const snrt_math_t *p, const float *x, float *y) {
@@ -43,6 +78,10 @@ void snrt_math_fwd(snrt_ctx *c, const snrt_math_t *p, const float *x, float *y) 
   case SNRT_POW:
 #pragma omp parallel for schedule(static) if (n > KERN_PAR_MIN / 8)
     for (int64_t i = 0; i < n; i++) y[i] = pow_k(x[i], e);
+    break;
+  default:
+#pragma omp parallel for schedule(static) if (n > KERN_PAR_MIN / 8)
+    for (int64_t i = 0; i < n; i++) y[i] = math_more(p, x[i]);
     break;
   }
 }
@@ -73,6 +112,10 @@ void snrt_math_bwd(snrt_ctx *c, const snrt_math_t *p, const float *x, const floa
 #pragma omp parallel for schedule(static) if (n > KERN_PAR_MIN / 8)
     for (int64_t i = 0; i < n; i++)
       dx[i] = e == 2.0f ? dy[i] * 2.0f * x[i] : dy[i] * e * pow_k(x[i], e - 1.0f);
+    break;
+  default:
+#pragma omp parallel for schedule(static) if (n > KERN_PAR_MIN / 8)
+    for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * math_more_d(p, x ? x[i] : 0.0f, y ? y[i] : 0.0f);
     break;
   }
 }
