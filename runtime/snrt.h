@@ -295,14 +295,17 @@ typedef struct snrt_ln_t {
   float eps;
 } snrt_ln_t;
 
-/* Embedding lookup (Gather on axis 0 of a float table (rows, dim)):
- * y[i] = table[idx[i]]. Indices are int32 in the arena (token ids of the data
- * input), or compile-time constants in `idx` (positions). Backward zero-fills
- * dtable and adds each dy row to the row of its index (a scatter-add, summed
- * in index order: deterministic). */
+/* Gather on any axis of a float table viewed as (outer, rows, dim), `rows`
+ * the gathered axis: y[o][i] = table[o][idx[i]] (rows of dim floats); axis 0
+ * (outer 1) is an embedding lookup. Indices are int32 in the arena (token ids
+ * of the data input), or compile-time constants in `idx` (positions, a
+ * select such as x[:, 0]). Backward zero-fills dtable and adds each dy row
+ * to the row of its index (a scatter-add, summed in index order:
+ * deterministic). outer 0 means 1. */
 typedef struct snrt_gather_t {
   int64_t n_idx, rows, dim;
   const int32_t *idx;    /* constant indices (n_idx of them), or NULL */
+  int64_t outer;
 } snrt_gather_t;
 
 /* Masked fill with a constant mask (Where(mask, value, x) as torch's

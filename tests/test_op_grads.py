@@ -267,6 +267,18 @@ def op_gather_const(m, rng):
             lambda t, P: t + P[table][ix])
 
 
+def op_gather_axis(axis, idx):
+    """Gather on another axis of data: a select (scalar index, ViT's x[:, 0])
+    or a list of indices with repeats (their gradients add)."""
+    def make(m, rng):
+        ix = m.const(idx)
+        ti = torch.tensor(idx)
+        sl = (slice(None),) * axis
+        return (lambda t: m.op("Sigmoid", [m.op("Gather", [t, ix], axis=axis)]),
+                lambda t, P: torch.sigmoid(t[sl + (ti,)]))
+    return make
+
+
 def op_hard(build, fn):
     """HardSigmoid/HardSwish over 3x the input: every piece of the function
     (below -3, the middle, above 3) is reached."""
@@ -337,6 +349,9 @@ OPS = {
     "HardSigmoid_default": (unary("HardSigmoid", lambda t: torch.clamp(0.2 * t + 0.5, 0, 1)), 13),
     "HardSigmoid_torch": (op_hard(lambda m, t: m.op("HardSigmoid", [t], alpha=1.0 / 6),
                                   F.hardsigmoid), 13),
+    "Gather_axis1_select": (op_gather_axis(1, 0), 13),
+    "Gather_axis2_repeats": (op_gather_axis(2, [[4, 0], [4, -1]]), 13),
+    "Gather_axis3_last": (op_gather_axis(3, -2), 13),
     "HardSwish": (op_hard(lambda m, t: m.op("HardSwish", [t]), F.hardswish), 14),
 }
 

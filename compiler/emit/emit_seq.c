@@ -50,8 +50,9 @@ static const char *p_gather(Emit *e, const snrt_gather_t *p) {
     snprintf(arr, sizeof arr, "P%d_idx", e->nparams);
     int_array(e, "int32_t", arr, p->n_idx, p->idx, false);
   }
-  snprintf(pb, BUF, ".n_idx = %lld, .rows = %lld, .dim = %lld, .idx = %s", (long long)p->n_idx,
-           (long long)p->rows, (long long)p->dim, arr);
+  int k = snprintf(pb, BUF, ".n_idx = %lld, .rows = %lld, .dim = %lld, .idx = %s",
+                   (long long)p->n_idx, (long long)p->rows, (long long)p->dim, arr);
+  if (p->outer > 1) snprintf(pb + k, (size_t)(BUF - k), ", .outer = %lld", (long long)p->outer);
   return emit_params(e, p, "snrt_gather_t", pb);
 }
 

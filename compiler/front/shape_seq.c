@@ -9,9 +9,9 @@
  * Provides: output shapes and node->p (snrt_math_t, snrt_ln_t,
  * snrt_gather_t, snrt_where_t, snrt_reduce_t for Expand).
  *
- * What it is not: general Gather or Where. Gather on data is an embedding
- * (axis 0 of a float table, int indices that are the data input or
- * constants); Where takes a constant condition and one constant scalar
+ * What it is not: general Gather or Where. Gather on data reads a float
+ * table on any axis (axis 0: an embedding) at int indices that are the data
+ * input or constants; Where takes a constant condition and one constant scalar
  * branch (a mask), the other branch being data of the output's shape. */
 #include "shape.h"
 
@@ -85,20 +85,19 @@ void shape_layernorm(Graph *g, Node *n) {
   n->p = p;
 }
 
-/* ---- Gather: the embedding lookup ---- */
+/* ---- Gather: the embedding lookup (axis 0), or any axis of data ---- */
 
 void shape_gather(Graph *g, Node *n) {
   Tensor *t = shape_in_float(g, n, 0, -1), *ix = shape_in(g, n, 1);
-  if (attr_int(n, "axis", 0) != 0 && attr_int(n, "axis", 0) != -t->rank)
-    node_error(n, "Gather on data supports axis 0 only (an embedding lookup), not axis %lld",
-               (long long)attr_int(n, "axis", 0));
   if (t->rank < 1) node_error(n, "the table '%s' must have rank 1 or more", t->name);
+  int axis = shape_axis(n, attr_int(n, "axis", 0), t->rank, false, "axis");
   if (ix->dtype != DT_INT64 && ix->dtype != DT_INT32)
     node_error(n, "indices ('%s') must be int64 or int32, not %s", ix->name, dtype_name(ix->dtype));
   if (ix->rank + t->rank - 1 > MAX_RANK) node_error(n, "output rank is above %d", MAX_RANK);
   snrt_gather_t *p = shape_alloc(sizeof *p);
-  p->rows = t->dims[0];
-  p->dim = shape_prod(n, t->dims, 1, t->rank);
+  p->rows = t->dims[axis];
+  p->dim = shape_prod(n, t->dims, axis + 1, t->rank);
+  if (axis > 0) p->outer = shape_prod(n, t->dims, 0, axis);
   p->n_idx = tensor_numel(ix);
   if (p->rows < 1 || p->rows > INT32_MAX) node_error(n, "the table '%s' %s has no rows or too many",
                                                      t->name, shape_str(t));
@@ -109,18 +108,21 @@ void shape_gather(Graph *g, Node *n) {
     for (int64_t i = 0; i < p->n_idx; i++) {
       int64_t k = ix->dtype == DT_INT64 ? ((const int64_t *)ix->data)[i] : ((const int32_t *)ix->data)[i];
       if (k < -p->rows || k >= p->rows)
-        node_error(n, "index %lld at position %lld is outside the table '%s' of %lld rows",
-                   (long long)k, (long long)i, t->name, (long long)p->rows);
+        node_error(n, "index %lld at position %lld is outside axis %d of '%s' %s",
+                   (long long)k, (long long)i, axis, t->name, shape_str(t));
       v[i] = (int32_t)(k < 0 ? k + p->rows : k);
     }
     p->idx = v;
   } else if (ix->kind != TK_INPUT) {
     node_error(n, "indices ('%s') must be the data input (token ids) or a constant", ix->name);
   }
+  /* Output: the table's dims before the axis, the indices' dims, the rest
+   * (a scalar index drops the axis: a select). */
   int64_t dims[MAX_RANK];
   int r = 0;
+  for (int d = 0; d < axis; d++) dims[r++] = t->dims[d];
   for (int d = 0; d < ix->rank; d++) dims[r++] = ix->dims[d];
-  for (int d = 1; d < t->rank; d++) dims[r++] = t->dims[d];
+  for (int d = axis + 1; d < t->rank; d++) dims[r++] = t->dims[d];
   shape_set_out(g, n, 0, DT_FLOAT, r, dims);
   n->p = p;
 }

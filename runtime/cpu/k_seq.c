@@ -198,15 +198,15 @@ void snrt_gather_fwd(snrt_ctx *c, const snrt_gather_t *p, const float *table, co
                      float *y) {
   (void)c;
   const int32_t *ix = idx ? idx : p->idx;
-  const int64_t D = p->dim;
-#pragma omp parallel for schedule(static) if (p->n_idx * D > KERN_PAR_MIN)
-  for (int64_t i = 0; i < p->n_idx; i++) {
-    int64_t k = ix[i];
+  const int64_t D = p->dim, N = p->n_idx, outer = p->outer > 1 ? p->outer : 1;
+#pragma omp parallel for schedule(static) if (outer * N * D > KERN_PAR_MIN)
+  for (int64_t e = 0; e < outer * N; e++) {
+    int64_t o = e / N, i = e % N, k = ix[i];
     if (k < 0 || k >= p->rows) {   /* the loader rejects such ids; never read outside */
-      for (int64_t j = 0; j < D; j++) y[i * D + j] = NAN;
+      for (int64_t j = 0; j < D; j++) y[e * D + j] = NAN;
       continue;
     }
-    memcpy(y + i * D, table + k * D, sizeof(float) * (size_t)D);
+    memcpy(y + e * D, table + (o * p->rows + k) * D, sizeof(float) * (size_t)D);
   }
 }
 
@@ -214,18 +214,19 @@ void snrt_gather_bwd(snrt_ctx *c, const snrt_gather_t *p, const int32_t *idx, co
                      float *dtable) {
   (void)c;
   const int32_t *ix = idx ? idx : p->idx;
-  const int64_t D = p->dim, N = p->n_idx;
-  memset(dtable, 0, sizeof(float) * (size_t)(p->rows * D));
+  const int64_t D = p->dim, N = p->n_idx, outer = p->outer > 1 ? p->outer : 1;
+  memset(dtable, 0, sizeof(float) * (size_t)(outer * p->rows * D));
   int64_t nblk = (D + LN_COLS - 1) / LN_COLS;
-#pragma omp parallel for schedule(static) if (N * D > KERN_PAR_MIN)
-  for (int64_t b = 0; b < nblk; b++) {
+#pragma omp parallel for schedule(static) if (outer * N * D > KERN_PAR_MIN)
+  for (int64_t ob = 0; ob < outer * nblk; ob++) {
+    int64_t o = ob / nblk, b = ob % nblk;
     int64_t j0 = b * LN_COLS, j1 = kern_min(D, j0 + LN_COLS);
     for (int64_t i = 0; i < N; i++) {
       int64_t k = ix[i];
       if (k < 0 || k >= p->rows) continue;
-      float *o = dtable + k * D;
-      const float *d = dy + i * D;
-      for (int64_t j = j0; j < j1; j++) o[j] += d[j];
+      float *t = dtable + (o * p->rows + k) * D;
+      const float *d = dy + (o * N + i) * D;
+      for (int64_t j = j0; j < j1; j++) t[j] += d[j];
     }
   }
 }

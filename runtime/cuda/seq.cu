@@ -207,17 +207,20 @@ void snrt_ln_bwd(snrt_ctx *c, const snrt_ln_t *p, const float *x, const float *d
 /* ---- embedding --------------------------------------------------------------------- */
 
 __global__ void k_gather_fwd(snrt_gather_t p, const float *table, const int32_t *idx, float *y) {
-  SNRT_FOR(e, p.n_idx * p.dim) {
-    int64_t i = e / p.dim, j = e % p.dim, k = idx[i];
-    y[e] = k >= 0 && k < p.rows ? table[k * p.dim + j] : __int_as_float(0x7fc00000);
+  int64_t outer = p.outer > 1 ? p.outer : 1;
+  SNRT_FOR(e, outer * p.n_idx * p.dim) {
+    int64_t r = e / p.dim, j = e % p.dim, o = r / p.n_idx, k = idx[r % p.n_idx];
+    y[e] = k >= 0 && k < p.rows ? table[(o * p.rows + k) * p.dim + j] : __int_as_float(0x7fc00000);
   }
 }
 
 __global__ void k_gather_bwd(snrt_gather_t p, const int32_t *idx, const float *dy, float *dtable) {
-  SNRT_FOR(j, p.dim) {
+  int64_t outer = p.outer > 1 ? p.outer : 1;
+  SNRT_FOR(oj, outer * p.dim) {
+    int64_t o = oj / p.dim, j = oj % p.dim;
     for (int64_t i = 0; i < p.n_idx; i++) {
       int64_t k = idx[i];
-      if (k >= 0 && k < p.rows) dtable[k * p.dim + j] += dy[i * p.dim + j];
+      if (k >= 0 && k < p.rows) dtable[(o * p.rows + k) * p.dim + j] += dy[(o * p.n_idx + i) * p.dim + j];
     }
   }
 }
@@ -228,18 +231,22 @@ static const int32_t *gather_idx(snrt_ctx *c, const snrt_gather_t *p, const int3
 
 void snrt_gather_fwd(snrt_ctx *c, const snrt_gather_t *p, const float *table, const int32_t *idx,
                      float *y) {
-  if (p->n_idx * p->dim <= 0) return;
+  int64_t outer = p->outer > 1 ? p->outer : 1;
+  if (outer * p->n_idx * p->dim <= 0) return;
   const int32_t *ix = gather_idx(c, p, idx);
-  k_gather_fwd<<<snrt_cu_blocks(p->n_idx * p->dim), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(*p, table, ix, y);
+  k_gather_fwd<<<snrt_cu_blocks(outer * p->n_idx * p->dim), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(
+      *p, table, ix, y);
   SNRT_LAUNCH_CHECK();
 }
 
 void snrt_gather_bwd(snrt_ctx *c, const snrt_gather_t *p, const int32_t *idx, const float *dy,
                      float *dtable) {
-  snrt_cu_fill(c, dtable, p->rows * p->dim, 0.0f);
-  if (p->n_idx * p->dim <= 0) return;
+  int64_t outer = p->outer > 1 ? p->outer : 1;
+  snrt_cu_fill(c, dtable, outer * p->rows * p->dim, 0.0f);
+  if (outer * p->n_idx * p->dim <= 0) return;
   const int32_t *ix = gather_idx(c, p, idx);
-  k_gather_bwd<<<snrt_cu_blocks(p->dim), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(*p, ix, dy, dtable);
+  k_gather_bwd<<<snrt_cu_blocks(outer * p->dim), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(*p, ix, dy,
+                                                                                       dtable);
   SNRT_LAUNCH_CHECK();
 }
 
