@@ -22,6 +22,7 @@ const char *op_name(OpKind op) {
 bool op_slot_is_data(OpKind op, int k) {
   switch (op) {
   case OP_RESHAPE: case OP_SPLIT: case OP_REDUCEMEAN: return k == 0;
+  case OP_REDUCESUM: case OP_REDUCEMAX: case OP_REDUCEL2: case OP_TILE: case OP_TRILU: return k == 0;
   case OP_UNSQUEEZE: case OP_SQUEEZE: return k == 0;
   case OP_SLICE: case OP_PAD: case OP_CLIP: case OP_DROPOUT: return k == 0;
   /* Pow's exponent, Expand's shape, constant Gather indices and Where's

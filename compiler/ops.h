@@ -49,6 +49,13 @@
   OP(DROPOUT,       "Dropout",              1,3,  1,2,  COST_CHEAP,     shape_dropout,    grad_dropout,    emit_dropout,       flops_elementwise) \
   OP(SOFTMAX,       "Softmax",              1,1,  1,1,  COST_CHEAP,     shape_softmax,    grad_softmax,    emit_softmax,       flops_elementwise) \
   OP(REDUCEMEAN,    "ReduceMean",           1,2,  1,1,  COST_CHEAP,     shape_reducemean, grad_reducemean, emit_reducemean,    flops_elementwise) \
+  OP(REDUCESUM,     "ReduceSum",            1,2,  1,1,  COST_CHEAP,     shape_reducemean, grad_reducemean, emit_reducemean,    flops_elementwise) \
+  OP(REDUCEMAX,     "ReduceMax",            1,2,  1,1,  COST_CHEAP,     shape_reducemean, grad_reduce_ex,  emit_reducemean,    flops_elementwise) \
+  OP(REDUCEL2,      "ReduceL2",             1,2,  1,1,  COST_CHEAP,     shape_reducemean, grad_reduce_ex,  emit_reducemean,    flops_elementwise) \
+  OP(MIN,           "Min",                  2,2,  1,1,  COST_CHEAP,     shape_binary,     grad_binary,     emit_binary,        flops_elementwise) \
+  OP(MAX,           "Max",                  2,2,  1,1,  COST_CHEAP,     shape_binary,     grad_binary,     emit_binary,        flops_elementwise) \
+  OP(TILE,          "Tile",                 2,2,  1,1,  COST_CHEAP,     shape_tile,       grad_broadcast,  emit_expand,        flops_out) \
+  OP(TRILU,         "Trilu",                1,2,  1,1,  COST_CHEAP,     shape_trilu,      grad_where,      emit_where,         flops_zero) \
   OP(IDENTITY,      "Identity",             1,1,  1,1,  COST_FREE,      shape_same,       grad_reshape,    emit_copy,          flops_zero) \
   OP(CONSTANT,      "Constant",             0,0,  1,1,  COST_FREE,      shape_constant,   grad_none,       emit_none,                   flops_zero) \
   OP(CAST,          "Cast",                 1,1,  1,1,  COST_FREE,      shape_cast,       grad_reshape,    emit_copy,          flops_zero) \
@@ -94,6 +101,7 @@
   OP(BIAS_BWD,        "",  1,1, 1,1, COST_CHEAP, shape_internal, grad_none, emit_bias_bwd,        flops_in) \
   OP(REDUCE,          "",  1,1, 1,1, COST_CHEAP, shape_internal, grad_none, emit_reduce,          flops_in) \
   OP(EXPAND,          "",  1,1, 1,1, COST_CHEAP, shape_internal, grad_none, emit_expand,          flops_out) \
+  OP(REDUCE_BWD,      "",  3,3, 1,1, COST_CHEAP, shape_internal, grad_none, emit_reduce_bwd,      flops_in) \
   OP(SLICE_BWD,       "",  1,1, 1,1, COST_CHEAP, shape_internal, grad_none, emit_slice_bwd,       flops_zero) \
   OP(PAD_BWD,         "",  1,1, 1,1, COST_CHEAP, shape_internal, grad_none, emit_pad_bwd,         flops_zero) \
   OP(SOFTMAX_BWD,     "",  2,2, 1,1, COST_CHEAP, shape_internal, grad_none, emit_softmax_bwd,     flops_in) \

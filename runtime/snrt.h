@@ -165,7 +165,9 @@ typedef struct snrt_unary_t {
   float lo, hi;
 } snrt_unary_t;
 
-enum snrt_binary_kind { SNRT_ADD, SNRT_SUB, SNRT_MUL, SNRT_DIV };
+/* SNRT_MIN/SNRT_MAX: the gradient goes to the smaller/larger operand, half
+ * to each on a tie (as torch.minimum/maximum). */
+enum snrt_binary_kind { SNRT_ADD, SNRT_SUB, SNRT_MUL, SNRT_DIV, SNRT_MIN, SNRT_MAX };
 
 /* Broadcasting elementwise binary op y = a OP b. The output has `rank` dims
  * `dims`; sa/sb are the element strides of a and b in that index space (0 on
@@ -182,15 +184,22 @@ typedef struct snrt_binary_t {
 } snrt_binary_t;
 
 /* Reduce-sum a "big" tensor into a "small" one that broadcasts to it, times
- * scale (ReduceMean forward: scale = 1/count; gradient of a broadcast), and
- * its dual, expand: big[i] = scale * small[broadcast(i)]. ss are the strides
- * of the small tensor in the big index space (0 where it broadcasts). */
+ * scale (ReduceMean forward: scale = 1/count; ReduceSum: 1; gradient of a
+ * broadcast), and its dual, expand: big[i] = scale * small[broadcast(i)]
+ * (Expand; Tile, whose output viewed as (r0, d0, r1, d1...) is x expanded
+ * over the repeats). ss are the strides of the small tensor in the big index
+ * space (0 where it broadcasts). kind SNRT_RED_MAX / SNRT_RED_L2 reduce by
+ * the maximum / sqrt of the sum of squares instead (snrt_reduce only; scale
+ * unused); snrt_reduce_bwd is their gradient: the maximum's to the first
+ * element (in index order) equal to it, dy x / y for L2 (0 where y is 0). */
+enum snrt_reduce_kind { SNRT_RED_SUM, SNRT_RED_MAX, SNRT_RED_L2 };
 typedef struct snrt_reduce_t {
   int rank;
   int64_t n_big, n_small;
   int64_t dims[SNRT_MAX_RANK];   /* big shape */
   int64_t ss[SNRT_MAX_RANK];     /* small strides in big index space */
   float scale;
+  int kind;                      /* enum snrt_reduce_kind */
 } snrt_reduce_t;
 
 /* Batched matrix product Y[b] = alpha * op(A[b]) op(B[b]) + beta * Y[b],
@@ -549,6 +558,8 @@ void snrt_binary_bwd(snrt_ctx *c, const snrt_binary_t *p, const float *a, const 
 
 void snrt_reduce(snrt_ctx *c, const snrt_reduce_t *p, const float *big, float *small);
 void snrt_expand(snrt_ctx *c, const snrt_reduce_t *p, const float *small, float *big);
+void snrt_reduce_bwd(snrt_ctx *c, const snrt_reduce_t *p, const float *x, const float *y,
+                     const float *dy, float *dx);
 
 void snrt_matmul(snrt_ctx *c, const snrt_mm_t *p, const float *a, const float *b, float *y);
 void snrt_bias_fwd(snrt_ctx *c, const snrt_bias_t *p, const float *b, float *y);

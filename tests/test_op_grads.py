@@ -279,6 +279,44 @@ def op_gather_axis(axis, idx):
     return make
 
 
+def op_reduce(op_type, fn, axes, keepdims, opset, pre=None):
+    """A reduction over `axes` (an attribute below opset 18, input 1 from 18
+    for Max/L2, from 13 for Sum)."""
+    def make(m, rng):
+        as_input = opset >= (13 if op_type == "ReduceSum" else 18)
+
+        def build(t):
+            if as_input:
+                return m.op(op_type, [t, m.const(axes)], keepdims=keepdims)
+            return m.op(op_type, [t], axes=axes, keepdims=keepdims)
+        return build, lambda t, P: fn(t)
+    return make
+
+
+def op_tile(m, rng):
+    reps = m.const([1, 2, 1, 3])
+    return lambda t: m.op("Tile", [t, reps]), lambda t, P: t.repeat(1, 2, 1, 3)
+
+
+def op_tile_param(m, rng):
+    """Tile of a parameter: its gradient sums over the copies."""
+    p = m.param("p", rnd(rng, 1, 5, 1, scale=0.5))
+    reps = m.const([3, 1, 5])
+    return (lambda t: m.op("Mul", [t, m.op("Tile", [p, reps])]),
+            lambda t, P: t * P[p].repeat(3, 1, 5))
+
+
+def op_trilu(upper, k):
+    def make(m, rng):
+        fn = torch.triu if upper else torch.tril
+
+        def build(t):
+            ins = [t] if k is None else [t, m.const(k)]
+            return m.op("Trilu", ins, upper=upper)
+        return build, lambda t, P: fn(t, 0 if k is None else k)
+    return make
+
+
 def op_hard(build, fn):
     """HardSigmoid/HardSwish over 3x the input: every piece of the function
     (below -3, the middle, above 3) is reached."""
@@ -352,6 +390,19 @@ OPS = {
     "Gather_axis1_select": (op_gather_axis(1, 0), 13),
     "Gather_axis2_repeats": (op_gather_axis(2, [[4, 0], [4, -1]]), 13),
     "Gather_axis3_last": (op_gather_axis(3, -2), 13),
+    "Min": (binary("Min", torch.minimum, (3, 1, 5)), 13),
+    "Max": (binary("Max", torch.maximum, (5, 1)), 13),
+    "Max_tie": (lambda m, rng: (lambda t: m.op("Max", [t, t]), lambda t, P: torch.maximum(t, t)), 13),
+    "ReduceSum_axes_input": (op_reduce("ReduceSum", lambda t: t.sum((1, 3)), [1, 3], 0, 13), 13),
+    "ReduceSum_keep": (op_reduce("ReduceSum", lambda t: t.sum(-1, keepdim=True), [-1], 1, 13), 13),
+    "ReduceMax": (op_reduce("ReduceMax", lambda t: t.amax((2,)), [2], 0, 13), 13),
+    "ReduceMax_18": (op_reduce("ReduceMax", lambda t: t.amax((1, 3), keepdim=True), [1, 3], 1, 18), 18),
+    "ReduceL2": (op_reduce("ReduceL2", lambda t: t.norm(dim=(2, 3)), [2, 3], 0, 13), 13),
+    "Tile": (op_tile, 13),
+    "Tile_param": (op_tile_param, 13),
+    "Trilu_upper": (op_trilu(1, None), 14),
+    "Trilu_lower_k": (op_trilu(0, -1), 14),
+    "Trilu_upper_k2": (op_trilu(1, 2), 14),
     "HardSwish": (op_hard(lambda m, t: m.op("HardSwish", [t]), F.hardswish), 14),
 }
 

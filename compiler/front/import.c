@@ -586,6 +586,7 @@ static int slot_class(const Node *n, int s) {
   case OP_CLIP: return s >= 1 ? SLOT_FLOAT : SLOT_NONE;
   case OP_DROPOUT: return s == 1 ? SLOT_FLOAT : s == 2 ? SLOT_BOOL : SLOT_NONE;
   case OP_SPLIT: case OP_REDUCEMEAN: case OP_UNSQUEEZE: case OP_SQUEEZE:
+  case OP_REDUCESUM: case OP_REDUCEMAX: case OP_REDUCEL2: case OP_TILE: case OP_TRILU:
     return s == 1 ? SLOT_INT : SLOT_NONE;
   case OP_BATCHNORM: return s >= 3 ? SLOT_STATE : SLOT_NONE;
   case OP_POW: return s == 1 ? SLOT_FLOAT : SLOT_NONE;

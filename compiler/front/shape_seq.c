@@ -188,6 +188,35 @@ void shape_where(Graph *g, Node *n) {
   n->p = p;
 }
 
+/* ---- Trilu on data: a masked fill with zero over the last two dims ---- */
+
+void shape_trilu(Graph *g, Node *n) {
+  Tensor *x = shape_in_float(g, n, 0, -1);
+  if (x->rank < 2) node_error(n, "input must have rank 2 or more, not %s", shape_str(x));
+  int64_t k = 0;
+  if (shape_has_in(n, 1)) {
+    int64_t v[1];
+    if (const_ints(g, n, 1, v, 1) != 1) node_error(n, "k must be a scalar");
+    k = v[0];
+  }
+  bool upper = attr_int(n, "upper", 1) != 0;
+  int64_t R = x->dims[x->rank - 2], C = x->dims[x->rank - 1];
+  snrt_where_t *p = shape_alloc(sizeof *p);
+  p->n = tensor_numel(x);
+  p->inner = shape_prod(n, x->dims, x->rank - 2, x->rank);
+  if (p->inner > ((int64_t)1 << 26))
+    node_error(n, "the mask would take %lld bytes (at most %lld)", (long long)p->inner,
+               (long long)1 << 26);
+  uint8_t *fill = xcalloc((size_t)(p->inner ? p->inner : 1), 1);
+  for (int64_t i = 0; i < R; i++)
+    for (int64_t j = 0; j < C; j++) fill[i * C + j] = upper ? j - i < k : j - i > k;
+  p->fill = fill;
+  p->value = 0.0f;
+  shape_set_out(g, n, 0, DT_FLOAT, x->rank, x->dims);
+  n->aux = 0;   /* the data is input 0 */
+  n->p = p;
+}
+
 /* ---- Expand: numpy broadcasting to a constant shape ---- */
 
 void shape_broadcast(Graph *g, Node *n) {

@@ -86,7 +86,7 @@ void shape_binary(Graph *g, Node *n) {
     strb *= db;
   }
   static const int kinds[] = {[OP_ADD] = SNRT_ADD, [OP_SUB] = SNRT_SUB, [OP_MUL] = SNRT_MUL,
-                              [OP_DIV] = SNRT_DIV};
+                              [OP_DIV] = SNRT_DIV, [OP_MIN] = SNRT_MIN, [OP_MAX] = SNRT_MAX};
   p->kind = kinds[n->op];
   p->rank = r;
   p->na = tensor_numel(a);
@@ -320,7 +320,7 @@ void shape_softmax(Graph *g, Node *n) {
   n->p = p;
 }
 
-/* ReduceMean: axes from the attribute (< 18) or the optional input 1 (18+);
+/* ReduceMean, ReduceSum, ReduceMax, ReduceL2: axes from the attribute (< 18) or the optional input 1 (18+);
  * none means all axes (or, with noop_with_empty_axes, a copy). */
 void shape_reducemean(Graph *g, Node *n) {
   Tensor *x = shape_in_float(g, n, 0, -1);
@@ -356,7 +356,54 @@ void shape_reducemean(Graph *g, Node *n) {
   shape_set_out(g, n, 0, x->dtype, ro, dims);
   p->n_big = tensor_numel(x);
   p->n_small = tensor_numel(&g->t[n->out[0]]);
-  p->scale = count ? 1.0f / (float)count : 0.0f;
+  p->scale = n->op == OP_REDUCESUM ? 1.0f : count ? 1.0f / (float)count : 0.0f;
+  if (n->op == OP_REDUCEMAX || n->op == OP_REDUCEL2) {
+    p->kind = n->op == OP_REDUCEMAX ? SNRT_RED_MAX : SNRT_RED_L2;
+    p->scale = 1.0f;
+    if (n->op == OP_REDUCEMAX && count == 0)
+      node_error(n, "ReduceMax over an empty axis of %s has no value", shape_str(x));
+  }
+  n->p = p;
+}
+
+/* Tile: out dims d_i * r_i. Viewed as (r0, d0, r1, d1, ...) (a dim with
+ * one repeat stays one dim) it is x expanded over the repeat dims:
+ * snrt_expand, and its gradient the reduction. */
+void shape_tile(Graph *g, Node *n) {
+  Tensor *x = shape_in_float(g, n, 0, -1);
+  int64_t rep[MAX_RANK], dims[MAX_RANK];
+  int nr = const_ints(g, n, 1, rep, MAX_RANK);
+  if (nr != x->rank)
+    node_error(n, "repeats has %d values; the input %s needs %d", nr, shape_str(x), x->rank);
+  snrt_reduce_t *p = shape_alloc(sizeof *p);
+  int big = 0;
+  for (int d = 0; d < x->rank; d++) {
+    if (rep[d] < 0 || rep[d] > ((int64_t)1 << 40))
+      node_error(n, "repeat %lld for axis %d is out of range", (long long)rep[d], d);
+    big += rep[d] != 1 ? 2 : 1;
+    dims[d] = mul_checked(x->dims[d], rep[d], "Tile output");
+  }
+  if (big > MAX_RANK)
+    node_error(n, "Tile of %s repeats more axes than snc's kernels index (rank %d at most, "
+               "counting each repeated axis twice)", shape_str(x), MAX_RANK);
+  int64_t stride = 1;
+  int k = big;
+  for (int d = x->rank - 1; d >= 0; d--) {
+    k--;
+    p->dims[k] = x->dims[d];
+    p->ss[k] = x->dims[d] == 1 ? 0 : stride;
+    stride *= x->dims[d];
+    if (rep[d] != 1) {
+      k--;
+      p->dims[k] = rep[d];
+      p->ss[k] = 0;
+    }
+  }
+  p->rank = big;
+  p->scale = 1.0f;
+  shape_set_out(g, n, 0, DT_FLOAT, x->rank, dims);
+  p->n_big = tensor_numel(&g->t[n->out[0]]);
+  p->n_small = tensor_numel(x);
   n->p = p;
 }
 

@@ -120,7 +120,8 @@ CostClass cost_class(const Graph *g, const Node *n) {
   case OP_LN_BWD: case OP_LRN: case OP_LRN_BWD: case OP_SOFTMAX_BWD: case OP_CONV_BWD_BIAS:
     return CC_NORM;
   case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_BINARY_BWD: case OP_REDUCEMEAN:
-  case OP_REDUCE: case OP_EXPAND: case OP_BROADCAST: case OP_TRANSPOSE:
+  case OP_REDUCE: case OP_EXPAND: case OP_BROADCAST: case OP_TRANSPOSE: case OP_MIN: case OP_MAX:
+  case OP_REDUCESUM: case OP_REDUCEMAX: case OP_REDUCEL2: case OP_REDUCE_BWD: case OP_TILE:
     return CC_STRIDED;
   case OP_POW: case OP_MATH_BWD: case OP_ERF: case OP_SIN: case OP_COS: case OP_EXP: case OP_LOG:
     return math_transcendental(n) ? CC_MATH : CC_ELEMENTWISE;

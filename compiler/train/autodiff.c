@@ -271,8 +271,9 @@ void grad_binary(Graph *g, int node) {
   if (!na && !nb) return;
   /* Only what the derivative reads: Add/Sub read neither operand, Mul reads the
    * other one, Div reads b (and a for db). */
-  bool read_a = (n.op == OP_MUL && nb) || (n.op == OP_DIV && nb);
-  bool read_b = (n.op == OP_MUL && na) || n.op == OP_DIV;
+  bool minmax = n.op == OP_MIN || n.op == OP_MAX;   /* which one was chosen: both */
+  bool read_a = (n.op == OP_MUL && nb) || (n.op == OP_DIV && nb) || minmax;
+  bool read_b = (n.op == OP_MUL && na) || n.op == OP_DIV || minmax;
   int in[3] = {read_a ? n.in[0] : -1, read_b ? n.in[1] : -1, dy(g, &n, 0)};
   int out[2], nout = 0;
   if (na) out[nout++] = grad_slot(g, n.in[0]);
@@ -348,6 +349,13 @@ void grad_reducemean(Graph *g, int node) {
   if (need(&n, 0)) bwd1(g, node, OP_EXPAND, "bwd", n.in[0], 1, (int[]){dy(g, &n, 0)}, n.p);
 }
 
+/* ReduceMax, ReduceL2: from x, y and dy. */
+void grad_reduce_ex(Graph *g, int node) {
+  Node n = g->n[node];
+  if (need(&n, 0))
+    bwd1(g, node, OP_REDUCE_BWD, "bwd", n.in[0], 3, (int[]){n.in[0], n.out[0], dy(g, &n, 0)}, n.p);
+}
+
 /* ---- transformer ops ---- */
 
 /* Sqrt, Reciprocal and Exp differentiate from their output, Neg from
@@ -386,7 +394,8 @@ void grad_gather(Graph *g, int node) {
     bwd1(g, node, OP_GATHER_BWD, "bwd", n.in[0], 2, (int[]){p->idx ? -1 : n.in[1], dy(g, &n, 0)}, n.p);
 }
 
-/* A masked fill passes dy where the data was kept: the same fill, value 0. */
+/* A masked fill passes dy where the data was kept: the same fill, value 0
+ * (Trilu too: its data is input 0, aux 0). */
 void grad_where(Graph *g, int node) {
   Node n = g->n[node];
   if (!need(&n, n.aux)) return;
