@@ -79,6 +79,7 @@
   OP(GATHER,        "Gather",               2,2,  1,1,  COST_CHEAP,     shape_gather,     grad_gather,     emit_gather,        flops_zero) \
   OP(WHERE,         "Where",                3,3,  1,1,  COST_CHEAP,     shape_where,      grad_where,      emit_where,         flops_zero) \
   OP(BROADCAST,     "Expand",               2,2,  1,1,  COST_CHEAP,     shape_broadcast,  grad_broadcast,  emit_expand,        flops_out) \
+  OP(EINSUM,        "Einsum",               2,2,  1,1,  COST_EXPENSIVE, shape_einsum,     grad_einsum,     emit_einsum,        flops_einsum) \
   /* ---- ONNX ops snc only evaluates at compile time (fold.c): shape_fold \
    * fails, naming the node, when an input is not a constant ---- */ \
   OP(SHAPE,         "Shape",                1,1,  1,1,  COST_FREE,      shape_fold,       grad_none,       emit_none,          flops_zero) \

@@ -245,13 +245,20 @@ float const_float(const Graph *g, const Node *n, int input, float dflt);
  *   SOFTMAX_CE*, MSE*           snrt_loss_t        SGD / ADAM         snrt_sgd_t / snrt_adam_t
  *   SQRT..POW, MATH_BWD         snrt_math_t        LAYERNORM, LN_BWD  snrt_ln_t
  *   GATHER, GATHER_BWD          snrt_gather_t      WHERE              snrt_where_t
- *   BROADCAST (Expand)          snrt_reduce_t
+ *   BROADCAST (Expand), TILE    snrt_reduce_t      TRILU              snrt_where_t
+ *   EINSUM                      EinsumParams (forward, then both gradients' forms)
  *   FLATTEN, RESHAPE, IDENTITY, ACCUMULATE, CONSTANT: NULL (a copy / y = a + b). */
 typedef struct GemmParams {
   snrt_mm_t mm;            // Y = alpha * op(A) op(B)   (batch 1)
   snrt_bias_t bias;        // Y += beta * C, C broadcast to (M, N)
   bool has_c;
 } GemmParams;
+
+/* Einsum: the forward product and the forms of its two gradients (shape_seq.c);
+ * node->p points at fwd, its first member. */
+typedef struct EinsumParams {
+  snrt_einsum_t fwd, da, db;
+} EinsumParams;
 
 /* A CPU conv's im2col sizing (shape_nn.c): as many images as fit `target`
  * bytes of columns (at least one), and ws_bytes. */

@@ -327,6 +327,19 @@ typedef struct snrt_where_t {
   const uint8_t *fill;
 } snrt_where_t;
 
+/* Einsum of two operands (no ellipsis, no index repeated within one
+ * operand): over an index space of `rank` dims, the first `nout` of them the
+ * output's (in its order), the rest summed: y[o] = sum_s a[o, s] * b[o, s],
+ * sa/sb the operands' element strides per index (0 where an operand lacks
+ * it). Its gradients are the same form (dA = einsum(dy, B), dB =
+ * einsum(dy, A)). Sums run in index order, in double: deterministic. */
+typedef struct snrt_einsum_t {
+  int rank, nout;
+  int64_t n_out, n_sum;
+  int64_t dims[SNRT_MAX_RANK];
+  int64_t sa[SNRT_MAX_RANK], sb[SNRT_MAX_RANK];
+} snrt_einsum_t;
+
 /* Losses over logits (n, classes). Softmax cross-entropy takes int32 labels;
  * mse takes float targets of the logits' shape. Both average over the n rows
  * (the batch; for (batch, T, vocab) logits every batch x T position; mse over
@@ -660,6 +673,7 @@ void snrt_gather_fwd(snrt_ctx *c, const snrt_gather_t *p, const float *table, co
 void snrt_gather_bwd(snrt_ctx *c, const snrt_gather_t *p, const int32_t *idx, const float *dy,
                      float *dtable);
 void snrt_where(snrt_ctx *c, const snrt_where_t *p, const float *x, float *y);
+void snrt_einsum(snrt_ctx *c, const snrt_einsum_t *p, const float *a, const float *b, float *y);
 
 /* PyTorch semantics (torch.optim.SGD, Adam, AdamW); buffers start at zero. */
 void snrt_sgd(snrt_ctx *c, const snrt_sgd_t *p, float *w, const float *g, float *mom);

@@ -317,6 +317,46 @@ def op_trilu(upper, k):
     return make
 
 
+def op_einsum_attention(m, rng):
+    """Attention as transformers write it with einsum: scores
+    'bhqd,bhkd->bhqk', softmax, then 'bhqk,bhkd->bhqd' (both operands data)."""
+    def build(t):
+        k = m.op("Tanh", [t])
+        s = m.op("Softmax", [m.op("Einsum", [t, k], equation="bhqd,bhkd->bhqk")], axis=-1)
+        return m.op("Einsum", [s, k], equation="bhqk, bhkd -> bhqd")
+
+    def ref(t, P):
+        k = torch.tanh(t)
+        s = F.softmax(torch.einsum("bhqd,bhkd->bhqk", t, k), -1)
+        return torch.einsum("bhqk,bhkd->bhqd", s, k)
+    return build, ref
+
+
+def op_einsum_weight(m, rng):
+    """'bij,jk->bik' against a weight, in the implicit form 'bij,jk'."""
+    w, shape = m.param("w", rnd(rng, 5, 4, scale=0.3)), m.const([0, 15, 5])
+    return (lambda t: m.op("Einsum", [m.op("Reshape", [t, shape]), w], equation="bij,jk"),
+            lambda t, P: torch.einsum("bij,jk->bik", t.reshape(t.shape[0], 15, 5), P[w]))
+
+
+def op_einsum_outer(m, rng):
+    """The outer product 'i,j->ij' of two parameters, added to the data."""
+    u, v = m.param("u", rnd(rng, 5, scale=0.5)), m.param("v", rnd(rng, 5, scale=0.5))
+    return (lambda t: m.op("Add", [t, m.op("Einsum", [u, v], equation="i,j->ij")]),
+            lambda t, P: t + torch.einsum("i,j->ij", P[u], P[v]))
+
+
+def op_einsum_batched(m, rng):
+    """'bij,bjk->bik' with a transposed operand ('bkj' read as 'bjk')."""
+    shape = m.const([0, 15, 5])
+
+    def build(t):
+        a = m.op("Reshape", [t, shape])
+        return m.op("Einsum", [a, m.op("Sigmoid", [a])], equation="bij,bkj->bik")
+    return build, lambda t, P: torch.einsum("bij,bkj->bik", t.reshape(t.shape[0], 15, 5),
+                                            torch.sigmoid(t.reshape(t.shape[0], 15, 5)))
+
+
 def op_hard(build, fn):
     """HardSigmoid/HardSwish over 3x the input: every piece of the function
     (below -3, the middle, above 3) is reached."""
@@ -403,6 +443,10 @@ OPS = {
     "Trilu_upper": (op_trilu(1, None), 14),
     "Trilu_lower_k": (op_trilu(0, -1), 14),
     "Trilu_upper_k2": (op_trilu(1, 2), 14),
+    "Einsum_attention": (op_einsum_attention, 13),
+    "Einsum_weight_implicit": (op_einsum_weight, 13),
+    "Einsum_outer": (op_einsum_outer, 13),
+    "Einsum_batched": (op_einsum_batched, 13),
     "HardSwish": (op_hard(lambda m, t: m.op("HardSwish", [t]), F.hardswish), 14),
 }
 

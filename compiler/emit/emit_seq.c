@@ -67,7 +67,30 @@ static const char *p_where(Emit *e, const snrt_where_t *p) {
   return emit_params(e, p, "snrt_where_t", pb);
 }
 
+static const char *dlist(char *o, size_t cap, const int64_t *v, int n) {
+  size_t len = (size_t)snprintf(o, cap, "{");
+  for (int i = 0; i < n && len + 24 < cap; i++)
+    len += (size_t)snprintf(o + len, cap - len, "%s%lld", i ? ", " : "", (long long)v[i]);
+  snprintf(o + len, cap - len, "}");
+  return o;
+}
+
+static const char *p_einsum(Emit *e, const snrt_einsum_t *p) {
+  char d[3][256];
+  snprintf(pb, BUF, ".rank = %d, .nout = %d, .n_out = %lld, .n_sum = %lld, .dims = %s, .sa = %s, "
+           ".sb = %s", p->rank, p->nout, (long long)p->n_out, (long long)p->n_sum,
+           dlist(d[0], sizeof d[0], p->dims, p->rank), dlist(d[1], sizeof d[1], p->sa, p->rank),
+           dlist(d[2], sizeof d[2], p->sb, p->rank));
+  return emit_params(e, p, "snrt_einsum_t", pb);
+}
+
 #define OUT e->f
+
+/* EINSUM (forward, and the gradients' forms: inputs dy and the other operand). */
+void emit_einsum(Emit *e, const Graph *g, const Node *n) {
+  fprintf(OUT, "  snrt_einsum(c, %s, %s, %s, %s);\n", p_einsum(e, n->p), emit_in(e, 0), emit_in(e, 1),
+          emit_out(e, 0));
+}
 
 void emit_math(Emit *e, const Graph *g, const Node *n) {
   fprintf(OUT, "  snrt_math_fwd(c, %s, %s, %s);\n", p_math(e, n->p), emit_in(e, 0), emit_out(e, 0));

@@ -217,6 +217,115 @@ void shape_trilu(Graph *g, Node *n) {
   n->p = p;
 }
 
+/* ---- Einsum of two operands ---- */
+
+/* The params of out = sum over the other letters of A * B, where each
+ * operand is a string of distinct letters (its dims in size[letter]). */
+static snrt_einsum_t einsum_form(const Node *n, const char *out, const char *a, const char *b,
+                                 const int64_t *size) {
+  snrt_einsum_t p = {0};
+  char order[SNRT_MAX_RANK + 1];
+  int r = 0;
+  for (const char *c = out; *c; c++) order[r++] = *c;
+  p.nout = r;
+  for (const char *c = a; *c; c++)
+    if (!memchr(order, *c, (size_t)r)) order[r++] = *c;
+  for (const char *c = b; *c; c++)
+    if (!memchr(order, *c, (size_t)r)) {
+      if (r == SNRT_MAX_RANK) node_error(n, "Einsum uses more than %d distinct indices", SNRT_MAX_RANK);
+      order[r++] = *c;
+    }
+  p.rank = r;
+  p.n_out = p.n_sum = 1;
+  for (int d = 0; d < r; d++) {
+    unsigned char l = (unsigned char)order[d];
+    p.dims[d] = size[l];
+    if (d < p.nout) p.n_out = mul_checked(p.n_out, size[l], "Einsum output");
+    else p.n_sum = mul_checked(p.n_sum, size[l], "Einsum sum");
+    const char *ops[2] = {a, b};
+    int64_t *st[2] = {p.sa, p.sb};
+    for (int k = 0; k < 2; k++) {
+      const char *pos = strchr(ops[k], order[d]);
+      int64_t s = 0;
+      if (pos) {
+        s = 1;
+        for (const char *q = pos + 1; *q; q++) s *= size[(unsigned char)*q];
+      }
+      st[k][d] = s;
+    }
+  }
+  return p;
+}
+
+void shape_einsum(Graph *g, Node *n) {
+  const char *eq = attr_string(n, "equation", NULL);
+  if (!eq) node_error(n, "Einsum needs an equation");
+  Tensor *x[2] = {shape_in_float(g, n, 0, -1), shape_in_float(g, n, 1, -1)};
+  /* Parse "ab,bc->ac" (spaces allowed); the implicit form "ab,bc" outputs
+   * the letters used once, in alphabetical order. */
+  char term[3][SNRT_MAX_RANK + 1];
+  int len[3] = {0, 0, 0}, t = 0;
+  bool arrow = false;
+  for (const char *c = eq; *c; c++) {
+    if (*c == ' ') continue;
+    if (*c == ',') {
+      if (t != 0 || arrow) node_error(n, "Einsum '%s': snc supports exactly two operands", eq);
+      t = 1;
+    } else if (c[0] == '-' && c[1] == '>') {
+      if (t != 1 || arrow) node_error(n, "Einsum '%s': malformed equation", eq);
+      t = 2, arrow = true, c++;
+    } else if (*c == '.') {
+      node_error(n, "Einsum '%s': an ellipsis ('...') is not supported", eq);
+    } else if ((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z')) {
+      if (len[t] == SNRT_MAX_RANK) node_error(n, "Einsum '%s': a term has more than %d indices", eq, SNRT_MAX_RANK);
+      if (memchr(term[t], *c, (size_t)len[t]))
+        node_error(n, "Einsum '%s': index '%c' repeats within a term (a diagonal or trace) is not supported",
+                   eq, *c);
+      term[t][len[t]++] = *c;
+    } else {
+      node_error(n, "Einsum '%s': unexpected character '%c'", eq, *c);
+    }
+  }
+  if (t < 1) node_error(n, "Einsum '%s': snc supports exactly two operands", eq);
+  for (int k = 0; k < 3; k++) term[k][len[k]] = 0;
+  if (!arrow) {
+    for (char l = 'A'; l <= 'z'; l++) {
+      int cnt = (memchr(term[0], l, (size_t)len[0]) != NULL) + (memchr(term[1], l, (size_t)len[1]) != NULL);
+      if (cnt == 1) {
+        if (len[2] == SNRT_MAX_RANK) node_error(n, "Einsum '%s': too many output indices", eq);
+        term[2][len[2]++] = l;
+      }
+    }
+    term[2][len[2]] = 0;
+  }
+  int64_t size[128];
+  for (int k = 0; k < 128; k++) size[k] = -1;
+  for (int k = 0; k < 2; k++) {
+    if (len[k] != x[k]->rank)
+      node_error(n, "Einsum '%s': operand %d ('%s') is %s, but its term '%s' has %d indices", eq, k,
+                 x[k]->name, shape_str(x[k]), term[k], len[k]);
+    for (int d = 0; d < len[k]; d++) {
+      unsigned char l = (unsigned char)term[k][d];
+      if (size[l] >= 0 && size[l] != x[k]->dims[d])
+        node_error(n, "Einsum '%s': index '%c' is %lld in one operand and %lld in another", eq, l,
+                   (long long)size[l], (long long)x[k]->dims[d]);
+      size[l] = x[k]->dims[d];
+    }
+  }
+  int64_t dims[MAX_RANK];
+  for (int d = 0; d < len[2]; d++) {
+    unsigned char l = (unsigned char)term[2][d];
+    if (size[l] < 0) node_error(n, "Einsum '%s': output index '%c' is in no operand", eq, l);
+    dims[d] = size[l];
+  }
+  EinsumParams *p = shape_alloc(sizeof *p);
+  p->fwd = einsum_form(n, term[2], term[0], term[1], size);
+  p->da = einsum_form(n, term[0], term[2], term[1], size);   /* dA = dy * B */
+  p->db = einsum_form(n, term[1], term[2], term[0], size);   /* dB = dy * A */
+  shape_set_out(g, n, 0, DT_FLOAT, len[2], dims);
+  n->p = p;
+}
+
 /* ---- Expand: numpy broadcasting to a constant shape ---- */
 
 void shape_broadcast(Graph *g, Node *n) {

@@ -356,6 +356,15 @@ void grad_reduce_ex(Graph *g, int node) {
     bwd1(g, node, OP_REDUCE_BWD, "bwd", n.in[0], 3, (int[]){n.in[0], n.out[0], dy(g, &n, 0)}, n.p);
 }
 
+/* Einsum: dA = einsum(dy, B), dB = einsum(dy, A) (the forms shape_einsum made). */
+void grad_einsum(Graph *g, int node) {
+  Node n = g->n[node];
+  EinsumParams *p = n.p;
+  int d = dy(g, &n, 0);
+  if (need(&n, 1)) bwd1(g, node, OP_EINSUM, "bwd_b", n.in[1], 2, (int[]){d, n.in[0]}, &p->db);
+  if (need(&n, 0)) bwd1(g, node, OP_EINSUM, "bwd_a", n.in[0], 2, (int[]){d, n.in[1]}, &p->da);
+}
+
 /* ---- transformer ops ---- */
 
 /* Sqrt, Reciprocal and Exp differentiate from their output, Neg from

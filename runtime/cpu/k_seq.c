@@ -231,6 +231,35 @@ void snrt_gather_bwd(snrt_ctx *c, const snrt_gather_t *p, const int32_t *idx, co
   }
 }
 
+/* ---- einsum ----------------------------------------------------------------------- */
+
+void snrt_einsum(snrt_ctx *c, const snrt_einsum_t *p, const float *a, const float *b, float *y) {
+  (void)c;
+  const int R = p->rank, O = p->nout;
+#pragma omp parallel for schedule(static) if (p->n_out * p->n_sum > KERN_PAR_MIN)
+  for (int64_t e = 0; e < p->n_out; e++) {
+    int64_t oa = 0, ob = 0, r = e;
+    for (int d = O - 1; d >= 0; d--) {
+      int64_t i = r % p->dims[d];
+      r /= p->dims[d];
+      oa += i * p->sa[d];
+      ob += i * p->sb[d];
+    }
+    double acc = 0;
+    for (int64_t k = 0; k < p->n_sum; k++) {
+      int64_t qa = oa, qb = ob, q = k;
+      for (int d = R - 1; d >= O; d--) {
+        int64_t i = q % p->dims[d];
+        q /= p->dims[d];
+        qa += i * p->sa[d];
+        qb += i * p->sb[d];
+      }
+      acc += (double)a[qa] * b[qb];
+    }
+    y[e] = (float)acc;
+  }
+}
+
 /* ---- masked fill --------------------------------------------------------------------- */
 
 void snrt_where(snrt_ctx *c, const snrt_where_t *p, const float *x, float *y) {

@@ -250,6 +250,38 @@ void snrt_gather_bwd(snrt_ctx *c, const snrt_gather_t *p, const int32_t *idx, co
   SNRT_LAUNCH_CHECK();
 }
 
+/* ---- einsum ----------------------------------------------------------------------- */
+
+__global__ void k_einsum(snrt_einsum_t p, const float *a, const float *b, float *y) {
+  SNRT_FOR(e, p.n_out) {
+    int64_t oa = 0, ob = 0, r = e;
+    for (int d = p.nout - 1; d >= 0; d--) {
+      int64_t i = r % p.dims[d];
+      r /= p.dims[d];
+      oa += i * p.sa[d];
+      ob += i * p.sb[d];
+    }
+    double acc = 0;
+    for (int64_t k = 0; k < p.n_sum; k++) {
+      int64_t qa = oa, qb = ob, q = k;
+      for (int d = p.rank - 1; d >= p.nout; d--) {
+        int64_t i = q % p.dims[d];
+        q /= p.dims[d];
+        qa += i * p.sa[d];
+        qb += i * p.sb[d];
+      }
+      acc += (double)a[qa] * b[qb];
+    }
+    y[e] = (float)acc;
+  }
+}
+
+void snrt_einsum(snrt_ctx *c, const snrt_einsum_t *p, const float *a, const float *b, float *y) {
+  if (p->n_out <= 0) return;
+  k_einsum<<<snrt_cu_blocks(p->n_out), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(*p, a, b, y);
+  SNRT_LAUNCH_CHECK();
+}
+
 /* ---- masked fill --------------------------------------------------------------------- */
 
 __global__ void k_where(snrt_where_t p, const uint8_t *fill, const float *x, float *y) {
