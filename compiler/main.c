@@ -59,6 +59,9 @@ static float parse_float(const char *flag, const char *s) {
   return v;
 }
 
+/* The command line into Args, then the checks between flags.
+ * Long: one branch per flag of every command, as the usage text lists them;
+ * split, the list of flags would be in several places. */
 static void parse_args(Args *a, int argc, char **argv) {
   *a = (Args){.target = "cpu", .device = NULL};
   a->plan.policy = POL_AUTO;
@@ -289,9 +292,21 @@ static int cmd_plan(const Args *a) {
   return 0;
 }
 
+/* --target cuda for a profile below sm_75: the plan stands, but the program
+ * has no code for that GPU. A warning, before the files are written. */
+static void check_cuda_arch(const Args *a, const Plan *pl) {
+  if (strcmp(a->target, "cuda") != 0) return;
+  const DeviceProfile *dev = device_find(pl->opts.device);
+  if (dev->sm > 0 && dev->sm < 75)
+    fprintf(stderr, "snc: warning: profile '%s' (sm_%d) is planning-only: CUDA 13 builds no code "
+                    "for it, so this program will not run on that GPU (README \"The CUDA "
+                    "target\")\n", dev->name, dev->sm);
+}
+
 static int cmd_compile(const Args *a) {
   Graph *g;
   Plan *pl = pipeline(a, a->batch, UPTO_SCHEDULE, NULL, &g);
+  check_cuda_arch(a, pl);
   EmitOpts eo = {.target = a->target, .model_path = a->model, .train = &a->train};
   emit_program(g, pl, &eo, a->out_dir);
   plan_print_summary(g, pl, stdout);

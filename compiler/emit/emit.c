@@ -180,6 +180,9 @@ static char *snc_root(void) {
 typedef struct Table {
   int *t;                  // IR tensor of each entry
   int n, cap;
+  int *map;                // IR tensor -> its entry (-1: not in the table)
+  int *opt_of;             // 2 per IR tensor: a parameter's optimizer state tensors (-1: none)
+  int64_t *file_off;       // per entry: its initial value's offset in params.bin (-1: none)
 } Table;
 
 static int table_add(Table *tb, int *map, int t) {
@@ -446,28 +449,28 @@ static void write_ninja(const char *dir, const char *root, const char *target, b
 
 /* ---- the program ---- */
 
-void emit_program(const Graph *g, const Plan *pl, const EmitOpts *o, const char *dir) {
-  make_dir(dir);
-  char *root = snc_root();
-  uint64_t fp = 0;
-  copy_file(o->model_path, dir, "model.onnx", &fp);
-  /* --dist: checkpoints hold the global batch (ranks x batch) and are checked
-   * against it at run time, so that any rank count may resume them. */
+/* The checkpoint fingerprint: the model file's hash (copy_file), then what
+ * else a checkpoint must match. --dist: checkpoints hold the global batch
+ * (ranks x batch) and are checked against it at run time, so that any rank
+ * count may resume them. */
+static uint64_t fingerprint(const Graph *g, const EmitOpts *o, uint64_t fp) {
   if (!o->train->dist) fp = hash_bytes(fp, &g->batch, sizeof g->batch);
   else fp = hash_bytes(fp, "dist", 4);
   fp = hash_bytes(fp, &o->train->loss, sizeof o->train->loss);
   fp = hash_bytes(fp, &o->train->optim, sizeof o->train->optim);
+  return fp;
+}
 
-  /* The tensor table: input, labels, loss, logits, then each parameter with
-   * its gradient and optimizer state, then state. */
-  Table tb = {0};
-  int *map = xmalloc(sizeof(int) * (size_t)g->nt);
+/* The tensor table: input, labels, loss, logits, then each parameter with
+ * its gradient and optimizer state, then state. */
+static void table_build(const Graph *g, const Plan *pl, Table *tb) {
+  int *map = tb->map = xmalloc(sizeof(int) * (size_t)g->nt);
   for (int t = 0; t < g->nt; t++) map[t] = -1;
-  table_add(&tb, map, g->input);
-  table_add(&tb, map, g->label);
-  table_add(&tb, map, g->loss);
-  table_add(&tb, map, g->eval_output);
-  int *opt_of = xmalloc(sizeof(int) * 2 * (size_t)g->nt);
+  table_add(tb, map, g->input);
+  table_add(tb, map, g->label);
+  table_add(tb, map, g->loss);
+  table_add(tb, map, g->eval_output);
+  int *opt_of = tb->opt_of = xmalloc(sizeof(int) * 2 * (size_t)g->nt);
   for (int t = 0; t < 2 * g->nt; t++) opt_of[t] = -1;
   for (int i = 0; i < g->nn && !g->zero_ranks; i++) {   /* --zero: shards, not per-parameter state */
     const Node *n = &g->n[i];
@@ -476,21 +479,24 @@ void emit_program(const Graph *g, const Plan *pl, const EmitOpts *o, const char 
   }
   for (int t = 0; t < g->nt; t++)
     if (g->t[t].kind == TK_PARAM && pl->tensor_inst[t] >= 0) {
-      table_add(&tb, map, t);
-      if (g->t[t].grad >= 0 && pl->tensor_inst[g->t[t].grad] >= 0) table_add(&tb, map, g->t[t].grad);
-      for (int k = 0; k < 2; k++) table_add(&tb, map, opt_of[2 * t + k]);
+      table_add(tb, map, t);
+      if (g->t[t].grad >= 0 && pl->tensor_inst[g->t[t].grad] >= 0) table_add(tb, map, g->t[t].grad);
+      for (int k = 0; k < 2; k++) table_add(tb, map, opt_of[2 * t + k]);
     }
   for (int t = 0; t < g->nt; t++)
     if ((g->t[t].kind == TK_STATE || g->t[t].kind == TK_CONSTVAL ||
          (g->zero_ranks && g->t[t].kind == TK_OPT)) && pl->tensor_inst[t] >= 0)
-      table_add(&tb, map, t);
+      table_add(tb, map, t);
+}
 
-  /* params.bin: initial values of parameters and state with initializers. */
+/* params.bin: initial values of parameters and state with initializers;
+ * each entry's offset there in tb->file_off. */
+static void write_params(const Graph *g, const char *dir, Table *tb) {
   FILE *pf = create(dir, "params.bin", "wb");
-  int64_t *file_off = xmalloc(sizeof(int64_t) * (size_t)tb.n);
+  int64_t *file_off = tb->file_off = xmalloc(sizeof(int64_t) * (size_t)tb->n);
   int64_t pos = 0;
-  for (int i = 0; i < tb.n; i++) {
-    const Tensor *t = &g->t[tb.t[i]];
+  for (int i = 0; i < tb->n; i++) {
+    const Tensor *t = &g->t[tb->t[i]];
     file_off[i] = -1;
     if ((t->kind == TK_PARAM || t->kind == TK_STATE || t->kind == TK_CONSTVAL) && t->data &&
         (t->has_init || t->kind == TK_CONSTVAL)) {
@@ -502,14 +508,19 @@ void emit_program(const Graph *g, const Plan *pl, const EmitOpts *o, const char 
     }
   }
   finish(pf, dir, "params.bin");
+}
 
-  /* train.c: steps go to a memory buffer first, so that the parameter structs
-   * they declare can be printed above them. */
-  char *body = NULL, *decl = NULL;
-  size_t body_len = 0, decl_len = 0;
+/* train.c's step functions, and the parameter structs they declare, each
+ * into a memory buffer (the structs are printed above the steps). */
+typedef struct Text {
+  char *s;
+  size_t len;
+} Text;
+
+static void steps_text(const Graph *g, const Plan *pl, int *map, Text *body, Text *decl) {
   Emit e = {.g = g, .pl = pl, .table = map, .ws_per_step = pl->ws_cap > 0};
-  e.f = open_memstream(&body, &body_len);
-  e.decl = open_memstream(&decl, &decl_len);
+  e.f = open_memstream(&body->s, &body->len);
+  e.decl = open_memstream(&decl->s, &decl->len);
   if (!e.f || !e.decl) fatal(EXIT_BADINPUT, "out of memory");
   int **deaths, *ndeaths;
   death_lists(g, pl, &deaths, &ndeaths);
@@ -519,9 +530,10 @@ void emit_program(const Graph *g, const Plan *pl, const EmitOpts *o, const char 
   fclose(e.decl);
   for (int i = 0; i < e.nowned; i++) free(e.owned[i]);
   free(e.owned);
+}
 
-  FILE *f = create(dir, "train.c", "w");
-  const char *base = strrchr(o->model_path, '/') ? strrchr(o->model_path, '/') + 1 : o->model_path;
+/* train.c's opening comment, includes and pointer macros. */
+static void emit_preamble(FILE *f, const Graph *g, const Plan *pl, const EmitOpts *o, const char *base) {
   fprintf(f, "/* train.c — the training program of %s, generated by snc. Do not edit.\n",
           emit_comment_safe(base));
   fprintf(f, " *\n * batch %d, policy %s, target %s, device arena %lld bytes (%s), host arena %lld bytes%s%s.\n",
@@ -550,28 +562,28 @@ void emit_program(const Graph *g, const Plan *pl, const EmitOpts *o, const char 
             g->tensor_cores ? ";\n * convolutions and GEMMs read float16 on tensor cores (snrt_conv_fwd16, snrt_matmul16...),\n"
                               " * float32 operands through 16-bit copies h0, h1..." : "");
   fprintf(f, "\n");
-  fwrite(decl, 1, decl_len, f);
-  fprintf(f, "\n");
-  fwrite(body, 1, body_len, f);
-  free(body);
-  free(decl);
+}
 
+/* The runtime's tensor table (snrt_tensor), and --zero 1's flat offsets. */
+static void emit_tensor_table(FILE *f, const Graph *g, const Plan *pl, const Table *tb) {
+  const int *map = tb->map, *opt_of = tb->opt_of;
+  const int64_t *file_off = tb->file_off;
   fprintf(f, "static const snrt_tensor tensors[] = {\n");
-  for (int i = 0; i < tb.n; i++) {
-    const Tensor *t = &g->t[tb.t[i]];
-    int inst = pl->tensor_inst[tb.t[i]];
+  for (int i = 0; i < tb->n; i++) {
+    const Tensor *t = &g->t[tb->t[i]];
+    int inst = pl->tensor_inst[tb->t[i]];
     const Instance *in = inst >= 0 ? &pl->inst[inst] : NULL;
     int grad = t->kind == TK_PARAM && t->grad >= 0 ? map[t->grad] : -1;
     /* opt_of is -1 where the optimizer keeps no such state: test before map[]. */
-    int s0 = t->kind == TK_PARAM ? opt_of[2 * tb.t[i]] : -1;
-    int s1 = t->kind == TK_PARAM ? opt_of[2 * tb.t[i] + 1] : -1;
+    int s0 = t->kind == TK_PARAM ? opt_of[2 * tb->t[i]] : -1;
+    int s1 = t->kind == TK_PARAM ? opt_of[2 * tb->t[i] + 1] : -1;
     int o0 = s0 >= 0 ? map[s0] : -1, o1 = s1 >= 0 ? map[s1] : -1;
     int64_t dims[MAX_RANK];
     for (int d = 0; d < t->rank; d++) dims[d] = t->dims[d];
     fprintf(f, "  {");
     c_string(f, t->name);
     int init = file_off[i] >= 0 ? SNRT_INIT_FILE : t->init;
-    fprintf(f, ", %s, %s, %d, {", table_kind(g, tb.t[i]), t->dtype == DT_INT32 ? "SNRT_I32" : "SNRT_F32",
+    fprintf(f, ", %s, %s, %d, {", table_kind(g, tb->t[i]), t->dtype == DT_INT32 ? "SNRT_I32" : "SNRT_F32",
             t->rank);
     for (int d = 0; d < t->rank; d++) fprintf(f, "%s%lld", d ? ", " : "", (long long)dims[d]);
     fprintf(f, "}, %lld, %lld, %lld, %s, %lld, %lld, %d, {%d, %d}},\n", (long long)tensor_bytes(t),
@@ -582,13 +594,19 @@ void emit_program(const Graph *g, const Plan *pl, const EmitOpts *o, const char 
   if (g->zero_ranks) {
     /* --zero 1: where each parameter starts in the flat space (-1: none) */
     fprintf(f, "static const int64_t zero_flat[] = {");
-    for (int i = 0; i < tb.n; i++) {
-      const Tensor *t = &g->t[tb.t[i]];
+    for (int i = 0; i < tb->n; i++) {
+      const Tensor *t = &g->t[tb->t[i]];
       fprintf(f, "%s%lld", i ? ", " : "", (long long)(t->kind == TK_PARAM && t->grad >= 0 ? t->zero_flat : -1));
     }
     fprintf(f, "};\n\n");
   }
-  emit_step_table(f, g, pl);
+}
+
+/* The model descriptor, snrt_the_model: where the runtime finds the input,
+ * labels, loss, logits and tables, and what the program was compiled for. */
+static void emit_model(FILE *f, const Graph *g, const Plan *pl, const EmitOpts *o, const Table *tb,
+                       uint64_t fp, const char *base) {
+  const int *map = tb->map;
   const Tensor *out = &g->t[g->output];
   fprintf(f, "const snrt_model snrt_the_model = {\n");
   fprintf(f, "  .name = ");
@@ -596,7 +614,7 @@ void emit_program(const Graph *g, const Plan *pl, const EmitOpts *o, const char 
   fprintf(f, ",\n  .fingerprint = 0x%016llxull,\n  .batch = %d,\n", (unsigned long long)fp, g->batch);
   fprintf(f, "  .arena_bytes = %lld,\n  .host_bytes = %lld,\n", (long long)pl->arena_bytes,
           (long long)pl->host_bytes);
-  fprintf(f, "  .ntensors = %d,\n  .tensors = tensors,\n", tb.n);
+  fprintf(f, "  .ntensors = %d,\n  .tensors = tensors,\n", tb->n);
   fprintf(f, "  .input = %d, .label = %d, .loss = %d, .logits = %d,\n", map[g->input], map[g->label],
           map[g->loss], map[g->eval_output]);
   bool seq = o->train->loss == LOSS_SOFTMAX_CE && out->rank == 3;
@@ -635,12 +653,33 @@ void emit_program(const Graph *g, const Plan *pl, const EmitOpts *o, const char 
     const DeviceProfile *dev = device_find(pl->opts.device);
     fprintf(f, "  .reserve_bytes = %lld,\n  .device = \"%s\",\n", (long long)dev->reserve_bytes,
             pl->opts.device);
-    if (dev->sm > 0 && dev->sm < 75)
-      fprintf(stderr, "snc: warning: profile '%s' (sm_%d) is planning-only: CUDA 13 builds no code "
-                      "for it, so this program will not run on that GPU (README \"The CUDA "
-                      "target\")\n", dev->name, dev->sm);
   }
   fprintf(f, "};\n");
+}
+
+void emit_program(const Graph *g, const Plan *pl, const EmitOpts *o, const char *dir) {
+  make_dir(dir);
+  char *root = snc_root();
+  uint64_t fp = 0;
+  copy_file(o->model_path, dir, "model.onnx", &fp);
+  fp = fingerprint(g, o, fp);
+  Table tb = {0};
+  table_build(g, pl, &tb);
+  write_params(g, dir, &tb);
+
+  Text body = {0}, decl = {0};
+  steps_text(g, pl, tb.map, &body, &decl);
+  FILE *f = create(dir, "train.c", "w");
+  const char *base = strrchr(o->model_path, '/') ? strrchr(o->model_path, '/') + 1 : o->model_path;
+  emit_preamble(f, g, pl, o, base);
+  fwrite(decl.s, 1, decl.len, f);
+  fprintf(f, "\n");
+  fwrite(body.s, 1, body.len, f);
+  free(body.s);
+  free(decl.s);
+  emit_tensor_table(f, g, pl, &tb);
+  emit_step_table(f, g, pl);
+  emit_model(f, g, pl, o, &tb, fp, base);
   finish(f, dir, "train.c");
 
   f = create(dir, "plan.txt", "w");

@@ -38,6 +38,18 @@ static int add_inst(Plan *pl, int tensor, int64_t bytes, int first, int last, bo
   return pl->ninst++;
 }
 
+int plan_new_instance(Plan *pl, int tensor, int64_t bytes, bool host) {
+  xgrow((void **)&pl->inst, &pl->capinst, pl->ninst + 1, sizeof *pl->inst);
+  pl->inst[pl->ninst] = (Instance){.tensor = tensor, .bytes = bytes, .first = -1, .last = -1,
+                                   .offset = -1, .host_offset = -1, .host = host};
+  return pl->ninst++;
+}
+
+void plan_push_int(int **arr, int *n, int v) {
+  if ((*n & (*n - 1)) == 0) *arr = xrealloc(*arr, sizeof(int) * (size_t)(*n ? 2 * *n : 1));
+  (*arr)[(*n)++] = v;
+}
+
 const char *plan_inst_name(const Graph *g, const Plan *pl, int i) {
   const Instance *in = &pl->inst[i];
   if (in->tensor >= 0) return g->t[in->tensor].name;

@@ -32,7 +32,8 @@
  * waits right after issuing each one): memory-centric plans trade exposed
  * transfer time for the smallest footprint.
  *
- * Not here: which tensors to offload (plan.c decides per policy).
+ * Not here: which tensors to offload (plan.c decides per policy); the
+ * persistent state on the host (host_state.c).
  */
 #include "plan.h"
 
@@ -58,25 +59,10 @@ typedef struct Copy {
   double loss;                 // compute slowed while the copies run beside it (cost_copy_loss)
 } Copy;
 
-static int new_inst(Plan *pl, int tensor, int64_t bytes, bool host) {
-  xgrow((void **)&pl->inst, &pl->capinst, pl->ninst + 1, sizeof *pl->inst);
-  pl->inst[pl->ninst] = (Instance){.tensor = tensor, .bytes = bytes, .first = -1, .last = -1,
-                                   .offset = -1, .host_offset = -1, .host = host};
-  return pl->ninst++;
-}
-
 static void add_int(int **arr, int *n, int v) {
   *arr = xrealloc(*arr, sizeof(int) * (size_t)(*n + 1));
   (*arr)[(*n)++] = v;
 }
-
-/* add_int for lists that only this file's passes grow, from empty: the
- * capacity doubles (reallocated where *n is 0 or a power of two). */
-static void push_int(int **arr, int *n, int v) {
-  if ((*n & (*n - 1)) == 0) *arr = xrealloc(*arr, sizeof(int) * (size_t)(*n ? 2 * *n : 1));
-  (*arr)[(*n)++] = v;
-}
-
 
 static int cmp_int(const void *a, const void *b) {
   int x = *(const int *)a, y = *(const int *)b;
@@ -154,18 +140,13 @@ static int queue_filter(const Plan *pl, Copy *cp, int nc, const double *P,
   return n;
 }
 
-int offload_plan(Graph *g, Plan *pl, const bool *sel, const DeviceProfile *dev, bool hidden_only,
-                 int max_lead) {
+/* Placement: which primary forward instances get a copy (selected, read in
+ * backward at least 3 steps after their last forward touch), where the
+ * offload's wait goes, and each trip back's prefetch; with hidden_only,
+ * only the copies that hide fully. P: prefix sums of the step times. */
+static Copy *place_copies(const Plan *pl, const bool *sel, const DeviceProfile *dev,
+                          bool hidden_only, int max_lead, const double *P, int loss, int *ncopies) {
   const Route *old = pl->route;
-  int T = old->ns;
-  int loss = -1;
-  for (int s = 0; s < old->train_steps; s++)
-    if (old->s[s].kind == SK_LOSS) { loss = s; break; }
-  if (loss < 0) return 0;
-  double *t = cost_step_times(g, pl, dev);
-  double *P = xcalloc((size_t)T + 2, sizeof(double));   /* prefix sums of t */
-  for (int s = 0; s < T; s++) P[s + 1] = P[s] + t[s];
-
   /* Uses of each instance: last forward touch, and its backward reads. */
   int n0 = pl->ninst;
   int *lastf = xmalloc(sizeof(int) * (size_t)n0);
@@ -180,7 +161,7 @@ int offload_plan(Graph *g, Plan *pl, const bool *sel, const DeviceProfile *dev, 
       bool read = k < st->nin;
       if (s <= loss) lastf[i] = s;
       else if (!read) lastf[i] = -2;   /* written again in backward: not a forward tensor */
-      else if (!nreads[i] || reads[i][nreads[i] - 1] != s) push_int(&reads[i], &nreads[i], s);
+      else if (!nreads[i] || reads[i][nreads[i] - 1] != s) plan_push_int(&reads[i], &nreads[i], s);
     }
   }
 
@@ -232,27 +213,34 @@ int offload_plan(Graph *g, Plan *pl, const bool *sel, const DeviceProfile *dev, 
   }
   for (int i = 0; i < n0; i++) free(reads[i]);
   free(lastf), free(reads), free(nreads);
-  if (hidden_only) nc = queue_filter(pl, cp, nc, P, dev);
-  if (!nc) {
-    free(t), free(P), free(cp);
-    return 0;
-  }
+  *ncopies = nc;
+  return cp;
+}
 
-  /* New instances and events. */
+/* Each copy's host instance, prefetched instances and events; the plan's
+ * copy totals. */
+static void add_instances(Plan *pl, Copy *cp, int nc) {
   for (int c = 0; c < nc; c++) {
     Copy *x = &cp[c];
     int64_t bytes = pl->inst[x->dev].bytes;
-    x->host = new_inst(pl, x->tensor, bytes, true);
+    x->host = plan_new_instance(pl, x->tensor, bytes, true);
     x->ev_off = pl->nevents++;
     for (int k = 0; k < x->ntrip; k++) {
-      x->trip[k].pre = new_inst(pl, x->tensor, bytes, false);
+      x->trip[k].pre = plan_new_instance(pl, x->tensor, bytes, false);
       x->trip[k].ev = pl->nevents++;
     }
     pl->offload_bytes += (double)bytes * (1 + x->ntrip);
     pl->exposed_seconds += x->exposed + x->loss;
     pl->copy_loss_seconds += x->loss;
   }
+}
 
+/* The route rewritten: each offload after its last forward step, each
+ * prefetch before its trip, backward readers redirected to the prefetched
+ * instance; newidx[s]: where old step s now stands. */
+static Route *rewrite_route(const Plan *pl, Copy *cp, int nc, int loss, int *newidx) {
+  const Route *old = pl->route;
+  int T = old->ns;
   /* Per old step: offloads issued after it, prefetches issued before it. */
   Ref **after = xcalloc((size_t)T + 1, sizeof(Ref *)), **before = xcalloc((size_t)T + 1, sizeof(Ref *));
   int *nafter = xcalloc((size_t)T + 1, sizeof(int)), *nbefore = xcalloc((size_t)T + 1, sizeof(int));
@@ -271,7 +259,6 @@ int offload_plan(Graph *g, Plan *pl, const bool *sel, const DeviceProfile *dev, 
   for (int c = 0; c < nc; c++) redirect[cp[c].dev] = c;
 
   Route *r = xcalloc(1, sizeof *r);
-  int *newidx = xmalloc(sizeof(int) * (size_t)(T + 1));
   for (int s = 0; s < T; s++) {
     for (int k = 0; k < nbefore[s]; k++) {
       Copy *x = &cp[before[s][k].copy];
@@ -302,12 +289,18 @@ int offload_plan(Graph *g, Plan *pl, const bool *sel, const DeviceProfile *dev, 
     if (s == old->train_steps - 1) r->train_steps = r->ns;
   }
   newidx[T] = r->ns;
-  /* Waits and the regions they keep busy: the offload's after old step
-   * s_wait (the forward instance stays busy through it); each prefetch's
-   * after the step just before its first reader (the host copy stays busy
-   * through the last one). */
+  for (int s = 0; s <= T; s++) free(after[s]), free(before[s]);
+  free(after), free(before), free(nafter), free(nbefore), free(redirect);
+  return r;
+}
+
+/* Waits and the regions they keep busy: the offload's after old step
+ * s_wait (the forward instance stays busy through it); each prefetch's
+ * after the step just before its first reader (the host copy stays busy
+ * through the last one). */
+static void add_waits(Route *r, const Copy *cp, int nc, const int *newidx) {
   for (int c = 0; c < nc; c++) {
-    Copy *x = &cp[c];
+    const Copy *x = &cp[c];
     if (x->s_wait >= 0) {
       Step *w = &r->s[newidx[x->s_wait]];
       add_int(&w->wait, &w->nwait, x->ev_off);
@@ -321,9 +314,32 @@ int offload_plan(Graph *g, Plan *pl, const bool *sel, const DeviceProfile *dev, 
   }
   for (int s = 0; s < r->ns; s++)
     if (r->s[s].nwait > 1) qsort(r->s[s].wait, (size_t)r->s[s].nwait, sizeof(int), cmp_int);
+}
 
-  for (int s = 0; s <= T; s++) free(after[s]), free(before[s]);
-  free(after), free(before), free(nafter), free(nbefore), free(redirect), free(newidx);
+int offload_plan(Graph *g, Plan *pl, const bool *sel, const DeviceProfile *dev, bool hidden_only,
+                 int max_lead) {
+  const Route *old = pl->route;
+  int T = old->ns;
+  int loss = -1;
+  for (int s = 0; s < old->train_steps; s++)
+    if (old->s[s].kind == SK_LOSS) { loss = s; break; }
+  if (loss < 0) return 0;
+  double *t = cost_step_times(g, pl, dev);
+  double *P = xcalloc((size_t)T + 2, sizeof(double));   /* prefix sums of t */
+  for (int s = 0; s < T; s++) P[s + 1] = P[s] + t[s];
+
+  int nc;
+  Copy *cp = place_copies(pl, sel, dev, hidden_only, max_lead, P, loss, &nc);
+  if (hidden_only) nc = queue_filter(pl, cp, nc, P, dev);
+  if (!nc) {
+    free(t), free(P), free(cp);
+    return 0;
+  }
+  add_instances(pl, cp, nc);
+  int *newidx = xmalloc(sizeof(int) * (size_t)(T + 1));
+  Route *r = rewrite_route(pl, cp, nc, loss, newidx);
+  add_waits(r, cp, nc, newidx);
+  free(newidx);
   route_free((Route *)old);
   pl->route = r;
   liveness_lifetimes(g, pl);
@@ -354,144 +370,4 @@ void offload_dump(const Graph *g, const Plan *pl, FILE *f) {
     fprintf(f, "%7d %7d %7d  %-12s  %s\n", s, pf, use, fmt_bytes(pl->inst[host].bytes),
             g->t[st->tensor].name);
   }
-}
-
-/* Persistent tensors on the host (when the budget demands it): optimizer
- * state, and with `params` the parameters too, live in the pinned host arena
- * for the whole program. Each cluster of steps using one (the update; a
- * forward read; a backward read and the update...) works on a device copy,
- * prefetched just before the cluster and, if the cluster writes it, written
- * back just after; both copies are synchronous (compute waits for each), so
- * only the tensors of the steps at hand are on the device. Returns how many
- * tensors moved. */
-typedef struct HostUse { int first, last, dev; bool writes; } HostUse;
-
-/* The persistent instances that move (optimizer state; with params,
- * parameters too) and their trips: uses clustered (steps at most 1 apart). */
-static HostUse **host_trips(const Graph *g, const Plan *pl, bool params, bool **sel_out,
-                            int **ntrip_out) {
-  const Route *old = pl->route;
-  int T = old->ns, n0 = pl->ninst;
-  bool *sel = xcalloc((size_t)n0 + 1, sizeof(bool));
-  for (int i = 0; i < n0; i++) {
-    const Instance *in = &pl->inst[i];
-    if (in->tensor < 0 || !in->persistent || in->host) continue;
-    TensorKind k = g->t[in->tensor].kind;
-    if (k == TK_OPT || (params && k == TK_PARAM)) sel[i] = true;
-  }
-  HostUse **trip = xcalloc((size_t)n0 + 1, sizeof(HostUse *));
-  int *ntrip = xcalloc((size_t)n0 + 1, sizeof(int));
-  for (int s = 0; s < T; s++) {
-    const Step *st = &old->s[s];
-    for (int k = 0; k < st->nin + st->nout; k++) {
-      int i = k < st->nin ? st->in[k] : st->out[k - st->nin];
-      if (i < 0 || i >= n0 || !sel[i]) continue;
-      bool w = k >= st->nin;
-      HostUse *last = ntrip[i] ? &trip[i][ntrip[i] - 1] : NULL;
-      /* Training and eval steps never share a trip. */
-      if (last && s - last->last <= 1 && (s < old->train_steps) == (last->last < old->train_steps)) {
-        last->last = s;
-        last->writes |= w;
-        continue;
-      }
-      trip[i] = xrealloc(trip[i], sizeof(HostUse) * (size_t)(ntrip[i] + 1));
-      trip[i][ntrip[i]++] = (HostUse){.first = s, .last = s, .dev = -1, .writes = w};
-    }
-  }
-  *sel_out = sel, *ntrip_out = ntrip;
-  return trip;
-}
-
-double offload_persistent_seconds(const Graph *g, const Plan *pl, const DeviceProfile *dev,
-                                  bool params) {
-  bool *sel;
-  int *ntrip;
-  HostUse **trip = host_trips(g, pl, params, &sel, &ntrip);
-  double t = 0;
-  for (int i = 0; i < pl->ninst; i++) {
-    for (int k = 0; k < ntrip[i]; k++) {
-      if (trip[i][k].first >= pl->route->train_steps) continue;
-      double b = (double)pl->inst[i].bytes;
-      t += cost_copy_seconds(b, COPY_H2D, dev);
-      if (trip[i][k].writes) t += cost_copy_seconds(b, COPY_D2H, dev);
-    }
-    free(trip[i]);
-  }
-  free(trip), free(ntrip), free(sel);
-  return t;
-}
-
-int offload_persistent(Graph *g, Plan *pl, const DeviceProfile *dev, bool params) {
-  const Route *old = pl->route;
-  int T = old->ns, n0 = pl->ninst, moved = 0;
-  bool *sel;
-  int *ntrip;
-  HostUse **trip = host_trips(g, pl, params, &sel, &ntrip);
-  int *cur = xcalloc((size_t)n0 + 1, sizeof(int));
-  for (int i = 0; i < n0; i++) {
-    if (!sel[i] || !ntrip[i]) continue;
-    pl->inst[i].host = true;
-    for (int k = 0; k < ntrip[i]; k++) trip[i][k].dev = new_inst(pl, pl->inst[i].tensor, pl->inst[i].bytes, false);
-    moved++;
-  }
-  if (!moved) {
-    for (int i = 0; i < n0; i++) free(trip[i]);
-    free(trip), free(ntrip), free(cur), free(sel);
-    return 0;
-  }
-  /* Steps by the trips that start and end at them. */
-  int **starts = xcalloc((size_t)T + 1, sizeof(int *)), *nstarts = xcalloc((size_t)T + 1, sizeof(int));
-  int **ends = xcalloc((size_t)T + 1, sizeof(int *)), *nends = xcalloc((size_t)T + 1, sizeof(int));
-  for (int i = 0; i < n0; i++)
-    for (int k = 0; k < ntrip[i]; k++) {
-      push_int(&starts[trip[i][k].first], &nstarts[trip[i][k].first], i);
-      if (trip[i][k].writes) push_int(&ends[trip[i][k].last], &nends[trip[i][k].last], i);
-    }
-  Route *r = xcalloc(1, sizeof *r);
-  for (int s = 0; s < T; s++) {
-    bool train = s < old->train_steps;
-    for (int k = 0; k < nstarts[s]; k++) {     /* bring the copy in, wait at once */
-      int h = starts[s][k];
-      while (trip[h][cur[h]].last < s) cur[h]++;
-      int ev = pl->nevents++;
-      Step pf = {.kind = SK_PREFETCH, .node = -1, .tensor = pl->inst[h].tensor, .nin = 1,
-                 .nout = 1, .in = &h, .out = &trip[h][cur[h]].dev, .ws = -1, .event = ev,
-                 .wait = &ev, .nwait = 1};
-      route_push(r, &pf);
-      if (train) {
-        pl->offload_bytes += (double)pl->inst[h].bytes;
-        pl->exposed_seconds += cost_copy_seconds((double)pl->inst[h].bytes, COPY_H2D, dev);
-      }
-    }
-    Step *ns = route_push(r, &old->s[s]);
-    for (int k = 0; k < ns->nin + ns->nout; k++) {
-      int *p = k < ns->nin ? &ns->in[k] : &ns->out[k - ns->nin];
-      if (*p < 0 || *p >= n0 || !sel[*p] || !ntrip[*p]) continue;
-      int h = *p;
-      while (trip[h][cur[h]].last < s) cur[h]++;
-      snc_assert(trip[h][cur[h]].first <= s);
-      *p = trip[h][cur[h]].dev;
-    }
-    for (int k = 0; k < nends[s]; k++) {       /* write back, wait before reuse */
-      int h = ends[s][k];
-      int d = trip[h][cur[h]].dev, ev = pl->nevents++;
-      Step off = {.kind = SK_OFFLOAD, .node = -1, .tensor = pl->inst[h].tensor, .nin = 1,
-                  .nout = 1, .in = &d, .out = &h, .ws = -1, .event = ev, .wait = &ev,
-                  .nwait = 1, .keep = &d, .nkeep = 1};
-      route_push(r, &off);
-      if (train) {
-        pl->offload_bytes += (double)pl->inst[h].bytes;
-        pl->exposed_seconds += cost_copy_seconds((double)pl->inst[h].bytes, COPY_D2H, dev);
-      }
-    }
-    if (s == old->train_steps - 1) r->train_steps = r->ns;
-  }
-  route_free((Route *)old);
-  pl->route = r;
-  for (int s = 0; s <= T; s++) free(starts[s]), free(ends[s]);
-  free(starts), free(nstarts), free(ends), free(nends);
-  for (int i = 0; i < n0; i++) free(trip[i]);
-  free(trip), free(ntrip), free(cur), free(sel);
-  liveness_lifetimes(g, pl);
-  return moved;
 }

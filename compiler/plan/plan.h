@@ -321,6 +321,12 @@ int64_t arena_align(int64_t b);
 bool tensor_kind_persistent(TensorKind k);
 void liveness_assign(const Graph *g, Plan *pl);
 void liveness_lifetimes(const Graph *g, Plan *pl);
+/* For the passes that add instances and steps (recompute, offload,
+ * host_state): a new instance with no lifetime and no offset yet, on the
+ * device or (host) in the host arena; and an append to an int list grown
+ * only by plan_push_int from empty (capacity doubling at powers of two). */
+int plan_new_instance(Plan *pl, int tensor, int64_t bytes, bool host);
+void plan_push_int(int **arr, int *n, int v);
 /* Elementwise steps write over an input that dies there (after the other passes). */
 void liveness_inplace(const Graph *g, Plan *pl);
 /* Lower bounds that no later pass goes below (offload_persistent only adds
@@ -390,7 +396,7 @@ void recompute_dump(const Graph *g, const Plan *pl, FILE *f);
 int offload_plan(Graph *g, Plan *pl, const bool *sel, const DeviceProfile *dev, bool hidden_only,
                  int max_lead);
 void offload_dump(const Graph *g, const Plan *pl, FILE *f);
-/* Optimizer state (and with `params`, parameters) in the host arena, copied
+/* host_state.c: optimizer state (and with `params`, parameters) in the host arena, copied
  * to the device around each cluster of steps using them. */
 int offload_persistent(Graph *g, Plan *pl, const DeviceProfile *dev, bool params);
 /* The seconds offload_persistent's copies would add to this plan's step (all

@@ -111,12 +111,6 @@ static bool keep_recursive(const RC *rc, int t) {
 
 static bool is_backward(StepKind k) { return k == SK_BACKWARD; }
 
-static int new_instance(Plan *pl, int tensor, int64_t bytes) {
-  xgrow((void **)&pl->inst, &pl->capinst, pl->ninst + 1, sizeof *pl->inst);
-  pl->inst[pl->ninst] = (Instance){.tensor = tensor, .bytes = bytes, .first = -1, .last = -1,
-                                   .offset = -1, .host_offset = -1};
-  return pl->ninst++;
-}
 
 
 /* The node a recompute step runs for forward node i. */
@@ -186,7 +180,7 @@ static int ensure(RC *rc, int t0) {
      * other half of a Split, dies right after this step). */
     for (int k = 0; k < m->nout; k++) {
       int y = m->out[k];
-      outp[k] = new_instance(rc->pl, y, rc->pl->inst[rc->pl->tensor_inst[y]].bytes);
+      outp[k] = plan_new_instance(rc->pl, y, rc->pl->inst[rc->pl->tensor_inst[y]].bytes, false);
       if (!rc->dropped[y]) continue;
       rc->cur[y] = outp[k];
       xgrow((void **)&rc->made, &rc->capmade, rc->nmade + 1, sizeof(int));
@@ -419,19 +413,12 @@ static void round_route(RcChain *c) {
   c->rc.pl->recursive_segments = rc_chain_recursive_segments(c);
 }
 
-RcChain *rc_chain_new(Graph *g, Plan *pl, const RecomputeOpts *ro) {
-  int64_t seg_bytes = ro->seg_bytes;
-  int max_chain = ro->max_chain;
-  RcChain *c = xcalloc(1, sizeof *c);
-  c->rc = (RC){.g = g, .pl = pl, .old = pl->route};
-  RC *rc = &c->rc;
-  const Route *old = pl->route;
-  rc->dropped = xcalloc((size_t)g->nt, sizeof(bool));
-  rc->iscut = xcalloc((size_t)g->nt + 1, sizeof(bool));
-  rc->ival = xcalloc((size_t)g->nt + 1, sizeof(int));
-  rc->seg = xmalloc(sizeof(int) * (size_t)g->nt);
-  rc->cur = xmalloc(sizeof(int) * (size_t)g->nt);
-
+/* The cheap rule: rc->dropped, the forward activations of cheap producers
+ * that backward reads (closed under "recomputing it reads"), less those not
+ * worth dropping and those whose rebuild chain would pass max_chain steps. */
+static void drop_cheap(RC *rc, int max_chain) {
+  Graph *g = rc->g;
+  const Route *old = rc->old;
   /* The cheap rule. Dropped: forward activations of cheap producers read by
    * a backward step. */
   for (int s = 0; s < old->train_steps; s++) {
@@ -512,6 +499,22 @@ RcChain *rc_chain_new(Graph *g, Plan *pl, const RecomputeOpts *ro) {
     }
   }
   free(chain);
+}
+
+RcChain *rc_chain_new(Graph *g, Plan *pl, const RecomputeOpts *ro) {
+  int64_t seg_bytes = ro->seg_bytes;
+  int max_chain = ro->max_chain;
+  RcChain *c = xcalloc(1, sizeof *c);
+  c->rc = (RC){.g = g, .pl = pl, .old = pl->route};
+  RC *rc = &c->rc;
+  const Route *old = pl->route;
+  rc->dropped = xcalloc((size_t)g->nt, sizeof(bool));
+  rc->iscut = xcalloc((size_t)g->nt + 1, sizeof(bool));
+  rc->ival = xcalloc((size_t)g->nt + 1, sizeof(int));
+  rc->seg = xmalloc(sizeof(int) * (size_t)g->nt);
+  rc->cur = xmalloc(sizeof(int) * (size_t)g->nt);
+
+  drop_cheap(rc, max_chain);
   if (seg_bytes > 0) {
     bool *cheap = xmalloc((size_t)g->nt * sizeof(bool));
     memcpy(cheap, rc->dropped, (size_t)g->nt * sizeof(bool));

@@ -1,5 +1,7 @@
 /* autodiff.c — the training graph: loss, backward nodes, optimizer updates,
- * and the eval graph.
+ * and the eval graph. With --dist the updates wait for the gradients'
+ * all-reduce (dist_buckets.c), with --precision fp16 for the unscaling of
+ * the gradients (loss_scale.c).
  *
  * Requires: a shape-inferred forward graph (nodes [0, nfwd), topologically
  * sorted, every node->p set). Maintains: g->n in route order —
@@ -15,7 +17,7 @@
  * Only tensors that depend on a parameter need gradients; the data input
  * never gets one.
  */
-#include "train.h"
+#include "autodiff_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +25,7 @@
 /* Pass state (the grad_* builders share the op table's (Graph*, int) signature). */
 static bool *needs;        /* per tensor: a gradient must flow into it */
 static int *pending;       /* per parameter tensor: forward reads not yet differentiated */
-static const TrainOpts *opts;
+const TrainOpts *train_opts;   /* the pass's options (autodiff_internal.h) */
 
 /* ---- small builders ---- */
 
@@ -79,8 +81,8 @@ static char *unique_name(const Graph *g, const char *base) {
   }
 }
 
-static int new_tensor(Graph *g, const char *base, TensorKind k, int dtype, int rank,
-                      const int64_t *dims) {
+int train_new_tensor(Graph *g, const char *base, TensorKind k, int dtype, int rank,
+                     const int64_t *dims) {
   /* dims may point into g->t, which adding a tensor can move: copy first. */
   int64_t d[MAX_RANK];
   snc_assert(rank >= 0 && rank <= MAX_RANK);
@@ -96,13 +98,13 @@ static int tensor_like(Graph *g, int like, const char *suffix, TensorKind k) {
   char *base = xasprintf("%s%s", g->t[like].name, suffix);
   int64_t dims[MAX_RANK];   /* copied: adding a tensor may move g->t */
   memcpy(dims, g->t[like].dims, sizeof dims);
-  int t = new_tensor(g, base, k, DT_FLOAT, g->t[like].rank, dims);
+  int t = train_new_tensor(g, base, k, DT_FLOAT, g->t[like].rank, dims);
   free(base);
   return t;
 }
 
-static int add_node(Graph *g, OpKind op, int fwd, const char *suffix, Phase ph, int nin,
-                    const int *in, int nout, const int *out, void *p) {
+int train_add_node(Graph *g, OpKind op, int fwd, const char *suffix, Phase ph, int nin,
+                   const int *in, int nout, const int *out, void *p) {
   char *name = fwd >= 0 ? xasprintf("%s/%s", g->n[fwd].name, suffix) : xstrdup(suffix);
   int i = graph_add_node(g, op, name, nin, in, nout, out);
   free(name);
@@ -131,7 +133,7 @@ static void grad_add(Graph *g, int x, int t, int fwd) {
   }
   int sum = g->t[x].grad;
   int in[2] = {sum, t};
-  int a = add_node(g, OP_ACCUMULATE, fwd, "accumulate", PH_BACKWARD, 2, in, 1, &sum, NULL);
+  int a = train_add_node(g, OP_ACCUMULATE, fwd, "accumulate", PH_BACKWARD, 2, in, 1, &sum, NULL);
   (void)a;
 }
 
@@ -143,7 +145,7 @@ static int dy(const Graph *g, const Node *n, int k) { return g->t[n->out[k]].gra
 static void bwd1(Graph *g, int node, OpKind op, const char *suffix, int x, int nin,
                  const int *in, void *p) {
   int dx = grad_slot(g, x);
-  add_node(g, op, node, suffix, PH_BACKWARD, nin, in, 1, &dx, p);
+  train_add_node(g, op, node, suffix, PH_BACKWARD, nin, in, 1, &dx, p);
   grad_add(g, x, dx, node);
 }
 
@@ -165,7 +167,7 @@ void grad_batchnorm(Graph *g, int node) {
   int out[3];
   for (int k = 0; k < 3; k++) out[k] = grad_slot(g, n.in[k]);
   int in[5] = {n.in[0], dy(g, &n, 0), n.in[1], n.out[1], n.out[2]};
-  add_node(g, OP_BN_BWD, node, "bwd", PH_BACKWARD, 5, in, 3, out, n.p);
+  train_add_node(g, OP_BN_BWD, node, "bwd", PH_BACKWARD, 5, in, 3, out, n.p);
   for (int k = 0; k < 3; k++)
     if (need(&n, k)) grad_add(g, n.in[k], out[k], node);
 }
@@ -178,7 +180,7 @@ void grad_unary(Graph *g, int node) {
   bool from_y = n.op == OP_RELU || n.op == OP_SIGMOID || n.op == OP_TANH;
   int in[2] = {from_y ? n.out[0] : n.in[0], dy(g, &n, 0)};
   int dx = grad_slot(g, n.in[0]);
-  int b = add_node(g, OP_UNARY_BWD, node, "bwd", PH_BACKWARD, 2, in, 1, &dx, n.p);
+  int b = train_add_node(g, OP_UNARY_BWD, node, "bwd", PH_BACKWARD, 2, in, 1, &dx, n.p);
   g->n[b].aux = from_y;
   grad_add(g, n.in[0], dx, node);
 }
@@ -278,7 +280,7 @@ void grad_binary(Graph *g, int node) {
   int out[2], nout = 0;
   if (na) out[nout++] = grad_slot(g, n.in[0]);
   if (nb) out[nout++] = grad_slot(g, n.in[1]);
-  int b = add_node(g, OP_BINARY_BWD, node, "bwd", PH_BACKWARD, 3, in, nout, out, n.p);
+  int b = train_add_node(g, OP_BINARY_BWD, node, "bwd", PH_BACKWARD, 3, in, nout, out, n.p);
   g->n[b].aux = (na ? 1 : 0) | (nb ? 2 : 0);
   nout = 0;
   if (na) grad_add(g, n.in[0], out[nout++], node);
@@ -291,7 +293,7 @@ void grad_concat(Graph *g, int node) {
   int *out = xmalloc(sizeof(int) * (size_t)n.nin);
   for (int k = 0; k < n.nin; k++) out[k] = grad_slot(g, n.in[k]);
   int d = dy(g, &n, 0);
-  add_node(g, OP_SPLIT, node, "bwd", PH_BACKWARD, 1, &d, n.nin, out, n.p);
+  train_add_node(g, OP_SPLIT, node, "bwd", PH_BACKWARD, 1, &d, n.nin, out, n.p);
   for (int k = 0; k < n.nin; k++)
     if (need(&n, k)) grad_add(g, n.in[k], out[k], node);
   free(out);
@@ -376,7 +378,7 @@ void grad_math(Graph *g, int node) {
   bool from_y = n.op == OP_SQRT || n.op == OP_RECIPROCAL || n.op == OP_EXP;
   int v = n.op == OP_NEG ? -1 : from_y ? n.out[0] : n.in[0];
   int dx = grad_slot(g, n.in[0]);
-  int b = add_node(g, OP_MATH_BWD, node, "bwd", PH_BACKWARD, 2, (int[]){v, dy(g, &n, 0)}, 1, &dx, n.p);
+  int b = train_add_node(g, OP_MATH_BWD, node, "bwd", PH_BACKWARD, 2, (int[]){v, dy(g, &n, 0)}, 1, &dx, n.p);
   g->n[b].aux = from_y;
   grad_add(g, n.in[0], dx, node);
 }
@@ -388,7 +390,7 @@ void grad_layernorm(Graph *g, int node) {
   int nout = shape_has_bias(&n) ? 3 : 2, out[3];
   for (int k = 0; k < nout; k++) out[k] = grad_slot(g, n.in[k]);
   int in[5] = {n.in[0], dy(g, &n, 0), n.in[1], n.out[1], n.out[2]};
-  add_node(g, OP_LN_BWD, node, "bwd", PH_BACKWARD, 5, in, nout, out, n.p);
+  train_add_node(g, OP_LN_BWD, node, "bwd", PH_BACKWARD, 5, in, nout, out, n.p);
   for (int k = 0; k < nout; k++)
     if (need(&n, k)) grad_add(g, n.in[k], out[k], node);
 }
@@ -411,7 +413,7 @@ void grad_where(Graph *g, int node) {
   snrt_where_t *p = dup_params(n.p, sizeof *p);
   p->value = 0.0f;
   int dx = grad_slot(g, n.in[n.aux]);
-  int b = add_node(g, OP_WHERE, node, "bwd", PH_BACKWARD, 3, (int[]){-1, dy(g, &n, 0), -1}, 1, &dx, p);
+  int b = train_add_node(g, OP_WHERE, node, "bwd", PH_BACKWARD, 3, (int[]){-1, dy(g, &n, 0), -1}, 1, &dx, p);
   g->n[b].aux = 1;
   grad_add(g, n.in[n.aux], dx, node);
 }
@@ -451,8 +453,8 @@ static void rewrite_training_outputs(Graph *g) {
     if (n->op == OP_BATCHNORM) {
       const snrt_bn_t *p = n->p;
       int64_t c = p->c;
-      int sm = new_tensor(g, xasprintf("%s.saved_mean", n->name), TK_AUX, DT_FLOAT, 1, &c);
-      int si = new_tensor(g, xasprintf("%s.saved_invstd", n->name), TK_AUX, DT_FLOAT, 1, &c);
+      int sm = train_new_tensor(g, xasprintf("%s.saved_mean", n->name), TK_AUX, DT_FLOAT, 1, &c);
+      int si = train_new_tensor(g, xasprintf("%s.saved_invstd", n->name), TK_AUX, DT_FLOAT, 1, &c);
       n = &g->n[i];
       n->out = xrealloc(n->out, 3 * sizeof(int));
       n->out[1] = sm, n->out[2] = si, n->nout = 3;
@@ -460,8 +462,8 @@ static void rewrite_training_outputs(Graph *g) {
     }
     if (n->op == OP_LAYERNORM) {   /* mean and 1/std per row, for backward */
       int64_t rows = ((const snrt_ln_t *)n->p)->rows;
-      int sm = new_tensor(g, xasprintf("%s.saved_mean", n->name), TK_AUX, DT_FLOAT, 1, &rows);
-      int si = new_tensor(g, xasprintf("%s.saved_rstd", n->name), TK_AUX, DT_FLOAT, 1, &rows);
+      int sm = train_new_tensor(g, xasprintf("%s.saved_mean", n->name), TK_AUX, DT_FLOAT, 1, &rows);
+      int si = train_new_tensor(g, xasprintf("%s.saved_rstd", n->name), TK_AUX, DT_FLOAT, 1, &rows);
       n = &g->n[i];
       n->out = xrealloc(n->out, 3 * sizeof(int));
       n->out[1] = sm, n->out[2] = si, n->nout = 3;
@@ -484,7 +486,7 @@ static void add_loss(Graph *g) {
   snrt_loss_t *p = xcalloc(1, sizeof *p);
   p->n = (int)n;
   p->classes = (int)(numel / n);
-  if (opts->loss == LOSS_SOFTMAX_CE) {
+  if (train_opts->loss == LOSS_SOFTMAX_CE) {
     /* (batch, classes), or a sequence (batch, T, vocab): one label per
      * position, the loss averaged over all batch x T positions. */
     if (y->rank != 2 && y->rank != 3)
@@ -495,180 +497,57 @@ static void add_loss(Graph *g) {
     p->classes = (int)y->dims[y->rank - 1];
     if (numel / y->dims[y->rank - 1] > INT32_MAX)
       fatal(EXIT_BADINPUT, "the model output '%s' %s is too large for the loss", y->name, shape_str(y));
-    g->label = new_tensor(g, "labels", TK_LABEL, DT_INT32, y->rank - 1, ld);
+    g->label = train_new_tensor(g, "labels", TK_LABEL, DT_INT32, y->rank - 1, ld);
   } else {
-    g->label = new_tensor(g, "targets", TK_LABEL, DT_FLOAT, y->rank, y->dims);
+    g->label = train_new_tensor(g, "targets", TK_LABEL, DT_FLOAT, y->rank, y->dims);
   }
   int64_t one = 1;
-  g->loss = new_tensor(g, "loss", TK_LOSS, DT_FLOAT, 1, &one);
-  bool ce = opts->loss == LOSS_SOFTMAX_CE;
+  g->loss = train_new_tensor(g, "loss", TK_LOSS, DT_FLOAT, 1, &one);
+  bool ce = train_opts->loss == LOSS_SOFTMAX_CE;
   int in[2] = {g->output, g->label};
-  add_node(g, ce ? OP_SOFTMAX_CE : OP_MSE, -1, "loss", PH_LOSS, 2, in, 1, &g->loss, p);
+  train_add_node(g, ce ? OP_SOFTMAX_CE : OP_MSE, -1, "loss", PH_LOSS, 2, in, 1, &g->loss, p);
   int dlogits = grad_slot(g, g->output);
-  add_node(g, ce ? OP_SOFTMAX_CE_BWD : OP_MSE_BWD, -1, "loss/bwd", PH_BACKWARD, 2, in, 1,
+  train_add_node(g, ce ? OP_SOFTMAX_CE_BWD : OP_MSE_BWD, -1, "loss/bwd", PH_BACKWARD, 2, in, 1,
            &dlogits, p);
   g->t[dlogits].grad_of = g->output;
   g->t[g->output].grad = dlogits;
 }
 
 /* --zero 1: the shared optimizer-state shards (-1: none); add_update reads
- * and writes them instead of per-parameter state (set by bucket_updates). */
-static int zero_state[2] = {-1, -1};
+ * and writes them instead of per-parameter state (set by dist_buckets.c). */
+int train_zero_state[2] = {-1, -1};
 
-static void add_update(Graph *g, int w) {
+void train_add_update(Graph *g, int w) {
   int gw = g->t[w].grad;
   if (gw < 0) return;   /* no gradient reaches it: PyTorch leaves it untouched too */
   g->t[gw].kind = TK_PGRAD;
   int64_t n = tensor_numel(&g->t[w]);
-  if (opts->optim == OPTIM_SGD) {
+  if (train_opts->optim == OPTIM_SGD) {
     snrt_sgd_t *p = xcalloc(1, sizeof *p);
-    *p = (snrt_sgd_t){.n = n, .momentum = opts->momentum, .weight_decay = opts->weight_decay,
+    *p = (snrt_sgd_t){.n = n, .momentum = train_opts->momentum, .weight_decay = train_opts->weight_decay,
                       .param = w};
-    if (opts->momentum != 0) {
-      int m = zero_state[0] >= 0 ? zero_state[0] : tensor_like(g, w, ".momentum", TK_OPT);
+    if (train_opts->momentum != 0) {
+      int m = train_zero_state[0] >= 0 ? train_zero_state[0] : tensor_like(g, w, ".momentum", TK_OPT);
       g->t[m].init = SNRT_INIT_ZERO;
-      add_node(g, OP_SGD, -1, xasprintf("%s/sgd", g->t[w].name), PH_UPDATE, 3,
+      train_add_node(g, OP_SGD, -1, xasprintf("%s/sgd", g->t[w].name), PH_UPDATE, 3,
                (int[]){w, gw, m}, 2, (int[]){w, m}, p);
     } else {
-      add_node(g, OP_SGD, -1, xasprintf("%s/sgd", g->t[w].name), PH_UPDATE, 2,
+      train_add_node(g, OP_SGD, -1, xasprintf("%s/sgd", g->t[w].name), PH_UPDATE, 2,
                (int[]){w, gw}, 1, (int[]){w}, p);
     }
   } else {
     snrt_adam_t *p = xcalloc(1, sizeof *p);
-    *p = (snrt_adam_t){.n = n, .beta1 = opts->beta1, .beta2 = opts->beta2, .eps = opts->eps,
-                       .weight_decay = opts->weight_decay,
-                       .decoupled = opts->optim == OPTIM_ADAMW, .param = w};
-    int m = zero_state[0] >= 0 ? zero_state[0] : tensor_like(g, w, ".adam_m", TK_OPT);
-    int v = zero_state[1] >= 0 ? zero_state[1] : tensor_like(g, w, ".adam_v", TK_OPT);
+    *p = (snrt_adam_t){.n = n, .beta1 = train_opts->beta1, .beta2 = train_opts->beta2, .eps = train_opts->eps,
+                       .weight_decay = train_opts->weight_decay,
+                       .decoupled = train_opts->optim == OPTIM_ADAMW, .param = w};
+    int m = train_zero_state[0] >= 0 ? train_zero_state[0] : tensor_like(g, w, ".adam_m", TK_OPT);
+    int v = train_zero_state[1] >= 0 ? train_zero_state[1] : tensor_like(g, w, ".adam_v", TK_OPT);
     g->t[m].init = g->t[v].init = SNRT_INIT_ZERO;
-    add_node(g, OP_ADAM, -1, xasprintf("%s/adam", g->t[w].name), PH_UPDATE, 4,
+    train_add_node(g, OP_ADAM, -1, xasprintf("%s/adam", g->t[w].name), PH_UPDATE, 4,
              (int[]){w, gw, m, v}, 3, (int[]){w, m, v}, p);
   }
   /* Parameters are written in place: the update is their producer in the step. */
   g->t[w].producer = -1;
-}
-
-/* --precision fp16: dynamic loss scaling. The loss gradient is multiplied by
- * the loss scale (emit.c), so every gradient of the backward pass is scaled;
- * after the backward pass one GRAD_UNSCALE step divides every parameter
- * gradient by the scale and checks it for Inf/NaN, and only then do the
- * updates run (skipped, and the scale halved, on overflow; as PyTorch's
- * GradScaler). Gradients thereby live until after the backward pass. */
-static struct { int *param, n, cap; } sc;
-
-static void scaled_add(int w) {
-  xgrow((void **)&sc.param, &sc.cap, sc.n + 1, sizeof(int));
-  sc.param[sc.n++] = w;
-}
-
-static void scaled_updates(Graph *g) {
-  int *in = xmalloc(sizeof(int) * (size_t)(sc.n + 1)), cnt = 0;
-  for (int k = 0; k < sc.n; k++)
-    if (g->t[sc.param[k]].grad >= 0) in[cnt++] = g->t[sc.param[k]].grad;
-  if (cnt) add_node(g, OP_GRAD_UNSCALE, -1, "grad_unscale", PH_BACKWARD, cnt, in, 0, NULL, NULL);
-  free(in);
-  for (int k = 0; k < sc.n; k++) add_update(g, sc.param[k]);
-  free(sc.param);
-  memset(&sc, 0, sizeof sc);
-}
-
-/* Data parallel (--dist): buckets of parameters whose gradients are final,
- * in the order they became final. Each bucket's all-reduce starts right
- * after the backward node that completes it (the gradients of a bucket of
- * at least bucket_bytes, or the last one) and overlaps the rest of the
- * backward pass; its COMM_WAIT and then its updates follow the backward
- * pass, so updates never read a gradient before every rank's share is in.
- * Gradients thereby live until their update after the backward pass (the
- * planner sees that through the COMM_WAIT and update readers). */
-static struct { int *param, n, cap, open; int64_t bytes; int nbuckets; int *start; } bk;
-
-static void bucket_close(Graph *g) {
-  if (bk.open == bk.n) return;
-  int cnt = bk.n - bk.open;
-  int *in = xmalloc(sizeof(int) * (size_t)cnt);
-  for (int k = 0; k < cnt; k++) in[k] = g->t[bk.param[bk.open + k]].grad;
-  char name[48];
-  snprintf(name, sizeof name, "bucket%d/allreduce", bk.nbuckets);
-  int a = add_node(g, opts->zero_ranks ? OP_REDUCE_SCATTER : OP_ALLREDUCE, -1, name, PH_COMM,
-                   cnt, in, 0, NULL, NULL);
-  g->n[a].aux = bk.nbuckets;
-  free(in);
-  xgrow((void **)&bk.start, &bk.cap, bk.nbuckets + 2, sizeof(int));
-  bk.start[bk.nbuckets++] = bk.open;
-  bk.start[bk.nbuckets] = bk.n;
-  bk.open = bk.n;
-  bk.bytes = 0;
-}
-
-static void bucket_add(Graph *g, int w) {
-  if (g->t[w].grad < 0) return;   /* no gradient: no update (as add_update) */
-  int cap = bk.n + 1;
-  bk.param = xrealloc(bk.param, sizeof(int) * (size_t)cap);
-  bk.param[bk.n++] = w;
-  bk.bytes += tensor_bytes(&g->t[g->t[w].grad]);
-  if (bk.bytes >= opts->bucket_bytes) bucket_close(g);
-}
-
-/* --zero 1 over N ranks: the parameters, in the order their gradients
- * become final, are laid end to end in one flat space of P elements; rank r
- * owns elements [r S, (r + 1) S), S = P / N rounded up (to 64), and holds the
- * optimizer state of just those: one shard tensor of S elements per kind of
- * state. A parameter may straddle ranks; each updates its own piece. */
-static void zero_layout(Graph *g) {
-  int64_t flat = 0;
-  for (int k = 0; k < bk.n; k++) {
-    g->t[bk.param[k]].zero_flat = flat;
-    flat += tensor_numel(&g->t[bk.param[k]]);
-  }
-  int N = opts->zero_ranks;
-  int64_t S = (flat + N - 1) / N;
-  S = (S + 63) / 64 * 64;
-  g->zero_ranks = N;
-  g->zero_shard = S;
-  const char *names[2][2] = {{"zero.momentum", NULL}, {"zero.adam_m", "zero.adam_v"}};
-  int kind = opts->optim == OPTIM_SGD ? 0 : 1;
-  for (int s = 0; s < 2; s++) {
-    if (!names[kind][s]) continue;
-    zero_state[s] = new_tensor(g, names[kind][s], TK_OPT, DT_FLOAT, 1, &S);
-    g->t[zero_state[s]].init = SNRT_INIT_ZERO;
-  }
-}
-
-/* After the backward pass: per bucket, its wait, then its updates (--zero:
- * then the broadcast of its parameters from their owners, waited for at the
- * end of the step; the waits write the parameters). */
-static void bucket_updates(Graph *g) {
-  bucket_close(g);
-  zero_state[0] = zero_state[1] = -1;
-  if (opts->zero_ranks) zero_layout(g);
-  for (int b = 0; b < bk.nbuckets; b++) {
-    int cnt = bk.start[b + 1] - bk.start[b];
-    int *in = xmalloc(sizeof(int) * (size_t)cnt);
-    for (int k = 0; k < cnt; k++) in[k] = g->t[bk.param[bk.start[b] + k]].grad;
-    char name[48];
-    snprintf(name, sizeof name, "bucket%d/wait", b);
-    int wn = add_node(g, OP_COMM_WAIT, -1, name, PH_COMM, cnt, in, 0, NULL, NULL);
-    g->n[wn].aux = b;
-    free(in);
-    for (int k = bk.start[b]; k < bk.start[b + 1]; k++) add_update(g, bk.param[k]);
-    if (opts->zero_ranks) {
-      snprintf(name, sizeof name, "bucket%d/allgather", b);
-      int an = add_node(g, OP_ALLGATHER, -1, name, PH_COMM, cnt, &bk.param[bk.start[b]], 0, NULL, NULL);
-      g->n[an].aux = bk.nbuckets + b;
-    }
-  }
-  for (int b = 0; opts->zero_ranks && b < bk.nbuckets; b++) {
-    int cnt = bk.start[b + 1] - bk.start[b];
-    char name[48];
-    snprintf(name, sizeof name, "bucket%d/allgather_wait", b);
-    int wn = add_node(g, OP_COMM_WAIT, -1, name, PH_COMM, cnt, &bk.param[bk.start[b]], cnt,
-                      &bk.param[bk.start[b]], NULL);
-    g->n[wn].aux = bk.nbuckets + b;
-    for (int k = bk.start[b]; k < bk.start[b + 1]; k++) g->t[bk.param[k]].producer = -1;
-  }
-  zero_state[0] = zero_state[1] = -1;
-  free(bk.param);
-  free(bk.start);
 }
 
 /* Forward with inference semantics: BN from running statistics, Dropout off.
@@ -697,7 +576,7 @@ static void add_eval(Graph *g) {
       for (int k = 1; k < n.nout; k++) many[k] = map[n.out[k]] = tensor_like(g, n.out[k], "@eval", TK_ACT);
       outs = many, nout = n.nout;
     }
-    int e = add_node(g, op, i, "eval", PH_EVAL, n.nin, in, nout, outs, n.p);
+    int e = train_add_node(g, op, i, "eval", PH_EVAL, n.nin, in, nout, outs, n.p);
     g->n[e].aux = n.aux;
     g->n[e].nattr = n.nattr, g->n[e].attrs = n.attrs;
     free(in);
@@ -724,11 +603,11 @@ static void mark_constant_data(Graph *g) {
 }
 
 void train_build(Graph *g, const TrainOpts *o) {
-  opts = o;
+  train_opts = o;
   /* Forgotten, not freed: a fuzzer run abandoned by an error released them. */
   memset(&hints, 0, sizeof hints);
-  memset(&bk, 0, sizeof bk);
-  memset(&sc, 0, sizeof sc);
+  dist_buckets_reset();
+  loss_scale_reset();
   rewrite_training_outputs(g);
   mark_constant_data(g);
   if (g->output < 0) fatal(EXIT_BADINPUT, "the model has no output");
@@ -771,7 +650,7 @@ void train_build(Graph *g, const TrainOpts *o) {
       if (t >= 0 && g->t[t].kind == TK_PARAM && --pending[t] == 0) {
         if (o->dist) bucket_add(g, t);
         else if (o->precision == PREC_FP16) scaled_add(t);
-        else add_update(g, t);
+        else train_add_update(g, t);
       }
     }
   }

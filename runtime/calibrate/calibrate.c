@@ -321,17 +321,16 @@ static void make_cases(void) {
   cal_overlap_init();
 }
 
-int main(int argc, char **argv) {
-  const char *target = NULL, *out = NULL;
-  int threads = 0;
+/* The command line: 0 or more to exit with, -1 to go on. */
+static int parse_args(int argc, char **argv, const char **target, const char **out, int *threads) {
   for (int i = 1; i < argc; i++) {
     const char *s = argv[i];
     if (!strcmp(s, "-h") || !strcmp(s, "--help")) usage(0);
     else if (!strcmp(s, "--quick")) cal_quick = 1;
     else if ((!strcmp(s, "--target") || !strcmp(s, "-o") || !strcmp(s, "--threads")) && i + 1 < argc) {
       const char *v = argv[++i];
-      if (!strcmp(s, "--target")) target = v;
-      else if (!strcmp(s, "-o")) out = v;
+      if (!strcmp(s, "--target")) *target = v;
+      else if (!strcmp(s, "-o")) *out = v;
       else {
         char *end;
         long n = strtol(v, &end, 10);
@@ -339,48 +338,48 @@ int main(int argc, char **argv) {
           fprintf(stderr, "snc-calibrate: error: --threads wants a number from 1, not '%s'\n", v);
           return 1;
         }
-        threads = (int)n;
+        *threads = (int)n;
       }
     } else {
       fprintf(stderr, "snc-calibrate: error: unknown or incomplete argument '%s'\n", s);
       usage(1);
     }
   }
-  if (!target) {
+  if (!*target) {
     fprintf(stderr, "snc-calibrate: error: --target cpu|cuda is required\n");
     usage(1);
   }
-  if (strcmp(target, "cpu") && strcmp(target, "cuda")) {
-    fprintf(stderr, "snc-calibrate: error: unknown target '%s' (cpu or cuda)\n", target);
+  if (strcmp(*target, "cpu") && strcmp(*target, "cuda")) {
+    fprintf(stderr, "snc-calibrate: error: unknown target '%s' (cpu or cuda)\n", *target);
     return 1;
   }
-  if (strcmp(target, TARGET)) {
-    /* The other runtime is the other binary, built beside this one. */
-    char self[4096];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 32);
-    if (n <= 0) {
-      fprintf(stderr, "snc-calibrate: error: cannot find my own path\n");
-      return 1;
-    }
-    self[n] = 0;
-    char *slash = strrchr(self, '/');
-    strcpy(slash ? slash + 1 : self, strcmp(target, "cuda") ? "snc-calibrate" : "snc-calibrate-cuda");
-    if (access(self, X_OK)) {
-      fprintf(stderr, "snc-calibrate: error: --target %s needs %s, which this build does not have "
-              "(./configure.py found no nvcc/cuDNN)\n", target, self);
-      return 2;
-    }
-    execv(self, argv);
-    perror("snc-calibrate: error: exec");
+  return -1;
+}
+
+/* --target names the other runtime: the other binary, built beside this one. */
+static int exec_other(const char *target, char **argv) {
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 32);
+  if (n <= 0) {
+    fprintf(stderr, "snc-calibrate: error: cannot find my own path\n");
+    return 1;
+  }
+  self[n] = 0;
+  char *slash = strrchr(self, '/');
+  strcpy(slash ? slash + 1 : self, strcmp(target, "cuda") ? "snc-calibrate" : "snc-calibrate-cuda");
+  if (access(self, X_OK)) {
+    fprintf(stderr, "snc-calibrate: error: --target %s needs %s, which this build does not have "
+            "(./configure.py found no nvcc/cuDNN)\n", target, self);
     return 2;
   }
-  /* As the emitted programs do (runtime/common/main.c): sleeping OpenMP waits. */
-  if (!getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT") && !setenv("OMP_WAIT_POLICY", "passive", 1))
-    execv("/proc/self/exe", argv);
-  if (cal_quick) trial_s = 0.01, rot_bytes = (int64_t)16 << 20;
+  execv(self, argv);
+  perror("snc-calibrate: error: exec");
+  return 2;
+}
 
-  /* The arena: input pool, rectified input pool, output pool, scratch
-   * (see calibrate.h). */
+/* The device, the arena (input pool, rectified input pool, output pool,
+ * scratch: see calibrate.h), its inputs and the cases. */
+static void start(int threads, double *steal0, double *total0) {
   int64_t pool = cal_quick ? ((int64_t)24 << 20) : ((int64_t)96 << 20);
   static snrt_model m = {.name = "snc-calibrate", .policy = "calibrate", .device = "calibrate"};
   int64_t rect = cal_quick ? ((int64_t)16 << 20) : ((int64_t)64 << 20);
@@ -390,8 +389,7 @@ int main(int argc, char **argv) {
   cal_ctx.threads = threads;
   cal_ctx.lr = 0.01f;
   snrt_dev_init(&cal_ctx);
-  double steal0, total0;
-  cpu_times(&steal0, &total0);
+  cpu_times(steal0, total0);
   A = snrt_arena(&cal_ctx);
   in_off = SNRT_ALIGN, in_bytes = pool;
   rect_off = in_off + pool, rect_bytes = rect;
@@ -404,9 +402,11 @@ int main(int argc, char **argv) {
   cal_cases_ready();
   size_slots();
 
-  /* The passes: every case once per pass; the copy engine alone, then
-   * compute with copies beside it (the copy rate of the same pass). */
-  double loss[2][NPASS];
+}
+
+/* The passes: every case once per pass; the copy engine alone, then
+ * compute with copies beside it (the copy rate of the same pass). */
+static void run_passes(double loss[2][NPASS]) {
   for (int pass = 0; pass < NPASS; pass++) {
     for (int i = 0; i < cal_ncases; i++)
       if (!cal_cases[i].aux) time_case(&cal_cases[i], pass);
@@ -416,8 +416,12 @@ int main(int argc, char **argv) {
     }
   }
 
-  /* Medians; the log; the fits; the shape lists. */
-  double copy_bw[2] = {0, 0}, copy_loss[2], overhead = 0;
+}
+
+/* Medians and the log; the fits' records. Returns the per-step overhead
+ * (the tiny case); copy_loss: compute lost beside copies, each way. */
+static double report_cases(double loss[2][NPASS], double copy_loss[2]) {
+  double overhead = 0;
   for (int i = 0; i < cal_ncases; i++) {
     Case *k = &cal_cases[i];
     if (k->aux) continue;
@@ -445,11 +449,54 @@ int main(int argc, char **argv) {
     fprintf(stderr, "]\n");
   }
 
-  FILE *f = out ? fopen(out, "w") : stdout;
-  if (!f) {
-    fprintf(stderr, "snc-calibrate: error: cannot write '%s'\n", out);
-    return 2;
+  return overhead;
+}
+
+/* The measured shapes: convolutions, pools, GEMMs. */
+static void write_shapes(FILE *f) {
+  fprintf(f, "  },\n  \"conv_shapes\": [");
+  int first = 1;
+  for (int i = 0; i < cal_ncases; i++) {
+    const Case *k = &cal_cases[i];
+    if (k->aux || k->cls < K_CONV || k->cls > K_CONV_1X1) continue;   /* forward convs */
+    const snrt_conv_t *p = &k->conv;
+    double bd = cal_cases[i + 1].s, bf = cal_cases[i + 2].s;
+    fprintf(f, "%s\n    {\"class\": \"%s\", \"n\": %d, \"c\": %d, \"hw\": %d, \"k\": %d, \"ksize\": %d, "
+            "\"stride\": %d, \"forward_s\": %.4g, \"backward_s\": %.4g, \"backward_data_s\": %.4g, "
+            "\"backward_filter_s\": %.4g}", first ? "" : ",", cal_class_names[k->cls], p->n, p->c, p->h, p->k,
+            p->kh, p->sh, k->s, bd + bf, bd, bf);
+    first = 0;
   }
+  fprintf(f, "\n  ],\n  \"pool_shapes\": [");
+  first = 1;
+  for (int i = 0; i < cal_ncases; i++) {
+    const Case *k = &cal_cases[i];
+    if (k->aux || k->cls != K_POOL || k->bwd) continue;
+    const snrt_pool_t *p = &k->pool;
+    fprintf(f, "%s\n    {\"kind\": \"%s\", \"n\": %d, \"c\": %d, \"hw\": %d, \"ksize\": %d, \"stride\": %d, "
+            "\"pad\": %d, \"forward_s\": %.4g, \"backward_s\": %.4g}", first ? "" : ",", k->which ? "avg" : "max",
+            p->n, p->c, p->h, p->kh, p->sh, p->pt, k->s, cal_cases[i + 1].s);
+    first = 0;
+  }
+  fprintf(f, "\n  ],\n  \"gemm_shapes\": [");
+  first = 1;
+  for (int i = 0; i < cal_ncases; i++) {
+    const Case *k = &cal_cases[i];
+    if (k->aux || k->cls != K_GEMM) continue;
+    const snrt_mm_t *p = &k->mm;
+    fprintf(f, "%s\n    {\"batch\": %lld, \"m\": %lld, \"n\": %lld, \"k\": %lld, \"trans_a\": %d, "
+            "\"trans_b\": %d, \"shared_b\": %d, \"seconds\": %.4g}", first ? "" : ",", (long long)p->batch,
+            (long long)p->m, (long long)p->n, (long long)p->k, p->trans_a, p->trans_b, k->which, k->s);
+    first = 0;
+  }
+  if (PAR_MIN > 0) fprintf(f, "\n  ],\n  \"parallel_min_elements\": %d,\n", PAR_MIN);
+  else fprintf(f, "\n  ],\n");
+}
+
+/* The device profile (JSON), with how it was measured. */
+static void write_profile(FILE *f, double steal0, double total0, const double copy_loss[2],
+                          double overhead) {
+  double copy_bw[2] = {0, 0};
   char host[256] = "unknown";
   gethostname(host, sizeof host - 1);
   time_t tt = time(NULL);
@@ -494,47 +541,35 @@ int main(int argc, char **argv) {
     if (unit[c] >= 0) fprintf(f, ", \"%s\": %.4g", unit_name(c), unit[c]);
     fprintf(f, "}%s\n", c + 1 < NCLASS ? "," : "");
   }
-  fprintf(f, "  },\n  \"conv_shapes\": [");
-  int first = 1;
-  for (int i = 0; i < cal_ncases; i++) {
-    const Case *k = &cal_cases[i];
-    if (k->aux || k->cls < K_CONV || k->cls > K_CONV_1X1) continue;   /* forward convs */
-    const snrt_conv_t *p = &k->conv;
-    double bd = cal_cases[i + 1].s, bf = cal_cases[i + 2].s;
-    fprintf(f, "%s\n    {\"class\": \"%s\", \"n\": %d, \"c\": %d, \"hw\": %d, \"k\": %d, \"ksize\": %d, "
-            "\"stride\": %d, \"forward_s\": %.4g, \"backward_s\": %.4g, \"backward_data_s\": %.4g, "
-            "\"backward_filter_s\": %.4g}", first ? "" : ",", cal_class_names[k->cls], p->n, p->c, p->h, p->k,
-            p->kh, p->sh, k->s, bd + bf, bd, bf);
-    first = 0;
-  }
-  fprintf(f, "\n  ],\n  \"pool_shapes\": [");
-  first = 1;
-  for (int i = 0; i < cal_ncases; i++) {
-    const Case *k = &cal_cases[i];
-    if (k->aux || k->cls != K_POOL || k->bwd) continue;
-    const snrt_pool_t *p = &k->pool;
-    fprintf(f, "%s\n    {\"kind\": \"%s\", \"n\": %d, \"c\": %d, \"hw\": %d, \"ksize\": %d, \"stride\": %d, "
-            "\"pad\": %d, \"forward_s\": %.4g, \"backward_s\": %.4g}", first ? "" : ",", k->which ? "avg" : "max",
-            p->n, p->c, p->h, p->kh, p->sh, p->pt, k->s, cal_cases[i + 1].s);
-    first = 0;
-  }
-  fprintf(f, "\n  ],\n  \"gemm_shapes\": [");
-  first = 1;
-  for (int i = 0; i < cal_ncases; i++) {
-    const Case *k = &cal_cases[i];
-    if (k->aux || k->cls != K_GEMM) continue;
-    const snrt_mm_t *p = &k->mm;
-    fprintf(f, "%s\n    {\"batch\": %lld, \"m\": %lld, \"n\": %lld, \"k\": %lld, \"trans_a\": %d, "
-            "\"trans_b\": %d, \"shared_b\": %d, \"seconds\": %.4g}", first ? "" : ",", (long long)p->batch,
-            (long long)p->m, (long long)p->n, (long long)p->k, p->trans_a, p->trans_b, k->which, k->s);
-    first = 0;
-  }
-  if (PAR_MIN > 0) fprintf(f, "\n  ],\n  \"parallel_min_elements\": %d,\n", PAR_MIN);
-  else fprintf(f, "\n  ],\n");
+  write_shapes(f);
   fprintf(f, "  \"copy\": {\"d2h\": %.4g, \"h2d\": %.4g, \"d2h_s\": %.4g, \"h2d_s\": %.4g, \"d2h_loss\": %.4g, "
           "\"h2d_loss\": %.4g},\n", copy_bw[0], copy_bw[1], ovh[K_COPY_D2H], ovh[K_COPY_H2D], copy_loss[0],
           copy_loss[1]);
   fprintf(f, "  \"step_overhead_s\": %.4g\n}\n", overhead);
+}
+
+int main(int argc, char **argv) {
+  const char *target = NULL, *out = NULL;
+  int threads = 0;
+  int rc = parse_args(argc, argv, &target, &out, &threads);
+  if (rc >= 0) return rc;
+  if (strcmp(target, TARGET)) return exec_other(target, argv);
+  /* As the emitted programs do (rt_wait_policy, runtime/common/setup.c): sleeping OpenMP waits. */
+  if (!getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT") && !setenv("OMP_WAIT_POLICY", "passive", 1))
+    execv("/proc/self/exe", argv);
+  if (cal_quick) trial_s = 0.01, rot_bytes = (int64_t)16 << 20;
+  double steal0, total0;
+  start(threads, &steal0, &total0);
+  double loss[2][NPASS];
+  run_passes(loss);
+  double copy_loss[2];
+  double overhead = report_cases(loss, copy_loss);
+  FILE *f = out ? fopen(out, "w") : stdout;
+  if (!f) {
+    fprintf(stderr, "snc-calibrate: error: cannot write '%s'\n", out);
+    return 2;
+  }
+  write_profile(f, steal0, total0, copy_loss, overhead);
   if (out && fclose(f)) {
     fprintf(stderr, "snc-calibrate: error: cannot write '%s'\n", out);
     return 2;

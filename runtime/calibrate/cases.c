@@ -160,6 +160,9 @@ static const struct {
 typedef struct EwBufs { float *s, *b, *w, *m, *v; int32_t *labels; uint8_t *mask; } EwBufs;
 static EwBufs ewb[MAXCASES];
 
+/* Runs elementwise case k once: its kernel on in, into out.
+ * Long: one short case per elementwise kernel (a switch on k->which), each
+ * filling that kernel's parameter struct; no case depends on another. */
 static void ew(Case *k, char *in, char *out) {
   const int64_t n = k->n;
   const EwBufs *e = &ewb[k - cal_cases];

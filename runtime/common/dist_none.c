@@ -2,7 +2,7 @@
  * process: rank 0 of 1, and nothing to exchange.
  *
  * What it is: the stand-in that libsnrt_cpu.a (and libsnrt_cuda.a) carries so
- * that main.c links without MPI. A --dist program links build/snrt_mpi.o
+ * that the program links without MPI. A --dist program links build/snrt_mpi.o
  * (runtime/dist/mpi.c) ahead of the library, which defines the same symbols,
  * so the linker never takes this object. Keep the two lists in step. */
 #include "rt.h"

@@ -9,7 +9,7 @@
  * samples at pos x R x batch of the order, and rank r reads its r-th slice of
  * it: together the ranks see what one process at batch R x batch would.
  *
- * What it is not: file parsing (data.c) or uploading (main.c does that with
+ * What it is not: file parsing (data.c) or uploading (steps.c does that with
  * the device layer). */
 #include "rt.h"
 

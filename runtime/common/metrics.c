@@ -11,7 +11,7 @@
  * compute waited for), comm_overlapped_s (the rest) and sync_s (the step-end
  * exchange of the loss).
  *
- * What it is not: the progress line (main.c). */
+ * What it is not: the progress line (steps.c). */
 #include "rt.h"
 
 #include <errno.h>

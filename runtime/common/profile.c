@@ -31,7 +31,7 @@ static struct {
   int64_t seen, measured;
 } P;
 
-/* Not rt_fail (main.c): build/snc-calibrate links the device layer, which
+/* Not rt_fail (util.c): build/snc-calibrate links the device layer, which
  * calls snrt_prof_mark, without the program's main. */
 static noreturn void prof_fail(int code, const char *what, const char *path) {
   fprintf(stderr, "train: error: --profile: %s%s%s\n", what, path ? " " : "", path ? path : "");

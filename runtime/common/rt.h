@@ -16,7 +16,7 @@
 #include <stdio.h>
 #include <stdnoreturn.h>
 
-/* ---- main.c: options and errors ---------------------------------------- */
+/* ---- flags.c: options; util.c: errors ------------------------------------ */
 
 typedef struct rt_opts {
   const char *data, *eval;        /* --data / --eval specs */
@@ -36,6 +36,9 @@ typedef struct rt_opts {
   int nnorm;                      /* --normalize values: 2 (all channels) or 2*C */
   float norm[64];
 } rt_opts;
+
+/* Parses argv into o (exits 0 after --help, 1 on a usage error). */
+void rt_parse_args(rt_opts *o, int argc, char **argv);
 
 extern const char *rt_prog;       /* basename of argv[0], prefix of every message */
 
@@ -139,12 +142,59 @@ typedef struct rt_metrics {
 
 void rt_metrics_write(const snrt_ctx *c, const char *path, const rt_metrics *mt);
 
+/* ---- the run: main.c calls setup.c, steps.c, eval.c, outputs.c in order -- */
+
+typedef struct rt_eval {
+  double accuracy, loss;
+} rt_eval;
+
+/* What the parts of one run share: filled by rt_setup, advanced by rt_train,
+ * read by rt_outputs. */
+typedef struct rt_run {
+  rt_opts o;
+  const snrt_model *m;
+  snrt_ctx c;
+  rt_position pos;
+  rt_data *train, *test;          /* test: NULL without --eval */
+  int64_t gbatch;                 /* the global batch (batch x ranks) */
+  int64_t nb;                     /* batches per epoch */
+  bool lead;                      /* rank 0: prints and writes files */
+  /* rt_train's results */
+  int64_t done;                   /* steps run in this invocation */
+  float loss;                     /* the last step's loss (NaN before one) */
+  double t0, t3, t_end;           /* start, after step 3, end (rt_now) */
+  double c3[3];                   /* communication seconds at step 3 (rt_dist_times) */
+  rt_metrics mt;
+  rt_eval ev;                     /* the last evaluation */
+  bool evaluated_last;            /* ev is of the final parameters */
+} rt_run;
+
+/* setup.c: OMP_WAIT_POLICY=passive (may re-exec the program). */
+void rt_wait_policy(char **argv);
+/* setup.c: the checks of the model and flags, data, device, initial or
+ * resumed tensors (every rank alike); then the banner (rank 0). */
+void rt_setup(rt_run *r, int *argc, char ***argv);
+void rt_banner(rt_run *r);
+/* steps.c: SIGINT/SIGTERM handlers, the step loop, the final evaluation. */
+void rt_train(rt_run *r);
+double rt_now(void);              /* CLOCK_MONOTONIC seconds */
+/* eval.c: the whole set d through eval_step; false when a signal stopped it. */
+bool rt_evaluate(snrt_ctx *c, const rt_data *d, rt_eval *e);
+/* eval.c: " (N bits/token, perplexity P)" for language models, else "". */
+const char *rt_lm_extra(const snrt_model *m, double loss);
+/* eval.c: --generate N. */
+void rt_generate(snrt_ctx *c, const rt_opts *o);
+/* outputs.c: --generate, --save, --dump-*, --export-onnx, --metrics,
+ * --profile; then frees what rt_setup made. */
+void rt_outputs(rt_run *r);
+void rt_teardown(rt_run *r);
+
 /* ---- dist_none.c (one process) / runtime/dist/mpi.c (--dist mpi) ---------- */
 
 /* This process's rank and the number of ranks (0 and 1 without MPI, or when
  * a --dist program runs without mpirun). */
 extern int rt_rank, rt_ranks;
-/* Set by SIGINT/SIGTERM (main.c): the collectives' waits look at it. */
+/* Set by SIGINT/SIGTERM (steps.c): the collectives' waits look at it. */
 extern volatile sig_atomic_t rt_stop_signal;
 /* Seconds a collective may wait for the other ranks (--comm-timeout). */
 extern double rt_comm_timeout;

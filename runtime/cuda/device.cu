@@ -69,7 +69,9 @@ static void alloc_failed(const char *what, int64_t asked, cudaError_t e) {
   exit(SNRT_EXIT_DEVICE);
 }
 
-void snrt_dev_init(snrt_ctx *c) {
+/* The GPU this process uses, and the SNRT_* switches (TF32, deterministic
+ * algorithms, CUDA graphs): c->dev's state, the rest still to build. */
+static snrt_cuda *open_device(snrt_ctx *c) {
   cu_ctx = c;
   snrt_cuda *d = (snrt_cuda *)calloc(1, sizeof *d);
   if (!d) {
@@ -90,6 +92,13 @@ void snrt_dev_init(snrt_ctx *c) {
   d->tf32 = env_flag("SNRT_TF32", true);
   d->deterministic = env_flag("SNRT_DETERMINISTIC", false);
   d->graphs = env_flag("SNRT_CUDA_GRAPH", true);
+  return d;
+}
+
+/* The device layer's setup: streams and events, cuDNN and cuBLAS with their
+ * workspace, the arena and the pinned host arena. */
+void snrt_dev_init(snrt_ctx *c) {
+  snrt_cuda *d = open_device(c);
 
   const snrt_model *m = c->m;
   /* Libraries first, then the arena: cuDNN, cuBLAS, their workspace and the
@@ -105,7 +114,7 @@ void snrt_dev_init(snrt_ctx *c) {
   for (int i = 0; i < 4; i++)
     CUDA_CHECK(cudaEventCreateWithFlags(evs[i], cudaEventDisableTiming));
 
-  e = cudaMalloc((void **)&d->dvars, sizeof(snrt_cuda_vars));
+  cudaError_t e = cudaMalloc((void **)&d->dvars, sizeof(snrt_cuda_vars));
   if (e != cudaSuccess) alloc_failed("step variables", sizeof(snrt_cuda_vars), e);
   d->dscale = NULL;
   if (m->precision && strcmp(m->precision, "fp16") == 0) {

@@ -8,13 +8,13 @@
  * update), one request per piece, all of a bucket's started together, and
  * divided by the number of ranks at the wait. Every wait is a loop of MPI_Test with a deadline (--comm-timeout)
  * so that a rank that died or hangs ends the others with a message instead of
- * a hang. SIGINT/SIGTERM is a graceful stop (main.c exchanges the stop flag
+ * a hang. SIGINT/SIGTERM is a graceful stop (steps.c exchanges the stop flag
  * with the loss and every rank stops after the same step); one that arrives
  * during a wait prints a line at once (when a rank dies, mpirun sends SIGTERM
  * to the others and soon SIGKILL) and gives the others SIGNAL_GRACE seconds
  * to answer.
  *
- * What it is not: the training loop (common/main.c decides what is
+ * What it is not: the training loop (common/steps.c decides what is
  * exchanged) or a transport: MPI moves the bytes. Run as one process (no
  * mpirun) it is an MPI singleton and exchanges nothing.
  *
