@@ -357,6 +357,31 @@ def op_einsum_batched(m, rng):
                                             torch.sigmoid(t.reshape(t.shape[0], 15, 5)))
 
 
+def op_matmul_vec_right(m, rng):
+    """(B, 3, 5, 5) @ (5,): a 1-D second operand drops the last dim."""
+    v = m.param("v", rnd(rng, 5, scale=0.5))
+    return lambda t: m.op("MatMul", [t, v]), lambda t, P: t @ P[v]
+
+
+def op_matmul_vec_left(m, rng):
+    """(5,) @ (B, 3, 5, 5): a 1-D first operand drops the second-to-last."""
+    u = m.param("u", rnd(rng, 5, scale=0.5))
+    return lambda t: m.op("MatMul", [u, t]), lambda t, P: P[u] @ t
+
+
+def op_matmul_bcast_both(m, rng):
+    """(B, 3, 1, 5, 5) @ (4, 5, 2): batch dims broadcast on both sides."""
+    w, ax = m.param("w", rnd(rng, 4, 5, 2, scale=0.5)), m.const([2])
+    return (lambda t: m.op("MatMul", [m.op("Unsqueeze", [t, ax]), w]),
+            lambda t, P: t.unsqueeze(2) @ P[w])
+
+
+def op_matmul_param_left(m, rng):
+    """(5, 5) weight @ (B, 3, 5, 5): the first operand broadcast over the batch."""
+    w = m.param("w", rnd(rng, 5, 5, scale=0.5))
+    return lambda t: m.op("MatMul", [w, t]), lambda t, P: P[w] @ t
+
+
 def op_hard(build, fn):
     """HardSigmoid/HardSwish over 3x the input: every piece of the function
     (below -3, the middle, above 3) is reached."""
@@ -447,6 +472,10 @@ OPS = {
     "Einsum_weight_implicit": (op_einsum_weight, 13),
     "Einsum_outer": (op_einsum_outer, 13),
     "Einsum_batched": (op_einsum_batched, 13),
+    "MatMul_1d_right": (op_matmul_vec_right, 13),
+    "MatMul_1d_left": (op_matmul_vec_left, 13),
+    "MatMul_broadcast_both": (op_matmul_bcast_both, 13),
+    "MatMul_param_left": (op_matmul_param_left, 13),
     "HardSwish": (op_hard(lambda m, t: m.op("HardSwish", [t]), F.hardswish), 14),
 }
 

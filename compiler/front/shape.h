@@ -24,6 +24,9 @@ int shape_axis(const Node *n, int64_t axis, int rank, bool inclusive, const char
 /* Product of dims[from, to). */
 int64_t shape_prod(const Node *n, const int64_t *dims, int from, int to);
 void *shape_alloc(size_t size);
+/* shape_seq.c: a MatMul that snrt_mm_t cannot express, rewritten into an
+ * Einsum node (1-D operands, batch dims broadcast on both sides). */
+void shape_matmul_einsum(Graph *g, Node *n, const Tensor *a, const Tensor *b);
 
 /* fold.c: evaluates n at compile time if its op is foldable and its inputs
  * are constants (Shape: any shaped input); true if it did. */

@@ -251,13 +251,19 @@ void shape_gemm(Graph *g, Node *n) {
   n->p = p;
 }
 
-/* numpy matmul for rank >= 2 operands. Batch dims broadcast, but the runtime
- * takes one batch stride per operand, so an operand's batch dims must either
- * equal the output's or be all ones (or absent). */
+/* numpy matmul. Batch dims broadcast; the runtime's product takes one batch
+ * stride per operand, so an operand's batch dims must either equal the
+ * output's or be all ones (or absent), and a first operand broadcast over
+ * the batch must need no gradient (a constant). Other cases (1-D operands
+ * too) become an Einsum (shape_matmul_einsum). */
 void shape_matmul(Graph *g, Node *n) {
   Tensor *a = shape_in_float(g, n, 0, -1), *b = shape_in_float(g, n, 1, -1);
-  if (a->rank < 2 || b->rank < 2)
-    node_error(n, "1-D operands are not supported (A %s, B %s)", shape_str(a), shape_str(b));
+  if (a->rank < 1 || b->rank < 1)
+    node_error(n, "operands must have rank 1 or more (A %s, B %s)", shape_str(a), shape_str(b));
+  if (a->rank < 2 || b->rank < 2) {
+    shape_matmul_einsum(g, n, a, b);
+    return;
+  }
   int64_t M = a->dims[a->rank - 2], K = a->dims[a->rank - 1];
   int64_t Kb = b->dims[b->rank - 2], N = b->dims[b->rank - 1];
   if (K != Kb) node_error(n, "inner dimensions differ: A %s, B %s", shape_str(a), shape_str(b));
@@ -274,9 +280,11 @@ void shape_matmul(Graph *g, Node *n) {
   dims[r - 1] = N;
   int64_t batch = shape_prod(n, dims, 0, r - 2);
   int64_t ba = shape_prod(n, a->dims, 0, a->rank - 2), bb = shape_prod(n, b->dims, 0, b->rank - 2);
-  if ((ba != batch && ba != 1) || (bb != batch && bb != 1))
-    node_error(n, "this batch broadcasting of A %s and B %s is not supported", shape_str(a),
-               shape_str(b));
+  if ((ba != batch && ba != 1) || (bb != batch && bb != 1) ||
+      (ba == 1 && batch > 1 && a->kind != TK_CONST && a->kind != TK_INPUT)) {
+    shape_matmul_einsum(g, n, a, b);
+    return;
+  }
   shape_set_out(g, n, 0, DT_FLOAT, r, dims);
   snrt_mm_t *p = shape_alloc(sizeof *p);
   *p = (snrt_mm_t){.batch = batch, .m = M, .n = N, .k = K, .alpha = 1.0f, .beta = 0.0f,

@@ -326,6 +326,63 @@ void shape_einsum(Graph *g, Node *n) {
   n->p = p;
 }
 
+/* MatMul in the cases snrt_mm_t's one batch stride per operand cannot say
+ * (a 1-D operand; batch dims broadcast on both sides): the node becomes an
+ * Einsum. Output batch dims are 'A'.., an operand's size-1 dim under a larger
+ * output dim a private letter of its own (summed over its one value; its
+ * gradient sums over the output's), m, k, n the matrix dims. */
+void shape_matmul_einsum(Graph *g, Node *n, const Tensor *a, const Tensor *b) {
+  char ta[MAX_RANK + 1], tb[MAX_RANK + 1], to[MAX_RANK + 1];
+  int64_t size[128];
+  int la = 0, lb = 0, lo = 0;
+  int ra = a->rank >= 2 ? a->rank - 2 : 0, rb = b->rank >= 2 ? b->rank - 2 : 0;
+  int r = ra > rb ? ra : rb;
+  for (int i = 0; i < r; i++) {
+    int ia = i - (r - ra), ib = i - (r - rb);
+    int64_t da = ia >= 0 ? a->dims[ia] : 1, db = ib >= 0 ? b->dims[ib] : 1;
+    if (da != db && da != 1 && db != 1)
+      node_error(n, "batch dimensions of A %s and B %s do not broadcast", shape_str(a), shape_str(b));
+    char o = (char)('A' + i);
+    size[(unsigned char)o] = da > db ? da : db;
+    to[lo++] = o;
+    if (ia >= 0) {
+      char l = da == size[(unsigned char)o] ? o : (char)('I' + i);
+      size[(unsigned char)l] = da;
+      ta[la++] = l;
+    }
+    if (ib >= 0) {
+      char l = db == size[(unsigned char)o] ? o : (char)('Q' + i);
+      size[(unsigned char)l] = db;
+      tb[lb++] = l;
+    }
+  }
+  int64_t K = a->dims[a->rank - 1], Kb = b->rank >= 2 ? b->dims[b->rank - 2] : b->dims[0];
+  if (K != Kb) node_error(n, "inner dimensions differ: A %s, B %s", shape_str(a), shape_str(b));
+  size['k'] = K;
+  if (a->rank >= 2) {
+    size['m'] = a->dims[a->rank - 2];
+    ta[la++] = 'm';
+    to[lo++] = 'm';
+  }
+  ta[la++] = 'k';
+  tb[lb++] = 'k';
+  if (b->rank >= 2) {
+    size['n'] = b->dims[b->rank - 1];
+    tb[lb++] = 'n';
+    to[lo++] = 'n';
+  }
+  ta[la] = tb[lb] = to[lo] = 0;
+  int64_t dims[MAX_RANK];
+  for (int d = 0; d < lo; d++) dims[d] = size[(unsigned char)to[d]];
+  EinsumParams *p = shape_alloc(sizeof *p);
+  p->fwd = einsum_form(n, to, ta, tb, size);
+  p->da = einsum_form(n, ta, to, tb, size);
+  p->db = einsum_form(n, tb, to, ta, size);
+  shape_set_out(g, n, 0, DT_FLOAT, lo, dims);
+  n->op = OP_EINSUM;
+  n->p = p;
+}
+
 /* ---- Expand: numpy broadcasting to a constant shape ---- */
 
 void shape_broadcast(Graph *g, Node *n) {
