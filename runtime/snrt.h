@@ -468,6 +468,10 @@ typedef struct snrt_model {
   int nsteps;
   const snrt_step_info *steps;
   double est_step_s;
+  /* The eval copies of the graph outputs, in the graph's order, when there
+   * are several (--predict writes each); 0 and NULL: the logits alone. */
+  int noutputs;
+  const int *outputs;
   const char *est_device;    /* the device profile the estimates are for */
 } snrt_model;
 

@@ -412,6 +412,26 @@ rt_data *rt_data_load(const char *spec, const snrt_model *m, uint64_t seed, cons
   return d;
 }
 
+rt_data *rt_data_load_inputs(const char *spec, const snrt_model *m, const rt_opts *o) {
+  if (strncmp(spec, "npy:", 4) != 0 || strchr(spec, ','))
+    return rt_data_load(spec, m, o->seed, o);
+  if (!spec[4]) rt_fail(SNRT_EXIT_USAGE, "npy: needs a file name");
+  const snrt_tensor *in = &m->tensors[m->input];
+  rt_data *d = calloc(1, sizeof *d);
+  if (!d) rt_fail(SNRT_EXIT_DEVICE, "out of memory");
+  d->elems = in->nbytes / 4 / m->batch;
+  d->classes = m->classes;
+  d->seed = o->seed;
+  d->tokens = in->dtype == SNRT_I32;
+  d->positions = m->positions > 1 ? m->positions : 1;
+  d->vocab = m->vocab > 0 ? m->vocab : m->classes;
+  set_norm(d, in, o);
+  array a = read_npy(spec + 4);
+  if (a.rank < 1) rt_fail(SNRT_EXIT_DATA, "%s: inputs must be an array of samples, not a scalar", spec + 4);
+  set_images(d, spec + 4, &a, in);
+  return d;
+}
+
 void rt_data_free(rt_data *d) {
   if (!d) return;
   free(d->u8);
