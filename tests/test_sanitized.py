@@ -169,3 +169,43 @@ def test_program_gpt_tokens(san, tmp_path, opset, policy):
                     (99).to_bytes(4, "little") + bytes(1012) + bytes(7))
     r = run([exe, "--data", "tokens:%s" % bad, "--steps", 1], ok=(2,))
     assert "promises 99 tokens" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("head", ["flatten0", "gemm_transA"])
+def test_eval_of_an_output_with_fewer_rows_than_the_batch(san, tmp_path, head):
+    """--eval on a model whose output's first dimension is not the batch:
+    Flatten(axis=0) makes (1, batch x 3), Gemm(transA) over the batch makes
+    (3, 5). evaluate()'s accuracy loop read a batch of rows of `classes`
+    logits past the end of such an output (ASan: heap-buffer-overflow); it
+    reads the output's own rows now, and --predict refuses the model with
+    one line (its rows are not samples)."""
+    from onnx import TensorProto, helper, numpy_helper
+    import onnx
+    B = 4
+    rng = np.random.default_rng(1)
+    w = numpy_helper.from_array(rng.standard_normal((3, 3)).astype(np.float32), "w")
+    if head == "flatten0":
+        nodes = [helper.make_node("Gemm", ["x", "w"], ["h"]),
+                 helper.make_node("Flatten", ["h"], ["out"], axis=0)]
+        inits = [w]
+    else:
+        v = numpy_helper.from_array(rng.standard_normal((B, 5)).astype(np.float32), "v")
+        nodes = [helper.make_node("Gemm", ["x", "w"], ["h"]),
+                 helper.make_node("Gemm", ["h", "v"], ["out"], transA=1)]
+        inits = [w, v]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [B, 3])],
+                          [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)], inits)
+    model = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), str(model))
+    run([SNC, "compile", model, "-o", tmp_path / "p", "--batch", B], leaks=0)
+    exe = tmp_path / "p" / "train_san"
+    subprocess.run(["gcc", "-std=c11", "-O1", "-g"] + SAN + ["-I" + os.path.join(ROOT, "runtime"),
+                    str(tmp_path / "p" / "train.c"), LIB, "-o", str(exe), "-fopenmp", "-lopenblas",
+                    "-lprotobuf-c", "-lz", "-lm", "-lpthread"], check=True)
+    np.save(tmp_path / "x.npy", rng.standard_normal((10, 3)).astype(np.float32))
+    np.save(tmp_path / "y.npy", np.arange(10) % 3)
+    data = "npy:%s,%s" % (tmp_path / "x.npy", tmp_path / "y.npy")
+    r = run([exe, "--data", data, "--eval", data, "--steps", 2])
+    assert "test accuracy" in r.stdout + r.stderr
+    r = run([exe, "--predict", "npy:%s" % (tmp_path / "x.npy"), "--out", tmp_path / "o.npy"], ok=(2,))
+    assert len(r.stderr.strip().splitlines()) == 1 and "first dimension" in r.stderr, r.stderr
