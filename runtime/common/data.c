@@ -458,7 +458,8 @@ void rt_data_sample(const rt_data *d, int64_t i, void *xv, int32_t *label) {
       memcpy(label, d->stream + i * e + 1, sizeof(int32_t) * (size_t)P);
     } else if (d->ids) {
       memcpy(ids, d->ids + i * e, sizeof(int32_t) * (size_t)e);
-      memcpy(label, d->labels + i * P, sizeof(int32_t) * (size_t)P);
+      if (d->labels) memcpy(label, d->labels + i * P, sizeof(int32_t) * (size_t)P);
+      else memset(label, 0, sizeof(int32_t) * (size_t)P);   /* --predict: inputs only */
     } else {   /* synthetic: random ids; each target is a function of its input */
       for (int64_t j = 0; j < e; j++) {
         int32_t v = (int32_t)(snrt_uniform(d->seed, 0xFFFFFFFFFFFF3000ull, 11, (uint64_t)(i * e + j)) * d->vocab);
