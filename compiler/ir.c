@@ -33,6 +33,13 @@ bool op_slot_is_data(OpKind op, int k) {
   }
 }
 
+bool graph_is_eval_output(const Graph *g, int t) {
+  if (t >= 0 && t == g->eval_output) return true;
+  for (int k = 0; k < g->neval_outs; k++)
+    if (g->eval_outs[k] == t) return true;
+  return false;
+}
+
 int node_cost(const Graph *g, const Node *n) {
   if (n->op == OP_MATMUL && n->p && n->nin == 2 && n->in[0] >= 0 && n->in[1] >= 0 &&
       g->t[n->in[0]].batched && g->t[n->in[1]].batched &&

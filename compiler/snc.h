@@ -198,6 +198,8 @@ typedef struct Graph {
   int batch;               // batch size after shape inference
   int nfwd;                // nodes [0, nfwd) are the forward graph (topologically sorted)
   int eval_output;         // the eval graph's copy of `output` (autodiff), -1 before
+  int *eval_outs;          // the eval copies of the other graph outputs (--predict writes them),
+  int neval_outs;          // in tensor order; none for a one-output model
   int export_batch;        // the data input's declared batch (0: symbolic)
   int batch_reshapes;      // Reshape targets whose export batch now follows --batch
   int zero_ranks;          // --zero 1: ranks the optimizer state is sharded over (0: none)
@@ -214,6 +216,8 @@ Graph *graph_new(const char *path);
 void ir_reset(void);
 int graph_add_tensor(Graph *g, const char *name, int dtype, TensorKind kind);
 int graph_find_tensor(const Graph *g, const char *name);   /* -1 if absent; hashed */
+/* t is read by the runtime after the eval step: eval_output or one of eval_outs. */
+bool graph_is_eval_output(const Graph *g, int t);
 /* Appends a node; `in`/`out` are copied. Returns its index. Pointers into g->n
  * may move. */
 int graph_add_node(Graph *g, OpKind op, const char *name, int nin, const int *in,

@@ -86,3 +86,39 @@ def test_predict_out_directory_and_errors(fc):
     one_error(prog_run(exe, "--out", d / "b.npy"), 1)
     one_error(prog_run(exe, "--predict", "npy:%s" % (d / "x.npy")), 1)
     assert not os.path.exists(d / "b.npy")
+
+
+def test_predict_writes_every_graph_output(tmp_path):
+    """A model with three graph outputs (the logits first, which training
+    uses; a hidden activation; a Sigmoid head off it): --predict writes
+    each as DIR/NAME.npy, equal to numpy's forward on the program's weights
+    (--dump-params after a step of training)."""
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(2)
+    w1 = rng.standard_normal((6, 5)).astype(np.float32)
+    w2 = rng.standard_normal((5, 3)).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]),
+             helper.make_node("Relu", ["h"], ["hidden/relu"]),
+             helper.make_node("MatMul", ["hidden/relu", "w2"], ["logits"]),
+             helper.make_node("Sigmoid", ["hidden/relu"], ["gate"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 6])],
+                          [helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
+                           for n in ("logits", "hidden/relu", "gate")],
+                          [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    exe = compile_model(str(path), str(tmp_path / "p"), 4)
+    r = prog_run(exe, "--steps", 1, "--lr", 0.1, "--save", tmp_path / "ck", "--dump-params", tmp_path / "pp")
+    assert r.returncode == 0, r.stderr
+    x = rng.standard_normal((7, 6)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    r = prog_run(exe, "--predict", "npy:%s" % (tmp_path / "x.npy"), "--resume", tmp_path / "ck",
+                 "--out", tmp_path / "o")
+    assert r.returncode == 0, r.stderr
+    assert sorted(os.listdir(tmp_path / "o")) == ["gate.npy", "hidden_relu.npy", "logits.npy"]
+    W1, W2 = np.load(tmp_path / "pp" / "w1.npy"), np.load(tmp_path / "pp" / "w2.npy")
+    assert np.abs(W2 - w2).max() > 1e-4   # trained
+    h = np.maximum(x.astype(np.float64) @ W1, 0)
+    ref = {"hidden_relu": h, "logits": h @ W2, "gate": 1 / (1 + np.exp(-h))}
+    for k, v in ref.items():
+        np.testing.assert_allclose(np.load(tmp_path / "o" / (k + ".npy")), v, rtol=RTOL, atol=ATOL)

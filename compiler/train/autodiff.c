@@ -583,6 +583,14 @@ static void add_eval(Graph *g) {
     free(many);
   }
   g->eval_output = map[g->output];
+  /* The other graph outputs' eval copies (computed ones, each once), for
+   * --predict: live to the end of the eval step, in the tensor table. */
+  g->neval_outs = 0;
+  for (int t = 0; t < g->nt; t++)
+    if (g->t[t].is_output && t != g->output && map[t] != t && !graph_is_eval_output(g, map[t])) {
+      g->eval_outs = xrealloc(g->eval_outs, sizeof(int) * (size_t)(g->neval_outs + 1));
+      g->eval_outs[g->neval_outs++] = map[t];
+    }
   free(map);
 }
 
