@@ -382,6 +382,36 @@ def op_matmul_param_left(m, rng):
     return lambda t: m.op("MatMul", [w, t]), lambda t, P: P[w] @ t
 
 
+def as_ncl(m, t):
+    """(B, 3, 5, 5) -> (B, 3, 25): a 1-D signal per channel."""
+    return m.op("Reshape", [t, m.const([0, 3, 25])])
+
+
+def op_conv1d(m, rng):
+    w, b = m.param("w", rnd(rng, 4, 3, 3, scale=0.3)), m.param("b", rnd(rng, 4, scale=0.1))
+    return (lambda t: m.op("Conv", [as_ncl(m, t), w, b], kernel_shape=[3], pads=[1, 2], strides=[2],
+                           dilations=[2]),
+            lambda t, P: F.conv1d(F.pad(t.reshape(t.shape[0], 3, 25), (1, 2)), P[w], P[b], stride=2,
+                                  dilation=2))
+
+
+def op_conv1d_group_bn(m, rng):
+    w = m.param("w", rnd(rng, 6, 1, 5, scale=0.3))
+    g, b = m.param("gamma", rnd(rng, 6, scale=0.2, shift=1.0)), m.param("beta", rnd(rng, 6, scale=0.1))
+    mean, var = m.const(np.zeros(6), np.float32), m.const(np.ones(6), np.float32)
+    return (lambda t: m.op("BatchNormalization", [m.op("Conv", [as_ncl(m, t), w], group=3,
+                                                        auto_pad="SAME_UPPER"), g, b, mean, var]),
+            lambda t, P: F.batch_norm(F.conv1d(F.pad(t.reshape(t.shape[0], 3, 25), (2, 2)), P[w],
+                                               groups=3), None, None, P[g], P[b], training=True))
+
+
+def op_pool1d(op_type, fn, **attrs):
+    def make(m, rng):
+        return (lambda t: m.op(op_type, [as_ncl(m, t)], **attrs),
+                lambda t, P: fn(t.reshape(t.shape[0], 3, 25)))
+    return make
+
+
 def op_hard(build, fn):
     """HardSigmoid/HardSwish over 3x the input: every piece of the function
     (below -3, the middle, above 3) is reached."""
@@ -476,6 +506,13 @@ OPS = {
     "MatMul_1d_left": (op_matmul_vec_left, 13),
     "MatMul_broadcast_both": (op_matmul_bcast_both, 13),
     "MatMul_param_left": (op_matmul_param_left, 13),
+    "Conv1d": (op_conv1d, 13),
+    "Conv1d_group_same_bn": (op_conv1d_group_bn, 13),
+    "MaxPool1d": (op_pool1d("MaxPool", lambda t: F.max_pool1d(t, 3, 2, 1, ceil_mode=True),
+                            kernel_shape=[3], strides=[2], pads=[1, 1], ceil_mode=1), 13),
+    "AveragePool1d": (op_pool1d("AveragePool", lambda t: F.avg_pool1d(t, 4, 3, 2, count_include_pad=True),
+                                kernel_shape=[4], strides=[3], pads=[2, 2], count_include_pad=1), 13),
+    "GlobalAveragePool1d": (op_pool1d("GlobalAveragePool", lambda t: t.mean(2, keepdim=True)), 13),
     "HardSwish": (op_hard(lambda m, t: m.op("HardSwish", [t]), F.hardswish), 14),
 }
 
