@@ -90,9 +90,11 @@ def test_predict_out_directory_and_errors(fc):
 
 def test_predict_writes_every_graph_output(tmp_path):
     """A model with three graph outputs (the logits first, which training
-    uses; a hidden activation; a Sigmoid head off it): --predict writes
-    each as DIR/NAME.npy, equal to numpy's forward on the program's weights
-    (--dump-params after a step of training)."""
+    uses; a hidden activation; a Sigmoid head off it), compiled with
+    --all-outputs: --predict writes each as DIR/NAME.npy, equal to numpy's
+    forward on the program's weights (--dump-params after a step of
+    training). Without the flag the head that training does not need is
+    dropped at import, as before, and --predict writes the outputs kept."""
     from onnx import TensorProto, helper, numpy_helper
     rng = np.random.default_rng(2)
     w1 = rng.standard_normal((6, 5)).astype(np.float32)
@@ -107,7 +109,7 @@ def test_predict_writes_every_graph_output(tmp_path):
                           [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
     path = tmp_path / "m.onnx"
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), str(path))
-    exe = compile_model(str(path), str(tmp_path / "p"), 4)
+    exe = compile_model(str(path), str(tmp_path / "p"), 4, "--all-outputs")
     r = prog_run(exe, "--steps", 1, "--lr", 0.1, "--save", tmp_path / "ck", "--dump-params", tmp_path / "pp")
     assert r.returncode == 0, r.stderr
     x = rng.standard_normal((7, 6)).astype(np.float32)
@@ -122,3 +124,7 @@ def test_predict_writes_every_graph_output(tmp_path):
     ref = {"hidden_relu": h, "logits": h @ W2, "gate": 1 / (1 + np.exp(-h))}
     for k, v in ref.items():
         np.testing.assert_allclose(np.load(tmp_path / "o" / (k + ".npy")), v, rtol=RTOL, atol=ATOL)
+    exe = compile_model(str(path), str(tmp_path / "p1"), 4)
+    r = prog_run(exe, "--predict", "npy:%s" % (tmp_path / "x.npy"), "--out", tmp_path / "o1")
+    assert r.returncode == 0, r.stderr
+    assert sorted(os.listdir(tmp_path / "o1")) == ["hidden_relu.npy", "logits.npy"]   # no gate

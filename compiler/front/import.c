@@ -499,17 +499,19 @@ static void topo_sort(Graph *g) {
   free(sorted), free(order), free(heap), free(fill), free(cons), free(start), free(indeg);
 }
 
-/* ---- pruning: keep the nodes the graph outputs depend on (the first one,
- * which training uses, and the others, which the eval graph computes for
- * --predict), and the tensors they use, in a fresh graph (tensor indices
- * are compacted) ---- */
+/* ---- pruning: keep the nodes the first graph output depends on (with
+ * --all-outputs those of every graph output, which the eval graph computes
+ * for --predict), and the tensors they use, in a fresh graph (tensor
+ * indices are compacted) ---- */
+
+bool import_all_outputs;
 
 static Graph *prune(Graph *g) {
   char *live = xcalloc((size_t)g->nn + 1, 1);
   int *stack = xmalloc(sizeof(int) * ((size_t)g->nn + 1)), ns = 0;
   live[g->t[g->output].producer] = 1;
   stack[ns++] = g->t[g->output].producer;
-  for (int t = 0; t < g->nt; t++) {
+  for (int t = 0; import_all_outputs && t < g->nt; t++) {
     int p = g->t[t].is_output ? g->t[t].producer : -1;
     if (p >= 0 && !live[p]) live[p] = 1, stack[ns++] = p;
   }
