@@ -242,8 +242,13 @@ typedef struct snrt_slice_t {
   int64_t step[SNRT_MAX_RANK];
 } snrt_slice_t;
 
-/* Constant padding: out = value everywhere, in copied at offset `before`.
- * Negative pads crop. Backward crops dy into dx. */
+/* Padding: out = value everywhere, in copied at offset `before` (constant
+ * mode); mode SNRT_PAD_REFLECT / SNRT_PAD_EDGE fill the border with the
+ * input mirrored about its first and last element / with those elements.
+ * Negative pads crop. Backward crops dy into dx (constant), or gives each
+ * input element the sum of the dy elements read from it, in output order
+ * (snrt_pad_grad_at below: the same on every runtime). */
+enum snrt_pad_mode { SNRT_PAD_CONSTANT, SNRT_PAD_REFLECT, SNRT_PAD_EDGE };
 typedef struct snrt_pad_t {
   int rank;
   int64_t n_in, n_out;
@@ -251,7 +256,11 @@ typedef struct snrt_pad_t {
   int64_t out_dims[SNRT_MAX_RANK];
   int64_t before[SNRT_MAX_RANK];
   float value;
+  int mode;              /* enum snrt_pad_mode */
 } snrt_pad_t;
+/* Reflect: at most this many output positions of one dim read one input
+ * position (the compiler refuses pads wider than that allows). */
+#define SNRT_PAD_MAX_RANGES 16
 
 /* Transpose: out dims[i] = in_dims[perm[i]]. */
 typedef struct snrt_transpose_t {
@@ -752,6 +761,66 @@ static inline SNRT_HD float snrt_uniform(uint64_t seed, uint64_t step, uint32_t 
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   z ^= z >> 31;
   return (float)(z >> 40) * (1.0f / 16777216.0f);
+}
+
+/* Reflect/edge padding, shared by the runtimes: the input position of output
+ * position o along a dim of d inputs, `b` of them before. */
+static inline SNRT_HD int64_t snrt_pad_src1(int mode, int64_t o, int64_t b, int64_t d) {
+  int64_t i = o - b;
+  if (mode == SNRT_PAD_EDGE) return i < 0 ? 0 : i >= d ? d - 1 : i;
+  if (d == 1) return 0;
+  int64_t P = 2 * (d - 1);
+  i %= P;
+  if (i < 0) i += P;
+  return i < d ? i : P - i;
+}
+
+/* The ranges [lo, hi] of output positions that read input position j along
+ * one dim (out positions od); returns how many (at most SNRT_PAD_MAX_RANGES). */
+static inline SNRT_HD int snrt_pad_ranges1(int mode, int64_t j, int64_t b, int64_t d, int64_t od,
+                                          int64_t *lo, int64_t *hi) {
+  int n = 0;
+  if (mode == SNRT_PAD_EDGE || d == 1) {
+    int64_t a = j == 0 ? 0 : b + j, z = j == d - 1 ? od - 1 : b + j;
+    if (a < 0) a = 0;
+    if (z > od - 1) z = od - 1;
+    if (a <= z) lo[n] = a, hi[n] = z, n++;
+    return n;
+  }
+  for (int64_t o = 0; o < od && n < SNRT_PAD_MAX_RANGES; o++)
+    if (snrt_pad_src1(mode, o, b, d) == j) lo[n] = hi[n] = o, n++;
+  return n;
+}
+
+/* dx at input element j for reflect/edge padding: the sum, in output order,
+ * of the dy elements that read it. */
+static inline SNRT_HD float snrt_pad_grad_at(const snrt_pad_t *p, int64_t j, const float *dy) {
+  int64_t lo[SNRT_MAX_RANK][SNRT_PAD_MAX_RANGES], hi[SNRT_MAX_RANK][SNRT_PAD_MAX_RANGES];
+  int cnt[SNRT_MAX_RANK], ri[SNRT_MAX_RANK];
+  int64_t pos[SNRT_MAX_RANK], k = j;
+  for (int d = p->rank - 1; d >= 0; d--) {
+    int64_t q = k % p->in_dims[d];
+    k /= p->in_dims[d];
+    cnt[d] = snrt_pad_ranges1(p->mode, q, p->before[d], p->in_dims[d], p->out_dims[d], lo[d], hi[d]);
+    if (!cnt[d]) return 0.0f;
+    ri[d] = 0;
+    pos[d] = lo[d][0];
+  }
+  double s = 0;
+  for (;;) {
+    int64_t o = 0;
+    for (int d = 0; d < p->rank; d++) o = o * p->out_dims[d] + pos[d];
+    s += dy[o];
+    int d = p->rank - 1;
+    for (; d >= 0; d--) {
+      if (pos[d] < hi[d][ri[d]]) { pos[d]++; break; }
+      if (ri[d] + 1 < cnt[d]) { ri[d]++; pos[d] = lo[d][ri[d]]; break; }
+      ri[d] = 0;
+      pos[d] = lo[d][0];
+    }
+    if (d < 0) break;
+  }
+  return (float)s;
 }
 
 #ifdef __cplusplus

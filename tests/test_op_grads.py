@@ -412,6 +412,20 @@ def op_pool1d(op_type, fn, **attrs):
     return make
 
 
+def op_pad_mode(mode, pads, torch_pad):
+    """Reflect/edge padding of H and W (torch's 'reflect' / 'replicate'),
+    with a crop (negative pad) on one side in the edge case."""
+    def make(m, rng):
+        tm = {"reflect": "reflect", "edge": "replicate"}[mode]
+
+        def ref(t, P):
+            y = F.pad(t, tuple(max(v, 0) for v in torch_pad), mode=tm)
+            crop = [(-v if v < 0 else 0) for v in torch_pad]   # (w0, w1, h0, h1)
+            return y[:, :, crop[2]:y.shape[2] - crop[3], crop[0]:y.shape[3] - crop[1]]
+        return lambda t: m.op("Pad", [t, m.const(pads)], mode=mode), ref
+    return make
+
+
 def op_hard(build, fn):
     """HardSigmoid/HardSwish over 3x the input: every piece of the function
     (below -3, the middle, above 3) is reached."""
@@ -513,6 +527,8 @@ OPS = {
     "AveragePool1d": (op_pool1d("AveragePool", lambda t: F.avg_pool1d(t, 4, 3, 2, count_include_pad=True),
                                 kernel_shape=[4], strides=[3], pads=[2, 2], count_include_pad=1), 13),
     "GlobalAveragePool1d": (op_pool1d("GlobalAveragePool", lambda t: t.mean(2, keepdim=True)), 13),
+    "Pad_reflect": (op_pad_mode("reflect", [0, 0, 2, 4, 0, 0, 3, 1], (4, 1, 2, 3)), 13),
+    "Pad_edge": (op_pad_mode("edge", [0, 0, 3, -1, 0, 0, 1, 2], (-1, 2, 3, 1)), 13),
     "HardSwish": (op_hard(lambda m, t: m.op("HardSwish", [t]), F.hardswish), 14),
 }
 

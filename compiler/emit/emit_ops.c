@@ -157,10 +157,13 @@ static const char *p_slice(Emit *e, const snrt_slice_t *p) {
 }
 
 static const char *p_pad(Emit *e, const snrt_pad_t *p) {
-  snprintf(pb, BUF, ".rank = %d, .n_in = %lld, .n_out = %lld, .in_dims = %s, .out_dims = %s, "
-           ".before = %s, .value = %s",
-           p->rank, (long long)p->n_in, (long long)p->n_out, dims_list(p->in_dims, p->rank),
-           dims_list(p->out_dims, p->rank), dims_list(p->before, p->rank), emit_float(p->value));
+  int k = snprintf(pb, BUF, ".rank = %d, .n_in = %lld, .n_out = %lld, .in_dims = %s, .out_dims = %s, "
+                   ".before = %s, .value = %s",
+                   p->rank, (long long)p->n_in, (long long)p->n_out, dims_list(p->in_dims, p->rank),
+                   dims_list(p->out_dims, p->rank), dims_list(p->before, p->rank), emit_float(p->value));
+  if (p->mode)
+    snprintf(pb + k, (size_t)(BUF - k), ", .mode = %s",
+             p->mode == SNRT_PAD_REFLECT ? "SNRT_PAD_REFLECT" : "SNRT_PAD_EDGE");
   return emit_params(e, p, "snrt_pad_t", pb);
 }
 

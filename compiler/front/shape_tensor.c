@@ -259,13 +259,14 @@ void shape_transpose(Graph *g, Node *n) {
   n->p = p;
 }
 
-/* Pad, constant mode only. pads = [x1_begin, x2_begin, ..., x1_end, ...]:
- * an input from opset 11, the 'pads' attribute before. */
+/* Pad, modes constant, reflect and edge. pads = [x1_begin, x2_begin, ...,
+ * x1_end, ...]: an input from opset 11, the 'pads' attribute before. */
 void shape_pad(Graph *g, Node *n) {
   Tensor *x = shape_in_float(g, n, 0, -1);
   const char *mode = attr_string(n, "mode", "constant");
-  if (strcmp(mode, "constant") != 0)
-    node_error(n, "Pad mode '%s' is not supported (only 'constant')", mode);
+  int pm = !strcmp(mode, "constant") ? SNRT_PAD_CONSTANT : !strcmp(mode, "reflect") ? SNRT_PAD_REFLECT
+         : !strcmp(mode, "edge") ? SNRT_PAD_EDGE : -1;
+  if (pm < 0) node_error(n, "Pad mode '%s' is not supported (constant, reflect or edge)", mode);
   int r = x->rank;
   int64_t pads[2 * MAX_RANK];
   const int64_t *v;
@@ -292,7 +293,16 @@ void shape_pad(Graph *g, Node *n) {
       node_error(n, "pads for axis %d (%lld, %lld) are out of range for %s", d,
                  (long long)pads[d], (long long)pads[d + r], shape_str(x));
     p->out_dims[d] = x->dims[d] + pads[d] + pads[d + r];
+    if (pm != SNRT_PAD_CONSTANT && x->dims[d] == 0 && p->out_dims[d] > 0)
+      node_error(n, "%s padding of an empty axis %d of %s has nothing to repeat", mode, d, shape_str(x));
+    /* Reflect: each input position is read at most SNRT_PAD_MAX_RANGES times. */
+    if (pm == SNRT_PAD_REFLECT && x->dims[d] > 1 &&
+        p->out_dims[d] > (SNRT_PAD_MAX_RANGES / 2 - 1) * 2 * (x->dims[d] - 1))
+      node_error(n, "reflect pads for axis %d (%lld, %lld) are too wide for %s (at most %d times the "
+                 "axis)", d, (long long)pads[d], (long long)pads[d + r], shape_str(x),
+                 SNRT_PAD_MAX_RANGES / 2 - 2);
   }
+  p->mode = pm;
   shape_set_out(g, n, 0, x->dtype, r, p->out_dims);
   p->n_in = tensor_numel(x);
   p->n_out = tensor_numel(&g->t[n->out[0]]);
