@@ -27,7 +27,7 @@ bool op_slot_is_data(OpKind op, int k) {
   case OP_SLICE: case OP_PAD: case OP_CLIP: case OP_DROPOUT: return k == 0;
   /* Pow's exponent, Expand's shape, constant Gather indices and Where's
    * condition and fill value live in the params. */
-  case OP_POW: case OP_BROADCAST: case OP_GATHER: return k == 0;
+  case OP_POW: case OP_BROADCAST: case OP_GATHER: case OP_GATHERELEMENTS: return k == 0;
   case OP_WHERE: return false;
   default: return true;
   }

@@ -79,6 +79,7 @@
   OP(GATHER,        "Gather",               2,2,  1,1,  COST_CHEAP,     shape_gather,     grad_gather,     emit_gather,        flops_zero) \
   OP(WHERE,         "Where",                3,3,  1,1,  COST_CHEAP,     shape_where,      grad_where,      emit_where,         flops_zero) \
   OP(BROADCAST,     "Expand",               2,2,  1,1,  COST_CHEAP,     shape_broadcast,  grad_broadcast,  emit_expand,        flops_out) \
+  OP(GATHERELEMENTS, "GatherElements",      2,2,  1,1,  COST_CHEAP,     shape_gather_elements, grad_take, emit_take,     flops_zero) \
   OP(EINSUM,        "Einsum",               2,2,  1,1,  COST_EXPENSIVE, shape_einsum,     grad_einsum,     emit_einsum,        flops_einsum) \
   /* ---- ONNX ops snc only evaluates at compile time (fold.c): shape_fold \
    * fails, naming the node, when an input is not a constant ---- */ \
@@ -103,6 +104,7 @@
   OP(REDUCE,          "",  1,1, 1,1, COST_CHEAP, shape_internal, grad_none, emit_reduce,          flops_in) \
   OP(EXPAND,          "",  1,1, 1,1, COST_CHEAP, shape_internal, grad_none, emit_expand,          flops_out) \
   OP(REDUCE_BWD,      "",  3,3, 1,1, COST_CHEAP, shape_internal, grad_none, emit_reduce_bwd,      flops_in) \
+  OP(TAKE_BWD,        "",  1,1, 1,1, COST_CHEAP, shape_internal, grad_none, emit_take_bwd,        flops_in) \
   OP(SLICE_BWD,       "",  1,1, 1,1, COST_CHEAP, shape_internal, grad_none, emit_slice_bwd,       flops_zero) \
   OP(PAD_BWD,         "",  1,1, 1,1, COST_CHEAP, shape_internal, grad_none, emit_pad_bwd,         flops_zero) \
   OP(SOFTMAX_BWD,     "",  2,2, 1,1, COST_CHEAP, shape_internal, grad_none, emit_softmax_bwd,     flops_in) \

@@ -336,6 +336,18 @@ typedef struct snrt_where_t {
   const uint8_t *fill;
 } snrt_where_t;
 
+/* A gather by compile-time positions (GatherElements with constant
+ * indices): y[i] = x[src[i]] for n_out outputs. Backward: dx[j] = the sum,
+ * in output order, of dy[inv[k]] for k in [inv_start[j], inv_start[j+1])
+ * (the outputs that read j; precomputed, so every runtime gathers:
+ * deterministic). */
+typedef struct snrt_take_t {
+  int64_t n_in, n_out;
+  const int32_t *src;        /* n_out */
+  const int32_t *inv_start;  /* n_in + 1 */
+  const int32_t *inv;        /* n_out */
+} snrt_take_t;
+
 /* Einsum of two operands (no ellipsis, no index repeated within one
  * operand): over an index space of `rank` dims, the first `nout` of them the
  * output's (in its order), the rest summed: y[o] = sum_s a[o, s] * b[o, s],
@@ -687,6 +699,8 @@ void snrt_gather_bwd(snrt_ctx *c, const snrt_gather_t *p, const int32_t *idx, co
                      float *dtable);
 void snrt_where(snrt_ctx *c, const snrt_where_t *p, const float *x, float *y);
 void snrt_einsum(snrt_ctx *c, const snrt_einsum_t *p, const float *a, const float *b, float *y);
+void snrt_take_fwd(snrt_ctx *c, const snrt_take_t *p, const float *x, float *y);
+void snrt_take_bwd(snrt_ctx *c, const snrt_take_t *p, const float *dy, float *dx);
 
 /* PyTorch semantics (torch.optim.SGD, Adam, AdamW); buffers start at zero. */
 void snrt_sgd(snrt_ctx *c, const snrt_sgd_t *p, float *w, const float *g, float *mom);

@@ -426,6 +426,20 @@ def op_pad_mode(mode, pads, torch_pad):
     return make
 
 
+def op_gather_elements(axis, shape):
+    """GatherElements at constant indices (repeats and negative ones: their
+    gradients add); the indices' batch is the test's batch, 3, with the same
+    indices for every sample (the loader shuffles the samples of a batch)."""
+    def make(m, rng):
+        dim = (3,) + SHAPE
+        idx = np.repeat(rng.integers(-dim[axis], dim[axis], size=(1,) + shape[1:]), 3, axis=0)
+        ix = m.const(idx)
+        ti = torch.tensor(idx % dim[axis])
+        return (lambda t: m.op("GatherElements", [t, ix], axis=axis),
+                lambda t, P: torch.gather(t, axis, ti[:t.shape[0]]))
+    return make
+
+
 def op_hard(build, fn):
     """HardSigmoid/HardSwish over 3x the input: every piece of the function
     (below -3, the middle, above 3) is reached."""
@@ -529,6 +543,8 @@ OPS = {
     "GlobalAveragePool1d": (op_pool1d("GlobalAveragePool", lambda t: t.mean(2, keepdim=True)), 13),
     "Pad_reflect": (op_pad_mode("reflect", [0, 0, 2, 4, 0, 0, 3, 1], (4, 1, 2, 3)), 13),
     "Pad_edge": (op_pad_mode("edge", [0, 0, 3, -1, 0, 0, 1, 2], (-1, 2, 3, 1)), 13),
+    "GatherElements_axis2": (op_gather_elements(2, (3, 3, 7, 5)), 13),
+    "GatherElements_axis_last": (op_gather_elements(-1, (3, 2, 5, 4)), 13),
     "HardSwish": (op_hard(lambda m, t: m.op("HardSwish", [t]), F.hardswish), 14),
 }
 

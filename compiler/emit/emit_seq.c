@@ -84,7 +84,31 @@ static const char *p_einsum(Emit *e, const snrt_einsum_t *p) {
   return emit_params(e, p, "snrt_einsum_t", pb);
 }
 
+static const char *p_take(Emit *e, const snrt_take_t *p) {
+  const char *have = emit_params_find(e, p);
+  if (have) return have;
+  char a[3][64];
+  const char *suf[3] = {"src", "start", "inv"};
+  const int32_t *v[3] = {p->src, p->inv_start, p->inv};
+  int64_t cnt[3] = {p->n_out, p->n_in + 1, p->n_out};
+  for (int k = 0; k < 3; k++) {
+    snprintf(a[k], sizeof a[k], "P%d_%s", e->nparams, suf[k]);
+    int_array(e, "int32_t", a[k], cnt[k], v[k], false);
+  }
+  snprintf(pb, BUF, ".n_in = %lld, .n_out = %lld, .src = %s, .inv_start = %s, .inv = %s",
+           (long long)p->n_in, (long long)p->n_out, a[0], a[1], a[2]);
+  return emit_params(e, p, "snrt_take_t", pb);
+}
+
 #define OUT e->f
+
+/* GATHERELEMENTS: input x (the indices are in the params); TAKE_BWD: input dy. */
+void emit_take(Emit *e, const Graph *g, const Node *n) {
+  fprintf(OUT, "  snrt_take_fwd(c, %s, %s, %s);\n", p_take(e, n->p), emit_in(e, 0), emit_out(e, 0));
+}
+void emit_take_bwd(Emit *e, const Graph *g, const Node *n) {
+  fprintf(OUT, "  snrt_take_bwd(c, %s, %s, %s);\n", p_take(e, n->p), emit_in(e, 0), emit_out(e, 0));
+}
 
 /* EINSUM (forward, and the gradients' forms: inputs dy and the other operand). */
 void emit_einsum(Emit *e, const Graph *g, const Node *n) {

@@ -598,7 +598,7 @@ static int slot_class(const Node *n, int s) {
     return s == 1 ? SLOT_INT : SLOT_NONE;
   case OP_BATCHNORM: return s >= 3 ? SLOT_STATE : SLOT_NONE;
   case OP_POW: return s == 1 ? SLOT_FLOAT : SLOT_NONE;
-  case OP_BROADCAST: return s == 1 ? SLOT_INT : SLOT_NONE;
+  case OP_BROADCAST: case OP_GATHERELEMENTS: return s == 1 ? SLOT_INT : SLOT_NONE;
   /* Ops evaluated only at compile time read constants of any type (Shape
    * reads only its input's shape). */
   case OP_SHAPE: return SLOT_NONE;

@@ -217,6 +217,53 @@ void shape_trilu(Graph *g, Node *n) {
   n->p = p;
 }
 
+/* ---- GatherElements with constant indices: a take by precomputed positions ---- */
+
+void shape_gather_elements(Graph *g, Node *n) {
+  Tensor *x = shape_in_float(g, n, 0, -1), *ix = shape_in(g, n, 1);
+  if (x->rank < 1) node_error(n, "the data '%s' must have rank 1 or more", x->name);
+  int axis = shape_axis(n, attr_int(n, "axis", 0), x->rank, false, "axis");
+  if (ix->rank != x->rank)
+    node_error(n, "indices %s must have the rank of the data %s", shape_str(ix), shape_str(x));
+  for (int d = 0; d < x->rank; d++)
+    if (d != axis && ix->dims[d] > x->dims[d])
+      node_error(n, "indices %s are larger than the data %s on axis %d", shape_str(ix), shape_str(x), d);
+  if (ix->kind != TK_CONST || !ix->data)
+    node_error(n, "indices ('%s') must be a constant; GatherElements at indices computed from data "
+               "is not supported", ix->name);
+  int64_t no = tensor_numel(ix), ni = tensor_numel(x);
+  if (ix->ndata < no) node_error(n, "the constant indices '%s' hold fewer values than their shape %s",
+                                 ix->name, shape_str(ix));
+  if (no > INT32_MAX || ni > INT32_MAX) node_error(n, "too many elements for a constant take");
+  snrt_take_t *p = shape_alloc(sizeof *p);
+  int32_t *src = xcalloc((size_t)(no ? no : 1), sizeof *src);
+  int32_t *start = xcalloc((size_t)ni + 2, sizeof *start), *inv = xcalloc((size_t)(no ? no : 1), sizeof *inv);
+  int64_t xs[MAX_RANK], s = 1, idx[MAX_RANK] = {0};
+  for (int d = x->rank - 1; d >= 0; d--) xs[d] = s, s *= x->dims[d];
+  for (int64_t i = 0; i < no; i++) {
+    int64_t k = ix->dtype == DT_INT64 ? ((const int64_t *)ix->data)[i] : ((const int32_t *)ix->data)[i];
+    if (k < -x->dims[axis] || k >= x->dims[axis])
+      node_error(n, "index %lld at position %lld is outside axis %d of '%s' %s", (long long)k,
+                 (long long)i, axis, x->name, shape_str(x));
+    if (k < 0) k += x->dims[axis];
+    int64_t o = 0;
+    for (int d = 0; d < x->rank; d++) o += (d == axis ? k : idx[d]) * xs[d];
+    src[i] = (int32_t)o;
+    start[o + 1]++;
+    for (int d = ix->rank - 1; d >= 0; d--) {
+      if (++idx[d] < ix->dims[d]) break;
+      idx[d] = 0;
+    }
+  }
+  for (int64_t j = 0; j < ni; j++) start[j + 1] += start[j];
+  int32_t *fillp = xcalloc((size_t)ni + 1, sizeof *fillp);
+  for (int64_t i = 0; i < no; i++) inv[start[src[i]] + fillp[src[i]]++] = (int32_t)i;
+  free(fillp);
+  *p = (snrt_take_t){.n_in = ni, .n_out = no, .src = src, .inv_start = start, .inv = inv};
+  shape_set_out(g, n, 0, DT_FLOAT, ix->rank, ix->dims);
+  n->p = p;
+}
+
 /* ---- Einsum of two operands ---- */
 
 /* The params of out = sum over the other letters of A * B, where each

@@ -351,6 +351,12 @@ void grad_reducemean(Graph *g, int node) {
   if (need(&n, 0)) bwd1(g, node, OP_EXPAND, "bwd", n.in[0], 1, (int[]){dy(g, &n, 0)}, n.p);
 }
 
+/* GatherElements: dx gathers dy by the precomputed inverse positions. */
+void grad_take(Graph *g, int node) {
+  Node n = g->n[node];
+  if (need(&n, 0)) bwd1(g, node, OP_TAKE_BWD, "bwd", n.in[0], 1, (int[]){dy(g, &n, 0)}, n.p);
+}
+
 /* ReduceMax, ReduceL2: from x, y and dy. */
 void grad_reduce_ex(Graph *g, int node) {
   Node n = g->n[node];

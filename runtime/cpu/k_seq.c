@@ -231,6 +231,24 @@ void snrt_gather_bwd(snrt_ctx *c, const snrt_gather_t *p, const int32_t *idx, co
   }
 }
 
+/* ---- take (GatherElements) ------------------------------------------------------ */
+
+void snrt_take_fwd(snrt_ctx *c, const snrt_take_t *p, const float *x, float *y) {
+  (void)c;
+#pragma omp parallel for schedule(static) if (p->n_out > KERN_PAR_MIN)
+  for (int64_t i = 0; i < p->n_out; i++) y[i] = x[p->src[i]];
+}
+
+void snrt_take_bwd(snrt_ctx *c, const snrt_take_t *p, const float *dy, float *dx) {
+  (void)c;
+#pragma omp parallel for schedule(static) if (p->n_in > KERN_PAR_MIN)
+  for (int64_t j = 0; j < p->n_in; j++) {
+    float s = 0.0f;
+    for (int32_t k = p->inv_start[j]; k < p->inv_start[j + 1]; k++) s += dy[p->inv[k]];
+    dx[j] = s;
+  }
+}
+
 /* ---- einsum ----------------------------------------------------------------------- */
 
 void snrt_einsum(snrt_ctx *c, const snrt_einsum_t *p, const float *a, const float *b, float *y) {

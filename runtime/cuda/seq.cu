@@ -250,6 +250,37 @@ void snrt_gather_bwd(snrt_ctx *c, const snrt_gather_t *p, const int32_t *idx, co
   SNRT_LAUNCH_CHECK();
 }
 
+/* ---- take (GatherElements) ------------------------------------------------------ */
+
+__global__ void k_take_fwd(snrt_take_t p, const int32_t *src, const float *x, float *y) {
+  SNRT_FOR(i, p.n_out) y[i] = x[src[i]];
+}
+
+__global__ void k_take_bwd(snrt_take_t p, const int32_t *start, const int32_t *inv, const float *dy,
+                           float *dx) {
+  SNRT_FOR(j, p.n_in) {
+    float s = 0.0f;
+    for (int32_t k = start[j]; k < start[j + 1]; k++) s += dy[inv[k]];
+    dx[j] = s;
+  }
+}
+
+void snrt_take_fwd(snrt_ctx *c, const snrt_take_t *p, const float *x, float *y) {
+  if (p->n_out <= 0) return;
+  const int32_t *src = (const int32_t *)seq_device_copy(c, p->src, sizeof(int32_t) * (size_t)p->n_out);
+  k_take_fwd<<<snrt_cu_blocks(p->n_out), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(*p, src, x, y);
+  SNRT_LAUNCH_CHECK();
+}
+
+void snrt_take_bwd(snrt_ctx *c, const snrt_take_t *p, const float *dy, float *dx) {
+  if (p->n_in <= 0) return;
+  const int32_t *start = (const int32_t *)seq_device_copy(c, p->inv_start,
+                                                          sizeof(int32_t) * (size_t)(p->n_in + 1));
+  const int32_t *inv = (const int32_t *)seq_device_copy(c, p->inv, sizeof(int32_t) * (size_t)p->n_out);
+  k_take_bwd<<<snrt_cu_blocks(p->n_in), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(*p, start, inv, dy, dx);
+  SNRT_LAUNCH_CHECK();
+}
+
 /* ---- einsum ----------------------------------------------------------------------- */
 
 __global__ void k_einsum(snrt_einsum_t p, const float *a, const float *b, float *y) {
