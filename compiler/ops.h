@@ -105,6 +105,10 @@
   OP(EXPAND,          "",  1,1, 1,1, COST_CHEAP, shape_internal, grad_none, emit_expand,          flops_out) \
   OP(REDUCE_BWD,      "",  3,3, 1,1, COST_CHEAP, shape_internal, grad_none, emit_reduce_bwd,      flops_in) \
   OP(TAKE_BWD,        "",  1,1, 1,1, COST_CHEAP, shape_internal, grad_none, emit_take_bwd,        flops_in) \
+  /* Where with a condition computed from data: shape_where turns an ONNX \
+   * Where into WHERE_DATA (all three inputs read from the arena). */ \
+  OP(WHERE_DATA,      "",  3,3, 1,1, COST_CHEAP, shape_internal, grad_where_data, emit_where_data, flops_out) \
+  OP(WHERE_DATA_BWD,  "",  2,2, 1,2, COST_CHEAP, shape_internal, grad_none, emit_where_data_bwd,  flops_in) \
   OP(SLICE_BWD,       "",  1,1, 1,1, COST_CHEAP, shape_internal, grad_none, emit_slice_bwd,       flops_zero) \
   OP(PAD_BWD,         "",  1,1, 1,1, COST_CHEAP, shape_internal, grad_none, emit_pad_bwd,         flops_zero) \
   OP(SOFTMAX_BWD,     "",  2,2, 1,1, COST_CHEAP, shape_internal, grad_none, emit_softmax_bwd,     flops_in) \

@@ -361,6 +361,19 @@ typedef struct snrt_einsum_t {
   int64_t sa[SNRT_MAX_RANK], sb[SNRT_MAX_RANK];
 } snrt_einsum_t;
 
+/* Where with a condition computed from data (a bool tensor in the arena,
+ * one byte per element): y[i] = cond[i] ? a[i] : b[i], the three broadcast
+ * to the output's `rank` dims `dims` through their element strides sc, sa, sb
+ * (0 on a broadcast dim). Backward: da = dy where cond, db = dy where not,
+ * each summed over the dims where its operand was broadcast (one owner per
+ * element, in index order: deterministic); either may be NULL. */
+typedef struct snrt_where3_t {
+  int rank;
+  int64_t n, na, nb;
+  int64_t dims[SNRT_MAX_RANK];
+  int64_t sc[SNRT_MAX_RANK], sa[SNRT_MAX_RANK], sb[SNRT_MAX_RANK];
+} snrt_where3_t;
+
 /* Losses over logits (n, classes). Softmax cross-entropy takes int32 labels;
  * mse takes float targets of the logits' shape. Both average over the n rows
  * (the batch; for (batch, T, vocab) logits every batch x T position; mse over
@@ -699,6 +712,10 @@ void snrt_gather_bwd(snrt_ctx *c, const snrt_gather_t *p, const int32_t *idx, co
                      float *dtable);
 void snrt_where(snrt_ctx *c, const snrt_where_t *p, const float *x, float *y);
 void snrt_einsum(snrt_ctx *c, const snrt_einsum_t *p, const float *a, const float *b, float *y);
+void snrt_where3_fwd(snrt_ctx *c, const snrt_where3_t *p, const uint8_t *cond, const float *a,
+                     const float *b, float *y);
+void snrt_where3_bwd(snrt_ctx *c, const snrt_where3_t *p, const uint8_t *cond, const float *dy,
+                     float *da, float *db);
 void snrt_take_fwd(snrt_ctx *c, const snrt_take_t *p, const float *x, float *y);
 void snrt_take_bwd(snrt_ctx *c, const snrt_take_t *p, const float *dy, float *dx);
 
@@ -775,6 +792,48 @@ static inline SNRT_HD float snrt_uniform(uint64_t seed, uint64_t step, uint32_t 
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   z ^= z >> 31;
   return (float)(z >> 40) * (1.0f / 16777216.0f);
+}
+
+/* Where on data: offsets of cond, a, b at output element i. */
+static inline SNRT_HD void snrt_where3_at(const snrt_where3_t *p, int64_t i, int64_t *oc, int64_t *oa,
+                                          int64_t *ob) {
+  int64_t c = 0, a = 0, b = 0;
+  for (int d = p->rank - 1; d >= 0; d--) {
+    int64_t q = i % p->dims[d];
+    i /= p->dims[d];
+    c += q * p->sc[d], a += q * p->sa[d], b += q * p->sb[d];
+  }
+  *oc = c, *oa = a, *ob = b;
+}
+
+/* The gradient of Where's operand `which` (0: a, 1: b) at its element e: the
+ * sum, in output order, of dy over the outputs that read e and chose it. */
+static inline SNRT_HD float snrt_where3_grad_at(const snrt_where3_t *p, int which, int64_t e,
+                                                const uint8_t *cond, const float *dy) {
+  const int64_t *s = which ? p->sb : p->sa;
+  int kept[SNRT_MAX_RANK], red[SNRT_MAX_RANK], nk = 0, nr = 0;
+  for (int d = 0; d < p->rank; d++) {
+    if (s[d] || p->dims[d] == 1) kept[nk++] = d;
+    else red[nr++] = d;
+  }
+  int64_t idx[SNRT_MAX_RANK] = {0}, r = e, count = 1;
+  for (int k = nk - 1; k >= 0; k--) {
+    idx[kept[k]] = r % p->dims[kept[k]];
+    r /= p->dims[kept[k]];
+  }
+  for (int k = 0; k < nr; k++) count *= p->dims[red[k]];
+  double acc = 0;
+  for (int64_t q = 0; q < count; q++) {
+    int64_t t = q;
+    for (int k = nr - 1; k >= 0; k--) {
+      idx[red[k]] = t % p->dims[red[k]];
+      t /= p->dims[red[k]];
+    }
+    int64_t o = 0, oc = 0;
+    for (int d = 0; d < p->rank; d++) o = o * p->dims[d] + idx[d], oc += idx[d] * p->sc[d];
+    if ((cond[oc] != 0) != (which != 0)) acc += dy[o];
+  }
+  return (float)acc;
 }
 
 /* Reflect/edge padding, shared by the runtimes: the input position of output

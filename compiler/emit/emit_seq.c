@@ -102,6 +102,29 @@ static const char *p_take(Emit *e, const snrt_take_t *p) {
 
 #define OUT e->f
 
+static const char *p_where3(Emit *e, const snrt_where3_t *p) {
+  char d[4][256];
+  snprintf(pb, BUF, ".rank = %d, .n = %lld, .na = %lld, .nb = %lld, .dims = %s, .sc = %s, .sa = %s, "
+           ".sb = %s", p->rank, (long long)p->n, (long long)p->na, (long long)p->nb,
+           dlist(d[0], sizeof d[0], p->dims, p->rank), dlist(d[1], sizeof d[1], p->sc, p->rank),
+           dlist(d[2], sizeof d[2], p->sa, p->rank), dlist(d[3], sizeof d[3], p->sb, p->rank));
+  return emit_params(e, p, "snrt_where3_t", pb);
+}
+
+/* WHERE_DATA: inputs cond (bytes), a, b. WHERE_DATA_BWD: inputs cond, dy;
+ * outputs da and/or db (aux bits 1, 2). */
+void emit_where_data(Emit *e, const Graph *g, const Node *n) {
+  fprintf(OUT, "  snrt_where3_fwd(c, %s, (const uint8_t *)%s, %s, %s, %s);\n", p_where3(e, n->p),
+          emit_in(e, 0), emit_in(e, 1), emit_in(e, 2), emit_out(e, 0));
+}
+void emit_where_data_bwd(Emit *e, const Graph *g, const Node *n) {
+  int k = 0;
+  const char *da = (n->aux & 1) ? emit_out(e, k++) : "NULL";
+  const char *db = (n->aux & 2) ? emit_out(e, k++) : "NULL";
+  fprintf(OUT, "  snrt_where3_bwd(c, %s, (const uint8_t *)%s, %s, %s, %s);\n", p_where3(e, n->p),
+          emit_in(e, 0), emit_in(e, 1), da, db);
+}
+
 /* GATHERELEMENTS: input x (the indices are in the params); TAKE_BWD: input dy. */
 void emit_take(Emit *e, const Graph *g, const Node *n) {
   fprintf(OUT, "  snrt_take_fwd(c, %s, %s, %s);\n", p_take(e, n->p), emit_in(e, 0), emit_out(e, 0));

@@ -133,8 +133,50 @@ static bool const_scalar(const Tensor *t) {
   return t->kind == TK_CONST && t->data && t->ndata == 1 && t->dtype == DT_FLOAT;
 }
 
+/* Where whose condition is computed from data: WHERE_DATA, numpy
+ * broadcasting of the three inputs. */
+static void shape_where_data(Graph *g, Node *n, Tensor *c, Tensor *a, Tensor *b) {
+  if (c->dtype != DT_BOOL)
+    node_error(n, "the condition ('%s') must be bool, not %s", c->name, dtype_name(c->dtype));
+  if (a->dtype != DT_FLOAT || b->dtype != DT_FLOAT)
+    node_error(n, "the branches ('%s', '%s') must be float32", a->name, b->name);
+  const Tensor *x[3] = {c, a, b};
+  snrt_where3_t *p = shape_alloc(sizeof *p);
+  int r = 0;
+  for (int k = 0; k < 3; k++) r = x[k]->rank > r ? x[k]->rank : r;
+  int64_t st[3] = {1, 1, 1}, *s[3] = {p->sc, p->sa, p->sb};
+  for (int i = r - 1; i >= 0; i--) {
+    int64_t dim = 1;
+    for (int k = 0; k < 3; k++) {
+      int ik = i - (r - x[k]->rank);
+      int64_t dk = ik >= 0 ? x[k]->dims[ik] : 1;
+      if (dk != 1 && dim != 1 && dk != dim)
+        node_error(n, "shapes %s, %s and %s do not broadcast", shape_str(c), shape_str(a), shape_str(b));
+      if (dk != 1) dim = dk;
+    }
+    p->dims[i] = dim;
+    for (int k = 0; k < 3; k++) {
+      int ik = i - (r - x[k]->rank);
+      int64_t dk = ik >= 0 ? x[k]->dims[ik] : 1;
+      s[k][i] = dk == 1 ? 0 : st[k];
+      st[k] *= dk;
+    }
+  }
+  p->rank = r;
+  p->na = tensor_numel(a);
+  p->nb = tensor_numel(b);
+  shape_set_out(g, n, 0, DT_FLOAT, r, p->dims);
+  p->n = tensor_numel(&g->t[n->out[0]]);
+  n->op = OP_WHERE_DATA;
+  n->p = p;
+}
+
 void shape_where(Graph *g, Node *n) {
   Tensor *c = shape_in(g, n, 0), *a = shape_in(g, n, 1), *b = shape_in(g, n, 2);
+  if (c->kind != TK_CONST && c->kind != TK_CONSTVAL) {
+    shape_where_data(g, n, c, a, b);
+    return;
+  }
   if (c->kind != TK_CONST || !c->data || c->dtype != DT_BOOL)
     node_error(n, "the condition ('%s') must be a constant bool tensor (a mask); Where on a "
                "condition computed from data is not supported", c->name);

@@ -351,6 +351,23 @@ void grad_reducemean(Graph *g, int node) {
   if (need(&n, 0)) bwd1(g, node, OP_EXPAND, "bwd", n.in[0], 1, (int[]){dy(g, &n, 0)}, n.p);
 }
 
+/* Where on data: da and db from the condition and dy (WHERE_DATA_BWD writes
+ * the needed ones; aux bits 1: da, 2: db). */
+void grad_where_data(Graph *g, int node) {
+  Node n = g->n[node];
+  bool na = need(&n, 1), nb = need(&n, 2);
+  if (!na && !nb) return;
+  int out[2], nout = 0;
+  if (na) out[nout++] = grad_slot(g, n.in[1]);
+  if (nb) out[nout++] = grad_slot(g, n.in[2]);
+  int b = train_add_node(g, OP_WHERE_DATA_BWD, node, "bwd", PH_BACKWARD, 2, (int[]){n.in[0], dy(g, &n, 0)},
+                   nout, out, n.p);
+  g->n[b].aux = (na ? 1 : 0) | (nb ? 2 : 0);
+  nout = 0;
+  if (na) grad_add(g, n.in[1], out[nout++], node);
+  if (nb) grad_add(g, n.in[2], out[nout++], node);
+}
+
 /* GatherElements: dx gathers dy by the precomputed inverse positions. */
 void grad_take(Graph *g, int node) {
   Node n = g->n[node];

@@ -231,6 +231,32 @@ void snrt_gather_bwd(snrt_ctx *c, const snrt_gather_t *p, const int32_t *idx, co
   }
 }
 
+/* ---- where on data ---------------------------------------------------------------- */
+
+void snrt_where3_fwd(snrt_ctx *c, const snrt_where3_t *p, const uint8_t *cond, const float *a,
+                     const float *b, float *y) {
+  (void)c;
+#pragma omp parallel for schedule(static) if (p->n > KERN_PAR_MIN)
+  for (int64_t i = 0; i < p->n; i++) {
+    int64_t oc, oa, ob;
+    snrt_where3_at(p, i, &oc, &oa, &ob);
+    y[i] = cond[oc] ? a[oa] : b[ob];
+  }
+}
+
+void snrt_where3_bwd(snrt_ctx *c, const snrt_where3_t *p, const uint8_t *cond, const float *dy,
+                     float *da, float *db) {
+  (void)c;
+  float *out[2] = {da, db};
+  const int64_t cnt[2] = {p->na, p->nb};
+  for (int w = 0; w < 2; w++) {
+    if (!out[w]) continue;
+    float *o = out[w];
+#pragma omp parallel for schedule(static) if (p->n > KERN_PAR_MIN)
+    for (int64_t e = 0; e < cnt[w]; e++) o[e] = snrt_where3_grad_at(p, w, e, cond, dy);
+  }
+}
+
 /* ---- take (GatherElements) ------------------------------------------------------ */
 
 void snrt_take_fwd(snrt_ctx *c, const snrt_take_t *p, const float *x, float *y) {

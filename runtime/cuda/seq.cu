@@ -250,6 +250,41 @@ void snrt_gather_bwd(snrt_ctx *c, const snrt_gather_t *p, const int32_t *idx, co
   SNRT_LAUNCH_CHECK();
 }
 
+/* ---- where on data ---------------------------------------------------------------- */
+
+__global__ void k_where3_fwd(snrt_where3_t p, const uint8_t *cond, const float *a, const float *b,
+                             float *y) {
+  SNRT_FOR(i, p.n) {
+    int64_t oc, oa, ob;
+    snrt_where3_at(&p, i, &oc, &oa, &ob);
+    y[i] = cond[oc] ? a[oa] : b[ob];
+  }
+}
+
+__global__ void k_where3_bwd(snrt_where3_t p, int which, int64_t cnt, const uint8_t *cond,
+                             const float *dy, float *out) {
+  SNRT_FOR(e, cnt) out[e] = snrt_where3_grad_at(&p, which, e, cond, dy);
+}
+
+void snrt_where3_fwd(snrt_ctx *c, const snrt_where3_t *p, const uint8_t *cond, const float *a,
+                     const float *b, float *y) {
+  if (p->n <= 0) return;
+  k_where3_fwd<<<snrt_cu_blocks(p->n), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(*p, cond, a, b, y);
+  SNRT_LAUNCH_CHECK();
+}
+
+void snrt_where3_bwd(snrt_ctx *c, const snrt_where3_t *p, const uint8_t *cond, const float *dy,
+                     float *da, float *db) {
+  if (da && p->na > 0) {
+    k_where3_bwd<<<snrt_cu_blocks(p->na), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(*p, 0, p->na, cond, dy, da);
+    SNRT_LAUNCH_CHECK();
+  }
+  if (db && p->nb > 0) {
+    k_where3_bwd<<<snrt_cu_blocks(p->nb), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(*p, 1, p->nb, cond, dy, db);
+    SNRT_LAUNCH_CHECK();
+  }
+}
+
 /* ---- take (GatherElements) ------------------------------------------------------ */
 
 __global__ void k_take_fwd(snrt_take_t p, const int32_t *src, const float *x, float *y) {
