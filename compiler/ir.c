@@ -70,14 +70,22 @@ const char *node_op_name(const Node *n) {
 bool op_slot_is_data(OpKind op, int k) {
   switch (op) {
   case OP_RESHAPE: case OP_SPLIT: case OP_REDUCEMEAN: return k == 0;
+  case OP_REDUCESUM: case OP_REDUCEMAX: case OP_REDUCEL2: case OP_TILE: case OP_TRILU: return k == 0;
   case OP_UNSQUEEZE: case OP_SQUEEZE: return k == 0;
   case OP_SLICE: case OP_PAD: case OP_CLIP: case OP_DROPOUT: return k == 0;
   /* Pow's exponent, Expand's shape, constant Gather indices and Where's
    * condition and fill value live in the params. */
-  case OP_POW: case OP_BROADCAST: case OP_GATHER: return k == 0;
+  case OP_POW: case OP_BROADCAST: case OP_GATHER: case OP_GATHERELEMENTS: return k == 0;
   case OP_WHERE: return false;
   default: return true;
   }
+}
+
+bool graph_is_eval_output(const Graph *g, int t) {
+  if (t >= 0 && t == g->eval_output) return true;
+  for (int k = 0; k < g->neval_outs; k++)
+    if (g->eval_outs[k] == t) return true;
+  return false;
 }
 
 int node_cost(const Graph *g, const Node *n) {

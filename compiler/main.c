@@ -22,7 +22,7 @@ static const char usage_text[] =
     "                         [--device PROFILE] [--precision P [--convert-chunk N]]\n"
     "                         [--loss softmax-ce|mse]\n"
     "                         [--optimizer sgd|adam|adamw] [--lr X] [--momentum X]\n"
-    "                         [--weight-decay X] [--input NAME]\n"
+    "                         [--weight-decay X] [--input NAME] [--all-outputs]\n"
     "                         [--dist mpi [--bucket SIZE] [--zero 1 --ranks N]]\n"
     "  snc max-batch MODEL.onnx --budget SIZE [--host-budget SIZE] [--policy P]\n"
     "                         [--device PROFILE] [--precision P]\n"
@@ -31,7 +31,9 @@ static const char usage_text[] =
     "--device: a profile of schemas/devices.json or a file from snc-calibrate; default cpu for\n"
     "          compile --target cpu, h200 otherwise (plan, max-batch, compile --target cuda)\n"
     "passes for --dump: import, eval (inspect); route liveness recompute offload offsets schedule\n"
-    "                   auto (plan)\n";
+    "                   auto (plan)\n"
+    "--all-outputs: keep the nodes of every graph output, not only of the first (which the\n"
+    "               loss trains); the program's --predict writes each (docs/predict.md)\n";
 
 static noreturn void usage(const char *fmt, const char *arg) {
   fprintf(stderr, "snc: error: ");
@@ -91,6 +93,7 @@ static void parse_args(Args *a, int argc, char **argv) {
       if (*end || b < 1 || b > 1000000) usage("--batch must be an integer from 1 to 1000000, not '%s'", v);
       a->batch = (int)b;
     } else if (strcmp(s, "--input") == 0) a->input = need_value(argc, argv, &i);
+    else if (strcmp(s, "--all-outputs") == 0) import_all_outputs = true;
     else if (strcmp(s, "--json") == 0) {
       if (strcmp(a->cmd, "inspect") == 0) a->json_flag = true;
       else a->json = need_value(argc, argv, &i);

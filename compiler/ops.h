@@ -60,6 +60,13 @@
   OP(DROPOUT,       "Dropout",              1,3,  1,2,  COST_CHEAP,     shape_dropout,    grad_dropout,    emit_dropout,       flops_elementwise) \
   OP(SOFTMAX,       "Softmax",              1,1,  1,1,  COST_CHEAP,     shape_softmax,    grad_softmax,    emit_softmax,       flops_elementwise) \
   OP(REDUCEMEAN,    "ReduceMean",           1,2,  1,1,  COST_CHEAP,     shape_reducemean, grad_reducemean, emit_reducemean,    flops_elementwise) \
+  OP(REDUCESUM,     "ReduceSum",            1,2,  1,1,  COST_CHEAP,     shape_reducemean, grad_reducemean, emit_reducemean,    flops_elementwise) \
+  OP(REDUCEMAX,     "ReduceMax",            1,2,  1,1,  COST_CHEAP,     shape_reducemean, grad_reduce_ex,  emit_reducemean,    flops_elementwise) \
+  OP(REDUCEL2,      "ReduceL2",             1,2,  1,1,  COST_CHEAP,     shape_reducemean, grad_reduce_ex,  emit_reducemean,    flops_elementwise) \
+  OP(MIN,           "Min",                  2,2,  1,1,  COST_CHEAP,     shape_binary,     grad_binary,     emit_binary,        flops_elementwise) \
+  OP(MAX,           "Max",                  2,2,  1,1,  COST_CHEAP,     shape_binary,     grad_binary,     emit_binary,        flops_elementwise) \
+  OP(TILE,          "Tile",                 2,2,  1,1,  COST_CHEAP,     shape_tile,       grad_broadcast,  emit_expand,        flops_out) \
+  OP(TRILU,         "Trilu",                1,2,  1,1,  COST_CHEAP,     shape_trilu,      grad_where,      emit_where,         flops_zero) \
   OP(IDENTITY,      "Identity",             1,1,  1,1,  COST_FREE,      shape_same,       grad_reshape,    emit_copy,          flops_zero) \
   OP(CONSTANT,      "Constant",             0,0,  1,1,  COST_FREE,      shape_constant,   grad_none,       emit_none,                   flops_zero) \
   OP(CAST,          "Cast",                 1,1,  1,1,  COST_FREE,      shape_cast,       grad_reshape,    emit_copy,          flops_zero) \
@@ -72,10 +79,19 @@
   OP(NEG,           "Neg",                  1,1,  1,1,  COST_CHEAP,     shape_math,       grad_math,       emit_math,          flops_elementwise) \
   OP(RECIPROCAL,    "Reciprocal",           1,1,  1,1,  COST_CHEAP,     shape_math,       grad_math,       emit_math,          flops_elementwise) \
   OP(POW,           "Pow",                  2,2,  1,1,  COST_CHEAP,     shape_math,       grad_math,       emit_math,          flops_elementwise) \
+  OP(SIN,           "Sin",                  1,1,  1,1,  COST_CHEAP,     shape_math,       grad_math,       emit_math,          flops_elementwise) \
+  OP(COS,           "Cos",                  1,1,  1,1,  COST_CHEAP,     shape_math,       grad_math,       emit_math,          flops_elementwise) \
+  OP(EXP,           "Exp",                  1,1,  1,1,  COST_CHEAP,     shape_math,       grad_math,       emit_math,          flops_elementwise) \
+  OP(LOG,           "Log",                  1,1,  1,1,  COST_CHEAP,     shape_math,       grad_math,       emit_math,          flops_elementwise) \
+  OP(ABS,           "Abs",                  1,1,  1,1,  COST_CHEAP,     shape_math,       grad_math,       emit_math,          flops_elementwise) \
+  OP(HARDSIGMOID,   "HardSigmoid",          1,1,  1,1,  COST_CHEAP,     shape_math,       grad_math,       emit_math,          flops_elementwise) \
+  OP(HARDSWISH,     "HardSwish",            1,1,  1,1,  COST_CHEAP,     shape_math,       grad_math,       emit_math,          flops_elementwise) \
   OP(LAYERNORM,     "LayerNormalization",   2,3,  1,3,  COST_EXPENSIVE, shape_layernorm,  grad_layernorm,  emit_layernorm,     flops_elementwise) \
   OP(GATHER,        "Gather",               2,2,  1,1,  COST_CHEAP,     shape_gather,     grad_gather,     emit_gather,        flops_zero) \
   OP(WHERE,         "Where",                3,3,  1,1,  COST_CHEAP,     shape_where,      grad_where,      emit_where,         flops_zero) \
   OP(BROADCAST,     "Expand",               2,2,  1,1,  COST_CHEAP,     shape_broadcast,  grad_broadcast,  emit_expand,        flops_out) \
+  OP(GATHERELEMENTS, "GatherElements",      2,2,  1,1,  COST_CHEAP,     shape_gather_elements, grad_take, emit_take,     flops_zero) \
+  OP(EINSUM,        "Einsum",               2,2,  1,1,  COST_EXPENSIVE, shape_einsum,     grad_einsum,     emit_einsum,        flops_einsum) \
   /* ---- ONNX ops snc only evaluates at compile time (eval.c): shape_fold \
    * fails, naming the node, when an input is not a constant ---- */ \
   OP(SHAPE,         "Shape",                1,1,  1,1,  COST_FREE,      shape_fold,       grad_none,       emit_none,          flops_zero) \
@@ -101,6 +117,12 @@
   OP(BIAS_BWD,        "",  1,1, 1,1, COST_CHEAP, shape_internal, grad_none, emit_bias_bwd,        flops_in) \
   OP(REDUCE,          "",  1,1, 1,1, COST_CHEAP, shape_internal, grad_none, emit_reduce,          flops_in) \
   OP(EXPAND,          "",  1,1, 1,1, COST_CHEAP, shape_internal, grad_none, emit_expand,          flops_out) \
+  OP(REDUCE_BWD,      "",  3,3, 1,1, COST_CHEAP, shape_internal, grad_none, emit_reduce_bwd,      flops_in) \
+  OP(TAKE_BWD,        "",  1,1, 1,1, COST_CHEAP, shape_internal, grad_none, emit_take_bwd,        flops_in) \
+  /* Where with a condition computed from data: shape_where turns an ONNX \
+   * Where into WHERE_DATA (all three inputs read from the arena). */ \
+  OP(WHERE_DATA,      "",  3,3, 1,1, COST_CHEAP, shape_internal, grad_where_data, emit_where_data, flops_out) \
+  OP(WHERE_DATA_BWD,  "",  2,2, 1,2, COST_CHEAP, shape_internal, grad_none, emit_where_data_bwd,  flops_in) \
   OP(SLICE_BWD,       "",  1,1, 1,1, COST_CHEAP, shape_internal, grad_none, emit_slice_bwd,       flops_zero) \
   OP(PAD_BWD,         "",  1,1, 1,1, COST_CHEAP, shape_internal, grad_none, emit_pad_bwd,         flops_zero) \
   OP(SOFTMAX_BWD,     "",  2,2, 1,1, COST_CHEAP, shape_internal, grad_none, emit_softmax_bwd,     flops_in) \

@@ -200,6 +200,8 @@ typedef struct Graph {
   int batch;               // batch size after shape inference
   int nfwd;                // nodes [0, nfwd) are the forward graph (topologically sorted)
   int eval_output;         // the eval graph's copy of `output` (autodiff), -1 before
+  int *eval_outs;          // the eval copies of the other graph outputs (--predict writes them),
+  int neval_outs;          // in tensor order; none for a one-output model
   int export_batch;        // the data input's declared batch (0: symbolic)
   int batch_reshapes;      // Reshape targets whose export batch now follows --batch
   int zero_ranks;          // --zero 1: ranks the optimizer state is sharded over (0: none)
@@ -216,6 +218,8 @@ Graph *graph_new(const char *path);
 void ir_reset(void);
 int graph_add_tensor(Graph *g, const char *name, int dtype, TensorKind kind);
 int graph_find_tensor(const Graph *g, const char *name);   /* -1 if absent; hashed */
+/* t is read by the runtime after the eval step: eval_output or one of eval_outs. */
+bool graph_is_eval_output(const Graph *g, int t);
 /* Appends a node; `in`/`out` are copied. Returns its index. Pointers into g->n
  * may move. */
 int graph_add_node(Graph *g, OpKind op, const char *name, int nin, const int *in,
@@ -252,13 +256,21 @@ float const_float(const Graph *g, const Node *n, int input, float dflt);
  *   SOFTMAX_CE*, MSE*           snrt_loss_t        SGD / ADAM         snrt_sgd_t / snrt_adam_t
  *   SQRT..POW, MATH_BWD         snrt_math_t        LAYERNORM, LN_BWD  snrt_ln_t
  *   GATHER, GATHER_BWD          snrt_gather_t      WHERE              snrt_where_t
- *   BROADCAST (Expand)          snrt_reduce_t
+ *   BROADCAST (Expand), TILE    snrt_reduce_t      TRILU              snrt_where_t
+ *   EINSUM                      EinsumParams (forward, then both gradients' forms)
+ *   GATHERELEMENTS, TAKE_BWD    snrt_take_t        WHERE_DATA(_BWD)   snrt_where3_t
  *   FLATTEN, RESHAPE, IDENTITY, ACCUMULATE, CONSTANT: NULL (a copy / y = a + b). */
 typedef struct GemmParams {
   snrt_mm_t mm;            // Y = alpha * op(A) op(B)   (batch 1)
   snrt_bias_t bias;        // Y += beta * C, C broadcast to (M, N)
   bool has_c;
 } GemmParams;
+
+/* Einsum: the forward product and the forms of its two gradients (shape_seq.c);
+ * node->p points at fwd, its first member. */
+typedef struct EinsumParams {
+  snrt_einsum_t fwd, da, db;
+} EinsumParams;
 
 /* A CPU conv's im2col sizing (shape_nn.c): as many images as fit `target`
  * bytes of columns (at least one), and ws_bytes. */

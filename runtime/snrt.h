@@ -165,7 +165,9 @@ typedef struct snrt_unary_t {
   float lo, hi;
 } snrt_unary_t;
 
-enum snrt_binary_kind { SNRT_ADD, SNRT_SUB, SNRT_MUL, SNRT_DIV };
+/* SNRT_MIN/SNRT_MAX: the gradient goes to the smaller/larger operand, half
+ * to each on a tie (as torch.minimum/maximum). */
+enum snrt_binary_kind { SNRT_ADD, SNRT_SUB, SNRT_MUL, SNRT_DIV, SNRT_MIN, SNRT_MAX };
 
 /* Broadcasting elementwise binary op y = a OP b. The output has `rank` dims
  * `dims`; sa/sb are the element strides of a and b in that index space (0 on
@@ -182,15 +184,22 @@ typedef struct snrt_binary_t {
 } snrt_binary_t;
 
 /* Reduce-sum a "big" tensor into a "small" one that broadcasts to it, times
- * scale (ReduceMean forward: scale = 1/count; gradient of a broadcast), and
- * its dual, expand: big[i] = scale * small[broadcast(i)]. ss are the strides
- * of the small tensor in the big index space (0 where it broadcasts). */
+ * scale (ReduceMean forward: scale = 1/count; ReduceSum: 1; gradient of a
+ * broadcast), and its dual, expand: big[i] = scale * small[broadcast(i)]
+ * (Expand; Tile, whose output viewed as (r0, d0, r1, d1...) is x expanded
+ * over the repeats). ss are the strides of the small tensor in the big index
+ * space (0 where it broadcasts). kind SNRT_RED_MAX / SNRT_RED_L2 reduce by
+ * the maximum / sqrt of the sum of squares instead (snrt_reduce only; scale
+ * unused); snrt_reduce_bwd is their gradient: the maximum's to the first
+ * element (in index order) equal to it, dy x / y for L2 (0 where y is 0). */
+enum snrt_reduce_kind { SNRT_RED_SUM, SNRT_RED_MAX, SNRT_RED_L2 };
 typedef struct snrt_reduce_t {
   int rank;
   int64_t n_big, n_small;
   int64_t dims[SNRT_MAX_RANK];   /* big shape */
   int64_t ss[SNRT_MAX_RANK];     /* small strides in big index space */
   float scale;
+  int kind;                      /* enum snrt_reduce_kind */
 } snrt_reduce_t;
 
 /* Batched matrix product Y[b] = alpha * op(A[b]) op(B[b]) + beta * Y[b],
@@ -233,8 +242,13 @@ typedef struct snrt_slice_t {
   int64_t step[SNRT_MAX_RANK];
 } snrt_slice_t;
 
-/* Constant padding: out = value everywhere, in copied at offset `before`.
- * Negative pads crop. Backward crops dy into dx. */
+/* Padding: out = value everywhere, in copied at offset `before` (constant
+ * mode); mode SNRT_PAD_REFLECT / SNRT_PAD_EDGE fill the border with the
+ * input mirrored about its first and last element / with those elements.
+ * Negative pads crop. Backward crops dy into dx (constant), or gives each
+ * input element the sum of the dy elements read from it, in output order
+ * (snrt_pad_grad_at below: the same on every runtime). */
+enum snrt_pad_mode { SNRT_PAD_CONSTANT, SNRT_PAD_REFLECT, SNRT_PAD_EDGE };
 typedef struct snrt_pad_t {
   int rank;
   int64_t n_in, n_out;
@@ -242,7 +256,11 @@ typedef struct snrt_pad_t {
   int64_t out_dims[SNRT_MAX_RANK];
   int64_t before[SNRT_MAX_RANK];
   float value;
+  int mode;              /* enum snrt_pad_mode */
 } snrt_pad_t;
+/* Reflect: at most this many output positions of one dim read one input
+ * position (the compiler refuses pads wider than that allows). */
+#define SNRT_PAD_MAX_RANGES 16
 
 /* Transpose: out dims[i] = in_dims[perm[i]]. */
 typedef struct snrt_transpose_t {
@@ -268,15 +286,22 @@ typedef struct snrt_dropout_t {
 
 /* Transformer ops (embedding, LayerNorm, masks, elementwise math). */
 
-enum snrt_math_kind { SNRT_SQRT, SNRT_ERF, SNRT_NEG, SNRT_RECIPROCAL, SNRT_POW };
+enum snrt_math_kind { SNRT_SQRT, SNRT_ERF, SNRT_NEG, SNRT_RECIPROCAL, SNRT_POW,
+                      SNRT_SIN, SNRT_COS, SNRT_EXP, SNRT_LOG, SNRT_ABS, SNRT_HARDSIGMOID,
+                      SNRT_HARDSWISH };
 
 /* Elementwise y = f(x): sqrt, erf, -x, 1/x, x^exponent (Pow with a constant
- * exponent). Backward reads y for Sqrt and Reciprocal, x for Erf and Pow,
- * neither for Neg (the one it does not need may be NULL). */
+ * exponent), sin, cos, exp, log, |x|, HardSigmoid max(0, min(1, alpha x +
+ * beta)), HardSwish x max(0, min(1, x/6 + 1/2)). Backward reads y for Sqrt,
+ * Reciprocal and Exp, neither for Neg, x for the others (the one it does not
+ * need may be NULL). At a kink (|x| at 0, the hard ops' corners) the
+ * gradient is torch's: 0 for Abs, the inner piece's for HardSwish at +-3,
+ * 0 for HardSigmoid outside the open interval. */
 typedef struct snrt_math_t {
   int64_t n;
   int kind;              /* enum snrt_math_kind */
   float exponent;        /* SNRT_POW */
+  float alpha, beta;     /* SNRT_HARDSIGMOID */
 } snrt_math_t;
 
 /* LayerNormalization over the last `cols` elements of each of `rows` rows:
@@ -288,14 +313,17 @@ typedef struct snrt_ln_t {
   float eps;
 } snrt_ln_t;
 
-/* Embedding lookup (Gather on axis 0 of a float table (rows, dim)):
- * y[i] = table[idx[i]]. Indices are int32 in the arena (token ids of the data
- * input), or compile-time constants in `idx` (positions). Backward zero-fills
- * dtable and adds each dy row to the row of its index (a scatter-add, summed
- * in index order: deterministic). */
+/* Gather on any axis of a float table viewed as (outer, rows, dim), `rows`
+ * the gathered axis: y[o][i] = table[o][idx[i]] (rows of dim floats); axis 0
+ * (outer 1) is an embedding lookup. Indices are int32 in the arena (token ids
+ * of the data input), or compile-time constants in `idx` (positions, a
+ * select such as x[:, 0]). Backward zero-fills dtable and adds each dy row
+ * to the row of its index (a scatter-add, summed in index order:
+ * deterministic). outer 0 means 1. */
 typedef struct snrt_gather_t {
   int64_t n_idx, rows, dim;
   const int32_t *idx;    /* constant indices (n_idx of them), or NULL */
+  int64_t outer;
 } snrt_gather_t;
 
 /* Masked fill with a constant mask (Where(mask, value, x) as torch's
@@ -307,6 +335,44 @@ typedef struct snrt_where_t {
   float value;
   const uint8_t *fill;
 } snrt_where_t;
+
+/* A gather by compile-time positions (GatherElements with constant
+ * indices): y[i] = x[src[i]] for n_out outputs. Backward: dx[j] = the sum,
+ * in output order, of dy[inv[k]] for k in [inv_start[j], inv_start[j+1])
+ * (the outputs that read j; precomputed, so every runtime gathers:
+ * deterministic). */
+typedef struct snrt_take_t {
+  int64_t n_in, n_out;
+  const int32_t *src;        /* n_out */
+  const int32_t *inv_start;  /* n_in + 1 */
+  const int32_t *inv;        /* n_out */
+} snrt_take_t;
+
+/* Einsum of two operands (no ellipsis, no index repeated within one
+ * operand): over an index space of `rank` dims, the first `nout` of them the
+ * output's (in its order), the rest summed: y[o] = sum_s a[o, s] * b[o, s],
+ * sa/sb the operands' element strides per index (0 where an operand lacks
+ * it). Its gradients are the same form (dA = einsum(dy, B), dB =
+ * einsum(dy, A)). Sums run in index order, in double: deterministic. */
+typedef struct snrt_einsum_t {
+  int rank, nout;
+  int64_t n_out, n_sum;
+  int64_t dims[SNRT_MAX_RANK];
+  int64_t sa[SNRT_MAX_RANK], sb[SNRT_MAX_RANK];
+} snrt_einsum_t;
+
+/* Where with a condition computed from data (a bool tensor in the arena,
+ * one byte per element): y[i] = cond[i] ? a[i] : b[i], the three broadcast
+ * to the output's `rank` dims `dims` through their element strides sc, sa, sb
+ * (0 on a broadcast dim). Backward: da = dy where cond, db = dy where not,
+ * each summed over the dims where its operand was broadcast (one owner per
+ * element, in index order: deterministic); either may be NULL. */
+typedef struct snrt_where3_t {
+  int rank;
+  int64_t n, na, nb;
+  int64_t dims[SNRT_MAX_RANK];
+  int64_t sc[SNRT_MAX_RANK], sa[SNRT_MAX_RANK], sb[SNRT_MAX_RANK];
+} snrt_where3_t;
 
 /* Losses over logits (n, classes). Softmax cross-entropy takes int32 labels;
  * mse takes float targets of the logits' shape. Both average over the n rows
@@ -436,6 +502,10 @@ typedef struct snrt_model {
   int nsteps;
   const snrt_step_info *steps;
   double est_step_s;
+  /* The eval copies of the graph outputs, in the graph's order, when there
+   * are several (--predict writes each); 0 and NULL: the logits alone. */
+  int noutputs;
+  const int *outputs;
   const char *est_device;    /* the device profile the estimates are for */
 } snrt_model;
 
@@ -539,6 +609,8 @@ void snrt_binary_bwd(snrt_ctx *c, const snrt_binary_t *p, const float *a, const 
 
 void snrt_reduce(snrt_ctx *c, const snrt_reduce_t *p, const float *big, float *small);
 void snrt_expand(snrt_ctx *c, const snrt_reduce_t *p, const float *small, float *big);
+void snrt_reduce_bwd(snrt_ctx *c, const snrt_reduce_t *p, const float *x, const float *y,
+                     const float *dy, float *dx);
 
 void snrt_matmul(snrt_ctx *c, const snrt_mm_t *p, const float *a, const float *b, float *y);
 void snrt_bias_fwd(snrt_ctx *c, const snrt_bias_t *p, const float *b, float *y);
@@ -639,6 +711,13 @@ void snrt_gather_fwd(snrt_ctx *c, const snrt_gather_t *p, const float *table, co
 void snrt_gather_bwd(snrt_ctx *c, const snrt_gather_t *p, const int32_t *idx, const float *dy,
                      float *dtable);
 void snrt_where(snrt_ctx *c, const snrt_where_t *p, const float *x, float *y);
+void snrt_einsum(snrt_ctx *c, const snrt_einsum_t *p, const float *a, const float *b, float *y);
+void snrt_where3_fwd(snrt_ctx *c, const snrt_where3_t *p, const uint8_t *cond, const float *a,
+                     const float *b, float *y);
+void snrt_where3_bwd(snrt_ctx *c, const snrt_where3_t *p, const uint8_t *cond, const float *dy,
+                     float *da, float *db);
+void snrt_take_fwd(snrt_ctx *c, const snrt_take_t *p, const float *x, float *y);
+void snrt_take_bwd(snrt_ctx *c, const snrt_take_t *p, const float *dy, float *dx);
 
 /* PyTorch semantics (torch.optim.SGD, Adam, AdamW); buffers start at zero. */
 void snrt_sgd(snrt_ctx *c, const snrt_sgd_t *p, float *w, const float *g, float *mom);
@@ -713,6 +792,108 @@ static inline SNRT_HD float snrt_uniform(uint64_t seed, uint64_t step, uint32_t 
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   z ^= z >> 31;
   return (float)(z >> 40) * (1.0f / 16777216.0f);
+}
+
+/* Where on data: offsets of cond, a, b at output element i. */
+static inline SNRT_HD void snrt_where3_at(const snrt_where3_t *p, int64_t i, int64_t *oc, int64_t *oa,
+                                          int64_t *ob) {
+  int64_t c = 0, a = 0, b = 0;
+  for (int d = p->rank - 1; d >= 0; d--) {
+    int64_t q = i % p->dims[d];
+    i /= p->dims[d];
+    c += q * p->sc[d], a += q * p->sa[d], b += q * p->sb[d];
+  }
+  *oc = c, *oa = a, *ob = b;
+}
+
+/* The gradient of Where's operand `which` (0: a, 1: b) at its element e: the
+ * sum, in output order, of dy over the outputs that read e and chose it. */
+static inline SNRT_HD float snrt_where3_grad_at(const snrt_where3_t *p, int which, int64_t e,
+                                                const uint8_t *cond, const float *dy) {
+  const int64_t *s = which ? p->sb : p->sa;
+  int kept[SNRT_MAX_RANK], red[SNRT_MAX_RANK], nk = 0, nr = 0;
+  for (int d = 0; d < p->rank; d++) {
+    if (s[d] || p->dims[d] == 1) kept[nk++] = d;
+    else red[nr++] = d;
+  }
+  int64_t idx[SNRT_MAX_RANK] = {0}, r = e, count = 1;
+  for (int k = nk - 1; k >= 0; k--) {
+    idx[kept[k]] = r % p->dims[kept[k]];
+    r /= p->dims[kept[k]];
+  }
+  for (int k = 0; k < nr; k++) count *= p->dims[red[k]];
+  double acc = 0;
+  for (int64_t q = 0; q < count; q++) {
+    int64_t t = q;
+    for (int k = nr - 1; k >= 0; k--) {
+      idx[red[k]] = t % p->dims[red[k]];
+      t /= p->dims[red[k]];
+    }
+    int64_t o = 0, oc = 0;
+    for (int d = 0; d < p->rank; d++) o = o * p->dims[d] + idx[d], oc += idx[d] * p->sc[d];
+    if ((cond[oc] != 0) != (which != 0)) acc += dy[o];
+  }
+  return (float)acc;
+}
+
+/* Reflect/edge padding, shared by the runtimes: the input position of output
+ * position o along a dim of d inputs, `b` of them before. */
+static inline SNRT_HD int64_t snrt_pad_src1(int mode, int64_t o, int64_t b, int64_t d) {
+  int64_t i = o - b;
+  if (mode == SNRT_PAD_EDGE) return i < 0 ? 0 : i >= d ? d - 1 : i;
+  if (d == 1) return 0;
+  int64_t P = 2 * (d - 1);
+  i %= P;
+  if (i < 0) i += P;
+  return i < d ? i : P - i;
+}
+
+/* The ranges [lo, hi] of output positions that read input position j along
+ * one dim (out positions od); returns how many (at most SNRT_PAD_MAX_RANGES). */
+static inline SNRT_HD int snrt_pad_ranges1(int mode, int64_t j, int64_t b, int64_t d, int64_t od,
+                                          int64_t *lo, int64_t *hi) {
+  int n = 0;
+  if (mode == SNRT_PAD_EDGE || d == 1) {
+    int64_t a = j == 0 ? 0 : b + j, z = j == d - 1 ? od - 1 : b + j;
+    if (a < 0) a = 0;
+    if (z > od - 1) z = od - 1;
+    if (a <= z) lo[n] = a, hi[n] = z, n++;
+    return n;
+  }
+  for (int64_t o = 0; o < od && n < SNRT_PAD_MAX_RANGES; o++)
+    if (snrt_pad_src1(mode, o, b, d) == j) lo[n] = hi[n] = o, n++;
+  return n;
+}
+
+/* dx at input element j for reflect/edge padding: the sum, in output order,
+ * of the dy elements that read it. */
+static inline SNRT_HD float snrt_pad_grad_at(const snrt_pad_t *p, int64_t j, const float *dy) {
+  int64_t lo[SNRT_MAX_RANK][SNRT_PAD_MAX_RANGES], hi[SNRT_MAX_RANK][SNRT_PAD_MAX_RANGES];
+  int cnt[SNRT_MAX_RANK], ri[SNRT_MAX_RANK];
+  int64_t pos[SNRT_MAX_RANK], k = j;
+  for (int d = p->rank - 1; d >= 0; d--) {
+    int64_t q = k % p->in_dims[d];
+    k /= p->in_dims[d];
+    cnt[d] = snrt_pad_ranges1(p->mode, q, p->before[d], p->in_dims[d], p->out_dims[d], lo[d], hi[d]);
+    if (!cnt[d]) return 0.0f;
+    ri[d] = 0;
+    pos[d] = lo[d][0];
+  }
+  double s = 0;
+  for (;;) {
+    int64_t o = 0;
+    for (int d = 0; d < p->rank; d++) o = o * p->out_dims[d] + pos[d];
+    s += dy[o];
+    int d = p->rank - 1;
+    for (; d >= 0; d--) {
+      if (pos[d] < hi[d][ri[d]]) { pos[d]++; break; }
+      if (ri[d] + 1 < cnt[d]) { ri[d]++; pos[d] = lo[d][ri[d]]; break; }
+      ri[d] = 0;
+      pos[d] = lo[d][0];
+    }
+    if (d < 0) break;
+  }
+  return (float)s;
 }
 
 #ifdef __cplusplus

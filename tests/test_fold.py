@@ -99,14 +99,17 @@ def test_fold_only_op_on_data_is_a_clear_error(tmp_path):
     assert "op Equal is supported only on constant inputs" in e and "'pick'" in e and "'x'" in e
 
 
-def test_gather_on_data_is_an_embedding_lookup_only(tmp_path):
-    """Gather on data runs (an embedding lookup) on axis 0; another axis is a
-    clear error naming the node."""
+def test_gather_on_data_any_axis(tmp_path):
+    """Gather on data runs on any axis (axis 0: an embedding lookup); a
+    constant index outside the axis is a clear error naming the node."""
     nodes = [helper.make_node("Gather", ["x", "idx"], ["g"], name="pick", axis=1),
              helper.make_node("Relu", ["g"], ["y"], name="relu")]
     p = save(tmp_path, nodes, [const("idx", np.array([0, 2], np.int64))], [2, 3])
+    j = inspect(p, 2)
+    assert j["nodes"][0]["outputs"][0]["shape"] == [2, 2]
+    p = save(tmp_path, nodes, [const("idx", np.array([0, 3], np.int64))], [2, 3])
     e = snc_error("inspect", p, "--batch", "2")
-    assert "Gather on data supports axis 0 only" in e and "'pick'" in e
+    assert "index 3 at position 1 is outside axis 1" in e and "'pick'" in e
 
 
 def test_cast_of_data_to_int_is_a_clear_error(tmp_path):

@@ -308,3 +308,29 @@ def test_recompute_drops_attention_scores(tmp_path):
     scores = 2 * 300 * 300 * 4   # heads x T x T floats, one layer
     arena = {p: plans[p]["arena_bytes"] for p in plans}
     assert arena["recompute"] <= arena["liveness"] - 2 * scores, arena
+
+
+def test_progress_counts_tokens_and_predict_takes_token_ids(tiny_prog):
+    """The progress line of a token model says tok/s (T tokens a sample),
+    not img/s; --predict over token ids (npy:X.npy, no targets) and over
+    tokens:FILE writes the same (N, T, 256) logits for the same windows."""
+    prog, tmp = tiny_prog
+    text = b"Pack my box with five dozen liquor jugs. " * 3
+    stream = np.frombuffer(text, dtype=np.uint8).astype(np.int64)
+    T = 8
+    n = (len(stream) - 1) // T
+    X = np.stack([stream[i * T:i * T + T] for i in range(n)])
+    np.save(os.path.join(tmp, "Xp.npy"), X)
+    raw = os.path.join(tmp, "ptext.txt")
+    with open(raw, "wb") as f:
+        f.write(text)
+    r = run([prog, "--data", "tokens:%s" % raw, "--steps", "4", "--log-every", "1"])
+    lines = [ln for ln in r.stdout.splitlines() if " step " in ln and "loss" in ln]
+    assert lines and all("tok/s" in ln and "img/s" not in ln for ln in lines), r.stdout
+    outs = []
+    for spec in ("npy:%s" % os.path.join(tmp, "Xp.npy"), "tokens:%s" % raw):
+        out = os.path.join(tmp, "pred.npy")
+        run([prog, "--predict", spec, "--out", out])
+        outs.append(np.load(out))
+    assert outs[0].shape == (n, T, 256)
+    np.testing.assert_array_equal(outs[0], outs[1])

@@ -267,6 +267,188 @@ def op_gather_const(m, rng):
             lambda t, P: t + P[table][ix])
 
 
+def op_gather_axis(axis, idx):
+    """Gather on another axis of data: a select (scalar index, ViT's x[:, 0])
+    or a list of indices with repeats (their gradients add)."""
+    def make(m, rng):
+        ix = m.const(idx)
+        ti = torch.tensor(idx)
+        sl = (slice(None),) * axis
+        return (lambda t: m.op("Sigmoid", [m.op("Gather", [t, ix], axis=axis)]),
+                lambda t, P: torch.sigmoid(t[sl + (ti,)]))
+    return make
+
+
+def op_reduce(op_type, fn, axes, keepdims, opset, pre=None):
+    """A reduction over `axes` (an attribute below opset 18, input 1 from 18
+    for Max/L2, from 13 for Sum)."""
+    def make(m, rng):
+        as_input = opset >= (13 if op_type == "ReduceSum" else 18)
+
+        def build(t):
+            if as_input:
+                return m.op(op_type, [t, m.const(axes)], keepdims=keepdims)
+            return m.op(op_type, [t], axes=axes, keepdims=keepdims)
+        return build, lambda t, P: fn(t)
+    return make
+
+
+def op_tile(m, rng):
+    reps = m.const([1, 2, 1, 3])
+    return lambda t: m.op("Tile", [t, reps]), lambda t, P: t.repeat(1, 2, 1, 3)
+
+
+def op_tile_param(m, rng):
+    """Tile of a parameter: its gradient sums over the copies."""
+    p = m.param("p", rnd(rng, 1, 5, 1, scale=0.5))
+    reps = m.const([3, 1, 5])
+    return (lambda t: m.op("Mul", [t, m.op("Tile", [p, reps])]),
+            lambda t, P: t * P[p].repeat(3, 1, 5))
+
+
+def op_trilu(upper, k):
+    def make(m, rng):
+        fn = torch.triu if upper else torch.tril
+
+        def build(t):
+            ins = [t] if k is None else [t, m.const(k)]
+            return m.op("Trilu", ins, upper=upper)
+        return build, lambda t, P: fn(t, 0 if k is None else k)
+    return make
+
+
+def op_einsum_attention(m, rng):
+    """Attention as transformers write it with einsum: scores
+    'bhqd,bhkd->bhqk', softmax, then 'bhqk,bhkd->bhqd' (both operands data)."""
+    def build(t):
+        k = m.op("Tanh", [t])
+        s = m.op("Softmax", [m.op("Einsum", [t, k], equation="bhqd,bhkd->bhqk")], axis=-1)
+        return m.op("Einsum", [s, k], equation="bhqk, bhkd -> bhqd")
+
+    def ref(t, P):
+        k = torch.tanh(t)
+        s = F.softmax(torch.einsum("bhqd,bhkd->bhqk", t, k), -1)
+        return torch.einsum("bhqk,bhkd->bhqd", s, k)
+    return build, ref
+
+
+def op_einsum_weight(m, rng):
+    """'bij,jk->bik' against a weight, in the implicit form 'bij,jk'."""
+    w, shape = m.param("w", rnd(rng, 5, 4, scale=0.3)), m.const([0, 15, 5])
+    return (lambda t: m.op("Einsum", [m.op("Reshape", [t, shape]), w], equation="bij,jk"),
+            lambda t, P: torch.einsum("bij,jk->bik", t.reshape(t.shape[0], 15, 5), P[w]))
+
+
+def op_einsum_outer(m, rng):
+    """The outer product 'i,j->ij' of two parameters, added to the data."""
+    u, v = m.param("u", rnd(rng, 5, scale=0.5)), m.param("v", rnd(rng, 5, scale=0.5))
+    return (lambda t: m.op("Add", [t, m.op("Einsum", [u, v], equation="i,j->ij")]),
+            lambda t, P: t + torch.einsum("i,j->ij", P[u], P[v]))
+
+
+def op_einsum_batched(m, rng):
+    """'bij,bjk->bik' with a transposed operand ('bkj' read as 'bjk')."""
+    shape = m.const([0, 15, 5])
+
+    def build(t):
+        a = m.op("Reshape", [t, shape])
+        return m.op("Einsum", [a, m.op("Sigmoid", [a])], equation="bij,bkj->bik")
+    return build, lambda t, P: torch.einsum("bij,bkj->bik", t.reshape(t.shape[0], 15, 5),
+                                            torch.sigmoid(t.reshape(t.shape[0], 15, 5)))
+
+
+def op_matmul_vec_right(m, rng):
+    """(B, 3, 5, 5) @ (5,): a 1-D second operand drops the last dim."""
+    v = m.param("v", rnd(rng, 5, scale=0.5))
+    return lambda t: m.op("MatMul", [t, v]), lambda t, P: t @ P[v]
+
+
+def op_matmul_vec_left(m, rng):
+    """(5,) @ (B, 3, 5, 5): a 1-D first operand drops the second-to-last."""
+    u = m.param("u", rnd(rng, 5, scale=0.5))
+    return lambda t: m.op("MatMul", [u, t]), lambda t, P: P[u] @ t
+
+
+def op_matmul_bcast_both(m, rng):
+    """(B, 3, 1, 5, 5) @ (4, 5, 2): batch dims broadcast on both sides."""
+    w, ax = m.param("w", rnd(rng, 4, 5, 2, scale=0.5)), m.const([2])
+    return (lambda t: m.op("MatMul", [m.op("Unsqueeze", [t, ax]), w]),
+            lambda t, P: t.unsqueeze(2) @ P[w])
+
+
+def op_matmul_param_left(m, rng):
+    """(5, 5) weight @ (B, 3, 5, 5): the first operand broadcast over the batch."""
+    w = m.param("w", rnd(rng, 5, 5, scale=0.5))
+    return lambda t: m.op("MatMul", [w, t]), lambda t, P: P[w] @ t
+
+
+def as_ncl(m, t):
+    """(B, 3, 5, 5) -> (B, 3, 25): a 1-D signal per channel."""
+    return m.op("Reshape", [t, m.const([0, 3, 25])])
+
+
+def op_conv1d(m, rng):
+    w, b = m.param("w", rnd(rng, 4, 3, 3, scale=0.3)), m.param("b", rnd(rng, 4, scale=0.1))
+    return (lambda t: m.op("Conv", [as_ncl(m, t), w, b], kernel_shape=[3], pads=[1, 2], strides=[2],
+                           dilations=[2]),
+            lambda t, P: F.conv1d(F.pad(t.reshape(t.shape[0], 3, 25), (1, 2)), P[w], P[b], stride=2,
+                                  dilation=2))
+
+
+def op_conv1d_group_bn(m, rng):
+    w = m.param("w", rnd(rng, 6, 1, 5, scale=0.3))
+    g, b = m.param("gamma", rnd(rng, 6, scale=0.2, shift=1.0)), m.param("beta", rnd(rng, 6, scale=0.1))
+    mean, var = m.const(np.zeros(6), np.float32), m.const(np.ones(6), np.float32)
+    return (lambda t: m.op("BatchNormalization", [m.op("Conv", [as_ncl(m, t), w], group=3,
+                                                        auto_pad="SAME_UPPER"), g, b, mean, var]),
+            lambda t, P: F.batch_norm(F.conv1d(F.pad(t.reshape(t.shape[0], 3, 25), (2, 2)), P[w],
+                                               groups=3), None, None, P[g], P[b], training=True))
+
+
+def op_pool1d(op_type, fn, **attrs):
+    def make(m, rng):
+        return (lambda t: m.op(op_type, [as_ncl(m, t)], **attrs),
+                lambda t, P: fn(t.reshape(t.shape[0], 3, 25)))
+    return make
+
+
+def op_pad_mode(mode, pads, torch_pad):
+    """Reflect/edge padding of H and W (torch's 'reflect' / 'replicate'),
+    with a crop (negative pad) on one side in the edge case."""
+    def make(m, rng):
+        tm = {"reflect": "reflect", "edge": "replicate"}[mode]
+
+        def ref(t, P):
+            y = F.pad(t, tuple(max(v, 0) for v in torch_pad), mode=tm)
+            crop = [(-v if v < 0 else 0) for v in torch_pad]   # (w0, w1, h0, h1)
+            return y[:, :, crop[2]:y.shape[2] - crop[3], crop[0]:y.shape[3] - crop[1]]
+        return lambda t: m.op("Pad", [t, m.const(pads)], mode=mode), ref
+    return make
+
+
+def op_gather_elements(axis, shape):
+    """GatherElements at constant indices (repeats and negative ones: their
+    gradients add); the indices' batch is the test's batch, 3, with the same
+    indices for every sample (the loader shuffles the samples of a batch)."""
+    def make(m, rng):
+        dim = (3,) + SHAPE
+        idx = np.repeat(rng.integers(-dim[axis], dim[axis], size=(1,) + shape[1:]), 3, axis=0)
+        ix = m.const(idx)
+        ti = torch.tensor(idx % dim[axis])
+        return (lambda t: m.op("GatherElements", [t, ix], axis=axis),
+                lambda t, P: torch.gather(t, axis, ti[:t.shape[0]]))
+    return make
+
+
+def op_hard(build, fn):
+    """HardSigmoid/HardSwish over 3x the input: every piece of the function
+    (below -3, the middle, above 3) is reached."""
+    def make(m, rng):
+        three = m.const(fc(3.0), np.float32)
+        return lambda t: build(m, m.op("Mul", [t, three])), lambda t, P: fn(t * 3.0)
+    return make
+
+
 OPS = {
     "Conv": (op_conv, 13),
     "Conv_group_dilated": (op_conv_group, 13),
@@ -320,6 +502,50 @@ OPS = {
     "MatMul4d": (op_matmul4d, 13),
     "Expand": (op_expand, 13),
     "Gather_const": (op_gather_const, 13),
+    "Sin": (unary("Sin", torch.sin), 13),
+    "Cos": (unary("Cos", torch.cos), 13),
+    "Exp": (unary("Exp", torch.exp), 13),
+    "Log": (op_math("Log", torch.log), 13),
+    "Abs": (unary("Abs", torch.abs), 13),
+    "HardSigmoid_default": (unary("HardSigmoid", lambda t: torch.clamp(0.2 * t + 0.5, 0, 1)), 13),
+    "HardSigmoid_torch": (op_hard(lambda m, t: m.op("HardSigmoid", [t], alpha=1.0 / 6),
+                                  F.hardsigmoid), 13),
+    "Gather_axis1_select": (op_gather_axis(1, 0), 13),
+    "Gather_axis2_repeats": (op_gather_axis(2, [[4, 0], [4, -1]]), 13),
+    "Gather_axis3_last": (op_gather_axis(3, -2), 13),
+    "Min": (binary("Min", torch.minimum, (3, 1, 5)), 13),
+    "Max": (binary("Max", torch.maximum, (5, 1)), 13),
+    "Max_tie": (lambda m, rng: (lambda t: m.op("Max", [t, t]), lambda t, P: torch.maximum(t, t)), 13),
+    "ReduceSum_axes_input": (op_reduce("ReduceSum", lambda t: t.sum((1, 3)), [1, 3], 0, 13), 13),
+    "ReduceSum_keep": (op_reduce("ReduceSum", lambda t: t.sum(-1, keepdim=True), [-1], 1, 13), 13),
+    "ReduceMax": (op_reduce("ReduceMax", lambda t: t.amax((2,)), [2], 0, 13), 13),
+    "ReduceMax_18": (op_reduce("ReduceMax", lambda t: t.amax((1, 3), keepdim=True), [1, 3], 1, 18), 18),
+    "ReduceL2": (op_reduce("ReduceL2", lambda t: t.norm(dim=(2, 3)), [2, 3], 0, 13), 13),
+    "Tile": (op_tile, 13),
+    "Tile_param": (op_tile_param, 13),
+    "Trilu_upper": (op_trilu(1, None), 14),
+    "Trilu_lower_k": (op_trilu(0, -1), 14),
+    "Trilu_upper_k2": (op_trilu(1, 2), 14),
+    "Einsum_attention": (op_einsum_attention, 13),
+    "Einsum_weight_implicit": (op_einsum_weight, 13),
+    "Einsum_outer": (op_einsum_outer, 13),
+    "Einsum_batched": (op_einsum_batched, 13),
+    "MatMul_1d_right": (op_matmul_vec_right, 13),
+    "MatMul_1d_left": (op_matmul_vec_left, 13),
+    "MatMul_broadcast_both": (op_matmul_bcast_both, 13),
+    "MatMul_param_left": (op_matmul_param_left, 13),
+    "Conv1d": (op_conv1d, 13),
+    "Conv1d_group_same_bn": (op_conv1d_group_bn, 13),
+    "MaxPool1d": (op_pool1d("MaxPool", lambda t: F.max_pool1d(t, 3, 2, 1, ceil_mode=True),
+                            kernel_shape=[3], strides=[2], pads=[1, 1], ceil_mode=1), 13),
+    "AveragePool1d": (op_pool1d("AveragePool", lambda t: F.avg_pool1d(t, 4, 3, 2, count_include_pad=True),
+                                kernel_shape=[4], strides=[3], pads=[2, 2], count_include_pad=1), 13),
+    "GlobalAveragePool1d": (op_pool1d("GlobalAveragePool", lambda t: t.mean(2, keepdim=True)), 13),
+    "Pad_reflect": (op_pad_mode("reflect", [0, 0, 2, 4, 0, 0, 3, 1], (4, 1, 2, 3)), 13),
+    "Pad_edge": (op_pad_mode("edge", [0, 0, 3, -1, 0, 0, 1, 2], (-1, 2, 3, 1)), 13),
+    "GatherElements_axis2": (op_gather_elements(2, (3, 3, 7, 5)), 13),
+    "GatherElements_axis_last": (op_gather_elements(-1, (3, 2, 5, 4)), 13),
+    "HardSwish": (op_hard(lambda m, t: m.op("HardSwish", [t]), F.hardswish), 14),
 }
 
 

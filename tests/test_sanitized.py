@@ -169,3 +169,94 @@ def test_program_gpt_tokens(san, tmp_path, opset, policy):
                     (99).to_bytes(4, "little") + bytes(1012) + bytes(7))
     r = run([exe, "--data", "tokens:%s" % bad, "--steps", 1], ok=(2,))
     assert "promises 99 tokens" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("head", ["flatten0", "gemm_transA"])
+def test_eval_of_an_output_with_fewer_rows_than_the_batch(san, tmp_path, head):
+    """--eval on a model whose output's first dimension is not the batch:
+    Flatten(axis=0) makes (1, batch x 3), Gemm(transA) over the batch makes
+    (3, 5). rt_evaluate()'s accuracy loop read a batch of rows of `classes`
+    logits past the end of such an output (ASan: heap-buffer-overflow); it
+    reads the output's own rows now, and --predict refuses the model with
+    one line (its rows are not samples)."""
+    from onnx import TensorProto, helper, numpy_helper
+    import onnx
+    B = 4
+    rng = np.random.default_rng(1)
+    w = numpy_helper.from_array(rng.standard_normal((3, 3)).astype(np.float32), "w")
+    if head == "flatten0":
+        nodes = [helper.make_node("Gemm", ["x", "w"], ["h"]),
+                 helper.make_node("Flatten", ["h"], ["out"], axis=0)]
+        inits = [w]
+    else:
+        v = numpy_helper.from_array(rng.standard_normal((B, 5)).astype(np.float32), "v")
+        nodes = [helper.make_node("Gemm", ["x", "w"], ["h"]),
+                 helper.make_node("Gemm", ["h", "v"], ["out"], transA=1)]
+        inits = [w, v]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [B, 3])],
+                          [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)], inits)
+    model = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), str(model))
+    run([SNC, "compile", model, "-o", tmp_path / "p", "--batch", B], leaks=0)
+    exe = tmp_path / "p" / "train_san"
+    subprocess.run(["gcc", "-std=c11", "-O1", "-g"] + SAN + ["-I" + os.path.join(ROOT, "runtime"),
+                    str(tmp_path / "p" / "train.c"), LIB, "-o", str(exe), "-fopenmp", "-lopenblas",
+                    "-lprotobuf-c", "-lz", "-lm", "-lpthread"], check=True)
+    np.save(tmp_path / "x.npy", rng.standard_normal((10, 3)).astype(np.float32))
+    np.save(tmp_path / "y.npy", np.arange(10) % 3)
+    data = "npy:%s,%s" % (tmp_path / "x.npy", tmp_path / "y.npy")
+    r = run([exe, "--data", data, "--eval", data, "--steps", 2])
+    assert "test accuracy" in r.stdout + r.stderr
+    r = run([exe, "--predict", "npy:%s" % (tmp_path / "x.npy"), "--out", tmp_path / "o.npy"], ok=(2,))
+    assert len(r.stderr.strip().splitlines()) == 1 and "first dimension" in r.stderr, r.stderr
+
+
+def test_program_through_the_data_path_ops(san, tmp_path):
+    """Issue 28's data-path ops in one model, compiled, trained (with
+    --poison), evaluated and run with --predict under the sanitizers:
+    HardSwish, HardSigmoid, Sin, Cos, Exp, Log, Abs, Min, Max, ReduceSum,
+    ReduceMax, ReduceL2, Tile, Trilu, Gather on axis 1, GatherElements,
+    Einsum, a 1-D MatMul operand, reflect and edge Pad, Conv and MaxPool
+    over 1-D."""
+    import sys
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from onnx_ref import Model
+    rng = np.random.default_rng(4)
+    m = Model(14)
+
+    def p(name, *shape):
+        return m.param(name, (rng.standard_normal(shape) * 0.3).astype(np.float32))
+    c = lambda v, dt=np.int64: m.const(v, dt)  # noqa: E731
+    h = m.op("HardSwish", [m.op("Mul", ["x", p("s", 3, 6, 6)])])                    # (B,3,6,6)
+    h = m.op("Pad", [h, c([0, 0, 1, 2, 0, 0, 2, 1])], mode="reflect")              # (B,3,9,9)
+    h = m.op("Pad", [h, c([0, 0, 0, -1, 0, 0, 1, 1])], mode="edge")                # (B,3,10,9)
+    h = m.op("Trilu", [h, c(1)], upper=0)
+    h = m.op("Add", [m.op("Sin", [h]), m.op("Cos", [m.op("HardSigmoid", [h])])])
+    e = m.op("Einsum", [h, m.op("Abs", [h])], equation="bchw,bcgw->bchg")          # (B,3,10,10)
+    e = m.op("Max", [m.op("Min", [e, p("mn", 10)]), p("mx", 3, 1, 1)])
+    g = m.op("Gather", [e, c(0)], axis=1)                                          # (B,10,10)
+    g = m.op("GatherElements", [g, c(np.tile(rng.integers(0, 10, (1, 4, 10)), (4, 1, 1)))], axis=1)
+    t = m.op("Tile", [g, c([1, 2, 1])])                                            # (B,8,10)
+    t = m.op("Conv", [t, p("cw", 6, 8, 3)], pads=[1, 1])                           # (B,6,10)
+    t = m.op("MaxPool", [t], kernel_shape=[2], strides=[2])                        # (B,6,5)
+    lg = m.op("Log", [m.op("Add", [m.op("Exp", [t]), c(1.0, np.float32)])])
+    r = m.op("Concat", [m.op("ReduceSum", [lg, c([2])], keepdims=1),
+                        m.op("ReduceMax", [lg], axes=[2], keepdims=1),
+                        m.op("ReduceL2", [lg], axes=[2], keepdims=1)], axis=2)     # (B,6,3)
+    out = m.op("MatMul", [m.op("Flatten", [r], axis=1), p("v", 18)])               # (B,)
+    out = m.op("Unsqueeze", [out, c([1])])
+    out = m.op("MatMul", [out, p("w", 1, 5)])                                      # (B,5)
+    path = str(tmp_path / "ops.onnx")
+    m.save(path, (4, 3, 6, 6), out)
+    run([SNC, "compile", path, "-o", tmp_path / "p", "--batch", 4], leaks=0)
+    exe = tmp_path / "p" / "train_san"
+    subprocess.run(["gcc", "-std=c11", "-O1", "-g"] + SAN + ["-I" + os.path.join(ROOT, "runtime"),
+                    str(tmp_path / "p" / "train.c"), LIB, "-o", str(exe), "-fopenmp", "-lopenblas",
+                    "-lprotobuf-c", "-lz", "-lm", "-lpthread"], check=True)
+    np.save(tmp_path / "x.npy", rng.standard_normal((10, 3, 6, 6)).astype(np.float32))
+    np.save(tmp_path / "y.npy", np.arange(10) % 5)
+    data = "npy:%s,%s" % (tmp_path / "x.npy", tmp_path / "y.npy")
+    r = run([exe, "--data", data, "--eval", data, "--steps", 3, "--poison", "--threads", 2])
+    assert "test accuracy" in r.stdout + r.stderr
+    run([exe, "--predict", "npy:%s" % (tmp_path / "x.npy"), "--out", tmp_path / "y.npy"])
+    assert np.load(tmp_path / "y.npy").shape == (10, 5)

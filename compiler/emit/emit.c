@@ -201,7 +201,7 @@ static int table_add(Table *tb, int *map, int t) {
 }
 
 static const char *table_kind(const Graph *g, int t) {
-  if (t == g->eval_output) return "SNRT_T_LOGITS";
+  if (graph_is_eval_output(g, t)) return "SNRT_T_LOGITS";
   switch (g->t[t].kind) {
   case TK_INPUT: return "SNRT_T_INPUT";
   case TK_LABEL: return "SNRT_T_LABEL";
@@ -344,7 +344,7 @@ static void death_lists(const Graph *g, const Plan *pl, int ***deaths, int **nde
       if (in->persistent || in->offset < 0 || in->last < 0 || in->last >= ns) continue;
       if (in->tensor >= 0) {
         TensorKind k = g->t[in->tensor].kind;
-        if (k == TK_LOSS || k == TK_LABEL || k == TK_INPUT || in->tensor == g->eval_output) continue;
+        if (k == TK_LOSS || k == TK_LABEL || k == TK_INPUT || graph_is_eval_output(g, in->tensor)) continue;
       }
       if (pass == 0) cnt[in->last]++;
       else lists[in->last][cnt[in->last]++] = i;
@@ -479,6 +479,7 @@ static void table_build(const Graph *g, const Plan *pl, Table *tb) {
   table_add(tb, map, g->label);
   table_add(tb, map, g->loss);
   table_add(tb, map, g->eval_output);
+  for (int k = 0; k < g->neval_outs; k++) table_add(tb, map, g->eval_outs[k]);
   int *opt_of = tb->opt_of = xmalloc(sizeof(int) * 2 * (size_t)g->nt);
   for (int t = 0; t < 2 * g->nt; t++) opt_of[t] = -1;
   for (int i = 0; i < g->nn && !g->zero_ranks; i++) {   /* --zero: shards, not per-parameter state */
@@ -626,6 +627,11 @@ static void emit_model(FILE *f, const Graph *g, const Plan *pl, const EmitOpts *
   fprintf(f, "  .ntensors = %d,\n  .tensors = tensors,\n", tb->n);
   fprintf(f, "  .input = %d, .label = %d, .loss = %d, .logits = %d,\n", map[g->input], map[g->label],
           map[g->loss], map[g->eval_output]);
+  if (g->neval_outs) {   /* several graph outputs: --predict writes each */
+    fprintf(f, "  .noutputs = %d,\n  .outputs = (const int[]){%d", g->neval_outs + 1, map[g->eval_output]);
+    for (int k = 0; k < g->neval_outs; k++) fprintf(f, ", %d", map[g->eval_outs[k]]);
+    fprintf(f, "},\n");
+  }
   bool seq = o->train->loss == LOSS_SOFTMAX_CE && out->rank == 3;
   fprintf(f, "  .classes = %lld,\n", (long long)(seq ? out->dims[2] : tensor_numel(out) / out->dims[0]));
   fprintf(f, "  .loss_kind = %s,\n", o->train->loss == LOSS_MSE ? "SNRT_LOSS_MSE" : "SNRT_LOSS_SOFTMAX_CE");

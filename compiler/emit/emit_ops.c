@@ -93,7 +93,8 @@ static const char *p_unary(Emit *e, const snrt_unary_t *p) {
   return emit_params(e, p, "snrt_unary_t", pb);
 }
 
-static const char *binary_kinds[] = {"SNRT_ADD", "SNRT_SUB", "SNRT_MUL", "SNRT_DIV"};
+static const char *binary_kinds[] = {"SNRT_ADD", "SNRT_SUB", "SNRT_MUL", "SNRT_DIV", "SNRT_MIN",
+                                     "SNRT_MAX"};
 
 static const char *p_binary(Emit *e, const snrt_binary_t *p) {
   snprintf(pb, BUF, ".kind = %s, .rank = %d, .n = %lld, .dims = %s, .sa = %s, .sb = %s, "
@@ -104,9 +105,12 @@ static const char *p_binary(Emit *e, const snrt_binary_t *p) {
 }
 
 static const char *p_reduce(Emit *e, const snrt_reduce_t *p) {
-  snprintf(pb, BUF, ".rank = %d, .n_big = %lld, .n_small = %lld, .dims = %s, .ss = %s, .scale = %s",
-           p->rank, (long long)p->n_big, (long long)p->n_small, dims_list(p->dims, p->rank),
-           dims_list(p->ss, p->rank), emit_float(p->scale));
+  int k = snprintf(pb, BUF, ".rank = %d, .n_big = %lld, .n_small = %lld, .dims = %s, .ss = %s, "
+                   ".scale = %s", p->rank, (long long)p->n_big, (long long)p->n_small,
+                   dims_list(p->dims, p->rank), dims_list(p->ss, p->rank), emit_float(p->scale));
+  if (p->kind)
+    snprintf(pb + k, (size_t)(BUF - k), ", .kind = %s",
+             p->kind == SNRT_RED_MAX ? "SNRT_RED_MAX" : "SNRT_RED_L2");
   return emit_params(e, p, "snrt_reduce_t", pb);
 }
 
@@ -153,10 +157,13 @@ static const char *p_slice(Emit *e, const snrt_slice_t *p) {
 }
 
 static const char *p_pad(Emit *e, const snrt_pad_t *p) {
-  snprintf(pb, BUF, ".rank = %d, .n_in = %lld, .n_out = %lld, .in_dims = %s, .out_dims = %s, "
-           ".before = %s, .value = %s",
-           p->rank, (long long)p->n_in, (long long)p->n_out, dims_list(p->in_dims, p->rank),
-           dims_list(p->out_dims, p->rank), dims_list(p->before, p->rank), emit_float(p->value));
+  int k = snprintf(pb, BUF, ".rank = %d, .n_in = %lld, .n_out = %lld, .in_dims = %s, .out_dims = %s, "
+                   ".before = %s, .value = %s",
+                   p->rank, (long long)p->n_in, (long long)p->n_out, dims_list(p->in_dims, p->rank),
+                   dims_list(p->out_dims, p->rank), dims_list(p->before, p->rank), emit_float(p->value));
+  if (p->mode)
+    snprintf(pb + k, (size_t)(BUF - k), ", .mode = %s",
+             p->mode == SNRT_PAD_REFLECT ? "SNRT_PAD_REFLECT" : "SNRT_PAD_EDGE");
   return emit_params(e, p, "snrt_pad_t", pb);
 }
 
@@ -323,6 +330,11 @@ void emit_reducemean(Emit *e, const Graph *g, const Node *n) {
   fprintf(OUT, "  snrt_reduce(c, %s, %s, %s);\n", p_reduce(e, n->p), emit_in(e, 0), emit_out(e, 0));
 }
 void emit_reduce(Emit *e, const Graph *g, const Node *n) { emit_reducemean(e, g, n); }
+/* REDUCE_BWD: inputs x, y, dy (ReduceMax, ReduceL2). */
+void emit_reduce_bwd(Emit *e, const Graph *g, const Node *n) {
+  fprintf(OUT, "  snrt_reduce_bwd(c, %s, %s, %s, %s, %s);\n", p_reduce(e, n->p), emit_in(e, 0),
+          emit_in(e, 1), emit_in(e, 2), emit_out(e, 0));
+}
 void emit_expand(Emit *e, const Graph *g, const Node *n) {
   fprintf(OUT, "  snrt_expand(c, %s, %s, %s);\n", p_reduce(e, n->p), emit_in(e, 0), emit_out(e, 0));
 }

@@ -13,11 +13,16 @@
 #define BUF 1024
 static char pb[BUF];
 
-static const char *math_kinds[] = {"SNRT_SQRT", "SNRT_ERF", "SNRT_NEG", "SNRT_RECIPROCAL", "SNRT_POW"};
+static const char *math_kinds[] = {"SNRT_SQRT", "SNRT_ERF", "SNRT_NEG", "SNRT_RECIPROCAL", "SNRT_POW",
+                                   "SNRT_SIN", "SNRT_COS", "SNRT_EXP", "SNRT_LOG", "SNRT_ABS",
+                                   "SNRT_HARDSIGMOID", "SNRT_HARDSWISH"};
 
 static const char *p_math(Emit *e, const snrt_math_t *p) {
-  snprintf(pb, BUF, ".n = %lld, .kind = %s, .exponent = %s", (long long)p->n, math_kinds[p->kind],
-           emit_float(p->exponent));
+  int k = snprintf(pb, BUF, ".n = %lld, .kind = %s, .exponent = %s", (long long)p->n,
+                   math_kinds[p->kind], emit_float(p->exponent));
+  if (p->kind == SNRT_HARDSIGMOID)
+    snprintf(pb + k, (size_t)(BUF - k), ", .alpha = %s, .beta = %s", emit_float(p->alpha),
+             emit_float(p->beta));
   return emit_params(e, p, "snrt_math_t", pb);
 }
 
@@ -45,8 +50,9 @@ static const char *p_gather(Emit *e, const snrt_gather_t *p) {
     snprintf(arr, sizeof arr, "P%d_idx", e->nparams);
     int_array(e, "int32_t", arr, p->n_idx, p->idx, false);
   }
-  snprintf(pb, BUF, ".n_idx = %lld, .rows = %lld, .dim = %lld, .idx = %s", (long long)p->n_idx,
-           (long long)p->rows, (long long)p->dim, arr);
+  int k = snprintf(pb, BUF, ".n_idx = %lld, .rows = %lld, .dim = %lld, .idx = %s",
+                   (long long)p->n_idx, (long long)p->rows, (long long)p->dim, arr);
+  if (p->outer > 1) snprintf(pb + k, (size_t)(BUF - k), ", .outer = %lld", (long long)p->outer);
   return emit_params(e, p, "snrt_gather_t", pb);
 }
 
@@ -61,7 +67,77 @@ static const char *p_where(Emit *e, const snrt_where_t *p) {
   return emit_params(e, p, "snrt_where_t", pb);
 }
 
+static const char *dlist(char *o, size_t cap, const int64_t *v, int n) {
+  size_t len = (size_t)snprintf(o, cap, "{");
+  for (int i = 0; i < n && len + 24 < cap; i++)
+    len += (size_t)snprintf(o + len, cap - len, "%s%lld", i ? ", " : "", (long long)v[i]);
+  snprintf(o + len, cap - len, "}");
+  return o;
+}
+
+static const char *p_einsum(Emit *e, const snrt_einsum_t *p) {
+  char d[3][256];
+  snprintf(pb, BUF, ".rank = %d, .nout = %d, .n_out = %lld, .n_sum = %lld, .dims = %s, .sa = %s, "
+           ".sb = %s", p->rank, p->nout, (long long)p->n_out, (long long)p->n_sum,
+           dlist(d[0], sizeof d[0], p->dims, p->rank), dlist(d[1], sizeof d[1], p->sa, p->rank),
+           dlist(d[2], sizeof d[2], p->sb, p->rank));
+  return emit_params(e, p, "snrt_einsum_t", pb);
+}
+
+static const char *p_take(Emit *e, const snrt_take_t *p) {
+  const char *have = emit_params_find(e, p);
+  if (have) return have;
+  char a[3][64];
+  const char *suf[3] = {"src", "start", "inv"};
+  const int32_t *v[3] = {p->src, p->inv_start, p->inv};
+  int64_t cnt[3] = {p->n_out, p->n_in + 1, p->n_out};
+  for (int k = 0; k < 3; k++) {
+    snprintf(a[k], sizeof a[k], "P%d_%s", e->nparams, suf[k]);
+    int_array(e, "int32_t", a[k], cnt[k], v[k], false);
+  }
+  snprintf(pb, BUF, ".n_in = %lld, .n_out = %lld, .src = %s, .inv_start = %s, .inv = %s",
+           (long long)p->n_in, (long long)p->n_out, a[0], a[1], a[2]);
+  return emit_params(e, p, "snrt_take_t", pb);
+}
+
 #define OUT e->f
+
+static const char *p_where3(Emit *e, const snrt_where3_t *p) {
+  char d[4][256];
+  snprintf(pb, BUF, ".rank = %d, .n = %lld, .na = %lld, .nb = %lld, .dims = %s, .sc = %s, .sa = %s, "
+           ".sb = %s", p->rank, (long long)p->n, (long long)p->na, (long long)p->nb,
+           dlist(d[0], sizeof d[0], p->dims, p->rank), dlist(d[1], sizeof d[1], p->sc, p->rank),
+           dlist(d[2], sizeof d[2], p->sa, p->rank), dlist(d[3], sizeof d[3], p->sb, p->rank));
+  return emit_params(e, p, "snrt_where3_t", pb);
+}
+
+/* WHERE_DATA: inputs cond (bytes), a, b. WHERE_DATA_BWD: inputs cond, dy;
+ * outputs da and/or db (aux bits 1, 2). */
+void emit_where_data(Emit *e, const Graph *g, const Node *n) {
+  fprintf(OUT, "  snrt_where3_fwd(c, %s, (const uint8_t *)%s, %s, %s, %s);\n", p_where3(e, n->p),
+          emit_in(e, 0), emit_in(e, 1), emit_in(e, 2), emit_out(e, 0));
+}
+void emit_where_data_bwd(Emit *e, const Graph *g, const Node *n) {
+  int k = 0;
+  const char *da = (n->aux & 1) ? emit_out(e, k++) : "NULL";
+  const char *db = (n->aux & 2) ? emit_out(e, k++) : "NULL";
+  fprintf(OUT, "  snrt_where3_bwd(c, %s, (const uint8_t *)%s, %s, %s, %s);\n", p_where3(e, n->p),
+          emit_in(e, 0), emit_in(e, 1), da, db);
+}
+
+/* GATHERELEMENTS: input x (the indices are in the params); TAKE_BWD: input dy. */
+void emit_take(Emit *e, const Graph *g, const Node *n) {
+  fprintf(OUT, "  snrt_take_fwd(c, %s, %s, %s);\n", p_take(e, n->p), emit_in(e, 0), emit_out(e, 0));
+}
+void emit_take_bwd(Emit *e, const Graph *g, const Node *n) {
+  fprintf(OUT, "  snrt_take_bwd(c, %s, %s, %s);\n", p_take(e, n->p), emit_in(e, 0), emit_out(e, 0));
+}
+
+/* EINSUM (forward, and the gradients' forms: inputs dy and the other operand). */
+void emit_einsum(Emit *e, const Graph *g, const Node *n) {
+  fprintf(OUT, "  snrt_einsum(c, %s, %s, %s, %s);\n", p_einsum(e, n->p), emit_in(e, 0), emit_in(e, 1),
+          emit_out(e, 0));
+}
 
 void emit_math(Emit *e, const Graph *g, const Node *n) {
   fprintf(OUT, "  snrt_math_fwd(c, %s, %s, %s);\n", p_math(e, n->p), emit_in(e, 0), emit_out(e, 0));

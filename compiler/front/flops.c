@@ -31,6 +31,12 @@ double flops_gemm(const Graph *g, const Node *n) {
 double flops_matmul(const Graph *g, const Node *n) { (void)g; return mm_flops(n->p); }
 double flops_matmul_raw(const Graph *g, const Node *n) { (void)g; return mm_flops(n->p); }
 
+double flops_einsum(const Graph *g, const Node *n) {
+  (void)g;
+  const snrt_einsum_t *p = n->p;
+  return p ? 2.0 * (double)p->n_out * (double)p->n_sum : 0;
+}
+
 double flops_elementwise(const Graph *g, const Node *n) {
   return n->nout > 0 ? numel_of(g, n->out[0]) : 0;
 }

@@ -12,6 +12,10 @@
  * `input_name` picks the data input (NULL: the first graph input without an
  * initializer). Errors: fatal(EXIT_BADINPUT, ...). */
 Graph *onnx_import(const char *path, const char *input_name);
+/* --all-outputs: the import keeps the nodes of every graph output (default:
+ * only those the first output, which training uses, depends on; an auxiliary
+ * head is dropped). */
+extern bool import_all_outputs;
 /* The same from the file's bytes (`buf`, from xmalloc: freed here); `path`
  * names the model in messages and its folder holds external data. */
 Graph *onnx_import_bytes(unsigned char *buf, size_t len, const char *path,

@@ -518,15 +518,22 @@ static void topo_sort(Graph *g) {
   free(sorted), free(order), free(heap), free(fill), free(cons), free(start), free(indeg);
 }
 
-/* ---- pruning: keep the nodes the first graph output depends on, and the
- * tensors they use, in a fresh graph (tensor indices are compacted) ---- */
+/* ---- pruning: keep the nodes the first graph output depends on (with
+ * --all-outputs those of every graph output, which the eval graph computes
+ * for --predict), and the tensors they use, in a fresh graph (tensor
+ * indices are compacted) ---- */
+
+bool import_all_outputs;
 
 static Graph *prune(Graph *g) {
   char *live = xcalloc((size_t)g->nn + 1, 1);
   int *stack = xmalloc(sizeof(int) * ((size_t)g->nn + 1)), ns = 0;
+  /* The loss's output; with --all-outputs (or the whole graph, for --dump
+   * eval) every graph output. */
+  bool every = imp_whole || import_all_outputs;
   for (int t = 0; t < g->nt; t++) {
     int p = g->t[t].producer;
-    if ((t == g->output || (imp_whole && g->t[t].is_output)) && p >= 0 && !live[p]) {
+    if ((t == g->output || (every && g->t[t].is_output)) && p >= 0 && !live[p]) {
       live[p] = 1;
       stack[ns++] = p;
     }
@@ -613,10 +620,11 @@ static int slot_class(const Node *n, int s) {
   case OP_CLIP: return s >= 1 ? SLOT_FLOAT : SLOT_NONE;
   case OP_DROPOUT: return s == 1 ? SLOT_FLOAT : s == 2 ? SLOT_BOOL : SLOT_NONE;
   case OP_SPLIT: case OP_REDUCEMEAN: case OP_UNSQUEEZE: case OP_SQUEEZE:
+  case OP_REDUCESUM: case OP_REDUCEMAX: case OP_REDUCEL2: case OP_TILE: case OP_TRILU:
     return s == 1 ? SLOT_INT : SLOT_NONE;
   case OP_BATCHNORM: return s >= 3 ? SLOT_STATE : SLOT_NONE;
   case OP_POW: return s == 1 ? SLOT_FLOAT : SLOT_NONE;
-  case OP_BROADCAST: return s == 1 ? SLOT_INT : SLOT_NONE;
+  case OP_BROADCAST: case OP_GATHERELEMENTS: return s == 1 ? SLOT_INT : SLOT_NONE;
   /* Ops evaluated only at compile time read constants of any type (Shape
    * reads only its input's shape). */
   case OP_SHAPE: return SLOT_NONE;

@@ -33,6 +33,9 @@ void shape_batch_leading(Graph *g, const Node *n, int64_t *shape, int r);
 /* A constant of the export batch's leading dimension meeting data of
  * --batch rows in a broadcast: equal slices become one (shape_tensor.c). */
 void shape_batch_const(Graph *g, Node *n, Tensor *c, const Tensor *x);
+/* shape_seq.c: a MatMul that snrt_mm_t cannot express, rewritten into an
+ * Einsum node (1-D operands, batch dims broadcast on both sides). */
+void shape_matmul_einsum(Graph *g, Node *n, const Tensor *a, const Tensor *b);
 
 /* eval.c: evaluates n at compile time if eval.c's table has its op and its
  * inputs are constants (Shape, Size: any shaped input); true if it did. */

@@ -7,7 +7,9 @@
  * with ceil_mode, where a last window that would start past the input and the
  * left padding is dropped; auto_pad SAME_* gives ceil(in / s) outputs with
  * the odd padding pixel at the end (UPPER) or the beginning (LOWER).
- * Only 2-D spatial windows (NCHW) are supported. */
+ * 2-D spatial windows (NCHW) and 1-D ones (NCL: run as NC1L, a height of
+ * one, so the kernels and gradients are the 2-D ones; a 1-D weight (K, C, k)
+ * has the bytes of (K, C, 1, k)). */
 #include "shape.h"
 
 #include <string.h>
@@ -57,8 +59,7 @@ static void read_ints(const Node *n, const char *name, int want, int64_t *dst, i
   int cnt = attr_ints(n, name, &v);
   for (int i = 0; i < want; i++) dst[i] = dflt;
   if (!cnt) return;
-  if (cnt != want) node_error(n, "attribute '%s' has %d values, expected %d for 2-D", name, cnt,
-                              want);
+  if (cnt != want) node_error(n, "attribute '%s' has %d values, expected %d", name, cnt, want);
   for (int i = 0; i < want; i++) {
     if (v[i] < min || v[i] > (1 << 24))
       node_error(n, "attribute '%s' value %lld is out of range", name, (long long)v[i]);
@@ -66,29 +67,44 @@ static void read_ints(const Node *n, const char *name, int want, int64_t *dst, i
   }
 }
 
-static void read_window(const Node *n, Window *w, bool need_kernel) {
+/* sd spatial dims (1 or 2); a 1-D window is the 2-D one with a height of 1. */
+static void read_window(const Node *n, Window *w, bool need_kernel, int sd) {
   const int64_t *v;
   if (need_kernel && !attr_ints(n, "kernel_shape", &v))
     node_error(n, "attribute 'kernel_shape' is required");
-  read_ints(n, "kernel_shape", 2, w->k, 0, 1);
-  read_ints(n, "strides", 2, w->s, 1, 1);
-  read_ints(n, "dilations", 2, w->d, 1, 1);
-  read_ints(n, "pads", 4, w->pads, 0, 0);
+  read_ints(n, "kernel_shape", sd, w->k + 2 - sd, 0, 1);
+  read_ints(n, "strides", sd, w->s + 2 - sd, 1, 1);
+  read_ints(n, "dilations", sd, w->d + 2 - sd, 1, 1);
+  if (sd == 2) {
+    read_ints(n, "pads", 4, w->pads, 0, 0);
+  } else {
+    int64_t p[2];
+    read_ints(n, "pads", 2, p, 0, 0);
+    w->k[0] = need_kernel ? 1 : 0, w->s[0] = w->d[0] = 1;
+    w->pads[0] = w->pads[2] = 0, w->pads[1] = p[0], w->pads[3] = p[1];
+  }
 }
 
-static Tensor *spatial_input(Graph *g, Node *n) {
+/* The input, NCHW or NCL; hw gets its spatial dims as 2-D (H = 1 for NCL). */
+static Tensor *spatial_input(Graph *g, Node *n, int64_t hw[2]) {
   Tensor *x = shape_in_float(g, n, 0, -1);
-  if (x->rank != 4)
-    node_error(n, "only 2-D (NCHW, rank 4) inputs are supported, not rank %d %s", x->rank,
-               shape_str(x));
+  if (x->rank != 4 && x->rank != 3)
+    node_error(n, "only 1-D and 2-D (NCL, NCHW: rank 3 or 4) inputs are supported, not rank %d %s",
+               x->rank, shape_str(x));
+  hw[0] = x->rank == 4 ? x->dims[2] : 1;
+  hw[1] = x->dims[x->rank - 1];
   return x;
 }
 
 void shape_conv(Graph *g, Node *n) {
-  Tensor *x = spatial_input(g, n);
-  Tensor *w = shape_in_float(g, n, 1, 4);
+  int64_t hw[2], whw[2];
+  Tensor *x = spatial_input(g, n, hw);
+  int sd = x->rank - 2;
+  Tensor *w = shape_in_float(g, n, 1, x->rank);
+  whw[0] = sd == 2 ? w->dims[2] : 1;
+  whw[1] = w->dims[w->rank - 1];
   Window win;
-  read_window(n, &win, false);
+  read_window(n, &win, false, sd);
   int64_t N = x->dims[0], C = x->dims[1], K = w->dims[0];
   int64_t group = attr_int(n, "group", 1);
   if (group < 1 || C % group || K % group)
@@ -99,9 +115,9 @@ void shape_conv(Graph *g, Node *n) {
                "group %lld)", w->name, shape_str(w), (long long)(C / group), (long long)C,
                (long long)group);
   for (int i = 0; i < 2; i++) {
-    if (win.k[i] && win.k[i] != w->dims[2 + i])
+    if (win.k[i] && win.k[i] != whw[i])
       node_error(n, "kernel_shape does not match weight '%s' %s", w->name, shape_str(w));
-    win.k[i] = w->dims[2 + i];
+    win.k[i] = whw[i];
   }
   if (shape_has_in(n, 2)) {
     Tensor *b = shape_in_float(g, n, 2, 1);
@@ -111,14 +127,15 @@ void shape_conv(Graph *g, Node *n) {
   const char *ap = attr_string(n, "auto_pad", "NOTSET");
   int64_t pb[2] = {win.pads[0], win.pads[1]}, pe[2] = {win.pads[2], win.pads[3]}, out[2];
   for (int i = 0; i < 2; i++)
-    out[i] = window_out(n, ap, x->dims[2 + i], win.k[i], win.s[i], win.d[i], &pb[i], &pe[i],
+    out[i] = window_out(n, ap, hw[i], win.k[i], win.s[i], win.d[i], &pb[i], &pe[i],
                         false, i ? "width" : "height");
   int64_t dims[4] = {N, K, out[0], out[1]};
-  shape_set_out(g, n, 0, DT_FLOAT, 4, dims);
+  if (sd == 1) dims[2] = out[1];
+  shape_set_out(g, n, 0, DT_FLOAT, x->rank, dims);
   snrt_conv_t *p = shape_alloc(sizeof *p);
   *p = (snrt_conv_t){
       .n = shape_int(n, N, "batch"), .c = shape_int(n, C, "channels"),
-      .h = shape_int(n, x->dims[2], "height"), .w = shape_int(n, x->dims[3], "width"),
+      .h = shape_int(n, hw[0], "height"), .w = shape_int(n, hw[1], "width"),
       .k = shape_int(n, K, "output channels"), .oh = shape_int(n, out[0], "output height"),
       .ow = shape_int(n, out[1], "output width"), .kh = (int)win.k[0], .kw = (int)win.k[1],
       .sh = (int)win.s[0], .sw = (int)win.s[1], .pt = (int)pb[0], .pl = (int)pb[1],
@@ -136,17 +153,19 @@ void shape_conv_workspace(snrt_conv_t *p, int64_t target) {
 }
 
 void shape_pool(Graph *g, Node *n) {
-  Tensor *x = spatial_input(g, n);
+  int64_t hw[2];
+  Tensor *x = spatial_input(g, n, hw);
+  int sd = x->rank - 2;
   snrt_pool_t *p = shape_alloc(sizeof *p);
   int64_t out[2];
   if (n->op == OP_GLOBALAVGPOOL) {
-    *p = (snrt_pool_t){.kh = shape_int(n, x->dims[2], "height"),
-                       .kw = shape_int(n, x->dims[3], "width"), .sh = 1, .sw = 1, .dh = 1,
+    *p = (snrt_pool_t){.kh = shape_int(n, hw[0], "height"),
+                       .kw = shape_int(n, hw[1], "width"), .sh = 1, .sw = 1, .dh = 1,
                        .dw = 1};
     out[0] = out[1] = 1;
   } else {
     Window win;
-    read_window(n, &win, true);
+    read_window(n, &win, true, sd);
     if (n->op == OP_MAXPOOL) {
       if (attr_int(n, "storage_order", 0) != 0)
         node_error(n, "storage_order must be 0 (row major)");
@@ -159,7 +178,7 @@ void shape_pool(Graph *g, Node *n) {
     const char *ap = attr_string(n, "auto_pad", "NOTSET");
     int64_t pb[2] = {win.pads[0], win.pads[1]}, pe[2] = {win.pads[2], win.pads[3]};
     for (int i = 0; i < 2; i++) {
-      out[i] = window_out(n, ap, x->dims[2 + i], win.k[i], win.s[i], win.d[i], &pb[i], &pe[i],
+      out[i] = window_out(n, ap, hw[i], win.k[i], win.s[i], win.d[i], &pb[i], &pe[i],
                           ceil_mode != 0, i ? "width" : "height");
       if (pb[i] >= (win.k[i] - 1) * win.d[i] + 1 || pe[i] >= (win.k[i] - 1) * win.d[i] + 1)
         node_error(n, "padding must be smaller than the window");
@@ -172,12 +191,13 @@ void shape_pool(Graph *g, Node *n) {
   }
   p->n = shape_int(n, x->dims[0], "batch");
   p->c = shape_int(n, x->dims[1], "channels");
-  p->h = shape_int(n, x->dims[2], "height");
-  p->w = shape_int(n, x->dims[3], "width");
+  p->h = shape_int(n, hw[0], "height");
+  p->w = shape_int(n, hw[1], "width");
   p->oh = shape_int(n, out[0], "output height");
   p->ow = shape_int(n, out[1], "output width");
   int64_t dims[4] = {x->dims[0], x->dims[1], out[0], out[1]};
-  shape_set_out(g, n, 0, DT_FLOAT, 4, dims);
+  if (sd == 1) dims[2] = out[1];
+  shape_set_out(g, n, 0, DT_FLOAT, x->rank, dims);
   n->p = p;
 }
 
@@ -251,13 +271,19 @@ void shape_gemm(Graph *g, Node *n) {
   n->p = p;
 }
 
-/* numpy matmul for rank >= 2 operands. Batch dims broadcast, but the runtime
- * takes one batch stride per operand, so an operand's batch dims must either
- * equal the output's or be all ones (or absent). */
+/* numpy matmul. Batch dims broadcast; the runtime's product takes one batch
+ * stride per operand, so an operand's batch dims must either equal the
+ * output's or be all ones (or absent), and a first operand broadcast over
+ * the batch must need no gradient (a constant). Other cases (1-D operands
+ * too) become an Einsum (shape_matmul_einsum). */
 void shape_matmul(Graph *g, Node *n) {
   Tensor *a = shape_in_float(g, n, 0, -1), *b = shape_in_float(g, n, 1, -1);
-  if (a->rank < 2 || b->rank < 2)
-    node_error(n, "1-D operands are not supported (A %s, B %s)", shape_str(a), shape_str(b));
+  if (a->rank < 1 || b->rank < 1)
+    node_error(n, "operands must have rank 1 or more (A %s, B %s)", shape_str(a), shape_str(b));
+  if (a->rank < 2 || b->rank < 2) {
+    shape_matmul_einsum(g, n, a, b);
+    return;
+  }
   int64_t M = a->dims[a->rank - 2], K = a->dims[a->rank - 1];
   int64_t Kb = b->dims[b->rank - 2], N = b->dims[b->rank - 1];
   if (K != Kb) node_error(n, "inner dimensions differ: A %s, B %s", shape_str(a), shape_str(b));
@@ -274,9 +300,11 @@ void shape_matmul(Graph *g, Node *n) {
   dims[r - 1] = N;
   int64_t batch = shape_prod(n, dims, 0, r - 2);
   int64_t ba = shape_prod(n, a->dims, 0, a->rank - 2), bb = shape_prod(n, b->dims, 0, b->rank - 2);
-  if ((ba != batch && ba != 1) || (bb != batch && bb != 1))
-    node_error(n, "this batch broadcasting of A %s and B %s is not supported", shape_str(a),
-               shape_str(b));
+  if ((ba != batch && ba != 1) || (bb != batch && bb != 1) ||
+      (ba == 1 && batch > 1 && a->kind != TK_CONST && a->kind != TK_INPUT)) {
+    shape_matmul_einsum(g, n, a, b);
+    return;
+  }
   shape_set_out(g, n, 0, DT_FLOAT, r, dims);
   snrt_mm_t *p = shape_alloc(sizeof *p);
   *p = (snrt_mm_t){.batch = batch, .m = M, .n = N, .k = K, .alpha = 1.0f, .beta = 0.0f,

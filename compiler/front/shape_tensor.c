@@ -162,7 +162,7 @@ void shape_binary(Graph *g, Node *n) {
     strb *= db;
   }
   static const int kinds[] = {[OP_ADD] = SNRT_ADD, [OP_SUB] = SNRT_SUB, [OP_MUL] = SNRT_MUL,
-                              [OP_DIV] = SNRT_DIV};
+                              [OP_DIV] = SNRT_DIV, [OP_MIN] = SNRT_MIN, [OP_MAX] = SNRT_MAX};
   p->kind = kinds[n->op];
   p->rank = r;
   p->na = tensor_numel(a);
@@ -335,13 +335,14 @@ void shape_transpose(Graph *g, Node *n) {
   n->p = p;
 }
 
-/* Pad, constant mode only. pads = [x1_begin, x2_begin, ..., x1_end, ...]:
- * an input from opset 11, the 'pads' attribute before. */
+/* Pad, modes constant, reflect and edge. pads = [x1_begin, x2_begin, ...,
+ * x1_end, ...]: an input from opset 11, the 'pads' attribute before. */
 void shape_pad(Graph *g, Node *n) {
   Tensor *x = shape_in_float(g, n, 0, -1);
   const char *mode = attr_string(n, "mode", "constant");
-  if (strcmp(mode, "constant") != 0)
-    node_error(n, "Pad mode '%s' is not supported (only 'constant')", mode);
+  int pm = !strcmp(mode, "constant") ? SNRT_PAD_CONSTANT : !strcmp(mode, "reflect") ? SNRT_PAD_REFLECT
+         : !strcmp(mode, "edge") ? SNRT_PAD_EDGE : -1;
+  if (pm < 0) node_error(n, "Pad mode '%s' is not supported (constant, reflect or edge)", mode);
   int r = x->rank;
   int64_t pads[2 * MAX_RANK];
   const int64_t *v;
@@ -368,7 +369,16 @@ void shape_pad(Graph *g, Node *n) {
       node_error(n, "pads for axis %d (%lld, %lld) are out of range for %s", d,
                  (long long)pads[d], (long long)pads[d + r], shape_str(x));
     p->out_dims[d] = x->dims[d] + pads[d] + pads[d + r];
+    if (pm != SNRT_PAD_CONSTANT && x->dims[d] == 0 && p->out_dims[d] > 0)
+      node_error(n, "%s padding of an empty axis %d of %s has nothing to repeat", mode, d, shape_str(x));
+    /* Reflect: each input position is read at most SNRT_PAD_MAX_RANGES times. */
+    if (pm == SNRT_PAD_REFLECT && x->dims[d] > 1 &&
+        p->out_dims[d] > (SNRT_PAD_MAX_RANGES / 2 - 1) * 2 * (x->dims[d] - 1))
+      node_error(n, "reflect pads for axis %d (%lld, %lld) are too wide for %s (at most %d times the "
+                 "axis)", d, (long long)pads[d], (long long)pads[d + r], shape_str(x),
+                 SNRT_PAD_MAX_RANGES / 2 - 2);
   }
+  p->mode = pm;
   shape_set_out(g, n, 0, x->dtype, r, p->out_dims);
   p->n_in = tensor_numel(x);
   p->n_out = tensor_numel(&g->t[n->out[0]]);
@@ -396,7 +406,7 @@ void shape_softmax(Graph *g, Node *n) {
   n->p = p;
 }
 
-/* ReduceMean: axes from the attribute (< 18) or the optional input 1 (18+);
+/* ReduceMean, ReduceSum, ReduceMax, ReduceL2: axes from the attribute (< 18) or the optional input 1 (18+);
  * none means all axes (or, with noop_with_empty_axes, a copy). */
 void shape_reducemean(Graph *g, Node *n) {
   Tensor *x = shape_in_float(g, n, 0, -1);
@@ -432,7 +442,54 @@ void shape_reducemean(Graph *g, Node *n) {
   shape_set_out(g, n, 0, x->dtype, ro, dims);
   p->n_big = tensor_numel(x);
   p->n_small = tensor_numel(&g->t[n->out[0]]);
-  p->scale = count ? 1.0f / (float)count : 0.0f;
+  p->scale = n->op == OP_REDUCESUM ? 1.0f : count ? 1.0f / (float)count : 0.0f;
+  if (n->op == OP_REDUCEMAX || n->op == OP_REDUCEL2) {
+    p->kind = n->op == OP_REDUCEMAX ? SNRT_RED_MAX : SNRT_RED_L2;
+    p->scale = 1.0f;
+    if (n->op == OP_REDUCEMAX && count == 0)
+      node_error(n, "ReduceMax over an empty axis of %s has no value", shape_str(x));
+  }
+  n->p = p;
+}
+
+/* Tile: out dims d_i * r_i. Viewed as (r0, d0, r1, d1, ...) (a dim with
+ * one repeat stays one dim) it is x expanded over the repeat dims:
+ * snrt_expand, and its gradient the reduction. */
+void shape_tile(Graph *g, Node *n) {
+  Tensor *x = shape_in_float(g, n, 0, -1);
+  int64_t rep[MAX_RANK], dims[MAX_RANK];
+  int nr = const_ints(g, n, 1, rep, MAX_RANK);
+  if (nr != x->rank)
+    node_error(n, "repeats has %d values; the input %s needs %d", nr, shape_str(x), x->rank);
+  snrt_reduce_t *p = shape_alloc(sizeof *p);
+  int big = 0;
+  for (int d = 0; d < x->rank; d++) {
+    if (rep[d] < 0 || rep[d] > ((int64_t)1 << 40))
+      node_error(n, "repeat %lld for axis %d is out of range", (long long)rep[d], d);
+    big += rep[d] != 1 ? 2 : 1;
+    dims[d] = mul_checked(x->dims[d], rep[d], "Tile output");
+  }
+  if (big > MAX_RANK)
+    node_error(n, "Tile of %s repeats more axes than snc's kernels index (rank %d at most, "
+               "counting each repeated axis twice)", shape_str(x), MAX_RANK);
+  int64_t stride = 1;
+  int k = big;
+  for (int d = x->rank - 1; d >= 0; d--) {
+    k--;
+    p->dims[k] = x->dims[d];
+    p->ss[k] = x->dims[d] == 1 ? 0 : stride;
+    stride *= x->dims[d];
+    if (rep[d] != 1) {
+      k--;
+      p->dims[k] = rep[d];
+      p->ss[k] = 0;
+    }
+  }
+  p->rank = big;
+  p->scale = 1.0f;
+  shape_set_out(g, n, 0, DT_FLOAT, x->rank, dims);
+  p->n_big = tensor_numel(&g->t[n->out[0]]);
+  p->n_small = tensor_numel(x);
   n->p = p;
 }
 

@@ -99,7 +99,9 @@ static bool pow_cheap(float e) { return e == 1.0f || e == 2.0f || e == 3.0f || e
 static bool math_transcendental(const Node *n) {
   const snrt_math_t *p = n->p;
   if (!p) return true;
-  if (p->kind == SNRT_ERF) return true;
+  if (p->kind == SNRT_ERF || p->kind == SNRT_SIN || p->kind == SNRT_COS || p->kind == SNRT_EXP ||
+      p->kind == SNRT_LOG)
+    return true;
   if (p->kind != SNRT_POW) return false;
   if (n->op == OP_MATH_BWD) return p->exponent != 2.0f && !pow_cheap(p->exponent - 1.0f);
   return !pow_cheap(p->exponent);
@@ -118,9 +120,10 @@ CostClass cost_class(const Graph *g, const Node *n) {
   case OP_LN_BWD: case OP_LRN: case OP_LRN_BWD: case OP_SOFTMAX_BWD: case OP_CONV_BWD_BIAS:
     return CC_NORM;
   case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_BINARY_BWD: case OP_REDUCEMEAN:
-  case OP_REDUCE: case OP_EXPAND: case OP_BROADCAST: case OP_TRANSPOSE:
+  case OP_REDUCE: case OP_EXPAND: case OP_BROADCAST: case OP_TRANSPOSE: case OP_MIN: case OP_MAX:
+  case OP_REDUCESUM: case OP_REDUCEMAX: case OP_REDUCEL2: case OP_REDUCE_BWD: case OP_TILE:
     return CC_STRIDED;
-  case OP_POW: case OP_MATH_BWD: case OP_ERF:
+  case OP_POW: case OP_MATH_BWD: case OP_ERF: case OP_SIN: case OP_COS: case OP_EXP: case OP_LOG:
     return math_transcendental(n) ? CC_MATH : CC_ELEMENTWISE;
   case OP_SIGMOID: case OP_TANH: case OP_SOFTMAX: case OP_DROPOUT: case OP_DROPOUT_BWD:
     return CC_MATH;
@@ -235,9 +238,11 @@ static double largest_operand(const Graph *g, const Node *n) {
 static bool runs_parallel(const Graph *g, const Node *n, const CostRates *r) {
   if (r->parallel_min <= 0 || n->op == OP_SOFTMAX_CE || n->op == OP_MSE) return false;
   double div = 1;
-  if (n->op == OP_ERF || n->op == OP_POW || n->op == OP_MATH_BWD) {
+  if (n->op == OP_ERF || n->op == OP_POW || n->op == OP_MATH_BWD || n->op == OP_SIN ||
+      n->op == OP_COS || n->op == OP_EXP || n->op == OP_LOG || n->op == OP_ABS ||
+      n->op == OP_HARDSIGMOID || n->op == OP_HARDSWISH) {
     const snrt_math_t *p = n->p;
-    div = p && (p->kind == SNRT_ERF || p->kind == SNRT_POW) ? 8 : 1;
+    div = p && p->kind != SNRT_SQRT && p->kind != SNRT_NEG && p->kind != SNRT_RECIPROCAL ? 8 : 1;
   } else if (n->op == OP_SIGMOID || n->op == OP_TANH) {
     div = 8;
   } else if (n->op == OP_DROPOUT || n->op == OP_DROPOUT_BWD) {

@@ -256,7 +256,7 @@ void liveness_lifetimes(const Graph *g, Plan *pl) {
                      plan_inst_name(g, pl, i), -in->first - 2);
     if (in->last < in->first) in->last = in->first;
     if (x && x->kind == TK_LOSS && in->last < r->train_steps - 1) in->last = r->train_steps - 1;
-    if (x && t == g->eval_output) in->last = T - 1;
+    if (x && graph_is_eval_output(g, t)) in->last = T - 1;
   }
   step_stats(pl);
 }
@@ -349,7 +349,7 @@ void liveness_inplace(const Graph *g, Plan *pl) {
     if (ia->bytes != ib->bytes || ia->last != s || ib->first != s || ia->tensor < 0 || ib->tensor < 0) continue;
     const Tensor *ta = &g->t[ia->tensor], *tb = &g->t[ib->tensor];
     if (ta->kind == TK_INPUT || ta->kind == TK_LABEL || tb->kind == TK_LOSS ||
-        ib->tensor == g->eval_output || ta->dtype != tb->dtype)
+        graph_is_eval_output(g, ib->tensor) || ta->dtype != tb->dtype)
       continue;
     bool other = false;   /* the input must not be read twice by this step */
     for (int k = 1; k < st->nin; k++) other |= st->in[k] >= 0 && repl[st->in[k]] == a;

@@ -273,8 +273,9 @@ void grad_binary(Graph *g, int node) {
   if (!na && !nb) return;
   /* Only what the derivative reads: Add/Sub read neither operand, Mul reads the
    * other one, Div reads b (and a for db). */
-  bool read_a = (n.op == OP_MUL && nb) || (n.op == OP_DIV && nb);
-  bool read_b = (n.op == OP_MUL && na) || n.op == OP_DIV;
+  bool minmax = n.op == OP_MIN || n.op == OP_MAX;   /* which one was chosen: both */
+  bool read_a = (n.op == OP_MUL && nb) || (n.op == OP_DIV && nb) || minmax;
+  bool read_b = (n.op == OP_MUL && na) || n.op == OP_DIV || minmax;
   int in[3] = {read_a ? n.in[0] : -1, read_b ? n.in[1] : -1, dy(g, &n, 0)};
   int out[2], nout = 0;
   if (na) out[nout++] = grad_slot(g, n.in[0]);
@@ -350,14 +351,54 @@ void grad_reducemean(Graph *g, int node) {
   if (need(&n, 0)) bwd1(g, node, OP_EXPAND, "bwd", n.in[0], 1, (int[]){dy(g, &n, 0)}, n.p);
 }
 
+/* Where on data: da and db from the condition and dy (WHERE_DATA_BWD writes
+ * the needed ones; aux bits 1: da, 2: db). */
+void grad_where_data(Graph *g, int node) {
+  Node n = g->n[node];
+  bool na = need(&n, 1), nb = need(&n, 2);
+  if (!na && !nb) return;
+  int out[2], nout = 0;
+  if (na) out[nout++] = grad_slot(g, n.in[1]);
+  if (nb) out[nout++] = grad_slot(g, n.in[2]);
+  int b = train_add_node(g, OP_WHERE_DATA_BWD, node, "bwd", PH_BACKWARD, 2, (int[]){n.in[0], dy(g, &n, 0)},
+                   nout, out, n.p);
+  g->n[b].aux = (na ? 1 : 0) | (nb ? 2 : 0);
+  nout = 0;
+  if (na) grad_add(g, n.in[1], out[nout++], node);
+  if (nb) grad_add(g, n.in[2], out[nout++], node);
+}
+
+/* GatherElements: dx gathers dy by the precomputed inverse positions. */
+void grad_take(Graph *g, int node) {
+  Node n = g->n[node];
+  if (need(&n, 0)) bwd1(g, node, OP_TAKE_BWD, "bwd", n.in[0], 1, (int[]){dy(g, &n, 0)}, n.p);
+}
+
+/* ReduceMax, ReduceL2: from x, y and dy. */
+void grad_reduce_ex(Graph *g, int node) {
+  Node n = g->n[node];
+  if (need(&n, 0))
+    bwd1(g, node, OP_REDUCE_BWD, "bwd", n.in[0], 3, (int[]){n.in[0], n.out[0], dy(g, &n, 0)}, n.p);
+}
+
+/* Einsum: dA = einsum(dy, B), dB = einsum(dy, A) (the forms shape_einsum made). */
+void grad_einsum(Graph *g, int node) {
+  Node n = g->n[node];
+  EinsumParams *p = n.p;
+  int d = dy(g, &n, 0);
+  if (need(&n, 1)) bwd1(g, node, OP_EINSUM, "bwd_b", n.in[1], 2, (int[]){d, n.in[0]}, &p->db);
+  if (need(&n, 0)) bwd1(g, node, OP_EINSUM, "bwd_a", n.in[0], 2, (int[]){d, n.in[1]}, &p->da);
+}
+
 /* ---- transformer ops ---- */
 
-/* Sqrt and Reciprocal differentiate from their output, Erf and Pow from
- * their input, Neg from neither (aux = 1: input 0 is y; 0: x; -1 absent). */
+/* Sqrt, Reciprocal and Exp differentiate from their output, Neg from
+ * neither, the others from their input (aux = 1: input 0 is y; 0: x; -1
+ * absent). */
 void grad_math(Graph *g, int node) {
   Node n = g->n[node];
   if (!need(&n, 0)) return;
-  bool from_y = n.op == OP_SQRT || n.op == OP_RECIPROCAL;
+  bool from_y = n.op == OP_SQRT || n.op == OP_RECIPROCAL || n.op == OP_EXP;
   int v = n.op == OP_NEG ? -1 : from_y ? n.out[0] : n.in[0];
   int dx = grad_slot(g, n.in[0]);
   int b = train_add_node(g, OP_MATH_BWD, node, "bwd", PH_BACKWARD, 2, (int[]){v, dy(g, &n, 0)}, 1, &dx, n.p);
@@ -387,7 +428,8 @@ void grad_gather(Graph *g, int node) {
     bwd1(g, node, OP_GATHER_BWD, "bwd", n.in[0], 2, (int[]){p->idx ? -1 : n.in[1], dy(g, &n, 0)}, n.p);
 }
 
-/* A masked fill passes dy where the data was kept: the same fill, value 0. */
+/* A masked fill passes dy where the data was kept: the same fill, value 0
+ * (Trilu too: its data is input 0, aux 0). */
 void grad_where(Graph *g, int node) {
   Node n = g->n[node];
   if (!need(&n, n.aux)) return;
@@ -564,6 +606,14 @@ static void add_eval(Graph *g) {
     free(many);
   }
   g->eval_output = map[g->output];
+  /* The other graph outputs' eval copies (computed ones, each once), for
+   * --predict: live to the end of the eval step, in the tensor table. */
+  g->neval_outs = 0;
+  for (int t = 0; t < g->nt; t++)
+    if (g->t[t].is_output && t != g->output && map[t] != t && !graph_is_eval_output(g, map[t])) {
+      g->eval_outs = xrealloc(g->eval_outs, sizeof(int) * (size_t)(g->neval_outs + 1));
+      g->eval_outs[g->neval_outs++] = map[t];
+    }
   free(map);
 }
 

@@ -98,7 +98,7 @@ void precision_assign(Graph *g, const TrainOpts *o) {
   int low = p == PREC_BF16 ? DT_BFLOAT16 : DT_FLOAT16;
   for (int t = 0; t < g->nt; t++) {
     Tensor *x = &g->t[t];
-    if (x->dtype != DT_FLOAT || t == g->eval_output) continue;
+    if (x->dtype != DT_FLOAT || graph_is_eval_output(g, t)) continue;
     if (x->kind == TK_ACT || x->kind == TK_GRAD) x->dtype = low;
   }
 }

@@ -412,6 +412,26 @@ rt_data *rt_data_load(const char *spec, const snrt_model *m, uint64_t seed, cons
   return d;
 }
 
+rt_data *rt_data_load_inputs(const char *spec, const snrt_model *m, const rt_opts *o) {
+  if (strncmp(spec, "npy:", 4) != 0 || strchr(spec, ','))
+    return rt_data_load(spec, m, o->seed, o);
+  if (!spec[4]) rt_fail(SNRT_EXIT_USAGE, "npy: needs a file name");
+  const snrt_tensor *in = &m->tensors[m->input];
+  rt_data *d = calloc(1, sizeof *d);
+  if (!d) rt_fail(SNRT_EXIT_DEVICE, "out of memory");
+  d->elems = in->nbytes / 4 / m->batch;
+  d->classes = m->classes;
+  d->seed = o->seed;
+  d->tokens = in->dtype == SNRT_I32;
+  d->positions = m->positions > 1 ? m->positions : 1;
+  d->vocab = m->vocab > 0 ? m->vocab : m->classes;
+  set_norm(d, in, o);
+  array a = read_npy(spec + 4);
+  if (a.rank < 1) rt_fail(SNRT_EXIT_DATA, "%s: inputs must be an array of samples, not a scalar", spec + 4);
+  set_images(d, spec + 4, &a, in);
+  return d;
+}
+
 void rt_data_free(rt_data *d) {
   if (!d) return;
   free(d->u8);
@@ -438,7 +458,8 @@ void rt_data_sample(const rt_data *d, int64_t i, void *xv, int32_t *label) {
       memcpy(label, d->stream + i * e + 1, sizeof(int32_t) * (size_t)P);
     } else if (d->ids) {
       memcpy(ids, d->ids + i * e, sizeof(int32_t) * (size_t)e);
-      memcpy(label, d->labels + i * P, sizeof(int32_t) * (size_t)P);
+      if (d->labels) memcpy(label, d->labels + i * P, sizeof(int32_t) * (size_t)P);
+      else memset(label, 0, sizeof(int32_t) * (size_t)P);   /* --predict: inputs only */
     } else {   /* synthetic: random ids; each target is a function of its input */
       for (int64_t j = 0; j < e; j++) {
         int32_t v = (int32_t)(snrt_uniform(d->seed, 0xFFFFFFFFFFFF3000ull, 11, (uint64_t)(i * e + j)) * d->vocab);

@@ -18,9 +18,13 @@ bool rt_evaluate(snrt_ctx *c, const rt_data *d, rt_eval *r) {
   const snrt_tensor *in = &m->tensors[m->input], *lg = &m->tensors[m->logits];
   int B = m->batch;
   int64_t elems = in->nbytes / 4 / B, per = lg->nbytes / 4 / B, n = rt_data_count(d);
-  /* P labels a sample (T positions of a language model), V logits each. */
+  /* P labels a sample (T positions of a language model), `classes` logits
+   * each. The output holds R rows of classes logits: B x P when its rows are
+   * the samples; fewer when its first dimension is not the batch
+   * (Flatten(axis=0), Gemm(transA)): only those rows are scored, never read
+   * past the output. */
   int P = rt_label_positions(m);
-  int64_t V = per / P;
+  int64_t V = m->classes, R = lg->nbytes / 4 / (V ? V : 1);
   float *x = rt_xmalloc((size_t)in->nbytes);
   float *logits = rt_xmalloc((size_t)lg->nbytes);
   int32_t *lab = rt_xmalloc(sizeof(int32_t) * (size_t)B * (size_t)P);
@@ -44,7 +48,8 @@ bool rt_evaluate(snrt_ctx *c, const rt_data *d, rt_eval *r) {
     m->eval_step(c);
     snrt_dev_sync(c);
     snrt_dev_download(c, logits, lg->offset, lg->nbytes);
-    for (int64_t q = 0; q < (int64_t)rows * P; q++) {
+    int64_t nq = (int64_t)rows * P < R ? (int64_t)rows * P : R;
+    for (int64_t q = 0; q < nq; q++) {
       const float *l = logits + q * V;
       int i = (int)q;   /* the label row (the sample unless P > 1) */
       int best = 0;

@@ -36,7 +36,13 @@ static const char usage_text[] =
     "                     that reads one\n"
     "  --threads N        CPU threads (default: all cores)\n"
     "  --generate N       byte-level language models: after training, sample N bytes\n"
-    "                     after --prompt TEXT (top-5 sampling, seeded by --seed)\n"    "  --comm-timeout S   data parallel (--dist programs under mpirun): seconds a rank\n"
+    "                     after --prompt TEXT (top-5 sampling, seeded by --seed)\n"    "  --predict SPEC     no training: the eval graph (current or --resume'd weights) over\n"
+    "                     every sample of npy:X.npy | idx:.. | tokens:FILE, in batches of the\n"
+    "                     compiled size; each graph output written as float32 .npy (first\n"
+    "                     dimension: the samples) to --out\n"
+    "  --out PATH         with --predict: FILE.npy for a one-output model; otherwise a\n"
+    "                     directory receiving OUTPUT_NAME.npy per graph output\n"
+    "  --comm-timeout S   data parallel (--dist programs under mpirun): seconds a rank\n"
     "                     waits for the others before ending every rank (default 300)\n"
     "exit codes: 0 ok, 1 usage, 2 bad data, file or checkpoint, 3 loss became NaN/Inf,\n"
     "            4 device or memory error, 5 another rank died, hung or timed out\n";
@@ -90,6 +96,8 @@ void rt_parse_args(rt_opts *o, int argc, char **argv) {
     else if (!strcmp(s, "--poison")) o->poison = true;
     else if (!strcmp(s, "--generate")) o->generate = parse_int(s, value(argc, argv, &i), 1);
     else if (!strcmp(s, "--prompt")) o->prompt = value(argc, argv, &i);
+    else if (!strcmp(s, "--predict")) o->predict = value(argc, argv, &i);
+    else if (!strcmp(s, "--out")) o->out = value(argc, argv, &i);
     else if (!strcmp(s, "--comm-timeout")) {
       const char *v = value(argc, argv, &i);
       char *end;
@@ -122,4 +130,5 @@ void rt_parse_args(rt_opts *o, int argc, char **argv) {
     } else usage_error("unknown option '%s'", s);
   }
   if (o->steps < 0 && o->epochs < 0) o->epochs = 1;
+  if (o->out && !o->predict) usage_error("%s is --predict's output; give --predict SPEC too", "--out");
 }

@@ -70,7 +70,10 @@ int rt_label_positions(const snrt_model *m) {
 void rt_encode_labels(const snrt_model *m, const int32_t *labels, int n, void *y) {
   const snrt_tensor *t = &m->tensors[m->label];
   if (t->dtype == SNRT_I32) {
-    int64_t cnt = (int64_t)n * rt_label_positions(m);
+    /* A label tensor of fewer rows than the batch (an output whose first
+     * dimension is not the batch) takes the first labels that fit. */
+    int64_t cnt = (int64_t)n * rt_label_positions(m), cap = t->nbytes / 4;
+    if (cnt > cap) cnt = cap;
     memcpy(y, labels, sizeof(int32_t) * (size_t)cnt);
     memset((int32_t *)y + cnt, 0, (size_t)(t->nbytes - 4 * cnt));
     return;

@@ -3,7 +3,8 @@
  * What it is: everything around the compiled step, one call per part:
  * flags (flags.c; docs/reference.md, "DIR/train"), setup and resume
  * (setup.c: checks, data, device, initial or resumed tensors, the banner),
- * the step loop and the final evaluation (steps.c, eval.c), then the outputs
+ * the step loop and the final evaluation (steps.c, eval.c) or --predict's
+ * forward pass instead (predict.c), then the outputs
  * (outputs.c: checkpoint, dumps, export, metrics, profile). What the parts
  * share is one rt_run (rt.h).
  *
@@ -21,6 +22,11 @@ int main(int argc, char **argv) {
   memset(&r, 0, sizeof r);
   rt_parse_args(&r.o, argc, argv);
   rt_setup(&r, &argc, &argv);
+  if (r.o.predict) {   /* forward only: no step, no outputs of training */
+    rt_predict(&r);
+    rt_teardown(&r);
+    return 0;
+  }
   rt_banner(&r);
   rt_train(&r);
   rt_outputs(&r);

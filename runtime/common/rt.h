@@ -35,6 +35,7 @@ typedef struct rt_opts {
   const char *prompt;             /* --prompt TEXT */
   int nnorm;                      /* --normalize values: 2 (all channels) or 2*C */
   float norm[64];
+  const char *predict, *out;      /* --predict SPEC, --out PATH */
 } rt_opts;
 
 /* Parses argv into o (exits 0 after --help, 1 on a usage error). */
@@ -69,6 +70,9 @@ typedef struct rt_loader rt_loader;
 /* Loads "synthetic", "idx:IMAGES,LABELS", "npy:X,Y" or "tokens:FILE" and checks it against
  * the model's input shape and classes. */
 rt_data *rt_data_load(const char *spec, const snrt_model *m, uint64_t seed, const rt_opts *o);
+/* --predict's inputs: "npy:X.npy" (no labels), "npy:X.npy,Y.npy", "idx:..." or
+ * "tokens:FILE", checked as rt_data_load does; labels are not needed. */
+rt_data *rt_data_load_inputs(const char *spec, const snrt_model *m, const rt_opts *o);
 void rt_data_free(rt_data *d);
 int64_t rt_data_count(const rt_data *d);
 /* Sample i into x (float, model input sample size, normalized; int32 token
@@ -184,6 +188,9 @@ bool rt_evaluate(snrt_ctx *c, const rt_data *d, rt_eval *e);
 const char *rt_lm_extra(const snrt_model *m, double loss);
 /* eval.c: --generate N. */
 void rt_generate(snrt_ctx *c, const rt_opts *o);
+/* predict.c: --predict SPEC --out PATH: the eval step over every sample of
+ * SPEC, every graph output written as .npy; no training. */
+void rt_predict(rt_run *r);
 /* outputs.c: --generate, --save, --dump-*, --export-onnx, --metrics,
  * --profile; then frees what rt_setup made. */
 void rt_outputs(rt_run *r);

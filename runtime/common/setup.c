@@ -130,7 +130,7 @@ static void start_tensors(rt_run *r) {
       rt_data_free(r->train);
       r->train = rt_data_load(o->data, m, c->seed, o);
     }
-    if (r->pos.pos >= r->nb)
+    if (r->pos.pos >= r->nb && !o->predict)   /* --predict trains on nothing */
       rt_fail(SNRT_EXIT_DATA, "checkpoint %s is at batch %lld of its epoch, but %s has only %lld batches",
               o->resume, (long long)r->pos.pos, o->data, (long long)r->nb);
     c->step = r->pos.step;

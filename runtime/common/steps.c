@@ -123,9 +123,18 @@ static void progress(const rt_run *r, int64_t todo, bool tty, bool epoch_end, do
   double rate = done > 3 && t > r->t3 ? (done - 3) * gbatch / (t - r->t3) : done * gbatch / (t - r->t0);
   char eta[32] = "?";
   if (todo != INT64_MAX) fmt_time(eta, sizeof eta, (todo - done) * gbatch / rate);
-  printf("%sepoch %lld step %lld/%lld loss %.4f %.0f img/s ETA %s%s", tty ? "\r\033[K" : "",
+  /* Token models count tokens (T per sample) when every position is
+   * trained, sequences otherwise; other models images (samples). */
+  const snrt_model *m = r->m;
+  const char *unit = "img/s";
+  double per = 1;
+  if (m->tensors[m->input].dtype == SNRT_I32) {
+    unit = m->positions > 1 ? "tok/s" : "seq/s";
+    if (m->positions > 1) per = (double)(m->tensors[m->input].nbytes / 4 / m->batch);
+  }
+  printf("%sepoch %lld step %lld/%lld loss %.4f %.0f %s ETA %s%s", tty ? "\r\033[K" : "",
          (long long)(epoch_end ? r->pos.epoch : r->pos.epoch + 1),
-         (long long)(epoch_end ? nb : r->pos.pos), (long long)nb, r->loss, rate, eta,
+         (long long)(epoch_end ? nb : r->pos.pos), (long long)nb, r->loss, rate * per, unit, eta,
          tty ? "" : "\n");
   fflush(stdout);
 }

@@ -154,6 +154,8 @@ static inline float bin_op(int kind, float a, float b) {
   case SNRT_ADD: return a + b;
   case SNRT_SUB: return a - b;
   case SNRT_MUL: return a * b;
+  case SNRT_MIN: return a < b || a != a ? a : b;
+  case SNRT_MAX: return a > b || a != a ? a : b;
   default: return a / b;
   }
 }
@@ -188,6 +190,11 @@ static inline float bin_grad(int kind, int which, float g, float a, float b) {
   case SNRT_ADD: return g;
   case SNRT_SUB: return which ? -g : g;
   case SNRT_MUL: return which ? g * a : g * b;
+  case SNRT_MIN: case SNRT_MAX: {
+    float mine = which ? b : a, other = which ? a : b;
+    if (mine == other) return 0.5f * g;
+    return (kind == SNRT_MAX) == (mine > other) ? g : 0.0f;
+  }
   default: return which ? -g * a / (b * b) : g / b;
   }
 }
@@ -285,8 +292,64 @@ void snrt_binary_bwd(snrt_ctx *c, const snrt_binary_t *p, const float *a, const 
 
 /* ---- reduce / expand --------------------------------------------------------- */
 
+/* ReduceMax / ReduceL2 and their gradients: each small element owned by one
+ * thread, which visits its big elements in index order. */
+static void reduce_groups(const snrt_reduce_t *p, const float *x, const float *y, const float *dy,
+                          float *out, int bwd) {
+  bshape s = bshape_of(p->rank, p->dims, p->ss, NULL);
+  int kept[SNRT_MAX_RANK], red[SNRT_MAX_RANK], nk = 0, nr = 0;
+  for (int d = 0; d < s.rank; d++) {
+    if (s.s[1][d]) kept[nk++] = d;
+    else red[nr++] = d;
+  }
+  int64_t count = 1;
+  for (int i = 0; i < nr; i++) count *= s.d[red[i]];
+  const int kind = p->kind;
+#pragma omp parallel for schedule(static) if (p->n_big > KERN_PAR_MIN)
+  for (int64_t e = 0; e < p->n_small; e++) {
+    int64_t base = 0, r = e;
+    for (int i = nk - 1; i >= 0; i--) {
+      int64_t id = r % s.d[kept[i]];
+      r /= s.d[kept[i]];
+      base += id * s.s[0][kept[i]];
+    }
+    double acc = 0;
+    float m = -INFINITY;
+    int found = 0;
+    for (int64_t k = 0; k < count; k++) {
+      int64_t o = base, q = k;
+      for (int i = nr - 1; i >= 0; i--) {
+        o += (q % s.d[red[i]]) * s.s[0][red[i]];
+        q /= s.d[red[i]];
+      }
+      float v = x[o];
+      if (!bwd) {
+        if (kind == SNRT_RED_MAX) m = v > m || v != v ? v : m;
+        else acc += (double)v * v;
+      } else if (kind == SNRT_RED_MAX) {
+        int hit = !found && (v == y[e] || (v != v && y[e] != y[e]));
+        out[o] = hit ? dy[e] : 0.0f;
+        found |= hit;
+      } else {
+        out[o] = y[e] != 0.0f ? dy[e] * v / y[e] : 0.0f;
+      }
+    }
+    if (!bwd) out[e] = kind == SNRT_RED_MAX ? m : (float)sqrt(acc);
+  }
+}
+
+void snrt_reduce_bwd(snrt_ctx *c, const snrt_reduce_t *p, const float *x, const float *y,
+                     const float *dy, float *dx) {
+  (void)c;
+  reduce_groups(p, x, y, dy, dx, 1);
+}
+
 void snrt_reduce(snrt_ctx *c, const snrt_reduce_t *p, const float *big, float *small) {
   (void)c;
+  if (p->kind != SNRT_RED_SUM) {
+    reduce_groups(p, big, NULL, NULL, small, 0);
+    return;
+  }
   bshape s = bshape_of(p->rank, p->dims, p->ss, NULL);
   bin_grad_reduce(&s, SNRT_ADD, 0, p->n_small, big, NULL, NULL, p->scale, small);
 }

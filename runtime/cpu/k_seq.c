@@ -1,5 +1,6 @@
 /* k_seq.c — CPU kernels of the transformer ops: elementwise math (Sqrt, Erf,
- * Neg, Reciprocal, Pow), LayerNormalization, the embedding lookup and its
+ * Neg, Reciprocal, Pow, Sin, Cos, Exp, Log, Abs, HardSigmoid, HardSwish),
+ * LayerNormalization, the embedding lookup and its
  * scatter-add gradient, the masked fill.
  *
  * Determinism (kern.h): each output element is owned by one thread and sums
@@ -17,6 +18,40 @@ static inline float pow_k(float x, float e) {
   if (e == 3.0f) return x * x * x;
   if (e == 0.5f) return sqrtf(x);
   return powf(x, e);
+}
+
+/* Sin, Cos, Exp, Log, Abs, HardSigmoid, HardSwish: y = f(x), and f'(x)
+ * (from y for Exp). */
+static inline float math_more(const snrt_math_t *p, float v) {
+  switch (p->kind) {
+  case SNRT_SIN: return sinf(v);
+  case SNRT_COS: return cosf(v);
+  case SNRT_EXP: return expf(v);
+  case SNRT_LOG: return logf(v);
+  case SNRT_ABS: return fabsf(v);
+  case SNRT_HARDSIGMOID: {
+    float t = p->alpha * v + p->beta;
+    return t <= 0.0f ? 0.0f : t >= 1.0f ? 1.0f : t;
+  }
+  default:   /* SNRT_HARDSWISH */
+    return v <= -3.0f ? 0.0f : v >= 3.0f ? v : v * (v + 3.0f) / 6.0f;
+  }
+}
+
+static inline float math_more_d(const snrt_math_t *p, float v, float y) {
+  switch (p->kind) {
+  case SNRT_SIN: return cosf(v);
+  case SNRT_COS: return -sinf(v);
+  case SNRT_EXP: return y;
+  case SNRT_LOG: return 1.0f / v;
+  case SNRT_ABS: return v > 0.0f ? 1.0f : v < 0.0f ? -1.0f : 0.0f;
+  case SNRT_HARDSIGMOID: {
+    float t = p->alpha * v + p->beta;
+    return t > 0.0f && t < 1.0f ? p->alpha : 0.0f;
+  }
+  default:   /* SNRT_HARDSWISH */
+    return v < -3.0f ? 0.0f : v > 3.0f ? 1.0f : v / 3.0f + 0.5f;
+  }
 }
 
 void snrt_math_fwd(snrt_ctx *c, const snrt_math_t *p, const float *x, float *y) {
@@ -43,6 +78,10 @@ void snrt_math_fwd(snrt_ctx *c, const snrt_math_t *p, const float *x, float *y) 
   case SNRT_POW:
 #pragma omp parallel for schedule(static) if (n > KERN_PAR_MIN / 8)
     for (int64_t i = 0; i < n; i++) y[i] = pow_k(x[i], e);
+    break;
+  default:
+#pragma omp parallel for schedule(static) if (n > KERN_PAR_MIN / 8)
+    for (int64_t i = 0; i < n; i++) y[i] = math_more(p, x[i]);
     break;
   }
 }
@@ -73,6 +112,10 @@ void snrt_math_bwd(snrt_ctx *c, const snrt_math_t *p, const float *x, const floa
 #pragma omp parallel for schedule(static) if (n > KERN_PAR_MIN / 8)
     for (int64_t i = 0; i < n; i++)
       dx[i] = e == 2.0f ? dy[i] * 2.0f * x[i] : dy[i] * e * pow_k(x[i], e - 1.0f);
+    break;
+  default:
+#pragma omp parallel for schedule(static) if (n > KERN_PAR_MIN / 8)
+    for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * math_more_d(p, x ? x[i] : 0.0f, y ? y[i] : 0.0f);
     break;
   }
 }
@@ -155,15 +198,15 @@ void snrt_gather_fwd(snrt_ctx *c, const snrt_gather_t *p, const float *table, co
                      float *y) {
   (void)c;
   const int32_t *ix = idx ? idx : p->idx;
-  const int64_t D = p->dim;
-#pragma omp parallel for schedule(static) if (p->n_idx * D > KERN_PAR_MIN)
-  for (int64_t i = 0; i < p->n_idx; i++) {
-    int64_t k = ix[i];
+  const int64_t D = p->dim, N = p->n_idx, outer = p->outer > 1 ? p->outer : 1;
+#pragma omp parallel for schedule(static) if (outer * N * D > KERN_PAR_MIN)
+  for (int64_t e = 0; e < outer * N; e++) {
+    int64_t o = e / N, i = e % N, k = ix[i];
     if (k < 0 || k >= p->rows) {   /* the loader rejects such ids; never read outside */
-      for (int64_t j = 0; j < D; j++) y[i * D + j] = NAN;
+      for (int64_t j = 0; j < D; j++) y[e * D + j] = NAN;
       continue;
     }
-    memcpy(y + i * D, table + k * D, sizeof(float) * (size_t)D);
+    memcpy(y + e * D, table + (o * p->rows + k) * D, sizeof(float) * (size_t)D);
   }
 }
 
@@ -171,19 +214,93 @@ void snrt_gather_bwd(snrt_ctx *c, const snrt_gather_t *p, const int32_t *idx, co
                      float *dtable) {
   (void)c;
   const int32_t *ix = idx ? idx : p->idx;
-  const int64_t D = p->dim, N = p->n_idx;
-  memset(dtable, 0, sizeof(float) * (size_t)(p->rows * D));
+  const int64_t D = p->dim, N = p->n_idx, outer = p->outer > 1 ? p->outer : 1;
+  memset(dtable, 0, sizeof(float) * (size_t)(outer * p->rows * D));
   int64_t nblk = (D + LN_COLS - 1) / LN_COLS;
-#pragma omp parallel for schedule(static) if (N * D > KERN_PAR_MIN)
-  for (int64_t b = 0; b < nblk; b++) {
+#pragma omp parallel for schedule(static) if (outer * N * D > KERN_PAR_MIN)
+  for (int64_t ob = 0; ob < outer * nblk; ob++) {
+    int64_t o = ob / nblk, b = ob % nblk;
     int64_t j0 = b * LN_COLS, j1 = kern_min(D, j0 + LN_COLS);
     for (int64_t i = 0; i < N; i++) {
       int64_t k = ix[i];
       if (k < 0 || k >= p->rows) continue;
-      float *o = dtable + k * D;
-      const float *d = dy + i * D;
-      for (int64_t j = j0; j < j1; j++) o[j] += d[j];
+      float *t = dtable + (o * p->rows + k) * D;
+      const float *d = dy + (o * N + i) * D;
+      for (int64_t j = j0; j < j1; j++) t[j] += d[j];
     }
+  }
+}
+
+/* ---- where on data ---------------------------------------------------------------- */
+
+void snrt_where3_fwd(snrt_ctx *c, const snrt_where3_t *p, const uint8_t *cond, const float *a,
+                     const float *b, float *y) {
+  (void)c;
+#pragma omp parallel for schedule(static) if (p->n > KERN_PAR_MIN)
+  for (int64_t i = 0; i < p->n; i++) {
+    int64_t oc, oa, ob;
+    snrt_where3_at(p, i, &oc, &oa, &ob);
+    y[i] = cond[oc] ? a[oa] : b[ob];
+  }
+}
+
+void snrt_where3_bwd(snrt_ctx *c, const snrt_where3_t *p, const uint8_t *cond, const float *dy,
+                     float *da, float *db) {
+  (void)c;
+  float *out[2] = {da, db};
+  const int64_t cnt[2] = {p->na, p->nb};
+  for (int w = 0; w < 2; w++) {
+    if (!out[w]) continue;
+    float *o = out[w];
+#pragma omp parallel for schedule(static) if (p->n > KERN_PAR_MIN)
+    for (int64_t e = 0; e < cnt[w]; e++) o[e] = snrt_where3_grad_at(p, w, e, cond, dy);
+  }
+}
+
+/* ---- take (GatherElements) ------------------------------------------------------ */
+
+void snrt_take_fwd(snrt_ctx *c, const snrt_take_t *p, const float *x, float *y) {
+  (void)c;
+#pragma omp parallel for schedule(static) if (p->n_out > KERN_PAR_MIN)
+  for (int64_t i = 0; i < p->n_out; i++) y[i] = x[p->src[i]];
+}
+
+void snrt_take_bwd(snrt_ctx *c, const snrt_take_t *p, const float *dy, float *dx) {
+  (void)c;
+#pragma omp parallel for schedule(static) if (p->n_in > KERN_PAR_MIN)
+  for (int64_t j = 0; j < p->n_in; j++) {
+    float s = 0.0f;
+    for (int32_t k = p->inv_start[j]; k < p->inv_start[j + 1]; k++) s += dy[p->inv[k]];
+    dx[j] = s;
+  }
+}
+
+/* ---- einsum ----------------------------------------------------------------------- */
+
+void snrt_einsum(snrt_ctx *c, const snrt_einsum_t *p, const float *a, const float *b, float *y) {
+  (void)c;
+  const int R = p->rank, O = p->nout;
+#pragma omp parallel for schedule(static) if (p->n_out * p->n_sum > KERN_PAR_MIN)
+  for (int64_t e = 0; e < p->n_out; e++) {
+    int64_t oa = 0, ob = 0, r = e;
+    for (int d = O - 1; d >= 0; d--) {
+      int64_t i = r % p->dims[d];
+      r /= p->dims[d];
+      oa += i * p->sa[d];
+      ob += i * p->sb[d];
+    }
+    double acc = 0;
+    for (int64_t k = 0; k < p->n_sum; k++) {
+      int64_t qa = oa, qb = ob, q = k;
+      for (int d = R - 1; d >= O; d--) {
+        int64_t i = q % p->dims[d];
+        q /= p->dims[d];
+        qa += i * p->sa[d];
+        qb += i * p->sb[d];
+      }
+      acc += (double)a[qa] * b[qb];
+    }
+    y[e] = (float)acc;
   }
 }
 

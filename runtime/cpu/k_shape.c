@@ -159,12 +159,30 @@ static void pad_copy(const snrt_pad_t *p, int fwd, const float *src, float *dst,
 
 void snrt_pad_fwd(snrt_ctx *c, const snrt_pad_t *p, const float *x, float *y) {
   (void)c;
-  pad_copy(p, 1, x, y, p->value);
+  if (p->mode == SNRT_PAD_CONSTANT) {
+    pad_copy(p, 1, x, y, p->value);
+    return;
+  }
+#pragma omp parallel for schedule(static) if (p->n_out > KERN_PAR_MIN)
+  for (int64_t i = 0; i < p->n_out; i++) {
+    int64_t k = i, o = 0, stride = 1;
+    for (int d = p->rank - 1; d >= 0; d--) {
+      o += snrt_pad_src1(p->mode, k % p->out_dims[d], p->before[d], p->in_dims[d]) * stride;
+      k /= p->out_dims[d];
+      stride *= p->in_dims[d];
+    }
+    y[i] = x[o];
+  }
 }
 
 void snrt_pad_bwd(snrt_ctx *c, const snrt_pad_t *p, const float *dy, float *dx) {
   (void)c;
-  pad_copy(p, 0, dy, dx, 0.0f);
+  if (p->mode == SNRT_PAD_CONSTANT) {
+    pad_copy(p, 0, dy, dx, 0.0f);
+    return;
+  }
+#pragma omp parallel for schedule(static) if (p->n_out > KERN_PAR_MIN / 16)
+  for (int64_t j = 0; j < p->n_in; j++) dx[j] = snrt_pad_grad_at(p, j, dy);
 }
 
 void snrt_transpose(snrt_ctx *c, const snrt_transpose_t *p, const float *x, float *y) {

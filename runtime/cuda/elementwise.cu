@@ -218,6 +218,8 @@ __device__ __forceinline__ float bin_op(int kind, float a, float b) {
   case SNRT_ADD: return a + b;
   case SNRT_SUB: return a - b;
   case SNRT_MUL: return a * b;
+  case SNRT_MIN: return a < b || a != a ? a : b;
+  case SNRT_MAX: return a > b || a != a ? a : b;
   default: return a / b;
   }
 }
@@ -257,6 +259,11 @@ struct BinGrad {
     case SNRT_ADD: return g;
     case SNRT_SUB: return which ? -g : g;
     case SNRT_MUL: return which ? g * a[oa] : g * b[ob];
+    case SNRT_MIN: case SNRT_MAX: {
+      float mine = which ? b[ob] : a[oa], other = which ? a[oa] : b[ob];
+      if (mine == other) return 0.5f * g;
+      return (p.kind == SNRT_MAX) == (mine > other) ? g : 0.0f;
+    }
     default: {
       float bv = b[ob];
       return which ? -g * a[oa] / (bv * bv) : g / bv;
@@ -286,7 +293,52 @@ struct ScaledRead {
   __device__ float operator()(int64_t i) const { return x[i] * scale; }
 };
 
+/* ReduceMax / ReduceL2 (forward: out = small; backward: out = dx), one
+ * thread per small element visiting its big elements in index order. */
+__global__ void k_reduce_groups(red_t r, int kind, const float *x, const float *y,
+                                const float *dy, float *out, int bwd) {
+  SNRT_FOR(j, r.nsmall) {
+    int64_t base, so;
+    red_kept(r, j, &base, &so);
+    float m = -INFINITY, acc = 0.0f;
+    int found = 0;
+    for (int64_t k = 0; k < r.count; k++) {
+      int64_t o = base + red_reduced(r, k);
+      float v = x[o];
+      if (!bwd) {
+        if (kind == SNRT_RED_MAX) m = v > m || v != v ? v : m;
+        else acc += v * v;
+      } else if (kind == SNRT_RED_MAX) {
+        int hit = !found && (v == y[so] || (v != v && y[so] != y[so]));
+        out[o] = hit ? dy[so] : 0.0f;
+        found |= hit;
+      } else {
+        out[o] = y[so] != 0.0f ? dy[so] * v / y[so] : 0.0f;
+      }
+    }
+    if (!bwd) out[so] = kind == SNRT_RED_MAX ? m : sqrtf(acc);
+  }
+}
+
+static void reduce_groups(snrt_ctx *c, const snrt_reduce_t *p, const float *x, const float *y,
+                          const float *dy, float *out, int bwd) {
+  red_t r = make_red(p->rank, p->dims, p->ss);
+  if (r.nsmall <= 0) return;
+  k_reduce_groups<<<snrt_cu_blocks(r.nsmall), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(r, p->kind, x, y,
+                                                                                    dy, out, bwd);
+  SNRT_LAUNCH_CHECK();
+}
+
+void snrt_reduce_bwd(snrt_ctx *c, const snrt_reduce_t *p, const float *x, const float *y,
+                     const float *dy, float *dx) {
+  reduce_groups(c, p, x, y, dy, dx, 1);
+}
+
 void snrt_reduce(snrt_ctx *c, const snrt_reduce_t *p, const float *big, float *small) {
+  if (p->kind != SNRT_RED_SUM) {
+    reduce_groups(c, p, big, NULL, NULL, small, 0);
+    return;
+  }
   ScaledRead f = {big, p->scale};
   launch_red(c, make_red(p->rank, p->dims, p->ss), f, small);
 }

@@ -140,15 +140,39 @@ __global__ void k_pad_bwd(snrt_pad_t p, const float *dy, float *dx) {
   }
 }
 
+/* Reflect / edge (snrt.h's shared index helpers; the gradient gathers, in
+ * output order: deterministic). */
+__global__ void k_pad_mode_fwd(snrt_pad_t p, const float *x, float *y) {
+  SNRT_FOR(i, p.n_out) {
+    int64_t k = i, o = 0, stride = 1;
+    for (int d = p.rank - 1; d >= 0; d--) {
+      o += snrt_pad_src1(p.mode, k % p.out_dims[d], p.before[d], p.in_dims[d]) * stride;
+      k /= p.out_dims[d];
+      stride *= p.in_dims[d];
+    }
+    y[i] = x[o];
+  }
+}
+
+__global__ void k_pad_mode_bwd(snrt_pad_t p, const float *dy, float *dx) {
+  SNRT_FOR(j, p.n_in) dx[j] = snrt_pad_grad_at(&p, j, dy);
+}
+
 void snrt_pad_fwd(snrt_ctx *c, const snrt_pad_t *p, const float *x, float *y) {
   if (p->n_out <= 0) return;
-  k_pad_fwd<<<snrt_cu_blocks(p->n_out), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(*p, x, y);
+  if (p->mode != SNRT_PAD_CONSTANT)
+    k_pad_mode_fwd<<<snrt_cu_blocks(p->n_out), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(*p, x, y);
+  else
+    k_pad_fwd<<<snrt_cu_blocks(p->n_out), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(*p, x, y);
   SNRT_LAUNCH_CHECK();
 }
 
 void snrt_pad_bwd(snrt_ctx *c, const snrt_pad_t *p, const float *dy, float *dx) {
   if (p->n_in <= 0) return;
-  k_pad_bwd<<<snrt_cu_blocks(p->n_in), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(*p, dy, dx);
+  if (p->mode != SNRT_PAD_CONSTANT)
+    k_pad_mode_bwd<<<snrt_cu_blocks(p->n_in), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(*p, dy, dx);
+  else
+    k_pad_bwd<<<snrt_cu_blocks(p->n_in), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(*p, dy, dx);
   SNRT_LAUNCH_CHECK();
 }
 

@@ -46,6 +46,37 @@ __device__ __forceinline__ float pow_k(float x, float e) {
   return powf(x, e);
 }
 
+/* Sin, Cos, Exp, Log, Abs, HardSigmoid, HardSwish (as k_seq.c). */
+__device__ __forceinline__ float math_more(const snrt_math_t &p, float v) {
+  switch (p.kind) {
+  case SNRT_SIN: return sinf(v);
+  case SNRT_COS: return cosf(v);
+  case SNRT_EXP: return expf(v);
+  case SNRT_LOG: return logf(v);
+  case SNRT_ABS: return fabsf(v);
+  case SNRT_HARDSIGMOID: {
+    float t = p.alpha * v + p.beta;
+    return t <= 0.0f ? 0.0f : t >= 1.0f ? 1.0f : t;
+  }
+  default: return v <= -3.0f ? 0.0f : v >= 3.0f ? v : v * (v + 3.0f) / 6.0f;
+  }
+}
+
+__device__ __forceinline__ float math_more_d(const snrt_math_t &p, float v, float y) {
+  switch (p.kind) {
+  case SNRT_SIN: return cosf(v);
+  case SNRT_COS: return -sinf(v);
+  case SNRT_EXP: return y;
+  case SNRT_LOG: return 1.0f / v;
+  case SNRT_ABS: return v > 0.0f ? 1.0f : v < 0.0f ? -1.0f : 0.0f;
+  case SNRT_HARDSIGMOID: {
+    float t = p.alpha * v + p.beta;
+    return t > 0.0f && t < 1.0f ? p.alpha : 0.0f;
+  }
+  default: return v < -3.0f ? 0.0f : v > 3.0f ? 1.0f : v / 3.0f + 0.5f;
+  }
+}
+
 __global__ void k_math_fwd(snrt_math_t p, const float *x, float *y) {
   SNRT_FOR(i, p.n) {
     float v = x[i];
@@ -55,6 +86,7 @@ __global__ void k_math_fwd(snrt_math_t p, const float *x, float *y) {
     case SNRT_NEG: v = -v; break;
     case SNRT_RECIPROCAL: v = 1.0f / v; break;
     case SNRT_POW: v = pow_k(v, p.exponent); break;
+    default: v = math_more(p, v); break;
     }
     y[i] = v;
   }
@@ -72,6 +104,7 @@ __global__ void k_math_bwd(snrt_math_t p, const float *x, const float *y, const 
     case SNRT_POW:
       r = p.exponent == 2.0f ? g * 2.0f * x[i] : g * p.exponent * pow_k(x[i], p.exponent - 1.0f);
       break;
+    default: r = g * math_more_d(p, x ? x[i] : 0.0f, y ? y[i] : 0.0f); break;
     }
     dx[i] = r;
   }
@@ -174,17 +207,20 @@ void snrt_ln_bwd(snrt_ctx *c, const snrt_ln_t *p, const float *x, const float *d
 /* ---- embedding --------------------------------------------------------------------- */
 
 __global__ void k_gather_fwd(snrt_gather_t p, const float *table, const int32_t *idx, float *y) {
-  SNRT_FOR(e, p.n_idx * p.dim) {
-    int64_t i = e / p.dim, j = e % p.dim, k = idx[i];
-    y[e] = k >= 0 && k < p.rows ? table[k * p.dim + j] : __int_as_float(0x7fc00000);
+  int64_t outer = p.outer > 1 ? p.outer : 1;
+  SNRT_FOR(e, outer * p.n_idx * p.dim) {
+    int64_t r = e / p.dim, j = e % p.dim, o = r / p.n_idx, k = idx[r % p.n_idx];
+    y[e] = k >= 0 && k < p.rows ? table[(o * p.rows + k) * p.dim + j] : __int_as_float(0x7fc00000);
   }
 }
 
 __global__ void k_gather_bwd(snrt_gather_t p, const int32_t *idx, const float *dy, float *dtable) {
-  SNRT_FOR(j, p.dim) {
+  int64_t outer = p.outer > 1 ? p.outer : 1;
+  SNRT_FOR(oj, outer * p.dim) {
+    int64_t o = oj / p.dim, j = oj % p.dim;
     for (int64_t i = 0; i < p.n_idx; i++) {
       int64_t k = idx[i];
-      if (k >= 0 && k < p.rows) dtable[k * p.dim + j] += dy[i * p.dim + j];
+      if (k >= 0 && k < p.rows) dtable[(o * p.rows + k) * p.dim + j] += dy[(o * p.n_idx + i) * p.dim + j];
     }
   }
 }
@@ -195,18 +231,120 @@ static const int32_t *gather_idx(snrt_ctx *c, const snrt_gather_t *p, const int3
 
 void snrt_gather_fwd(snrt_ctx *c, const snrt_gather_t *p, const float *table, const int32_t *idx,
                      float *y) {
-  if (p->n_idx * p->dim <= 0) return;
+  int64_t outer = p->outer > 1 ? p->outer : 1;
+  if (outer * p->n_idx * p->dim <= 0) return;
   const int32_t *ix = gather_idx(c, p, idx);
-  k_gather_fwd<<<snrt_cu_blocks(p->n_idx * p->dim), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(*p, table, ix, y);
+  k_gather_fwd<<<snrt_cu_blocks(outer * p->n_idx * p->dim), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(
+      *p, table, ix, y);
   SNRT_LAUNCH_CHECK();
 }
 
 void snrt_gather_bwd(snrt_ctx *c, const snrt_gather_t *p, const int32_t *idx, const float *dy,
                      float *dtable) {
-  snrt_cu_fill(c, dtable, p->rows * p->dim, 0.0f);
-  if (p->n_idx * p->dim <= 0) return;
+  int64_t outer = p->outer > 1 ? p->outer : 1;
+  snrt_cu_fill(c, dtable, outer * p->rows * p->dim, 0.0f);
+  if (outer * p->n_idx * p->dim <= 0) return;
   const int32_t *ix = gather_idx(c, p, idx);
-  k_gather_bwd<<<snrt_cu_blocks(p->dim), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(*p, ix, dy, dtable);
+  k_gather_bwd<<<snrt_cu_blocks(outer * p->dim), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(*p, ix, dy,
+                                                                                       dtable);
+  SNRT_LAUNCH_CHECK();
+}
+
+/* ---- where on data ---------------------------------------------------------------- */
+
+__global__ void k_where3_fwd(snrt_where3_t p, const uint8_t *cond, const float *a, const float *b,
+                             float *y) {
+  SNRT_FOR(i, p.n) {
+    int64_t oc, oa, ob;
+    snrt_where3_at(&p, i, &oc, &oa, &ob);
+    y[i] = cond[oc] ? a[oa] : b[ob];
+  }
+}
+
+__global__ void k_where3_bwd(snrt_where3_t p, int which, int64_t cnt, const uint8_t *cond,
+                             const float *dy, float *out) {
+  SNRT_FOR(e, cnt) out[e] = snrt_where3_grad_at(&p, which, e, cond, dy);
+}
+
+void snrt_where3_fwd(snrt_ctx *c, const snrt_where3_t *p, const uint8_t *cond, const float *a,
+                     const float *b, float *y) {
+  if (p->n <= 0) return;
+  k_where3_fwd<<<snrt_cu_blocks(p->n), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(*p, cond, a, b, y);
+  SNRT_LAUNCH_CHECK();
+}
+
+void snrt_where3_bwd(snrt_ctx *c, const snrt_where3_t *p, const uint8_t *cond, const float *dy,
+                     float *da, float *db) {
+  if (da && p->na > 0) {
+    k_where3_bwd<<<snrt_cu_blocks(p->na), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(*p, 0, p->na, cond, dy, da);
+    SNRT_LAUNCH_CHECK();
+  }
+  if (db && p->nb > 0) {
+    k_where3_bwd<<<snrt_cu_blocks(p->nb), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(*p, 1, p->nb, cond, dy, db);
+    SNRT_LAUNCH_CHECK();
+  }
+}
+
+/* ---- take (GatherElements) ------------------------------------------------------ */
+
+__global__ void k_take_fwd(snrt_take_t p, const int32_t *src, const float *x, float *y) {
+  SNRT_FOR(i, p.n_out) y[i] = x[src[i]];
+}
+
+__global__ void k_take_bwd(snrt_take_t p, const int32_t *start, const int32_t *inv, const float *dy,
+                           float *dx) {
+  SNRT_FOR(j, p.n_in) {
+    float s = 0.0f;
+    for (int32_t k = start[j]; k < start[j + 1]; k++) s += dy[inv[k]];
+    dx[j] = s;
+  }
+}
+
+void snrt_take_fwd(snrt_ctx *c, const snrt_take_t *p, const float *x, float *y) {
+  if (p->n_out <= 0) return;
+  const int32_t *src = (const int32_t *)seq_device_copy(c, p->src, sizeof(int32_t) * (size_t)p->n_out);
+  k_take_fwd<<<snrt_cu_blocks(p->n_out), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(*p, src, x, y);
+  SNRT_LAUNCH_CHECK();
+}
+
+void snrt_take_bwd(snrt_ctx *c, const snrt_take_t *p, const float *dy, float *dx) {
+  if (p->n_in <= 0) return;
+  const int32_t *start = (const int32_t *)seq_device_copy(c, p->inv_start,
+                                                          sizeof(int32_t) * (size_t)(p->n_in + 1));
+  const int32_t *inv = (const int32_t *)seq_device_copy(c, p->inv, sizeof(int32_t) * (size_t)p->n_out);
+  k_take_bwd<<<snrt_cu_blocks(p->n_in), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(*p, start, inv, dy, dx);
+  SNRT_LAUNCH_CHECK();
+}
+
+/* ---- einsum ----------------------------------------------------------------------- */
+
+__global__ void k_einsum(snrt_einsum_t p, const float *a, const float *b, float *y) {
+  SNRT_FOR(e, p.n_out) {
+    int64_t oa = 0, ob = 0, r = e;
+    for (int d = p.nout - 1; d >= 0; d--) {
+      int64_t i = r % p.dims[d];
+      r /= p.dims[d];
+      oa += i * p.sa[d];
+      ob += i * p.sb[d];
+    }
+    double acc = 0;
+    for (int64_t k = 0; k < p.n_sum; k++) {
+      int64_t qa = oa, qb = ob, q = k;
+      for (int d = p.rank - 1; d >= p.nout; d--) {
+        int64_t i = q % p.dims[d];
+        q /= p.dims[d];
+        qa += i * p.sa[d];
+        qb += i * p.sb[d];
+      }
+      acc += (double)a[qa] * b[qb];
+    }
+    y[e] = (float)acc;
+  }
+}
+
+void snrt_einsum(snrt_ctx *c, const snrt_einsum_t *p, const float *a, const float *b, float *y) {
+  if (p->n_out <= 0) return;
+  k_einsum<<<snrt_cu_blocks(p->n_out), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(*p, a, b, y);
   SNRT_LAUNCH_CHECK();
 }
 

@@ -169,6 +169,7 @@ static void record(const char *name, double e) {
 
 #include "kt_layers.h"
 #include "kt_misc.h"
+#include "kt_where.h"
 
 int main(void) {
   ctx.lr = 0.1f;
@@ -182,6 +183,7 @@ int main(void) {
   test_lrn();
   test_unary();
   test_binary();
+  test_where3();
   test_reduce();
   test_matmul_bias();
   test_shape();

@@ -514,6 +514,18 @@ static void test_concat_split_pad(void) {
   a = tensor("a", TK_INPUT, 2, 3LL, 3LL);
   pd = node(OP_PAD, "pad", 2, a, const_i64("pads", 4, 1LL, 1LL, 1LL, 1LL), 1);
   attr_s(pd, "mode", "reflect");
+  shape_infer(G, 0);
+  ASSERT_SHAPE(pd, 0, 2, 5, 5);
+  ASSERT(SNRT_PAD_REFLECT, ((const snrt_pad_t *)G->n[pd].p)->mode);
+  new_graph(13);
+  a = tensor("a", TK_INPUT, 2, 3LL, 3LL);
+  pd = node(OP_PAD, "pad", 2, a, const_i64("pads", 4, 1LL, 1LL, 1LL, 1LL), 1);
+  attr_s(pd, "mode", "wrap");
+  ASSERT_BAD(0);
+  new_graph(13);   /* reflect wider than the kernels' bound */
+  a = tensor("a", TK_INPUT, 2, 3LL, 3LL);
+  pd = node(OP_PAD, "pad", 2, a, const_i64("pads", 4, 0LL, 40LL, 0LL, 0LL), 1);
+  attr_s(pd, "mode", "reflect");
   ASSERT_BAD(0);
 }
 
@@ -614,7 +626,6 @@ static void test_gemm_matmul(void) {
   int m1 = node(OP_MATMUL, "m1", 2, a, b1, 1);
   int m2 = node(OP_MATMUL, "m2", 2, a, b2, 1);
   int m3 = node(OP_MATMUL, "m3", 2, a, b3, 1);   /* (5,2,3) x (7,1,3,4): a's batch 5 vs 35 */
-  (void)m3;
   G->nfwd = 2;                                   /* m3 checked separately below */
   shape_infer(G, 0);
   ASSERT_SHAPE(m1, 0, 3, 5, 2, 4);
@@ -623,12 +634,22 @@ static void test_gemm_matmul(void) {
   ASSERT_SHAPE(m2, 0, 3, 5, 2, 4);
   ASSERT(12, ((snrt_mm_t *)G->n[m2].p)->stride_b);
   ASSERT(2 * 2LL * 5 * 2 * 4 * 3, graph_forward_flops(G));   /* m1 and m2 */
+  /* (5,2,3) x (7,1,3,4): batch broadcast on both sides, an Einsum */
   G->nfwd = 3;
-  ASSERT_BAD(0);
-  /* 1-D operand */
+  shape_infer(G, 0);
+  ASSERT(OP_EINSUM, G->n[m3].op);
+  ASSERT_SHAPE(m3, 0, 4, 7, 5, 2, 4);
+  /* 1-D operand: an Einsum too */
   new_graph(13);
   a = tensor("a", TK_INPUT, 2, 2LL, 3LL);
   b1 = tensor("b1", TK_PARAM, 1, 3LL);
+  int mv = node(OP_MATMUL, "mv", 2, a, b1, 1);
+  shape_infer(G, 0);
+  ASSERT(OP_EINSUM, G->n[mv].op);
+  ASSERT_SHAPE(mv, 0, 1, 2);
+  new_graph(13);   /* inner dims differ */
+  a = tensor("a", TK_INPUT, 2, 2LL, 3LL);
+  b1 = tensor("b1", TK_PARAM, 1, 4LL);
   node(OP_MATMUL, "mv", 2, a, b1, 1);
   ASSERT_BAD(0);
 }
@@ -672,8 +693,64 @@ static void test_lrn_constant(void) {
   ASSERT_BAD(0);
 }
 
+/* The ops of issue 28's data path: Where on a condition computed from data
+ * (a bool activation: WHERE_DATA with three-way broadcasting), Gather on
+ * axis 1 as a select, Einsum's forms, and their refusals (exit 2). */
+static void test_data_path_ops(void) {
+  new_graph(13);
+  int x = tensor("x", TK_INPUT, 3, 2LL, 1LL, 4LL), w = tensor("w", TK_PARAM, 2, 3LL, 1LL);
+  int c = graph_add_tensor(G, "cond", DT_BOOL, TK_ACT);
+  int64_t cd[2] = {3, 4};
+  tensor_set_shape(&G->t[c], 2, cd);
+  int n = node(OP_WHERE, "where", 3, c, x, w, 1);
+  shape_infer(G, 0);
+  ASSERT(OP_WHERE_DATA, G->n[n].op);
+  ASSERT_SHAPE(n, 0, 3, 2, 3, 4);
+  const snrt_where3_t *p = G->n[n].p;
+  ASSERT(24, p->n); ASSERT(8, p->na); ASSERT(3, p->nb);
+  ASSERT(0, p->sc[0]); ASSERT(4, p->sc[1]); ASSERT(1, p->sc[2]);
+  ASSERT(4, p->sa[0]); ASSERT(0, p->sa[1]); ASSERT(1, p->sa[2]);
+  ASSERT(0, p->sb[0]); ASSERT(1, p->sb[1]); ASSERT(0, p->sb[2]);
+  /* a float condition computed from data is refused */
+  new_graph(13);
+  x = tensor("x", TK_INPUT, 2, 2LL, 3LL);
+  node(OP_WHERE, "where", 3, x, x, x, 1);
+  ASSERT_BAD(0);
+
+  /* Gather axis 1, scalar index: (2, 5, 3) -> (2, 3) */
+  new_graph(13);
+  x = tensor("x", TK_INPUT, 3, 2LL, 5LL, 3LL);
+  int ix = graph_add_tensor(G, "i", DT_INT64, TK_CONST);
+  int64_t *iv = xcalloc(1, sizeof *iv);
+  iv[0] = -1;
+  tensor_set_shape(&G->t[ix], 0, NULL);
+  G->t[ix].data = iv, G->t[ix].ndata = 1;
+  n = node(OP_GATHER, "g", 2, x, ix, 1);
+  Attr *at = xcalloc(1, sizeof *at);
+  *at = (Attr){.name = xstrdup("axis"), .type = AT_INT, .i = 1};
+  G->n[n].attrs = at, G->n[n].nattr = 1;
+  shape_infer(G, 0);
+  ASSERT_SHAPE(n, 0, 2, 2, 3);
+  const snrt_gather_t *gp = G->n[n].p;
+  ASSERT(2, gp->outer); ASSERT(5, gp->rows); ASSERT(3, gp->dim); ASSERT(4, gp->idx[0]);
+
+  /* Einsum: an ellipsis and three operands are refused */
+  const char *bad[] = {"...ij,jk->...ik", "ij,jk,kl->il", "ii,ij->j", "ij,jk->iz"};
+  for (int k = 0; k < 4; k++) {
+    new_graph(13);
+    x = tensor("x", TK_INPUT, 2, 2LL, 3LL);
+    w = tensor("w", TK_PARAM, 2, 3LL, 4LL);
+    n = node(OP_EINSUM, "e", 2, x, w, 1);
+    at = xcalloc(1, sizeof *at);
+    *at = (Attr){.name = xstrdup("equation"), .type = AT_STRING, .s = xstrdup(bad[k])};
+    G->n[n].attrs = at, G->n[n].nattr = 1;
+    ASSERT_BAD(0);
+  }
+}
+
 int main(void) {
   err_file = "test.onnx";
+  test_data_path_ops();
   test_conv();
   test_pool();
   test_bn_unary();

@@ -1,0 +1,112 @@
+/* predict.c — --predict: the trained (or --resume'd) model applied to data.
+ *
+ * DIR/train --predict npy:X.npy --out Y.npy runs the eval graph (inference
+ * semantics: BatchNorm's running statistics, no dropout) over every sample
+ * of X in batches of the compiled size (the last one padded with zeros; its
+ * padding rows are not written) and writes each graph output as float32
+ * .npy, its first dimension the sample count. --out names a .npy file when
+ * the model has one output; otherwise (or when it does not end in .npy) a
+ * directory that receives OUTPUT.npy per graph output, the output's ONNX
+ * name with characters outside [A-Za-z0-9._-] replaced by '_'. Inputs are
+ * read as --data reads them (npy:X.npy takes no labels; --normalize
+ * applies; tokens:FILE gives windows of T ids).
+ *
+ * What it is not: training (no step runs, nothing is saved) or evaluation
+ * against labels (--eval). */
+#include "rt.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* The eval copies of the graph outputs (the table's outputs list, or the
+ * logits alone). */
+static int outputs(const snrt_model *m, const int **list) {
+  static int one;
+  if (m->noutputs > 0) {
+    *list = m->outputs;
+    return m->noutputs;
+  }
+  one = m->logits;
+  *list = &one;
+  return 1;
+}
+
+/* An output's name for files: its ONNX name without the eval graph's suffix. */
+static void out_name(char *buf, size_t n, const char *name) {
+  snprintf(buf, n, "%s", name ? name : "output");
+  char *at = strstr(buf, "@eval");
+  if (at && !at[5]) *at = 0;
+}
+
+static bool ends_with(const char *s, const char *suf) {
+  size_t a = strlen(s), b = strlen(suf);
+  return a >= b && !strcmp(s + a - b, suf);
+}
+
+void rt_predict(rt_run *r) {
+  const snrt_model *m = r->m;
+  snrt_ctx *c = &r->c;
+  const rt_opts *o = &r->o;
+  if (!o->out) rt_fail(SNRT_EXIT_USAGE, "--predict needs --out FILE.npy (or a directory)");
+  if (rt_ranks > 1) rt_fail(SNRT_EXIT_USAGE, "--predict runs as one process, not under mpirun");
+  const int *outs;
+  int no = outputs(m, &outs);
+  int B = m->batch;
+  for (int k = 0; k < no; k++) {
+    const snrt_tensor *t = &m->tensors[outs[k]];
+    if (t->rank < 1 || t->dims[0] != B || t->dtype != SNRT_F32)
+      rt_fail(SNRT_EXIT_DATA, "--predict: output '%s' is not a float32 tensor with the batch (%d) as "
+              "its first dimension; its rows cannot be told apart by sample", t->name, B);
+  }
+  bool dir = no > 1 || !ends_with(o->out, ".npy");
+  if (dir) rt_mkdir_p(o->out);
+  rt_data *d = rt_data_load_inputs(o->predict, m, o);
+  int64_t n = rt_data_count(d);
+  if (n < 1) rt_fail(SNRT_EXIT_DATA, "%s has no samples", o->predict);
+  const snrt_tensor *in = &m->tensors[m->input];
+  int64_t elems = in->nbytes / 4 / B;
+  char *x = rt_xmalloc((size_t)in->nbytes);
+  int32_t *lab = rt_xmalloc(sizeof(int32_t) * (size_t)(m->positions > 1 ? m->positions : 1));
+  float **res = rt_xmalloc(sizeof(float *) * (size_t)no);
+  float *batch_out = NULL;
+  int64_t maxb = 0;
+  for (int k = 0; k < no; k++) {
+    const snrt_tensor *t = &m->tensors[outs[k]];
+    res[k] = rt_xmalloc((size_t)(t->nbytes / B) * (size_t)n);
+    if (t->nbytes > maxb) maxb = t->nbytes;
+  }
+  batch_out = rt_xmalloc((size_t)maxb);
+  for (int64_t start = 0; start < n && !rt_stop_signal; start += B) {
+    int rows = (int)(n - start < B ? n - start : B);
+    for (int i = 0; i < rows; i++) rt_data_sample(d, start + i, x + (size_t)i * elems * 4, lab);
+    memset(x + (size_t)rows * elems * 4, 0, (size_t)((B - rows) * elems * 4));
+    snrt_dev_upload(c, in->offset, x, in->nbytes);
+    m->eval_step(c);
+    snrt_dev_sync(c);
+    for (int k = 0; k < no; k++) {
+      const snrt_tensor *t = &m->tensors[outs[k]];
+      int64_t per = t->nbytes / B;
+      snrt_dev_download(c, batch_out, t->offset, t->nbytes);
+      memcpy((char *)res[k] + start * per, batch_out, (size_t)(per * rows));
+    }
+  }
+  if (rt_stop_signal) rt_fail(SNRT_EXIT_DATA, "--predict: interrupted; nothing written");
+  for (int k = 0; k < no; k++) {
+    const snrt_tensor *t = &m->tensors[outs[k]];
+    int64_t dims[SNRT_MAX_RANK];
+    memcpy(dims, t->dims, sizeof dims);
+    dims[0] = n;
+    char name[256], path[4096];
+    out_name(name, sizeof name, t->name);
+    if (dir) rt_npy_path(path, sizeof path, o->out, name);
+    else snprintf(path, sizeof path, "%s", o->out);
+    rt_npy_write(path, res[k], t->rank, dims);
+    printf("%s: predict: %lld samples of %s -> %s\n", rt_prog, (long long)n, o->predict, path);
+    free(res[k]);
+  }
+  free(res);
+  free(batch_out);
+  free(x);
+  free(lab);
+  rt_data_free(d);
+}
