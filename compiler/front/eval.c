@@ -1570,9 +1570,13 @@ void eval_remove(Graph *g, const bool *folded) {
   bool used = false;
   for (int i = 0; i < g->nfwd && !used; i++)
     for (int j = 0; j < g->n[i].nin; j++) used |= g->n[i].in[j] == g->input;
-  if (!used)
+  if (!used && g->output >= 0 && g->input >= 0)
     fatal(EXIT_BADINPUT, "the model output '%s' depends on the data input '%s' only through its "
           "shape", g->t[g->output].name, g->t[g->input].name);
+  if (!used)
+    fatal(EXIT_BADINPUT, "no node reads the data input%s%s%s once the constants are evaluated",
+          g->input >= 0 ? " '" : "", g->input >= 0 ? g->t[g->input].name : "",
+          g->input >= 0 ? "'" : "");
 }
 
 /* ---- snc inspect --dump eval ---- */
