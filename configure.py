@@ -3,6 +3,7 @@
 
     ./configure.py [--install-deps] [--install-test-deps] [--cuda auto|on|off]
                    [--sanitize address,undefined] [--werror] [--builddir DIR]
+                   [--cuda-arch 90[,100...]]
 
 Sources are found by listing the folders (compiler/*.c, compiler/STAGE/*.c,
 runtime/cpu/*.c,
@@ -28,7 +29,14 @@ DEPS = ["gcc", "ninja-build", "protobuf-c-compiler", "libprotobuf-c-dev",
 # python3-pytest-xdist: `ninja test` runs the test files on every core.
 TEST_DEPS = ["python3-torch", "python3-torchvision", "python3-onnx", "python3-numpy",
              "python3-pytest", "python3-pytest-xdist", "python3-pil", "chromium", "clang",
-             "libclang-rt-14-dev"]
+             "libclang-rt-14-dev", "python3-venv"]
+# tests/test_hf_models.py and the ONNX node suite: a virtual environment over
+# Debian's torch (--system-site-packages) with these from PyPI: transformers
+# 4.38.2 builds and exports the tested models on torch 1.13 (Debian's);
+# onnx 1.23.2 defines opset 28 and ships the node suite; numpy stays below 2
+# for Debian's torch.
+VENV = "build/venv"
+VENV_PIP = ["transformers==4.38.2", "onnx==1.23.2", "onnxruntime==1.32.0", "numpy==1.26.4"]
 
 
 # The compiler's stages, in the pipeline's order (compiler/README.md); each
@@ -58,6 +66,24 @@ def install(pkgs):
     subprocess.run(sudo + ["apt-get", "update", "-qq"], check=True, env=env)
     subprocess.run(sudo + ["apt-get", "install", "-y", "-qq", "--no-install-recommends"]
                    + missing, check=True, env=env, stdout=subprocess.DEVNULL)
+
+
+def install_venv():
+    """build/venv with VENV_PIP; quiet, and nothing to do when its stamp
+    (the pinned list) matches."""
+    stamp = os.path.join(ROOT, VENV, "snc-pinned.txt")
+    want = "\n".join(VENV_PIP) + "\n"
+    if os.path.exists(stamp) and open(stamp).read() == want:
+        return
+    print("configure: making %s (pip: %s)" % (VENV, " ".join(VENV_PIP)), flush=True)
+    py = os.path.join(ROOT, VENV, "bin", "python")
+    if not os.path.exists(py):
+        subprocess.run(["/usr/bin/python3", "-m", "venv", "--system-site-packages",
+                        os.path.join(ROOT, VENV)], check=True)
+    subprocess.run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check"] + VENV_PIP,
+                   check=True)
+    with open(stamp, "w") as f:
+        f.write(want)
 
 
 class Writer:
@@ -142,8 +168,7 @@ def cuda_link_flags(cuda_home, env=None):
     the program finds its libraries at run time without LD_LIBRARY_PATH."""
     env = os.environ if env is None else env
     inc, libdirs = "", []
-    for var in ("CUDNN_HOME", "CUBLAS_HOME"):
-        d = env.get(var)
+    for d in (env.get("CUDNN_HOME"), env.get("CUBLAS_HOME")):
         if d:
             inc += " -I%s/include" % d
             libdirs.append(os.path.join(d, "lib"))
@@ -214,12 +239,16 @@ def main():
     ap.add_argument("--install-deps", action="store_true",
                     help="apt-get the Debian packages building and the main job need")
     ap.add_argument("--install-test-deps", action="store_true",
-                    help="also the packages only the tests need (PyTorch, torchvision, ONNX, numpy, pytest, PIL, Chromium)")
+                    help="also the packages only the tests need (PyTorch, torchvision, ONNX, numpy, pytest, PIL, "
+                         "Chromium; build/venv with transformers, onnx and onnxruntime from PyPI)")
     ap.add_argument("--cuda", choices=["auto", "on", "off"], default="auto",
                     help="build the CUDA runtime (auto: where nvcc and cuDNN are found)")
     ap.add_argument("--sanitize", default="",
                     help="build snc and the CPU runtime with -fsanitize=LIST (e.g. address,undefined)")
     ap.add_argument("--werror", action="store_true", help="treat warnings as errors (the test build)")
+    ap.add_argument("--cuda-arch", default="",
+                    help="the CUDA architectures to build, e.g. 90 or 80,90 (SASS for each, PTX "
+                         "of the last; default: every one nvcc lists from sm_75 on)")
     ap.add_argument("--builddir", default="build",
                     help="folder for objects and binaries (default build); a folder other than "
                          "build gets its own DIR/build.ninja (ninja -f DIR/build.ninja), e.g. a "
@@ -231,6 +260,8 @@ def main():
 
     if args.install_deps or args.install_test_deps:
         install(DEPS + (TEST_DEPS if args.install_test_deps else []))
+    if args.install_test_deps:
+        install_venv()
 
     os.chdir(ROOT)
     nvcc, cuda_home = probe_cuda(args.cuda)
@@ -333,6 +364,17 @@ def main():
         werr = " -Werror=all-warnings" if args.werror else ""
         extra_inc, cudalibs = cuda_link_flags(cuda_home)
         archs = cuda_archs(nvcc)
+        if args.cuda_arch:
+            try:
+                want = [int(a) for a in args.cuda_arch.split(",")]
+            except ValueError:
+                sys.exit("configure: error: --cuda-arch takes numbers like 90 or 80,90, not '%s'"
+                         % args.cuda_arch)
+            bad = [a for a in want if a not in archs]
+            if bad:
+                sys.exit("configure: error: --cuda-arch %s: nvcc builds %s" % (
+                    ",".join(map(str, bad)), ",".join(map(str, archs))))
+            archs = want
         gencode = " ".join("-gencode arch=compute_{0},code=sm_{0}".format(a) for a in archs)
         gencode += " -gencode arch=compute_{0},code=compute_{0}".format(archs[-1])
         w.variable("cuda_archs", " ".join("sm_%d" % a for a in archs))

@@ -19,6 +19,54 @@ const char *op_name(OpKind op) {
   return op_info[op].onnx[0] ? op_info[op].onnx : op_info[op].name;
 }
 
+int graph_token_source(const Graph *g, int t) {
+  for (int hops = 0; t >= 0 && hops < 1000; hops++) {
+    if (t == g->input) return t;
+    int p = g->t[t].producer;
+    if (p < 0) return -1;
+    OpKind op = g->n[p].op;
+    if (op != OP_RESHAPE && op != OP_FLATTEN && op != OP_SQUEEZE && op != OP_UNSQUEEZE &&
+        op != OP_IDENTITY)
+      return -1;
+    t = g->n[p].in[0];
+  }
+  return -1;
+}
+
+const char *tensor_source(const Graph *g, int t) {
+  static char buf[4][600];
+  static int k;
+  char *s = buf[k++ & 3];
+  s[0] = 0;
+  if (t < 0 || t >= g->nt || g->t[t].producer < 0) return s;
+  /* Breadth first over producers: the nearest source; the data input wins. */
+  int cap = 4096, head = 0, tail = 0, *q = xmalloc(sizeof(int) * (size_t)cap), found = -1;
+  char *seen = xcalloc((size_t)g->nt + 1, 1);
+  q[tail++] = t, seen[t] = 1;
+  while (head < tail && found != g->input) {
+    int u = q[head++], p = g->t[u].producer;
+    if (p < 0) {
+      if (u == g->input || g->t[u].has_init || g->t[u].kind == TK_PARAM)
+        if (found < 0 || u == g->input) found = u;
+      continue;
+    }
+    for (int j = 0; j < g->n[p].nin; j++) {
+      int v = g->n[p].in[j];
+      if (v < 0 || seen[v] || tail >= cap) continue;
+      seen[v] = 1, q[tail++] = v;
+    }
+  }
+  if (found >= 0)
+    snprintf(s, 600, " (computed from %s '%.400s')",
+             found == g->input ? "the data input" : "initializer", g->t[found].name);
+  free(q), free(seen);
+  return s;
+}
+
+const char *node_op_name(const Node *n) {
+  return n->op == OP_EVAL && n->onnx_op ? n->onnx_op : op_name(n->op);
+}
+
 bool op_slot_is_data(OpKind op, int k) {
   switch (op) {
   case OP_RESHAPE: case OP_SPLIT: case OP_REDUCEMEAN: return k == 0;

@@ -10,7 +10,7 @@
 
 static const char usage_text[] =
     "usage:\n"
-    "  snc inspect MODEL.onnx [--batch N] [--input NAME] [--json] [--dump import]\n"
+    "  snc inspect MODEL.onnx [--batch N] [--input NAME] [--json] [--dump import|eval]\n"
     "  snc plan    MODEL.onnx --batch N [--policy P] [--budget SIZE] [--host-budget SIZE]\n"
     "                         [--device PROFILE] [--target cpu|cuda] [--precision P [--convert-chunk N]]\n"
     "                         [--json FILE]\n"
@@ -28,7 +28,9 @@ static const char usage_text[] =
     "                         [--device PROFILE] [--precision P]\n"
     "\n"
     "policies: none liveness recompute offload superneurons auto (default); precisions: fp32 (default) bf16 fp16\n"
-    "passes for --dump: import (inspect); route liveness recompute offload offsets schedule\n"
+    "--device: a profile of schemas/devices.json or a file from snc-calibrate; default cpu for\n"
+    "          compile --target cpu, h200 otherwise (plan, max-batch, compile --target cuda)\n"
+    "passes for --dump: import, eval (inspect); route liveness recompute offload offsets schedule\n"
     "                   auto (plan)\n"
     "--all-outputs: keep the nodes of every graph output, not only of the first (which the\n"
     "               loss trains); the program's --predict writes each (docs/predict.md)\n";
@@ -226,7 +228,7 @@ static Plan *pipeline(const Args *a, int batch, Upto upto, FILE *schedule_log, G
   bool cuda = strcmp(a->target, "cuda") == 0;
   err_file = a->model;
   Graph *g = *out = onnx_import(a->model, a->input);        // front/import.c
-  shape_infer(g, batch);                                    // front/shape.c, fold.c
+  shape_infer(g, batch);                                    // front/shape.c, eval.c
   if (upto == UPTO_SHAPES) return NULL;
   train_build(g, &a->train);                                // train/autodiff.c
   precision_assign(g, &a->train);                           // train/precision.c
@@ -261,9 +263,11 @@ static void close_out(FILE *f, const char *path) {
 static int cmd_inspect(const Args *a) {
   if (a->dump) {
     /* Import alone: its debug view, before shape inference. */
-    if (strcmp(a->dump, "import")) usage("inspect --dump takes 'import', not '%s'", a->dump);
+    if (strcmp(a->dump, "import") && strcmp(a->dump, "eval"))
+      usage("inspect --dump takes 'import' or 'eval', not '%s'", a->dump);
     err_file = a->model;
-    import_dump(onnx_import(a->model, a->input), stdout);
+    if (strcmp(a->dump, "eval") == 0) eval_dump(onnx_import_whole(a->model), stdout);
+    else import_dump(onnx_import(a->model, a->input), stdout);
     return 0;
   }
   Graph *g;

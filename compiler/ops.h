@@ -10,15 +10,26 @@
  *   shape     shape function (shape.c): output shapes + node params;
  *             shape_internal for ops snc creates (autodiff gives their shapes)
  *   grad      gradient builder (autodiff.c); grad_none: not differentiable
- *   emit      emitter (emit_ops.c): prints the params and the runtime call
- *   flops     forward FLOP count (flops.c)
+ *   emit      EmitFn (emit/emit_ops.c; transformer ops emit/emit_seq.c): prints
+ *             the step's param struct and its runtime call into train.c for one
+ *             node, forward, backward or recomputed (emit.c calls it per step;
+ *             a 16-bit step goes through emit/emit_convert.c first, which calls
+ *             it on the float32 working copies). emit_none (ir.c): ops that are
+ *             folded at compile time and never become a step (Constant, Shape,
+ *             ...); an internal error if called.
+ *   flops     FlopFn (front/flops.c): the node's forward FLOPs as a double, from
+ *             its shapes (flops_zero: shape ops and copies). Read by the cost
+ *             model (plan/cost.c), the plan's step_flops and recomputation
+ *             FLOPs (plan/plan.c, plan/recompute.c) and `snc inspect`.
  *
  * Keep ONNX ops first and internal ops after OP_FIRST_INTERNAL.
  *
- * Constant folding (fold.c, during shape inference): a node of a foldable op
- * whose inputs are all constants is evaluated at compile time and removed
- * (Cast, Shape, Gather, Unsqueeze... as exporters write them to compute
- * pads and shapes). Ops with shape_fold exist only for that.
+ * Compile-time evaluation (front/eval.c, during shape inference): a node of
+ * any ONNX op in eval.c's table whose inputs are all constants is evaluated
+ * at compile time and removed (Cast, Shape, Gather, Trilu, Sin... as
+ * exporters write them to compute shapes, masks and tables). Ops with
+ * shape_fold exist only for that; OP_EVAL stands for every ONNX op that has
+ * no row here.
  */
 /*  id              onnx                    in    out   cost            shape             grad             emit                flops */
 #define SNC_OPS(OP) \
@@ -52,8 +63,8 @@
   OP(REDUCESUM,     "ReduceSum",            1,2,  1,1,  COST_CHEAP,     shape_reducemean, grad_reducemean, emit_reducemean,    flops_elementwise) \
   OP(REDUCEMAX,     "ReduceMax",            1,2,  1,1,  COST_CHEAP,     shape_reducemean, grad_reduce_ex,  emit_reducemean,    flops_elementwise) \
   OP(REDUCEL2,      "ReduceL2",             1,2,  1,1,  COST_CHEAP,     shape_reducemean, grad_reduce_ex,  emit_reducemean,    flops_elementwise) \
-  OP(MIN,           "Min",                  2,2,  1,1,  COST_CHEAP,     shape_binary,     grad_binary,     emit_binary,        flops_elementwise) \
-  OP(MAX,           "Max",                  2,2,  1,1,  COST_CHEAP,     shape_binary,     grad_binary,     emit_binary,        flops_elementwise) \
+  OP(MIN,           "Min",                  1,-1,  1,1,  COST_CHEAP,     shape_binary,     grad_binary,     emit_binary,        flops_elementwise) \
+  OP(MAX,           "Max",                  1,-1,  1,1,  COST_CHEAP,     shape_binary,     grad_binary,     emit_binary,        flops_elementwise) \
   OP(TILE,          "Tile",                 2,2,  1,1,  COST_CHEAP,     shape_tile,       grad_broadcast,  emit_expand,        flops_out) \
   OP(TRILU,         "Trilu",                1,2,  1,1,  COST_CHEAP,     shape_trilu,      grad_where,      emit_where,         flops_zero) \
   OP(IDENTITY,      "Identity",             1,1,  1,1,  COST_FREE,      shape_same,       grad_reshape,    emit_copy,          flops_zero) \
@@ -80,13 +91,16 @@
   OP(WHERE,         "Where",                3,3,  1,1,  COST_CHEAP,     shape_where,      grad_where,      emit_where,         flops_zero) \
   OP(BROADCAST,     "Expand",               2,2,  1,1,  COST_CHEAP,     shape_broadcast,  grad_broadcast,  emit_expand,        flops_out) \
   OP(GATHERELEMENTS, "GatherElements",      2,2,  1,1,  COST_CHEAP,     shape_gather_elements, grad_take, emit_take,     flops_zero) \
-  OP(EINSUM,        "Einsum",               2,2,  1,1,  COST_EXPENSIVE, shape_einsum,     grad_einsum,     emit_einsum,        flops_einsum) \
-  /* ---- ONNX ops snc only evaluates at compile time (fold.c): shape_fold \
+  OP(EINSUM,        "Einsum",               1,-1,  1,1,  COST_EXPENSIVE, shape_einsum,     grad_einsum,     emit_einsum,        flops_einsum) \
+  /* ---- ONNX ops snc only evaluates at compile time (eval.c): shape_fold \
    * fails, naming the node, when an input is not a constant ---- */ \
   OP(SHAPE,         "Shape",                1,1,  1,1,  COST_FREE,      shape_fold,       grad_none,       emit_none,          flops_zero) \
   OP(CONSTANTOFSHAPE, "ConstantOfShape",    1,1,  1,1,  COST_FREE,      shape_fold,       grad_none,       emit_none,          flops_zero) \
   OP(RANGE,         "Range",                3,3,  1,1,  COST_FREE,      shape_fold,       grad_none,       emit_none,          flops_zero) \
   OP(EQUAL,         "Equal",                2,2,  1,1,  COST_FREE,      shape_fold,       grad_none,       emit_none,          flops_zero) \
+  /* Any other ONNX op of eval.c's table (Sin, Trilu, ScatterND...): its \
+   * op_type in node->onnx_op; arity from that table. */ \
+  OP(EVAL,          "",                     0,-1, 0,-1, COST_FREE,      shape_fold,       grad_none,       emit_none,          flops_zero) \
   /* ---- internal ops: created by autodiff and the planner ---- */ \
   OP(CONV_BWD_DATA,   "",  2,2, 1,1, COST_EXPENSIVE, shape_internal, grad_none, emit_conv_bwd_data,   flops_conv_bwd) \
   OP(CONV_BWD_FILTER, "",  2,2, 1,1, COST_EXPENSIVE, shape_internal, grad_none, emit_conv_bwd_filter, flops_conv_bwd) \

@@ -29,7 +29,7 @@
 
 /* ------------------------------------------------------------------ util.c */
 
-/* Exit codes (INTERFACE.md). */
+/* Exit codes (docs/reference.md, "snc"). */
 enum { EXIT_USAGE = 1, EXIT_BADINPUT = 2, EXIT_INTERNAL = 3 };
 
 /* The file named in error messages (set by the driver). */
@@ -181,6 +181,8 @@ struct Node {
   void *p;                 // op parameters (an snrt_*_t from snrt.h), set by shape.c/autodiff.c
   int aux;                 // op-specific small integer (e.g. unary kind, softmax axis)
   int twin;                // forward BN: its BN_SAVED recompute twin (-1 until made)
+  const char *onnx_op;     // OP_EVAL: the ONNX op_type (a static string of front/eval.c's
+                           // table; aux is its row); NULL otherwise
 };
 
 typedef struct Graph {
@@ -230,6 +232,11 @@ float attr_float(const Node *n, const char *name, float dflt);
 const char *attr_string(const Node *n, const char *name, const char *dflt);
 /* ints attribute: returns count (0 if absent) and sets *v. */
 int attr_ints(const Node *n, const char *name, const int64_t **v);
+
+/* The data input when tensor t holds the data input's elements in its order
+ * (t is the input, or a Reshape/Flatten/Squeeze/Unsqueeze/Identity chain of
+ * it: token ids viewed as (B*T)), else -1. */
+int graph_token_source(const Graph *g, int t);
 
 /* Values of a constant int tensor input (Reshape shape, Slice starts...):
  * returns count, or node_error when the input is not a known constant. */
@@ -305,6 +312,13 @@ extern const OpInfo op_info[];
 #define NODE_CHEAP_MATMUL_K 256
 int node_cost(const Graph *g, const Node *n);
 const char *op_name(OpKind op);        /* ONNX name, or internal name */
+/* Where tensor t's value comes from, for messages: "" when t is itself a
+ * graph input or initializer, else " (computed from the data input 'x')"
+ * or " (computed from initializer 'w')" naming the nearest one it derives
+ * from (the data input first). A rotating static buffer. */
+const char *tensor_source(const Graph *g, int t);
+/* The node's ONNX op_type (OP_EVAL: the one it was imported as), or op_name. */
+const char *node_op_name(const Node *n);
 /* False for inputs that shape inference folds into the node's params
  * (Reshape's shape, Slice's starts..., Pad's pads, Clip's bounds, Dropout's
  * ratio, Split's sizes, ReduceMean's axes); true for data the kernel reads. */

@@ -57,7 +57,7 @@ noreturn void node_error(const Node *n, const char *fmt, ...) {
   fprintf(f, "snc: error: ");
   if (err_file) fprintf(f, "%s: ", err_file);
   vfprintf(f, fmt, ap);
-  fprintf(f, " (node '%s', op %s)\n", n->name ? n->name : "", op_name(n->op));
+  fprintf(f, " (node '%s', op %s)\n", n->name ? n->name : "", node_op_name(n));
   va_end(ap);
   finish(EXIT_BADINPUT);
 }

@@ -131,7 +131,7 @@ HEAD = """# Failures and what the user sees
 Every failure below was run for real by `docs/make_failures.py` (which writes
 this page) against `build/snc` and programs it compiled from
 `examples/fashion_cnn.onnx`; the message is the program's whole stderr unless
-noted. Exit codes are INTERFACE.md's: snc 1 usage, 2 bad input, 3 internal
+noted. Exit codes are docs/reference.md's: snc 1 usage, 2 bad input, 3 internal
 error (never expected); the program 1 usage, 2 bad data/file/checkpoint,
 3 loss NaN/Inf, 4 device or memory error. Usage errors (exit 1) print the
 one error line followed by the usage text.

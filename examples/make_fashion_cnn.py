@@ -18,7 +18,6 @@ accuracy: a sanity check that the model can reach the main job's target.
 What is written to --out is always the untrained model.
 """
 import argparse
-import gzip
 import os
 import sys
 import time
@@ -26,6 +25,9 @@ import time
 import numpy as np
 import torch
 import torch.nn as nn
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from idx_io import read_idx  # noqa: E402
 
 LR = 0.01
 DATA = "/usr/share/datasets/fashion-mnist"
@@ -43,14 +45,6 @@ class FashionCNN(nn.Module):
 
     def forward(self, x):
         return self.classifier(self.features(x))
-
-
-def read_idx(path):
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    ndim = data[3]
-    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
-    return np.frombuffer(data, np.uint8, offset=4 + 4 * ndim).reshape(dims)
 
 
 def check(model, epochs):

@@ -57,7 +57,7 @@ typedef struct snrt_conv_t {
   int ws_images;         /* CPU: images per im2col chunk (workspace sizing) */
   int64_t ws_bytes;      /* workspace the plan gave this step (bytes) */
   int accumulate;        /* backward-filter: add to dw instead of overwriting it (a chunk
-                            of the batch after the first: compiler/convert.c) */
+                            of the batch after the first: compiler/plan/convert.c) */
   int round_w;           /* CPU, --precision bf16 (1) or fp16 (2): the kernel reads the
                             float32 weights and bias rounded to that precision, a block
                             of the weights at a time in its workspace (0: as they are) */
@@ -113,8 +113,8 @@ static inline int64_t snrt_conv_gemm_images(const snrt_conv_t *p) {
 
 /* Images per im2col chunk for `target` bytes of columns: as many as fit, at
  * least 1, at most the batch. The compiler plans SNRT_CONV_WS_TARGET
- * (compiler/shape_nn.c says why 4 MiB; 16-bit programs less:
- * compiler/precision.c); snc-calibrate times convolutions with the same. */
+ * (compiler/front/shape_nn.c says why 4 MiB; 16-bit programs less:
+ * compiler/train/precision.c); snc-calibrate times convolutions with the same. */
 #define SNRT_CONV_WS_TARGET ((int64_t)4 << 20)
 static inline int snrt_conv_ws_images_for(const snrt_conv_t *p, int64_t target) {
   int64_t per_image = (int64_t)(p->c / p->group) * p->kh * p->kw * p->oh * p->ow * 4;
@@ -449,7 +449,7 @@ enum snrt_opt_kind { SNRT_OPT_SGD, SNRT_OPT_ADAM, SNRT_OPT_ADAMW };
 typedef struct snrt_ctx snrt_ctx;
 
 /* One training step of the plan, for --profile: its kind and cost class
- * (compiler/cost.c's names) and the plan's estimate of its seconds. */
+ * (compiler/plan/cost.c's names) and the plan's estimate of its seconds. */
 typedef struct snrt_step_info {
   const char *kind;          /* "forward", "backward", "recompute", "offload"... */
   const char *cls;           /* "conv", "gemm", ... ; "copy" for copy steps */
@@ -636,7 +636,7 @@ void snrt_add(snrt_ctx *c, int64_t n, const float *a, const float *b, float *y);
 
 /* Mixed precision (--precision bf16). Activations and their gradients are
  * bfloat16 in the arena; kernels compute in float32 on working copies in
- * the step's planned workspace (compiler/convert.c). load widens n bf16
+ * the step's planned workspace (compiler/plan/convert.c). load widens n bf16
  * values into dst; round copies n floats into dst rounded to bf16 precision
  * (a 16-bit op's weights); store rounds n floats to nearest-even bf16 into
  * dst. The _rows forms move `rows` runs of `len` elements that lie `stride`
@@ -654,7 +654,7 @@ void snrt_bf16_store_rows(snrt_ctx *c, const float *src, uint16_t *dst, int64_t 
  * in float32 (cuDNN with bfloat16/half tensors and float compute; cublasGemmEx
  * with CUBLAS_COMPUTE_32F). fmt says which 16-bit format. A float32 operand
  * (a weight, the data input) reaches them through a 16-bit copy in the
- * step's workspace (compiler/convert.c); a conv's bias stays float32 and is
+ * step's workspace (compiler/plan/convert.c); a conv's bias stays float32 and is
  * added to its 16-bit output in float32. matmul16 writes a float32 y when
  * y_fmt is 0 (a parameter's gradient, the eval logits), else a 16-bit one;
  * bias_fwd16 adds a float32 bias to a 16-bit y. */

@@ -80,7 +80,7 @@ extern int snrt_prof_on;
 void snrt_prof_mark(int step);
 extern const int snrt_dev_step_timing;
 
-/* Exit codes of the emitted program (INTERFACE.md). */
+/* Exit codes of the emitted program (docs/reference.md, "DIR/train"). */
 enum { SNRT_EXIT_USAGE = 1, SNRT_EXIT_DATA = 2, SNRT_EXIT_NAN = 3, SNRT_EXIT_DEVICE = 4,
        SNRT_EXIT_RANKS = 5 /* data parallel: another rank died, hung or disagrees */ };
 

@@ -13,7 +13,7 @@ import os
 
 import numpy as np
 
-from snc_harness import compile_model, grad_err, load_dump, run
+from snc_harness import grad_err, load_dump, one_step_grads
 
 import onnx  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
@@ -89,15 +89,9 @@ def run_case(tmp, m, out, ref, x_shape, classes, batch=2, loss="ce", seed=0, fla
         y = rng.standard_normal((batch, classes)).astype(np.float32)
     path = os.path.join(tmp, "model.onnx")
     m.save(path, (batch,) + tuple(x_shape), out)
-    np.save(os.path.join(tmp, "x.npy"), x)
-    np.save(os.path.join(tmp, "y.npy"), y)
     extra = ["--loss", "mse"] if loss == "mse" else []
-    prog = compile_model(path, os.path.join(tmp, "prog"), batch, "--policy", "none",
-                         *(extra + list(flags)))
-    dump = os.path.join(tmp, "grads")
-    run([prog, "--data", "npy:%s,%s" % (os.path.join(tmp, "x.npy"), os.path.join(tmp, "y.npy")),
-         "--steps", "1", "--dump-grads", dump])
-    res = {"ours": float(np.load(os.path.join(dump, "loss.npy")).ravel()[0]), "grads": {}}
+    ours, dump = one_step_grads(path, tmp, x, y, batch, *(extra + list(flags)))
+    res = {"ours": ours, "grads": {}}
     refs = {}
     for dt in (torch.float32, torch.float64):
         P = {k: torch.tensor(v, dtype=dt, requires_grad=True) for k, v in m.params.items()}

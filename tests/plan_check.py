@@ -1,7 +1,7 @@
 """plan_check.py — an independent checker of plan.json, shared by the tests.
 
 It reads only plan.json (schemas/plan.schema.json) and checks it against the
-definitions in README.md and INTERFACE.md, never against the planner's code:
+definitions in docs/reference.md and docs/planning.md, never against the planner's code:
 
 - the schema (a small JSON Schema validator for the keywords it uses);
 - the route's shape (forward..., loss, backward/update/recompute/copies...,
@@ -87,6 +87,15 @@ def validate(doc, schema, root=None, path="$"):
 
 
 # ---- the checker ----
+
+# The steps whose workspace the cuda target may grow into a free hole.
+CONV_OPS = ("Conv", "CONV_BWD_DATA", "CONV_BWD_FILTER")
+
+
+def planned(i):
+    """An instance's planned bytes: a lent workspace's size before lending."""
+    return i["bytes"] - i.get("lent_bytes", 0)
+
 
 def no_overlap(items, arena, where):
     """items: (offset, bytes, first, last, index); no two that share a step share bytes."""
@@ -180,6 +189,11 @@ def check_plan(p):
             # A 16-bit step's float32 working copies: the start of its workspace.
             cb = w.get("convert_bytes", 0)
             assert 0 <= cb <= w["bytes"] and cb % ALIGN == 0, w
+            # cuda: a conv step's workspace grown into a free hole (the
+            # overlap check below sees its whole size; live bytes its planned one).
+            lent = w.get("lent_bytes", 0)
+            assert 0 <= lent <= w["bytes"] and lent % ALIGN == 0, w
+            assert not lent or ("workspace_cap_bytes" in p and s["op"] in CONV_OPS), (s, w)
             assert not cb or p.get("precision"), ("float32 copies in an fp32 plan", w)
             if s["index"] < tr:
                 convert_max = max(convert_max, cb)
@@ -310,8 +324,8 @@ def check_plan(p):
     dev = [i for i in inst if on_dev[i["index"]]]
     live = [0] * (T + 1)
     for i in dev:
-        live[i["first"]] += i["bytes"]
-        live[i["last"] + 1] -= i["bytes"]
+        live[i["first"]] += planned(i)
+        live[i["last"] + 1] -= planned(i)
     run_, per_step = 0, []
     for s in range(T):
         run_ += live[s]
@@ -320,10 +334,10 @@ def check_plan(p):
     assert p["peak_live_bytes"] == max(per_step)
     if p["planned_policy"] == "none":
         # The baseline is the none arena: every primary instance in its own region.
-        assert p["baseline_bytes"] == sum(i["bytes"] for i in inst)
+        assert p["baseline_bytes"] == sum(planned(i) for i in inst)
     pers = sum(i["bytes"] for i in dev if i["persistent"])
     assert p["persistent_bytes"] == pers
-    layer = max(pers + sum(inst[i]["bytes"] for i in
+    layer = max(pers + sum(planned(inst[i]) for i in
                            set(x for x in s["inputs"] + s["outputs"] if x >= 0 and on_dev[x] and
                                not inst[x]["persistent"]) |
                            ({s["workspace"]} if s["workspace"] is not None else set()))

@@ -59,6 +59,20 @@ def compile_model(onnx_path, out_dir, batch, *flags, cflags=TEST_CFLAGS):
     return build_program(out_dir, cflags)
 
 
+def one_step_grads(onnx_path, tmp, x, y, batch, *flags, threads=None):
+    """Compiles onnx_path (--policy none, then `flags`) into tmp/prog, trains
+    one step on x and y (saved as tmp/x.npy, tmp/y.npy) with --dump-grads
+    tmp/grads; returns (that step's loss, the dump folder)."""
+    xp, yp = os.path.join(tmp, "x.npy"), os.path.join(tmp, "y.npy")
+    np.save(xp, x)
+    np.save(yp, y)
+    prog = compile_model(onnx_path, os.path.join(tmp, "prog"), batch, "--policy", "none", *flags)
+    dump = os.path.join(tmp, "grads")
+    run([prog, "--data", "npy:%s,%s" % (xp, yp), "--steps", "1", "--dump-grads", dump]
+        + (["--threads", str(threads)] if threads else []))
+    return float(np.load(os.path.join(dump, "loss.npy")).ravel()[0]), dump
+
+
 def sanitize(name):
     return "".join(c if (c.isalnum() or c in "._-") else "_" for c in name)
 

@@ -1,4 +1,4 @@
-"""test_costmodel.py — the cost model's inputs and outputs (issue 17):
+"""test_costmodel.py — the cost model's inputs and outputs:
 build/snc-calibrate writes a profile the planner accepts; a wrong or partial
 profile file is one clear error; a profile without per-class rates is the
 simple model; the emitted program's --profile reports every training step

@@ -126,12 +126,12 @@ def test_default_budget_leaves_the_reserve(tmp_path):
 
 
 def test_planning_only_profiles_are_below_sm75():
-    """README 'The CUDA target' names the profiles CUDA 13 cannot build for."""
+    """docs/cuda.md names the profiles CUDA 13 cannot build for."""
     dev = json.load(open(os.path.join(ROOT, "schemas", "devices.json")))["devices"]
     old = sorted(d["name"] for d in dev if 0 < d["sm"] < 75)
     assert old == ["k40c", "titan-xp", "v100"]
-    readme = open(os.path.join(ROOT, "README.md")).read()
-    m = re.search(r"[Pp]lanning-only profiles: ([^.]*)\.", readme)
-    assert m, "README must name the planning-only profiles"
+    page = open(os.path.join(ROOT, "docs", "cuda.md")).read()
+    m = re.search(r"[Pp]lanning-only profiles: ([^.]*)\.", page)
+    assert m, "docs/cuda.md must name the planning-only profiles"
     for n in old:
         assert "`%s`" % n in m.group(1)

@@ -1,4 +1,4 @@
-"""Constant folding (compiler/front/fold.c): the shape-computing subgraphs that
+"""Constant folding (compiler/front/eval.c): the shape-computing subgraphs that
 exporters write are evaluated at compile time, at the batch size given, and
 their nodes disappear; ops that exist only to be folded fail clearly when
 their input is data. Expected values are computed here by hand."""
@@ -145,3 +145,90 @@ def test_unsqueeze_squeeze_cast_on_data_are_copies(tmp_path):
     assert [n["op"] for n in j["nodes"]] == ["Unsqueeze", "Cast", "Squeeze", "Gemm"]
     assert j["nodes"][0]["outputs"][0]["shape"] == [4, 1, 3, 1]
     assert j["nodes"][2]["outputs"][0]["shape"] == [4, 3]
+
+
+def test_eval_only_op_on_data_names_its_source(tmp_path):
+    """An op snc only evaluates, reached by data: the message names the op,
+    the node, and the graph input the value is computed from."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Sin", ["r"], ["s"], name="rotary_sin"),
+             helper.make_node("Relu", ["s"], ["y"], name="relu2")]
+    e = snc_error("inspect", save(tmp_path, nodes, [], [2, 3]), "--batch", "2")
+    assert "op Sin is supported only on constant inputs" in e and "'rotary_sin'" in e
+    assert "computed from the data input 'x'" in e
+
+
+def test_causal_mask_and_rotary_tables_are_evaluated(tmp_path):
+    """Llama's constant subgraphs: a causal mask from Trilu over ConstantOfShape
+    and Where, and rotary tables from Range, a buffer of inverse frequencies
+    (a float initializer, not a parameter), MatMul, Cos and Sin; all evaluated
+    at compile time, values as numpy computes them."""
+    T, D = 4, 6
+    inv = (1.0 / (10000 ** (np.arange(0, D, 2, dtype=np.float32) / D))).astype(np.float32)
+    nodes = [
+        # mask: triu(full((T, T), -inf), 1) -> added to scores x (B, T, T)
+        helper.make_node("ConstantOfShape", ["tt"], ["full"], name="full",
+                         value=numpy_helper.from_array(np.array([-np.inf], np.float32))),
+        helper.make_node("Trilu", ["full", "one"], ["mask"], name="triu", upper=1),
+        helper.make_node("Add", ["x", "mask"], ["xm"], name="addmask"),
+        # rotary: pos (T, 1) x inv (1, D/2) -> (T, D/2), cat -> (T, D)
+        helper.make_node("Range", ["zero", "tlen", "step"], ["pos"], name="range"),
+        helper.make_node("Cast", ["pos"], ["posf"], name="posf", to=TensorProto.FLOAT),
+        helper.make_node("Unsqueeze", ["posf", "ax1"], ["pcol"], name="pcol"),
+        helper.make_node("Unsqueeze", ["inv_freq", "ax0"], ["irow"], name="irow"),
+        helper.make_node("MatMul", ["pcol", "irow"], ["freqs"], name="freqs"),
+        helper.make_node("Concat", ["freqs", "freqs"], ["emb"], name="emb", axis=-1),
+        helper.make_node("Cos", ["emb"], ["cos"], name="cos"),
+        helper.make_node("Sin", ["emb"], ["sin"], name="sin"),
+        helper.make_node("Slice", ["cos", "s0", "s4", "ax1"], ["cos4"], name="cos4"),
+        helper.make_node("Slice", ["sin", "s0", "s4", "ax1"], ["sin4"], name="sin4"),
+        helper.make_node("Mul", ["xm", "cos4"], ["a"], name="mulcos"),
+        helper.make_node("Add", ["a", "sin4"], ["y"], name="addsin"),
+    ]
+    inits = [const("tt", np.array([T, T], np.int64)), const("one", np.array(1, np.int64)),
+             const("zero", np.array(0, np.int64)), const("tlen", np.array(T, np.int64)),
+             const("step", np.array(1, np.int64)), const("ax1", np.array([1], np.int64)),
+             const("ax0", np.array([0], np.int64)), const("inv_freq", inv),
+             const("s0", np.array([0], np.int64)), const("s4", np.array([T], np.int64))]
+    p = save(tmp_path, nodes, inits, [2, T, T], opset=14)
+    j = inspect(p, 2)
+    assert [n["op"] for n in j["nodes"]] == ["Add", "Mul", "Add"]
+    assert j["params"] == 0, "inv_freq is a buffer, not a trainable parameter"
+    r = run_snc("inspect", p, "--dump", "import")
+    assert r.returncode == 0
+
+
+def test_eval_dump_values(tmp_path):
+    """snc inspect --dump eval: a graph of constants alone, its outputs'
+    values: integer wrap-around, Mod's sign rules, float16 rounding, Where on
+    bool, ScatterND, TopK."""
+    nodes = [helper.make_node("Mod", ["a", "b"], ["mod"], name="mod"),
+             helper.make_node("Mod", ["a", "b"], ["fmod"], name="fmod", fmod=1),
+             helper.make_node("Add", ["i8", "i8"], ["wrap"], name="wrap"),
+             helper.make_node("Cast", ["f"], ["h"], name="tohalf", to=TensorProto.FLOAT16),
+             helper.make_node("Less", ["a", "b"], ["lt"], name="lt"),
+             helper.make_node("Where", ["lt", "a", "b"], ["mn"], name="where"),
+             helper.make_node("ScatterND", ["a", "ind", "upd"], ["sc"], name="scatter"),
+             helper.make_node("TopK", ["f", "k"], ["tv", "ti"], name="topk")]
+    inits = [const("a", np.array([-7, 7, 5, -5], np.int64)),
+             const("b", np.array([3, -3, 3, 3], np.int64)),
+             const("i8", np.array([100, -100], np.int8)),
+             const("f", np.array([1.0001, 65519.0, 3.0], np.float32)),
+             const("ind", np.array([[1], [3]], np.int64)),
+             const("upd", np.array([70, 50], np.int64)),
+             const("k", np.array([2], np.int64))]
+    outs = ["mod", "fmod", "wrap", "h", "mn", "sc", "tv", "ti"]
+    g = helper.make_graph(nodes, "g", [], [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None)
+                                           for o in outs], inits)
+    p = tmp_path / "c.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]), str(p))
+    r = run_snc("inspect", p, "--dump", "eval")
+    assert r.returncode == 0, r.stderr
+    v = {o["name"]: o for o in json.loads(r.stdout)["outputs"]}
+    assert v["mod"]["values"] == [2, -2, 2, 1]          # the divisor's sign
+    assert v["fmod"]["values"] == [-1, 1, 2, -2]        # the dividend's sign
+    assert v["wrap"]["values"] == [-56, 56] and v["wrap"]["dtype"] == "int8"
+    assert v["h"]["values"] == [float(np.float16(1.0001)), 65504.0, 3.0]
+    assert v["mn"]["values"] == [-7, -3, 3, -5]
+    assert v["sc"]["values"] == [-7, 70, 5, 50]
+    assert v["tv"]["values"] == [65519.0, 3.0] and v["ti"]["values"] == [1, 2]

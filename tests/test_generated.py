@@ -1,4 +1,4 @@
-"""generated/ is up to date (issue 8): regenerate.py re-emits every example
+"""generated/ is up to date: regenerate.py re-emits every example
 into a scratch folder, and every committed file must be byte-identical. When
 this fails, the compiler's output changed: run `ninja generated` and review
 the diff of generated/ (that diff is the point), then commit it.

@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnx")
 from onnx_ref import check  # noqa: E402
-from snc_harness import SNC, compile_model, load_dump, run  # noqa: E402
+from snc_harness import SNC, compile_model, load_dump, one_step_grads, run  # noqa: E402
 
 import make_gpt  # noqa: E402
 
@@ -49,13 +49,8 @@ def gpt_step(tmp, V, T, C, H, L, gelu, opset, batch=2, seed=0, tied=True, export
     rng = np.random.default_rng(seed)
     x = rng.integers(0, V, (batch, T)).astype(np.int64)
     y = rng.integers(0, V, (batch, T)).astype(np.int64)
-    np.save(os.path.join(tmp, "x.npy"), x)
-    np.save(os.path.join(tmp, "y.npy"), y)
-    prog = compile_model(path, os.path.join(tmp, "prog"), batch, "--policy", "none")
-    dump = os.path.join(tmp, "grads")
-    run([prog, "--data", "npy:%s,%s" % (os.path.join(tmp, "x.npy"), os.path.join(tmp, "y.npy")),
-         "--steps", "1", "--dump-grads", dump, "--threads", "2"])
-    res = {"ours": float(np.load(os.path.join(dump, "loss.npy")).ravel()[0]), "grads": {}}
+    loss, dump = one_step_grads(path, tmp, x, y, batch, threads=2)
+    res = {"ours": loss, "grads": {}}
     refs = {}
     for dt in (torch.float32, torch.float64):
         m = make_gpt.GPT(V, T, C, H, L, gelu, tied)
@@ -121,13 +116,8 @@ def test_transformer_encoder_layer_gradients(norm_first, opset, tmp_path):
     rng = np.random.default_rng(1)
     x = rng.integers(0, V, (B, T)).astype(np.int64)
     y = rng.integers(0, V, (B, T)).astype(np.int64)
-    np.save(os.path.join(tmp, "x.npy"), x)
-    np.save(os.path.join(tmp, "y.npy"), y)
-    prog = compile_model(path, os.path.join(tmp, "prog"), B, "--policy", "none")
-    dump = os.path.join(tmp, "grads")
-    run([prog, "--data", "npy:%s,%s" % (os.path.join(tmp, "x.npy"), os.path.join(tmp, "y.npy")),
-         "--steps", "1", "--dump-grads", dump, "--threads", "1"])
-    res = {"ours": float(np.load(os.path.join(dump, "loss.npy")).ravel()[0]), "grads": {}}
+    loss, dump = one_step_grads(path, tmp, x, y, B, threads=1)
+    res = {"ours": loss, "grads": {}}
     refs = {}
     for dt in (torch.float32, torch.float64):
         m = EncoderLM(V, 16, 4, norm_first)
@@ -247,7 +237,7 @@ def test_gpt_policies_bit_identical(policy, opset, tmp_path):
     """Every policy gives parameters bit-identical to `none` after 3 steps with
     --poison (a read of a dead region would be NaN), on a 2-layer GPT (at
     opset 17 with LayerNormalization and its saved mean and 1/std)."""
-    from test_policies import same_files, train3
+    from test_policies_bitexact import same_files, train3
     tmp = str(tmp_path)
     torch.manual_seed(2)
     path = os.path.join(tmp, "gpt.onnx")

@@ -11,7 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from import_util import dump_import, snc_error
+from import_util import dump_import, run_snc, snc_error
 
 F = TensorProto.FLOAT
 
@@ -380,10 +380,18 @@ def test_optional_inputs_absent(tmp_path):
     assert n[0]["inputs"] == ["x", None, "hi"] and t["hi"]["kind"] == "const"
 
 
-@pytest.mark.parametrize("opset", [6, 22])
+@pytest.mark.parametrize("opset", [6, 29])
 def test_opset_range(tmp_path, opset):
     e = snc_error("inspect", relu_model(tmp_path, opset=opset), "--dump", "import")
-    assert "opset %d" % opset in e
+    assert "opset %d" % opset in e and "opsets 7 to 28" in e
+
+
+@pytest.mark.parametrize("opset", [22, 25, 28])
+def test_newest_opsets_read(tmp_path, opset):
+    """Up to 28, the newest onnx 1.23 defines (the ops snc reads changed
+    only in their types from 22 on)."""
+    r = run_snc("inspect", relu_model(tmp_path, opset=opset), "--dump", "import")
+    assert r.returncode == 0, r.stderr
 
 
 def test_unreadable_files(tmp_path):

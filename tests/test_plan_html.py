@@ -1,4 +1,4 @@
-"""The HTML plan page (`snc plan --html`, issue 8).
+"""The HTML plan page (`snc plan --html`).
 
 - Rendered in headless Chromium (Debian's `chromium`): the screenshot is not
   blank and shows the chart's colours (PIL decodes the PNG).

@@ -1,4 +1,4 @@
-"""The text plan's review sections and `snc plan --diff` (issue 8).
+"""The text plan's review sections and `snc plan --diff`.
 
 Text: the summary names the budget, the peak line names the step with the
 most live bytes (from plan.json, computed independently here) and its share

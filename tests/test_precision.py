@@ -1,4 +1,4 @@
-"""Mixed precision (--precision bf16|fp16, issue 15) against PyTorch's CPU autocast.
+"""Mixed precision (--precision bf16|fp16) against PyTorch's CPU autocast.
 
 Also here: every policy bit-identical to `none` under bf16 and fp16, every
 size of the float32 copies' chunks bit-identical to whole tensors, the fp32
@@ -217,7 +217,7 @@ def test_bf16_matches_rounding_emulation(tmp_path):
 
 # ---- plans under bf16: every policy bit-identical to `none` --------------------
 
-from test_policies import COPY_DELAY_US, model_path, same_files  # noqa: E402
+from test_policies_bitexact import COPY_DELAY_US, model_path, same_files  # noqa: E402
 from plan_check import check_plan  # noqa: E402
 
 BF16_POLICIES = ["liveness", "recompute", "offload", "superneurons", "segment"]
@@ -235,7 +235,7 @@ def train3_bf16(onnx, batch, policy, out, *flags, precision="bf16"):
 @pytest.mark.parametrize("name,precision", [("fashion_cnn", "bf16"), ("resnet50", "bf16"),
                                             ("gpt_bytes", "bf16"), ("fashion_cnn", "fp16")])
 def test_bf16_policies_bit_identical(name, precision, tmp_path):
-    """As test_policies.py, under --precision bf16: 3 steps with --poison and a
+    """As test_policies_bitexact.py, under --precision bf16: 3 steps with --poison and a
     slow copy engine; each policy's parameters bit-identical to `none`'s, each
     plan through the independent checker, and bf16 arenas smaller than fp32's.
     gpt_bytes brings the transformer ops (embedding, LayerNorm, masked
@@ -429,7 +429,7 @@ def test_bf16_fashion_converges(tmp_path):
     (fp32) accuracy on the test set is the program's (bf16 eval) within 0.5
     points. The full 3-epoch main job in bf16 (`PRECISION=bf16
     examples/demo.sh`) is in the README."""
-    from test_train_fashion import STEPS, THRESHOLD, demo_flags, numpy_accuracy, read_idx_gz
+    from test_train_fashion import STEPS, THRESHOLD, demo_flags, numpy_accuracy, read_idx
     import onnx
     exe = compile_model(os.path.join(ROOT, "examples", "fashion_cnn.onnx"), str(tmp_path / "p"),
                         64, "--precision", "bf16", *demo_flags())
@@ -442,8 +442,8 @@ def test_bf16_fashion_converges(tmp_path):
     assert m["steps"] == STEPS and m["test_accuracy"] >= THRESHOLD, m
     inits = onnx.load(onnx_out).graph.initializer
     assert inits and all(t.data_type == onnx.TensorProto.FLOAT for t in inits)
-    acc = numpy_accuracy(onnx_out, read_idx_gz(FASHION + "/t10k-images-idx3-ubyte.gz"),
-                         read_idx_gz(FASHION + "/t10k-labels-idx1-ubyte.gz"))
+    acc = numpy_accuracy(onnx_out, read_idx(FASHION + "/t10k-images-idx3-ubyte.gz"),
+                         read_idx(FASHION + "/t10k-labels-idx1-ubyte.gz"))
     print("bf16 fashion_cnn %d steps: program %.4f, numpy fp32 of the export %.4f" % (
         STEPS, m["test_accuracy"], acc))
     assert abs(acc - m["test_accuracy"]) <= 0.005, (acc, m["test_accuracy"])

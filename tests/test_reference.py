@@ -1,4 +1,4 @@
-"""The compiled program against PyTorch (issue 3's heart).
+"""The compiled program against PyTorch: one step's loss and gradients, and 3 steps' parameters.
 
 For each model: export it with its weights, load the exported initializers
 back into the torch model (so both sides start from the same bytes, BN

@@ -2,7 +2,7 @@
 tested with a hand-written model (tests/e2e/fake_model.c) instead of a
 compiled one, so these tests need neither the compiler nor the kernels.
 
-Covers INTERFACE.md "The emitted program": training on real Fashion-MNIST,
+Covers docs/reference.md "DIR/train": training on real Fashion-MNIST,
 evaluation, resume bit-identity, checkpoint corruption/mismatch, failed saves,
 data-file errors, NaN loss, SIGTERM, .npy dumps, --metrics, --export-onnx,
 poison mode with the copy engine, arena allocation failure, ThreadSanitizer.
@@ -20,6 +20,9 @@ import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+from idx_io import read_idx  # noqa: E402
+
 LIB = os.path.join(ROOT, "build", "libsnrt_cpu.a")
 FAKE = os.path.join(ROOT, "tests", "e2e", "fake_model.c")
 FMNIST = "/usr/share/datasets/fashion-mnist"
@@ -89,14 +92,6 @@ def one_error_line(r, code):
     return lines[0]
 
 
-def read_idx_gz(path):
-    with gzip.open(path, "rb") as f:
-        raw = f.read()
-    ndim = raw[3]
-    dims = [int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
-    return np.frombuffer(raw, np.uint8, offset=4 + 4 * ndim).reshape(dims)
-
-
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
     root = tmp_path_factory.mktemp("rt")
@@ -104,8 +99,8 @@ def env(tmp_path_factory):
     e["exe"] = build(str(root / "main"))
     e["exe_fp2"] = build(str(root / "fp2"), fp=0x1234)
     e["exe_b32"] = build(str(root / "b32"), batch=32)
-    x = read_idx_gz(FMNIST + "/train-images-idx3-ubyte.gz")
-    y = read_idx_gz(FMNIST + "/train-labels-idx1-ubyte.gz")
+    x = read_idx(FMNIST + "/train-images-idx3-ubyte.gz")
+    y = read_idx(FMNIST + "/train-labels-idx1-ubyte.gz")
     # 960 samples = 15 batches: 20 steps cross an epoch boundary.
     np.save(str(root / "x.npy"), x[:960])
     np.save(str(root / "y.npy"), y[:960].astype(np.int64))
@@ -141,8 +136,8 @@ def test_trains_on_fashion_mnist_and_exports(env, tmp_path):
                         ("hidden_mean", "hidden_mean.npy")]:
         np.testing.assert_array_equal(inits[name], np.load(tmp_path / "p" / fname))
     assert inits["shape"].tolist() == [-1, D]          # untouched initializer kept
-    xt = read_idx_gz(FMNIST + "/t10k-images-idx3-ubyte.gz").reshape(-1, D).astype(np.float32) / 255
-    yt = read_idx_gz(FMNIST + "/t10k-labels-idx1-ubyte.gz")
+    xt = read_idx(FMNIST + "/t10k-images-idx3-ubyte.gz").reshape(-1, D).astype(np.float32) / 255
+    yt = read_idx(FMNIST + "/t10k-labels-idx1-ubyte.gz")
     h = np.maximum(xt @ inits["fc1.weight"].T + inits["fc1.bias"], 0)
     logits = h @ inits["fc2.weight"].T + inits["fc2/bias:0"]
     acc = float((logits.argmax(1) == yt).mean())

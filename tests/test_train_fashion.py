@@ -14,11 +14,15 @@ import json
 import os
 import re
 import shlex
+import sys
 
 import numpy as np
 import pytest
 
 from snc_harness import FASHION, ROOT, compile_model, run
+
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+from idx_io import read_idx  # noqa: E402
 
 STEPS = 300
 # 300 steps (19,200 images, a third of an epoch) with Adam lr 0.001 measured
@@ -43,15 +47,6 @@ def demo_flags():
         else:
             i += 1
     return flags
-
-
-def read_idx_gz(path):
-    import gzip
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    ndim = data[3]
-    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
-    return np.frombuffer(data, np.uint8, offset=4 + 4 * ndim).reshape(dims)
 
 
 def conv3x3(x, w, b):
@@ -115,6 +110,6 @@ def test_fashion_cnn_converges(tmp_path):
     assert m["test_loss"] < 0.6, m
     # The accuracy the program printed is the exported model's on the test set.
     assert "test accuracy" in r.stdout
-    acc = numpy_accuracy(onnx_out, read_idx_gz(FASHION + "/t10k-images-idx3-ubyte.gz"),
-                         read_idx_gz(FASHION + "/t10k-labels-idx1-ubyte.gz"))
+    acc = numpy_accuracy(onnx_out, read_idx(FASHION + "/t10k-images-idx3-ubyte.gz"),
+                         read_idx(FASHION + "/t10k-labels-idx1-ubyte.gz"))
     assert abs(acc - m["test_accuracy"]) <= 0.002, (acc, m["test_accuracy"])

@@ -159,7 +159,12 @@ static void copy_file(const char *from, const char *dir, const char *name, uint6
   finish(out, dir, name);
 }
 
-/* The repository root: SNC_ROOT, or the folder above build/snc. */
+/* The folder under the root that holds the runtime libraries the program
+ * links: the one this snc was built in (configure.py --builddir; "build"
+ * by default, and with SNC_ROOT). */
+static char build_dir[PATH_MAX] = "build";
+
+/* The repository root: SNC_ROOT, or the folder above BUILDDIR/snc. */
 static char *snc_root(void) {
   const char *env = getenv("SNC_ROOT");
   if (env && *env) return xstrdup(env);
@@ -171,6 +176,7 @@ static char *snc_root(void) {
     char *slash = strrchr(exe, '/');
     if (!slash) fatal(EXIT_BADINPUT, "cannot locate the snc installation (set SNC_ROOT)");
     *slash = 0;
+    if (up == 0 && strrchr(exe, '/')) snprintf(build_dir, sizeof build_dir, "%s", strrchr(exe, '/') + 1);
   }
   return xstrdup(exe);
 }
@@ -358,7 +364,7 @@ static void death_lists(const Graph *g, const Plan *pl, int ***deaths, int **nde
 /* --dist mpi: what configure.py found (build/snrt_mpi.ninja: the MPI object
  * and link flags), copied so that DIR/build.ninja stands alone. */
 static bool mpi_lines(FILE *f, const char *root, const char *dir, const char *key) {
-  char *frag = xasprintf("%s/build/snrt_mpi.ninja", root);
+  char *frag = xasprintf("%s/%s/snrt_mpi.ninja", root, build_dir);
   FILE *in = fopen(frag, "r");
   bool have = false;
   if (in) {
@@ -388,7 +394,7 @@ static void write_ninja(const char *dir, const char *root, const char *target, b
   if (strcmp(target, "cuda") == 0) {
     /* What configure.py found (nvcc, CUDNN_HOME/CUBLAS_HOME, rpaths), copied
      * from build/snrt_cuda.ninja so that this file stands alone. */
-    char *frag = xasprintf("%s/build/snrt_cuda.ninja", root);
+    char *frag = xasprintf("%s/%s/snrt_cuda.ninja", root, build_dir);
     FILE *in = fopen(frag, "r");
     bool have = false;
     if (in) {
@@ -404,43 +410,46 @@ static void write_ninja(const char *dir, const char *root, const char *target, b
       /* The MPI layer without its host exchanges, and NCCL's (nccl.cu). */
       fprintf(f, "rule link\n  command = $nvcc -o $out $in $cudalibs $ncclmpilibs\n"
                  "  description = LINK $out\n");
-      fprintf(f, "build train.o: cc train.c\nbuild train: link train.o $snc_root/build/snrt_mpi_cuda.o "
-                 "$snc_root/build/snrt_nccl.o $snc_root/build/libsnrt_cuda.a\n");
+      fprintf(f, "build train.o: cc train.c\nbuild train: link train.o $snc_root/%s/snrt_mpi_cuda.o "
+                 "$snc_root/%s/snrt_nccl.o $snc_root/%s/libsnrt_cuda.a\n", build_dir, build_dir,
+              build_dir);
       fprintf(f, "default train\n");
       finish(f, dir, "build.ninja");
       return;
     } else if (have && dist) {
       fprintf(f, "rule link\n  command = echo 'snc: error: configure.py found no MPI or no NCCL "
-                 "for the CUDA target in %s/build' >&2; false\n  description = LINK $out\n", root);
+                 "for the CUDA target in %s/%s' >&2; false\n  description = LINK $out\n", root,
+              build_dir);
     } else if (have) {
       fprintf(f, "rule link\n  command = $nvcc -o $out $in $cudalibs\n  description = LINK $out\n");
     } else {
       fprintf(stderr, "snc: warning: %s not found: configure.py built no CUDA runtime here "
                       "(nvcc or cuDNN missing), so `ninja -C %s` will fail\n", frag, dir);
-      fprintf(f, "rule link\n  command = echo 'snc: error: no CUDA runtime was built in %s/build "
+      fprintf(f, "rule link\n  command = echo 'snc: error: no CUDA runtime was built in %s/%s "
                  "(configure.py found no nvcc or cuDNN)' >&2; false\n  description = LINK $out\n",
-              root);
+              root, build_dir);
     }
     free(frag);
-    fprintf(f, "build train.o: cc train.c\nbuild train: link train.o%s\n",
-            have ? " $snc_root/build/libsnrt_cuda.a" : "");
+    fprintf(f, "build train.o: cc train.c\nbuild train: link train.o%s%s%s\n",
+            have ? " $snc_root/" : "", have ? build_dir : "", have ? "/libsnrt_cuda.a" : "");
   } else {
     if (dist && mpi_lines(f, root, dir, "mpilibs = ")) {
       /* The MPI layer first: it defines what libsnrt_cpu.a's single-process
        * stand-in (dist_none.o) would otherwise bring. */
       fprintf(f, "rule link\n  command = gcc -o $out $in -fopenmp -lopenblas -lprotobuf-c -lz -lm "
                  "-lpthread $mpilibs\n  description = LINK $out\n");
-      fprintf(f, "build train.o: cc train.c\nbuild train: link train.o $snc_root/build/snrt_mpi.o "
-                 "$snc_root/build/libsnrt_cpu.a\n");
+      fprintf(f, "build train.o: cc train.c\nbuild train: link train.o $snc_root/%s/snrt_mpi.o "
+                 "$snc_root/%s/libsnrt_cpu.a\n", build_dir, build_dir);
     } else if (dist) {
-      fprintf(f, "rule link\n  command = echo 'snc: error: configure.py found no MPI in %s/build "
+      fprintf(f, "rule link\n  command = echo 'snc: error: configure.py found no MPI in %s/%s "
                  "(apt-get install openmpi-bin libopenmpi-dev, then ./configure.py)' >&2; false\n"
-                 "  description = LINK $out\n", root);
+                 "  description = LINK $out\n", root, build_dir);
       fprintf(f, "build train.o: cc train.c\nbuild train: link train.o\n");
     } else {
       fprintf(f, "rule link\n  command = gcc -o $out $in -fopenmp -lopenblas -lprotobuf-c -lz -lm -lpthread\n"
                  "  description = LINK $out\n");
-      fprintf(f, "build train.o: cc train.c\nbuild train: link train.o $snc_root/build/libsnrt_cpu.a\n");
+      fprintf(f, "build train.o: cc train.c\nbuild train: link train.o $snc_root/%s/libsnrt_cpu.a\n",
+              build_dir);
     }
   }
   fprintf(f, "default train\n");
@@ -641,7 +650,7 @@ static void emit_model(FILE *f, const Graph *g, const Plan *pl, const EmitOpts *
   /* Token models: the smallest table the token ids index, and T labels a sample. */
   int64_t vocab = 0;
   for (int i = 0; i < g->nfwd; i++)
-    if (g->n[i].op == OP_GATHER && g->n[i].in[1] == g->input) {
+    if (g->n[i].op == OP_GATHER && graph_token_source(g, g->n[i].in[1]) == g->input) {
       int64_t rows = ((const snrt_gather_t *)g->n[i].p)->rows;
       if (!vocab || rows < vocab) vocab = rows;
     }

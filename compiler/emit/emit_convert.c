@@ -174,6 +174,18 @@ static void emit_half_step(Emit *e, const Node *n, const Convert *cv, int64_t ba
   fprintf(f, "  }\n");
 }
 
+/* After a wrapped step: the substituted operand names freed, the plain
+ * operands back for the next step. */
+static void unwrap(Emit *e, const Node *n, Convert *cv) {
+  for (int k = 0; k < n->nin; k++) free(e->sub_in[k]);
+  for (int k = 0; k < n->nout; k++) free(e->sub_out[k]);
+  free(e->sub_in);
+  free(e->sub_out);
+  e->sub_in = e->sub_out = NULL;
+  e->wrapped = false;
+  convert_free(cv);
+}
+
 bool emit_convert_step(Emit *e, const Node *n) {
   const Graph *g = e->g;
   const Plan *pl = e->pl;
@@ -189,13 +201,7 @@ bool emit_convert_step(Emit *e, const Node *n) {
                    "working copies (%lld bytes)", e->step, n->name, (long long)cv.bytes);
   if (cv.half) {
     emit_half_step(e, n, &cv, pl->inst[st->ws].offset);
-    for (int k = 0; k < n->nin; k++) free(e->sub_in[k]);
-    for (int k = 0; k < n->nout; k++) free(e->sub_out[k]);
-    free(e->sub_in);
-    free(e->sub_out);
-    e->sub_in = e->sub_out = NULL;
-    e->wrapped = false;
-    convert_free(&cv);
+    unwrap(e, n, &cv);
     return true;
   }
   FILE *f = e->f;
@@ -258,12 +264,6 @@ bool emit_convert_step(Emit *e, const Node *n) {
   fprintf(f, "  }\n");
   for (int k = 0; k < slots; k++) free(name[k]);
   free(name);
-  for (int k = 0; k < n->nin; k++) free(e->sub_in[k]);
-  for (int k = 0; k < n->nout; k++) free(e->sub_out[k]);
-  free(e->sub_in);
-  free(e->sub_out);
-  e->sub_in = e->sub_out = NULL;
-  e->wrapped = false;
-  convert_free(&cv);
+  unwrap(e, n, &cv);
   return true;
 }

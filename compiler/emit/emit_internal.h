@@ -1,5 +1,8 @@
-/* emit_internal.h — shared by the emitters: emit.c (the program: files, tensor table, step loop)
- * and emit_ops.c (one emitter per op, printing its params and its call). */
+/* emit_internal.h — the Emit state and helpers shared by the six files of
+ * emit/: emit.c (the program: files, tensor table, step loop), emit_ops.c and
+ * emit_seq.c (one emitter per op, printing its params and its call),
+ * emit_convert.c (16-bit steps), emit_dist.c (data-parallel steps) and
+ * emit_profile.c (--profile's step table). */
 #ifndef EMIT_H
 #define EMIT_H
 

@@ -63,14 +63,26 @@ static int64_t default_opset(const SncOnnx__ModelProto *m) {
       opset = m->opset_import[i]->version;
   }
   if (opset < 0) fatal(EXIT_BADINPUT, "the model declares no opset for the default ONNX domain");
-  if (opset < 7 || opset > 21)
-    fatal(EXIT_BADINPUT, "opset %lld is not supported (snc reads opsets 7 to 21)", (long long)opset);
+  /* 28: the newest that onnx 1.23 defines. From 22 on, the ops snc reads
+   * changed only in the types they accept (bfloat16, 4-bit and float8
+   * types, which import refuses by dtype). */
+  if (opset < 7 || opset > IMP_MAX_OPSET)
+    fatal(EXIT_BADINPUT, "opset %lld is not supported (snc reads opsets 7 to %d)", (long long)opset,
+          IMP_MAX_OPSET);
   return opset;
 }
 
 static bool default_domain(const SncOnnx__NodeProto *np) {
   const char *d = imp_str(np->domain);
   return !*d || strcmp(d, "ai.onnx") == 0;
+}
+
+/* The IR op of an ONNX op_type: its ops.h row, else OP_EVAL when eval.c's
+ * table evaluates it (*ev: that row), else -1. */
+static int import_op(const char *op_type, int *ev) {
+  int op = op_from_onnx(op_type), k = op < 0 ? eval_find(op_type) : -1;
+  if (ev) *ev = k;
+  return op >= 0 ? op : k >= 0 ? OP_EVAL : -1;
 }
 
 /* Every unsupported op of the model in one message: a user fixing an export
@@ -83,7 +95,7 @@ static void check_ops(const SncOnnx__GraphProto *gp) {
   int64_t nbad = 0;
   for (size_t k = 0; k < gp->n_node; k++) {
     const SncOnnx__NodeProto *np = gp->node[k];
-    if (default_domain(np) && op_from_onnx(imp_str(np->op_type)) >= 0) continue;
+    if (default_domain(np) && import_op(imp_str(np->op_type), NULL) >= 0) continue;
     nbad++;
     bool seen = false;
     for (int j = 0; j < ntypes && !seen; j++)
@@ -147,6 +159,9 @@ static void add_initializers(Graph *g, const SncOnnx__GraphProto *gp, const char
   }
 }
 
+/* onnx_import_whole(): every graph output kept, no data input needed. */
+static bool imp_whole;
+
 /* Graph inputs; those with an initializer (IR < 4 lists them) are already
  * tensors. Returns the data input. */
 static int add_inputs(Graph *g, const SncOnnx__GraphProto *gp, const char *input_name) {
@@ -174,6 +189,7 @@ static int add_inputs(Graph *g, const SncOnnx__GraphProto *gp, const char *input
     if (rank >= 0) tensor_set_shape(&g->t[t], rank, dims);
     if (data < 0 && (!input_name || strcmp(input_name, name) == 0)) data = t;
   }
+  if (data < 0 && imp_whole && !input_name) return -1;
   if (data < 0) {
     if (input_name) fatal(EXIT_BADINPUT, "the model has no graph input named '%s'", imp_esc(input_name));
     fatal(EXIT_BADINPUT, "the model has no data input (every graph input has an initializer)");
@@ -346,7 +362,7 @@ static void add_nodes(Graph *g, const SncOnnx__GraphProto *gp, const char *dir) 
    * resolved whatever order the nodes come in. */
   for (size_t k = 0; k < gp->n_node; k++) {
     const SncOnnx__NodeProto *np = gp->node[k];
-    OpKind op = (OpKind)op_from_onnx(np->op_type);
+    OpKind op = (OpKind)import_op(np->op_type, NULL);
     Node tmp = proto_node(np, op);
     imp_check_name(imp_str(np->name), "node");
     if (np->n_input > IMP_MAX_NODE_IO || np->n_output > IMP_MAX_NODE_IO)
@@ -362,11 +378,13 @@ static void add_nodes(Graph *g, const SncOnnx__GraphProto *gp, const char *dir) 
   int *in = xmalloc(sizeof(int) * IMP_MAX_NODE_IO), *out = xmalloc(sizeof(int) * IMP_MAX_NODE_IO);
   for (size_t k = 0; k < gp->n_node; k++) {
     const SncOnnx__NodeProto *np = gp->node[k];
-    OpKind op = (OpKind)op_from_onnx(np->op_type);
+    int ev;
+    OpKind op = (OpKind)import_op(np->op_type, &ev);
     if (op == OP_CONSTANT) continue;
-    const OpInfo *oi = &op_info[op];
+    OpInfo oi_ = op_info[op], *oi = &oi_;
+    if (op == OP_EVAL) eval_arity(ev, &oi_.min_in, &oi_.max_in, &oi_.min_out, &oi_.max_out);
     char *name = *imp_str(np->name) ? xstrdup(np->name) : xasprintf("%s_%zu", np->op_type, k);
-    Node tmp = {.name = name, .op = op};
+    Node tmp = {.name = name, .op = op, .onnx_op = op == OP_EVAL ? eval_op_name(ev) : NULL};
     int nin = trimmed(np->input, np->n_input), nout = trimmed(np->output, np->n_output);
     check_arity(&tmp, "inputs", nin, oi->min_in, oi->max_in);
     check_arity(&tmp, "outputs", nout, oi->min_out, oi->max_out);
@@ -388,6 +406,7 @@ static void add_nodes(Graph *g, const SncOnnx__GraphProto *gp, const char *dir) 
       out[j] = *s ? graph_find_tensor(g, s) : -1;
     }
     int ni = graph_add_node(g, op, name, nin, in, nout, out);
+    if (op == OP_EVAL) g->n[ni].onnx_op = eval_op_name(ev), g->n[ni].aux = ev;
     free(name);
     for (int j = 0; j < nout; j++)
       if (out[j] >= 0) g->t[out[j]].producer = ni;
@@ -509,11 +528,13 @@ bool import_all_outputs;
 static Graph *prune(Graph *g) {
   char *live = xcalloc((size_t)g->nn + 1, 1);
   int *stack = xmalloc(sizeof(int) * ((size_t)g->nn + 1)), ns = 0;
-  live[g->t[g->output].producer] = 1;
-  stack[ns++] = g->t[g->output].producer;
-  for (int t = 0; import_all_outputs && t < g->nt; t++) {
-    int p = g->t[t].is_output ? g->t[t].producer : -1;
-    if (p >= 0 && !live[p]) live[p] = 1, stack[ns++] = p;
+  for (int t = 0; t < g->nt; t++) {
+    int p = g->t[t].producer;
+    bool keep = t == g->output || ((imp_whole || import_all_outputs) && g->t[t].is_output);
+    if (keep && p >= 0 && !live[p]) {
+      live[p] = 1;
+      stack[ns++] = p;
+    }
   }
   while (ns) {
     const Node *n = &g->n[stack[--ns]];
@@ -528,7 +549,8 @@ static Graph *prune(Graph *g) {
   }
   int *tmap = xmalloc(sizeof(int) * ((size_t)g->nt + 1));
   for (int t = 0; t < g->nt; t++) tmap[t] = -1;
-  tmap[g->input] = 0;  // marks "keep"; real indices below
+  if (g->input >= 0) tmap[g->input] = 0;  // marks "keep"; real indices below
+  for (int t = 0; t < g->nt && imp_whole; t++) if (g->t[t].is_output) tmap[t] = 0;
   for (int i = 0; i < g->nn; i++) {
     if (!live[i]) continue;
     const Node *n = &g->n[i];
@@ -556,9 +578,11 @@ static Graph *prune(Graph *g) {
     int ni = graph_add_node(h, n->op, n->name, n->nin, n->in, n->nout, n->out);
     h->n[ni].attrs = n->attrs;
     h->n[ni].nattr = n->nattr;
+    h->n[ni].onnx_op = n->onnx_op;
+    h->n[ni].aux = n->aux;
     for (int j = 0; j < n->nout; j++) if (n->out[j] >= 0) h->t[n->out[j]].producer = ni;
   }
-  h->input = tmap[g->input];
+  h->input = g->input >= 0 ? tmap[g->input] : -1;
   h->output = tmap[g->output];
   /* Free what h did not take: node arrays (h has copies), dead nodes'
    * attributes, dropped tensors. g itself stays allocated, because ir.c keys
@@ -649,24 +673,66 @@ static void assign_kinds(Graph *g) {
  * const_only(t): every reader of t is a compile-time-only slot, Where's
  * condition or scalar fill value, or a data-movement op whose outputs are
  * all const_only. */
+/* Values known at compile time that no trainable parameter feeds: Constant
+ * nodes, integer and bool initializers, Shape/Size of anything, and what
+ * nodes compute from those alone (positions from Range, token types). */
+static bool *nonparam_values(const Graph *g) {
+  bool *v = xcalloc((size_t)g->nt + 1, sizeof(bool));
+  for (int t = 0; t < g->nt; t++) {
+    const Tensor *x = &g->t[t];
+    v[t] = x->producer < 0 && x->data && t != g->input &&
+           (x->kind == TK_CONST || (x->dtype != DT_FLOAT && x->dtype != DT_DOUBLE &&
+                                    x->dtype != DT_FLOAT16 && x->dtype != DT_BFLOAT16));
+  }
+  for (int i = 0; i < g->nn; i++) {
+    const Node *n = &g->n[i];
+    const char *op = node_op_name(n);
+    bool ok = strcmp(op, "Shape") == 0 || strcmp(op, "Size") == 0;
+    if (!ok) {
+      ok = n->nin > 0;
+      for (int j = 0; j < n->nin && ok; j++) ok = n->in[j] < 0 || v[n->in[j]];
+    }
+    for (int o = 0; o < n->nout; o++) if (n->out[o] >= 0) v[n->out[o]] = ok;
+  }
+  return v;
+}
+
+/* Readers through which a buffer stays a constant: ops that move its
+ * elements, and arithmetic with values no parameter feeds (a rotary table:
+ * inverse frequencies times positions). */
+static bool const_passes(const Graph *g, const Node *n, int s, const bool *nonparam) {
+  switch (n->op) {
+  case OP_SLICE: case OP_RESHAPE: case OP_UNSQUEEZE: case OP_SQUEEZE: case OP_BROADCAST:
+  case OP_GATHER:
+    return s == 0;
+  case OP_TRANSPOSE: case OP_IDENTITY: case OP_FLATTEN: case OP_CONCAT: case OP_CAST:
+    return true;
+  case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_MATMUL: case OP_POW:
+    for (int j = 0; j < n->nin; j++)
+      if (j != s && n->in[j] >= 0 && !nonparam[n->in[j]]) return false;
+    return true;
+  default:
+    return false;
+  }
+}
+
 static bool const_only(const Graph *g, int t, const int *first, const int *next,
-                       const int *rnode, const int *rslot, signed char *memo) {
+                       const int *rnode, const int *rslot, signed char *memo,
+                       const bool *nonparam) {
   if (memo[t] >= 0) return memo[t] == 1;
   memo[t] = 0;   /* in progress: a cycle (none in a sorted graph) would say no */
   bool ok = first[t] >= 0;
   for (int e = first[t]; ok && e >= 0; e = next[e]) {
     const Node *n = &g->n[rnode[e]];
     int s = rslot[e];
-    /* Where's condition, or a scalar fill value of a masked fill. */
-    if (slot_class(n, s) == SLOT_ANY || (n->op == OP_WHERE && (s == 0 || g->t[t].ndata == 1)))
+    /* Where's condition, a scalar fill value of a masked fill, an op snc
+     * only evaluates, or a rotary table's Sin/Cos. */
+    if (slot_class(n, s) == SLOT_ANY || (n->op == OP_WHERE && (s == 0 || g->t[t].ndata == 1)) ||
+        strcmp(node_op_name(n), "Sin") == 0 || strcmp(node_op_name(n), "Cos") == 0)
       continue;
-    bool moves = (s == 0 && (n->op == OP_SLICE || n->op == OP_RESHAPE || n->op == OP_UNSQUEEZE ||
-                             n->op == OP_SQUEEZE)) ||
-                 n->op == OP_TRANSPOSE || n->op == OP_IDENTITY || n->op == OP_FLATTEN ||
-                 n->op == OP_CONCAT || n->op == OP_CAST;
-    ok = moves;
+    ok = const_passes(g, n, s, nonparam);
     for (int o = 0; ok && o < n->nout; o++)
-      ok = n->out[o] < 0 || const_only(g, n->out[o], first, next, rnode, rslot, memo);
+      ok = n->out[o] < 0 || const_only(g, n->out[o], first, next, rnode, rslot, memo, nonparam);
   }
   memo[t] = ok;
   return ok;
@@ -678,6 +744,7 @@ static void mark_buffers(Graph *g) {
   int *first = xmalloc(sizeof(int) * (size_t)(g->nt + 1)), *next = xmalloc(sizeof(int) * (size_t)(ne + 1));
   int *rnode = xmalloc(sizeof(int) * (size_t)(ne + 1)), *rslot = xmalloc(sizeof(int) * (size_t)(ne + 1));
   signed char *memo = xmalloc((size_t)g->nt + 1);
+  bool *nonparam = nonparam_values(g);
   for (int t = 0; t < g->nt; t++) first[t] = -1, memo[t] = -1;
   int e = 0;
   for (int i = g->nn - 1; i >= 0; i--)
@@ -691,8 +758,9 @@ static void mark_buffers(Graph *g) {
     if (x->kind != TK_PARAM || !x->data || x->dtype != DT_FLOAT) continue;
     bool finite = true;
     for (int64_t k = 0; k < x->ndata && finite; k++) finite = isfinite(((const float *)x->data)[k]);
-    if (!finite || const_only(g, t, first, next, rnode, rslot, memo)) x->kind = TK_CONST;
+    if (!finite || const_only(g, t, first, next, rnode, rslot, memo, nonparam)) x->kind = TK_CONST;
   }
+  free(nonparam);
   free(first), free(next), free(rnode), free(rslot), free(memo);
 }
 
@@ -783,6 +851,13 @@ static void *pb_alloc(void *data, size_t n) { return xmalloc_try(n); }
 static void pb_free(void *data, void *p) { free(p); }
 static ProtobufCAllocator pb_allocator = {pb_alloc, pb_free, NULL};
 
+Graph *onnx_import_whole(const char *path) {
+  imp_whole = true;
+  Graph *g = onnx_import(path, NULL);
+  imp_whole = false;
+  return g;
+}
+
 Graph *onnx_import(const char *path, const char *input_name) {
   if (!err_file) err_file = path;
   size_t len;
@@ -819,7 +894,7 @@ Graph *onnx_import_bytes(unsigned char *buf, size_t len, const char *path,
 
   topo_sort(g);
   g = prune(g);
-  bool used = false;
+  bool used = imp_whole;
   for (int i = 0; i < g->nn && !used; i++)
     for (int j = 0; j < g->n[i].nin; j++) used |= g->n[i].in[j] == g->input;
   if (!used)

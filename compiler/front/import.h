@@ -9,6 +9,7 @@
 
 /* Limits on what a model may declare. Real models are far below them; they
  * keep a corrupted or hostile file from costing unbounded time or memory. */
+#define IMP_MAX_OPSET 28                  // the newest default-domain opset read
 #define IMP_MAX_DIM ((int64_t)1 << 40)    // one dimension
 #define IMP_MAX_NODES (1 << 24)           // nodes, initializers, inputs, outputs
 #define IMP_MAX_NODE_IO (1 << 16)         // inputs or outputs of one node

@@ -1,6 +1,6 @@
 /* inspect.c — `snc inspect`: the shape-inferred forward graph, node by node,
  * and a summary (nodes, trainable parameters, activation bytes at the batch,
- * forward FLOPs); or the same as JSON (INTERFACE.md, "snc inspect --json").
+ * forward FLOPs); or the same as JSON (docs/reference.md, `--json`).
  * Reads the graph only; runs after shape_infer(). */
 #include "front.h"
 
@@ -47,8 +47,8 @@ void inspect_print(const Graph *g, FILE *f) {
   param_totals(g, &pc, &pb);
   fprintf(f, "nodes: %d\n", nf);
   if (g->batch_reshapes)
-    fprintf(f, "note: %d Reshape target%s had the export batch %d as leading dimension; they "
-            "follow --batch %d\n", g->batch_reshapes, g->batch_reshapes == 1 ? "" : "s",
+    fprintf(f, "note: %d shape target%s or constant%s (Reshape, Expand, ConstantOfShape, Tile) held the export "
+            "batch %d; they follow --batch %d\n", g->batch_reshapes, g->batch_reshapes == 1 ? "" : "s", g->batch_reshapes == 1 ? "" : "s",
             g->export_batch, g->batch);
   fprintf(f, "trainable parameters: %lld (%s)\n", (long long)pc, fmt_bytes(pb));
   fprintf(f, "activation bytes at batch %d: %s\n", g->batch, fmt_bytes(activation_bytes(g)));

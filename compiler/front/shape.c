@@ -8,7 +8,7 @@
  * to 17 (older attribute forms are accepted where they are easy to tell apart).
  *
  * Constant subgraphs (the shape arithmetic exporters write) are evaluated by
- * fold.c as the walk reaches them, and their nodes dropped at the end.
+ * eval.c as the walk reaches them, and their nodes dropped at the end.
  *
  * What it is not: a general ONNX shape inferencer: only the ops of ops.h.
  *
@@ -39,7 +39,8 @@ Tensor *shape_in(Graph *g, Node *n, int i) {
 Tensor *shape_in_float(Graph *g, Node *n, int i, int rank) {
   Tensor *t = shape_in(g, n, i);
   if (t->dtype != DT_FLOAT)
-    node_error(n, "input %d ('%s') must be float32, not %s", i, t->name, dtype_name(t->dtype));
+    node_error(n, "input %d ('%s'%s) must be float32, not %s", i, t->name,
+               tensor_source(g, n->in[i]), dtype_name(t->dtype));
   if (rank >= 0 && t->rank != rank)
     node_error(n, "input %d ('%s') must have rank %d, not %d %s", i, t->name, rank, t->rank,
                shape_str(t));
@@ -126,7 +127,7 @@ void shape_infer(Graph *g, int batch) {
     Node *n = &g->n[i];
     check_node(g, n);
     /* Constant subgraphs (shape arithmetic) are evaluated here and dropped. */
-    if (fold_node(g, n)) {
+    if (eval_node(g, n)) {
       folded[i] = any = true;
     } else {
       op_info[n->op].shape(g, n);
@@ -143,7 +144,7 @@ void shape_infer(Graph *g, int batch) {
       if (n->out[o] >= 0 && g->t[n->out[o]].rank < 0)
         internal_error(__FILE__, __LINE__, "node '%s' left output %d without a shape", n->name, o);
   }
-  if (any) fold_remove(g, folded);
+  if (any) eval_remove(g, folded);
   free(folded);
 }
 
@@ -206,7 +207,7 @@ void shape_dropout(Graph *g, Node *n) {
 }
 
 /* A Constant that import did not fold (a hand-built graph): its value
- * becomes the output, a TK_CONST tensor (fold.c then drops the node). */
+ * becomes the output, a TK_CONST tensor (eval.c then drops the node). */
 void shape_constant(Graph *g, Node *n) {
   Tensor *y = &g->t[n->out[0]];
   const Attr *a = attr_find(n, "value");

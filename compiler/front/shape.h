@@ -27,12 +27,21 @@ void *shape_alloc(size_t size);
 /* shape_seq.c: a MatMul that snrt_mm_t cannot express, rewritten into an
  * Einsum node (1-D operands, batch dims broadcast on both sides). */
 void shape_matmul_einsum(Graph *g, Node *n, const Tensor *a, const Tensor *b);
+/* The export batch in shape targets (shape_tensor.c): a Reshape target's
+ * (x the tensor reshaped), and the leading literal of an Expand,
+ * ConstantOfShape or Tile target; rewritten to --batch, counted in
+ * g->batch_reshapes. */
+void shape_batch_target(Graph *g, Node *n, const Tensor *x, int64_t *shape, int r);
+void shape_batch_leading(Graph *g, const Node *n, int64_t *shape, int r);
+/* A constant of the export batch's leading dimension meeting data of
+ * --batch rows in a broadcast: equal slices become one (shape_tensor.c). */
+void shape_batch_const(Graph *g, Node *n, Tensor *c, const Tensor *x);
 
-/* fold.c: evaluates n at compile time if its op is foldable and its inputs
- * are constants (Shape: any shaped input); true if it did. */
-bool fold_node(Graph *g, Node *n);
+/* eval.c: evaluates n at compile time if eval.c's table has its op and its
+ * inputs are constants (Shape, Size: any shaped input); true if it did. */
+bool eval_node(Graph *g, Node *n);
 /* Drops the forward nodes marked in folded[] (their outputs are constants
  * now) and renumbers the rest. */
-void fold_remove(Graph *g, const bool *folded);
+void eval_remove(Graph *g, const bool *folded);
 
 #endif

@@ -19,7 +19,7 @@
  * (the column matrix is still in cache when the GEMM reads it; the
  * differences between 1, 2 and 4 MiB were within noise). Below 4 MiB the
  * example CNN's liveness arena packed worse than 1.05x its peak live bytes
- * (tests/test_plan.py). */
+ * (tests/test_plan_validity.py). */
 
 /* One spatial dimension of a window op. pb/pe come in as the explicit pads
  * and go out as the ones actually used. */

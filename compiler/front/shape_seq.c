@@ -5,7 +5,7 @@
  * condition (torch's masked_fill of a causal mask) and Expand.
  *
  * Requires: inputs shaped (shape.c walks the nodes in order); Gather and
- * Where whose inputs are all constants were folded before (fold.c).
+ * Where whose inputs are all constants were evaluated before (eval.c).
  * Provides: output shapes and node->p (snrt_math_t, snrt_ln_t,
  * snrt_gather_t, snrt_where_t, snrt_reduce_t for Expand).
  *
@@ -113,8 +113,10 @@ void shape_gather(Graph *g, Node *n) {
       v[i] = (int32_t)(k < 0 ? k + p->rows : k);
     }
     p->idx = v;
-  } else if (ix->kind != TK_INPUT) {
-    node_error(n, "indices ('%s') must be the data input (token ids) or a constant", ix->name);
+  } else if (ix->kind != TK_INPUT && graph_token_source(g, n->in[1]) < 0) {
+    node_error(n, "indices ('%s'%s) must be the data input (token ids), its elements moved "
+               "(Reshape, Flatten, Squeeze, Unsqueeze, Identity), or a constant", ix->name,
+               tensor_source(g, n->in[1]));
   }
   /* Output: the table's dims before the axis, the indices' dims, the rest
    * (a scalar index drops the axis: a select). */
@@ -178,8 +180,9 @@ void shape_where(Graph *g, Node *n) {
     return;
   }
   if (c->kind != TK_CONST || !c->data || c->dtype != DT_BOOL)
-    node_error(n, "the condition ('%s') must be a constant bool tensor (a mask); Where on a "
-               "condition computed from data is not supported", c->name);
+    node_error(n, "the condition ('%s'%s) must be a constant bool tensor (a mask); Where on a "
+               "condition computed from data is not supported", c->name,
+               tensor_source(g, n->in[0]));
   bool fill_a = const_scalar(a), fill_b = const_scalar(b);
   if (fill_a == fill_b)
     node_error(n, "exactly one branch must be a constant float scalar (a masked fill); '%s' and "
@@ -349,6 +352,7 @@ static snrt_einsum_t einsum_form(const Node *n, const char *out, const char *a, 
 void shape_einsum(Graph *g, Node *n) {
   const char *eq = attr_string(n, "equation", NULL);
   if (!eq) node_error(n, "Einsum needs an equation");
+  if (n->nin != 2) node_error(n, "Einsum '%s': snc supports exactly two operands, not %d", eq, n->nin);
   Tensor *x[2] = {shape_in_float(g, n, 0, -1), shape_in_float(g, n, 1, -1)};
   /* Parse "ab,bc->ac" (spaces allowed); the implicit form "ab,bc" outputs
    * the letters used once, in alphabetical order. */
@@ -478,6 +482,7 @@ void shape_broadcast(Graph *g, Node *n) {
   Tensor *x = shape_in_float(g, n, 0, -1);
   int64_t shape[MAX_RANK], dims[MAX_RANK];
   int ns = const_ints(g, n, 1, shape, MAX_RANK);
+  shape_batch_leading(g, n, shape, ns);
   int r = ns > x->rank ? ns : x->rank;
   snrt_reduce_t *p = shape_alloc(sizeof *p);
   int64_t stride = 1;

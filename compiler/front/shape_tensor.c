@@ -19,23 +19,74 @@ void shape_flatten(Graph *g, Node *n) {
   n->p = NULL;
 }
 
+/* The batch in a Reshape target. torch bakes the export batch into view()
+ * targets unless dynamic_axes is given: (b, T, C) from x.size(), or the
+ * flattened (b*T, C). On a tensor computed from the data whose leading
+ * dimension holds the batch (k*B rows, the batch outermost):
+ *   - a target without -1 that holds the export's element count instead of
+ *     this one's carries the export batch in its first dimension divisible
+ *     by it: that dimension is rescaled to --batch;
+ *   - a target with -1 whose leading literal is the export batch (or k times
+ *     it, k*B being the rows) follows --batch, which the -1 would otherwise
+ *     silently absorb.
+ * An export batch of 1 cannot be told from a literal 1 where both fit: a
+ * clear error naming the fixes. Targets computed from Shape(x) hold --batch
+ * already and fit as they are. */
+void shape_batch_target(Graph *g, Node *n, const Tensor *x, int64_t *shape, int r) {
+  int eb = g->export_batch, B = g->batch;
+  bool rows = x->batched || (x->producer >= 0 && x->rank >= 1 && x->dims[0] % B == 0 &&
+                             x->dims[0] > 0 && x->kind != TK_CONST);
+  if (eb <= 0 || eb == B || !rows || r < 1) return;
+  int64_t numel = tensor_numel(x), known = 1;
+  bool infer = false, zero = false;
+  for (int i = 0; i < r; i++) {
+    if (shape[i] == -1) infer = true;
+    else if (shape[i] == 0) zero = true;
+    else if (shape[i] > 0) known = mul_checked(known, shape[i], n->name);
+  }
+  if (zero || numel % B) return;
+  int64_t exported = numel / B * eb;
+  if (!infer) {
+    if (known == numel || known != exported) return;
+    for (int i = 0; i < r; i++)
+      if (shape[i] > 0 && shape[i] % eb == 0) {
+        shape[i] = shape[i] / eb * B;
+        g->batch_reshapes++;
+        return;
+      }
+    node_error(n, "the target holds the export batch (%d) in no dimension divisible by it; "
+               "re-export with dynamic_axes on the batch, or compile with --batch %d", eb, eb);
+  }
+  int64_t k = x->dims[0] / B;
+  if (shape[0] <= 0 || (shape[0] != eb && shape[0] != k * eb)) return;
+  if (eb == 1)
+    node_error(n, "the target's leading dimension %lld may be the export batch (1) or a literal "
+               "on a tensor of batch %d; re-export with dynamic_axes on the batch, or compile "
+               "with --batch 1", (long long)shape[0], B);
+  shape[0] = shape[0] / eb * B;
+  g->batch_reshapes++;
+}
+
+/* Expand, ConstantOfShape and Tile targets of rank 2 or more: a leading
+ * literal equal to the export batch (2 or more) follows --batch (BERT's token
+ * types expanded to (b, T) and its mask of ones, ViT's
+ * cls_token.expand(b, -1, -1), Llama's key/value heads expanded to
+ * (b, kv, rep, T, D)). A 1-D target is left alone: exporters build shape
+ * vectors with ConstantOfShape([rank]), where the value is a rank. */
+void shape_batch_leading(Graph *g, const Node *n, int64_t *shape, int r) {
+  int eb = g->export_batch;
+  if (eb >= 2 && eb != g->batch && r >= 2 && shape[0] == eb) {
+    shape[0] = g->batch;
+    g->batch_reshapes++;
+  }
+}
+
 void shape_reshape(Graph *g, Node *n) {
   Tensor *x = shape_in(g, n, 0);
   int64_t shape[MAX_RANK];
   int r = const_ints(g, n, 1, shape, MAX_RANK);
   bool allowzero = attr_int(n, "allowzero", 0) != 0;
-  /* torch bakes the export batch into view(b, ...) targets. On a tensor that
-   * carries the batch, a leading target equal to the export batch follows
-   * --batch; an export batch of 1 cannot be told from a literal 1. */
-  int eb = g->export_batch;
-  if (eb > 0 && eb != g->batch && x->batched && r >= 1 && shape[0] == eb) {
-    if (eb == 1)
-      node_error(n, "the target's leading dimension 1 may be the export batch (1) or a literal 1 "
-                 "on a tensor of batch %d; re-export with dynamic_axes on the batch, or compile "
-                 "with --batch 1", g->batch);
-    shape[0] = g->batch;
-    g->batch_reshapes++;
-  }
+  shape_batch_target(g, n, x, shape, r);
   int infer = -1;
   int64_t known = 1;
   for (int i = 0; i < r; i++) {
@@ -67,9 +118,38 @@ void shape_reshape(Graph *g, Node *n) {
   n->p = NULL;
 }
 
+/* A constant that the exporter computed at the export batch (BERT's extended
+ * attention mask, folded by torch into a (b, 1, 1, T) literal) meeting data
+ * of --batch rows: when its b leading slices are equal it does not depend
+ * on the sample, and its first slice broadcasts to any batch (the constant
+ * keeps it alone); otherwise a clear error. */
+void shape_batch_const(Graph *g, Node *n, Tensor *c, const Tensor *x) {
+  int eb = g->export_batch, B = g->batch;
+  if (eb <= 0 || eb == B || c->kind != TK_CONST || !c->data || c->rank < 1 ||
+      c->rank != x->rank || c->dims[0] != eb || x->dims[0] != B || x->kind == TK_CONST)
+    return;
+  int64_t per = tensor_numel(c) / eb;
+  size_t bytes = (size_t)(per * dtype_size(c->dtype));
+  for (int s = 1; s < eb; s++)
+    if (memcmp((const char *)c->data + s * bytes, c->data, bytes))
+      node_error(n, "the constant '%s' %s holds the export batch %d as its leading dimension, "
+                 "with different values per sample, and meets data of batch %d; re-export with "
+                 "dynamic_axes on the batch, or compile with --batch %d", c->name, shape_str(c),
+                 eb, B, eb);
+  c->dims[0] = 1;
+  c->ndata = per;
+  g->batch_reshapes++;
+}
+
 /* Multidirectional (numpy) broadcasting. */
 void shape_binary(Graph *g, Node *n) {
+  /* Min and Max are variadic in ONNX; on data snc takes two operands (a
+   * constant list of any length was evaluated before this). */
+  if ((n->op == OP_MIN || n->op == OP_MAX) && n->nin != 2)
+    node_error(n, "%s of data takes exactly two inputs here, not %d", op_name(n->op), n->nin);
   Tensor *a = shape_in_float(g, n, 0, -1), *b = shape_in_float(g, n, 1, -1);
+  shape_batch_const(g, n, a, b);
+  shape_batch_const(g, n, b, a);
   snrt_binary_t *p = shape_alloc(sizeof *p);
   int r = a->rank > b->rank ? a->rank : b->rank;
   int64_t stra = 1, strb = 1;

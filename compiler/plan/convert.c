@@ -235,6 +235,28 @@ static bool bias_input(const Node *n, int k) {
   return k == 2 && (n->op == OP_CONV || n->op == OP_GEMM);
 }
 
+/* Slot k of node n (its inputs, then its outputs): its tensor and dtype;
+ * NULL (tensor -1) when it is no float operand in the arena. */
+static ConvertSlot *slot_open(const Graph *g, const Node *n, Convert *cv, int k) {
+  bool out = k >= n->nin;
+  int j = out ? k - n->nin : k;
+  ConvertSlot *s = out ? &cv->out[j] : &cv->in[j];
+  s->tensor = out ? n->out[j] : n->in[j];
+  s->same = -1;
+  if (!arena_float(g, s->tensor)) {
+    s->tensor = -1;
+    return NULL;
+  }
+  s->dtype = g->t[s->tensor].dtype;
+  return s;
+}
+
+/* Input slot j shares the copy of an earlier input slot of the same tensor. */
+static void slot_same(Convert *cv, int j) {
+  for (int i = 0; i < j; i++)
+    if (cv->in[i].tensor == cv->in[j].tensor) cv->in[j].same = i;
+}
+
 /* Tensor cores (the CUDA target): a conv, GEMM or MatMul reads 16-bit
  * operands; each float32 one (a weight, the data input) gets a 16-bit copy
  * in the step's workspace, made before the call, and so does a float32
@@ -250,18 +272,10 @@ static void tensor_core_plan(const Graph *g, const Node *n, Convert *cv) {
   for (int k = 0; k < n->nin + n->nout; k++) {
     bool out = k >= n->nin;
     int j = out ? k - n->nin : k;
-    ConvertSlot *s = out ? &cv->out[j] : &cv->in[j];
-    s->tensor = out ? n->out[j] : n->in[j];
-    s->same = -1;
-    if (!arena_float(g, s->tensor)) {
-      s->tensor = -1;
-      continue;
-    }
-    s->dtype = g->t[s->tensor].dtype;
+    ConvertSlot *s = slot_open(g, n, cv, k);
+    if (!s) continue;
     s->copy = !is16(s->dtype) && (out ? conv : !bias_input(n, j));
-    if (!out)
-      for (int i = 0; i < j; i++)
-        if (cv->in[i].tensor == s->tensor) s->same = i;
+    if (!out) slot_same(cv, j);
     if (!s->copy || s->same >= 0) continue;
     s->floats = tensor_numel(&g->t[s->tensor]);
     s->at = at;
@@ -301,18 +315,10 @@ void convert_plan(const Graph *g, const Node *n, Convert *cv) {
   for (int k = 0; k < n->nin + n->nout; k++) {
     bool out = k >= n->nin;
     int j = out ? k - n->nin : k;
-    ConvertSlot *s = out ? &cv->out[j] : &cv->in[j];
-    s->tensor = out ? n->out[j] : n->in[j];
-    s->same = -1;
-    if (!arena_float(g, s->tensor)) {
-      s->tensor = -1;
-      continue;
-    }
-    s->dtype = g->t[s->tensor].dtype;
+    ConvertSlot *s = slot_open(g, n, cv, k);
+    if (!s) continue;
     s->copy = is16(s->dtype) || (low && !out && !kernel_rounds(n, j));
-    if (!out)
-      for (int i = 0; i < j; i++)
-        if (cv->in[i].tensor == s->tensor) s->same = i;
+    if (!out) slot_same(cv, j);
   }
   /* The axis whose chunks take the fewest bytes (whole tensors where none
    * fits, or --convert-chunk 0). */

@@ -11,7 +11,7 @@
  * DGX-1 (512 GiB, 8 V100), 128 GiB for a DGX A100 (1 TiB, 8 GPUs), 256 GiB
  * for a DGX H100/H200 (2 TiB, 8 GPUs); 0 for cpu: this machine's memory,
  * read when planning). They mirror
- * schemas/devices.json, the data file users read; tests/test_plan.py fails
+ * schemas/devices.json, the data file users read; tests/test_plan_validity.py fails
  * when the two disagree. Peaks, not measurements (the GPU rows are
  * datasheet FP32 numbers; cpu's are round numbers): with them the cost model
  * ranks plans, it does not promise seconds. Measured numbers come from a

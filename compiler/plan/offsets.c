@@ -28,7 +28,7 @@
  * O(log T) lists, merging neighbours. Because packed memory is mostly
  * contiguous, lists stay short, and the whole pass is about
  * O(n log T (log L + bumps)) plus list inserts: well under a second for 100k
- * instances (tests/test_plan.py times the deep ResNet). The result is exactly
+ * instances (tests/test_plan_validity.py times the deep ResNet). The result is exactly
  * the greedy rule above; only the search is faster.
  *
  * offsets_check is independent of all this: a sweep over steps with the
@@ -220,14 +220,14 @@ void offsets_host(Plan *pl) {
 
 /* ---- the checker ---- */
 
-static int cmp_first(const void *x, const void *y, void *ctx) {
+int inst_cmp_first(const void *x, const void *y, void *ctx) {
   const Instance *inst = ctx;
   int i = *(const int *)x, j = *(const int *)y;
   if (inst[i].first != inst[j].first) return inst[i].first < inst[j].first ? -1 : 1;
   return (i > j) - (i < j);
 }
 
-static int cmp_last(const void *x, const void *y, void *ctx) {
+int inst_cmp_last(const void *x, const void *y, void *ctx) {
   const Instance *inst = ctx;
   int i = *(const int *)x, j = *(const int *)y;
   if (inst[i].last != inst[j].last) return inst[i].last < inst[j].last ? -1 : 1;
@@ -317,8 +317,8 @@ static int check_arena(const Graph *g, const Plan *pl, FILE *f, bool host) {
   while (a.P < a.nkey) a.P <<= 1;
   a.cnt = xcalloc(2 * (size_t)a.P, sizeof *a.cnt);
   a.mx = xcalloc(2 * (size_t)a.P, sizeof *a.mx);
-  qsort_r(byfirst, (size_t)n, sizeof *byfirst, cmp_first, pl->inst);
-  qsort_r(bylast, (size_t)n, sizeof *bylast, cmp_last, pl->inst);
+  qsort_r(byfirst, (size_t)n, sizeof *byfirst, inst_cmp_first, pl->inst);
+  qsort_r(bylast, (size_t)n, sizeof *bylast, inst_cmp_last, pl->inst);
   for (int k = 0, d = 0; k < n; k++) {
     const Instance *in = &pl->inst[byfirst[k]];
     for (; d < n && pl->inst[bylast[d]].last < in->first; d++)

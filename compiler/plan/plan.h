@@ -94,6 +94,8 @@ typedef struct Instance {
   bool host;               // lives in the pinned host arena (an offloaded copy)
   int64_t convert_bytes;   // a workspace: of `bytes`, the first ones hold the step's float32
                            // working copies (--precision bf16|fp16: convert.c)
+  int64_t lent_bytes;      // a cuda conv workspace: of `bytes`, those lent from a free hole
+                           // beyond its planned size (workspace.c; not in live bytes)
 } Instance;
 
 typedef struct PlanOpts {
@@ -351,6 +353,11 @@ void offsets_dump(const Graph *g, const Plan *pl, FILE *f);
 /* Brute-force check: no two instances whose lifetimes overlap share bytes.
  * Returns the number of violations (printed to f if non-NULL). */
 int offsets_check(const Graph *g, const Plan *pl, FILE *f);
+/* qsort_r orders of instance indices (ctx: the Instance array) by first
+ * step, and by last step; ties by index. The checker's sweep and
+ * workspace.c's use them. */
+int inst_cmp_first(const void *x, const void *y, void *ctx);
+int inst_cmp_last(const void *x, const void *y, void *ctx);
 /* recompute.c: inserts recompute steps (Step.kind SK_RECOMPUTE) and their
  * instances; segments go memory-centric while live bytes exceed `target`. */
 typedef struct RecomputeOpts {

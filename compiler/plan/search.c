@@ -7,7 +7,10 @@
  * so its estimate can never grow with the budget: a larger budget lets more
  * candidates fit and takes nothing away. The search skips a candidate only
  * where a bound proves it cannot fit or cannot be faster than one already
- * found, so what it returns is that minimum, not an approximation of it.
+ * found, so on graphs of up to LARGE_GRAPH_NODES (2,000) forward nodes what
+ * it returns is exactly that minimum. Above that the candidate set is
+ * smaller and the bounds skip with SEARCH_SLACK (3%): the plan returned is
+ * within 3% of the fastest candidate of that smaller set (below).
  *
  * Candidates. A chain is one recomputation scheme with persistent state at
  * one host-state level (0: on the device; 1: optimizer state on the host;
@@ -84,9 +87,9 @@ enum { MAX_VARIANTS = 12, FIRST_K_STEPS = 8 };
  * recomputation has no first-k variants, and the ladder's steps are twice
  * as large. */
 enum { LARGE_GRAPH_NODES = 2000 };
-/* On large graphs the bounds skip what cannot be more than 1% faster than the
- * best found: auto's estimate is then within 1% of the fastest candidate's,
- * and never more than 1% above its estimate at any smaller budget. */
+/* On large graphs the bounds skip what cannot be more than 3% faster than the
+ * best found: auto's estimate is then within 3% of the fastest candidate's,
+ * and never more than 3% above its estimate at any smaller budget. */
 #define SEARCH_SLACK 0.03
 
 typedef struct Chain {

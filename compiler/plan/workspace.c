@@ -10,7 +10,9 @@
  * existing workspace instance moved and grown, or a new one where the CPU's
  * sizing gave none, e.g. a 1x1 stride-1 conv); pl->ws_cap. The arena does not
  * grow and nothing else moves: the lent bytes are bytes no live instance uses
- * at that step. Live-byte statistics stay as planned (before lending).
+ * at that step. Live-byte statistics stay as planned (before lending);
+ * Instance.lent_bytes records what was lent (plan.json: lent_bytes), and the
+ * high water per step is recomputed with the lent bytes.
  * The CPU target does not run this pass: its im2col sizing (shape_nn.c) is
  * what its kernels need.
  *
@@ -61,20 +63,6 @@ static void live_remove(const Plan *pl, Live *l, int i) {
   l->n--;
 }
 
-static int cmp_first(const void *a, const void *b, void *ctx) {
-  const Instance *in = ctx;
-  int x = *(const int *)a, y = *(const int *)b;
-  if (in[x].first != in[y].first) return in[x].first < in[y].first ? -1 : 1;
-  return (x > y) - (x < y);
-}
-
-static int cmp_last(const void *a, const void *b, void *ctx) {
-  const Instance *in = ctx;
-  int x = *(const int *)a, y = *(const int *)b;
-  if (in[x].last != in[y].last) return in[x].last < in[y].last ? -1 : 1;
-  return (x > y) - (x < y);
-}
-
 void workspace_plan(const Graph *g, Plan *pl, int64_t cap) {
   Route *r = pl->route;
   cap -= cap % SNRT_ALIGN;
@@ -92,8 +80,8 @@ void workspace_plan(const Graph *g, Plan *pl, int64_t cap) {
     byfirst[n] = bylast[n] = i;
     n++;
   }
-  qsort_r(byfirst, (size_t)n, sizeof(int), cmp_first, pl->inst);
-  qsort_r(bylast, (size_t)n, sizeof(int), cmp_last, pl->inst);
+  qsort_r(byfirst, (size_t)n, sizeof(int), inst_cmp_first, pl->inst);
+  qsort_r(bylast, (size_t)n, sizeof(int), inst_cmp_last, pl->inst);
   Live live = {xmalloc(sizeof(int) * ((size_t)n + 1)), 0};
   bool *added = xcalloc((size_t)pl->ninst + 1, sizeof(bool));
   int a = 0, d = 0;
@@ -122,16 +110,21 @@ void workspace_plan(const Graph *g, Plan *pl, int64_t cap) {
       Instance *w = &pl->inst[st->ws];
       if (bytes < w->bytes) continue;  /* only when cap < the CPU's size: keep it */
       w->offset = best_lo;
+      w->lent_bytes = bytes - w->bytes;
       w->bytes = bytes;
     } else if (bytes > 0) {
       xgrow((void **)&pl->inst, &pl->capinst, pl->ninst + 1, sizeof *pl->inst);
       pl->inst[pl->ninst] = (Instance){.tensor = -1, .bytes = bytes, .first = s, .last = s,
-                                       .offset = best_lo, .host_offset = -1};
+                                       .offset = best_lo, .host_offset = -1,
+                                       .lent_bytes = bytes};
       st->ws = pl->ninst++;
     }
   }
   free(live.v);
   free(added);
+  /* The arena's high water per step now includes the lent bytes (the
+   * kernels use them). */
+  offsets_high_water(pl);
   free(byfirst);
   free(bylast);
   free(mine);

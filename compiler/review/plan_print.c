@@ -3,7 +3,7 @@
  * Text: a summary (policy, batch, device, arena, persistent, peak live, layer
  * peak, baseline, ratio, estimated step time), then one row per step: index,
  * kind, op, live MiB, arena high water MiB, node (the peak step marked).
- * JSON: every key INTERFACE.md lists for plan.json, plus the instances
+ * JSON: every key docs/reference.md lists for plan.json, plus the instances
  * (tensor, kind, bytes, lifetime, offset) for the HTML view and plan diffs;
  * schemas/plan.schema.json describes it.
  *
@@ -392,6 +392,7 @@ void plan_print_json(const Graph *g, const Plan *pl, FILE *f) {
     if (g->precision != PREC_FP32)
       fprintf(f, ", \"dtype\": \"%s\"", in->tensor >= 0 ? dtype_name(g->t[in->tensor].dtype) : "bytes");
     if (in->convert_bytes) fprintf(f, ", \"convert_bytes\": %lld", (long long)in->convert_bytes);
+    if (in->lent_bytes) fprintf(f, ", \"lent_bytes\": %lld", (long long)in->lent_bytes);
     fputc('}', f);
   }
   fprintf(f, "\n  ]\n}\n");

@@ -1,5 +1,5 @@
 /* calibrate.c — build/snc-calibrate: measures a device profile for snc's cost
- * model (compiler/cost.c) on the runtime the emitted programs link against.
+ * model (compiler/plan/cost.c) on the runtime the emitted programs link against.
  *
  * What it is: a timer of the runtime's own kernels through snrt.h, the calls
  * an emitted train.c makes (cases.c): convolution forward and backward (data
@@ -22,7 +22,7 @@
  * How: every case runs once per pass, NPASS passes, and its time is the
  * median of its passes (each pass a trial of calls lasting about
  * trial_s / NPASS); see calibrate.h for the operands. Per class the fit
- * (fit.c) gives the rate, in FLOP/s (FLOPs counted as compiler/flops.c
+ * (fit.c) gives the rate, in FLOP/s (FLOPs counted as compiler/front/flops.c
  * counts them) for convolutions and GEMMs, window elements per second for
  * pooling, bytes touched per second (inputs + outputs + workspace, as
  * cost.c counts them) for the others, and the fixed costs.

@@ -33,7 +33,7 @@
 #define TARGET "cpu"
 #endif
 
-/* The cost classes of compiler/cost.c, in its order (names: cal_class_names). */
+/* The cost classes of compiler/plan/cost.c, in its order (names: cal_class_names). */
 enum { K_CONV, K_CONV_SMALL, K_CONV_1X1, K_CONV_BWD, K_CONV_BWD_SMALL, K_CONV_BWD_1X1, K_GEMM,
        K_POOL, K_NORM, K_ELEM, K_UPDATE, K_ADAM, K_STRIDED, K_MATH, K_LOSS, NCLASS };
 extern const char *const cal_class_names[NCLASS];

@@ -1,6 +1,6 @@
 /* cases.c — snc-calibrate's measurement cases: one runtime kernel on one
  * shape each, called through snrt.h as an emitted train.c calls it, with the
- * work and bytes touched counted as compiler/cost.c counts them for the step
+ * work and bytes touched counted as compiler/plan/cost.c counts them for the step
  * (inputs + outputs + workspace), so a rate measured here is the rate the
  * cost model divides by. Operands: see calibrate.h (random values from the
  * input pool, outputs to the output pool, rotated slots).

@@ -1,5 +1,5 @@
 /* fit.c — snc-calibrate's fits: per cost class, the rate and the fixed costs
- * compiler/cost.c adds, from the cases' median times.
+ * compiler/plan/cost.c adds, from the cases' median times.
  *
  * Model: t = a + work / rate + p [parallel] + u units, where a is a fixed
  * cost per step (a call), p the wake-up of the CPU kernels' thread team

@@ -1,5 +1,5 @@
 /* flags.c — the emitted program's command line: --help's text and the
- * parser that fills rt_opts (INTERFACE.md, "The emitted program").
+ * parser that fills rt_opts (docs/reference.md, "DIR/train").
  *
  * What it is not: checks that need the model (setup.c). A usage error prints
  * one line and exits 1. */

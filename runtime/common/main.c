@@ -1,7 +1,7 @@
 /* main.c — the emitted program's main(): the run in the order it happens.
  *
  * What it is: everything around the compiled step, one call per part:
- * flags (flags.c, INTERFACE.md "The emitted program"), setup and resume
+ * flags (flags.c; docs/reference.md, "DIR/train"), setup and resume
  * (setup.c: checks, data, device, initial or resumed tensors, the banner),
  * the step loop and the final evaluation (steps.c, eval.c) or --predict's
  * forward pass instead (predict.c), then the outputs

@@ -1,4 +1,4 @@
-/* metrics.c — the --metrics JSON file (INTERFACE.md).
+/* metrics.c — the --metrics JSON file (docs/reference.md, "Metrics").
  *
  * What it is: one flat JSON object, written atomically so a reader never sees
  * half a file. Keys: steps (run by this invocation), global_step, epochs

@@ -3,7 +3,7 @@
  * What it is: a float32, C-order .npy writer (format version 1.0, header padded
  * to a multiple of 64 bytes as numpy does) and the two dumps built on it.
  * File names are the ONNX names with every character outside [A-Za-z0-9._-]
- * replaced by '_' (INTERFACE.md).
+ * replaced by '_' (docs/reference.md, "Dumps").
  *
  * What it is not: .npy reading (data.c). */
 #include "rt.h"

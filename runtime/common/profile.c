@@ -1,6 +1,6 @@
 /* profile.c — `--profile FILE` of the emitted program: the measured time of
  * each plan step, summed per step kind and per cost class, beside the plan's
- * estimate (compiler/cost.c), so the cost model is checked step by step and
+ * estimate (compiler/plan/cost.c), so the cost model is checked step by step and
  * not only in total.
  *
  * How: while a training step runs (rt_prof_begin/end around it), the device

@@ -4,7 +4,7 @@
  * by the device layers (they see snrt_dev.h).
  *
  * Every function here that meets a user error prints one line
- * "PROG: error: ..." and exits with the code INTERFACE.md gives. */
+ * "PROG: error: ..." and exits with the code docs/reference.md gives. */
 #ifndef SNRT_RT_H
 #define SNRT_RT_H
 

@@ -11,7 +11,7 @@
  * gradients, skip the updates on overflow).
  *
  * What it is not: where the copies live (the plan puts them in each step's
- * workspace, compiler/convert.c). */
+ * workspace, compiler/plan/convert.c). */
 #include "kern.h"
 
 #include <stdio.h>

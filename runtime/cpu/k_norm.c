@@ -11,7 +11,8 @@
  *
  * LRN (ONNX): square sum over channels [c - floor((size-1)/2), c +
  * ceil((size-1)/2)], s = bias + alpha/size * sum, y = x * s^-beta.
- * Not here: LayerNorm/GroupNorm (not in our op set). */
+ * Not here: LayerNormalization (k_seq.c, with the other transformer ops);
+ * GroupNorm (not in the op set). */
 #include "kern.h"
 
 /* The one normalization expression shared by train and saved forwards. */

@@ -66,21 +66,37 @@ static inline int64_t row_offset(int rank, const int64_t *odims, const int64_t *
   return o;
 }
 
+/* A slice as rows of its last dimension: per dimension the input offset of
+ * the first element taken and the input stride of one output step; `rows`
+ * rows of `inner` elements, m apart in the input, the first at b past the
+ * row's offset (row_offset). */
+typedef struct SliceRows {
+  int64_t base[SNRT_MAX_RANK], mul[SNRT_MAX_RANK];
+  int64_t inner, rows, b, m;
+} SliceRows;
+
+static SliceRows slice_rows(const snrt_slice_t *p) {
+  SliceRows g;
+  int64_t ist[SNRT_MAX_RANK];
+  strides_of(p->rank, p->in_dims, ist);
+  for (int d = 0; d < p->rank; d++) {
+    g.base[d] = p->start[d] * ist[d];
+    g.mul[d] = p->step[d] * ist[d];
+  }
+  const int l = p->rank - 1;
+  g.inner = p->out_dims[l], g.rows = p->n_out / g.inner;
+  g.b = g.base[l], g.m = g.mul[l];
+  return g;
+}
+
 void snrt_slice_fwd(snrt_ctx *c, const snrt_slice_t *p, const float *x, float *y) {
   (void)c;
   if (p->n_out == 0) return;
-  int64_t ist[SNRT_MAX_RANK], base[SNRT_MAX_RANK], mul[SNRT_MAX_RANK];
-  strides_of(p->rank, p->in_dims, ist);
-  for (int d = 0; d < p->rank; d++) {
-    base[d] = p->start[d] * ist[d];
-    mul[d] = p->step[d] * ist[d];
-  }
-  const int l = p->rank - 1;
-  const int64_t inner = p->out_dims[l], rows = p->n_out / inner;
-  const int64_t b = base[l], m = mul[l];
+  const SliceRows g = slice_rows(p);
+  const int64_t inner = g.inner, m = g.m;
 #pragma omp parallel for schedule(static) if (p->n_out > KERN_PAR_MIN)
-  for (int64_t r = 0; r < rows; r++) {
-    const float *xp = x + row_offset(p->rank, p->out_dims, base, mul, r) + b;
+  for (int64_t r = 0; r < g.rows; r++) {
+    const float *xp = x + row_offset(p->rank, p->out_dims, g.base, g.mul, r) + g.b;
     float *yp = y + r * inner;
     for (int64_t j = 0; j < inner; j++) yp[j] = xp[j * m];
   }
@@ -90,20 +106,13 @@ void snrt_slice_bwd(snrt_ctx *c, const snrt_slice_t *p, const float *dy, float *
   (void)c;
   memset(dx, 0, sizeof(float) * p->n_in);
   if (p->n_out == 0) return;
-  int64_t ist[SNRT_MAX_RANK], base[SNRT_MAX_RANK], mul[SNRT_MAX_RANK];
-  strides_of(p->rank, p->in_dims, ist);
-  for (int d = 0; d < p->rank; d++) {
-    base[d] = p->start[d] * ist[d];
-    mul[d] = p->step[d] * ist[d];
-  }
-  const int l = p->rank - 1;
-  const int64_t inner = p->out_dims[l], rows = p->n_out / inner;
-  const int64_t b = base[l], m = mul[l];
+  const SliceRows g = slice_rows(p);
+  const int64_t inner = g.inner, m = g.m;
   /* Distinct output elements hit distinct input elements (steps are nonzero),
    * so rows can be scattered in parallel. */
 #pragma omp parallel for schedule(static) if (p->n_out > KERN_PAR_MIN)
-  for (int64_t r = 0; r < rows; r++) {
-    float *xp = dx + row_offset(p->rank, p->out_dims, base, mul, r) + b;
+  for (int64_t r = 0; r < g.rows; r++) {
+    float *xp = dx + row_offset(p->rank, p->out_dims, g.base, g.mul, r) + g.b;
     const float *yp = dy + r * inner;
     for (int64_t j = 0; j < inner; j++) xp[j * m] = yp[j];
   }

@@ -11,7 +11,7 @@
  * GEMMs read 16-bit operands on tensor cores instead (conv.cu, matmul.cu),
  * their float32 operands narrowed here into 16-bit copies (the same store).
  *
- * What it is not: the planning of the copies (compiler/convert.c). This file
+ * What it is not: the planning of the copies (compiler/plan/convert.c). This file
  * has never run on a GPU: it compiles and links (tests/test_cuda_build.py);
  * tests/gpu/run.sh checks it where a GPU is lent. */
 #include "cuda_rt.h"

@@ -9,7 +9,7 @@
  * a CUDA graph capture: a choice still missing during a capture is an error),
  * among those whose workspace fits what the plan gave that step (p->ws_bytes
  * at `ws`: on the cuda target, snc gives each conv step its own struct and the
- * free hole of the arena at that step, compiler/workspace.c).
+ * free hole of the arena at that step, compiler/plan/workspace.c).
  *
  * How: by default the fastest one cudnnFind*AlgorithmEx measures (timing:
  * two processes may choose differently). With SNRT_DETERMINISTIC=1 by a fixed

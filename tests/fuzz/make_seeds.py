@@ -105,6 +105,52 @@ def all_ops(path):
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
 
 
+def eval_ops(path):
+    """Constant subgraphs for the compile-time evaluator (compiler/front/
+    eval.c): a causal mask (ConstantOfShape, Trilu), rotary-like tables
+    (Range, Cast, MatMul, Sin, Cos), a window mask (ScatterND, Mod, Not,
+    Where), Tile and Expand, all feeding a small data path (opset 14)."""
+    F, I, B = onnx.TensorProto.FLOAT, onnx.TensorProto.INT64, onnx.TensorProto.BOOL
+    vi = helper.make_tensor_value_info
+    t = helper.make_tensor
+    n = helper.make_node
+    nodes = [
+        n("ConstantOfShape", ["tt"], ["full"], name="full", value=t("v", F, [1], [-1e9])),
+        n("Trilu", ["full", "one"], ["mask"], name="triu", upper=1),
+        n("Range", ["zero", "four", "one"], ["pos"], name="range"),
+        n("Cast", ["pos"], ["posf"], name="posf", to=F),
+        n("Unsqueeze", ["posf", "ax1"], ["pcol"], name="pcol"),
+        n("MatMul", ["pcol", "freq"], ["ang"], name="ang"),
+        n("Sin", ["ang"], ["sin"], name="sin"),
+        n("Cos", ["ang"], ["cos"], name="cos"),
+        n("Mod", ["pos", "two"], ["odd"], name="mod"),
+        n("Cast", ["odd"], ["oddb"], name="oddb", to=B),
+        n("Not", ["oddb"], ["even"], name="not"),
+        n("ScatterND", ["pos", "sidx", "supd"], ["pos2"], name="scatter"),
+        n("Equal", ["pos2", "pos"], ["same"], name="eq"),
+        n("And", ["same", "even"], ["keep"], name="and"),
+        n("Where", ["keep", "onef", "halff"], ["w"], name="where"),
+        n("Tile", ["w", "rep"], ["wt"], name="tile"),
+        n("Reshape", ["wt", "shape44"], ["w44"], name="w44"),
+        n("Add", ["x", "mask"], ["xm"], name="addmask"),
+        n("Mul", ["xm", "sin"], ["a"], name="mulsin"),
+        n("Add", ["a", "cos"], ["b"], name="addcos"),
+        n("Mul", ["b", "w44"], ["c"], name="mulw"),
+        n("Flatten", ["c"], ["fl"], name="flat"),
+        n("Gemm", ["fl", "wg", "bg"], ["y"], name="fc", transB=1),
+    ]
+    c = lambda name, vals, dt=I, dims=None: t(name, dt, [len(vals)] if dims is None else dims, vals)
+    inits = [c("tt", [4, 4]), c("one", [1], dims=[]), c("zero", [0], dims=[]),
+             c("four", [4], dims=[]), c("two", [2], dims=[]), c("ax1", [1]),
+             c("freq", [0.5, 0.25, 0.125, 1.0], F, [1, 4]), c("sidx", [1, 3], dims=[2, 1]),
+             c("supd", [7, 9]), c("onef", [1.0], F, []), c("halff", [0.5], F, []),
+             c("rep", [4]), c("shape44", [4, 4]),
+             c("bg", [0.0] * 3, F)]
+    ins = [vi("x", F, ["N", 4, 4]), vi("wg", F, [3, 16])]
+    g = helper.make_graph(nodes, "eval_ops", ins, [vi("y", F, ["N", 3])], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)]), path)
+
+
 def export(model, shape, path):
     f = io.BytesIO()
     torch.onnx.export(model.eval(), torch.zeros(*shape), f, input_names=["x"],
@@ -126,6 +172,7 @@ def main():
     export(Mlp(), (2, 12), os.path.join(out, "mlp.onnx"))
     export(ConvNet(), (2, 3, 8, 8), os.path.join(out, "convnet.onnx"))
     all_ops(os.path.join(out, "all_ops.onnx"))
+    eval_ops(os.path.join(out, "eval_ops.onnx"))
     # GPT blocks (embeddings, LayerNorm decomposed at 13 and as an op at 17,
     # masked attention, GELU); the causal-mask buffer stays an initializer.
     sys.path.insert(0, os.path.join(ROOT, "examples"))

@@ -1,11 +1,20 @@
 #!/usr/bin/env python3
-"""torchref.py — the PyTorch side of tests/gpu/run.sh.
+"""torchref.py — the PyTorch side of the GPU checks (tests/gpu/bundle.sh
+exports with it here; the bundle's run-gpu.sh runs its references there).
 
-    torchref.py export  MODEL RES BATCH DIR   torchvision MODEL -> DIR/model.onnx,
-                                              DIR/x.npy, DIR/y.npy (fixed seed)
-    torchref.py grads   DIR DEVICE [bf16|fp32] one training step of the same model in
+    torchref.py export  MODEL RES BATCH DIR [--strip]
+                                              torchvision MODEL -> DIR/model.onnx,
+                                              DIR/x.npy, DIR/y.npy (fixed seed); --strip:
+                                              the float initializers become declared inputs
+                                              (a small file: the snc program draws its own
+                                              initial values, and --dump-params hands them
+                                              to the reference), no DIR/state.pt
+    torchref.py grads   DIR DEVICE [bf16|fp32] [PARAMS]
+                                              one training step of the same model in
                                               PyTorch (TF32 off; bf16: under torch.autocast
-                                              with bfloat16): DIR/ref/<name>.npy, loss.npy
+                                              with bfloat16) from DIR/state.pt, or from the
+                                              snc program's --dump-params folder PARAMS:
+                                              DIR/ref/<name>.npy, loss.npy
     torchref.py compare REF_DIR GOT_DIR [TOL [norm]]
                                               worst relative gradient error (prints JSON;
                                               exit 1 when a tensor is missing or > TOL);
@@ -14,7 +23,8 @@
 MODEL is a torchvision model, or smooth_cnn: conv, BatchNorm, tanh, average
 pooling and a dense layer (no ReLU mask or max-pool argmax that a bf16
 rounding can flip: tests/test_precision.py's SmoothCNN, wider).
-    torchref.py onnx    MODEL RES PATH        torchvision MODEL (1000 classes) -> PATH
+    torchref.py onnx    MODEL RES PATH [--strip]
+                                              torchvision MODEL (1000 classes) -> PATH
     torchref.py same-losses A_DIR B_DIR N     the train_loss of A_DIR/m1.json..mN.json (one
                                               --metrics file per run of --steps k) equal to
                                               B_DIR's, bit for bit (prints JSON; exit 1 if not)
@@ -22,8 +32,9 @@ rounding can flip: tests/test_precision.py's SmoothCNN, wider).
                                               on cuda (TF32 as the snc program: on unless
                                               SNRT_TF32=0); prints JSON
 
-What it is: an independent reference (PyTorch) for the emitted program; the
-model's weights travel in the ONNX initializers, so both start equal.
+What it is: an independent reference (PyTorch) for the emitted program; both
+start from the same weights: the ONNX initializers, or (--strip) the values the
+program drew, read back from its --dump-params files.
 What it is not: a test by itself; run.sh runs the steps and prints the table.
 """
 import json
@@ -70,7 +81,26 @@ def export_onnx(m, x, path):
                       training=torch.onnx.TrainingMode.TRAINING)
 
 
-def cmd_export(model, res, batch, out):
+def strip(path):
+    """The float initializers of an ONNX file become graph inputs of the same
+    name, type and shape (snc gives them PyTorch's default initial values);
+    integer ones (BN's num_batches_tracked) stay."""
+    import onnx
+    from onnx import TensorProto, helper
+    m = onnx.load(path)
+    g = m.graph
+    keep = []
+    for t in g.initializer:
+        if t.data_type == TensorProto.FLOAT:
+            g.input.append(helper.make_tensor_value_info(t.name, TensorProto.FLOAT, list(t.dims)))
+        else:
+            keep.append(t)
+    del g.initializer[:]
+    g.initializer.extend(keep)
+    onnx.save(m, path)
+
+
+def cmd_export(model, res, batch, out, *flags):
     import numpy as np
     import torch
     res, batch = int(res), int(batch)
@@ -80,7 +110,10 @@ def cmd_export(model, res, batch, out):
     x = torch.randn(batch, 3, res, res, generator=torch.Generator().manual_seed(1))
     y = torch.randint(0, 10, (batch,), generator=torch.Generator().manual_seed(2))
     export_onnx(m, x, os.path.join(out, "model.onnx"))
-    torch.save(m.state_dict(), os.path.join(out, "state.pt"))
+    if "--strip" in flags:
+        strip(os.path.join(out, "model.onnx"))
+    else:
+        torch.save(m.state_dict(), os.path.join(out, "state.pt"))
     np.save(os.path.join(out, "x.npy"), x.numpy().astype(np.float32))
     np.save(os.path.join(out, "y.npy"), y.numpy().astype(np.int32))
     with open(os.path.join(out, "meta.json"), "w") as f:
@@ -93,13 +126,34 @@ def no_tf32():
     torch.backends.cudnn.allow_tf32 = False
 
 
-def cmd_grads(d, device, precision="fp32"):
+def load_dumped(m, params):
+    """The model's parameters from an snc program's --dump-params folder
+    (<name>.npy, names sanitized as there). Buffers (BN's running
+    statistics) are left: a training-mode step does not read them."""
+    import numpy as np
+    import torch
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            f = os.path.join(params, sanitize(name) + ".npy")
+            if not os.path.exists(f):
+                sys.exit("torchref.py: %s has no %s" % (params, os.path.basename(f)))
+            v = torch.from_numpy(np.load(f))
+            if tuple(v.shape) != tuple(p.shape):
+                sys.exit("torchref.py: %s has shape %s, the model's is %s"
+                         % (f, tuple(v.shape), tuple(p.shape)))
+            p.copy_(v)
+
+
+def cmd_grads(d, device, precision="fp32", params=None):
     import numpy as np
     import torch
     meta = json.load(open(os.path.join(d, "meta.json")))
     no_tf32()
     m = build(meta["model"], meta["res"])
-    m.load_state_dict(torch.load(os.path.join(d, "state.pt")))
+    if params:
+        load_dumped(m, params)
+    else:
+        m.load_state_dict(torch.load(os.path.join(d, "state.pt")))
     m.to(device).train()
     x = torch.from_numpy(np.load(os.path.join(d, "x.npy"))).to(device)
     y = torch.from_numpy(np.load(os.path.join(d, "y.npy")).astype(np.int64)).to(device)
@@ -206,17 +260,20 @@ def main(argv):
     if len(argv) < 2:
         sys.exit(__doc__)
     cmd, args = argv[1], argv[2:]
-    if cmd == "export" and len(args) == 4:
+    if cmd == "export" and len(args) in (4, 5) and args[4:] in ([], ["--strip"]):
         return cmd_export(*args)
-    if cmd == "grads" and len(args) in (2, 3) and args[2:] in ([], ["fp32"], ["bf16"]):
+    if cmd == "grads" and len(args) in (2, 3, 4) and args[2:3] in ([], ["fp32"], ["bf16"]):
         return cmd_grads(*args)
     if cmd == "compare" and len(args) in (2, 3, 4) and args[3:] in ([], ["norm"]):
         return cmd_compare(args[0], args[1], float(args[2]) if len(args) >= 3 else 1e-3,
                            len(args) == 4)
-    if cmd == "onnx" and len(args) == 3:
+    if cmd == "onnx" and len(args) in (3, 4) and args[3:] in ([], ["--strip"]):
         import torch
         m = build(args[0], int(args[1]), classes=1000).train()
-        return export_onnx(m, torch.randn(1, 3, int(args[1]), int(args[1])), args[2])
+        export_onnx(m, torch.randn(2, 3, int(args[1]), int(args[1])), args[2])
+        if args[3:]:
+            strip(args[2])
+        return 0
     if cmd == "same-losses" and len(args) == 3:
         return cmd_same_losses(*args)
     if cmd == "bench" and len(args) == 4:

@@ -11,27 +11,11 @@
  * - a deep synthetic plan (~120k instances) packed in seconds.
  * Exits non-zero on the first failure. */
 #include "../../compiler/review/review.h"
+#include "check.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static int failures;
-#define CHECK(cond)                                                         \
-  do {                                                                      \
-    if (!(cond)) {                                                          \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      failures++;                                                           \
-    }                                                                       \
-  } while (0)
-#define CHECK_EQ(want, got)                                                 \
-  do {                                                                      \
-    long long w_ = (long long)(want), g_ = (long long)(got);                \
-    if (w_ != g_) {                                                         \
-      fprintf(stderr, "%s:%d: %s: want %lld, got %lld\n", __FILE__, __LINE__, #got, w_, g_); \
-      failures++;                                                           \
-    }                                                                       \
-  } while (0)
 
 /* A plan with T empty steps and the given instances (bytes already aligned). */
 typedef struct { int64_t bytes; int first, last; bool persistent; } Iv;

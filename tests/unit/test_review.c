@@ -1,8 +1,9 @@
 /* test_review.c — the review printers on a plan with recomputation, offload
- * and prefetch (issue 8), before the passes that make such plans exist.
+ * and prefetch built by hand, so that what the printers must show is known
+ * exactly and does not depend on what recompute.c and offload.c decide.
  *
- * Plans the shipped CNN (liveness), then appends by hand what recompute.c and
- * offload.c will insert: a recompute step writing a second instance of one
+ * Plans the shipped CNN (liveness), then appends by hand steps of the kinds
+ * recompute.c and offload.c insert: a recompute step writing a second instance of one
  * activation, an offload of another, its prefetch into a new instance, and a
  * step reading that instance. Checks: the analysis (categories, decisions,
  * copies and their extents), the text plan's decisions section, and the HTML
@@ -10,19 +11,10 @@
  *
  *   build/tests/test_review [examples/fashion_cnn.onnx [PAGE.html]]   -> "test_review: ok", exit 0 */
 #include "../../compiler/review/plan_review.h"
+#include "check.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-static int failures;
-#define CHECK(cond)                                                         \
-  do {                                                                      \
-    if (!(cond)) {                                                          \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      failures++;                                                           \
-    }                                                                       \
-  } while (0)
-#define CONTAINS(text, s) CHECK(strstr(text, s) != NULL)
 
 static int add_inst(Plan *pl, int tensor, int first, int last) {
   xgrow((void **)&pl->inst, &pl->capinst, pl->ninst + 1, sizeof *pl->inst);

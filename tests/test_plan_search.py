@@ -1,7 +1,7 @@
-"""Issue 13's planner: checkpointed recomputation (expensive layers rebuilt
+"""auto's search: checkpointed recomputation (expensive layers rebuilt
 too), the host budget, and auto as the fastest plan under both budgets.
 
-Bit-identity of these plans in training is tests/test_policies.py's (the
+Bit-identity of these plans in training is tests/test_policies_bitexact.py's (the
 checkpoint tier, --segment, nested segments, a binding host budget); here:
 what the plans are, checked from plan.json by tests/plan_check.py."""
 import functools

@@ -173,7 +173,7 @@ def test_policies_bit_identical(name, models, tmp_path):
 
 
 def test_nested_and_host_budget_bit_identical(tmp_path):
-    """Issue 13's harder plans on fashion_cnn (h200 costs), each trained with
+    """The search's harder plans on fashion_cnn (h200 costs), each trained with
     --poison and a slow copy engine, bit-identical to `none`: a budget where
     auto nests (convolutions rebuilt from checkpoints, and cheap layers
     rebuilt again for each backward reader: some node recomputed more than
@@ -366,7 +366,7 @@ def test_auto_tiers_bit_identical(optimizer, tmp_path):
 
 
 def test_recompute_resnet50_224(tmp_path):
-    """Issue 6: on resnet50 at batch 32, 224x224, recomputation brings the arena
+    """On resnet50 at batch 32, 224x224, recomputation brings the arena
     well under the liveness arena at under 15% extra FLOPs (cheap layers only)."""
     onnx = str(tmp_path / "r50.onnx")
     run(["/usr/bin/python3", os.path.join(ROOT, "examples", "make_resnet.py"), "--depth", "50",

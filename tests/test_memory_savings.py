@@ -1,6 +1,8 @@
-"""Issue 7: the unified tensor pool and the budget-driven auto policy, on the
-models the paper used. (Bit-identity of every policy and budget against
-`none` is in test_policies.py; the copy engine's thread safety in
+"""Memory savings of the unified tensor pool (offload, prefetch) and the
+budget-driven auto policy on the models the SuperNeurons paper used: the
+arena against the liveness plan and the layer peak, max batch per policy,
+the 2,498-layer ResNet in 12 GiB, state and parameters on the host. (Bit-identity of every policy and budget against
+`none` is in test_policies_bitexact.py; the copy engine's thread safety in
 test_runtime.py's ThreadSanitizer run.)"""
 import json
 import os
@@ -52,15 +54,15 @@ def test_resnet50_policies(r50, tmp_path):
     assert off["arena_bytes"] < live["arena_bytes"]
     kinds = {s["kind"] for s in sn["steps"]}
     assert {"offload", "prefetch", "recompute"} <= kinds
-    # superneurons against the floor no schedule beats (the layer peak). The
-    # issue asks for 10%; we reach about 1.3x on resnet50 (a residual block's
-    # gradients and the copies in flight sit on top of one layer's needs),
-    # and 1.02x on the deep network below.
+    # superneurons against the floor no schedule beats (the layer peak):
+    # within 10% of it. resnet50 at batch 32 plans to 1.09x (532 MiB against
+    # 489 MiB: a residual block's gradients and the copies in flight sit on
+    # top of one layer's needs); the deep network below to 1.00x.
     ratio = sn["arena_bytes"] / sn["layer_peak_bytes"]
     print("resnet50 b32: liveness %.2f GiB, superneurons %.0f MiB = %.2fx the layer peak %.0f MiB"
           % (live["arena_bytes"] / 2**30, sn["arena_bytes"] / 2**20, ratio,
              sn["layer_peak_bytes"] / 2**20))
-    assert ratio < 1.35
+    assert ratio <= 1.10
     assert "exposed transfer" in text
 
 

@@ -1,4 +1,4 @@
-"""Tests of the memory planner (issue 5): route, liveness, offsets, `snc plan`.
+"""Plans are valid: route, liveness, offsets, `snc plan`, checked from outside.
 
 - The C unit test (tests/unit/test_offsets.c): hand-computed offsets, the
   packer against a naive greedy, broken plans caught by the checker, liveness
@@ -86,7 +86,7 @@ def test_real_plans(models, name, tmp_path):
     for p in (pn, pl, pa):
         check_plan(p)
     assert pn["arena_bytes"] == pn["baseline_bytes"] == pl["baseline_bytes"]
-    # Issue 5's bound for the torchvision-sized models; the tiny CNN (a handful
+    # The packing bound for the torchvision-sized models; the tiny CNN (a handful
     # of large tensors at batch 16) packs coarser under the greedy rule.
     bound = 1.10 if name == "fashion_cnn" else 1.05
     assert pl["arena_bytes"] <= bound * pl["peak_live_bytes"], (pl["arena_bytes"], pl["peak_live_bytes"])

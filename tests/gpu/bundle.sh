@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# tests/gpu/bundle.sh — builds, here (no GPU needed), everything the GPU checks
+# run, into one folder that a machine with an NVIDIA GPU and PyTorch runs with
+# no build step and no network: docs/gpu.md.
+#
+#   tests/gpu/bundle.sh [OUTDIR]          (default gpu-bundle, git-ignored)
+#   SMALL=1 tests/gpu/bundle.sh OUTDIR    the rehearsal's size (tests/test_gpu_bundle.py):
+#                                         small models, the same steps
+#
+# 1. snc and the CUDA runtime for sm_90 (machine code) and compute_90 (PTX,
+#    which later GPUs compile when they load it): configure.py --cuda-arch 90
+#    --builddir build-gpu, so the checkout's own build/ is left alone.
+# 2. The models, exported here with PyTorch (tests/gpu/torchref.py) with
+#    their float initializers stripped (--strip): a program draws its own
+#    initial values, and the reference reads them back from the program's
+#    --dump-params files there, so no weights travel.
+# 3. Every program the checks run, compiled (snc compile --target cuda) and
+#    linked here: OUTDIR/progs/NAME/{train, plan.txt, plan.json, params.bin},
+#    each plan checked by tests/plan_check.py.
+# 4. OUTDIR/lib: the shared libraries the binaries need that a GPU machine's
+#    image lacks (ldd; never cuDNN, cuBLAS, cudart, libcuda or NCCL, which come
+#    from the machine's driver and PyTorch's pip packages). The binaries'
+#    RUNPATH names /usr/local/cuda/lib64 only, so LD_LIBRARY_PATH wins.
+# 5. OUTDIR/run-gpu.sh and torchref.py, and MANIFEST.txt (every file, its
+#    kind and size). Fails if the folder is over 56 MiB: it travels with the
+#    working tree (about 6 MiB) under a 64 MiB limit.
+set -u -o pipefail
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT" || exit 2
+OUT=${1:-gpu-bundle}
+SMALL=${SMALL:-0}
+PY=/usr/bin/python3
+LIMIT=$((56 << 20))
+T0=$(date +%s)
+
+die() { echo "bundle.sh: error: $*" >&2; exit 1; }
+say() { echo "bundle.sh: $*"; }
+case "$OUT" in /*) ;; *) OUT="$ROOT/$OUT" ;; esac
+rm -rf "$OUT" && mkdir -p "$OUT/progs" "$OUT/data" "$OUT/lib" "$OUT/bin" || die "cannot make $OUT"
+LOGS="$OUT/build-logs"
+mkdir -p "$LOGS"
+
+# ---- 1. snc and the runtime for sm_90 ---------------------------------------------
+B=build-gpu
+./configure.py --cuda on --cuda-arch 90 --builddir "$B" >"$LOGS/configure.log" 2>&1 ||
+  die "configure.py failed: $(tail -1 "$LOGS/configure.log")"
+nice ninja -f "$B/build.ninja" "$B/snc" "$B/libsnrt_cuda.a" "$B/snc-calibrate-cuda" \
+  >"$LOGS/build.log" 2>&1 || die "build failed: see $LOGS/build.log"
+SNC="$ROOT/$B/snc"
+cp "$SNC" "$B/snc-calibrate-cuda" "$OUT/bin/"
+say "built $B ($(( $(date +%s) - T0 )) s)"
+
+# ---- 2. models ----------------------------------------------------------------------
+export_model() {  # export_model MODEL RES BATCH NAME: $OUT/data/NAME
+  "$PY" tests/gpu/torchref.py export "$1" "$2" "$3" "$OUT/data/$4" --strip \
+    >"$LOGS/export-$4.log" 2>&1 || die "export of $1 failed: see $LOGS/export-$4.log"
+}
+# MODEL:RES:BATCH. alexnet and vgg need 224 for their adaptive pooling to be
+# a plain pooling.
+if [ "$SMALL" = 1 ]; then
+  GRAD_MODELS="resnet18:64:4"
+  BENCH=resnet18 BENCH_RES=32 BENCH_B=8
+else
+  GRAD_MODELS="resnet18:64:8 mobilenet_v2:64:8 squeezenet1_1:64:8 densenet121:64:4 alexnet:224:4 vgg11_bn:224:2"
+  BENCH=resnet50 BENCH_RES=224 BENCH_B=128
+fi
+for spec in $GRAD_MODELS; do
+  IFS=: read -r m res b <<<"$spec"
+  export_model "$m" "$res" "$b" "grad-$m"
+done
+export_model smooth_cnn 32 16 bf16grad
+mkdir -p "$OUT/data/bench"
+"$PY" tests/gpu/torchref.py onnx "$BENCH" "$BENCH_RES" "$OUT/data/bench/model.onnx" --strip \
+  >"$LOGS/export-bench.log" 2>&1 || die "export of $BENCH failed: see $LOGS/export-bench.log"
+say "exported ($(( $(date +%s) - T0 )) s)"
+
+# ---- 3. programs --------------------------------------------------------------------
+# prog NAME MODEL ARGS...: compiled and linked for the cuda target into
+# progs/NAME; the sources and objects are left here.
+prog() {
+  local name=$1 model=$2; shift 2
+  local d="$OUT/progs/$name"
+  "$SNC" compile "$model" -o "$d" --target cuda "$@" >"$LOGS/compile-$name.log" 2>&1 ||
+    return 1
+  nice ninja -C "$d" >"$LOGS/ninja-$name.log" 2>&1 || die "link of $name failed: see $LOGS/ninja-$name.log"
+  "$PY" -c 'import json, sys; sys.path.insert(0, "tests"); import plan_check
+plan_check.check_plan(json.load(open(sys.argv[1])))' "$d/plan.json" >"$LOGS/plancheck-$name.log" 2>&1 ||
+    die "plan_check.py rejects $name's plan: see $LOGS/plancheck-$name.log"
+  rm -f "$d/train.c" "$d/train.o" "$d/build.ninja" "$d/.ninja_log" "$d/.ninja_deps"
+  echo "$name $*" >>"$OUT/progs/COMMANDS.txt"
+}
+for spec in $GRAD_MODELS; do
+  IFS=: read -r m res b <<<"$spec"
+  prog "grad-$m" "$OUT/data/grad-$m/model.onnx" --batch "$b" --lr 0 ||
+    die "snc compile grad-$m failed: $(tail -1 "$LOGS/compile-grad-$m.log")"
+done
+prog graph examples/fashion_cnn.onnx --batch 32 --optimizer adam --policy superneurons ||
+  die "snc compile graph failed"
+prog bf16grad "$OUT/data/bf16grad/model.onnx" --batch 16 --lr 0 --precision bf16 ||
+  die "snc compile bf16grad failed"
+prog fp16graph examples/fashion_cnn.onnx --batch 32 --precision fp16 || die "snc compile fp16graph failed"
+BM="$OUT/data/bench/model.onnx"
+for pr in fp32 bf16 fp16; do
+  prog "bench-$pr" "$BM" --batch "$BENCH_B" --precision "$pr" || die "snc compile bench-$pr failed"
+done
+# The budget sweep: 100%, 50%, 25% of the liveness arena (h200). A budget no
+# plan fits is an answer: snc's message goes to the table instead.
+"$SNC" plan "$BM" --batch "$BENCH_B" --policy liveness --target cuda --json "$OUT/data/bench/liveness.json" \
+  >"$LOGS/plan-liveness.log" 2>&1 || die "snc plan failed: see $LOGS/plan-liveness.log"
+LIVE=$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["arena_bytes"])' \
+  "$OUT/data/bench/liveness.json")
+for pct in 100 50 25; do
+  budget=$(( LIVE * pct / 100 ))
+  if ! prog "sweep-$pct" "$BM" --batch "$BENCH_B" --budget "$budget"; then
+    grep -h "error" "$LOGS/compile-sweep-$pct.log" | tail -1 >"$OUT/progs/sweep-$pct.infeasible"
+    [ -s "$OUT/progs/sweep-$pct.infeasible" ] || die "snc compile sweep-$pct failed"
+  fi
+done
+cat >"$OUT/data/bench/meta.json" <<EOF
+{"model": "$BENCH", "res": $BENCH_RES, "batch": $BENCH_B, "liveness_arena_bytes": $LIVE}
+EOF
+say "compiled $(ls -d "$OUT"/progs/*/ | wc -l) programs ($(( $(date +%s) - T0 )) s)"
+
+# ---- 4. shared libraries the device lacks -------------------------------------------
+# System libraries any Linux image has, and the CUDA libraries the device's
+# driver and pip packages bring: everything else ldd names is copied.
+provided() {
+  case "$1" in
+    linux-vdso.so.*|ld-linux*|libc.so.*|libm.so.*|libdl.so.*|librt.so.*|libpthread.so.*) return 0 ;;
+    libstdc++.so.*|libgcc_s.so.*|libz.so.*) return 0 ;;
+    libcuda.so.*|libcudart.so.*|libcudnn*.so.*|libcublas*.so.*|libnccl.so.*) return 0 ;;
+  esac
+  return 1
+}
+for f in "$OUT"/bin/* "$OUT"/progs/*/train; do
+  ldd "$f" | awk '$2 == "=>" { print $1, $3 }' | while read -r soname path; do
+    provided "$soname" && continue
+    [ -e "$OUT/lib/$soname" ] || cp -L "$path" "$OUT/lib/$soname" || die "cannot copy $path"
+  done
+done
+say "libraries: $(ls "$OUT/lib" | tr '\n' ' ')"
+
+# ---- 5. scripts and the manifest ------------------------------------------------------
+cp tests/gpu/run-gpu.sh tests/gpu/torchref.py "$OUT/"
+cp tests/plan_check.py "$OUT/bin/"
+chmod +x "$OUT/run-gpu.sh"
+rm -rf "$LOGS"
+echo "built from $(git rev-parse --short HEAD 2>/dev/null || echo ?)$(git diff --quiet 2>/dev/null || echo +changes)" \
+  "on $(date -u '+%Y-%m-%d %H:%M UTC'), SMALL=$SMALL" >"$OUT/BUILT.txt"
+( cd "$OUT" && find . -type f ! -name MANIFEST.txt | sort | while read -r f; do
+    case "$f" in
+      */train|./bin/snc*) kind=program ;; ./lib/*) kind=library ;;
+      *.onnx|*.npy|*/meta.json|*/liveness.json) kind=input ;;
+      */plan.txt|*/plan.json|*/params.bin|*.infeasible|*/COMMANDS.txt) kind=plan ;;
+      *) kind=script ;;
+    esac
+    printf '%-8s %10d %s\n' "$kind" "$(stat -c %s "$f")" "$f"
+  done ) >"$OUT/MANIFEST.txt"
+SIZE=$(du -sb "$OUT" | cut -f1)
+awk '{ s[$1] += $2; n[$1]++ } END { for (k in s) printf "  %-8s %3d files %8.1f MiB\n", k, n[k], s[k] / 1048576 }' \
+  "$OUT/MANIFEST.txt" | sort
+say "$OUT: $(awk -v s="$SIZE" 'BEGIN { printf "%.1f MiB", s / 1048576 }') ($(( $(date +%s) - T0 )) s)"
+[ "$SIZE" -le "$LIMIT" ] || die "the bundle is $SIZE bytes, over $LIMIT"
+exit 0

@@ -1,0 +1,254 @@
+#!/usr/bin/env bash
+# run-gpu.sh — the GPU checks of snc, run from a bundle that tests/gpu/bundle.sh
+# built elsewhere (docs/gpu.md). Builds nothing: it needs an NVIDIA GPU, its
+# driver, and python3 with PyTorch (CUDA) and torchvision, whose pip packages
+# (nvidia-cudnn, nvidia-cublas, nvidia-cuda-runtime) provide the CUDA libraries.
+#
+#   BUNDLE/run-gpu.sh             every step; a table and logs under $OUT
+#                                 (default BUNDLE/out)
+#   DRY=1 BUNDLE/run-gpu.sh       print every step's commands, run nothing
+#
+# Time budget on an H200 (expected seconds; each command has its own timeout):
+#   0. what is here (GPU, driver, PyTorch, CUDA libraries, ldd)      10
+#   1. gradients: one step of six torchvision models, TF32 off,
+#      against PyTorch on the same GPU from the same weights         100
+#   2. CUDA-graph replay equal to eager (fashion_cnn, 2 x 5 runs)      30
+#   3. bf16 gradients against PyTorch autocast (smooth_cnn)           20
+#   4. fp16 loss scaling inside a CUDA graph (2 x 5 runs)              30
+#   5. resnet50 224 b128: PyTorch eager img/s and peak memory          40
+#   6. resnet50 224 b128: snc fp32 (TF32), bf16, fp16 img/s, arena      75
+#   7. budget sweep: 100%, 50%, 25% of the liveness arena              75
+#   8. snc-calibrate --target cuda --quick: a measured profile         40
+#   whole run: about 420 s, under 8 minutes.
+# Exit 0 when every check passed.
+set -u -o pipefail
+
+BUNDLE=$(cd "$(dirname "$0")" && pwd)
+DRY=${DRY:-0}
+OUT=${OUT:-$BUNDLE/out}
+PY=${PYTHON:-python3}
+mkdir -p "$OUT"
+WORK=$(mktemp -d /tmp/snc-gpu.XXXXXX)
+T0=$(date +%s)
+FAILED=0
+ROWS=()
+
+say() { echo "run-gpu.sh: $*" | tee -a "$OUT/run.log"; }
+row() { ROWS+=("$1"); echo "$1" >>"$OUT/run.log"; }
+rowf() {  # rowf CHECK STATUS RESULT (a dry run has no results)
+  [ "$DRY" = 1 ] && set -- "$1" dry ""
+  row "$(printf '%-36s %-5s %s' "$1" "$2" "$3")"; [ "$2" = FAIL ] && FAILED=1; return 0
+}
+elapsed() { echo $(( $(date +%s) - T0 )); }
+# run NAME TIMEOUT CMD...: logs to $OUT/NAME.log; the program's libraries
+# from $PLIB (never for python3: its own come first there).
+run() {
+  local name=$1 t=$2; shift 2
+  if [ "$DRY" = 1 ]; then echo "[$name, ${t}s] $*"; return 0; fi
+  echo "+ $*" >"$OUT/$name.log"
+  timeout "$t" "$@" >>"$OUT/$name.log" 2>&1
+}
+prun() {
+  local name=$1 t=$2; shift 2
+  run "$name" "$t" env LD_LIBRARY_PATH="$PLIB" "$@"
+}
+json_get() {
+  "$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d.get(sys.argv[2], ""))' "$1" "$2" 2>/dev/null
+}
+mib() { awk -v b="$1" 'BEGIN { if (b == "") print "-"; else printf "%.0f MiB", b / 1048576 }'; }
+REF="$BUNDLE/torchref.py"
+P="$BUNDLE/progs"
+D="$BUNDLE/data"
+
+# ---- 0. what is here ------------------------------------------------------------------
+# The CUDA libraries: PyTorch's pip packages' lib folders (nvidia/*/lib, any
+# depth), then the toolkit's; the bundle's own libraries first.
+PLIB="$BUNDLE/lib:$("$PY" - <<'EOF' 2>/dev/null
+import glob, os, site
+roots = site.getsitepackages() + [site.getusersitepackages()]
+dirs = []
+for r in roots:
+    for d in sorted(glob.glob(os.path.join(r, "nvidia", "**", "lib"), recursive=True)):
+        if glob.glob(os.path.join(d, "lib*.so*")):
+            dirs.append(d)
+print(":".join(dict.fromkeys(dirs)))
+EOF
+):/usr/local/cuda/lib64"
+PLIB=$(echo "$PLIB" | tr -s ':')   # an empty entry would mean the current folder
+if [ "$DRY" = 1 ]; then
+  GPU="(dry run)"
+else
+  GPU=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)
+  [ -n "$GPU" ] || { say "no GPU found (nvidia-smi failed): nothing to check"; exit 2; }
+fi
+TORCH_V=$("$PY" -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())' 2>/dev/null)
+say "GPU: $GPU"
+say "PyTorch: ${TORCH_V:-not found}"
+say "bundle: $(cat "$BUNDLE/BUILT.txt" 2>/dev/null)"
+say "program libraries: $PLIB"
+MISSING=""
+for f in "$BUNDLE"/bin/snc* "$P"/*/train; do
+  [ -x "$f" ] || continue
+  m=$(LD_LIBRARY_PATH="$PLIB" ldd "$f" 2>&1 | grep "not found")
+  [ -n "$m" ] && MISSING="$MISSING ${f#$BUNDLE/}: $(echo $m | tr -s ' ')"
+done
+if [ -n "$MISSING" ]; then
+  say "error: libraries not found:$MISSING"
+  [ "$DRY" = 1 ] || exit 2
+fi
+[ "$DRY" = 1 ] || LD_LIBRARY_PATH="$PLIB" ldd "$P/graph/train" >"$OUT/ldd.log" 2>&1
+
+# ---- 1. gradients ---------------------------------------------------------------------
+# Each program draws its own initial values; --dump-params hands them to
+# PyTorch, which runs the same step on the same GPU with TF32 off. Bound:
+# max |g - ref| / max |ref| <= 1e-3 per parameter.
+WORST=0
+for d in "$D"/grad-*; do
+  m=${d##*/grad-}
+  w="$WORK/grad-$m"
+  mkdir -p "$w" && cp -r "$d" "$w/m"
+  res=$(json_get "$d/meta.json" res); b=$(json_get "$d/meta.json" batch)
+  label="grad $m ${res}px b$b"
+  if ! SNRT_TF32=0 prun "grad-$m-run" 120 "$P/grad-$m/train" --data "npy:$w/m/x.npy,$w/m/y.npy" \
+       --steps 1 --lr 0 --dump-grads "$w/got" --dump-params "$w/p0"; then
+    rowf "$label" FAIL "train failed: $(tail -1 "$OUT/grad-$m-run.log")"; continue
+  fi
+  if ! run "grad-$m-torch" 180 "$PY" "$REF" grads "$w/m" cuda fp32 "$w/p0"; then
+    rowf "$label" FAIL "PyTorch reference failed: see grad-$m-torch.log"; continue
+  fi
+  [ "$DRY" = 1 ] && continue
+  "$PY" "$REF" compare "$w/m/ref" "$w/got" 1e-3 >"$OUT/grad-$m-cmp.json" 2>>"$OUT/grad-$m-torch.log"
+  rc=$?
+  v=$(json_get "$OUT/grad-$m-cmp.json" worst)
+  rowf "$label" "$([ $rc = 0 ] && echo ok || echo FAIL)" \
+    "worst $(printf '%.2e' "${v:-nan}") in $(json_get "$OUT/grad-$m-cmp.json" worst_tensor) ($(json_get "$OUT/grad-$m-cmp.json" tensors) tensors)"
+  WORST=$(awk -v a="$WORST" -v b="${v:-inf}" 'BEGIN { print (b + 0 > a + 0 || b == "inf") ? b : a }')
+done
+rowf "grad: worst relative error" "-" "$WORST (bound 1e-3, TF32 off)"
+say "gradients done ($(elapsed) s)"
+
+# ---- 2. CUDA graphs replay what eager runs compute --------------------------------------
+# fashion_cnn, Adam, superneurons (offload copies in the graph too),
+# SNRT_DETERMINISTIC=1: the loss after k = 1..5 steps (one run of --steps k
+# each, exact from --metrics) with graphs off and on must be equal.
+replay() {  # replay NAME PROG LABEL [ENV...]: sets REPLAY_OK
+  local name=$1 prog=$2; shift 2
+  for mode in 0 1; do
+    mkdir -p "$WORK/$name/g$mode"
+    for k in 1 2 3 4 5; do
+      run "$name-g$mode-s$k" 60 env "$@" SNRT_DETERMINISTIC=1 SNRT_CUDA_GRAPH=$mode \
+        LD_LIBRARY_PATH="$PLIB" "$prog" --data synthetic --steps $k --metrics "$WORK/$name/g$mode/m$k.json"
+    done
+  done
+  [ "$DRY" = 1 ] && return 0
+  "$PY" "$REF" same-losses "$WORK/$name/g0" "$WORK/$name/g1" 5 >"$OUT/$name-losses.json"
+}
+if replay graph "$P/graph/train"; then
+  rowf "CUDA graph replay, 5 steps" ok "losses equal to eager (SNRT_DETERMINISTIC=1)"
+else
+  rowf "CUDA graph replay, 5 steps" FAIL "$(cat "$OUT/graph-losses.json")"
+fi
+
+# ---- 3. bf16 on tensor cores against PyTorch autocast -----------------------------------
+# smooth_cnn (conv, BN, tanh, average pool: no ReLU mask or max-pool argmax a
+# rounding can flip) with --precision bf16 against torch.autocast(bfloat16)
+# on the same GPU: ||g - ref|| / ||ref|| <= 2^-5 per parameter (under 16
+# roundings of u = 2^-9 along the chain, tests/test_precision.py's bound),
+# and over 1e-3 from the fp32 step (bf16 did happen).
+w="$WORK/bf16"
+mkdir -p "$w" && cp -r "$D/bf16grad" "$w/m"
+label="grad bf16 smooth_cnn 32px b16"
+if ! prun bf16-run 120 "$P/bf16grad/train" --data "npy:$w/m/x.npy,$w/m/y.npy" --steps 1 --lr 0 \
+       --dump-grads "$w/got" --dump-params "$w/p0" ||
+   ! run bf16-torch32 180 "$PY" "$REF" grads "$w/m" cuda fp32 "$w/p0" ||
+   ! run bf16-mv 10 mv "$w/m/ref" "$w/m/ref32" ||
+   ! run bf16-torch 180 "$PY" "$REF" grads "$w/m" cuda bf16 "$w/p0"; then
+  rowf "$label" FAIL "see $OUT/bf16-*.log"
+elif [ "$DRY" != 1 ]; then
+  "$PY" "$REF" compare "$w/m/ref" "$w/got" 0.03125 norm >"$OUT/bf16-cmp.json"
+  rc=$?
+  "$PY" "$REF" compare "$w/m/ref32" "$w/got" 1e-3 norm >"$OUT/bf16-cmp32.json"
+  rc32=$?   # 1 expected: bf16 is over 1e-3 from fp32
+  v=$(json_get "$OUT/bf16-cmp.json" worst); v32=$(json_get "$OUT/bf16-cmp32.json" worst)
+  st=ok; { [ "$rc" = 0 ] && [ "$rc32" = 1 ]; } || st=FAIL
+  rowf "$label" "$st" "worst $(printf '%.2e' "${v:-nan}") vs autocast (bound 2^-5), $(printf '%.2e' "${v32:-nan}") vs fp32 (must be > 1e-3)"
+fi
+
+# ---- 4. fp16's loss scaling inside a CUDA graph -----------------------------------------
+# A scale that overflows the first steps (2^24, halved per skipped step):
+# replayed graphs give eager's losses and the same skipped steps.
+if replay fp16 "$P/fp16graph/train" SNRT_LOSS_SCALE=16777216; then
+  s0=$(json_get "$WORK/fp16/g0/m5.json" skipped_steps); s1=$(json_get "$WORK/fp16/g1/m5.json" skipped_steps)
+  if [ -n "$s0" ] && [ "$s0" = "$s1" ] && [ "$s0" -gt 0 ]; then
+    rowf "fp16 loss scaling, CUDA graph" ok "losses equal to eager, $s0 of 5 steps skipped in both"
+  else
+    rowf "fp16 loss scaling, CUDA graph" FAIL "skipped $s0 / $s1"
+  fi
+else
+  rowf "fp16 loss scaling, CUDA graph" FAIL "$(cat "$OUT/fp16-losses.json" 2>/dev/null)"
+fi
+say "16-bit checks done ($(elapsed) s)"
+
+# ---- 5./6. the benchmark ----------------------------------------------------------------
+BM=$(json_get "$D/bench/meta.json" model); RES=$(json_get "$D/bench/meta.json" res)
+B=$(json_get "$D/bench/meta.json" batch); LIVE=$(json_get "$D/bench/meta.json" liveness_arena_bytes)
+STEPS=20
+if run bench-torch 240 "$PY" "$REF" bench "$BM" "$RES" "$B" $STEPS && [ "$DRY" != 1 ]; then
+  tail -1 "$OUT/bench-torch.log" >"$OUT/bench-torch.json"
+  rowf "$BM b$B PyTorch eager (TF32)" ok "$(printf '%.0f' "$(json_get "$OUT/bench-torch.json" images_per_s)") img/s, peak $(mib "$(json_get "$OUT/bench-torch.json" peak_bytes)") (max_memory_allocated)"
+elif [ "$DRY" != 1 ]; then
+  rowf "$BM b$B PyTorch eager (TF32)" FAIL "see bench-torch.log"
+fi
+bench() {  # bench NAME LABEL: sets IPS, ARENA
+  IPS=""; ARENA=""
+  prun "$1" 240 "$P/$1/train" --data synthetic --steps $((STEPS + 3)) --metrics "$WORK/$1.json" || return 1
+  IPS=$(json_get "$WORK/$1.json" images_per_s); ARENA=$(json_get "$WORK/$1.json" arena_bytes)
+  [ "$DRY" = 1 ] || cp "$WORK/$1.json" "$OUT/$1-metrics.json"
+}
+IPS32=""; ARENA32=""
+for pr in fp32 bf16 fp16; do
+  label="$BM b$B snc $pr (auto)"
+  if bench "bench-$pr"; then
+    loss=$(json_get "$WORK/bench-$pr.json" train_loss)
+    st=ok; [ "$DRY" = 1 ] || "$PY" -c 'import math,sys; sys.exit(0 if math.isfinite(float(sys.argv[1])) else 1)' "$loss" || st=FAIL
+    extra=""; [ "$pr" = fp16 ] && extra=", $(json_get "$WORK/bench-$pr.json" skipped_steps) steps skipped"
+    rowf "$label" "$st" "$(printf '%.0f' "$IPS") img/s, arena $(mib "$ARENA"), loss $loss$extra"
+    [ "$pr" = fp32 ] && IPS32=$IPS ARENA32=$ARENA
+    if [ "$pr" = bf16 ] && [ -n "$IPS32" ] && [ -n "$ARENA32" ]; then
+      rowf "$BM b$B bf16 / fp32" "-" "$(awk -v a="$IPS" -v b="$IPS32" -v c="$ARENA" -v d="$ARENA32" 'BEGIN { printf "%.2fx img/s, %.3fx arena", a / b, c / d }')"
+    fi
+  else
+    rowf "$label" FAIL "see $OUT/bench-$pr.log"
+  fi
+done
+say "benchmark done ($(elapsed) s)"
+
+# ---- 7. budget sweep ------------------------------------------------------------------
+for pct in 100 50 25; do
+  label="$BM budget ${pct}% ($(mib $(( LIVE * pct / 100 ))))"
+  if [ -f "$P/sweep-$pct.infeasible" ]; then
+    rowf "$label" "-" "$(cat "$P/sweep-$pct.infeasible")"
+  elif bench "sweep-$pct"; then
+    est=$([ "$DRY" = 1 ] || "$PY" -c 'import json,sys; print("%.1f ms" % (1e3 * json.load(open(sys.argv[1]))["est_step_seconds"]))' "$P/sweep-$pct/plan.json")
+    rowf "$label" ok "$(printf '%.0f' "$IPS") img/s, arena $(mib "$ARENA"), plan's estimate $est/step"
+  else
+    rowf "$label" FAIL "see $OUT/sweep-$pct.log"
+  fi
+done
+
+# ---- 8. a measured profile -------------------------------------------------------------
+if prun calibrate 120 "$BUNDLE/bin/snc-calibrate-cuda" --target cuda --quick -o "$OUT/calibrate-cuda.json"; then
+  rowf "snc-calibrate --target cuda --quick" ok "$OUT/calibrate-cuda.json"
+else
+  rowf "snc-calibrate --target cuda --quick" FAIL "see $OUT/calibrate.log"
+fi
+
+# ---- the table -------------------------------------------------------------------------
+{
+  echo
+  echo "snc GPU checks — $GPU — PyTorch ${TORCH_V:-?} — $(elapsed) s"
+  printf '%-36s %-5s %s\n' "check" "ok" "result"
+  printf '%s\n' "${ROWS[@]}"
+} | tee "$OUT/table.txt"
+rm -rf "$WORK"
+exit $FAILED

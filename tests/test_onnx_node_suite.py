@@ -1,0 +1,203 @@
+"""The ONNX backend node suite (issue 28): the 1,884 test cases the onnx
+package generates (onnx.backend.test.case.node, outputs from its reference
+implementation; tests/onnx_node_cases.py writes them from build/venv's onnx
+1.23.2), given to snc in two forms:
+
+  - constants: every input an initializer. `snc inspect --dump eval` runs the
+    compile-time evaluator (compiler/front/eval.c) over the node and prints
+    its outputs, which must equal the suite's: float within rtol 1e-4 /
+    atol 1e-5 (float16 and bfloat16 within their own precision), integers
+    and bools exactly, and the shapes exactly.
+  - data: input 0 the data input, the rest initializers. `snc inspect --json`
+    types the node on the data path; its output shapes must be the suite's.
+    (The values wait for the emitted program's forward-only mode.)
+
+A case is accepted when snc takes either form (and what it gives is right).
+Every refusal must be one line on stderr with exit 2: never a crash, never
+an internal error. Out of scope (OUT_OF_SCOPE below, with the reason for
+each) are types snc has no use for in a training program and ops whose
+outputs are not a function of their inputs; they must be refused cleanly
+like the rest, and are counted apart.
+
+The counts are printed; ACCEPTED_FLOOR keeps them from falling back.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+from snc_harness import SNC  # noqa: E402
+
+VENV_PY = os.path.join(ROOT, "build", "venv", "bin", "python")
+
+# Out of scope, by what a case uses:
+OUT_OF_SCOPE_TYPES = {
+    # strings: no string tensors in a training program
+    "STRING": "string tensors",
+    # sequences, optionals, maps: no container values in snc's IR
+    "sequence": "sequence values", "optional": "optional values", "map": "map values",
+    # 8-, 4- and 2-bit float and integer types: quantized inference formats
+    "FLOAT8E4M3FN": "float8", "FLOAT8E4M3FNUZ": "float8", "FLOAT8E5M2": "float8",
+    "FLOAT8E5M2FNUZ": "float8", "FLOAT8E8M0": "float8", "UINT4": "4-bit integers",
+    "INT4": "4-bit integers", "FLOAT4E2M1": "float4", "INT2": "2-bit integers",
+    "UINT2": "2-bit integers",
+    # complex numbers
+    "COMPLEX64": "complex numbers", "COMPLEX128": "complex numbers",
+}
+OUT_OF_SCOPE_OPS = {
+    # quantized arithmetic: inference-only formats
+    **{op: "quantized" for op in (
+        "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv",
+        "QLinearMatMul", "ConvInteger", "MatMulInteger")},
+    # outputs drawn at random: not a function of the inputs
+    **{op: "random" for op in (
+        "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Bernoulli",
+        "Multinomial")},
+    # control flow and subgraphs beyond an If with a constant condition
+    **{op: "control flow" for op in ("Loop", "Scan", "If", "SequenceMap")},
+    # string processing
+    **{op: "strings" for op in (
+        "StringNormalizer", "StringConcat", "StringSplit", "RegexFullMatch", "TfIdfVectorizer")},
+    # image and audio decoding, signal generation
+    **{op: "media" for op in ("ImageDecoder",)},
+}
+OUT_OF_SCOPE_DOMAINS = {
+    "ai.onnx.ml": "classical ML operators",
+    "ai.onnx.preview.training": "training operators (snc derives the training step itself)",
+}
+# Accepted cases may only grow (the count at the last change of snc).
+ACCEPTED_FLOOR = 999
+
+
+def out_of_scope(case):
+    for t in case["types"]:
+        if t in OUT_OF_SCOPE_TYPES:
+            return OUT_OF_SCOPE_TYPES[t]
+    for d in case["domains"]:
+        if d in OUT_OF_SCOPE_DOMAINS:
+            return OUT_OF_SCOPE_DOMAINS[d]
+    for op in case["ops"]:
+        if op in OUT_OF_SCOPE_OPS:
+            return OUT_OF_SCOPE_OPS[op]
+    if not case["const"]:
+        return "inputs or outputs numpy cannot hold as arrays"
+    return None
+
+
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory):
+    assert os.path.exists(VENV_PY), \
+        "build/venv is missing: run ./configure.py --install-test-deps"
+    out = str(tmp_path_factory.mktemp("node_suite"))
+    r = subprocess.run([VENV_PY, os.path.join(HERE, "onnx_node_cases.py"), out],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    with open(os.path.join(out, "cases.json")) as f:
+        return out, json.load(f)
+
+
+def snc(*args):
+    return subprocess.run([SNC] + [str(a) for a in args], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, timeout=120)
+
+
+def clean_refusal(r, where):
+    """None when r is a clean refusal (exit 2, one 'snc: error:' line);
+    else what is wrong."""
+    lines = r.stderr.strip().splitlines()
+    if r.returncode != 2 or len(lines) != 1 or not lines[0].startswith("snc: error: "):
+        return "%s: exit %d, stderr %r" % (where, r.returncode, r.stderr[-500:])
+    return None
+
+
+def close(ours, ref, dtype):
+    if ref.dtype.kind in "fc":
+        a = np.array([float(v) for v in ours], dtype=np.float64)   # "nan", "inf" parse too
+        b = ref.astype(np.float64).ravel()
+        tol = {"float16": (1e-3, 1e-3), "bfloat16": (1e-2, 1e-2)}.get(dtype, (1e-4, 1e-5))
+        same_nan = np.isnan(a) == np.isnan(b)
+        ok = np.isclose(a, b, rtol=tol[0], atol=tol[1], equal_nan=True)
+        return bool(same_nan.all() and ok.all())
+    return [int(v) for v in ours] == [int(v) for v in ref.ravel().tolist()]
+
+
+def check_const(d, case):
+    """'accepted' with right values, 'refused', or an error string."""
+    r = snc("inspect", os.path.join(d, "const.onnx"), "--dump", "eval")
+    if r.returncode != 0:
+        return clean_refusal(r, "const") or "refused"
+    outs = {o["name"]: o for o in json.loads(r.stdout)["outputs"]}
+    for k, name in enumerate(case["outputs"]):
+        ref = np.load(os.path.join(d, "out_%d.npy" % k))
+        o = outs.get(name)
+        if o is None:
+            return "const: output %s missing" % name
+        if tuple(o["shape"]) != ref.shape:
+            return "const: output %s shape %s, expected %s" % (name, o["shape"], ref.shape)
+        if not close(o["values"], ref, o["dtype"]):
+            return "const: output %s values differ: %s vs %s" % (
+                name, o["values"][:8], ref.ravel()[:8].tolist())
+    return "accepted"
+
+
+def check_data(d, case):
+    r = snc("inspect", os.path.join(d, "data.onnx"), "--json")
+    if r.returncode != 0:
+        return clean_refusal(r, "data") or "refused"
+    shapes = {}
+    for n in json.loads(r.stdout)["nodes"]:
+        for o in n["outputs"]:
+            shapes[o["name"]] = tuple(o["shape"])
+    for k, name in enumerate(case["outputs"]):
+        if name not in shapes:
+            continue     # an output snc computed at compile time, or not the first
+        ref = np.load(os.path.join(d, "out_%d.npy" % k))
+        if shapes[name] != ref.shape:
+            return "data: output %s shape %s, expected %s" % (name, shapes[name], ref.shape)
+    return "accepted"
+
+
+def test_node_suite(suite):
+    out, cases = suite
+    counts = {"accepted": 0, "accepted_const": 0, "accepted_data": 0, "refused": 0,
+              "out_of_scope": 0}
+    errors, refused_ops = [], {}
+    for case in cases:
+        d = os.path.join(out, case["name"])
+        scope = out_of_scope(case)
+        if not case["const"]:
+            # Nothing snc could be given as a file of tensors; count it.
+            counts["out_of_scope"] += 1
+            continue
+        c = check_const(d, case)
+        dd = check_data(d, case) if case["data"] else "refused"
+        for res in (c, dd):
+            if res not in ("accepted", "refused"):
+                errors.append("%s: %s" % (case["name"], res))
+        if scope:
+            counts["out_of_scope"] += 1
+            continue
+        if "accepted" in (c, dd):
+            counts["accepted"] += 1
+            counts["accepted_const"] += c == "accepted"
+            counts["accepted_data"] += dd == "accepted"
+        else:
+            counts["refused"] += 1
+            for op in case["ops"]:
+                refused_ops[op] = refused_ops.get(op, 0) + 1
+    total = len(cases)
+    print("ONNX node suite: %d cases; accepted %d (%d by the evaluator, %d on the data path), "
+          "refused %d, out of scope %d" % (total, counts["accepted"], counts["accepted_const"],
+                                           counts["accepted_data"], counts["refused"],
+                                           counts["out_of_scope"]))
+    print("refused, by op: " + ", ".join("%s %d" % kv for kv in
+                                         sorted(refused_ops.items(), key=lambda kv: -kv[1])))
+    assert not errors, "%d wrong results or unclean refusals:\n%s" % (
+        len(errors), "\n".join(errors[:40]))
+    assert counts["accepted"] >= ACCEPTED_FLOOR, counts
