@@ -175,10 +175,12 @@ def test_program_gpt_tokens(san, tmp_path, opset, policy):
 def test_eval_of_an_output_with_fewer_rows_than_the_batch(san, tmp_path, head):
     """--eval on a model whose output's first dimension is not the batch:
     Flatten(axis=0) makes (1, batch x 3), Gemm(transA) over the batch makes
-    (3, 5). evaluate()'s accuracy loop read a batch of rows of `classes`
-    logits past the end of such an output (ASan: heap-buffer-overflow); it
-    reads the output's own rows now, and --predict refuses the model with
-    one line (its rows are not samples)."""
+    (3, 5): fewer label rows than the batch. The loader wrote a batch of
+    labels into the smaller label tensor (both heads; ASan:
+    heap-buffer-overflow), and rt_evaluate()'s accuracy loop read a batch
+    of rows of `classes` logits past the end of the Flatten output; both
+    keep to the tensors' own rows now, and --predict refuses such a model
+    with one line (its rows are not samples)."""
     from onnx import TensorProto, helper, numpy_helper
     import onnx
     B = 4

@@ -1572,7 +1572,8 @@ void eval_remove(Graph *g, const bool *folded) {
     for (int j = 0; j < g->n[i].nin; j++) used |= g->n[i].in[j] == g->input;
   if (!used)
     fatal(EXIT_BADINPUT, "the model output '%s' depends on the data input '%s' only through its "
-          "shape", g->t[g->output].name, g->t[g->input].name);
+          "shape", g->output >= 0 ? g->t[g->output].name : "?",
+          g->input >= 0 ? g->t[g->input].name : "?");
 }
 
 /* ---- snc inspect --dump eval ---- */
