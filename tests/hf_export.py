@@ -23,7 +23,7 @@ import torch
 warnings.filterwarnings("ignore")
 F = torch.nn.functional
 V, T = 64, 8          # vocabulary and sequence length of the text models
-IMG = 16              # image side of ViT; mobilenet takes 32
+IMG = 16              # image side of ViT; mobilenet takes 96
 
 
 class Logits(torch.nn.Module):
@@ -80,7 +80,10 @@ def build(name):
 
 def sample(name, batch, rng):
     if name in ("vit", "mobilenet_v3_small"):
-        side = IMG if name == "vit" else 32
+        # mobilenet at 96: at 32 its last BatchNorms normalize over batch x 1 x 1
+        # values (2 at batch 2), so ill-conditioned that any float32 order of
+        # summation lands ~1e-3 from float64 in the early layers.
+        side = IMG if name == "vit" else 96
         x = rng.standard_normal((batch, 3, side, side)).astype(np.float32)
         return x, rng.integers(0, 10, batch).astype(np.int64)
     return (rng.integers(0, V, (batch, T)).astype(np.int64),

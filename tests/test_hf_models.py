@@ -32,16 +32,12 @@ from snc_harness import SNC, compile_model, grad_err, load_dump, run  # noqa: E4
 
 VENV_PY = os.path.join(ROOT, "build", "venv", "bin", "python")
 
-# Models whose data path needs ops of the other half of issue 28 (their
-# kernels land on the `ops` branch): while snc refuses them with exactly this
-# message the test is an expected failure; any other refusal fails, and once
-# they compile the whole check runs (then the entry goes).
-PENDING = {
-    "vit": ("Gather on data along axis 1 (sequence_output[:, 0, :]) needs the ops branch's "
-            "Gather on any axis", "Gather on data supports axis 0 only"),
-    "mobilenet_v3_small": ("HardSwish and HardSigmoid on data need the ops branch",
-                           "op HardSwish is supported only on constant inputs"),
-}
+# Models whose data path needs ops snc lacks: model -> (reason, the refusal
+# expected); while snc refuses one with exactly that message the test is an
+# expected failure, any other refusal fails, and once it compiles the whole
+# check runs (then the entry goes). None now: ViT's Gather on axis 1 and
+# mobilenet's HardSwish/HardSigmoid landed with the ops branch.
+PENDING = {}
 MODELS = ["gpt2", "bert", "llama", "vit", "mobilenet_v3_small"]
 
 
