@@ -63,8 +63,8 @@
   OP(REDUCESUM,     "ReduceSum",            1,2,  1,1,  COST_CHEAP,     shape_reducemean, grad_reducemean, emit_reducemean,    flops_elementwise) \
   OP(REDUCEMAX,     "ReduceMax",            1,2,  1,1,  COST_CHEAP,     shape_reducemean, grad_reduce_ex,  emit_reducemean,    flops_elementwise) \
   OP(REDUCEL2,      "ReduceL2",             1,2,  1,1,  COST_CHEAP,     shape_reducemean, grad_reduce_ex,  emit_reducemean,    flops_elementwise) \
-  OP(MIN,           "Min",                  2,2,  1,1,  COST_CHEAP,     shape_binary,     grad_binary,     emit_binary,        flops_elementwise) \
-  OP(MAX,           "Max",                  2,2,  1,1,  COST_CHEAP,     shape_binary,     grad_binary,     emit_binary,        flops_elementwise) \
+  OP(MIN,           "Min",                  1,-1,  1,1,  COST_CHEAP,     shape_binary,     grad_binary,     emit_binary,        flops_elementwise) \
+  OP(MAX,           "Max",                  1,-1,  1,1,  COST_CHEAP,     shape_binary,     grad_binary,     emit_binary,        flops_elementwise) \
   OP(TILE,          "Tile",                 2,2,  1,1,  COST_CHEAP,     shape_tile,       grad_broadcast,  emit_expand,        flops_out) \
   OP(TRILU,         "Trilu",                1,2,  1,1,  COST_CHEAP,     shape_trilu,      grad_where,      emit_where,         flops_zero) \
   OP(IDENTITY,      "Identity",             1,1,  1,1,  COST_FREE,      shape_same,       grad_reshape,    emit_copy,          flops_zero) \

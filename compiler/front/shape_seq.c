@@ -352,6 +352,7 @@ static snrt_einsum_t einsum_form(const Node *n, const char *out, const char *a, 
 void shape_einsum(Graph *g, Node *n) {
   const char *eq = attr_string(n, "equation", NULL);
   if (!eq) node_error(n, "Einsum needs an equation");
+  if (n->nin != 2) node_error(n, "Einsum '%s': snc supports exactly two operands, not %d", eq, n->nin);
   Tensor *x[2] = {shape_in_float(g, n, 0, -1), shape_in_float(g, n, 1, -1)};
   /* Parse "ab,bc->ac" (spaces allowed); the implicit form "ab,bc" outputs
    * the letters used once, in alphabetical order. */

@@ -143,6 +143,10 @@ void shape_batch_const(Graph *g, Node *n, Tensor *c, const Tensor *x) {
 
 /* Multidirectional (numpy) broadcasting. */
 void shape_binary(Graph *g, Node *n) {
+  /* Min and Max are variadic in ONNX; on data snc takes two operands (a
+   * constant list of any length was evaluated before this). */
+  if ((n->op == OP_MIN || n->op == OP_MAX) && n->nin != 2)
+    node_error(n, "%s of data takes exactly two inputs here, not %d", op_name(n->op), n->nin);
   Tensor *a = shape_in_float(g, n, 0, -1), *b = shape_in_float(g, n, 1, -1);
   shape_batch_const(g, n, a, b);
   shape_batch_const(g, n, b, a);

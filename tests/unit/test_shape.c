@@ -751,7 +751,6 @@ static void test_data_path_ops(void) {
 
 int main(void) {
   err_file = "test.onnx";
-  test_data_path_ops();
   test_conv();
   test_pool();
   test_bn_unary();
@@ -762,6 +761,7 @@ int main(void) {
   test_softmax_reduce();
   test_gemm_matmul();
   test_lrn_constant();
+  test_data_path_ops();
   printf("test_shape: %d checks, %d failed\n", checks, failures);
   return failures ? 1 : 0;
 }
