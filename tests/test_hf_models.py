@@ -1,4 +1,4 @@
-"""Real models as a user exports them (issue 28): Hugging Face GPT2LMHeadModel,
+"""Real models as a user exports them: Hugging Face GPT2LMHeadModel,
 BertForMaskedLM, LlamaForCausalLM (grouped-query attention: 4 heads over 2
 key/value heads) and ViTForImageClassification, built from their config
 classes with small random weights (nothing is downloaded), and torchvision's

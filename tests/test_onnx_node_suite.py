@@ -1,4 +1,4 @@
-"""The ONNX backend node suite (issue 28): the 1,884 test cases the onnx
+"""The ONNX backend node suite: the 1,884 test cases the onnx
 package generates (onnx.backend.test.case.node, outputs from its reference
 implementation; tests/onnx_node_cases.py writes them from build/venv's onnx
 1.23.2), given to snc in two forms:

@@ -212,7 +212,7 @@ def test_eval_of_an_output_with_fewer_rows_than_the_batch(san, tmp_path, head):
 
 
 def test_program_through_the_data_path_ops(san, tmp_path):
-    """Issue 28's data-path ops in one model, compiled, trained (with
+    """The data-path ops in one model, compiled, trained (with
     --poison), evaluated and run with --predict under the sanitizers:
     HardSwish, HardSigmoid, Sin, Cos, Exp, Log, Abs, Min, Max, ReduceSum,
     ReduceMax, ReduceL2, Tile, Trilu, Gather on axis 1, GatherElements,

@@ -694,7 +694,7 @@ static void test_lrn_constant(void) {
   ASSERT_BAD(0);
 }
 
-/* The ops of issue 28's data path: Where on a condition computed from data
+/* The data-path ops: Where on a condition computed from data
  * (a bool activation: WHERE_DATA with three-way broadcasting), Gather on
  * axis 1 as a select, Einsum's forms, and their refusals (exit 2). */
 static void test_data_path_ops(void) {
