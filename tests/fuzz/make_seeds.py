@@ -151,6 +151,45 @@ def eval_ops(path):
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)]), path)
 
 
+def data_ops(path):
+    """The ops that run on data (not only at compile time): HardSwish,
+    HardSigmoid, Sin, Cos, Exp, Log, Abs, Min, Max, ReduceSum, ReduceMax,
+    ReduceL2, Tile, Trilu, Pad (reflect), Gather along axis 1 (a select) and
+    Einsum, all on one small path to a trained Gemm (opset 14)."""
+    F, I = onnx.TensorProto.FLOAT, onnx.TensorProto.INT64
+    vi = helper.make_tensor_value_info
+    t = helper.make_tensor
+    n = helper.make_node
+    nodes = [
+        n("MatMul", ["x", "wa"], ["h"], name="proj"),                 # (N, 4, 4)
+        n("HardSwish", ["h"], ["hs"], name="hswish"),
+        n("HardSigmoid", ["hs"], ["hg"], name="hsig", alpha=1.0 / 6, beta=0.5),
+        n("Sin", ["hg"], ["s"], name="sin"),
+        n("Cos", ["h"], ["c"], name="cos"),
+        n("Max", ["s", "c"], ["mx"], name="max"),
+        n("Min", ["mx", "h"], ["mn"], name="min"),
+        n("Abs", ["mn"], ["ab"], name="abs"),
+        n("Exp", ["ab"], ["ex"], name="exp"),
+        n("Log", ["ex"], ["lg"], name="log"),
+        n("Trilu", ["lg"], ["tl"], name="tril", upper=0),
+        n("Pad", ["tl", "pads"], ["pd"], name="pad", mode="reflect"),  # (N, 4, 6)
+        n("Einsum", ["pd", "we"], ["ei"], name="einsum", equation="bij,jk->bik"),  # (N, 4, 4)
+        n("Tile", ["ei", "rep"], ["ti"], name="tile"),                 # (N, 4, 8)
+        n("Gather", ["ti", "idx"], ["g1"], name="select", axis=1),     # (N, 8)
+        n("ReduceSum", ["ti", "ax2"], ["rs"], name="rsum", keepdims=0),  # (N, 4)
+        n("ReduceMax", ["ti"], ["rx"], name="rmax", axes=[2], keepdims=0),
+        n("ReduceL2", ["ti"], ["rl"], name="rl2", axes=[2], keepdims=0),
+        n("Concat", ["g1", "rs", "rx", "rl"], ["cat"], name="cat", axis=1),  # (N, 20)
+        n("Gemm", ["cat", "wg", "bg"], ["y"], name="fc", transB=1),
+    ]
+    c = lambda name, vals, dt=I, dims=None: t(name, dt, [len(vals)] if dims is None else dims, vals)
+    inits = [c("pads", [0, 0, 1, 0, 0, 1]), c("rep", [1, 1, 2]), c("idx", [0], dims=[]),
+             c("ax2", [2]), c("bg", [0.0] * 3, F)]
+    ins = [vi("x", F, ["N", 4, 4]), vi("wa", F, [4, 4]), vi("we", F, [6, 4]), vi("wg", F, [3, 20])]
+    g = helper.make_graph(nodes, "data_ops", ins, [vi("y", F, ["N", 3])], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)]), path)
+
+
 def export(model, shape, path):
     f = io.BytesIO()
     torch.onnx.export(model.eval(), torch.zeros(*shape), f, input_names=["x"],
@@ -173,6 +212,7 @@ def main():
     export(ConvNet(), (2, 3, 8, 8), os.path.join(out, "convnet.onnx"))
     all_ops(os.path.join(out, "all_ops.onnx"))
     eval_ops(os.path.join(out, "eval_ops.onnx"))
+    data_ops(os.path.join(out, "data_ops.onnx"))
     # GPT blocks (embeddings, LayerNorm decomposed at 13 and as an op at 17,
     # masked attention, GELU); the causal-mask buffer stays an initializer.
     sys.path.insert(0, os.path.join(ROOT, "examples"))
