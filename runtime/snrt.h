@@ -31,6 +31,7 @@
 
 #include <stdint.h>
 #include <stddef.h>
+#include <math.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -792,6 +793,40 @@ static inline SNRT_HD float snrt_uniform(uint64_t seed, uint64_t step, uint32_t 
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   z ^= z >> 31;
   return (float)(z >> 40) * (1.0f / 16777216.0f);
+}
+
+/* Sin, Cos, Exp, Log, Abs, HardSigmoid, HardSwish: y = f(x), and f'(x)
+ * (from y for Exp), one definition for both runtimes' kernels. */
+static inline SNRT_HD float snrt_math_more(const snrt_math_t *p, float v) {
+  switch (p->kind) {
+  case SNRT_SIN: return sinf(v);
+  case SNRT_COS: return cosf(v);
+  case SNRT_EXP: return expf(v);
+  case SNRT_LOG: return logf(v);
+  case SNRT_ABS: return fabsf(v);
+  case SNRT_HARDSIGMOID: {
+    float t = p->alpha * v + p->beta;
+    return t <= 0.0f ? 0.0f : t >= 1.0f ? 1.0f : t;
+  }
+  default:   /* SNRT_HARDSWISH */
+    return v <= -3.0f ? 0.0f : v >= 3.0f ? v : v * (v + 3.0f) / 6.0f;
+  }
+}
+
+static inline SNRT_HD float snrt_math_more_d(const snrt_math_t *p, float v, float y) {
+  switch (p->kind) {
+  case SNRT_SIN: return cosf(v);
+  case SNRT_COS: return -sinf(v);
+  case SNRT_EXP: return y;
+  case SNRT_LOG: return 1.0f / v;
+  case SNRT_ABS: return v > 0.0f ? 1.0f : v < 0.0f ? -1.0f : 0.0f;
+  case SNRT_HARDSIGMOID: {
+    float t = p->alpha * v + p->beta;
+    return t > 0.0f && t < 1.0f ? p->alpha : 0.0f;
+  }
+  default:   /* SNRT_HARDSWISH */
+    return v < -3.0f ? 0.0f : v > 3.0f ? 1.0f : v / 3.0f + 0.5f;
+  }
 }
 
 /* Where on data: offsets of cond, a, b at output element i. */

@@ -20,40 +20,6 @@ static inline float pow_k(float x, float e) {
   return powf(x, e);
 }
 
-/* Sin, Cos, Exp, Log, Abs, HardSigmoid, HardSwish: y = f(x), and f'(x)
- * (from y for Exp). */
-static inline float math_more(const snrt_math_t *p, float v) {
-  switch (p->kind) {
-  case SNRT_SIN: return sinf(v);
-  case SNRT_COS: return cosf(v);
-  case SNRT_EXP: return expf(v);
-  case SNRT_LOG: return logf(v);
-  case SNRT_ABS: return fabsf(v);
-  case SNRT_HARDSIGMOID: {
-    float t = p->alpha * v + p->beta;
-    return t <= 0.0f ? 0.0f : t >= 1.0f ? 1.0f : t;
-  }
-  default:   /* SNRT_HARDSWISH */
-    return v <= -3.0f ? 0.0f : v >= 3.0f ? v : v * (v + 3.0f) / 6.0f;
-  }
-}
-
-static inline float math_more_d(const snrt_math_t *p, float v, float y) {
-  switch (p->kind) {
-  case SNRT_SIN: return cosf(v);
-  case SNRT_COS: return -sinf(v);
-  case SNRT_EXP: return y;
-  case SNRT_LOG: return 1.0f / v;
-  case SNRT_ABS: return v > 0.0f ? 1.0f : v < 0.0f ? -1.0f : 0.0f;
-  case SNRT_HARDSIGMOID: {
-    float t = p->alpha * v + p->beta;
-    return t > 0.0f && t < 1.0f ? p->alpha : 0.0f;
-  }
-  default:   /* SNRT_HARDSWISH */
-    return v < -3.0f ? 0.0f : v > 3.0f ? 1.0f : v / 3.0f + 0.5f;
-  }
-}
-
 void snrt_math_fwd(snrt_ctx *c, const snrt_math_t *p, const float *x, float *y) {
   (void)c;
   const int64_t n = p->n;
@@ -81,7 +47,7 @@ void snrt_math_fwd(snrt_ctx *c, const snrt_math_t *p, const float *x, float *y) 
     break;
   default:
 #pragma omp parallel for schedule(static) if (n > KERN_PAR_MIN / 8)
-    for (int64_t i = 0; i < n; i++) y[i] = math_more(p, x[i]);
+    for (int64_t i = 0; i < n; i++) y[i] = snrt_math_more(p, x[i]);
     break;
   }
 }
@@ -115,7 +81,7 @@ void snrt_math_bwd(snrt_ctx *c, const snrt_math_t *p, const float *x, const floa
     break;
   default:
 #pragma omp parallel for schedule(static) if (n > KERN_PAR_MIN / 8)
-    for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * math_more_d(p, x ? x[i] : 0.0f, y ? y[i] : 0.0f);
+    for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * snrt_math_more_d(p, x ? x[i] : 0.0f, y ? y[i] : 0.0f);
     break;
   }
 }

@@ -46,37 +46,6 @@ __device__ __forceinline__ float pow_k(float x, float e) {
   return powf(x, e);
 }
 
-/* Sin, Cos, Exp, Log, Abs, HardSigmoid, HardSwish (as k_seq.c). */
-__device__ __forceinline__ float math_more(const snrt_math_t &p, float v) {
-  switch (p.kind) {
-  case SNRT_SIN: return sinf(v);
-  case SNRT_COS: return cosf(v);
-  case SNRT_EXP: return expf(v);
-  case SNRT_LOG: return logf(v);
-  case SNRT_ABS: return fabsf(v);
-  case SNRT_HARDSIGMOID: {
-    float t = p.alpha * v + p.beta;
-    return t <= 0.0f ? 0.0f : t >= 1.0f ? 1.0f : t;
-  }
-  default: return v <= -3.0f ? 0.0f : v >= 3.0f ? v : v * (v + 3.0f) / 6.0f;
-  }
-}
-
-__device__ __forceinline__ float math_more_d(const snrt_math_t &p, float v, float y) {
-  switch (p.kind) {
-  case SNRT_SIN: return cosf(v);
-  case SNRT_COS: return -sinf(v);
-  case SNRT_EXP: return y;
-  case SNRT_LOG: return 1.0f / v;
-  case SNRT_ABS: return v > 0.0f ? 1.0f : v < 0.0f ? -1.0f : 0.0f;
-  case SNRT_HARDSIGMOID: {
-    float t = p.alpha * v + p.beta;
-    return t > 0.0f && t < 1.0f ? p.alpha : 0.0f;
-  }
-  default: return v < -3.0f ? 0.0f : v > 3.0f ? 1.0f : v / 3.0f + 0.5f;
-  }
-}
-
 __global__ void k_math_fwd(snrt_math_t p, const float *x, float *y) {
   SNRT_FOR(i, p.n) {
     float v = x[i];
@@ -86,7 +55,7 @@ __global__ void k_math_fwd(snrt_math_t p, const float *x, float *y) {
     case SNRT_NEG: v = -v; break;
     case SNRT_RECIPROCAL: v = 1.0f / v; break;
     case SNRT_POW: v = pow_k(v, p.exponent); break;
-    default: v = math_more(p, v); break;
+    default: v = snrt_math_more(&p, v); break;
     }
     y[i] = v;
   }
@@ -104,7 +73,7 @@ __global__ void k_math_bwd(snrt_math_t p, const float *x, const float *y, const 
     case SNRT_POW:
       r = p.exponent == 2.0f ? g * 2.0f * x[i] : g * p.exponent * pow_k(x[i], p.exponent - 1.0f);
       break;
-    default: r = g * math_more_d(p, x ? x[i] : 0.0f, y ? y[i] : 0.0f); break;
+    default: r = g * snrt_math_more_d(&p, x ? x[i] : 0.0f, y ? y[i] : 0.0f); break;
     }
     dx[i] = r;
   }
