@@ -27,7 +27,9 @@ BUNDLE=$(cd "$(dirname "$0")" && pwd)
 DRY=${DRY:-0}
 OUT=${OUT:-$BUNDLE/out}
 PY=${PYTHON:-python3}
-mkdir -p "$OUT"
+DEADLINE=${DEADLINE:-420}
+LOG="$OUT/logs"
+mkdir -p "$LOG"
 WORK=$(mktemp -d /tmp/snc-gpu.XXXXXX)
 T0=$(date +%s)
 FAILED=0
@@ -40,13 +42,19 @@ rowf() {  # rowf CHECK STATUS RESULT (a dry run has no results)
   row "$(printf '%-36s %-5s %s' "$1" "$2" "$3")"; [ "$2" = FAIL ] && FAILED=1; return 0
 }
 elapsed() { echo $(( $(date +%s) - T0 )); }
-# run NAME TIMEOUT CMD...: logs to $OUT/NAME.log; the program's libraries
+# run NAME TIMEOUT CMD...: logs to $LOG/NAME.log; the program's libraries
 # from $PLIB (never for python3: its own come first there).
+# Every command ends by DEADLINE seconds after the start (its timeout is cut
+# to what is left; none starts with under 5 s left: exit 124 as a timeout),
+# so the table and the logs always come back from a device call.
 run() {
   local name=$1 t=$2; shift 2
   if [ "$DRY" = 1 ]; then echo "[$name, ${t}s] $*"; return 0; fi
-  echo "+ $*" >"$OUT/$name.log"
-  timeout "$t" "$@" >>"$OUT/$name.log" 2>&1
+  local left=$(( DEADLINE - $(elapsed) ))
+  [ "$left" -lt "$t" ] && t=$left
+  if [ "$t" -lt 5 ]; then echo "skipped: past DEADLINE=$DEADLINE s" >"$LOG/$name.log"; return 124; fi
+  echo "+ $*" >"$LOG/$name.log"
+  timeout -k 5 "$t" "$@" >>"$LOG/$name.log" 2>&1
 }
 prun() {
   local name=$1 t=$2; shift 2
@@ -96,7 +104,17 @@ if [ -n "$MISSING" ]; then
   say "error: libraries not found:$MISSING"
   [ "$DRY" = 1 ] || exit 2
 fi
-[ "$DRY" = 1 ] || LD_LIBRARY_PATH="$PLIB" ldd "$P/graph/train" >"$OUT/ldd.log" 2>&1
+[ "$DRY" = 1 ] || LD_LIBRARY_PATH="$PLIB" ldd "$P/graph/train" >"$LOG/ldd.log" 2>&1
+# A canary: one step of the smallest program. If it hangs, every program
+# would: the rest is skipped (DEADLINE cut to now) and the table comes back.
+prun canary 60 "$P/safe-none/train" --data synthetic --steps 1
+rc=$?
+if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+  rowf "canary: fashion_cnn, 1 step" FAIL "hung (60 s): every later step skipped"
+  DEADLINE=0
+else
+  rowf "canary: fashion_cnn, 1 step" "$([ "$rc" = 0 ] && echo ok || echo FAIL)" "exit $rc: $([ "$DRY" = 1 ] || tail -1 "$LOG/canary.log")"
+fi
 
 # ---- 1. gradients ---------------------------------------------------------------------
 # Each program draws its own initial values; --dump-params hands them to
@@ -116,17 +134,17 @@ for d in "$D"/grad-*; do
   label="grad $m ${res}px b$b"
   if ! SNRT_TF32=0 prun "grad-$m-run" 120 "$P/grad-$m/train" --data "npy:$w/m/x.npy,$w/m/y.npy" \
        --steps 1 --lr 0 --dump-grads "$w/got" --dump-params "$w/p0"; then
-    rowf "$label" FAIL "train failed: $(tail -1 "$OUT/grad-$m-run.log")"; continue
+    rowf "$label" FAIL "train failed: $(tail -1 "$LOG/grad-$m-run.log")"; continue
   fi
   if ! run "grad-$m-torch" 180 "$PY" "$REF" grads "$w/m" cuda fp64 "$w/p0"; then
     rowf "$label" FAIL "PyTorch reference failed: see grad-$m-torch.log"; continue
   fi
   [ "$DRY" = 1 ] && continue
-  "$PY" "$REF" compare "$w/m/ref" "$w/got" 1e-3 >"$OUT/grad-$m-cmp.json" 2>>"$OUT/grad-$m-torch.log"
+  "$PY" "$REF" compare "$w/m/ref" "$w/got" 1e-3 >"$LOG/grad-$m-cmp.json" 2>>"$LOG/grad-$m-torch.log"
   rc=$?
-  v=$(json_get "$OUT/grad-$m-cmp.json" worst)
+  v=$(json_get "$LOG/grad-$m-cmp.json" worst)
   rowf "$label" "$([ $rc = 0 ] && echo ok || echo FAIL)" \
-    "worst $(printf '%.2e' "${v:-nan}") in $(json_get "$OUT/grad-$m-cmp.json" worst_tensor) ($(json_get "$OUT/grad-$m-cmp.json" tensors) tensors)"
+    "worst $(printf '%.2e' "${v:-nan}") in $(json_get "$LOG/grad-$m-cmp.json" worst_tensor) ($(json_get "$LOG/grad-$m-cmp.json" tensors) tensors)"
   WORST=$(awk -v a="$WORST" -v b="${v:-inf}" 'BEGIN { print (b + 0 > a + 0 || b == "inf") ? b : a }')
 done
 rowf "grad: worst relative error" "-" "$WORST (bound 1e-3 vs float64, TF32 off)"
@@ -146,12 +164,12 @@ replay() {  # replay NAME PROG LABEL [ENV...]: sets REPLAY_OK
     done
   done
   [ "$DRY" = 1 ] && return 0
-  "$PY" "$REF" same-losses "$WORK/$name/g0" "$WORK/$name/g1" 5 >"$OUT/$name-losses.json"
+  "$PY" "$REF" same-losses "$WORK/$name/g0" "$WORK/$name/g1" 5 >"$LOG/$name-losses.json"
 }
 if replay graph "$P/graph/train"; then
   rowf "CUDA graph replay, 5 steps" ok "losses equal to eager (SNRT_DETERMINISTIC=1)"
 else
-  rowf "CUDA graph replay, 5 steps" FAIL "$(cat "$OUT/graph-losses.json")"
+  rowf "CUDA graph replay, 5 steps" FAIL "$(cat "$LOG/graph-losses.json")"
 fi
 
 # ---- 3. bf16 on tensor cores against PyTorch autocast -----------------------------------
@@ -168,13 +186,13 @@ if ! prun bf16-run 120 "$P/bf16grad/train" --data "npy:$w/m/x.npy,$w/m/y.npy" --
    ! run bf16-torch32 180 "$PY" "$REF" grads "$w/m" cuda fp32 "$w/p0" ||
    ! run bf16-mv 10 mv "$w/m/ref" "$w/m/ref32" ||
    ! run bf16-torch 180 "$PY" "$REF" grads "$w/m" cuda bf16 "$w/p0"; then
-  rowf "$label" FAIL "see $OUT/bf16-*.log"
+  rowf "$label" FAIL "see logs/bf16-*.log"
 elif [ "$DRY" != 1 ]; then
-  "$PY" "$REF" compare "$w/m/ref" "$w/got" 0.03125 norm >"$OUT/bf16-cmp.json"
+  "$PY" "$REF" compare "$w/m/ref" "$w/got" 0.03125 norm >"$LOG/bf16-cmp.json"
   rc=$?
-  "$PY" "$REF" compare "$w/m/ref32" "$w/got" 1e-3 norm >"$OUT/bf16-cmp32.json"
+  "$PY" "$REF" compare "$w/m/ref32" "$w/got" 1e-3 norm >"$LOG/bf16-cmp32.json"
   rc32=$?   # 1 expected: bf16 is over 1e-3 from fp32
-  v=$(json_get "$OUT/bf16-cmp.json" worst); v32=$(json_get "$OUT/bf16-cmp32.json" worst)
+  v=$(json_get "$LOG/bf16-cmp.json" worst); v32=$(json_get "$LOG/bf16-cmp32.json" worst)
   st=ok; { [ "$rc" = 0 ] && [ "$rc32" = 1 ]; } || st=FAIL
   rowf "$label" "$st" "worst $(printf '%.2e' "${v:-nan}") vs autocast (bound 2^-5), $(printf '%.2e' "${v32:-nan}") vs fp32 (must be > 1e-3)"
 fi
@@ -190,7 +208,7 @@ if replay fp16 "$P/fp16graph/train" SNRT_LOSS_SCALE=16777216; then
     rowf "fp16 loss scaling, CUDA graph" FAIL "skipped $s0 / $s1"
   fi
 else
-  rowf "fp16 loss scaling, CUDA graph" FAIL "$(cat "$OUT/fp16-losses.json" 2>/dev/null)"
+  rowf "fp16 loss scaling, CUDA graph" FAIL "$(cat "$LOG/fp16-losses.json" 2>/dev/null)"
 fi
 say "16-bit checks done ($(elapsed) s)"
 
@@ -198,17 +216,21 @@ say "16-bit checks done ($(elapsed) s)"
 BM=$(json_get "$D/bench/meta.json" model); RES=$(json_get "$D/bench/meta.json" res)
 B=$(json_get "$D/bench/meta.json" batch); LIVE=$(json_get "$D/bench/meta.json" liveness_arena_bytes)
 STEPS=20
-if run bench-torch 240 "$PY" "$REF" bench "$BM" "$RES" "$B" $STEPS && [ "$DRY" != 1 ]; then
-  tail -1 "$OUT/bench-torch.log" >"$OUT/bench-torch.json"
-  rowf "$BM b$B PyTorch eager (TF32)" ok "$(printf '%.0f' "$(json_get "$OUT/bench-torch.json" images_per_s)") img/s, peak $(mib "$(json_get "$OUT/bench-torch.json" peak_bytes)") (max_memory_allocated)"
-elif [ "$DRY" != 1 ]; then
-  rowf "$BM b$B PyTorch eager (TF32)" FAIL "see bench-torch.log"
-fi
+torch_bench() {  # torch_bench NAME MODE LABEL TIMEOUT
+  if run "$1" "$4" "$PY" "$REF" bench "$BM" "$RES" "$B" $STEPS "$2" && [ "$DRY" != 1 ]; then
+    tail -1 "$LOG/$1.log" >"$LOG/$1.json"
+    rowf "$3" ok "$(printf '%.0f' "$(json_get "$LOG/$1.json" images_per_s)") img/s, peak $(mib "$(json_get "$LOG/$1.json" peak_bytes)") (max_memory_allocated)"
+  elif [ "$DRY" != 1 ]; then
+    rowf "$3" FAIL "see logs/$1.log"
+  fi
+}
+torch_bench bench-torch eager "$BM b$B PyTorch eager (TF32)" 240
+torch_bench bench-torch-bf16 autocast "$BM b$B PyTorch eager autocast bf16" 240
 bench() {  # bench NAME LABEL: sets IPS, ARENA
   IPS=""; ARENA=""
   prun "$1" 240 "$P/$1/train" --data synthetic --steps $((STEPS + 3)) --metrics "$WORK/$1.json" || return 1
   IPS=$(json_get "$WORK/$1.json" images_per_s); ARENA=$(json_get "$WORK/$1.json" arena_bytes)
-  [ "$DRY" = 1 ] || cp "$WORK/$1.json" "$OUT/$1-metrics.json"
+  [ "$DRY" = 1 ] || cp "$WORK/$1.json" "$LOG/$1-metrics.json"
 }
 IPS32=""; ARENA32=""
 for pr in fp32 bf16 fp16; do
@@ -223,7 +245,7 @@ for pr in fp32 bf16 fp16; do
       rowf "$BM b$B bf16 / fp32" "-" "$(awk -v a="$IPS" -v b="$IPS32" -v c="$ARENA" -v d="$ARENA32" 'BEGIN { printf "%.2fx img/s, %.3fx arena", a / b, c / d }')"
     fi
   else
-    rowf "$label" FAIL "see $OUT/bench-$pr.log"
+    rowf "$label" FAIL "see $LOG/bench-$pr.log"
   fi
 done
 say "benchmark done ($(elapsed) s)"
@@ -237,7 +259,7 @@ for pct in 100 50 25; do
     est=$([ "$DRY" = 1 ] || "$PY" -c 'import json,sys; print("%.1f ms" % (1e3 * json.load(open(sys.argv[1]))["est_step_seconds"]))' "$P/sweep-$pct/plan.json")
     rowf "$label" ok "$(printf '%.0f' "$IPS") img/s, arena $(mib "$ARENA"), plan's estimate $est/step"
   else
-    rowf "$label" FAIL "see $OUT/sweep-$pct.log"
+    rowf "$label" FAIL "see $LOG/sweep-$pct.log"
   fi
 done
 
@@ -245,8 +267,53 @@ done
 if prun calibrate 120 "$BUNDLE/bin/snc-calibrate-cuda" --target cuda --quick -o "$OUT/calibrate-cuda.json"; then
   rowf "snc-calibrate --target cuda --quick" ok "$OUT/calibrate-cuda.json"
 else
-  rowf "snc-calibrate --target cuda --quick" FAIL "see $OUT/calibrate.log"
+  rowf "snc-calibrate --target cuda --quick" FAIL "see $LOG/calibrate.log"
 fi
+
+# ---- 9. the memory schedule is safe -----------------------------------------------------
+# fashion_cnn b32 under every policy (auto at the tightest budget it plans
+# for), SNRT_DETERMINISTIC=1: 3 steps with --poison give parameters bit for
+# bit equal to policy none's; then compute-sanitizer: memcheck on every
+# policy, racecheck, synccheck and initcheck on the offloading ones.
+SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+[ "$DRY" = 1 ] || say "compute-sanitizer: $("$SAN" --version 2>&1 | tail -1)"
+safe_run() {  # safe_run NAME PROG [ARGS...]: 3 steps, params into $WORK/NAME
+  local name=$1 prog=$2; shift 2
+  prun "$name" 90 env SNRT_DETERMINISTIC=1 "$prog" --data synthetic --steps 3 \
+    --dump-params "$WORK/$name" "$@"
+}
+safe_run safe-none "$P/safe-none/train" || rowf "policy none, 3 steps" FAIL "see logs/safe-none.log"
+for d in "$P"/safe-*/; do
+  pol=${d%/}; pol=${pol##*/safe-}
+  [ "$pol" = none ] && continue
+  label="poison $pol, 3 steps"
+  safe_run "poison-$pol" "$d/train" --poison
+  rc=$?
+  if [ "$rc" != 0 ]; then
+    rowf "$label" FAIL "exit $rc: $(tail -1 "$LOG/poison-$pol.log" 2>/dev/null)"
+  elif [ "$DRY" != 1 ]; then
+    "$PY" "$REF" same-params "$WORK/safe-none" "$WORK/poison-$pol" >"$LOG/poison-$pol.json"
+    rc=$?
+    rowf "$label" "$([ $rc = 0 ] && echo ok || echo FAIL)" \
+      "params vs none: $(json_get "$LOG/poison-$pol.json" tensors) tensors, $(json_get "$LOG/poison-$pol.json" n_differ) differ"
+  fi
+done
+sanitize() {  # sanitize TOOL POLICY
+  local name="san-$1-$2" prog="$P/safe-$2/train"
+  [ -x "$prog" ] || [ "$DRY" = 1 ] || return 0
+  prun "$name" 150 env SNRT_DETERMINISTIC=1 "$SAN" --tool "$1" --error-exitcode 9 \
+    --print-limit 20 "$prog" --data synthetic --steps 3
+  local rc=$?
+  [ "$DRY" = 1 ] && return 0
+  local n; n=$(grep -Eo "ERROR SUMMARY: [0-9]+|RACECHECK SUMMARY: [0-9]+ hazard" "$LOG/$name.log" | tail -1)
+  rowf "compute-sanitizer $1 $2" "$([ $rc = 0 ] && echo ok || echo FAIL)" "exit $rc; ${n:-no summary}"
+}
+for pol in superneurons liveness offload recompute auto; do sanitize memcheck $pol; done
+for tool in racecheck synccheck initcheck; do sanitize $tool superneurons; done
+say "safety done ($(elapsed) s)"
+
+# ---- 10. torch.compile, if it compiles in the time left ----------------------------------
+torch_bench bench-torch-compile compile "$BM b$B torch.compile (TF32)" 240
 
 # ---- the table -------------------------------------------------------------------------
 {
@@ -256,4 +323,6 @@ fi
   printf '%s\n' "${ROWS[@]}"
 } | tee "$OUT/table.txt"
 rm -rf "$WORK"
+# A device call brings back at most 8 files from $OUT: the logs travel as one.
+[ "$DRY" = 1 ] || { tar czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$LOG"; }
 exit $FAILED

@@ -29,9 +29,15 @@ rounding can flip: tests/test_precision.py's SmoothCNN, wider).
     torchref.py same-losses A_DIR B_DIR N     the train_loss of A_DIR/m1.json..mN.json (one
                                               --metrics file per run of --steps k) equal to
                                               B_DIR's, bit for bit (prints JSON; exit 1 if not)
-    torchref.py bench   MODEL RES BATCH STEPS eager PyTorch training img/s and peak memory
-                                              on cuda (TF32 as the snc program: on unless
-                                              SNRT_TF32=0); prints JSON
+    torchref.py bench   MODEL RES BATCH STEPS [eager|autocast|compile]
+                                              PyTorch training img/s and peak memory on
+                                              cuda (TF32 as the snc program: on unless
+                                              SNRT_TF32=0): eager, eager under
+                                              torch.autocast(bfloat16), or torch.compile'd
+                                              (its compilation is not timed); prints JSON
+    torchref.py same-params A_DIR B_DIR       every A_DIR/*.npy equal to B_DIR's bit for bit
+                                              (--dump-params of two policies; prints JSON;
+                                              exit 1 if one differs or is missing)
 
 What it is: an independent reference (PyTorch) for the emitted program; both
 start from the same weights: the ONNX initializers, or (--strip) the values the
@@ -253,7 +259,25 @@ def cmd_same_losses(a, b, n):
     return 0 if ok else 1
 
 
-def cmd_bench(model, res, batch, steps):
+def cmd_same_params(a, b):
+    import numpy as np
+    names = sorted(f for f in os.listdir(a) if f.endswith(".npy"))
+    differ, missing = [], []
+    for f in names:
+        pb = os.path.join(b, f)
+        if not os.path.exists(pb):
+            missing.append(f)
+            continue
+        x, y = np.load(os.path.join(a, f)), np.load(pb)
+        if x.shape != y.shape or x.tobytes() != y.tobytes():
+            differ.append(f)
+    ok = bool(names) and not differ and not missing
+    print(json.dumps({"tensors": len(names), "differ": differ[:10], "n_differ": len(differ),
+                      "missing": missing[:10], "ok": ok}))
+    return 0 if ok else 1
+
+
+def cmd_bench(model, res, batch, steps, mode="eager"):
     import torch
     res, batch, steps = int(res), int(batch), int(steps)
     tf32 = os.environ.get("SNRT_TF32", "1") != "0"
@@ -264,22 +288,28 @@ def cmd_bench(model, res, batch, steps):
     opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
     x = torch.randn(batch, 3, res, res, device="cuda")
     y = torch.randint(0, 1000, (batch,), device="cuda")
+    fwd = torch.compile(m) if mode == "compile" else m
     torch.cuda.reset_peak_memory_stats()
 
     def step():
         opt.zero_grad(set_to_none=True)
-        torch.nn.functional.cross_entropy(m(x), y).backward()
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=(mode == "autocast")):
+            loss = torch.nn.functional.cross_entropy(fwd(x), y)
+        loss.backward()
         opt.step()
 
+    t0 = time.perf_counter()
     for _ in range(3):
         step()
+    torch.cuda.synchronize()
+    warm = time.perf_counter() - t0
     torch.cuda.synchronize()
     t = time.perf_counter()
     for _ in range(steps):
         step()
     torch.cuda.synchronize()
     dt = time.perf_counter() - t
-    print(json.dumps({"images_per_s": batch * steps / dt,
+    print(json.dumps({"images_per_s": batch * steps / dt, "mode": mode, "warmup_s": warm,
                       "peak_bytes": torch.cuda.max_memory_allocated(), "tf32": tf32}))
 
 
@@ -303,8 +333,11 @@ def main(argv):
         return 0
     if cmd == "same-losses" and len(args) == 3:
         return cmd_same_losses(*args)
-    if cmd == "bench" and len(args) == 4:
+    if cmd == "bench" and len(args) in (4, 5) and args[4:] in ([], ["eager"], ["autocast"],
+                                                                  ["compile"]):
         return cmd_bench(*args)
+    if cmd == "same-params" and len(args) == 2:
+        return cmd_same_params(*args)
     sys.exit(__doc__)
 
 
