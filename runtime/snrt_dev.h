@@ -72,12 +72,17 @@ const char *snrt_dev_describe(snrt_ctx *c);
 void snrt_dev_run_step(snrt_ctx *c, void (*fn)(snrt_ctx *c));
 
 /* --profile (runtime/common/profile.c): while snrt_prof_on, the device
- * layer calls snrt_prof_mark(step) at the start of each plan step (from
- * snrt_reads). snrt_dev_step_timing: 1 where a step's work is done when the
- * next step starts (the CPU), 0 where kernels are queued (CUDA: only whole
- * steps are timed). */
+ * layer times each plan step from its start (snrt_reads) to the next one's:
+ * the CPU by calling snrt_prof_mark(step) (host clock: its work is done when
+ * the next step starts); CUDA by recording an event on the compute stream,
+ * then in snrt_dev_prof_collect (called at the end of a profiled training
+ * step) waiting for the last one and handing each step's seconds to
+ * snrt_prof_add. CUDA runs profiled steps eagerly (no graph replay).
+ * snrt_dev_step_timing: 1 where per-step times are measured. */
 extern int snrt_prof_on;
 void snrt_prof_mark(int step);
+void snrt_prof_add(int step, double seconds);
+void snrt_dev_prof_collect(void);
 extern const int snrt_dev_step_timing;
 
 /* Exit codes of the emitted program (docs/reference.md, "DIR/train"). */

@@ -46,7 +46,9 @@ STEPS = ["grad-resnet18-run", "grad-resnet18-torch", "graph-g0-s1", "graph-g1-s5
          "bf16-torch32", "bf16-torch", "fp16-g0-s1", "fp16-g1-s5", "bench-torch", "bench-fp32",
          "bench-bf16", "bench-fp16", "sweep-100", "sweep-50", "calibrate", "bench-torch-bf16",
          "safe-none", "poison-superneurons", "poison-auto", "san-memcheck-offload",
-         "san-racecheck-superneurons", "san-initcheck-superneurons", "bench-torch-compile"]
+         "san-racecheck-superneurons", "san-initcheck-superneurons", "bench-torch-compile",
+         "prof-fp32", "prof-bf16", "gpt-bf16", "gpt-live", "gpt-torch-autocast", "maxb-auto",
+         "maxb-superneurons", "grad-resnet18-torch32"]
 MIB = 1 << 20
 
 

@@ -14,9 +14,20 @@
  * How: by default the fastest one cudnnFind*AlgorithmEx measures (timing:
  * two processes may choose differently). With SNRT_DETERMINISTIC=1 by a fixed
  * rule instead: the first deterministic algorithm, in the order of cuDNN's
- * heuristics (cudnnGet*Algorithm_v7, no timing), whose workspace fits; so the
- * same program on the same GPU, cuDNN version and plan always picks the same
- * algorithms (--resume is then bit-exact; README "Reproducibility").
+ * heuristics (cudnnGet*Algorithm_v7, no timing), whose workspace is at most
+ * DET_WS_CAP, whatever the plan gave: so the same program on the same GPU and
+ * cuDNN version picks the same algorithms under every policy and budget
+ * (--resume is bit-exact, and the policies' parameters are bit-identical to
+ * policy none's; README "Reproducibility"). Where that algorithm needs more
+ * than the plan's workspace, it runs in a private one outside the arena
+ * (printed on stderr). The first H200 run showed why the plan's workspace
+ * cannot decide: fashion_cnn's first convolution (one input channel) had no
+ * deterministic backward-filter algorithm within the 2.2 MiB its plan gave,
+ * and liveness/offload/recompute picked other algorithms than policy none.
+ *
+ * SNRT_CONV_WS_MIB=N (default 0) lets the timed choice use up to N MiB of
+ * that private workspace too: an experiment (is the plan's workspace what
+ * makes a convolution slow?), the memory it takes printed beside the arena.
  *
  * What it is not: a fallback for convolutions cuDNN cannot express. cuDNN
  * pads symmetrically; where the ONNX pads are asymmetric in a way that
@@ -181,6 +192,58 @@ static size_t ws_limit(const snrt_conv_t *p, const void *ws) {
 
 static const float one = 1.0f, zero = 0.0f;
 
+/* The private workspace: one buffer for every convolution (they run on the
+ * compute stream, one at a time), grown when a choice needs more. A buffer
+ * is never freed while the process runs: a CUDA graph captured earlier may
+ * hold its address. Choices are made outside captures (before_choice). */
+enum { DET_WS_CAP = 64 << 20 };
+static void *priv_ws;
+static size_t priv_cap, priv_total;
+
+static size_t extra_ws(void) {
+  static long mib = -1;
+  if (mib < 0) {
+    const char *v = getenv("SNRT_CONV_WS_MIB");
+    mib = v && *v ? atol(v) : 0;
+    if (mib < 0) mib = 0;
+  }
+  return (size_t)mib << 20;
+}
+
+/* The workspace bound a choice considers: see the comment at the top. */
+static size_t choice_limit(snrt_ctx *c, size_t plan_lim) {
+  size_t x = extra_ws();
+  if (snrt_cu(c)->deterministic) return x > (size_t)DET_WS_CAP ? x : (size_t)DET_WS_CAP;
+  return x > plan_lim ? x : plan_lim;
+}
+
+static void *private_ws(snrt_ctx *c, size_t bytes) {
+  if (bytes <= priv_cap) return priv_ws;
+  CUDA_CHECK(cudaStreamSynchronize(snrt_cu(c)->compute));
+  void *q = NULL;
+  cudaError_t err = cudaMalloc(&q, bytes);
+  if (err != cudaSuccess) {
+    fprintf(stderr, "snrt: error: cannot allocate %lld bytes of convolution workspace beyond the "
+                    "plan (%s): unset SNRT_CONV_WS_MIB%s\n", (long long)bytes,
+            cudaGetErrorString(err), snrt_cu(c)->deterministic ? " or SNRT_DETERMINISTIC" : "");
+    exit(SNRT_EXIT_DEVICE);
+  }
+  priv_ws = q;
+  priv_cap = bytes;
+  priv_total += bytes;
+  fprintf(stderr, "snrt: convolution workspace beyond the plan: %.2f MiB (%s), outside the "
+                  "arena\n", (double)priv_total / 1048576.0,
+          snrt_cu(c)->deterministic ? "SNRT_DETERMINISTIC=1 chooses independently of the plan"
+                                    : "SNRT_CONV_WS_MIB");
+  return q;
+}
+
+/* The workspace a direction runs with: the plan's at ws, or the private one
+ * where its algorithm needs more than the plan gave. */
+static void *run_ws(conv_entry *e, int dir, void *ws, size_t plan_lim) {
+  return e->ws[dir] > plan_lim ? priv_ws : ws;
+}
+
 /* The three directions on operands of e->fmt (void pointers: float32 or
  * 16-bit); alpha and beta are float for every config. */
 static void conv_fwd(snrt_ctx *c, const snrt_conv_t *p, int fmt, const void *x, const void *w,
@@ -190,6 +253,8 @@ static void conv_fwd(snrt_ctx *c, const snrt_conv_t *p, int fmt, const void *x, 
   size_t lim = ws_limit(p, ws);
   if (!e->chosen[DIR_FWD]) {
     before_choice(c, p, "forward");
+    size_t cl = choice_limit(c, lim);
+    void *fws = !snrt_cu(c)->deterministic && cl > lim ? private_ws(c, cl) : ws;
     cudnnConvolutionFwdAlgoPerf_t r[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     int n = 0;
     CUDNN_CHECK(cudnnSetConvolutionMathType(e->conv, base_math(c, e)));
@@ -199,13 +264,14 @@ static void conv_fwd(snrt_ctx *c, const snrt_conv_t *p, int fmt, const void *x, 
     else /* Find runs each candidate and writes y, which the call below overwrites. */
       CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, e->x, x, e->w, w, e->conv, e->y, y,
                                                          CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, r,
-                                                         ws, lim));
-    e->algo[DIR_FWD] = pick(c, p, r, n, lim, e, DIR_FWD, "forward");
+                                                         fws, cl));
+    e->algo[DIR_FWD] = pick(c, p, r, n, cl, e, DIR_FWD, "forward");
+    if (e->ws[DIR_FWD] > lim) private_ws(c, e->ws[DIR_FWD]);
   }
   CUDNN_CHECK(cudnnSetConvolutionMathType(e->conv, e->math[DIR_FWD]));
   CUDNN_CHECK(cudnnConvolutionForward(h, &one, e->x, x, e->w, w, e->conv,
-                                      (cudnnConvolutionFwdAlgo_t)e->algo[DIR_FWD], ws,
-                                      e->ws[DIR_FWD], &zero, e->y, y));
+                                      (cudnnConvolutionFwdAlgo_t)e->algo[DIR_FWD],
+                                      run_ws(e, DIR_FWD, ws, lim), e->ws[DIR_FWD], &zero, e->y, y));
 }
 
 static void conv_bwd_data(snrt_ctx *c, const snrt_conv_t *p, int fmt, const void *dy,
@@ -215,6 +281,8 @@ static void conv_bwd_data(snrt_ctx *c, const snrt_conv_t *p, int fmt, const void
   size_t lim = ws_limit(p, ws);
   if (!e->chosen[DIR_BWD_DATA]) {
     before_choice(c, p, "backward-data");
+    size_t cl = choice_limit(c, lim);
+    void *fws = !snrt_cu(c)->deterministic && cl > lim ? private_ws(c, cl) : ws;
     cudnnConvolutionBwdDataAlgoPerf_t r[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     int n = 0;
     CUDNN_CHECK(cudnnSetConvolutionMathType(e->conv, base_math(c, e)));
@@ -224,13 +292,15 @@ static void conv_bwd_data(snrt_ctx *c, const snrt_conv_t *p, int fmt, const void
     else
       CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
         h, e->w, w, e->y, dy, e->conv, e->x, dx, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, r,
-        ws, lim));
-    e->algo[DIR_BWD_DATA] = pick(c, p, r, n, lim, e, DIR_BWD_DATA, "backward-data");
+        fws, cl));
+    e->algo[DIR_BWD_DATA] = pick(c, p, r, n, cl, e, DIR_BWD_DATA, "backward-data");
+    if (e->ws[DIR_BWD_DATA] > lim) private_ws(c, e->ws[DIR_BWD_DATA]);
   }
   CUDNN_CHECK(cudnnSetConvolutionMathType(e->conv, e->math[DIR_BWD_DATA]));
   CUDNN_CHECK(cudnnConvolutionBackwardData(h, &one, e->w, w, e->y, dy, e->conv,
                                            (cudnnConvolutionBwdDataAlgo_t)e->algo[DIR_BWD_DATA],
-                                           ws, e->ws[DIR_BWD_DATA], &zero, e->x, dx));
+                                           run_ws(e, DIR_BWD_DATA, ws, lim), e->ws[DIR_BWD_DATA],
+                                           &zero, e->x, dx));
 }
 
 static void conv_bwd_filter(snrt_ctx *c, const snrt_conv_t *p, int fmt, const void *x,
@@ -240,6 +310,8 @@ static void conv_bwd_filter(snrt_ctx *c, const snrt_conv_t *p, int fmt, const vo
   size_t lim = ws_limit(p, ws);
   if (!e->chosen[DIR_BWD_FILTER]) {
     before_choice(c, p, "backward-filter");
+    size_t cl = choice_limit(c, lim);
+    void *fws = !snrt_cu(c)->deterministic && cl > lim ? private_ws(c, cl) : ws;
     cudnnConvolutionBwdFilterAlgoPerf_t r[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
     int n = 0;
     CUDNN_CHECK(cudnnSetConvolutionMathType(e->conv, base_math(c, e)));
@@ -249,13 +321,15 @@ static void conv_bwd_filter(snrt_ctx *c, const snrt_conv_t *p, int fmt, const vo
     else
       CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
         h, e->x, x, e->y, dy, e->conv, e->w, dw, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, r,
-        ws, lim));
-    e->algo[DIR_BWD_FILTER] = pick(c, p, r, n, lim, e, DIR_BWD_FILTER, "backward-filter");
+        fws, cl));
+    e->algo[DIR_BWD_FILTER] = pick(c, p, r, n, cl, e, DIR_BWD_FILTER, "backward-filter");
+    if (e->ws[DIR_BWD_FILTER] > lim) private_ws(c, e->ws[DIR_BWD_FILTER]);
   }
   CUDNN_CHECK(cudnnSetConvolutionMathType(e->conv, e->math[DIR_BWD_FILTER]));
   CUDNN_CHECK(cudnnConvolutionBackwardFilter(
       h, &one, e->x, x, e->y, dy, e->conv, (cudnnConvolutionBwdFilterAlgo_t)e->algo[DIR_BWD_FILTER],
-      ws, e->ws[DIR_BWD_FILTER], p->accumulate ? &one : &zero, e->w, dw));
+      run_ws(e, DIR_BWD_FILTER, ws, lim), e->ws[DIR_BWD_FILTER], p->accumulate ? &one : &zero,
+      e->w, dw));
 }
 
 void snrt_conv_fwd(snrt_ctx *c, const snrt_conv_t *p, const float *x, const float *w,

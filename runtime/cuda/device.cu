@@ -432,7 +432,8 @@ static void report_warmup(snrt_ctx *c) {
 void snrt_dev_run_step(snrt_ctx *c, void (*fn)(snrt_ctx *c)) {
   snrt_cuda *d = snrt_cu(c);
   /* Gradient dumps copy into pageable host memory: not capturable. */
-  snrt_cuda_graph *g = d->graphs && !c->dump_grads ? graph_slot(d, fn) : NULL;
+  /* Profiled steps time each plan step with events: eager too. */
+  snrt_cuda_graph *g = d->graphs && !c->dump_grads && !snrt_prof_on ? graph_slot(d, fn) : NULL;
   if (!g) {
     run_eager(c, fn);
     report_warmup(c);

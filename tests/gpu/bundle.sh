@@ -136,6 +136,64 @@ FL=$("$SNC" plan examples/fashion_cnn.onnx --batch 32 --target cuda --policy aut
   sed -n 's/.*the smallest budget that fits is [^(]*(\([0-9]*\) bytes).*/\1/p' | head -1)
 [ -n "$FL" ] || die "snc plan did not name the smallest budget for fashion_cnn"
 prog safe-auto examples/fashion_cnn.onnx --batch 32 --policy auto --budget "$FL" || die "snc compile safe-auto failed"
+# GPT-2 124M (issue: GPT on the H200): make_gpt.py's model (12 layers, 12
+# heads, 768 wide, T=1024, vocabulary 50304 = 50257 padded to a multiple of
+# 128, tied head, GELU tanh), exported here without its weights (the causal
+# masks stay: constants); B=8; fp32 (TF32) and bf16 under auto, and bf16 at
+# the liveness plan and at 50% and 25% of its arena. Tokens: the fortunes
+# text, byte-tokenized, in llm.c's .bin layout. SMALL=1: 2 layers, T=128.
+if [ "$SMALL" = 1 ]; then GPT_L=2 GPT_T=128; else GPT_L=12 GPT_T=1024; fi
+GPT_B=8
+mkdir -p "$OUT/data/gpt"
+cp examples/make_gpt.py "$OUT/"
+"$PY" examples/make_gpt.py -o "$OUT/data/gpt/model.onnx" --vocab 50304 --block "$GPT_T" --embd 768 \
+  --heads 12 --layers "$GPT_L" --gelu tanh --batch "$GPT_B" >"$LOGS/export-gpt.log" 2>&1 &&
+  "$PY" -c 'import sys; sys.path.insert(0, "tests/gpu"); import torchref; torchref.strip(sys.argv[1], "mask")' \
+    "$OUT/data/gpt/model.onnx" >>"$LOGS/export-gpt.log" 2>&1 || die "GPT export failed: see $LOGS/export-gpt.log"
+"$PY" - "$OUT/data/gpt/tokens.bin" <<'PYEOF' || die "cannot write the GPT tokens"
+import os, struct, sys
+src = "/usr/share/games/fortunes"
+data = b""
+for n in sorted(os.listdir(src)):
+    p = os.path.join(src, n)
+    if "." not in n and n != "ascii-art" and os.path.isfile(p):
+        data += open(p, "rb").read()
+data = data[:2_000_000]
+hdr = [20240520, 1, len(data)] + [0] * 253
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256i", *hdr))
+    f.write(b"".join(struct.pack("<H", b) for b in data))
+PYEOF
+GM="$OUT/data/gpt/model.onnx"
+prog gpt-fp32 "$GM" --batch "$GPT_B" --optimizer adamw || die "snc compile gpt-fp32 failed"
+prog gpt-bf16 "$GM" --batch "$GPT_B" --optimizer adamw --precision bf16 || die "snc compile gpt-bf16 failed"
+"$SNC" plan "$GM" --batch "$GPT_B" --optimizer adamw --precision bf16 --policy liveness --target cuda \
+  --json "$OUT/data/gpt/liveness.json" >"$LOGS/plan-gpt.log" 2>&1 || die "snc plan gpt failed"
+GLIVE=$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["arena_bytes"])' "$OUT/data/gpt/liveness.json")
+prog gpt-live "$GM" --batch "$GPT_B" --optimizer adamw --precision bf16 --policy liveness ||
+  die "snc compile gpt-live failed"
+for pct in 50 25; do
+  if ! prog "gpt-$pct" "$GM" --batch "$GPT_B" --optimizer adamw --precision bf16 --budget $(( GLIVE * pct / 100 )); then
+    grep -h "error" "$LOGS/compile-gpt-$pct.log" | tail -1 >"$OUT/progs/gpt-$pct.infeasible"
+    [ -s "$OUT/progs/gpt-$pct.infeasible" ] || die "snc compile gpt-$pct failed"
+  fi
+done
+echo "{\"layers\": $GPT_L, \"T\": $GPT_T, \"batch\": $GPT_B, \"liveness_arena_bytes\": $GLIVE}" >"$OUT/data/gpt/meta.json"
+
+# max-batch (issue: the schedule is safe and its promises hold): the largest
+# resnet50 224 px batch whose plan fits 20 GiB on the h200 profile, under
+# auto and superneurons; each answer compiled, and one batch more refused.
+for pol in auto superneurons; do
+  mb=$("$SNC" max-batch "$BM" --budget 20GiB --device h200 --policy "$pol" 2>"$LOGS/maxbatch-$pol.log" |
+    grep -Eo '[0-9]+' | head -1)
+  [ -n "$mb" ] || die "snc max-batch --policy $pol gave no batch: see $LOGS/maxbatch-$pol.log"
+  prog "maxb-$pol" "$BM" --batch "$mb" --budget 20GiB --policy "$pol" || die "snc compile maxb-$pol failed"
+  if "$SNC" plan "$BM" --batch $((mb + 1)) --budget 20GiB --policy "$pol" --target cuda >/dev/null 2>&1; then
+    die "max-batch said $mb under $pol, but batch $((mb + 1)) plans within 20 GiB"
+  fi
+  echo "$mb" >"$OUT/progs/maxb-$pol/BATCH"
+done
+
 cat >"$OUT/data/bench/meta.json" <<EOF
 {"model": "$BENCH", "res": $BENCH_RES, "batch": $BENCH_B, "liveness_arena_bytes": $LIVE}
 EOF

@@ -35,6 +35,13 @@ rounding can flip: tests/test_precision.py's SmoothCNN, wider).
                                               SNRT_TF32=0): eager, eager under
                                               torch.autocast(bfloat16), or torch.compile'd
                                               (its compilation is not timed); prints JSON
+    torchref.py gpt-bench BATCH STEPS [eager|autocast|compile] [FILE.bin]
+                                              GPT-2 124M (make_gpt.py's model beside this
+                                              file: 12 layers, 12 heads, 768 wide, T=1024,
+                                              vocabulary 50304, tied head), AdamW: PyTorch
+                                              tokens/s and peak memory on cuda (TF32 on),
+                                              on FILE.bin's tokens (llm.c layout) or random
+                                              ones; prints JSON
     torchref.py same-params A_DIR B_DIR       every A_DIR/*.npy equal to B_DIR's bit for bit
                                               (--dump-params of two policies; prints JSON;
                                               exit 1 if one differs or is missing)
@@ -88,17 +95,18 @@ def export_onnx(m, x, path):
                       training=torch.onnx.TrainingMode.TRAINING)
 
 
-def strip(path):
+def strip(path, keep_re=None):
     """The float initializers of an ONNX file become graph inputs of the same
     name, type and shape (snc gives them PyTorch's default initial values);
-    integer ones (BN's num_batches_tracked) stay."""
+    integer ones (BN's num_batches_tracked) stay, and those whose name
+    matches keep_re (make_gpt.py's causal masks: constants, not weights)."""
     import onnx
     from onnx import TensorProto, helper
     m = onnx.load(path)
     g = m.graph
     keep = []
     for t in g.initializer:
-        if t.data_type == TensorProto.FLOAT:
+        if t.data_type == TensorProto.FLOAT and not (keep_re and re.search(keep_re, t.name)):
             g.input.append(helper.make_tensor_value_info(t.name, TensorProto.FLOAT, list(t.dims)))
         else:
             keep.append(t)
@@ -313,6 +321,70 @@ def cmd_bench(model, res, batch, steps, mode="eager"):
                       "peak_bytes": torch.cuda.max_memory_allocated(), "tf32": tf32}))
 
 
+def cmd_gpt_bench(batch, steps, mode="eager", tokens=None):
+    """The same model snc compiles (examples/make_gpt.py, copied into the
+    bundle), its attention as written there (masked softmax, no fused
+    kernel), on the GPU."""
+    import numpy as np
+    import torch
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import make_gpt
+    batch, steps, T, V = int(batch), int(steps), 1024, 50304
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    torch.manual_seed(0)
+    m = make_gpt.GPT(vocab=V, block=T, embd=768, heads=12, layers=12, gelu="tanh").cuda().train()
+    pos = torch.arange(T, device="cuda")
+    m.forward = lambda idx: m.head(m.lnf(_blocks(m, m.wte(idx) + m.wpe(pos[:idx.shape[1]]))))
+    fwd = torch.compile(m) if mode == "compile" else m
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-4, weight_decay=0.0)
+    if tokens:
+        tok = np.fromfile(tokens, dtype=np.uint16, offset=1024).astype(np.int64)
+    else:
+        tok = np.random.default_rng(0).integers(0, V, size=(steps + 4) * batch * (T + 1))
+    n_win = (len(tok) - 1) // (T + 1)
+
+    def batch_at(k):
+        w = [(k * batch + i) % n_win for i in range(batch)]
+        x = np.stack([tok[j * (T + 1):j * (T + 1) + T + 1] for j in w])
+        x = torch.from_numpy(x).cuda()
+        return x[:, :-1], x[:, 1:]
+
+    losses = []
+
+    def step(k):
+        x, y = batch_at(k)
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=(mode == "autocast")):
+            logits = fwd(x)
+        loss = torch.nn.functional.cross_entropy(logits.float().view(-1, V), y.reshape(-1))
+        loss.backward()
+        opt.step()
+        losses.append(loss)
+
+    torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    for k in range(3):
+        step(k)
+    torch.cuda.synchronize()
+    warm = time.perf_counter() - t0
+    t = time.perf_counter()
+    for k in range(3, 3 + steps):
+        step(k)
+    torch.cuda.synchronize()
+    dt = time.perf_counter() - t
+    print(json.dumps({"tokens_per_s": batch * T * steps / dt, "ms_per_step": 1e3 * dt / steps,
+                      "mode": mode, "batch": batch, "warmup_s": warm,
+                      "first_losses": [float(x) for x in losses[:5]],
+                      "peak_bytes": torch.cuda.max_memory_allocated()}))
+
+
+def _blocks(m, x):
+    for b in m.blocks:
+        x = b(x)
+    return x
+
+
 def main(argv):
     if len(argv) < 2:
         sys.exit(__doc__)
@@ -336,6 +408,9 @@ def main(argv):
     if cmd == "bench" and len(args) in (4, 5) and args[4:] in ([], ["eager"], ["autocast"],
                                                                   ["compile"]):
         return cmd_bench(*args)
+    if cmd == "gpt-bench" and len(args) in (2, 3, 4) and args[2:3] in ([], ["eager"],
+                                                                      ["autocast"], ["compile"]):
+        return cmd_gpt_bench(*args)
     if cmd == "same-params" and len(args) == 2:
         return cmd_same_params(*args)
     sys.exit(__doc__)
