@@ -36,6 +36,10 @@
  * asynchronous there, so each trial ends with a device synchronisation. */
 #include "calibrate.h"
 
+#ifdef SNRT_CALIBRATE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -528,8 +532,19 @@ static void write_profile(FILE *f, double steal0, double total0, const double co
   fprintf(f, "  \"flops\": %.4g,\n  \"mem_bw\": %.4g,\n  \"link_bw\": %.4g,\n", rate[K_CONV],
           rate[K_ELEM], copy_bw[0] < copy_bw[1] ? copy_bw[0] : copy_bw[1]);
 #ifdef SNRT_CALIBRATE_CUDA
-  fprintf(f, "  \"mem_bytes\": 85899345920,\n  \"reserve_bytes\": 2147483648,\n  \"sm\": 80,\n"
-             "  \"host_bytes\": 0,\n");
+  /* The GPU's own memory and compute capability ("sm": 90 for sm_90; the
+   * first H200 run wrote the constants that stood here: 80 GiB and sm_80 for
+   * a 139.8 GiB sm_90 card). */
+  struct cudaDeviceProp prop;
+  int dev = 0;
+  long long mem = 85899345920LL;
+  int sms = 80;
+  if (cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&prop, dev) == cudaSuccess) {
+    mem = (long long)prop.totalGlobalMem;
+    sms = prop.major * 10 + prop.minor;
+  }
+  fprintf(f, "  \"mem_bytes\": %lld,\n  \"reserve_bytes\": 2147483648,\n  \"sm\": %d,\n"
+             "  \"host_bytes\": 0,\n", mem, sms);
 #else
   fprintf(f, "  \"mem_bytes\": 68719476736,\n  \"reserve_bytes\": 0,\n  \"sm\": 0,\n  \"host_bytes\": 0,\n");
 #endif
