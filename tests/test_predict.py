@@ -128,3 +128,41 @@ def test_predict_writes_every_graph_output(tmp_path):
     r = prog_run(exe, "--predict", "npy:%s" % (tmp_path / "x.npy"), "--out", tmp_path / "o1")
     assert r.returncode == 0, r.stderr
     assert sorted(os.listdir(tmp_path / "o1")) == ["hidden_relu.npy", "logits.npy"]   # no gate
+
+
+def test_predict_without_parameters_and_whole_outputs(tmp_path):
+    """A model with nothing to train (MaxPool, then a Transpose that puts the
+    channels first: no batch rows) compiles with a note; the program refuses
+    to train (exit 1, one line) and --predict writes the output whole, with
+    its own shape, when the input is exactly one batch, equal to numpy's
+    forward; with any other sample count it refuses (exit 2, one line)."""
+    from onnx import TensorProto, helper
+    nodes = [helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Transpose", ["p"], ["y"], perm=[1, 0, 2, 3])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                    [3, 2, 4, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    path = tmp_path / "pool.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    r = subprocess.run([os.path.join(ROOT, "build", "snc"), "compile", str(path), "-o",
+                        str(tmp_path / "p"), "--batch", "3", "--loss", "mse"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "depends on no trainable parameter" in r.stderr
+    exe = compile_model(str(path), str(tmp_path / "p"), 3, "--loss", "mse")
+    r = prog_run(exe, "--steps", 1)
+    assert r.returncode == 1 and "no trainable parameter" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    x = np.random.default_rng(5).standard_normal((3, 2, 4, 4)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    r = prog_run(exe, "--predict", "npy:%s" % (tmp_path / "x.npy"), "--out", tmp_path / "y.npy")
+    assert r.returncode == 0, r.stderr
+    ref = x.reshape(3, 2, 2, 2, 2, 2).max(axis=(3, 5)).transpose(1, 0, 2, 3)
+    y = np.load(tmp_path / "y.npy")
+    assert y.shape == (2, 3, 2, 2)
+    np.testing.assert_array_equal(y, ref)
+    np.save(tmp_path / "x4.npy", np.concatenate([x, x[:1]]))
+    r = prog_run(exe, "--predict", "npy:%s" % (tmp_path / "x4.npy"), "--out", tmp_path / "y4.npy")
+    assert r.returncode == 2 and "exactly one batch" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert not os.path.exists(tmp_path / "y4.npy")

@@ -659,11 +659,14 @@ void train_build(Graph *g, const TrainOpts *o) {
     int nout = n->op == OP_BATCHNORM || n->op == OP_LAYERNORM ? 1 : n->nout;
     for (int k = 0; k < nout; k++) needs[n->out[k]] = any;
   }
-  if (!needs[g->output])
-    fatal(EXIT_BADINPUT, "the model output '%s' does not depend on any trainable parameter",
-          g->t[g->output].name);
-
+  /* A model with nothing to train (a pooling layer, a preprocessing graph,
+   * an ONNX node test) still compiles: its training step computes the loss
+   * and changes nothing, and the program refuses to train it (exit 1) but
+   * runs --predict. */
   add_loss(g);
+  if (!needs[g->output])
+    fprintf(stderr, "snc: note: the model output '%s' depends on no trainable parameter: the "
+                    "program only runs --predict (docs/predict.md)\n", g->t[g->output].name);
 
   /* Backward, in reverse topological order. The arrays above are sized for the
    * tensors created here (new tensors never need the flags, which stay 0). */

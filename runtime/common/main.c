@@ -27,6 +27,14 @@ int main(int argc, char **argv) {
     rt_teardown(&r);
     return 0;
   }
+  bool trainable = false;
+  for (int t = 0; t < r.m->ntensors; t++) trainable |= r.m->tensors[t].kind == SNRT_T_PARAM;
+  if (!trainable) {
+    fprintf(stderr, "%s: error: this model has no trainable parameter: there is nothing to "
+                    "train; --predict SPEC --out PATH runs it (docs/predict.md)\n", rt_prog);
+    rt_teardown(&r);
+    return SNRT_EXIT_USAGE;
+  }
   rt_banner(&r);
   rt_train(&r);
   rt_outputs(&r);

@@ -52,17 +52,27 @@ void rt_predict(rt_run *r) {
   const int *outs;
   int no = outputs(m, &outs);
   int B = m->batch;
-  for (int k = 0; k < no; k++) {
-    const snrt_tensor *t = &m->tensors[outs[k]];
-    if (t->rank < 1 || t->dims[0] != B || t->dtype != SNRT_F32)
-      rt_fail(SNRT_EXIT_DATA, "--predict: output '%s' is not a float32 tensor with the batch (%d) as "
-              "its first dimension; its rows cannot be told apart by sample", t->name, B);
-  }
   bool dir = no > 1 || !ends_with(o->out, ".npy");
   if (dir) rt_mkdir_p(o->out);
   rt_data *d = rt_data_load_inputs(o->predict, m, o);
   int64_t n = rt_data_count(d);
   if (n < 1) rt_fail(SNRT_EXIT_DATA, "%s has no samples", o->predict);
+  /* An output whose first dimension is not the batch (a Transpose, a
+   * Concat along axis 0, a reduction over the batch) has no rows per
+   * sample: it is written whole, which needs the input to be exactly one
+   * batch. */
+  bool *whole = rt_xmalloc(sizeof(bool) * (size_t)no);
+  for (int k = 0; k < no; k++) {
+    const snrt_tensor *t = &m->tensors[outs[k]];
+    if (t->dtype != SNRT_F32)
+      rt_fail(SNRT_EXIT_DATA, "--predict: output '%s' is not a float32 tensor", t->name);
+    whole[k] = t->rank < 1 || t->dims[0] != B;
+    if (whole[k] && n != B)
+      rt_fail(SNRT_EXIT_DATA, "--predict: output '%s' does not have the batch (%d) as its first "
+              "dimension, so its rows cannot be told apart by sample; it can be written whole "
+              "only when the input is exactly one batch (%lld samples given)", t->name, B,
+              (long long)n);
+  }
   const snrt_tensor *in = &m->tensors[m->input];
   int64_t elems = in->nbytes / 4 / B;
   char *x = rt_xmalloc((size_t)in->nbytes);
@@ -72,7 +82,7 @@ void rt_predict(rt_run *r) {
   int64_t maxb = 0;
   for (int k = 0; k < no; k++) {
     const snrt_tensor *t = &m->tensors[outs[k]];
-    res[k] = rt_xmalloc((size_t)(t->nbytes / B) * (size_t)n);
+    res[k] = rt_xmalloc(whole[k] ? (size_t)t->nbytes : (size_t)(t->nbytes / B) * (size_t)n);
     if (t->nbytes > maxb) maxb = t->nbytes;
   }
   batch_out = rt_xmalloc((size_t)maxb);
@@ -87,7 +97,8 @@ void rt_predict(rt_run *r) {
       const snrt_tensor *t = &m->tensors[outs[k]];
       int64_t per = t->nbytes / B;
       snrt_dev_download(c, batch_out, t->offset, t->nbytes);
-      memcpy((char *)res[k] + start * per, batch_out, (size_t)(per * rows));
+      if (whole[k]) memcpy(res[k], batch_out, (size_t)t->nbytes);
+      else memcpy((char *)res[k] + start * per, batch_out, (size_t)(per * rows));
     }
   }
   if (rt_stop_signal) rt_fail(SNRT_EXIT_DATA, "--predict: interrupted; nothing written");
@@ -95,7 +106,7 @@ void rt_predict(rt_run *r) {
     const snrt_tensor *t = &m->tensors[outs[k]];
     int64_t dims[SNRT_MAX_RANK];
     memcpy(dims, t->dims, sizeof dims);
-    dims[0] = n;
+    if (!whole[k]) dims[0] = n;
     char name[256], path[4096];
     out_name(name, sizeof name, t->name);
     if (dir) rt_npy_path(path, sizeof path, o->out, name);
@@ -105,6 +116,7 @@ void rt_predict(rt_run *r) {
     free(res[k]);
   }
   free(res);
+  free(whole);
   free(batch_out);
   free(x);
   free(lab);
