@@ -10,7 +10,10 @@ Writes OUTDIR/model.onnx (exported at EXPORT_BATCH, training mode, no constant
 folding), OUTDIR/x.npy and y.npy (RUN_BATCH samples: token ids and next
 tokens, or images and classes) and OUTDIR/ref.npz: the loss and every
 parameter's gradient for that batch, in float32 and float64
-("loss32", "loss64", "g32/NAME", "g64/NAME", NAME the ONNX initializer).
+("loss32", "loss64", "g32/NAME", "g64/NAME", NAME the ONNX initializer),
+and "curve32", "curve64": the losses of STEPS (20) training steps on that
+batch in float32 and float64, SGD with lr LR (0.05) and momentum 0.9, as
+snc's program runs them.
 Models come from config classes only: no weights are downloaded.
 """
 import os
@@ -23,6 +26,7 @@ import torch
 warnings.filterwarnings("ignore")
 F = torch.nn.functional
 V, T = 64, 8          # vocabulary and sequence length of the text models
+STEPS, LR = 20, 0.05  # the loss curve's steps and SGD's learning rate
 IMG = 16              # image side of ViT; mobilenet takes 64 (its last BatchNorms then
                       # see 2x2 per image: at 32 px, 1x1 and batch 2, they are ill-conditioned)
 
@@ -119,6 +123,21 @@ def main():
         for k, p in m.named_parameters():
             if k in inits and p.grad is not None:
                 ref["g%s/%s" % (tag, k)] = p.grad.numpy()
+    for tag, dt in (("32", torch.float32), ("64", torch.float64)):
+        m = build(name).to(dt)
+        m.train()
+        opt = torch.optim.SGD(m.parameters(), lr=LR, momentum=0.9)
+        xt = torch.tensor(x) if x.dtype == np.int64 else torch.tensor(x, dtype=dt)
+        curve = []
+        for _ in range(STEPS):
+            opt.zero_grad()
+            logits = m(xt)
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                   torch.tensor(y).reshape(-1))
+            loss.backward()
+            opt.step()
+            curve.append(loss.item())
+        ref["curve" + tag] = np.array(curve)
     np.savez(os.path.join(out, "ref.npz"), **ref)
 
 
