@@ -177,8 +177,9 @@ def test_eval_of_an_output_with_fewer_rows_than_the_batch(san, tmp_path, head):
     Flatten(axis=0) makes (1, batch x 3), Gemm(transA) over the batch makes
     (3, 5). rt_evaluate()'s accuracy loop read a batch of rows of `classes`
     logits past the end of such an output (ASan: heap-buffer-overflow); it
-    reads the output's own rows now, and --predict refuses the model with
-    one line (its rows are not samples)."""
+    reads the output's own rows now, and --predict refuses 10 samples with
+    one line (its rows are not samples: it writes such an output whole only
+    for exactly one batch), leaking nothing."""
     from onnx import TensorProto, helper, numpy_helper
     import onnx
     B = 4

@@ -52,26 +52,35 @@ void rt_predict(rt_run *r) {
   const int *outs;
   int no = outputs(m, &outs);
   int B = m->batch;
-  bool dir = no > 1 || !ends_with(o->out, ".npy");
-  if (dir) rt_mkdir_p(o->out);
-  rt_data *d = rt_data_load_inputs(o->predict, m, o);
-  int64_t n = rt_data_count(d);
-  if (n < 1) rt_fail(SNRT_EXIT_DATA, "%s has no samples", o->predict);
   /* An output whose first dimension is not the batch (a Transpose, a
    * Concat along axis 0, a reduction over the batch) has no rows per
    * sample: it is written whole, which needs the input to be exactly one
    * batch. */
-  bool *whole = rt_xmalloc(sizeof(bool) * (size_t)no);
+  int nwhole = 0;
   for (int k = 0; k < no; k++) {
     const snrt_tensor *t = &m->tensors[outs[k]];
     if (t->dtype != SNRT_F32)
       rt_fail(SNRT_EXIT_DATA, "--predict: output '%s' is not a float32 tensor", t->name);
+    nwhole += t->rank < 1 || t->dims[0] != B;
+  }
+  rt_data *d = rt_data_load_inputs(o->predict, m, o);
+  int64_t n = rt_data_count(d);
+  if (n < 1) rt_fail(SNRT_EXIT_DATA, "%s has no samples", o->predict);
+  for (int k = 0; k < no && nwhole && n != B; k++) {
+    const snrt_tensor *t = &m->tensors[outs[k]];
+    if (t->rank >= 1 && t->dims[0] == B) continue;
+    rt_data_free(d);   /* nothing leaks past the error (the sanitized tests) */
+    rt_fail(SNRT_EXIT_DATA, "--predict: output '%s' does not have the batch (%d) as its first "
+            "dimension, so its rows cannot be told apart by sample; it can be written whole "
+            "only when the input is exactly one batch (%lld samples given)", t->name, B,
+            (long long)n);
+  }
+  bool dir = no > 1 || !ends_with(o->out, ".npy");
+  if (dir) rt_mkdir_p(o->out);
+  bool *whole = rt_xmalloc(sizeof(bool) * (size_t)no);
+  for (int k = 0; k < no; k++) {
+    const snrt_tensor *t = &m->tensors[outs[k]];
     whole[k] = t->rank < 1 || t->dims[0] != B;
-    if (whole[k] && n != B)
-      rt_fail(SNRT_EXIT_DATA, "--predict: output '%s' does not have the batch (%d) as its first "
-              "dimension, so its rows cannot be told apart by sample; it can be written whole "
-              "only when the input is exactly one batch (%lld samples given)", t->name, B,
-              (long long)n);
   }
   const snrt_tensor *in = &m->tensors[m->input];
   int64_t elems = in->nbytes / 4 / B;

@@ -47,8 +47,8 @@ void snrt_unary_fwd(snrt_ctx *c, const snrt_unary_t *p, const float *x, float *y
     for (int64_t i = 0; i < n; i++) y[i] = 1.0f / (1.0f + expf(-x[i]));
     break;
   case SNRT_TANH:
-#pragma omp parallel for schedule(static) if (n > KERN_PAR_MIN / 8)
-    for (int64_t i = 0; i < n; i++) y[i] = tanhf(x[i]);
+#pragma omp parallel for simd schedule(static) if (n > KERN_PAR_MIN / 8)
+    for (int64_t i = 0; i < n; i++) y[i] = kern_tanhf(x[i]);
     break;
   case SNRT_CLIP:
     /* PyTorch's clamp: NaN passes through. */
@@ -83,17 +83,29 @@ void snrt_unary_bwd(snrt_ctx *c, const snrt_unary_t *p, const float *x, const fl
     for (int64_t i = 0; i < n; i++) dx[i] = (d[i] > lo && d[i] < hi) ? dy[i] : 0.0f;
     break;
   case SNRT_SIGMOID:
-#pragma omp parallel for schedule(static) if (n > KERN_PAR_MIN)
-    for (int64_t i = 0; i < n; i++) {
-      float s = y ? y[i] : 1.0f / (1.0f + expf(-x[i]));
-      dx[i] = dy[i] * s * (1.0f - s);
+    if (y) {
+#pragma omp parallel for simd schedule(static) if (n > KERN_PAR_MIN)
+      for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * y[i] * (1.0f - y[i]);
+    } else {
+#pragma omp parallel for schedule(static) if (n > KERN_PAR_MIN / 8)
+      for (int64_t i = 0; i < n; i++) {
+        float s = 1.0f / (1.0f + expf(-x[i]));
+        dx[i] = dy[i] * s * (1.0f - s);
+      }
     }
     break;
   case SNRT_TANH:
-#pragma omp parallel for schedule(static) if (n > KERN_PAR_MIN)
-    for (int64_t i = 0; i < n; i++) {
-      float t = y ? y[i] : tanhf(x[i]);
-      dx[i] = dy[i] * (1.0f - t * t);
+    /* Two loops, not `y ? y[i] : kern_tanhf(x[i])`: gcc if-converts that
+     * select and computes tanh for every element even when y is saved. */
+    if (y) {
+#pragma omp parallel for simd schedule(static) if (n > KERN_PAR_MIN)
+      for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * (1.0f - y[i] * y[i]);
+    } else {
+#pragma omp parallel for simd schedule(static) if (n > KERN_PAR_MIN / 8)
+      for (int64_t i = 0; i < n; i++) {
+        float t = kern_tanhf(x[i]);
+        dx[i] = dy[i] * (1.0f - t * t);
+      }
     }
     break;
   }

@@ -182,6 +182,7 @@ int main(void) {
   test_bn();
   test_lrn();
   test_unary();
+  test_tanh_accuracy();
   test_binary();
   test_where3();
   test_reduce();
