@@ -172,12 +172,46 @@ static inline float bin_op(int kind, float a, float b) {
   }
 }
 
+/* One flat run (the shapes collapse to one dimension: equal shapes, or a
+ * scalar operand): the rows loop below would have one row and one thread,
+ * so the run is split across the threads here, one loop per kind and
+ * operand pattern (same per-element arithmetic as bin_op: same bits). */
+#define FLAT_LOOP(n, body)                                                     \
+  _Pragma("omp parallel for simd schedule(static) if (n > KERN_PAR_MIN)")     \
+  for (int64_t j = 0; j < n; j++) body
+static bool binary_fwd_flat(int kind, int64_t n, const float *a, int64_t ia, const float *b,
+                            int64_t ib, float *y) {
+  if (kind == SNRT_MIN || kind == SNRT_MAX || !((ia == 1 && ib == 1) || (ia == 1 && ib == 0) ||
+                                                (ia == 0 && ib == 1)))
+    return false;
+  if (ia == 1 && ib == 1) {
+    if (kind == SNRT_ADD) FLAT_LOOP(n, y[j] = a[j] + b[j];)
+    else if (kind == SNRT_SUB) FLAT_LOOP(n, y[j] = a[j] - b[j];)
+    else if (kind == SNRT_MUL) FLAT_LOOP(n, y[j] = a[j] * b[j];)
+    else FLAT_LOOP(n, y[j] = a[j] / b[j];)
+  } else if (ia == 1) {
+    const float v = b[0];
+    if (kind == SNRT_ADD) FLAT_LOOP(n, y[j] = a[j] + v;)
+    else if (kind == SNRT_SUB) FLAT_LOOP(n, y[j] = a[j] - v;)
+    else if (kind == SNRT_MUL) FLAT_LOOP(n, y[j] = a[j] * v;)
+    else FLAT_LOOP(n, y[j] = a[j] / v;)
+  } else {
+    const float v = a[0];
+    if (kind == SNRT_ADD) FLAT_LOOP(n, y[j] = v + b[j];)
+    else if (kind == SNRT_SUB) FLAT_LOOP(n, y[j] = v - b[j];)
+    else if (kind == SNRT_MUL) FLAT_LOOP(n, y[j] = v * b[j];)
+    else FLAT_LOOP(n, y[j] = v / b[j];)
+  }
+  return true;
+}
+
 void snrt_binary_fwd(snrt_ctx *c, const snrt_binary_t *p, const float *a, const float *b, float *y) {
   (void)c;
   bshape s = bshape_of(p->rank, p->dims, p->sa, p->sb);
   const int64_t inner = s.d[s.rank - 1], rows = p->n / (inner ? inner : 1);
   const int64_t ia = s.s[1][s.rank - 1], ib = s.s[2][s.rank - 1];
   const int kind = p->kind;
+  if (s.rank == 1 && binary_fwd_flat(kind, inner, a, ia, b, ib, y)) return;
 #pragma omp parallel for schedule(static) if (p->n > KERN_PAR_MIN)
   for (int64_t r = 0; r < rows; r++) {
     int64_t o[3];
@@ -262,6 +296,40 @@ static void bin_grad_reduce(const bshape *s, int kind, int which, int64_t nsmall
   }
 }
 
+/* The gradient of one flat run (see binary_fwd_flat), as bin_grad computes
+ * it per element; the other operand contiguous (stride 1) or a scalar. */
+static bool binary_bwd_flat(int kind, int which, int64_t n, const float *dy, const float *a,
+                            int64_t ia, const float *b, int64_t ib, float *out) {
+  if (kind == SNRT_ADD || (kind == SNRT_SUB && !which)) {
+    FLAT_LOOP(n, out[j] = dy[j];)
+    return true;
+  }
+  if (kind == SNRT_SUB) {
+    FLAT_LOOP(n, out[j] = -dy[j];)
+    return true;
+  }
+  if (kind == SNRT_MUL) {
+    const float *o = which ? a : b;
+    const int64_t io = which ? ia : ib;
+    if (!o || io > 1) return false;
+    if (io == 1) FLAT_LOOP(n, out[j] = dy[j] * o[j];)
+    else {
+      const float v = o[0];
+      FLAT_LOOP(n, out[j] = dy[j] * v;)
+    }
+    return true;
+  }
+  if (kind == SNRT_DIV && !which && b && ib == 1) {
+    FLAT_LOOP(n, out[j] = dy[j] / b[j];)
+    return true;
+  }
+  if (kind == SNRT_DIV && which && a && b && ia == 1 && ib == 1) {
+    FLAT_LOOP(n, out[j] = -dy[j] * a[j] / (b[j] * b[j]);)
+    return true;
+  }
+  return false;
+}
+
 void snrt_binary_bwd(snrt_ctx *c, const snrt_binary_t *p, const float *a, const float *b,
                      const float *dy, float *da, float *db) {
   (void)c;
@@ -281,6 +349,8 @@ void snrt_binary_bwd(snrt_ctx *c, const snrt_binary_t *p, const float *a, const 
      * read neither input (the emitter passes NULL for them). */
     const int64_t ia = s.s[1][s.rank - 1], ib = s.s[2][s.rank - 1], ix = s.s[x][s.rank - 1];
     const int kind = p->kind;
+    if (s.rank == 1 && ix == 1 && binary_bwd_flat(kind, which, inner, dy, a, ia, b, ib, out))
+      continue;
     if (kind == SNRT_ADD || kind == SNRT_SUB) {
       const float sg = (kind == SNRT_SUB && which) ? -1.0f : 1.0f;
 #pragma omp parallel for schedule(static) if (p->n > KERN_PAR_MIN)
