@@ -249,9 +249,52 @@ static inline float bin_grad(int kind, int which, float g, float a, float b) {
  * bin_grad(kind, which, dy, a, b); the small operand is operand 1+which of s.
  * Each small element is owned by one thread; the big elements are visited in
  * index order (an odometer over the reduced dims). */
+/* The common broadcast of a bias or a scale over rows: (rows, C) against
+ * (C), reduced over the rows. The general loop below walks each column down
+ * the rows (a stride of C floats per element); here each thread takes a
+ * block of columns and adds the rows in order into one float per column:
+ * the same additions in the same order as the general loop's `part` (one
+ * reduced dimension), so the same bits. */
+static bool bin_grad_reduce_rows(const bshape *s, int kind, int which, const float *dy,
+                                 const float *a, const float *b, float scale, float *out) {
+  const int x = 1 + which, o = 2 - which;
+  if (s->rank != 2 || scale != 1.0f || s->s[x][0] != 0 || s->s[x][1] != 1 ||
+      s->s[0][1] != 1 || s->s[0][0] != s->d[1])
+    return false;
+  const float *other = which ? a : b;
+  if (kind == SNRT_MUL && (!other || s->s[o][1] != 1 || s->s[o][0] != s->d[1])) return false;
+  if (kind != SNRT_ADD && kind != SNRT_SUB && kind != SNRT_MUL) return false;
+  const int64_t rows = s->d[0], C = s->d[1];
+  enum { BLK = 64 };
+  const float sg = kind == SNRT_SUB && which ? -1.0f : 1.0f;
+#pragma omp parallel for schedule(static) if (rows * C > KERN_PAR_MIN)
+  for (int64_t c0 = 0; c0 < C; c0 += BLK) {
+    const int64_t w = C - c0 < BLK ? C - c0 : BLK;
+    float acc[BLK];
+    for (int64_t j = 0; j < w; j++) acc[j] = 0.0f;
+    for (int64_t r = 0; r < rows; r++) {
+      const float *g = dy + r * C + c0;
+      if (kind == SNRT_MUL) {
+        const float *v = other + r * C + c0;
+#pragma omp simd
+        for (int64_t j = 0; j < w; j++) acc[j] += g[j] * v[j];
+      } else if (sg < 0) {
+#pragma omp simd
+        for (int64_t j = 0; j < w; j++) acc[j] += -g[j];
+      } else {
+#pragma omp simd
+        for (int64_t j = 0; j < w; j++) acc[j] += g[j];
+      }
+    }
+    for (int64_t j = 0; j < w; j++) out[c0 + j] = acc[j];
+  }
+  return true;
+}
+
 static void bin_grad_reduce(const bshape *s, int kind, int which, int64_t nsmall, const float *dy,
                             const float *a, const float *b, float scale, float *out) {
   const int x = 1 + which;
+  if (dy && bin_grad_reduce_rows(s, kind, which, dy, a, b, scale, out)) return;
   int kept[SNRT_MAX_RANK], red[SNRT_MAX_RANK], nk = 0, nr = 0;
   for (int d = 0; d < s->rank; d++) {
     if (s->s[x][d]) kept[nk++] = d;

@@ -20,12 +20,12 @@ void snrt_softmax_fwd(snrt_ctx *c, const snrt_softmax_t *p, const float *x, floa
       float *yp = y + o * len * inner + i;
       float m = -INFINITY;
       for (int64_t j = 0; j < len; j++) m = xp[j * inner] > m ? xp[j * inner] : m;
+      /* The exponentials first (kern_expf: a loop that vectorizes), then
+       * their sum in order, in double. */
+#pragma omp simd
+      for (int64_t j = 0; j < len; j++) yp[j * inner] = kern_expf(xp[j * inner] - m);
       double s = 0;
-      for (int64_t j = 0; j < len; j++) {
-        float e = expf(xp[j * inner] - m);
-        yp[j * inner] = e;
-        s += e;
-      }
+      for (int64_t j = 0; j < len; j++) s += yp[j * inner];
       float inv = (float)(1.0 / s);
       for (int64_t j = 0; j < len; j++) yp[j * inner] *= inv;
     }

@@ -21,6 +21,42 @@
 #define KERN_PAR_MIN 16384
 
 /* ceil(a / b) for b > 0 and any sign of a. */
+/* e^x in float32 without libm, branch-free like kern_tanhf below: x
+ * clamped to [-110, 89] (beyond, e^x rounds to 0 or overflows to inf
+ * either way), n = round(x / ln2), r = x - n ln2 (|r| <= ln2/2, ln2 in two
+ * parts), e^r by its Taylor polynomial of degree 7, times 2^n built from
+ * two exponent fields (n = n1 + n2, each a normal power of two, so that
+ * results down in the subnormals and up to the overflow are reached).
+ * Error: within 2 ulp of exp in double for normal results (subnormal ones
+ * within 2 of their spacing); NaN in, NaN out (tests/unit/kt_misc.h). */
+static inline float kern_expf(float x) {
+  uint32_t xb;
+  memcpy(&xb, &x, sizeof xb);
+  float c = x < -110.0f ? -110.0f : x;
+  c = c > 89.0f ? 89.0f : c;
+  float n = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  /* round to nearest */
+  float r = c - n * 0.693145751953125f - n * 1.428606765330187e-06f;
+  float e = 1.0f / 5040.0f;
+  e = e * r + 1.0f / 720.0f;
+  e = e * r + 1.0f / 120.0f;
+  e = e * r + 1.0f / 24.0f;
+  e = e * r + 1.0f / 6.0f;
+  e = e * r + 0.5f;
+  e = e * r + 1.0f;
+  e = e * r + 1.0f;
+  int32_t ni = (int32_t)n, n1 = ni / 2, n2 = ni - n1;
+  int32_t b1 = (n1 + 127) << 23, b2 = (n2 + 127) << 23;
+  float s1, s2;
+  memcpy(&s1, &b1, sizeof s1);
+  memcpy(&s2, &b2, sizeof s2);
+  float y = e * s1 * s2;
+  uint32_t yb;
+  memcpy(&yb, &y, sizeof yb);
+  yb = (xb & 0x7fffffffu) > 0x7f800000u ? xb : yb;       /* NaN in, NaN out */
+  memcpy(&y, &yb, sizeof y);
+  return y;
+}
+
 /* tanh in float32 without libm, branch-free so that a loop of it
  * vectorizes (libm's scalar tanhf made each GELU-tanh step of the GPT
  * example 6.4 ms: issue "fusion and fast kernels"). Error: at most 2 ulp

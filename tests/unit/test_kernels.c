@@ -18,6 +18,7 @@
  * Exits 1 on any failure; prints the worst finite-difference error per kernel. */
 #include "snrt.h"
 #include "snrt_dev.h"
+#include "cpu/kern.h"
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -183,6 +184,7 @@ int main(void) {
   test_lrn();
   test_unary();
   test_tanh_accuracy();
+  test_exp_accuracy();
   test_binary();
   test_where3();
   test_reduce();
