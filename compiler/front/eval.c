@@ -797,7 +797,10 @@ static void ev_binary(Graph *g, Node *n, const char *op) {
   for (int64_t k = 0; k < y->ndata; k++) {
     int64_t ia = bcast_at(&a, r, idx), ib = bcast_at(&b, r, idx);
     double fa = getf(&a, ia), fb = getf(&b, ib), f = 0;
-    int64_t xa = fl ? 0 : geti(&a, ia), xb = dt_float(b.dtype) ? (int64_t)fb : geti(&b, ib), v = 0;
+    /* geti converts a float operand (Pow's exponent) itself, 0 where it is
+     * out of int64's range or NaN (a cast of such a double is undefined:
+     * the fuzzer found one). */
+    int64_t xa = fl ? 0 : geti(&a, ia), xb = geti(&b, ib), v = 0;
     uint64_t ua = (uint64_t)xa, ub = (uint64_t)xb;
     switch (op[0]) {
     case 'A':
@@ -821,7 +824,7 @@ static void ev_binary(Graph *g, Node *n, const char *op) {
       v = un ? (int64_t)(ua / ub) : xa / xb;
       break;
     case 'P':
-      if (op[1] == 'o') { f = pow(fa, fb); v = ipow(xa, dt_float(b.dtype) ? (int64_t)fb : xb); }
+      if (op[1] == 'o') { f = pow(fa, fb); v = ipow(xa, xb); }
       else { f = fa < 0 ? fa * fb : fa; v = xa < 0 ? xa * xb : xa; }   /* PRelu */
       break;
     case 'L':
