@@ -178,6 +178,34 @@ def test_stripped_gradient_check_on_cpu(tmp_path):
     assert compare(d / "ref", tmp_path / "got").returncode == 1
 
 
+@pytest.mark.parametrize("model,res,batch", [("fashion_cnn", 28, 16), ("gpt", 32, 4)])
+def test_stripped_gradient_check_examples_on_cpu(tmp_path, model, res, batch):
+    """The same for the README's fashion_cnn and the GPT example (token ids
+    in, next tokens as labels; its causal masks stay in the stripped file):
+    the program's gradients against PyTorch float64 from the same weights,
+    within 1e-3, as run-gpu.sh checks them on the GPU."""
+    d = tmp_path / "m"
+    r = subprocess.run([PY, REF, "export", model, str(res), str(batch), str(d), "--strip"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout
+    prog = tmp_path / "prog"
+    subprocess.run([os.path.join(ROOT, "build", "snc"), "compile", str(d / "model.onnx"), "-o",
+                    str(prog), "--batch", str(batch), "--lr", "0"], stdout=subprocess.DEVNULL,
+                   check=True)
+    subprocess.run(["ninja", "-C", str(prog)], stdout=subprocess.DEVNULL, check=True)
+    subprocess.run([str(prog / "train"), "--data", "npy:%s,%s" % (d / "x.npy", d / "y.npy"),
+                    "--steps", "1", "--lr", "0", "--dump-grads", str(tmp_path / "got"),
+                    "--dump-params", str(tmp_path / "p0")],
+                   stdout=subprocess.DEVNULL, check=True, timeout=300)
+    r = subprocess.run([PY, REF, "grads", str(d), "cpu", "fp64", str(tmp_path / "p0")],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout
+    r = compare(d / "ref", tmp_path / "got")
+    assert r.returncode == 0, r.stdout
+    assert json.loads(r.stdout)["tensors"] > 10
+    print("%s, stripped export, CPU target vs PyTorch float64: %s" % (model, r.stdout.strip()))
+
+
 def compare(ref, got):
     return subprocess.run([PY, REF, "compare", str(ref), str(got), "1e-3"],
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -148,6 +148,7 @@ for d in "$D"/grad-*; do
   mkdir -p "$w" && cp -r "$d" "$w/m"
   res=$(json_get "$d/meta.json" res); b=$(json_get "$d/meta.json" batch)
   label="grad $m ${res}px b$b"
+  [ "$m" = gpt ] && label="grad gpt T=$res b$b"
   if ! SNRT_TF32=0 prun "grad-$m-run" 120 "$P/grad-$m/train" --data "npy:$w/m/x.npy,$w/m/y.npy" \
        --steps 1 --lr 0 --dump-grads "$w/got" --dump-params "$w/p0"; then
     rowf "$label" FAIL "train failed: $(tail -1 "$LOG/grad-$m-run.log")"; continue

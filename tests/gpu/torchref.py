@@ -23,7 +23,10 @@ exports with it here; the bundle's run-gpu.sh runs its references there).
                                               ||got - ref|| / ||ref|| (the bf16 check's)
 MODEL is a torchvision model, or smooth_cnn: conv, BatchNorm, tanh, average
 pooling and a dense layer (no ReLU mask or max-pool argmax that a bf16
-rounding can flip: tests/test_precision.py's SmoothCNN, wider).
+rounding can flip: tests/test_precision.py's SmoothCNN, wider); or
+fashion_cnn (examples/make_fashion_cnn.py's model: RES 28, one channel); or
+gpt (examples/make_gpt.py's defaults, RES the sequence length: token ids in,
+next tokens as labels).
     torchref.py onnx    MODEL RES PATH [--strip]
                                               torchvision MODEL (1000 classes) -> PATH
     torchref.py same-losses A_DIR B_DIR N     the train_loss of A_DIR/m1.json..mN.json (one
@@ -72,11 +75,46 @@ def smooth_cnn(res, classes):
         nn.Linear(64 * (res // 4) ** 2, classes))
 
 
+def examples():
+    """make_gpt.py and make_fashion_cnn.py: beside this file in a bundle,
+    in examples/ in a checkout."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for d in (here, os.path.join(os.path.dirname(os.path.dirname(here)), "examples")):
+        if os.path.exists(os.path.join(d, "make_gpt.py")) and d not in sys.path:
+            sys.path.insert(0, d)
+
+
+def gpt(block):
+    """The GPT example (examples/make_gpt.py's defaults: 256 byte tokens, 4
+    layers, 4 heads, 64 wide, GELU erf, tied head) with its position ids on
+    the model's device."""
+    import torch
+    examples()
+    import make_gpt
+    m = make_gpt.GPT(block=block)
+
+    def forward(idx):
+        x = m.wte(idx) + m.wpe(torch.arange(idx.shape[1], device=idx.device))
+        for b in m.blocks:
+            x = b(x)
+        return m.head(m.lnf(x))
+    m.forward = forward
+    return m
+
+
 def build(model, res, classes=10):
+    """A torchvision model, smooth_cnn, fashion_cnn (the README's model, at
+    28 px, one channel) or gpt (res: the sequence length)."""
     import torch
     torch.manual_seed(0)
     if model == "smooth_cnn":
         return smooth_cnn(res, classes)
+    if model == "fashion_cnn":
+        examples()
+        import make_fashion_cnn
+        return make_fashion_cnn.FashionCNN()
+    if model == "gpt":
+        return gpt(res)
     import torchvision
     m = getattr(torchvision.models, model)(num_classes=classes)
     return m
@@ -128,14 +166,19 @@ def cmd_export(model, res, batch, out, *flags):
     for mod in m.modules():
         if isinstance(mod, torch.nn.Dropout):
             mod.p = 0.0
-    x = torch.randn(batch, 3, res, res, generator=torch.Generator().manual_seed(1))
-    y = torch.randint(0, 10, (batch,), generator=torch.Generator().manual_seed(2))
+    if model == "gpt":   # token ids and the next tokens, (batch, T)
+        x = torch.randint(0, 256, (batch, res), generator=torch.Generator().manual_seed(1))
+        y = torch.randint(0, 256, (batch, res), generator=torch.Generator().manual_seed(2))
+    else:
+        ch = 1 if model == "fashion_cnn" else 3
+        x = torch.randn(batch, ch, res, res, generator=torch.Generator().manual_seed(1))
+        y = torch.randint(0, 10, (batch,), generator=torch.Generator().manual_seed(2))
     export_onnx(m, x, os.path.join(out, "model.onnx"))
-    if "--strip" in flags:
-        strip(os.path.join(out, "model.onnx"))
+    if "--strip" in flags:   # the GPT's causal masks are constants, not weights: they stay
+        strip(os.path.join(out, "model.onnx"), "mask" if model == "gpt" else None)
     else:
         torch.save(m.state_dict(), os.path.join(out, "state.pt"))
-    np.save(os.path.join(out, "x.npy"), x.numpy().astype(np.float32))
+    np.save(os.path.join(out, "x.npy"), x.numpy() if model == "gpt" else x.numpy().astype(np.float32))
     np.save(os.path.join(out, "y.npy"), y.numpy().astype(np.int32))
     with open(os.path.join(out, "meta.json"), "w") as f:
         json.dump({"model": model, "res": res, "batch": batch}, f)
@@ -186,14 +229,16 @@ def cmd_grads(d, device, precision="fp32", params=None):
     y = torch.from_numpy(np.load(os.path.join(d, "y.npy")).astype(np.int64)).to(device)
     if precision == "fp64":
         m.double()
-        x = x.double()
+        if x.is_floating_point():
+            x = x.double()
     if precision == "bf16":
         with torch.autocast(device_type="cuda" if device.startswith("cuda") else "cpu",
                             dtype=torch.bfloat16):
             out = m(x)
     else:
         out = m(x)
-    loss = torch.nn.functional.cross_entropy(out.float(), y)
+    out = out.float() if precision != "fp64" else out
+    loss = torch.nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
     loss.backward()
     ref = os.path.join(d, "ref")
     os.makedirs(ref, exist_ok=True)
