@@ -48,7 +48,7 @@ STEPS = ["grad-resnet18-run", "grad-resnet18-torch", "graph-g0-s1", "graph-g1-s5
          "safe-none", "poison-superneurons", "poison-auto", "san-memcheck-offload",
          "san-racecheck-superneurons", "san-initcheck-superneurons", "bench-torch-compile",
          "prof-fp32", "prof-bf16", "gpt-bf16", "gpt-live", "gpt-torch-autocast", "maxb-auto",
-         "maxb-superneurons", "grad-resnet18-torch32"]
+         "maxb-superneurons", "grad-resnet18-torch32", "mut-all"]
 MIB = 1 << 20
 
 

@@ -73,6 +73,8 @@ typedef struct snrt_cuda {
   int nadam;
   bool tf32;                 /* TF32 tensor cores for conv and GEMM (SNRT_TF32=0: off) */
   bool deterministic;        /* SNRT_DETERMINISTIC=1: only deterministic cuDNN algorithms */
+  int skip_wait;             /* SNRT_SKIP_WAIT=E: testing aid, see snrt_wait (-1: none) */
+  long delay_us;             /* SNRT_COPY_DELAY_US=N: testing aid, see copy_after_compute */
   bool graphs;               /* SNRT_CUDA_GRAPH=0: off */
   bool capturing;            /* inside a stream capture */
   bool used_d2h, used_h2d;   /* a copy was queued on that stream this step */

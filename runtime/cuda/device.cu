@@ -91,6 +91,11 @@ static snrt_cuda *open_device(snrt_ctx *c) {
   CUDA_CHECK(cudaGetDeviceProperties(&d->prop, d->device));
   d->tf32 = env_flag("SNRT_TF32", true);
   d->deterministic = env_flag("SNRT_DETERMINISTIC", false);
+  /* The CPU runtime's testing aids for a missing wait (docs/planning.md),
+   * here too so that the GPU bundle can delete a wait on the GPU. */
+  const char *skip = getenv("SNRT_SKIP_WAIT"), *delay = getenv("SNRT_COPY_DELAY_US");
+  d->skip_wait = skip && *skip ? (int)strtol(skip, NULL, 10) : -1;
+  d->delay_us = delay && *delay ? strtol(delay, NULL, 10) : 0;
   d->graphs = env_flag("SNRT_CUDA_GRAPH", true);
   return d;
 }
@@ -342,6 +347,19 @@ static cudaEvent_t plan_event(snrt_ctx *c, int event) {
   return d->events[event];
 }
 
+/* SNRT_COPY_DELAY_US (testing aid): one thread sleeps on the copy stream
+ * before each copy, so that a schedule missing a wait reads a region before
+ * its copy lands (poison turns that into a stop) instead of passing by luck
+ * of timing. */
+__global__ void k_copy_delay(unsigned long long ns) {
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    __nanosleep(1000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < ns);
+}
+
 /* A copy on stream s after everything queued on compute so far; records
  * `event` (if >= 0) when done. The issue event can be re-recorded at once:
  * cudaStreamWaitEvent binds to the record that precedes it. */
@@ -351,6 +369,10 @@ static void copy_after_compute(snrt_ctx *c, cudaStream_t s, cudaEvent_t issue, v
   CUDA_CHECK(cudaEventRecord(issue, d->compute));
   CUDA_CHECK(cudaStreamWaitEvent(s, issue, 0));
   if (s == d->d2h) d->used_d2h = true; else d->used_h2d = true;
+  if (d->delay_us > 0) {
+    k_copy_delay<<<1, 1, 0, s>>>((unsigned long long)d->delay_us * 1000ull);
+    SNRT_LAUNCH_CHECK();
+  }
   if (bytes > 0) CUDA_CHECK(cudaMemcpyAsync(dst, src, (size_t)bytes, kind, s));
   if (event >= 0) CUDA_CHECK(cudaEventRecord(plan_event(c, event), s));
 }
@@ -371,6 +393,9 @@ void snrt_prefetch(snrt_ctx *c, int64_t dev_off, int64_t host_off, int64_t bytes
 
 void snrt_wait(snrt_ctx *c, int event) {
   if (event < 0) return;  /* no event: as the CPU runtime */
+  /* SNRT_SKIP_WAIT=E (testing aid): every wait for event E is skipped, as
+   * if its line were deleted from train.c. */
+  if (event == snrt_cu(c)->skip_wait) return;
   CUDA_CHECK(cudaStreamWaitEvent(snrt_cu(c)->compute, plan_event(c, event), 0));
 }
 

@@ -141,6 +141,17 @@ FL=$("$SNC" plan examples/fashion_cnn.onnx --batch 32 --target cuda --policy aut
   sed -n 's/.*the smallest budget that fits is [^(]*(\([0-9]*\) bytes).*/\1/p' | head -1)
 [ -n "$FL" ] || die "snc plan did not name the smallest budget for fashion_cnn"
 prog safe-auto examples/fashion_cnn.onnx --batch 32 --policy auto --budget "$FL" || die "snc compile safe-auto failed"
+# The deleted-wait check (run-gpu.sh section 13): the superneurons program's
+# wait events (policy offload moves nothing of fashion_cnn on the h200
+# profile; superneurons offloads 20.7 MiB a step), at most 10, spread evenly.
+"$PY" - "$OUT/progs/safe-superneurons/plan.json" >"$OUT/progs/safe-superneurons/WAITS" <<'PYEOF' ||
+import json, sys
+evs = sorted({w for s in json.load(open(sys.argv[1]))["steps"] for w in s["waits"]})
+pick = evs if len(evs) <= 10 else [evs[i * len(evs) // 10] for i in range(10)]
+print(" ".join(str(e) for e in pick))
+PYEOF
+  die "cannot list the waits of safe-superneurons"
+grep -q '[0-9]' "$OUT/progs/safe-superneurons/WAITS" || die "safe-superneurons' plan has no waits"
 # GPT-2 124M (issue: GPT on the H200): make_gpt.py's model (12 layers, 12
 # heads, 768 wide, T=1024, vocabulary 50304 = 50257 padded to a multiple of
 # 128, tied head, GELU tanh), exported here without its weights (the causal

@@ -23,9 +23,10 @@
 #  10. --profile of the benchmark programs; a larger conv workspace     40
 #  11. GPT-2 124M b8: snc fp32/bf16/liveness/50%/25%, PyTorch x2       90
 #  12. max-batch resnet50 20 GiB (auto, superneurons): 3 steps each    60
-#  13. torch.compile resnet50 b128                                     100
-#   whole run: about 720 s; DEADLINE (default 420 s) cuts it, ONLY picks
-#   sections (the first H200 run, steps 0-9 and 13: 405 s).
+#  13. a deleted wait caught: superneurons, 10 waits skipped in turn  40
+#  14. torch.compile resnet50 b128                                     100
+#   whole run: about 760 s; DEADLINE (default 420 s) cuts it, ONLY picks
+#   sections (the first H200 run, steps 0-9 and 14: 405 s).
 # Exit 0 when every check passed.
 set -u -o pipefail
 
@@ -71,7 +72,7 @@ json_get() {
 }
 mib() { awk -v b="$1" 'BEGIN { if (b == "") print "-"; else printf "%.0f MiB", b / 1048576 }'; }
 # ONLY="grad graph ...": run those sections only (names: grad graph bf16 fp16
-# torch bench sweep calibrate safety compile profile gpt maxbatch); GRADS="m
+# torch bench sweep calibrate safety compile profile gpt maxbatch mutation); GRADS="m
 # ...": those models' gradient rows only. A rerun spends device time on what
 # is left to check.
 ONLY=${ONLY:-}
@@ -308,6 +309,12 @@ else
 fi
 fi
 
+safe_run() {  # safe_run NAME PROG [ARGS...]: 3 steps, params into $WORK/NAME
+  local name=$1 prog=$2; shift 2
+  prun "$name" 90 env SNRT_DETERMINISTIC=1 "$prog" --data synthetic --steps 3 \
+    --dump-params "$WORK/$name" "$@"
+}
+
 # ---- 9. the memory schedule is safe -----------------------------------------------------
 if want safety; then
 # fashion_cnn b32 under every policy (auto at the tightest budget it plans
@@ -316,11 +323,6 @@ if want safety; then
 # policy, racecheck, synccheck and initcheck on the offloading ones.
 SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 [ "$DRY" = 1 ] || say "compute-sanitizer: $("$SAN" --version 2>&1 | tail -1)"
-safe_run() {  # safe_run NAME PROG [ARGS...]: 3 steps, params into $WORK/NAME
-  local name=$1 prog=$2; shift 2
-  prun "$name" 90 env SNRT_DETERMINISTIC=1 "$prog" --data synthetic --steps 3 \
-    --dump-params "$WORK/$name" "$@"
-}
 safe_run safe-none "$P/safe-none/train" || rowf "policy none, 3 steps" FAIL "see logs/safe-none.log"
 for d in "$P"/safe-*/; do
   pol=${d%/}; pol=${pol##*/safe-}
@@ -439,7 +441,43 @@ if want maxbatch; then
   done
 fi
 
-# ---- 13. torch.compile, if it compiles in the time left ----------------------------------
+# ---- 13. a deleted wait is caught on the GPU --------------------------------------------
+# fashion_cnn under superneurons (policy offload moves nothing of it on the
+# h200 profile), SNRT_DETERMINISTIC=1, each copy stream slowed by
+# a sleeping kernel (SNRT_COPY_DELAY_US=2000) so that a missing wait loses
+# the race: first with every wait (parameters after 3 steps bit for bit
+# policy none's), then with the waits of one event skipped in turn
+# (SNRT_SKIP_WAIT, up to 10 events): each must be caught, by --poison
+# (exit 4) or by parameters that differ from policy none's.
+if want mutation; then
+  mut() {  # mut NAME [ENV...]: 3 poisoned steps, params into $WORK/NAME; sets MRC
+    local name=$1; shift
+    prun "$name" 90 env SNRT_DETERMINISTIC=1 SNRT_COPY_DELAY_US=2000 "$@" "$P/safe-superneurons/train" \
+      --data synthetic --steps 3 --poison --dump-params "$WORK/$name"
+    MRC=$?
+  }
+  [ -d "$WORK/safe-none" ] || safe_run safe-none "$P/safe-none/train"
+  mut mut-all
+  if [ "$DRY" != 1 ]; then
+    same=1; "$PY" "$REF" same-params "$WORK/safe-none" "$WORK/mut-all" >"$LOG/mut-all.json" || same=0
+    rowf "superneurons, copies delayed, all waits" "$([ "$MRC" = 0 ] && [ $same = 1 ] && echo ok || echo FAIL)" \
+      "exit $MRC, params $([ $same = 1 ] && echo equal to || echo DIFFER from) policy none's"
+  fi
+  caught=0; total=0; missed=""
+  for ev in $(cat "$P/safe-superneurons/WAITS" 2>/dev/null); do
+    mut "mut-skip$ev" SNRT_SKIP_WAIT="$ev"
+    [ "$DRY" = 1 ] && continue
+    total=$((total + 1))
+    if [ "$MRC" = 4 ]; then caught=$((caught + 1))
+    elif [ "$MRC" = 0 ] && ! "$PY" "$REF" same-params "$WORK/safe-none" "$WORK/mut-skip$ev" >/dev/null; then
+      caught=$((caught + 1))
+    else missed="$missed $ev(exit $MRC)"; fi
+  done
+  [ "$DRY" = 1 ] || rowf "superneurons, one wait deleted" "$([ -z "$missed" ] && [ $total -gt 0 ] && echo ok || echo FAIL)" \
+    "$caught of $total deleted waits caught${missed:+; missed:$missed}"
+fi
+
+# ---- 14. torch.compile, if it compiles in the time left ----------------------------------
 want compile && torch_bench bench-torch-compile compile "$BM b$B torch.compile (TF32)" 240
 
 # ---- the table -------------------------------------------------------------------------
