@@ -143,26 +143,35 @@ def test_run_gpu_without_gpu(bundle, tmp_path):
     assert "no GPU found" in r.stdout
 
 
+def stripped_step(tmp_path, model, res, batch):
+    """run-gpu.sh's gradient flow on the CPU target: a stripped export to
+    tmp_path/m, compiled and built, one step at lr 0 with the gradients in
+    tmp_path/got and the program's own initial values in tmp_path/p0."""
+    d = tmp_path / "m"
+    r = subprocess.run([PY, REF, "export", model, str(res), str(batch), str(d), "--strip"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout
+    prog = tmp_path / "prog"
+    subprocess.run([os.path.join(ROOT, "build", "snc"), "compile", str(d / "model.onnx"), "-o",
+                    str(prog), "--batch", str(batch), "--lr", "0"], stdout=subprocess.DEVNULL,
+                   check=True)
+    subprocess.run(["ninja", "-C", str(prog)], stdout=subprocess.DEVNULL, check=True)
+    subprocess.run([str(prog / "train"), "--data", "npy:%s,%s" % (d / "x.npy", d / "y.npy"),
+                    "--steps", "1", "--lr", "0", "--dump-grads", str(tmp_path / "got"),
+                    "--dump-params", str(tmp_path / "p0")],
+                   stdout=subprocess.DEVNULL, check=True, timeout=300)
+    return d
+
+
 def test_stripped_gradient_check_on_cpu(tmp_path):
     """run-gpu.sh's gradient check on the CPU target: a stripped export (no
     weights in the file), the program's own initial values read back by
     PyTorch from --dump-params, one step each: the same gradients (1e-3);
     and a reference from other weights does not pass."""
     pytest.importorskip("torchvision")
-    d = tmp_path / "m"
-    r = subprocess.run([PY, REF, "export", "resnet18", "64", "4", str(d), "--strip"],
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout
+    d = stripped_step(tmp_path, "resnet18", 64, 4)
     assert os.path.getsize(d / "model.onnx") < 100000   # the weights are not in it
     assert not (d / "state.pt").exists()
-    prog = tmp_path / "prog"
-    subprocess.run([os.path.join(ROOT, "build", "snc"), "compile", str(d / "model.onnx"), "-o",
-                    str(prog), "--batch", "4", "--lr", "0"], stdout=subprocess.DEVNULL, check=True)
-    subprocess.run(["ninja", "-C", str(prog)], stdout=subprocess.DEVNULL, check=True)
-    subprocess.run([str(prog / "train"), "--data", "npy:%s,%s" % (d / "x.npy", d / "y.npy"),
-                    "--steps", "1", "--lr", "0", "--dump-grads", str(tmp_path / "got"),
-                    "--dump-params", str(tmp_path / "p0")],
-                   stdout=subprocess.DEVNULL, check=True, timeout=300)
     r = subprocess.run([PY, REF, "grads", str(d), "cpu", "fp32", str(tmp_path / "p0")],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
     assert r.returncode == 0, r.stdout
@@ -184,19 +193,7 @@ def test_stripped_gradient_check_examples_on_cpu(tmp_path, model, res, batch):
     in, next tokens as labels; its causal masks stay in the stripped file):
     the program's gradients against PyTorch float64 from the same weights,
     within 1e-3, as run-gpu.sh checks them on the GPU."""
-    d = tmp_path / "m"
-    r = subprocess.run([PY, REF, "export", model, str(res), str(batch), str(d), "--strip"],
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout
-    prog = tmp_path / "prog"
-    subprocess.run([os.path.join(ROOT, "build", "snc"), "compile", str(d / "model.onnx"), "-o",
-                    str(prog), "--batch", str(batch), "--lr", "0"], stdout=subprocess.DEVNULL,
-                   check=True)
-    subprocess.run(["ninja", "-C", str(prog)], stdout=subprocess.DEVNULL, check=True)
-    subprocess.run([str(prog / "train"), "--data", "npy:%s,%s" % (d / "x.npy", d / "y.npy"),
-                    "--steps", "1", "--lr", "0", "--dump-grads", str(tmp_path / "got"),
-                    "--dump-params", str(tmp_path / "p0")],
-                   stdout=subprocess.DEVNULL, check=True, timeout=300)
+    d = stripped_step(tmp_path, model, res, batch)
     r = subprocess.run([PY, REF, "grads", str(d), "cpu", "fp64", str(tmp_path / "p0")],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
     assert r.returncode == 0, r.stdout

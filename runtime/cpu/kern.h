@@ -65,9 +65,8 @@ static inline float kern_expf(float x) {
  *   |x| < 0.625: x + x z q(z), z = x^2, q of degree 4 fitted here
  *                (iteratively reweighted least squares on the relative
  *                error; 4.5e-9 in exact arithmetic);
- *   otherwise:   sign(x) (1 - 2 / (e^(2|x|) + 1)), e^(2|x|) for 2|x| <= 18
- *                (beyond 9, tanh rounds to 1) as 2^n e^r, |r| <= ln2/2,
- *                e^r by its Taylor polynomial of degree 7 (error 5e-9). */
+ *   otherwise:   sign(x) (1 - 2 / (e^(2|x|) + 1)), e^(2|x|) by kern_expf
+ *                (above) for 2|x| <= 18 (beyond 9, tanh rounds to 1). */
 static inline float kern_tanhf(float x) {
   /* The comparisons are on the bits of |x| (ordered like integers for
    * non-negative floats): float compares may trap, so gcc would not turn
@@ -85,21 +84,7 @@ static inline float kern_tanhf(float x) {
   q = q * z + 1.333144564e-01f;
   q = q * z - 3.333328206e-01f;
   float small = x + x * z * q;
-  float t = 2.0f * a;
-  float n = (t * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  /* round to nearest */
-  float r = t - n * 0.693145751953125f - n * 1.428606765330187e-06f;
-  float e = 1.0f / 5040.0f;
-  e = e * r + 1.0f / 720.0f;
-  e = e * r + 1.0f / 120.0f;
-  e = e * r + 1.0f / 24.0f;
-  e = e * r + 1.0f / 6.0f;
-  e = e * r + 0.5f;
-  e = e * r + 1.0f;
-  e = e * r + 1.0f;
-  int32_t bits = ((int32_t)n + 127) << 23;
-  float scale;
-  memcpy(&scale, &bits, sizeof scale);
-  float big = 1.0f - 2.0f / (e * scale + 1.0f);
+  float big = 1.0f - 2.0f / (kern_expf(2.0f * a) + 1.0f);
   uint32_t bb;
   memcpy(&bb, &big, sizeof bb);
   bb |= xb & 0x80000000u;                                /* the sign of x */
