@@ -34,7 +34,7 @@ const DeviceProfile device_profiles[] = {
     {"v100",     15.7e12, 900e9,    12e9, 34359738368LL,  1073741824LL, 70, 68719476736LL, NULL},  // 32 GiB (V100 32 GB)
     {"a100",     19.5e12, 2039e9,   25e9, 85899345920LL,  1610612736LL, 80, 137438953472LL, NULL},  // 80 GiB (A100 80 GB)
     {"h100",     67e12,   3350e9,   50e9, 85899345920LL,  2147483648LL, 90, 274877906944LL, NULL},  // 80 GiB (H100 SXM)
-    {"h200",     67e12,   4800e9,   50e9, 150754820096LL, 2147483648LL, 90, 274877906944LL, NULL},  // 143771 MiB
+    {"h200",     67e12,   4800e9,   50e9, 150754820096LL, 1073741824LL, 90, 274877906944LL, NULL},  // 143771 MiB; reserve measured
     {"cpu",      1e11,    20e9,     10e9, 68719476736LL,  0LL,          0, 0LL, NULL},  // the CPU target's emulated arena
 };
 const int device_profile_count = sizeof device_profiles / sizeof device_profiles[0];

@@ -11,9 +11,19 @@
  * at `ws`: on the cuda target, snc gives each conv step its own struct and the
  * free hole of the arena at that step, compiler/plan/workspace.c).
  *
- * How: by default the fastest one cudnnFind*AlgorithmEx measures (timing:
- * two processes may choose differently). With SNRT_DETERMINISTIC=1 by a fixed
- * rule instead: the first deterministic algorithm, in the order of cuDNN's
+ * How: by default the first in the order of cuDNN's heuristics
+ * (cudnnGet*Algorithm_v7, no timing; PyTorch's default, cudnn.benchmark off)
+ * whose workspace fits. SNRT_CONV_FIND=1: the fastest one
+ * cudnnFind*AlgorithmEx measures instead (timing: two processes may choose
+ * differently). The second H200 run showed why that is not the default:
+ * densenet121 64 px b4 (TF32 off), whose 3x3 128->32 convolutions at 4x4
+ * and 2x2 each run their own Find, was 0.03-0.27 from float64 on the
+ * parameters upstream of one such layer's backward-data (a different layer
+ * per run), where PyTorch's float32 step is 9e-5; with the heuristics'
+ * choice, or with Find under CUDA_LAUNCH_BLOCKING=1 (other timings, other
+ * choices), 1e-4 (bench/gpu.md). SNRT_CONV_LOG=1 prints every choice.
+ * With SNRT_DETERMINISTIC=1 by a fixed
+ * rule: the first deterministic algorithm, in the order of cuDNN's
  * heuristics (cudnnGet*Algorithm_v7, no timing), whose workspace is at most
  * DET_WS_CAP, whatever the plan gave: so the same program on the same GPU and
  * cuDNN version picks the same algorithms under every policy and budget
@@ -154,6 +164,12 @@ static cudnnMathType_t base_math(snrt_ctx *c, const conv_entry *e) {
   return snrt_cu(c)->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
 }
 
+/* The choice is timed (cudnnFind*Ex) only with SNRT_CONV_FIND=1 and
+ * without SNRT_DETERMINISTIC=1. */
+static bool timed_choice(snrt_ctx *c) {
+  return snrt_cu(c)->conv_find && !snrt_cu(c)->deterministic;
+}
+
 /* Among Find's (fastest first) or the heuristics' (best first) results, the
  * first that ran, fits, does not down-convert to FP16, and (if asked) is
  * deterministic. */
@@ -167,6 +183,13 @@ static int pick(snrt_ctx *c, const snrt_conv_t *p, const Perf *r, int n, size_t 
     e->ws[dir] = r[i].memory;
     e->math[dir] = snrt_cu(c)->tf32 || e->fmt ? r[i].mathType : CUDNN_FMA_MATH;
     e->chosen[dir] = true;
+    if (snrt_cu(c)->conv_log)
+      fprintf(stderr, "snrt: conv x(%d,%d,%d,%d) w(%d,%d,%dx%d) stride %d pad %d group %d: %s "
+                      "algorithm %d (%s, math %d, workspace %zu of %zu bytes, %.3f ms)\n",
+              p->n, p->c, p->h, p->w, p->k, p->c / (p->group > 0 ? p->group : 1), p->kh, p->kw,
+              p->sh, p->pt, p->group, what, (int)r[i].algo,
+              timed_choice(c) ? "timed by cudnnFind" : "cuDNN's heuristics", (int)e->math[dir],
+              r[i].memory, limit, timed_choice(c) ? (double)r[i].time : 0.0);
     return (int)r[i].algo;
   }
   char why[160];
@@ -254,11 +277,11 @@ static void conv_fwd(snrt_ctx *c, const snrt_conv_t *p, int fmt, const void *x, 
   if (!e->chosen[DIR_FWD]) {
     before_choice(c, p, "forward");
     size_t cl = choice_limit(c, lim);
-    void *fws = !snrt_cu(c)->deterministic && cl > lim ? private_ws(c, cl) : ws;
+    void *fws = timed_choice(c) && cl > lim ? private_ws(c, cl) : ws;
     cudnnConvolutionFwdAlgoPerf_t r[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     int n = 0;
     CUDNN_CHECK(cudnnSetConvolutionMathType(e->conv, base_math(c, e)));
-    if (snrt_cu(c)->deterministic)
+    if (!timed_choice(c))
       CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, e->x, e->w, e->conv, e->y,
                                                          CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, r));
     else /* Find runs each candidate and writes y, which the call below overwrites. */
@@ -282,11 +305,11 @@ static void conv_bwd_data(snrt_ctx *c, const snrt_conv_t *p, int fmt, const void
   if (!e->chosen[DIR_BWD_DATA]) {
     before_choice(c, p, "backward-data");
     size_t cl = choice_limit(c, lim);
-    void *fws = !snrt_cu(c)->deterministic && cl > lim ? private_ws(c, cl) : ws;
+    void *fws = timed_choice(c) && cl > lim ? private_ws(c, cl) : ws;
     cudnnConvolutionBwdDataAlgoPerf_t r[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     int n = 0;
     CUDNN_CHECK(cudnnSetConvolutionMathType(e->conv, base_math(c, e)));
-    if (snrt_cu(c)->deterministic)
+    if (!timed_choice(c))
       CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
           h, e->w, e->y, e->conv, e->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, r));
     else
@@ -311,17 +334,27 @@ static void conv_bwd_filter(snrt_ctx *c, const snrt_conv_t *p, int fmt, const vo
   if (!e->chosen[DIR_BWD_FILTER]) {
     before_choice(c, p, "backward-filter");
     size_t cl = choice_limit(c, lim);
-    void *fws = !snrt_cu(c)->deterministic && cl > lim ? private_ws(c, cl) : ws;
+    void *fws = timed_choice(c) && cl > lim ? private_ws(c, cl) : ws;
     cudnnConvolutionBwdFilterAlgoPerf_t r[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
     int n = 0;
     CUDNN_CHECK(cudnnSetConvolutionMathType(e->conv, base_math(c, e)));
-    if (snrt_cu(c)->deterministic)
+    if (!timed_choice(c))
       CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
           h, e->x, e->y, e->conv, e->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, r));
-    else
+    else {
+      /* Find writes dw with each candidate: where the step accumulates into
+       * dw (a chunk of the batch after the first), into a scratch copy. */
+      void *fdw = dw;
+      if (p->accumulate) {
+        size_t bytes = (size_t)p->k * (size_t)(p->c / (p->group > 0 ? p->group : 1)) *
+                       (size_t)p->kh * (size_t)p->kw * (fmt ? 2 : 4);
+        CUDA_CHECK(cudaMalloc(&fdw, bytes));
+      }
       CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
-        h, e->x, x, e->y, dy, e->conv, e->w, dw, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, r,
+        h, e->x, x, e->y, dy, e->conv, e->w, fdw, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, r,
         fws, cl));
+      if (fdw != dw) CUDA_CHECK(cudaFree(fdw));
+    }
     e->algo[DIR_BWD_FILTER] = pick(c, p, r, n, cl, e, DIR_BWD_FILTER, "backward-filter");
     if (e->ws[DIR_BWD_FILTER] > lim) private_ws(c, e->ws[DIR_BWD_FILTER]);
   }

@@ -72,6 +72,8 @@ typedef struct snrt_cuda {
   snrt_adam_t adam_key[SNRT_CU_ADAM_SLOTS];  /* the configuration of each Adam slot */
   int nadam;
   bool tf32;                 /* TF32 tensor cores for conv and GEMM (SNRT_TF32=0: off) */
+  bool conv_find;            /* SNRT_CONV_FIND=1: cuDNN algorithms chosen by timing (conv.cu) */
+  bool conv_log;             /* SNRT_CONV_LOG=1: each convolution's choice on stderr */
   bool deterministic;        /* SNRT_DETERMINISTIC=1: only deterministic cuDNN algorithms */
   int skip_wait;             /* SNRT_SKIP_WAIT=E: testing aid, see snrt_wait (-1: none) */
   long delay_us;             /* SNRT_COPY_DELAY_US=N: testing aid, see copy_after_compute */

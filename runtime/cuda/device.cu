@@ -69,6 +69,18 @@ static void alloc_failed(const char *what, int64_t asked, cudaError_t e) {
   exit(SNRT_EXIT_DEVICE);
 }
 
+/* MemAvailable of /proc/meminfo in bytes; -1 where it cannot be read. */
+static int64_t host_available_bytes(void) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (!f) return -1;
+  char line[256];
+  long long kib = -1;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "MemAvailable: %lld kB", &kib) == 1) break;
+  fclose(f);
+  return kib < 0 ? -1 : (int64_t)kib * 1024;
+}
+
 /* The GPU this process uses, and the SNRT_* switches (TF32, deterministic
  * algorithms, CUDA graphs): c->dev's state, the rest still to build. */
 static snrt_cuda *open_device(snrt_ctx *c) {
@@ -91,6 +103,8 @@ static snrt_cuda *open_device(snrt_ctx *c) {
   CUDA_CHECK(cudaGetDeviceProperties(&d->prop, d->device));
   d->tf32 = env_flag("SNRT_TF32", true);
   d->deterministic = env_flag("SNRT_DETERMINISTIC", false);
+  d->conv_find = env_flag("SNRT_CONV_FIND", false);
+  d->conv_log = env_flag("SNRT_CONV_LOG", false);
   /* The CPU runtime's testing aids for a missing wait (docs/planning.md),
    * here too so that the GPU bundle can delete a wait on the GPU. */
   const char *skip = getenv("SNRT_SKIP_WAIT"), *delay = getenv("SNRT_COPY_DELAY_US");
@@ -183,6 +197,18 @@ void snrt_dev_init(snrt_ctx *c) {
   }
   c->host = NULL;
   if (m->host_bytes > 0) {
+    /* Pinned pages cannot be swapped: a host arena near the machine's memory
+     * would bring the kernel's OOM killer, not an error. Refused first. */
+    int64_t avail = host_available_bytes();
+    if (avail > 0 && m->host_bytes > avail - ((int64_t)1 << 30)) {
+      fprintf(stderr, "snrt: error: the plan's pinned host arena is %.2f GiB but this machine has "
+                      "%.2f GiB of memory available (/proc/meminfo MemAvailable, 1 GiB kept "
+                      "free): recompile with --host-budget %.0fGiB or less\n",
+              (double)m->host_bytes / 1073741824.0, (double)avail / 1073741824.0,
+              avail > ((int64_t)2 << 30) ? (double)(avail - ((int64_t)1 << 30)) / 1073741824.0 - 0.5
+                                         : 0.0);
+      exit(SNRT_EXIT_DEVICE);
+    }
     e = cudaHostAlloc((void **)&c->host, (size_t)m->host_bytes, cudaHostAllocDefault);
     if (e != cudaSuccess) {
       fprintf(stderr, "snrt: error: cannot allocate the pinned host arena: asked %lld bytes "

@@ -66,27 +66,37 @@ void snrt_softmax_bwd(snrt_ctx *c, const snrt_softmax_t *p, const float *y, cons
 
 /* ---- softmax cross-entropy ------------------------------------------------------- */
 
-/* loss = mean over rows of logsumexp(row) - row[label]. One block; warp w
- * takes rows w, w + nwarps, ...: a fixed order. A label outside [0, classes)
- * makes the loss NaN (the main loop then stops with exit code 3). */
-__global__ void k_ce_fwd(snrt_loss_t p, const float *logits, const int32_t *labels, float *loss) {
-  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+/* loss = mean over rows of logsumexp(row) - row[label]. Block b takes rows
+ * b, b + CE_BLOCKS, ... (a block per row: GPT-2's 8192 rows of 50304 took
+ * 53 ms in one block on the second H200 run) and writes its partial sum to
+ * ce_part; one more block adds the partials in order: a fixed order,
+ * deterministic. A label outside [0, classes) makes the loss NaN (the main
+ * loop then stops with exit code 3). */
+#define CE_BLOCKS 1024
+__device__ float ce_part[CE_BLOCKS];
+
+__global__ void k_ce_rows(snrt_loss_t p, const float *logits, const int32_t *labels) {
   float acc = 0.0f;
-  for (int r = warp; r < p.n; r += nw) {
+  for (int r = blockIdx.x; r < p.n; r += gridDim.x) {
     const float *x = logits + (int64_t)r * p.classes;
     float mx = -INFINITY;
-    for (int j = lane; j < p.classes; j += 32) mx = fmaxf(mx, x[j]);
-    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    for (int j = threadIdx.x; j < p.classes; j += blockDim.x) mx = fmaxf(mx, x[j]);
+    mx = snrt_block_max(mx);
     float s = 0.0f;
-    for (int j = lane; j < p.classes; j += 32) s += expf(x[j] - mx);
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    for (int j = threadIdx.x; j < p.classes; j += blockDim.x) s += expf(x[j] - mx);
+    s = snrt_block_sum(s);
     int lab = labels[r];
     float lx = (lab >= 0 && lab < p.classes) ? x[lab] : __int_as_float(0x7fc00000);
-    if (lane == 0) acc += logf(s) + mx - lx;
+    acc += logf(s) + mx - lx;   /* the same in every thread */
   }
-  if (lane != 0) acc = 0.0f;
-  acc = snrt_block_sum(acc);
-  if (threadIdx.x == 0) *loss = acc / (float)p.n;
+  if (threadIdx.x == 0) ce_part[blockIdx.x] = acc;
+}
+
+__global__ void k_ce_total(int blocks, int n, float *loss) {
+  float s = 0.0f;
+  for (int i = threadIdx.x; i < blocks; i += blockDim.x) s += ce_part[i];
+  s = snrt_block_sum(s);
+  if (threadIdx.x == 0) *loss = s / (float)n;
 }
 
 __global__ void k_ce_bwd(snrt_loss_t p, const float *logits, const int32_t *labels, float *dl) {
@@ -111,7 +121,10 @@ __global__ void k_ce_bwd(snrt_loss_t p, const float *logits, const int32_t *labe
 
 void snrt_softmax_ce_fwd(snrt_ctx *c, const snrt_loss_t *p, const float *logits,
                          const int32_t *labels, float *loss) {
-  k_ce_fwd<<<1, 1024, 0, snrt_cu_stream(c)>>>(*p, logits, labels, loss);
+  int blocks = p->n < CE_BLOCKS ? (p->n > 0 ? p->n : 1) : CE_BLOCKS;
+  k_ce_rows<<<blocks, 256, 0, snrt_cu_stream(c)>>>(*p, logits, labels);
+  SNRT_LAUNCH_CHECK();
+  k_ce_total<<<1, 1024, 0, snrt_cu_stream(c)>>>(blocks, p->n, loss);
   SNRT_LAUNCH_CHECK();
 }
 

@@ -18,7 +18,7 @@
 #   5. resnet50 224 b128: PyTorch eager img/s and peak memory          40
 #   6. resnet50 224 b128: snc fp32 (TF32), bf16, fp16 img/s, arena      75
 #   7. budget sweep: 100%, 50%, 25% of the liveness arena              75
-#   8. snc-calibrate --target cuda --quick: a measured profile         40
+#   8. snc-calibrate --target cuda (CAL_QUICK=1: --quick): a profile  60
 #   9. safety: poison bit-identity and compute-sanitizer, fashion_cnn  45
 #  10. --profile of the benchmark programs; a larger conv workspace     40
 #  11. GPT-2 124M b8: snc fp32/bf16/liveness/50%/25%, PyTorch x2       90
@@ -71,8 +71,8 @@ json_get() {
   "$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d.get(sys.argv[2], ""))' "$1" "$2" 2>/dev/null
 }
 mib() { awk -v b="$1" 'BEGIN { if (b == "") print "-"; else printf "%.0f MiB", b / 1048576 }'; }
-# ONLY="grad graph ...": run those sections only (names: grad graph bf16 fp16
-# torch bench sweep calibrate safety compile profile gpt maxbatch mutation); GRADS="m
+# ONLY="grad graph ...": run those sections only (names: grad diag graph bf16
+# fp16 torch bench sweep calibrate safety compile profile gpt maxbatch mutation); GRADS="m
 # ...": those models' gradient rows only. A rerun spends device time on what
 # is left to check.
 ONLY=${ONLY:-}
@@ -172,6 +172,54 @@ for d in "$D"/grad-*; do
 done
 rowf "grad: worst relative error" "-" "$WORST (vs float64, TF32 off)"
 say "gradients done ($(elapsed) s)"
+fi
+
+# ---- 1b. diagnosis: densenet121's gradients -------------------------------------------
+# The second H200 run: densenet121 64 px b4 was 0.18 from float64 where
+# PyTorch's float32 step is 9e-5 (the CPU target, same plan and weights:
+# 1e-4), under policy auto and none alike, with cuDNN's algorithms chosen by
+# cudnnFind; 1e-4 with SNRT_DETERMINISTIC=1 (cuDNN's heuristics) or with
+# CUDA_LAUNCH_BLOCKING=1. The heuristics are now the default: this section
+# runs the step with them (auto, none) and with SNRT_CONV_FIND=1 and every
+# choice logged (find, none-find: logs/diag-find*.log name the algorithms);
+# the loss beside PyTorch's, and each tensor's error (logs/diag-*-cmp.json).
+if want diag && [ -d "$D/grad-densenet121" ]; then
+  w="$WORK/diag"
+  mkdir -p "$w" && cp -r "$D/grad-densenet121" "$w/m"
+  REFP=""
+  for v in auto none find none-find; do
+    prog="$P/grad-densenet121/train"; envs="SNRT_TF32=0"
+    case $v in
+      find) envs="$envs SNRT_CONV_FIND=1 SNRT_CONV_LOG=1" ;;
+      none) prog="$P/grad-densenet121-none/train" ;;
+      none-find) prog="$P/grad-densenet121-none/train"; envs="$envs SNRT_CONV_FIND=1 SNRT_CONV_LOG=1" ;;
+    esac
+    label="diag densenet121 $v"
+    if ! prun "diag-$v" 120 env $envs "$prog" --data "npy:$w/m/x.npy,$w/m/y.npy" --steps 1 --lr 0 \
+         --dump-grads "$w/got-$v" --dump-params "$w/p-$v"; then
+      rowf "$label" FAIL "train failed: $(tail -1 "$LOG/diag-$v.log" 2>/dev/null)"; continue
+    fi
+    [ "$DRY" = 1 ] && continue
+    # PyTorch in float64 from these initial values (once per distinct set).
+    if [ -z "$REFP" ] || ! "$PY" "$REF" same-params "$REFP" "$w/p-$v" >/dev/null 2>&1; then
+      rm -rf "$w/m/ref"
+      run "diag-$v-torch" 180 "$PY" "$REF" grads "$w/m" cuda fp64 "$w/p-$v" ||
+        { rowf "$label" FAIL "PyTorch reference failed"; continue; }
+      REFP="$w/p-$v"
+    fi
+    "$PY" "$REF" compare "$w/m/ref" "$w/got-$v" 1e9 >"$LOG/diag-$v-cmp.json" 2>&1
+    rowf "$label" "-" "$("$PY" - "$LOG/diag-$v-cmp.json" "$w/m/ref/loss.npy" "$w/got-$v/loss.npy" <<'PYEOF'
+import json, sys
+import numpy as np
+d = json.load(open(sys.argv[1]))
+e = sorted(d["errors"].items(), key=lambda kv: -kv[1])
+bad = sum(1 for _, v in e if v > 1e-3)
+print("loss %.7g vs %.7g; %d of %d tensors > 1e-3; worst %s" % (
+    float(np.load(sys.argv[3]).ravel()[0]), float(np.load(sys.argv[2]).ravel()[0]), bad, len(e),
+    ", ".join("%s %.2e" % (k.replace("features.", ""), v) for k, v in e[:3])))
+PYEOF
+)"
+  done
 fi
 
 # ---- 2. CUDA graphs replay what eager runs compute --------------------------------------
@@ -302,10 +350,14 @@ fi
 
 # ---- 8. a measured profile -------------------------------------------------------------
 if want calibrate; then
-if prun calibrate 120 "$BUNDLE/bin/snc-calibrate-cuda" --target cuda --quick -o "$OUT/calibrate-cuda.json"; then
-  rowf "snc-calibrate --target cuda --quick" ok "$OUT/calibrate-cuda.json"
+# CAL_QUICK=1: --quick (batch 4: launch-bound on an H200, the first run's
+# profile estimated resnet50 b128 at 62x its measured step); default: the
+# full shapes (batch 16), the profile schemas/devices.json's h200 takes.
+CALQ=""; [ "${CAL_QUICK:-0}" = 1 ] && CALQ=--quick
+if prun calibrate 180 "$BUNDLE/bin/snc-calibrate-cuda" --target cuda $CALQ -o "$OUT/calibrate-cuda.json"; then
+  rowf "snc-calibrate --target cuda $CALQ" ok "$OUT/calibrate-cuda.json"
 else
-  rowf "snc-calibrate --target cuda --quick" FAIL "see $LOG/calibrate.log"
+  rowf "snc-calibrate --target cuda $CALQ" FAIL "see $LOG/calibrate.log"
 fi
 fi
 
@@ -361,24 +413,34 @@ say "safety done ($(elapsed) s)"
 # estimate (logs/prof-*.json); then the same programs with SNRT_CONV_WS_MIB:
 # is the plan's convolution workspace what holds cuDNN back?
 inuse() { grep -Eo '[0-9.]+ [KMG]iB in use on the GPU' "$LOG/$1.log" 2>/dev/null | head -1 | sed 's/ in use.*//'; }
-if want profile; then
-  for pr in fp32 bf16; do
-    label="$BM b$B snc $pr --profile"
-    if prun "prof-$pr" 150 "$P/bench-$pr/train" --data synthetic --steps 8 --profile "$LOG/prof-$pr.json"; then
-      [ "$DRY" = 1 ] || rowf "$label" ok "$("$PY" - "$LOG/prof-$pr.json" <<'PYEOF'
+# profile NAME PROG LABEL ARGS...: --profile of PROG, a row of the op
+# classes that took longest (measured/estimated).
+profile() {
+  local name=$1 prog=$2 label=$3; shift 3
+  [ -x "$prog" ] || [ "$DRY" = 1 ] || return 0
+  if ! prun "$name" 150 "$prog" "$@" --profile "$LOG/$name.json"; then
+    rowf "$label" FAIL "see logs/$name.log"; return 0
+  fi
+  [ "$DRY" = 1 ] || rowf "$label" ok "$("$PY" - "$LOG/$name.json" <<'PYEOF'
 import json, sys
 d = json.load(open(sys.argv[1]))
 c = sorted(d["by_class"].items(), key=lambda kv: -kv[1]["measured_s"])
 tot = d["step"]["measured_s"]
 print("step %.1f ms (est %.1f); " % (1e3 * tot, 1e3 * d["step"]["estimated_s"]) +
-      ", ".join("%s %.1f/%.1f ms" % (k, 1e3 * v["measured_s"], 1e3 * v["estimated_s"]) for k, v in c[:5]))
+      ", ".join("%s %.1f/%.1f ms" % (k, 1e3 * v["measured_s"], 1e3 * v["estimated_s"]) for k, v in c[:6]))
 PYEOF
 )"
-    else
-      rowf "$label" FAIL "see logs/prof-$pr.log"
-    fi
-  done
+}
+if want profile; then
   for pr in fp32 bf16; do
+    profile "prof-$pr" "$P/bench-$pr/train" "$BM b$B snc $pr --profile" --data synthetic --steps 8
+  done
+  # The GPT-2 programs too (the second H200 run: 0.16-0.26x PyTorch's tokens/s).
+  for v in fp32 bf16; do
+    profile "prof-gpt-$v" "$P/gpt-$v/train" "GPT-2 124M b8 snc $v --profile" \
+      --data "tokens:$D/gpt/tokens.bin" --steps 6
+  done
+  [ "${PROF_WS:-1}" = 1 ] && for pr in fp32 bf16; do
     if SNRT_CONV_WS_MIB=4096 bench "bench-$pr"; then
       rowf "$BM b$B snc $pr, conv workspace +4 GiB" ok "$(printf '%.0f' "$IPS") img/s (SNRT_CONV_WS_MIB=4096)"
     else

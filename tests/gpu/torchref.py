@@ -20,7 +20,8 @@ exports with it here; the bundle's run-gpu.sh runs its references there).
                                               worst relative gradient error (prints JSON;
                                               exit 1 when a tensor is missing or > TOL);
                                               max-abs relative to max |ref|, or with `norm`
-                                              ||got - ref|| / ||ref|| (the bf16 check's)
+                                              ||got - ref|| / ||ref|| (the bf16 check's);
+                                              "errors": every tensor's
 MODEL is a torchvision model, or smooth_cnn: conv, BatchNorm, tanh, average
 pooling and a dense layer (no ReLU mask or max-pool argmax that a bf16
 rounding can flip: tests/test_precision.py's SmoothCNN, wider); or
@@ -255,7 +256,7 @@ def cmd_compare(ref, got, tol=1e-3, norm=False):
     BatchNormalization, zero but for rounding) is measured against the
     model's scale, not against its own rounding noise."""
     import numpy as np
-    worst, worst_name, missing, n = 0.0, None, [], 0
+    worst, worst_name, missing, n, errors = 0.0, None, [], 0, {}
     scale = 0.0
     for f in os.listdir(ref):
         if f.endswith(".npy") and f != "loss.npy":
@@ -284,11 +285,12 @@ def cmd_compare(ref, got, tol=1e-3, norm=False):
         if not np.isfinite(err):
             err = float("inf")
         n += 1
+        errors[f[:-4]] = err
         if err >= worst:
             worst, worst_name = err, f[:-4]
     ok = not missing and n > 0 and worst <= tol
     print(json.dumps({"tensors": n, "worst": worst, "worst_tensor": worst_name,
-                      "missing": missing, "ok": ok}))
+                      "missing": missing, "ok": ok, "errors": errors}))
     return 0 if ok else 1
 
 
