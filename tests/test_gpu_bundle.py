@@ -45,8 +45,8 @@ def test_scripts_parse(script):
 STEPS = ["grad-resnet18-run", "grad-resnet18-torch", "graph-g0-s1", "graph-g1-s5", "bf16-run",
          "bf16-torch32", "bf16-torch", "fp16-g0-s1", "fp16-g1-s5", "bench-torch", "bench-fp32",
          "bench-bf16", "bench-fp16", "sweep-100", "sweep-50", "calibrate", "bench-torch-bf16",
-         "safe-none", "poison-superneurons", "poison-auto", "san-memcheck-offload",
-         "san-racecheck-superneurons", "san-initcheck-superneurons", "bench-torch-compile",
+         "safe-none", "poison-safe-superneurons", "poison-safe-auto", "san-memcheck-safe-offload",
+         "san-racecheck-safe-superneurons", "san-initcheck-safe-superneurons", "bench-torch-compile",
          "prof-fp32", "prof-bf16", "gpt-bf16", "gpt-live", "gpt-torch-autocast", "maxb-auto",
          "maxb-superneurons", "grad-resnet18-torch32", "mut-all"]
 MIB = 1 << 20
@@ -201,6 +201,57 @@ def test_stripped_gradient_check_examples_on_cpu(tmp_path, model, res, batch):
     assert r.returncode == 0, r.stdout
     assert json.loads(r.stdout)["tensors"] > 10
     print("%s, stripped export, CPU target vs PyTorch float64: %s" % (model, r.stdout.strip()))
+
+
+def test_gpt_loss_tracking_on_cpu(tmp_path):
+    """run-gpu.sh's "track" check on the CPU target: make_gpt.py's model
+    (GELU tanh, tied head; small) exported with its weights, the program's
+    initial values (--dump-params after 0 steps) loaded by torchref.py
+    gpt-track, 20 AdamW steps on one batch in both: the losses as printed
+    (4 decimals) equal PyTorch float32's within 2e-4; and from other initial
+    values they do not."""
+    np = pytest.importorskip("numpy")
+    onnx = tmp_path / "m.onnx"
+    subprocess.run([PY, os.path.join(ROOT, "examples", "make_gpt.py"), "-o", str(onnx), "--vocab",
+                    "512", "--block", "32", "--embd", "32", "--heads", "4", "--layers", "2",
+                    "--gelu", "tanh", "--batch", "4"], stdout=subprocess.DEVNULL, check=True,
+                   timeout=300)
+    w = np.random.default_rng(0).integers(0, 512, size=(4, 33))
+    np.save(tmp_path / "x.npy", w[:, :-1])
+    np.save(tmp_path / "y.npy", w[:, 1:])
+    meta = tmp_path / "meta.json"
+    meta.write_text(json.dumps({"vocab": 512, "T": 32, "embd": 32, "heads": 4, "layers": 2,
+                                "gelu": "tanh"}))
+    prog = tmp_path / "prog"
+    subprocess.run([os.path.join(ROOT, "build", "snc"), "compile", str(onnx), "-o", str(prog),
+                    "--batch", "4", "--optimizer", "adamw"], stdout=subprocess.DEVNULL, check=True)
+    subprocess.run(["ninja", "-C", str(prog)], stdout=subprocess.DEVNULL, check=True)
+    data = "npy:%s,%s" % (tmp_path / "x.npy", tmp_path / "y.npy")
+    subprocess.run([str(prog / "train"), "--data", data, "--steps", "0", "--dump-params",
+                    str(tmp_path / "p0")], stdout=subprocess.DEVNULL, check=True, timeout=300)
+    r = subprocess.run([str(prog / "train"), "--data", data, "--steps", "20", "--lr", "1e-3",
+                        "--log-every", "1"], stdout=subprocess.PIPE, text=True, check=True,
+                       timeout=300)
+    import re
+    snc = [float(v) for v in re.findall(r"step \d+/\d+ loss ([-0-9.eE+naif]+)", r.stdout)]
+    assert len(snc) == 20, r.stdout
+
+    def torch_losses():
+        out = subprocess.run([PY, REF, "gpt-track", str(meta), str(tmp_path / "p0"),
+                              str(tmp_path / "x.npy"), str(tmp_path / "y.npy"), "20", "1e-3",
+                              "fp32", "cpu"], stdout=subprocess.PIPE, text=True, check=True,
+                             timeout=300).stdout
+        return json.loads(out.strip().splitlines()[-1])["losses"]
+    ref = torch_losses()
+    d = max(abs(a - b) for a, b in zip(snc, ref))
+    assert len(ref) == 20 and d <= 2e-4, (d, snc, ref)
+    assert snc[-1] < snc[0] - 0.5, snc   # it trained
+    print("GPT loss over 20 AdamW steps, CPU target vs PyTorch: max |diff| %.2e" % d)
+    # Other initial values: PyTorch's losses move away.
+    f = tmp_path / "p0" / "wte.weight.npy"
+    np.save(f, np.load(f)[::-1].copy())
+    ref2 = torch_losses()
+    assert max(abs(a - b) for a, b in zip(snc, ref2)) > 1e-2
 
 
 def compare(ref, got):

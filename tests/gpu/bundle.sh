@@ -147,6 +147,26 @@ FL=$("$SNC" plan examples/fashion_cnn.onnx --batch 32 --target cuda --policy aut
   sed -n 's/.*the smallest budget that fits is [^(]*(\([0-9]*\) bytes).*/\1/p' | head -1)
 [ -n "$FL" ] || die "snc plan did not name the smallest budget for fashion_cnn"
 prog safe-auto examples/fashion_cnn.onnx --batch 32 --policy auto --budget "$FL" || die "snc compile safe-auto failed"
+# The same for resnet18 64 px b8 ("safe18") and the GPT example, T=64 b8
+# ("sgpt": none, and auto at 50% of its liveness arena). SMALL=1: none.
+if [ "$SMALL" != 1 ]; then
+  "$PY" tests/gpu/torchref.py onnx resnet18 64 "$OUT/data/safe18.onnx" --strip \
+    >"$LOGS/export-safe18.log" 2>&1 || die "export of resnet18 failed: see $LOGS/export-safe18.log"
+  for pol in none liveness recompute offload superneurons; do
+    prog "safe18-$pol" "$OUT/data/safe18.onnx" --batch 8 --policy "$pol" || die "snc compile safe18-$pol failed"
+  done
+  FL=$("$SNC" plan "$OUT/data/safe18.onnx" --batch 8 --target cuda --policy auto --budget 1 2>&1 |
+    sed -n 's/.*the smallest budget that fits is [^(]*(\([0-9]*\) bytes).*/\1/p' | head -1)
+  [ -n "$FL" ] || die "snc plan did not name the smallest budget for resnet18"
+  prog safe18-auto "$OUT/data/safe18.onnx" --batch 8 --policy auto --budget "$FL" || die "snc compile safe18-auto failed"
+  GG="$OUT/data/grad-gpt/model.onnx"
+  prog sgpt-none "$GG" --batch 8 --policy none --optimizer adamw || die "snc compile sgpt-none failed"
+  GL=$("$SNC" plan "$GG" --batch 8 --target cuda --policy liveness --optimizer adamw --json "$LOGS/sgpt-live.json" \
+    >/dev/null 2>&1 && "$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["arena_bytes"])' "$LOGS/sgpt-live.json")
+  [ -n "$GL" ] || die "snc plan of the GPT example failed"
+  prog sgpt-auto50 "$GG" --batch 8 --policy auto --budget $(( GL / 2 )) --optimizer adamw ||
+    die "snc compile sgpt-auto50 failed"
+fi
 # The deleted-wait check (run-gpu.sh section 13): the superneurons program's
 # wait events (policy offload moves nothing of fashion_cnn on the h200
 # profile; superneurons offloads 20.7 MiB a step), at most 10, spread evenly.
@@ -200,7 +220,19 @@ for pct in 50 25; do
     [ -s "$OUT/progs/gpt-$pct.infeasible" ] || die "snc compile gpt-$pct failed"
   fi
 done
-echo "{\"layers\": $GPT_L, \"T\": $GPT_T, \"batch\": $GPT_B, \"liveness_arena_bytes\": $GLIVE}" >"$OUT/data/gpt/meta.json"
+echo "{\"layers\": $GPT_L, \"T\": $GPT_T, \"batch\": $GPT_B, \"liveness_arena_bytes\": $GLIVE," \
+  "\"vocab\": 50304, \"embd\": 768, \"heads\": 12, \"gelu\": \"tanh\"}" >"$OUT/data/gpt/meta.json"
+# The loss-tracking check (run-gpu.sh "track"): one fixed batch, the first
+# GPT_B windows of GPT_T + 1 tokens of the stream.
+"$PY" - "$OUT/data/gpt" "$GPT_B" "$GPT_T" <<'PYEOF' || die "cannot write the GPT's tracking batch"
+import os, sys
+import numpy as np
+d, b, t = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+tok = np.fromfile(os.path.join(d, "tokens.bin"), dtype="<u2", offset=1024).astype(np.int64)
+w = np.stack([tok[i * (t + 1):(i + 1) * (t + 1)] for i in range(b)])
+np.save(os.path.join(d, "track_x.npy"), w[:, :-1])
+np.save(os.path.join(d, "track_y.npy"), w[:, 1:])
+PYEOF
 
 # max-batch (issue: the schedule is safe and its promises hold): the largest
 # resnet50 224 px batch whose plan fits 20 GiB on the h200 profile, under

@@ -72,7 +72,8 @@ json_get() {
 }
 mib() { awk -v b="$1" 'BEGIN { if (b == "") print "-"; else printf "%.0f MiB", b / 1048576 }'; }
 # ONLY="grad graph ...": run those sections only (names: grad diag graph bf16
-# fp16 torch bench sweep calibrate safety compile profile gpt maxbatch mutation); GRADS="m
+# fp16 torch bench sweep calibrate safety compile profile gpt track maxbatch
+# mutation); GRADS="m
 # ...": those models' gradient rows only. A rerun spends device time on what
 # is left to check.
 ONLY=${ONLY:-}
@@ -369,40 +370,55 @@ safe_run() {  # safe_run NAME PROG [ARGS...]: 3 steps, params into $WORK/NAME
 
 # ---- 9. the memory schedule is safe -----------------------------------------------------
 if want safety; then
-# fashion_cnn b32 under every policy (auto at the tightest budget it plans
-# for), SNRT_DETERMINISTIC=1: 3 steps with --poison give parameters bit for
-# bit equal to policy none's; then compute-sanitizer: memcheck on every
-# policy, racecheck, synccheck and initcheck on the offloading ones.
+# Each set of programs (PREFIX-POLICY: fashion_cnn b32 "safe", resnet18
+# 64 px b8 "safe18", the GPT example T=64 b8 "sgpt"; auto at the tightest
+# budget it plans for, the GPT's at 50% of its liveness arena),
+# SNRT_DETERMINISTIC=1: 3 steps with --poison give parameters bit for bit
+# equal to policy none's; then compute-sanitizer: memcheck on every policy,
+# racecheck, synccheck and initcheck on the offloading one (fashion_cnn's
+# superneurons; the others' where SAN_ALL=1: they are slow).
 SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 [ "$DRY" = 1 ] || say "compute-sanitizer: $("$SAN" --version 2>&1 | tail -1)"
-safe_run safe-none "$P/safe-none/train" || rowf "policy none, 3 steps" FAIL "see logs/safe-none.log"
-for d in "$P"/safe-*/; do
-  pol=${d%/}; pol=${pol##*/safe-}
-  [ "$pol" = none ] && continue
-  label="poison $pol, 3 steps"
-  safe_run "poison-$pol" "$d/train" --poison
-  rc=$?
-  if [ "$rc" != 0 ]; then
-    rowf "$label" FAIL "exit $rc: $(tail -1 "$LOG/poison-$pol.log" 2>/dev/null)"
-  elif [ "$DRY" != 1 ]; then
-    "$PY" "$REF" same-params "$WORK/safe-none" "$WORK/poison-$pol" >"$LOG/poison-$pol.json"
-    rc=$?
-    rowf "$label" "$([ $rc = 0 ] && echo ok || echo FAIL)" \
-      "params vs none: $(json_get "$LOG/poison-$pol.json" tensors) tensors, $(json_get "$LOG/poison-$pol.json" n_differ) differ"
-  fi
-done
-sanitize() {  # sanitize TOOL POLICY
-  local name="san-$1-$2" prog="$P/safe-$2/train"
+sanitize() {  # sanitize TOOL PREFIX POLICY LABEL
+  local name="san-$1-$2-$3" prog="$P/$2-$3/train"
   [ -x "$prog" ] || [ "$DRY" = 1 ] || return 0
-  prun "$name" 60 env SNRT_DETERMINISTIC=1 "$SAN" --tool "$1" --error-exitcode 9 \
+  prun "$name" 90 env SNRT_DETERMINISTIC=1 "$SAN" --tool "$1" --error-exitcode 9 \
     --print-limit 20 "$prog" --data synthetic --steps 3
   local rc=$?
   [ "$DRY" = 1 ] && return 0
   local n; n=$(grep -Eo "ERROR SUMMARY: [0-9]+|RACECHECK SUMMARY: [0-9]+ hazard" "$LOG/$name.log" | tail -1)
-  rowf "compute-sanitizer $1 $2" "$([ $rc = 0 ] && echo ok || echo FAIL)" "exit $rc; ${n:-no summary}"
+  rowf "compute-sanitizer $1 $4 $3" "$([ $rc = 0 ] && echo ok || echo FAIL)" "exit $rc; ${n:-no summary}"
 }
-for pol in superneurons liveness offload recompute auto; do sanitize memcheck $pol; done
-for tool in racecheck synccheck initcheck; do sanitize $tool superneurons; done
+for set in safe:fashion_cnn safe18:resnet18 sgpt:gpt; do
+  pre=${set%%:*} ml=${set#*:}
+  [ -x "$P/$pre-none/train" ] || continue   # (the SMALL bundle has fashion_cnn's only)
+  safe_run "$pre-none" "$P/$pre-none/train" || rowf "$ml policy none, 3 steps" FAIL "see logs/$pre-none.log"
+  pols=""
+  for d in "$P/$pre"-*/; do
+    pol=${d%/}; pol=${pol##*/$pre-}
+    [ "$pol" = none ] && continue
+    pols="$pols $pol"
+    label="poison $ml $pol, 3 steps"
+    safe_run "poison-$pre-$pol" "$d/train" --poison
+    rc=$?
+    if [ "$rc" != 0 ]; then
+      rowf "$label" FAIL "exit $rc: $(tail -1 "$LOG/poison-$pre-$pol.log" 2>/dev/null)"
+    elif [ "$DRY" != 1 ]; then
+      "$PY" "$REF" same-params "$WORK/$pre-none" "$WORK/poison-$pre-$pol" >"$LOG/poison-$pre-$pol.json"
+      rc=$?
+      rowf "$label" "$([ $rc = 0 ] && echo ok || echo FAIL)" \
+        "params vs none: $(json_get "$LOG/poison-$pre-$pol.json" tensors) tensors, $(json_get "$LOG/poison-$pre-$pol.json" n_differ) differ"
+    fi
+  done
+  for pol in $pols; do sanitize memcheck "$pre" "$pol" "$ml"; done
+  if [ "$pre" = safe ] || [ "${SAN_ALL:-0}" = 1 ]; then
+    for tool in racecheck synccheck initcheck; do
+      for pol in $pols; do
+        case $pol in superneurons|auto*) sanitize "$tool" "$pre" "$pol" "$ml" ;; esac
+      done
+    done
+  fi
+done
 fi
 
 say "safety done ($(elapsed) s)"
@@ -483,6 +499,45 @@ if want gpt; then
     elif [ "$DRY" != 1 ]; then
       rowf "$label" FAIL "see logs/gpt-torch-$mode.log"
     fi
+  done
+fi
+
+# ---- 11b. GPT-2 124M: the loss from the same weights ----------------------------------------
+# The snc program's initial values (--dump-params after 0 steps) loaded into
+# PyTorch's model; 20 AdamW steps (lr 1e-4) on one fixed batch in both. fp32
+# (TF32) against PyTorch with TF32 on, bf16 against autocast; the bound is
+# 0.01 (fp32) or 0.03 (bf16), or twice how far PyTorch's own run moves from
+# its TF32-off run, whichever is larger.
+if want track; then
+  X="$D/gpt/track_x.npy" Y="$D/gpt/track_y.npy" w="$WORK/track"
+  mkdir -p "$w"
+  for v in fp32 bf16; do
+    label="GPT-2 124M b8 loss vs PyTorch, $v, 20 steps"
+    [ -x "$P/gpt-$v/train" ] || [ "$DRY" = 1 ] || continue
+    same=tf32; [ "$v" = bf16 ] && same=autocast
+    if ! prun "track-$v-p0" 120 "$P/gpt-$v/train" --data "npy:$X,$Y" --steps 0 --dump-params "$w/p0-$v" ||
+       ! prun "track-$v" 300 "$P/gpt-$v/train" --data "npy:$X,$Y" --steps 20 --lr 1e-4 --log-every 1 ||
+       ! run "track-$v-torch-$same" 300 "$PY" "$REF" gpt-track "$D/gpt/meta.json" "$w/p0-$v" "$X" "$Y" 20 1e-4 "$same" ||
+       ! run "track-$v-torch-fp32" 300 "$PY" "$REF" gpt-track "$D/gpt/meta.json" "$w/p0-$v" "$X" "$Y" 20 1e-4 fp32; then
+      rowf "$label" FAIL "see logs/track-$v*.log"; continue
+    fi
+    [ "$DRY" = 1 ] && continue
+    res=$("$PY" - "$LOG/track-$v.log" "$LOG/track-$v-torch-$same.log" "$LOG/track-$v-torch-fp32.log" "$v" <<'PYEOF'
+import json, re, sys
+snc = [float(m) for m in re.findall(r"step \d+/\d+ loss ([-0-9.eE+naif]+)", open(sys.argv[1]).read())]
+ref = json.loads(open(sys.argv[2]).read().strip().splitlines()[-1])["losses"]
+f32 = json.loads(open(sys.argv[3]).read().strip().splitlines()[-1])["losses"]
+n = min(len(snc), len(ref))
+d = max(abs(a - b) for a, b in zip(snc, ref)) if n else float("inf")
+noise = max(abs(a - b) for a, b in zip(ref, f32))
+bound = max(0.01 if sys.argv[4] == "fp32" else 0.03, 2 * noise)
+ok = n == 20 and len(ref) == 20 and d <= bound
+print("%s max |snc - PyTorch| %.4f over %d steps (bound %.3f; PyTorch vs its TF32-off run %.4f); "
+      "loss %.4f -> %.4f (PyTorch %.4f -> %.4f)" % ("ok" if ok else "FAIL", d, n, bound, noise,
+      snc[0] if snc else float("nan"), snc[-1] if snc else float("nan"), ref[0], ref[-1]))
+PYEOF
+)
+    rowf "$label" "${res%% *}" "${res#* }"
   done
 fi
 

@@ -30,6 +30,11 @@ gpt (examples/make_gpt.py's defaults, RES the sequence length: token ids in,
 next tokens as labels).
     torchref.py onnx    MODEL RES PATH [--strip]
                                               torchvision MODEL (1000 classes) -> PATH
+    torchref.py gpt-track META PARAMS X.npy Y.npy STEPS LR tf32|fp32|autocast [DEVICE]
+                                              AdamW steps of the bundle's GPT from an
+                                              snc program's --dump-params on one batch:
+                                              JSON {"losses": [...]} (issue: GPT on the
+                                              H200, the loss tracked from the same weights)
     torchref.py same-losses A_DIR B_DIR N     the train_loss of A_DIR/m1.json..mN.json (one
                                               --metrics file per run of --steps k) equal to
                                               B_DIR's, bit for bit (prints JSON; exit 1 if not)
@@ -368,6 +373,48 @@ def cmd_bench(model, res, batch, steps, mode="eager"):
                       "peak_bytes": torch.cuda.max_memory_allocated(), "tf32": tf32}))
 
 
+def cmd_gpt_track(meta, params, xs, ys, steps, lr, mode, device="cuda"):
+    """STEPS AdamW steps (lr LR, torch.optim.AdamW's defaults otherwise, as
+    snc's) of the GPT described by META (the bundle's data/gpt/meta.json:
+    vocab, T, embd, heads, layers, gelu), from an snc program's
+    --dump-params folder PARAMS, on one fixed batch (X.npy, Y.npy: token ids
+    and next tokens): prints JSON {"losses": [loss before each step]}.
+    MODE: tf32 (TF32 on, as the snc program), fp32 (TF32 off) or autocast
+    (bfloat16)."""
+    import numpy as np
+    import torch
+    examples()
+    import make_gpt
+    c = json.load(open(meta))
+    steps, lr = int(steps), float(lr)
+    tf32 = mode == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    m = make_gpt.GPT(c["vocab"], c["T"], c["embd"], c["heads"], c["layers"], c["gelu"], True)
+    for mod in m.modules():
+        if isinstance(mod, torch.nn.Dropout):
+            mod.p = 0.0
+    load_dumped(m, params)
+    m.to(device).train()
+    pos = torch.arange(c["T"], device=device)
+    x = torch.from_numpy(np.load(xs).astype(np.int64)).to(device)
+    y = torch.from_numpy(np.load(ys).astype(np.int64)).to(device)
+    opt = torch.optim.AdamW(m.parameters(), lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
+    dev_type = "cuda" if str(device).startswith("cuda") else "cpu"
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(dev_type, dtype=torch.bfloat16, enabled=(mode == "autocast")):
+            h = m.wte(x) + m.wpe(pos[:x.shape[1]])
+            logits = m.head(m.lnf(_blocks(m, h)))
+        loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, c["vocab"]),
+                                                 y.reshape(-1))
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    print(json.dumps({"losses": losses, "mode": mode}))
+
+
 def cmd_gpt_bench(batch, steps, mode="eager", tokens=None):
     """The same model snc compiles (examples/make_gpt.py, copied into the
     bundle), its attention as written there (masked softmax, no fused
@@ -458,6 +505,8 @@ def main(argv):
     if cmd == "gpt-bench" and len(args) in (2, 3, 4) and args[2:3] in ([], ["eager"],
                                                                       ["autocast"], ["compile"]):
         return cmd_gpt_bench(*args)
+    if cmd == "gpt-track" and len(args) in (7, 8) and args[6] in ("tf32", "fp32", "autocast"):
+        return cmd_gpt_track(*args)
     if cmd == "same-params" and len(args) == 2:
         return cmd_same_params(*args)
     sys.exit(__doc__)
