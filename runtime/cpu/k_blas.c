@@ -14,13 +14,17 @@
 
 static int blas_single;
 
-/* Columns per block are a multiple of 16 (whole AVX-512 vectors of C rows). */
-void kern_sgemm(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
-                const float *b, int ldb, float beta, float *c, int ldc) {
+void kern_blas_init(void) {
   if (!blas_single) {
     openblas_set_num_threads(1);
     blas_single = 1;
   }
+}
+
+/* Columns per block are a multiple of 16 (whole AVX-512 vectors of C rows). */
+void kern_sgemm(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
+                const float *b, int ldb, float beta, float *c, int ldc) {
+  kern_blas_init();
   const int T = omp_in_parallel() ? 1 : omp_get_max_threads();
   const double work = (double)m * n * k;
   const CBLAS_TRANSPOSE TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;

@@ -150,5 +150,8 @@ static inline void kern_lsqdev(double *restrict acc, const float *restrict x, do
  * beta 0 never reads C. Every GEMM of the CPU kernels goes through it. */
 void kern_sgemm(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
                 const float *b, int ldb, float beta, float *c, int ldc);
+/* OpenBLAS to one thread (its own pool would fight the OpenMP team); call
+ * before a parallel region whose threads call kern_sgemm. */
+void kern_blas_init(void);
 
 #endif
