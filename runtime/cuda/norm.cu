@@ -1,10 +1,20 @@
 /* norm.cu — BatchNormalization kernels: training (batch statistics), saved
  * statistics (recomputation), inference (running statistics), backward.
  *
- * What it is: our own kernels, one block per channel for the statistics (two
- * passes over the channel: mean, then the sum of squared deviations, which is
- * more accurate than E[x^2] - E[x]^2) and an elementwise pass. Fixed-order
- * block sums, no atomics: deterministic.
+ * What it is: our own kernels. The statistics take two passes over each
+ * channel (the mean, then the sum of squared deviations, which is more
+ * accurate than E[x^2] - E[x]^2), the backward one (the sums of dy and of
+ * dy * xhat), then an elementwise pass applies them. A channel's m = n * hw
+ * elements are cut into S contiguous slices, one block each, S from m alone
+ * (one block per channel left an H200 idle where channels are few and
+ * large: resnet50 b128's first BatchNormalization took 3.5 ms, and 121 ms
+ * under --precision bf16, whose chunks hand it one channel at a time). The
+ * slices' partial sums go to a __device__ scratch and are added in slice
+ * order by the next kernel: no atomics, deterministic, and a channel's bits
+ * do not depend on how many channels are computed with it (a --precision
+ * chunk of channels computes the bits of the whole tensor:
+ * docs/precision.md). Kernels run one after another on the compute stream,
+ * so one scratch serves every BatchNormalization.
  * Semantics (snrt.h): saved inverse std = 1/sqrt(biased var + eps); running
  * mean/var = running * momentum + batch * (1 - momentum) (ONNX convention),
  * the running variance with the unbiased batch variance (as PyTorch).
@@ -12,33 +22,118 @@
  * other way round and which we would have to trust on the unbiased update). */
 #include "cuda_rt.h"
 
-#define BN_THREADS 512
+#define BN_THREADS 256
+#define BN_PART 65536            /* partial sums per launch: channels x slices */
+__device__ float bn_part[2][BN_PART];
+__device__ float bn_sums[2][BN_PART];
 
-/* Channel ch's element k of (n, hw) in an (n, c, hw) tensor. */
+/* Channel ch's element k of (n, hw) in an (n, c, hw) tensor; 32-bit
+ * division where the values fit (a 64-bit one is many times slower). */
 __device__ __forceinline__ int64_t bn_at(int c, int64_t hw, int ch, int64_t k) {
+  if (k < 4294967296ll && hw < 4294967296ll) {
+    unsigned q = (unsigned)k / (unsigned)hw, r = (unsigned)k - q * (unsigned)hw;
+    return ((int64_t)q * c + ch) * hw + r;
+  }
   return (k / hw * c + ch) * hw + k % hw;
 }
 
-__global__ void k_bn_stats(snrt_bn_t p, const float *x, float *rmean, float *rvar, float *smean,
-                           float *sinvstd) {
+/* Slices per channel, from the channel's size alone: about 8192 elements
+ * each, 1 to 256. */
+static int bn_slices(const snrt_bn_t *p) {
+  int64_t S = (int64_t)p->n * p->hw / 8192;
+  return S < 1 ? 1 : S > 256 ? 256 : (int)S;
+}
+
+/* Channels per launch: the scratch holds S partials of each. */
+static int bn_chunk(int S) {
+  int cb = BN_PART / S;
+  return cb > 65535 ? 65535 : cb;
+}
+
+/* The sum of partials 0..S-1 of the launch's channel j, in order. */
+__device__ __forceinline__ float bn_gather(int r, int j, int S) {
+  float t = 0.0f;
+  for (int k = 0; k < S; k++) t += bn_part[r][j * S + k];
+  return t;
+}
+
+/* Slice s of channel ch: its elements k, the block's threads striding. */
+#define BN_SLICE(p, S, ch, s, off, BODY)                                                       \
+  {                                                                                            \
+    int64_t m_ = (int64_t)(p).n * (p).hw, len_ = (m_ + (S) - 1) / (S);                         \
+    int64_t lo_ = (int64_t)(s) * len_, hi_ = lo_ + len_ < m_ ? lo_ + len_ : m_;                 \
+    for (int64_t k_ = lo_ + threadIdx.x; k_ < hi_; k_ += blockDim.x) {                         \
+      int64_t off = bn_at((p).c, (p).hw, (ch), k_);                                            \
+      BODY                                                                                     \
+    }                                                                                          \
+  }
+
+/* Partial sums of x (pass 0), then of (x - mean)^2 (pass 1), the mean from
+ * pass 0's partials. Grid: (S, channels of this launch from c0). */
+__global__ void k_bn_part_stats(snrt_bn_t p, int S, int c0, int pass, const float *x) {
+  int j = blockIdx.y, ch = c0 + j, s = blockIdx.x;
+  float mean = pass ? bn_gather(0, j, S) / (float)((int64_t)p.n * p.hw) : 0.0f;
+  float t = 0.0f;
+  BN_SLICE(p, S, ch, s, o, { float d = x[o] - mean; t += pass ? d * d : d; })
+  t = snrt_block_sum(t);
+  if (threadIdx.x == 0) bn_part[pass][j * S + s] = t;
+}
+
+/* One thread per channel of the launch: the statistics from the partials. */
+__global__ void k_bn_part_final(snrt_bn_t p, int S, int c0, int nc, float *rmean, float *rvar,
+                                float *smean, float *sinvstd) {
   int64_t m = (int64_t)p.n * p.hw;
-  for (int ch = blockIdx.x; ch < p.c; ch += gridDim.x) {
-    float s = 0.0f;
-    for (int64_t k = threadIdx.x; k < m; k += blockDim.x) s += x[bn_at(p.c, p.hw, ch, k)];
-    float mean = snrt_block_sum(s) / (float)m;
-    float q = 0.0f;
-    for (int64_t k = threadIdx.x; k < m; k += blockDim.x) {
-      float d = x[bn_at(p.c, p.hw, ch, k)] - mean;
-      q += d * d;
-    }
-    float var = snrt_block_sum(q) / (float)m;
-    if (threadIdx.x == 0) {
-      smean[ch] = mean;
-      sinvstd[ch] = rsqrtf(var + p.eps);
-      float unbiased = m > 1 ? var * ((float)m / (float)(m - 1)) : var;
-      if (rmean) rmean[ch] = rmean[ch] * p.momentum + mean * (1.0f - p.momentum);
-      if (rvar) rvar[ch] = rvar[ch] * p.momentum + unbiased * (1.0f - p.momentum);
-    }
+  for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < nc; j += gridDim.x * blockDim.x) {
+    int ch = c0 + j;
+    float mean = bn_gather(0, j, S) / (float)m;
+    float var = bn_gather(1, j, S) / (float)m;
+    smean[ch] = mean;
+    sinvstd[ch] = rsqrtf(var + p.eps);
+    float unbiased = m > 1 ? var * ((float)m / (float)(m - 1)) : var;
+    if (rmean) rmean[ch] = rmean[ch] * p.momentum + mean * (1.0f - p.momentum);
+    if (rvar) rvar[ch] = rvar[ch] * p.momentum + unbiased * (1.0f - p.momentum);
+  }
+}
+
+/* Backward: partial sums of dy (row 0) and dy * xhat (row 1). */
+__global__ void k_bn_part_bwd(snrt_bn_t p, int S, int c0, const float *x, const float *dy,
+                              const float *smean, const float *sinvstd) {
+  int j = blockIdx.y, ch = c0 + j, s = blockIdx.x;
+  float mean = smean[ch], is = sinvstd[ch];
+  float sd = 0.0f, sdx = 0.0f;
+  BN_SLICE(p, S, ch, s, o, { float g = dy[o]; sd += g; sdx += g * (x[o] - mean) * is; })
+  sd = snrt_block_sum(sd);
+  sdx = snrt_block_sum(sdx);
+  if (threadIdx.x == 0) {
+    bn_part[0][j * S + s] = sd;
+    bn_part[1][j * S + s] = sdx;
+  }
+}
+
+__global__ void k_bn_part_bwd_final(int S, int c0, int nc, float *dscale, float *dbias) {
+  for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < nc; j += gridDim.x * blockDim.x) {
+    float sd = bn_gather(0, j, S), sdx = bn_gather(1, j, S);
+    bn_sums[0][j] = sd;
+    bn_sums[1][j] = sdx;
+    if (dbias) dbias[c0 + j] = sd;
+    if (dscale) dscale[c0 + j] = sdx;
+  }
+}
+
+/* dx = scale * invstd / m * (m dy - sum dy - xhat sum(dy xhat)) over the
+ * launch's channels [c0, c0 + nc), elementwise. */
+__global__ void k_bn_part_dx(snrt_bn_t p, int c0, int nc, const float *x, const float *dy,
+                             const float *scale, const float *smean, const float *sinvstd,
+                             float *dx) {
+  int64_t m = (int64_t)p.n * p.hw, total = m * nc;
+  SNRT_FOR(i, total) {
+    int64_t k = i / ((int64_t)nc * p.hw), r = i - k * nc * p.hw;   /* image, rest */
+    int j = (int)(r / p.hw);
+    int ch = c0 + j;
+    int64_t o = (k * p.c + ch) * p.hw + (r - (int64_t)j * p.hw);
+    float is = sinvstd[ch];
+    float xh = (x[o] - smean[ch]) * is;
+    dx[o] = scale[ch] * is / (float)m * ((float)m * dy[o] - bn_sums[0][j] - xh * bn_sums[1][j]);
   }
 }
 
@@ -72,144 +167,22 @@ static void bn_apply(snrt_ctx *c, const snrt_bn_t *p, const float *x, const floa
   SNRT_LAUNCH_CHECK();
 }
 
-static unsigned chan_blocks(int c) { return c > 65535 ? 65535u : (unsigned)(c > 0 ? c : 1); }
-
-/* ---- a channel split over many blocks ------------------------------------
- * One block per channel leaves an H200 idle where channels are few and large
- * (resnet50 b128's first BatchNormalization: 64 channels of 1.6M elements,
- * 3.5 ms; under --precision bf16 a chunk of one channel at a time, 121 ms on
- * the second H200 run). So each channel's elements are cut into pieces (an
- * image's plane, BN_PIECE elements at most), and S blocks per channel take
- * the pieces s, s + S, ...; their partial sums go to bn_part, which the next
- * kernel adds in a fixed order: deterministic, as the one-block kernels. The
- * kernels run one after another on the compute stream, so one scratch serves
- * every BatchNormalization. */
-#define BN_PIECE 4096
-#define BN_PART 65536
-__device__ float bn_part[2][BN_PART];
-__device__ float bn_sums[2][BN_PART];
-
-typedef struct bn_split {
-  int S;                     /* blocks per channel */
-  int64_t ppr;               /* pieces per image plane */
-} bn_split;
-
-/* S = 0: not split (more than BN_PART channels: the one-block kernels). */
-static bn_split bn_plan(const snrt_bn_t *p) {
-  bn_split b;
-  b.ppr = (p->hw + BN_PIECE - 1) / BN_PIECE;
-  if (b.ppr < 1) b.ppr = 1;
-  int64_t items = (int64_t)p->n * b.ppr;
-  int64_t S = (1024 + p->c - 1) / p->c;   /* about 1024 blocks in all */
-  if (S > items) S = items;
-  if (S > 256) S = 256;
-  if (S * p->c > BN_PART) S = BN_PART / p->c;
-  if (S < 1 || p->c > 65535) S = 0;
-  b.S = (int)S;
-  return b;
-}
-
-/* The sum of channel ch's partials 0..S-1 in row r of bn_part, in order. */
-__device__ __forceinline__ float bn_gather(int r, int ch, int S) {
-  float t = 0.0f;
-  for (int k = 0; k < S; k++) t += bn_part[r][ch * S + k];
-  return t;
-}
-
-/* Pieces s, s + S, ... of channel ch: base offset and [lo, hi) of each, the
- * block's threads striding over it. */
-#define BN_PIECES(p, b, ch, s, off, BODY)                                                      \
-  for (int64_t w_ = (s); w_ < (int64_t)(p).n * (b).ppr; w_ += (b).S) {                          \
-    int64_t img_ = w_ / (b).ppr, lo_ = w_ % (b).ppr * BN_PIECE;                                 \
-    int64_t hi_ = lo_ + BN_PIECE < (p).hw ? lo_ + BN_PIECE : (p).hw;                            \
-    int64_t base_ = (img_ * (p).c + (ch)) * (p).hw;                                             \
-    for (int64_t j_ = lo_ + threadIdx.x; j_ < hi_; j_ += blockDim.x) {                          \
-      int64_t off = base_ + j_;                                                                 \
-      BODY                                                                                      \
-    }                                                                                           \
-  }
-
-/* Partial sums of x (pass 0), then of (x - mean)^2 (pass 1) with the mean
- * from pass 0's partials. Grid: (S, c). */
-__global__ void k_bn_part_stats(snrt_bn_t p, bn_split b, int pass, const float *x) {
-  int ch = blockIdx.y, s = blockIdx.x;
-  float mean = pass ? bn_gather(0, ch, b.S) / (float)((int64_t)p.n * p.hw) : 0.0f;
-  float t = 0.0f;
-  BN_PIECES(p, b, ch, s, o, { float d = x[o] - mean; t += pass ? d * d : d; })
-  t = snrt_block_sum(t);
-  if (threadIdx.x == 0) bn_part[pass][ch * b.S + s] = t;
-}
-
-/* One thread per channel: the statistics from the partials. */
-__global__ void k_bn_part_final(snrt_bn_t p, bn_split b, float *rmean, float *rvar, float *smean,
-                                float *sinvstd) {
-  int64_t m = (int64_t)p.n * p.hw;
-  for (int ch = blockIdx.x * blockDim.x + threadIdx.x; ch < p.c; ch += gridDim.x * blockDim.x) {
-    float mean = bn_gather(0, ch, b.S) / (float)m;
-    float var = bn_gather(1, ch, b.S) / (float)m;
-    smean[ch] = mean;
-    sinvstd[ch] = rsqrtf(var + p.eps);
-    float unbiased = m > 1 ? var * ((float)m / (float)(m - 1)) : var;
-    if (rmean) rmean[ch] = rmean[ch] * p.momentum + mean * (1.0f - p.momentum);
-    if (rvar) rvar[ch] = rvar[ch] * p.momentum + unbiased * (1.0f - p.momentum);
-  }
-}
-
-/* Backward: partial sums of dy (row 0) and dy * xhat (row 1). */
-__global__ void k_bn_part_bwd(snrt_bn_t p, bn_split b, const float *x, const float *dy,
-                              const float *smean, const float *sinvstd) {
-  int ch = blockIdx.y, s = blockIdx.x;
-  float mean = smean[ch], is = sinvstd[ch];
-  float sd = 0.0f, sdx = 0.0f;
-  BN_PIECES(p, b, ch, s, o, { float g = dy[o]; sd += g; sdx += g * (x[o] - mean) * is; })
-  sd = snrt_block_sum(sd);
-  sdx = snrt_block_sum(sdx);
-  if (threadIdx.x == 0) {
-    bn_part[0][ch * b.S + s] = sd;
-    bn_part[1][ch * b.S + s] = sdx;
-  }
-}
-
-__global__ void k_bn_part_bwd_final(snrt_bn_t p, bn_split b, float *dscale, float *dbias) {
-  for (int ch = blockIdx.x * blockDim.x + threadIdx.x; ch < p.c; ch += gridDim.x * blockDim.x) {
-    float sd = bn_gather(0, ch, b.S), sdx = bn_gather(1, ch, b.S);
-    bn_sums[0][ch] = sd;
-    bn_sums[1][ch] = sdx;
-    if (dbias) dbias[ch] = sd;
-    if (dscale) dscale[ch] = sdx;
-  }
-}
-
-/* dx = scale * invstd / m * (m dy - sum dy - xhat sum(dy xhat)), elementwise. */
-__global__ void k_bn_part_dx(snrt_bn_t p, const float *x, const float *dy, const float *scale,
-                             const float *smean, const float *sinvstd, float *dx) {
-  int64_t n = (int64_t)p.n * p.c * p.hw, m = (int64_t)p.n * p.hw;
-  SNRT_FOR(i, n) {
-    int ch = bn_chan(i, p.hw, p.c);
-    float is = sinvstd[ch];
-    float xh = (x[i] - smean[ch]) * is;
-    dx[i] = scale[ch] * is / (float)m * ((float)m * dy[i] - bn_sums[0][ch] - xh * bn_sums[1][ch]);
-  }
-}
-
 void snrt_bn_fwd_train(snrt_ctx *c, const snrt_bn_t *p, const float *x, const float *scale,
                        const float *bias, float *rmean, float *rvar, float *y, float *smean,
                        float *sinvstd) {
-  if (p->c <= 0) return;
-  bn_split b = bn_plan(p);
-  if (b.S > 0 && p->n > 0 && p->hw > 0) {
-    dim3 grid((unsigned)b.S, (unsigned)p->c);
+  if (p->c <= 0 || p->n <= 0 || p->hw <= 0) return;
+  int S = bn_slices(p), cb = bn_chunk(S);
+  for (int c0 = 0; c0 < p->c; c0 += cb) {
+    int nc = p->c - c0 < cb ? p->c - c0 : cb;
     for (int pass = 0; pass < 2; pass++) {
-      k_bn_part_stats<<<grid, 256, 0, snrt_cu_stream(c)>>>(*p, b, pass, x);
+      k_bn_part_stats<<<dim3((unsigned)S, (unsigned)nc), BN_THREADS, 0, snrt_cu_stream(c)>>>(
+          *p, S, c0, pass, x);
       SNRT_LAUNCH_CHECK();
     }
-    k_bn_part_final<<<(p->c + 255) / 256, 256, 0, snrt_cu_stream(c)>>>(*p, b, rmean, rvar, smean,
-                                                                        sinvstd);
-  } else {
-    k_bn_stats<<<chan_blocks(p->c), BN_THREADS, 0, snrt_cu_stream(c)>>>(*p, x, rmean, rvar,
-                                                                         smean, sinvstd);
+    k_bn_part_final<<<(nc + 255) / 256, 256, 0, snrt_cu_stream(c)>>>(*p, S, c0, nc, rmean, rvar,
+                                                                      smean, sinvstd);
+    SNRT_LAUNCH_CHECK();
   }
-  SNRT_LAUNCH_CHECK();
   bn_apply(c, p, x, scale, bias, smean, sinvstd, NULL, y);
 }
 
@@ -223,55 +196,25 @@ void snrt_bn_fwd_infer(snrt_ctx *c, const snrt_bn_t *p, const float *x, const fl
   bn_apply(c, p, x, scale, bias, rmean, NULL, rvar, y);
 }
 
-/* Per channel: dbias = sum dy, dscale = sum dy * xhat; then
- * dx = scale * invstd / m * (m dy - dbias - xhat dscale). The block keeps the
- * two sums and applies dx itself, so the channel is read twice in all. */
-__global__ void k_bn_bwd(snrt_bn_t p, const float *x, const float *dy, const float *scale,
-                         const float *smean, const float *sinvstd, float *dx, float *dscale,
-                         float *dbias) {
-  int64_t m = (int64_t)p.n * p.hw;
-  for (int ch = blockIdx.x; ch < p.c; ch += gridDim.x) {
-    float mean = smean[ch], is = sinvstd[ch];
-    float sd = 0.0f, sdx = 0.0f;
-    for (int64_t k = threadIdx.x; k < m; k += blockDim.x) {
-      int64_t o = bn_at(p.c, p.hw, ch, k);
-      float g = dy[o];
-      sd += g;
-      sdx += g * (x[o] - mean) * is;
-    }
-    sd = snrt_block_sum(sd);
-    sdx = snrt_block_sum(sdx);
-    if (threadIdx.x == 0) {
-      if (dbias) dbias[ch] = sd;
-      if (dscale) dscale[ch] = sdx;
-    }
-    if (!dx) continue;
-    float f = scale[ch] * is / (float)m;
-    for (int64_t k = threadIdx.x; k < m; k += blockDim.x) {
-      int64_t o = bn_at(p.c, p.hw, ch, k);
-      float xh = (x[o] - mean) * is;
-      dx[o] = f * ((float)m * dy[o] - sd - xh * sdx);
-    }
-  }
-}
-
+/* Per channel: dbias = sum dy, dscale = sum dy * xhat (the partials, then
+ * their ordered sums); then dx = scale * invstd / m * (m dy - dbias - xhat
+ * dscale). */
 void snrt_bn_bwd(snrt_ctx *c, const snrt_bn_t *p, const float *x, const float *dy,
                  const float *scale, const float *smean, const float *sinvstd, float *dx,
                  float *dscale, float *dbias) {
-  if (p->c <= 0) return;
-  bn_split b = bn_plan(p);
-  if (b.S > 0 && p->n > 0 && p->hw > 0) {
-    k_bn_part_bwd<<<dim3((unsigned)b.S, (unsigned)p->c), 256, 0, snrt_cu_stream(c)>>>(
-        *p, b, x, dy, smean, sinvstd);
+  if (p->c <= 0 || p->n <= 0 || p->hw <= 0) return;
+  int S = bn_slices(p), cb = bn_chunk(S);
+  for (int c0 = 0; c0 < p->c; c0 += cb) {
+    int nc = p->c - c0 < cb ? p->c - c0 : cb;
+    k_bn_part_bwd<<<dim3((unsigned)S, (unsigned)nc), BN_THREADS, 0, snrt_cu_stream(c)>>>(
+        *p, S, c0, x, dy, smean, sinvstd);
     SNRT_LAUNCH_CHECK();
-    k_bn_part_bwd_final<<<(p->c + 255) / 256, 256, 0, snrt_cu_stream(c)>>>(*p, b, dscale, dbias);
+    k_bn_part_bwd_final<<<(nc + 255) / 256, 256, 0, snrt_cu_stream(c)>>>(S, c0, nc, dscale, dbias);
     SNRT_LAUNCH_CHECK();
-    int64_t n = (int64_t)p->n * p->c * p->hw;
-    if (dx) k_bn_part_dx<<<snrt_cu_blocks(n), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(
-        *p, x, dy, scale, smean, sinvstd, dx);
-  } else {
-    k_bn_bwd<<<chan_blocks(p->c), BN_THREADS, 0, snrt_cu_stream(c)>>>(*p, x, dy, scale, smean,
-                                                                       sinvstd, dx, dscale, dbias);
+    if (!dx) continue;
+    int64_t total = (int64_t)p->n * nc * p->hw;
+    k_bn_part_dx<<<snrt_cu_blocks(total), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(
+        *p, c0, nc, x, dy, scale, smean, sinvstd, dx);
+    SNRT_LAUNCH_CHECK();
   }
-  SNRT_LAUNCH_CHECK();
 }
