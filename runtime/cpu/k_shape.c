@@ -185,10 +185,13 @@ void snrt_pad_bwd(snrt_ctx *c, const snrt_pad_t *p, const float *dy, float *dx) 
   for (int64_t j = 0; j < p->n_in; j++) dx[j] = snrt_pad_grad_at(p, j, dy);
 }
 
+enum { TR_BLOCK = 8 };
+
 void snrt_transpose(snrt_ctx *c, const snrt_transpose_t *p, const float *x, float *y) {
   (void)c;
   if (p->n == 0) return;
-  int64_t ist[SNRT_MAX_RANK], odims[SNRT_MAX_RANK], mul[SNRT_MAX_RANK], zero[SNRT_MAX_RANK];
+  int64_t ist[SNRT_MAX_RANK] = {0}, odims[SNRT_MAX_RANK] = {0}, mul[SNRT_MAX_RANK] = {0},
+          zero[SNRT_MAX_RANK] = {0};
   strides_of(p->rank, p->in_dims, ist);
   for (int d = 0; d < p->rank; d++) {
     odims[d] = p->in_dims[p->perm[d]];
@@ -197,6 +200,30 @@ void snrt_transpose(snrt_ctx *c, const snrt_transpose_t *p, const float *x, floa
   }
   const int l = p->rank - 1;
   const int64_t inner = odims[l], rows = p->n / inner, m = mul[l];
+  if (m > 1 && p->rank >= 2 && mul[l - 1] == 1 && odims[l - 1] % TR_BLOCK == 0) {
+    /* The input's innermost dimension is the output's second-to-last: blocks
+     * of TR_BLOCK output rows, whose inputs sit side by side, moved as
+     * TR_BLOCK x TR_BLOCK tiles: each read and each write takes TR_BLOCK
+     * contiguous floats instead of one per cache line (the weights'
+     * transposes of a GPT's Linear layers, a 2-D [1024, 256]). */
+    const int64_t blocks = rows / TR_BLOCK;
+#pragma omp parallel for schedule(static) if (p->n > KERN_PAR_MIN)
+    for (int64_t b = 0; b < blocks; b++) {
+      const float *xp = x + row_offset(p->rank, odims, zero, mul, b * TR_BLOCK);
+      float *yp = y + b * TR_BLOCK * inner;
+      int64_t j = 0;
+      for (; j + TR_BLOCK <= inner; j += TR_BLOCK) {   /* a TR_BLOCK x TR_BLOCK tile */
+        float t[TR_BLOCK][TR_BLOCK];
+        for (int jj = 0; jj < TR_BLOCK; jj++)
+          for (int k = 0; k < TR_BLOCK; k++) t[jj][k] = xp[(j + jj) * m + k];
+        for (int k = 0; k < TR_BLOCK; k++)
+          for (int jj = 0; jj < TR_BLOCK; jj++) yp[k * inner + j + jj] = t[jj][k];
+      }
+      for (; j < inner; j++)
+        for (int k = 0; k < TR_BLOCK; k++) yp[k * inner + j] = xp[j * m + k];
+    }
+    return;
+  }
 #pragma omp parallel for schedule(static) if (p->n > KERN_PAR_MIN)
   for (int64_t r = 0; r < rows; r++) {
     const float *xp = x + row_offset(p->rank, odims, zero, mul, r);

@@ -442,6 +442,31 @@ static void test_shape(void) {
   snrt_transpose(&ctx, &tb, ty, tz);
   ASSERT(!memcmp(tx, tz, 96), "transpose back");
   free(tx); free(ty); free(tz);
+
+  /* The tiled path (the input's innermost dimension is the output's second-
+   * to-last, a multiple of 8 long): a 2-D [27, 40] (3 whole 8x8 tiles and a
+   * tail of 3 per block of rows) and a 4-D [2, 5, 3, 16] perm (0, 2, 3, 1)
+   * (rows of 5: the tail alone), against the index formula. */
+  {
+    const int64_t d2[2] = {27, 40}, d4[4] = {2, 5, 3, 16};
+    snrt_transpose_t t2 = {.rank = 2, .n = 1080, .in_dims = {27, 40}, .perm = {1, 0}};
+    snrt_transpose_t t4 = {.rank = 4, .n = 480, .in_dims = {2, 5, 3, 16}, .perm = {0, 2, 3, 1}};
+    float *x2 = rbuf(1080, 1), *y2 = buf(1080), *r2 = buf(1080);
+    snrt_transpose(&ctx, &t2, x2, y2);
+    for (int i = 0; i < d2[1]; i++)
+      for (int j = 0; j < d2[0]; j++) r2[i * d2[0] + j] = x2[j * d2[1] + i];
+    ASSERT(!memcmp(y2, r2, sizeof(float) * 1080), "transpose, tiled 2-D");
+    float *x4 = rbuf(480, 2), *y4 = buf(480), *r4 = buf(480);
+    snrt_transpose(&ctx, &t4, x4, y4);
+    for (int a = 0; a < d4[0]; a++)
+      for (int b = 0; b < d4[2]; b++)
+        for (int e = 0; e < d4[3]; e++)
+          for (int f = 0; f < d4[1]; f++)
+            r4[((a * d4[2] + b) * d4[3] + e) * d4[1] + f] =
+                x4[((a * d4[1] + f) * d4[2] + b) * d4[3] + e];
+    ASSERT(!memcmp(y4, r4, sizeof(float) * 480), "transpose, tiled 4-D");
+    free(x2); free(y2); free(r2); free(x4); free(y4); free(r4);
+  }
 }
 
 /* ---- softmax and losses ----------------------------------------------------------- */
