@@ -461,9 +461,9 @@ static void test_shape(void) {
     for (int a = 0; a < d4[0]; a++)
       for (int b = 0; b < d4[2]; b++)
         for (int e = 0; e < d4[3]; e++)
-          for (int f = 0; f < d4[1]; f++)
-            r4[((a * d4[2] + b) * d4[3] + e) * d4[1] + f] =
-                x4[((a * d4[1] + f) * d4[2] + b) * d4[3] + e];
+          for (int q = 0; q < d4[1]; q++)
+            r4[((a * d4[2] + b) * d4[3] + e) * d4[1] + q] =
+                x4[((a * d4[1] + q) * d4[2] + b) * d4[3] + e];
     ASSERT(!memcmp(y4, r4, sizeof(float) * 480), "transpose, tiled 4-D");
     free(x2); free(y2); free(r2); free(x4); free(y4); free(r4);
   }
