@@ -146,6 +146,14 @@ static inline const int *snrt_cu_skip(snrt_ctx *c) {
 void snrt_cu_fill(snrt_ctx *c, float *y, int64_t n, float v);
 
 #ifdef __CUDACC__
+/* a / b and a % b for a >= 0, b > 0: 32-bit where both fit (a 64-bit
+ * division is many times slower on the GPU: index arithmetic per element). */
+__device__ __forceinline__ int64_t snrt_div(int64_t a, int64_t b) {
+  return a < 4294967296ll && b < 4294967296ll ? (int64_t)((unsigned)a / (unsigned)b) : a / b;
+}
+__device__ __forceinline__ int64_t snrt_mod(int64_t a, int64_t b) {
+  return a < 4294967296ll && b < 4294967296ll ? (int64_t)((unsigned)a % (unsigned)b) : a % b;
+}
 /* Sum of v over the block (blockDim.x a multiple of 32, at most 1024); every
  * thread gets the result. Fixed order: deterministic. */
 __device__ __forceinline__ float snrt_block_sum(float v) {

@@ -283,8 +283,7 @@ static int bin_mode(const snrt_binary_t *p, const int64_t *st, int64_t nx) {
 __device__ __forceinline__ int64_t bin_off1(int mode, int64_t i, int64_t nx) {
   if (mode == BO_FULL) return i;
   if (mode == BO_SCALAR) return 0;
-  if (i < 4294967296ll && nx < 4294967296ll) return (int64_t)((unsigned)i % (unsigned)nx);
-  return i % nx;
+  return snrt_mod(i, nx);
 }
 
 __device__ __forceinline__ void bin_offsets(const snrt_binary_t &p, int ma, int mb, int64_t i,

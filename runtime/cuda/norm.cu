@@ -27,14 +27,10 @@
 __device__ float bn_part[2][BN_PART];
 __device__ float bn_sums[2][BN_PART];
 
-/* Channel ch's element k of (n, hw) in an (n, c, hw) tensor; 32-bit
- * division where the values fit (a 64-bit one is many times slower). */
+/* Channel ch's element k of (n, hw) in an (n, c, hw) tensor. */
 __device__ __forceinline__ int64_t bn_at(int c, int64_t hw, int ch, int64_t k) {
-  if (k < 4294967296ll && hw < 4294967296ll) {
-    unsigned q = (unsigned)k / (unsigned)hw, r = (unsigned)k - q * (unsigned)hw;
-    return ((int64_t)q * c + ch) * hw + r;
-  }
-  return (k / hw * c + ch) * hw + k % hw;
+  int64_t q = snrt_div(k, hw);
+  return (q * c + ch) * hw + (k - q * hw);
 }
 
 /* Slices per channel, from the channel's size alone: about 8192 elements
@@ -127,8 +123,8 @@ __global__ void k_bn_part_dx(snrt_bn_t p, int c0, int nc, const float *x, const 
                              float *dx) {
   int64_t m = (int64_t)p.n * p.hw, total = m * nc;
   SNRT_FOR(i, total) {
-    int64_t k = i / ((int64_t)nc * p.hw), r = i - k * nc * p.hw;   /* image, rest */
-    int j = (int)(r / p.hw);
+    int64_t k = snrt_div(i, (int64_t)nc * p.hw), r = i - k * nc * p.hw;   /* image, rest */
+    int j = (int)snrt_div(r, p.hw);
     int ch = c0 + j;
     int64_t o = (k * p.c + ch) * p.hw + (r - (int64_t)j * p.hw);
     float is = sinvstd[ch];
@@ -137,12 +133,9 @@ __global__ void k_bn_part_dx(snrt_bn_t p, int c0, int nc, const float *x, const 
   }
 }
 
-/* The channel of element i of an (n, c, hw) tensor; 32-bit division where
- * the index fits (a 64-bit one is many times slower on the GPU). */
+/* The channel of element i of an (n, c, hw) tensor. */
 __device__ __forceinline__ int bn_chan(int64_t i, int64_t hw, int c) {
-  if (i < 4294967296ll && hw < 4294967296ll)
-    return (int)((unsigned)i / (unsigned)hw % (unsigned)c);
-  return (int)(i / hw % c);
+  return (int)snrt_mod(snrt_div(i, hw), c);
 }
 
 /* y = (x - mean) * invstd * scale + bias; invstd from var if `var` is given

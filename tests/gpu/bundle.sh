@@ -137,28 +137,26 @@ for pct in 100 50 25; do
     [ -s "$OUT/progs/sweep-$pct.infeasible" ] || die "snc compile sweep-$pct failed"
   fi
 done
-# The safety checks (run-gpu.sh step 9): fashion_cnn under every policy; auto
-# at the tightest budget it plans for.
-for pol in none liveness recompute offload superneurons; do
-  prog "safe-$pol" examples/fashion_cnn.onnx --batch 32 --policy "$pol" || die "snc compile safe-$pol failed"
-done
-# snc names the smallest budget that fits when one is too small.
-FL=$("$SNC" plan examples/fashion_cnn.onnx --batch 32 --target cuda --policy auto --budget 1 2>&1 |
-  sed -n 's/.*the smallest budget that fits is [^(]*(\([0-9]*\) bytes).*/\1/p' | head -1)
-[ -n "$FL" ] || die "snc plan did not name the smallest budget for fashion_cnn"
-prog safe-auto examples/fashion_cnn.onnx --batch 32 --policy auto --budget "$FL" || die "snc compile safe-auto failed"
-# The same for resnet18 64 px b8 ("safe18") and the GPT example, T=64 b8
-# ("sgpt": none, and auto at 50% of its liveness arena). SMALL=1: none.
+# The safety checks (run-gpu.sh step 9): a model under every policy, auto at
+# the tightest budget it plans for (snc names the smallest budget that fits
+# when one is too small). safety_set PREFIX MODEL BATCH.
+safety_set() {
+  local pre=$1 model=$2 b=$3 pol fl
+  for pol in none liveness recompute offload superneurons; do
+    prog "$pre-$pol" "$model" --batch "$b" --policy "$pol" || die "snc compile $pre-$pol failed"
+  done
+  fl=$("$SNC" plan "$model" --batch "$b" --target cuda --policy auto --budget 1 2>&1 |
+    sed -n 's/.*the smallest budget that fits is [^(]*(\([0-9]*\) bytes).*/\1/p' | head -1)
+  [ -n "$fl" ] || die "snc plan did not name the smallest budget for $model"
+  prog "$pre-auto" "$model" --batch "$b" --policy auto --budget "$fl" || die "snc compile $pre-auto failed"
+}
+safety_set safe examples/fashion_cnn.onnx 32
+# The same for resnet18 64 px b8 ("safe18"), and the GPT example, T=64 b8
+# ("sgpt": none, and auto at 50% of its liveness arena). SMALL=1: neither.
 if [ "$SMALL" != 1 ]; then
   "$PY" tests/gpu/torchref.py onnx resnet18 64 "$OUT/data/safe18.onnx" --strip \
     >"$LOGS/export-safe18.log" 2>&1 || die "export of resnet18 failed: see $LOGS/export-safe18.log"
-  for pol in none liveness recompute offload superneurons; do
-    prog "safe18-$pol" "$OUT/data/safe18.onnx" --batch 8 --policy "$pol" || die "snc compile safe18-$pol failed"
-  done
-  FL=$("$SNC" plan "$OUT/data/safe18.onnx" --batch 8 --target cuda --policy auto --budget 1 2>&1 |
-    sed -n 's/.*the smallest budget that fits is [^(]*(\([0-9]*\) bytes).*/\1/p' | head -1)
-  [ -n "$FL" ] || die "snc plan did not name the smallest budget for resnet18"
-  prog safe18-auto "$OUT/data/safe18.onnx" --batch 8 --policy auto --budget "$FL" || die "snc compile safe18-auto failed"
+  safety_set safe18 "$OUT/data/safe18.onnx" 8
   GG="$OUT/data/grad-gpt/model.onnx"
   prog sgpt-none "$GG" --batch 8 --policy none --optimizer adamw || die "snc compile sgpt-none failed"
   GL=$("$SNC" plan "$GG" --batch 8 --target cuda --policy liveness --optimizer adamw --json "$LOGS/sgpt-live.json" \
