@@ -15,7 +15,7 @@ static const char usage_text[] =
     "                         [--device PROFILE] [--target cpu|cuda] [--precision P [--convert-chunk N]]\n"
     "                         [--json FILE]\n"
     "                         [--html FILE] [--dump PASS] [--input NAME] [--segment SIZE]\n"
-    "                         [--dist mpi [--bucket SIZE] [--zero 1 --ranks N]]\n"
+    "                         [--dist mpi [--bucket SIZE] [--zero 1 --ranks N]] [--no-fuse]\n"
     "  snc plan    --diff A.json B.json\n"
     "  snc compile MODEL.onnx -o DIR --batch N [--target cpu|cuda] [--policy P]\n"
     "                         [--budget SIZE] [--host-budget SIZE] [--segment SIZE]\n"
@@ -23,15 +23,17 @@ static const char usage_text[] =
     "                         [--loss softmax-ce|mse]\n"
     "                         [--optimizer sgd|adam|adamw] [--lr X] [--momentum X]\n"
     "                         [--weight-decay X] [--input NAME] [--all-outputs]\n"
-    "                         [--dist mpi [--bucket SIZE] [--zero 1 --ranks N]]\n"
+    "                         [--dist mpi [--bucket SIZE] [--zero 1 --ranks N]] [--no-fuse]\n"
     "  snc max-batch MODEL.onnx --budget SIZE [--host-budget SIZE] [--policy P]\n"
-    "                         [--device PROFILE] [--precision P]\n"
+    "                         [--device PROFILE] [--precision P] [--no-fuse]\n"
     "\n"
     "policies: none liveness recompute offload superneurons auto (default); precisions: fp32 (default) bf16 fp16\n"
     "--device: a profile of schemas/devices.json or a file from snc-calibrate; default cpu for\n"
     "          compile --target cpu, h200 otherwise (plan, max-batch, compile --target cuda)\n"
-    "passes for --dump: import, eval (inspect); route liveness recompute offload offsets schedule\n"
-    "                   auto (plan)\n"
+    "passes for --dump: import, eval (inspect); fuse route liveness recompute offload offsets\n"
+    "                   schedule auto (plan)\n"
+    "--no-fuse (--fuse none): keep every elementwise op its own step (default: --fuse elementwise,\n"
+    "               chains of elementwise ops of one shape become one fused step)\n"
     "--all-outputs: keep the nodes of every graph output, not only of the first (which the\n"
     "               loss trains); the program's --predict writes each (docs/predict.md)\n";
 
@@ -44,6 +46,7 @@ static noreturn void usage(const char *fmt, const char *arg) {
 
 typedef struct Args {
   const char *cmd, *model, *out_dir, *input, *json, *html, *dump, *target, *device;
+  bool no_fuse;             // --no-fuse / --fuse none: front/fuse.c is skipped
   const char *diff_a, *diff_b;
   int batch;
   bool json_flag;
@@ -94,6 +97,13 @@ static void parse_args(Args *a, int argc, char **argv) {
       a->batch = (int)b;
     } else if (strcmp(s, "--input") == 0) a->input = need_value(argc, argv, &i);
     else if (strcmp(s, "--all-outputs") == 0) import_all_outputs = true;
+    else if (strcmp(s, "--no-fuse") == 0) a->no_fuse = true;
+    else if (strcmp(s, "--fuse") == 0) {
+      const char *v = need_value(argc, argv, &i);
+      if (strcmp(v, "none") == 0) a->no_fuse = true;
+      else if (strcmp(v, "elementwise") == 0) a->no_fuse = false;
+      else usage("--fuse takes 'elementwise' (the default) or 'none', not '%s'", v);
+    }
     else if (strcmp(s, "--json") == 0) {
       if (strcmp(a->cmd, "inspect") == 0) a->json_flag = true;
       else a->json = need_value(argc, argv, &i);
@@ -230,6 +240,7 @@ static Plan *pipeline(const Args *a, int batch, Upto upto, FILE *schedule_log, G
   Graph *g = *out = onnx_import(a->model, a->input);        // front/import.c
   shape_infer(g, batch);                                    // front/shape.c, eval.c
   if (upto == UPTO_SHAPES) return NULL;
+  fuse_elementwise(g, !a->no_fuse, a->dump && !strcmp(a->dump, "fuse") ? stdout : NULL);  // front/fuse.c
   train_build(g, &a->train);                                // train/autodiff.c
   precision_assign(g, &a->train);                           // train/precision.c
   Route *r = route_build(g);                                // plan/route.c
@@ -282,7 +293,7 @@ static int cmd_plan(const Args *a) {
   Graph *g;
   bool dump_schedule = a->dump && strcmp(a->dump, "schedule") == 0;
   Plan *pl = pipeline(a, a->batch, UPTO_SCHEDULE, dump_schedule ? stdout : NULL, &g);
-  if (dump_schedule) {
+  if (dump_schedule || strcmp(a->dump ? a->dump : "", "fuse") == 0) {
     /* printed while the pass ran */
   } else if (a->dump) plan_dump(g, pl, a->dump, stdout);
   else plan_print_text(g, pl, stdout);

@@ -130,6 +130,12 @@
   OP(MATH_BWD,        "",  2,2, 1,1, COST_CHEAP, shape_internal, grad_none, emit_math_bwd,        flops_in) \
   OP(LN_BWD,          "",  5,5, 3,3, COST_CHEAP, shape_internal, grad_none, emit_ln_bwd,          flops_in) \
   OP(GATHER_BWD,      "",  2,2, 1,1, COST_CHEAP, shape_internal, grad_none, emit_gather_bwd,      flops_in) \
+  /* A chain of elementwise ops fused into one step (front/fuse.c; params \
+   * snrt_fused_t): forward, and its backward (inputs: the forward's, -1 where \
+   * it does not read one, then y or -1, then dy; outputs: the gradients of \
+   * the inputs set in need). */ \
+  OP(FUSED,           "",  1,8, 1,1, COST_CHEAP, shape_internal, grad_fused, emit_fused,           flops_fused) \
+  OP(FUSED_BWD,       "",  2,10, 1,8, COST_CHEAP, shape_internal, grad_none, emit_fused_bwd,       flops_fused) \
   OP(ACCUMULATE,      "",  2,2, 1,1, COST_CHEAP, shape_internal, grad_none, emit_accumulate,      flops_in) \
   OP(SOFTMAX_CE,      "",  2,2, 1,1, COST_CHEAP, shape_internal, grad_none, emit_softmax_ce,      flops_in) \
   OP(SOFTMAX_CE_BWD,  "",  2,2, 1,1, COST_CHEAP, shape_internal, grad_none, emit_softmax_ce_bwd,  flops_in) \

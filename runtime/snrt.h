@@ -305,6 +305,38 @@ typedef struct snrt_math_t {
   float alpha, beta;     /* SNRT_HARDSIGMOID */
 } snrt_math_t;
 
+/* A fused elementwise chain (compiler/front/fuse.c): a small program over
+ * registers, run per element. Registers 0..nin-1 hold the inputs (every one
+ * of n elements, no broadcasting); op j writes register nin + j from
+ * operands a and b (register numbers; -1: the constant imm); the last op's
+ * register is the output. Forward computes each op as the step it replaces
+ * does (the same functions, the same float32 order), so a fused forward is
+ * bit-identical to the unfused steps. Backward (snrt_fused_bwd) recomputes the
+ * registers it can from the inputs it is given (bits of `have`; the others
+ * NULL) and, with use_y, takes the output register from y, then runs the
+ * chain rule through the program in reverse, writing the gradient of each
+ * input whose bit is set in `need` (in input order, one pointer per set
+ * bit); its sums may round differently from the unfused steps'
+ * (accumulation order). The compiler gives it what the derivatives read
+ * (a Relu of an Add: y alone; a GELU: its input). */
+#define SNRT_FUSED_MAX_IN 8
+#define SNRT_FUSED_MAX_OPS 24
+enum snrt_fused_kind { SNRT_F_ADD, SNRT_F_SUB, SNRT_F_MUL, SNRT_F_DIV, SNRT_F_NEG, SNRT_F_RELU,
+                       SNRT_F_SIGMOID, SNRT_F_TANH, SNRT_F_EXP, SNRT_F_LOG, SNRT_F_SQRT,
+                       SNRT_F_RECIPROCAL, SNRT_F_ERF, SNRT_F_POW };
+typedef struct snrt_fused_op_t {
+  int8_t op, a, b;       /* enum snrt_fused_kind; operand registers (-1: imm) */
+  float imm;             /* the constant operand; SNRT_F_POW: the exponent */
+} snrt_fused_op_t;
+typedef struct snrt_fused_t {
+  int64_t n;
+  int nin, nops;
+  int need;              /* backward: bit k set: write the gradient of input k */
+  int have;              /* backward: bit k set: input k is given (else NULL) */
+  int use_y;             /* backward: the output register is read from y */
+  snrt_fused_op_t ops[SNRT_FUSED_MAX_OPS];
+} snrt_fused_t;
+
 /* LayerNormalization over the last `cols` elements of each of `rows` rows:
  * y = (x - mean) * rstd * scale + bias, rstd = 1/sqrt(var + eps), var the
  * biased variance (as torch). mean and rstd (rows values each) are saved
@@ -699,6 +731,10 @@ void snrt_mse_bwd(snrt_ctx *c, const snrt_loss_t *p, const float *out, const flo
 void snrt_math_fwd(snrt_ctx *c, const snrt_math_t *p, const float *x, float *y);
 void snrt_math_bwd(snrt_ctx *c, const snrt_math_t *p, const float *x, const float *y,
                    const float *dy, float *dx);
+/* in: nin pointers; dx: one pointer per set bit of p->need, in input order. */
+void snrt_fused_fwd(snrt_ctx *c, const snrt_fused_t *p, const float *const *in, float *y);
+void snrt_fused_bwd(snrt_ctx *c, const snrt_fused_t *p, const float *const *in, const float *y,
+                    const float *dy, float *const *dx);
 /* bias may be NULL; mean/rstd may be NULL (inference). */
 void snrt_ln_fwd(snrt_ctx *c, const snrt_ln_t *p, const float *x, const float *scale,
                  const float *bias, float *y, float *mean, float *rstd);

@@ -318,11 +318,14 @@ def test_norm_rows(profile, tmp_path):
 def test_classes_follow_the_kernels(profile, tmp_path):
     """Each step's cost class is its CPU kernel's: Pow by 2 multiplies
     (elementwise), Erf and dropout's hash are math, the cross-entropy is
-    loss, the masked fill elementwise, a conv's bias gradient norm."""
+    loss, the masked fill elementwise, a conv's bias gradient norm (these
+    unfused: --no-fuse); a fused chain is math when one of its ops is (the
+    GELU), elementwise otherwise (LayerNorm's sqrt(var + eps))."""
     seen = {}
-    for model in (GPT, FASHION):
-        out = str(tmp_path / os.path.basename(model))
-        run([SNC, "compile", model, "-o", out, "--batch", "4", "--policy", "liveness", "--device", profile])
+    for model, fuse in ((GPT, "--no-fuse"), (FASHION, "--no-fuse"), (GPT, "--fuse")):
+        out = str(tmp_path / (os.path.basename(model) + fuse))
+        run([SNC, "compile", model, "-o", out, "--batch", "4", "--policy", "liveness", "--device", profile]
+            + ([fuse] if fuse == "--no-fuse" else ["--fuse", "elementwise"]))
         pl = json.load(open(os.path.join(out, "plan.json")))
         src = open(os.path.join(out, "train.c")).read()
         table = src[src.index("step_info[] = {"):]
@@ -339,6 +342,8 @@ def test_classes_follow_the_kernels(profile, tmp_path):
     assert seen["Where"] == {"elementwise"}
     assert seen["CONV_BWD_BIAS"] == {"norm"}
     assert seen["MATH_BWD"] == {"elementwise", "math"}   # Pow's and Sqrt's; Erf's
+    assert seen["FUSED"] == {"elementwise", "math"}
+    assert seen["FUSED_BWD"] == {"elementwise", "math"}
 
 
 def offload_est(tmp_path, p, name, policy):

@@ -295,7 +295,10 @@ def test_convert_chunks_bit_identical(name, precision, tmp_path):
     whole = json.load(open(tmp_path / "whole" / "plan.json"))
     check_plan(whole)
     assert "for (int64_t u" not in open(tmp_path / "whole" / "train.c").read()
+    def all_copies(plan):   # every step's copies, summed
+        return sum(i.get("convert_bytes", 0) for i in plan["instances"] if i["kind"] == "workspace")
     sizes = {"0": whole["convert_bytes"]}
+    total = {"0": all_copies(whole)}
     for ch in CHUNKS:
         out = str(tmp_path / ("c" + ch))
         dump = train3_bf16(onnx, batch, "liveness", out, "--convert-chunk", ch, precision=precision)
@@ -306,12 +309,17 @@ def test_convert_chunks_bit_identical(name, precision, tmp_path):
         check_plan(plan)
         assert plan["convert_chunk"] == int(ch)
         sizes[ch] = plan["convert_bytes"]
+        total[ch] = all_copies(plan)
         if ch == "1":
             assert "for (int64_t u" in open(os.path.join(out, "train.c")).read()
     print(name, precision, "largest step's float32 copies by chunk:",
-          {k: "%.1f KiB" % (v / 1024) for k, v in sizes.items()})
+          {k: "%.1f KiB" % (v / 1024) for k, v in sizes.items()}, "all steps':",
+          {k: "%.1f KiB" % (v / 1024) for k, v in total.items()})
     assert sizes["1"] <= sizes["1000"] <= sizes["131072"] <= sizes["0"], sizes
-    assert sizes["1"] < sizes["0"], sizes
+    # The largest step may be one that converts whole tensors (a MatMul of
+    # the GPT, once fusion made its GELU one step); the copies of all steps
+    # together shrink.
+    assert total["1"] < total["0"], total
 
 
 def test_convert_chunks_weight_first_dim_equals_batch(tmp_path):

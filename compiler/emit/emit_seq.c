@@ -149,6 +149,43 @@ void emit_math_bwd(Emit *e, const Graph *g, const Node *n) {
           n->aux ? v : "NULL", emit_in(e, 1), emit_out(e, 0));
 }
 
+/* FUSED: the program's params, its inputs as an array. */
+static const char *p_fused(Emit *e, const snrt_fused_t *p) {
+  int k = snprintf(pb, BUF, ".n = %lld, .nin = %d, .nops = %d, .need = %d, .have = %d, .use_y = %d, "
+                   ".ops = {", (long long)p->n, p->nin, p->nops, p->need, p->have, p->use_y);
+  for (int j = 0; j < p->nops && k < BUF; j++)
+    k += snprintf(pb + k, (size_t)(BUF - k), "%s{%d, %d, %d, %s}", j ? ", " : "", p->ops[j].op,
+                  p->ops[j].a, p->ops[j].b, emit_float(p->ops[j].imm));
+  if (k < BUF) snprintf(pb + k, (size_t)(BUF - k), "}");
+  if (k >= BUF - 2) internal_error(__FILE__, __LINE__, "fused params longer than %d", BUF);
+  return emit_params(e, p, "snrt_fused_t", pb);
+}
+
+/* "(const float *const[]){a, b}" for inputs [0, nin). */
+static void fused_ins(Emit *e, const Node *n, int nin) {
+  fprintf(OUT, "(const float *const[]){");
+  for (int k = 0; k < nin; k++) fprintf(OUT, "%s%s", k ? ", " : "", emit_in(e, k));
+  fprintf(OUT, "}");
+}
+
+void emit_fused(Emit *e, const Graph *g, const Node *n) {
+  (void)g;
+  fprintf(OUT, "  snrt_fused_fwd(c, %s, ", p_fused(e, n->p));
+  fused_ins(e, n, n->nin);
+  fprintf(OUT, ", %s);\n", emit_out(e, 0));
+}
+/* FUSED_BWD: inputs the forward's (-1 where not read), y (or -1), dy;
+ * outputs the needed gradients. */
+void emit_fused_bwd(Emit *e, const Graph *g, const Node *n) {
+  (void)g;
+  fprintf(OUT, "  snrt_fused_bwd(c, %s, ", p_fused(e, n->p));
+  fused_ins(e, n, n->nin - 2);
+  fprintf(OUT, ", %s", emit_in(e, n->nin - 2));
+  fprintf(OUT, ", %s, (float *const[]){", emit_in(e, n->nin - 1));
+  for (int k = 0; k < n->nout; k++) fprintf(OUT, "%s%s", k ? ", " : "", emit_out(e, k));
+  fprintf(OUT, "});\n");
+}
+
 /* LAYERNORM: inputs x, scale, bias (optional); outputs y, saved mean, saved
  * 1/std (training; absent in the eval graph). */
 void emit_layernorm(Emit *e, const Graph *g, const Node *n) {

@@ -57,6 +57,14 @@ double flops_lrn(const Graph *g, const Node *n) {
 double flops_in(const Graph *g, const Node *n) { return n->nin > 0 ? numel_of(g, n->in[0]) : 0; }
 double flops_out(const Graph *g, const Node *n) { return n->nout > 0 ? numel_of(g, n->out[0]) : 0; }
 double flops_zero(const Graph *g, const Node *n) { (void)g; (void)n; return 0; }
+/* A fused chain: one FLOP per op and element; its backward recomputes the
+ * chain and runs it again in reverse (twice that). */
+double flops_fused(const Graph *g, const Node *n) {
+  (void)g;
+  const snrt_fused_t *p = n->p;
+  if (!p) return 0;
+  return (double)p->n * p->nops * (n->op == OP_FUSED_BWD ? 3 : 1);
+}
 
 double graph_forward_flops(const Graph *g) {
   double f = 0;

@@ -51,6 +51,22 @@ void eval_dump(Graph *g, FILE *f);
  * every tensor's shape and every node's params (node->p). */
 void shape_infer(Graph *g, int batch);
 
+/* ------------------------------------------------------------------ fuse.c */
+
+/* Elementwise fusion (fuse.c's contract): chains of elementwise ops of one
+ * shape become OP_FUSED nodes. on false (--no-fuse): nothing changes. dump
+ * (--dump fuse): each group's members and program, or NULL. */
+void fuse_elementwise(Graph *g, bool on, FILE *dump);
+/* What a fused chain's backward reads, for the gradients of the inputs set
+ * in p->need: sets p->have (the inputs it reads) and p->use_y (whether it
+ * reads the output): the fewer tensors of the two ways, recomputing every
+ * value the derivatives read from the inputs, or taking the output from y
+ * and recomputing the rest (a Relu of an Add reads y alone, a GELU its
+ * input). */
+void fuse_backward_reads(snrt_fused_t *p);
+/* The name of a fused op code (enum snrt_fused_kind): "mul", "tanh"... */
+const char *fuse_op_name(int op);
+
 /* ------------------------------------------------------------------ flops.c */
 
 double graph_forward_flops(const Graph *g);

@@ -76,7 +76,7 @@ static bool flat_op(const Node *n) {
   case OP_RELU: case OP_LEAKYRELU: case OP_SIGMOID: case OP_TANH: case OP_CLIP: case OP_UNARY_BWD:
   case OP_ACCUMULATE: case OP_SQRT: case OP_ERF: case OP_NEG: case OP_RECIPROCAL: case OP_POW:
   case OP_MATH_BWD: case OP_SIN: case OP_COS: case OP_EXP: case OP_LOG: case OP_ABS:
-  case OP_HARDSIGMOID: case OP_HARDSWISH:
+  case OP_HARDSIGMOID: case OP_HARDSWISH: case OP_FUSED: case OP_FUSED_BWD:
     return true;
   case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_BINARY_BWD: case OP_MIN: case OP_MAX: {
     /* Equal shapes, or one operand a scalar whose gradient (a sum over every
@@ -386,6 +386,12 @@ void *convert_chunk_params(const Node *n, ChunkAxis axis, int64_t m, bool first)
   case OP_HARDSWISH: {
     snrt_math_t *p = xmalloc(sizeof *p);
     *p = *(const snrt_math_t *)n->p;
+    p->n = m;
+    return p;
+  }
+  case OP_FUSED: case OP_FUSED_BWD: {
+    snrt_fused_t *p = xmalloc(sizeof *p);
+    *p = *(const snrt_fused_t *)n->p;
     p->n = m;
     return p;
   }

@@ -128,6 +128,14 @@ CostClass cost_class(const Graph *g, const Node *n) {
   case OP_SIGMOID: case OP_TANH: case OP_SOFTMAX: case OP_DROPOUT: case OP_DROPOUT_BWD:
     return CC_MATH;
   case OP_SOFTMAX_CE: case OP_SOFTMAX_CE_BWD: return CC_LOSS;
+  case OP_FUSED: case OP_FUSED_BWD: {   /* math when one op is transcendental */
+    const snrt_fused_t *p = n->p;
+    for (int j = 0; p && j < p->nops; j++)
+      if (p->ops[j].op >= SNRT_F_SIGMOID && p->ops[j].op != SNRT_F_SQRT &&
+          p->ops[j].op != SNRT_F_RECIPROCAL && !(p->ops[j].op == SNRT_F_POW && pow_cheap(p->ops[j].imm)))
+        return CC_MATH;
+    return CC_ELEMENTWISE;
+  }
   case OP_SGD: return CC_UPDATE;
   case OP_ADAM: return CC_ADAM;
   default: return CC_ELEMENTWISE;
@@ -243,7 +251,7 @@ static bool runs_parallel(const Graph *g, const Node *n, const CostRates *r) {
       n->op == OP_HARDSIGMOID || n->op == OP_HARDSWISH) {
     const snrt_math_t *p = n->p;
     div = p && p->kind != SNRT_SQRT && p->kind != SNRT_NEG && p->kind != SNRT_RECIPROCAL ? 8 : 1;
-  } else if (n->op == OP_SIGMOID || n->op == OP_TANH) {
+  } else if (n->op == OP_SIGMOID || n->op == OP_TANH || n->op == OP_FUSED || n->op == OP_FUSED_BWD) {
     div = 8;
   } else if (n->op == OP_DROPOUT || n->op == OP_DROPOUT_BWD) {
     div = 4;

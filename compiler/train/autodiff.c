@@ -406,6 +406,29 @@ void grad_math(Graph *g, int node) {
   grad_add(g, n.in[0], dx, node);
 }
 
+/* A fused chain's backward writes the gradient of each input that needs
+ * one (params.need); it reads what fuse_backward_reads says: some inputs
+ * (it recomputes the chain from them) and perhaps the output, then dy. */
+void grad_fused(Graph *g, int node) {
+  Node n = g->n[node];
+  snrt_fused_t *p = dup_params(n.p, sizeof *p);
+  int in[SNRT_FUSED_MAX_IN + 2], out[SNRT_FUSED_MAX_IN], nout = 0;
+  p->need = 0;
+  for (int k = 0; k < n.nin; k++)
+    if (need(&n, k)) p->need |= 1 << k, out[nout++] = grad_slot(g, n.in[k]);
+  if (!nout) {
+    free(p);
+    return;
+  }
+  fuse_backward_reads(p);
+  for (int k = 0; k < n.nin; k++) in[k] = p->have >> k & 1 ? n.in[k] : -1;
+  in[n.nin] = p->use_y ? n.out[0] : -1;
+  in[n.nin + 1] = dy(g, &n, 0);
+  train_add_node(g, OP_FUSED_BWD, node, "bwd", PH_BACKWARD, n.nin + 2, in, nout, out, p);
+  for (int k = 0, w = 0; k < n.nin; k++)
+    if (p->need >> k & 1) grad_add(g, n.in[k], out[w++], node);
+}
+
 /* LN_BWD writes dx, dscale (and dbias when there is one) together, from the
  * saved mean and 1/std; unneeded ones are dead outputs (as BN_BWD). */
 void grad_layernorm(Graph *g, int node) {

@@ -24,92 +24,92 @@ static const snrt_conv_t P10 = {.n = 8, .c = 64, .h = 8, .w = 8, .k = 256, .oh =
 static const snrt_bn_t P11 = {.n = 8, .c = 256, .hw = 64, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_conv_t P12 = {.n = 8, .c = 64, .h = 8, .w = 8, .k = 256, .oh = 8, .ow = 8, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
 static const snrt_bn_t P13 = {.n = 8, .c = 256, .hw = 64, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
-static const snrt_binary_t P14 = {.kind = SNRT_ADD, .rank = 4, .n = 131072, .dims = {8, 256, 8, 8}, .sa = {16384, 64, 8, 1}, .sb = {16384, 64, 8, 1}, .na = 131072, .nb = 131072};
-static const snrt_unary_t P15 = {.n = 131072, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P16 = {.n = 8, .c = 256, .h = 8, .w = 8, .k = 64, .oh = 8, .ow = 8, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
-static const snrt_bn_t P17 = {.n = 8, .c = 64, .hw = 64, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
-static const snrt_unary_t P18 = {.n = 32768, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P19 = {.n = 8, .c = 64, .h = 8, .w = 8, .k = 64, .oh = 8, .ow = 8, .kh = 3, .kw = 3, .sh = 1, .sw = 1, .pt = 1, .pl = 1, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 1179648};
-static const snrt_bn_t P20 = {.n = 8, .c = 64, .hw = 64, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
-static const snrt_unary_t P21 = {.n = 32768, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P22 = {.n = 8, .c = 64, .h = 8, .w = 8, .k = 256, .oh = 8, .ow = 8, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
-static const snrt_bn_t P23 = {.n = 8, .c = 256, .hw = 64, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
-static const snrt_binary_t P24 = {.kind = SNRT_ADD, .rank = 4, .n = 131072, .dims = {8, 256, 8, 8}, .sa = {16384, 64, 8, 1}, .sb = {16384, 64, 8, 1}, .na = 131072, .nb = 131072};
-static const snrt_unary_t P25 = {.n = 131072, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P26 = {.n = 8, .c = 256, .h = 8, .w = 8, .k = 64, .oh = 8, .ow = 8, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
-static const snrt_bn_t P27 = {.n = 8, .c = 64, .hw = 64, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
-static const snrt_unary_t P28 = {.n = 32768, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P29 = {.n = 8, .c = 64, .h = 8, .w = 8, .k = 64, .oh = 8, .ow = 8, .kh = 3, .kw = 3, .sh = 1, .sw = 1, .pt = 1, .pl = 1, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 1179648};
-static const snrt_bn_t P30 = {.n = 8, .c = 64, .hw = 64, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
-static const snrt_unary_t P31 = {.n = 32768, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P32 = {.n = 8, .c = 64, .h = 8, .w = 8, .k = 256, .oh = 8, .ow = 8, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
-static const snrt_bn_t P33 = {.n = 8, .c = 256, .hw = 64, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
-static const snrt_binary_t P34 = {.kind = SNRT_ADD, .rank = 4, .n = 131072, .dims = {8, 256, 8, 8}, .sa = {16384, 64, 8, 1}, .sb = {16384, 64, 8, 1}, .na = 131072, .nb = 131072};
-static const snrt_unary_t P35 = {.n = 131072, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P36 = {.n = 8, .c = 256, .h = 8, .w = 8, .k = 128, .oh = 8, .ow = 8, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
-static const snrt_bn_t P37 = {.n = 8, .c = 128, .hw = 64, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
-static const snrt_unary_t P38 = {.n = 65536, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P39 = {.n = 8, .c = 128, .h = 8, .w = 8, .k = 128, .oh = 4, .ow = 4, .kh = 3, .kw = 3, .sh = 2, .sw = 2, .pt = 1, .pl = 1, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 589824};
-static const snrt_bn_t P40 = {.n = 8, .c = 128, .hw = 16, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
-static const snrt_unary_t P41 = {.n = 16384, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P42 = {.n = 8, .c = 128, .h = 4, .w = 4, .k = 512, .oh = 4, .ow = 4, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
-static const snrt_bn_t P43 = {.n = 8, .c = 512, .hw = 16, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
-static const snrt_conv_t P44 = {.n = 8, .c = 256, .h = 8, .w = 8, .k = 512, .oh = 4, .ow = 4, .kh = 1, .kw = 1, .sh = 2, .sw = 2, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 131072};
-static const snrt_bn_t P45 = {.n = 8, .c = 512, .hw = 16, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
-static const snrt_binary_t P46 = {.kind = SNRT_ADD, .rank = 4, .n = 65536, .dims = {8, 512, 4, 4}, .sa = {8192, 16, 4, 1}, .sb = {8192, 16, 4, 1}, .na = 65536, .nb = 65536};
-static const snrt_unary_t P47 = {.n = 65536, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P48 = {.n = 8, .c = 512, .h = 4, .w = 4, .k = 128, .oh = 4, .ow = 4, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
-static const snrt_bn_t P49 = {.n = 8, .c = 128, .hw = 16, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
-static const snrt_unary_t P50 = {.n = 16384, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P51 = {.n = 8, .c = 128, .h = 4, .w = 4, .k = 128, .oh = 4, .ow = 4, .kh = 3, .kw = 3, .sh = 1, .sw = 1, .pt = 1, .pl = 1, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 589824};
-static const snrt_bn_t P52 = {.n = 8, .c = 128, .hw = 16, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
-static const snrt_unary_t P53 = {.n = 16384, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P54 = {.n = 8, .c = 128, .h = 4, .w = 4, .k = 512, .oh = 4, .ow = 4, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
-static const snrt_bn_t P55 = {.n = 8, .c = 512, .hw = 16, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
-static const snrt_binary_t P56 = {.kind = SNRT_ADD, .rank = 4, .n = 65536, .dims = {8, 512, 4, 4}, .sa = {8192, 16, 4, 1}, .sb = {8192, 16, 4, 1}, .na = 65536, .nb = 65536};
-static const snrt_unary_t P57 = {.n = 65536, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P58 = {.n = 8, .c = 512, .h = 4, .w = 4, .k = 128, .oh = 4, .ow = 4, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
-static const snrt_bn_t P59 = {.n = 8, .c = 128, .hw = 16, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
-static const snrt_unary_t P60 = {.n = 16384, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P61 = {.n = 8, .c = 128, .h = 4, .w = 4, .k = 128, .oh = 4, .ow = 4, .kh = 3, .kw = 3, .sh = 1, .sw = 1, .pt = 1, .pl = 1, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 589824};
-static const snrt_bn_t P62 = {.n = 8, .c = 128, .hw = 16, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
-static const snrt_unary_t P63 = {.n = 16384, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P64 = {.n = 8, .c = 128, .h = 4, .w = 4, .k = 512, .oh = 4, .ow = 4, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
-static const snrt_bn_t P65 = {.n = 8, .c = 512, .hw = 16, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
-static const snrt_binary_t P66 = {.kind = SNRT_ADD, .rank = 4, .n = 65536, .dims = {8, 512, 4, 4}, .sa = {8192, 16, 4, 1}, .sb = {8192, 16, 4, 1}, .na = 65536, .nb = 65536};
-static const snrt_unary_t P67 = {.n = 65536, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P68 = {.n = 8, .c = 512, .h = 4, .w = 4, .k = 128, .oh = 4, .ow = 4, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
-static const snrt_bn_t P69 = {.n = 8, .c = 128, .hw = 16, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
-static const snrt_unary_t P70 = {.n = 16384, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P71 = {.n = 8, .c = 128, .h = 4, .w = 4, .k = 128, .oh = 4, .ow = 4, .kh = 3, .kw = 3, .sh = 1, .sw = 1, .pt = 1, .pl = 1, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 589824};
-static const snrt_bn_t P72 = {.n = 8, .c = 128, .hw = 16, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
-static const snrt_unary_t P73 = {.n = 16384, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P74 = {.n = 8, .c = 128, .h = 4, .w = 4, .k = 512, .oh = 4, .ow = 4, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
-static const snrt_bn_t P75 = {.n = 8, .c = 512, .hw = 16, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
-static const snrt_binary_t P76 = {.kind = SNRT_ADD, .rank = 4, .n = 65536, .dims = {8, 512, 4, 4}, .sa = {8192, 16, 4, 1}, .sb = {8192, 16, 4, 1}, .na = 65536, .nb = 65536};
-static const snrt_unary_t P77 = {.n = 65536, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P78 = {.n = 8, .c = 512, .h = 4, .w = 4, .k = 256, .oh = 4, .ow = 4, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
-static const snrt_bn_t P79 = {.n = 8, .c = 256, .hw = 16, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
-static const snrt_unary_t P80 = {.n = 32768, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P81 = {.n = 8, .c = 256, .h = 4, .w = 4, .k = 256, .oh = 2, .ow = 2, .kh = 3, .kw = 3, .sh = 2, .sw = 2, .pt = 1, .pl = 1, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 294912};
-static const snrt_bn_t P82 = {.n = 8, .c = 256, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
-static const snrt_unary_t P83 = {.n = 8192, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P84 = {.n = 8, .c = 256, .h = 2, .w = 2, .k = 1024, .oh = 2, .ow = 2, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
-static const snrt_bn_t P85 = {.n = 8, .c = 1024, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
-static const snrt_conv_t P86 = {.n = 8, .c = 512, .h = 4, .w = 4, .k = 1024, .oh = 2, .ow = 2, .kh = 1, .kw = 1, .sh = 2, .sw = 2, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 65536};
-static const snrt_bn_t P87 = {.n = 8, .c = 1024, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
-static const snrt_binary_t P88 = {.kind = SNRT_ADD, .rank = 4, .n = 32768, .dims = {8, 1024, 2, 2}, .sa = {4096, 4, 2, 1}, .sb = {4096, 4, 2, 1}, .na = 32768, .nb = 32768};
-static const snrt_unary_t P89 = {.n = 32768, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P90 = {.n = 8, .c = 1024, .h = 2, .w = 2, .k = 256, .oh = 2, .ow = 2, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
-static const snrt_bn_t P91 = {.n = 8, .c = 256, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
-static const snrt_unary_t P92 = {.n = 8192, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P93 = {.n = 8, .c = 256, .h = 2, .w = 2, .k = 256, .oh = 2, .ow = 2, .kh = 3, .kw = 3, .sh = 1, .sw = 1, .pt = 1, .pl = 1, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 294912};
-static const snrt_bn_t P94 = {.n = 8, .c = 256, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
-static const snrt_unary_t P95 = {.n = 8192, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P96 = {.n = 8, .c = 256, .h = 2, .w = 2, .k = 1024, .oh = 2, .ow = 2, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
-static const snrt_bn_t P97 = {.n = 8, .c = 1024, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
-static const snrt_binary_t P98 = {.kind = SNRT_ADD, .rank = 4, .n = 32768, .dims = {8, 1024, 2, 2}, .sa = {4096, 4, 2, 1}, .sb = {4096, 4, 2, 1}, .na = 32768, .nb = 32768};
-static const snrt_unary_t P99 = {.n = 32768, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
+static const snrt_fused_t P14 = {.n = 131072, .nin = 2, .nops = 2, .need = 0, .have = 0, .use_y = 0, .ops = {{0, 0, 1, 0.f}, {5, 2, -1, 0.f}}};
+static const snrt_conv_t P15 = {.n = 8, .c = 256, .h = 8, .w = 8, .k = 64, .oh = 8, .ow = 8, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_bn_t P16 = {.n = 8, .c = 64, .hw = 64, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
+static const snrt_unary_t P17 = {.n = 32768, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
+static const snrt_conv_t P18 = {.n = 8, .c = 64, .h = 8, .w = 8, .k = 64, .oh = 8, .ow = 8, .kh = 3, .kw = 3, .sh = 1, .sw = 1, .pt = 1, .pl = 1, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 1179648};
+static const snrt_bn_t P19 = {.n = 8, .c = 64, .hw = 64, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
+static const snrt_unary_t P20 = {.n = 32768, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
+static const snrt_conv_t P21 = {.n = 8, .c = 64, .h = 8, .w = 8, .k = 256, .oh = 8, .ow = 8, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_bn_t P22 = {.n = 8, .c = 256, .hw = 64, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
+static const snrt_fused_t P23 = {.n = 131072, .nin = 2, .nops = 2, .need = 0, .have = 0, .use_y = 0, .ops = {{0, 0, 1, 0.f}, {5, 2, -1, 0.f}}};
+static const snrt_conv_t P24 = {.n = 8, .c = 256, .h = 8, .w = 8, .k = 64, .oh = 8, .ow = 8, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_bn_t P25 = {.n = 8, .c = 64, .hw = 64, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
+static const snrt_unary_t P26 = {.n = 32768, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
+static const snrt_conv_t P27 = {.n = 8, .c = 64, .h = 8, .w = 8, .k = 64, .oh = 8, .ow = 8, .kh = 3, .kw = 3, .sh = 1, .sw = 1, .pt = 1, .pl = 1, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 1179648};
+static const snrt_bn_t P28 = {.n = 8, .c = 64, .hw = 64, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
+static const snrt_unary_t P29 = {.n = 32768, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
+static const snrt_conv_t P30 = {.n = 8, .c = 64, .h = 8, .w = 8, .k = 256, .oh = 8, .ow = 8, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_bn_t P31 = {.n = 8, .c = 256, .hw = 64, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
+static const snrt_fused_t P32 = {.n = 131072, .nin = 2, .nops = 2, .need = 0, .have = 0, .use_y = 0, .ops = {{0, 0, 1, 0.f}, {5, 2, -1, 0.f}}};
+static const snrt_conv_t P33 = {.n = 8, .c = 256, .h = 8, .w = 8, .k = 128, .oh = 8, .ow = 8, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_bn_t P34 = {.n = 8, .c = 128, .hw = 64, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
+static const snrt_unary_t P35 = {.n = 65536, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
+static const snrt_conv_t P36 = {.n = 8, .c = 128, .h = 8, .w = 8, .k = 128, .oh = 4, .ow = 4, .kh = 3, .kw = 3, .sh = 2, .sw = 2, .pt = 1, .pl = 1, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 589824};
+static const snrt_bn_t P37 = {.n = 8, .c = 128, .hw = 16, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
+static const snrt_unary_t P38 = {.n = 16384, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
+static const snrt_conv_t P39 = {.n = 8, .c = 128, .h = 4, .w = 4, .k = 512, .oh = 4, .ow = 4, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_bn_t P40 = {.n = 8, .c = 512, .hw = 16, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
+static const snrt_conv_t P41 = {.n = 8, .c = 256, .h = 8, .w = 8, .k = 512, .oh = 4, .ow = 4, .kh = 1, .kw = 1, .sh = 2, .sw = 2, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 131072};
+static const snrt_bn_t P42 = {.n = 8, .c = 512, .hw = 16, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
+static const snrt_fused_t P43 = {.n = 65536, .nin = 2, .nops = 2, .need = 0, .have = 0, .use_y = 0, .ops = {{0, 0, 1, 0.f}, {5, 2, -1, 0.f}}};
+static const snrt_conv_t P44 = {.n = 8, .c = 512, .h = 4, .w = 4, .k = 128, .oh = 4, .ow = 4, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_bn_t P45 = {.n = 8, .c = 128, .hw = 16, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
+static const snrt_unary_t P46 = {.n = 16384, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
+static const snrt_conv_t P47 = {.n = 8, .c = 128, .h = 4, .w = 4, .k = 128, .oh = 4, .ow = 4, .kh = 3, .kw = 3, .sh = 1, .sw = 1, .pt = 1, .pl = 1, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 589824};
+static const snrt_bn_t P48 = {.n = 8, .c = 128, .hw = 16, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
+static const snrt_unary_t P49 = {.n = 16384, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
+static const snrt_conv_t P50 = {.n = 8, .c = 128, .h = 4, .w = 4, .k = 512, .oh = 4, .ow = 4, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_bn_t P51 = {.n = 8, .c = 512, .hw = 16, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
+static const snrt_fused_t P52 = {.n = 65536, .nin = 2, .nops = 2, .need = 0, .have = 0, .use_y = 0, .ops = {{0, 0, 1, 0.f}, {5, 2, -1, 0.f}}};
+static const snrt_conv_t P53 = {.n = 8, .c = 512, .h = 4, .w = 4, .k = 128, .oh = 4, .ow = 4, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_bn_t P54 = {.n = 8, .c = 128, .hw = 16, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
+static const snrt_unary_t P55 = {.n = 16384, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
+static const snrt_conv_t P56 = {.n = 8, .c = 128, .h = 4, .w = 4, .k = 128, .oh = 4, .ow = 4, .kh = 3, .kw = 3, .sh = 1, .sw = 1, .pt = 1, .pl = 1, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 589824};
+static const snrt_bn_t P57 = {.n = 8, .c = 128, .hw = 16, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
+static const snrt_unary_t P58 = {.n = 16384, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
+static const snrt_conv_t P59 = {.n = 8, .c = 128, .h = 4, .w = 4, .k = 512, .oh = 4, .ow = 4, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_bn_t P60 = {.n = 8, .c = 512, .hw = 16, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
+static const snrt_fused_t P61 = {.n = 65536, .nin = 2, .nops = 2, .need = 0, .have = 0, .use_y = 0, .ops = {{0, 0, 1, 0.f}, {5, 2, -1, 0.f}}};
+static const snrt_conv_t P62 = {.n = 8, .c = 512, .h = 4, .w = 4, .k = 128, .oh = 4, .ow = 4, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_bn_t P63 = {.n = 8, .c = 128, .hw = 16, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
+static const snrt_unary_t P64 = {.n = 16384, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
+static const snrt_conv_t P65 = {.n = 8, .c = 128, .h = 4, .w = 4, .k = 128, .oh = 4, .ow = 4, .kh = 3, .kw = 3, .sh = 1, .sw = 1, .pt = 1, .pl = 1, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 589824};
+static const snrt_bn_t P66 = {.n = 8, .c = 128, .hw = 16, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
+static const snrt_unary_t P67 = {.n = 16384, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
+static const snrt_conv_t P68 = {.n = 8, .c = 128, .h = 4, .w = 4, .k = 512, .oh = 4, .ow = 4, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_bn_t P69 = {.n = 8, .c = 512, .hw = 16, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
+static const snrt_fused_t P70 = {.n = 65536, .nin = 2, .nops = 2, .need = 0, .have = 0, .use_y = 0, .ops = {{0, 0, 1, 0.f}, {5, 2, -1, 0.f}}};
+static const snrt_conv_t P71 = {.n = 8, .c = 512, .h = 4, .w = 4, .k = 256, .oh = 4, .ow = 4, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_bn_t P72 = {.n = 8, .c = 256, .hw = 16, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
+static const snrt_unary_t P73 = {.n = 32768, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
+static const snrt_conv_t P74 = {.n = 8, .c = 256, .h = 4, .w = 4, .k = 256, .oh = 2, .ow = 2, .kh = 3, .kw = 3, .sh = 2, .sw = 2, .pt = 1, .pl = 1, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 294912};
+static const snrt_bn_t P75 = {.n = 8, .c = 256, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
+static const snrt_unary_t P76 = {.n = 8192, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
+static const snrt_conv_t P77 = {.n = 8, .c = 256, .h = 2, .w = 2, .k = 1024, .oh = 2, .ow = 2, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_bn_t P78 = {.n = 8, .c = 1024, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
+static const snrt_conv_t P79 = {.n = 8, .c = 512, .h = 4, .w = 4, .k = 1024, .oh = 2, .ow = 2, .kh = 1, .kw = 1, .sh = 2, .sw = 2, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 65536};
+static const snrt_bn_t P80 = {.n = 8, .c = 1024, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
+static const snrt_fused_t P81 = {.n = 32768, .nin = 2, .nops = 2, .need = 0, .have = 0, .use_y = 0, .ops = {{0, 0, 1, 0.f}, {5, 2, -1, 0.f}}};
+static const snrt_conv_t P82 = {.n = 8, .c = 1024, .h = 2, .w = 2, .k = 256, .oh = 2, .ow = 2, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_bn_t P83 = {.n = 8, .c = 256, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
+static const snrt_unary_t P84 = {.n = 8192, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
+static const snrt_conv_t P85 = {.n = 8, .c = 256, .h = 2, .w = 2, .k = 256, .oh = 2, .ow = 2, .kh = 3, .kw = 3, .sh = 1, .sw = 1, .pt = 1, .pl = 1, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 294912};
+static const snrt_bn_t P86 = {.n = 8, .c = 256, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
+static const snrt_unary_t P87 = {.n = 8192, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
+static const snrt_conv_t P88 = {.n = 8, .c = 256, .h = 2, .w = 2, .k = 1024, .oh = 2, .ow = 2, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_bn_t P89 = {.n = 8, .c = 1024, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
+static const snrt_fused_t P90 = {.n = 32768, .nin = 2, .nops = 2, .need = 0, .have = 0, .use_y = 0, .ops = {{0, 0, 1, 0.f}, {5, 2, -1, 0.f}}};
+static const snrt_conv_t P91 = {.n = 8, .c = 1024, .h = 2, .w = 2, .k = 256, .oh = 2, .ow = 2, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_bn_t P92 = {.n = 8, .c = 256, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
+static const snrt_unary_t P93 = {.n = 8192, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
+static const snrt_conv_t P94 = {.n = 8, .c = 256, .h = 2, .w = 2, .k = 256, .oh = 2, .ow = 2, .kh = 3, .kw = 3, .sh = 1, .sw = 1, .pt = 1, .pl = 1, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 294912};
+static const snrt_bn_t P95 = {.n = 8, .c = 256, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
+static const snrt_unary_t P96 = {.n = 8192, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
+static const snrt_conv_t P97 = {.n = 8, .c = 256, .h = 2, .w = 2, .k = 1024, .oh = 2, .ow = 2, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_bn_t P98 = {.n = 8, .c = 1024, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
+static const snrt_fused_t P99 = {.n = 32768, .nin = 2, .nops = 2, .need = 0, .have = 0, .use_y = 0, .ops = {{0, 0, 1, 0.f}, {5, 2, -1, 0.f}}};
 static const snrt_conv_t P100 = {.n = 8, .c = 1024, .h = 2, .w = 2, .k = 256, .oh = 2, .ow = 2, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
 static const snrt_bn_t P101 = {.n = 8, .c = 256, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_unary_t P102 = {.n = 8192, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
@@ -118,223 +118,223 @@ static const snrt_bn_t P104 = {.n = 8, .c = 256, .hw = 4, .eps = 9.99999975e-06f
 static const snrt_unary_t P105 = {.n = 8192, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
 static const snrt_conv_t P106 = {.n = 8, .c = 256, .h = 2, .w = 2, .k = 1024, .oh = 2, .ow = 2, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
 static const snrt_bn_t P107 = {.n = 8, .c = 1024, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
-static const snrt_binary_t P108 = {.kind = SNRT_ADD, .rank = 4, .n = 32768, .dims = {8, 1024, 2, 2}, .sa = {4096, 4, 2, 1}, .sb = {4096, 4, 2, 1}, .na = 32768, .nb = 32768};
-static const snrt_unary_t P109 = {.n = 32768, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P110 = {.n = 8, .c = 1024, .h = 2, .w = 2, .k = 256, .oh = 2, .ow = 2, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
-static const snrt_bn_t P111 = {.n = 8, .c = 256, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
-static const snrt_unary_t P112 = {.n = 8192, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P113 = {.n = 8, .c = 256, .h = 2, .w = 2, .k = 256, .oh = 2, .ow = 2, .kh = 3, .kw = 3, .sh = 1, .sw = 1, .pt = 1, .pl = 1, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 294912};
-static const snrt_bn_t P114 = {.n = 8, .c = 256, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
-static const snrt_unary_t P115 = {.n = 8192, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P116 = {.n = 8, .c = 256, .h = 2, .w = 2, .k = 1024, .oh = 2, .ow = 2, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
-static const snrt_bn_t P117 = {.n = 8, .c = 1024, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
-static const snrt_binary_t P118 = {.kind = SNRT_ADD, .rank = 4, .n = 32768, .dims = {8, 1024, 2, 2}, .sa = {4096, 4, 2, 1}, .sb = {4096, 4, 2, 1}, .na = 32768, .nb = 32768};
-static const snrt_unary_t P119 = {.n = 32768, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P120 = {.n = 8, .c = 1024, .h = 2, .w = 2, .k = 256, .oh = 2, .ow = 2, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
-static const snrt_bn_t P121 = {.n = 8, .c = 256, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
-static const snrt_unary_t P122 = {.n = 8192, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P123 = {.n = 8, .c = 256, .h = 2, .w = 2, .k = 256, .oh = 2, .ow = 2, .kh = 3, .kw = 3, .sh = 1, .sw = 1, .pt = 1, .pl = 1, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 294912};
-static const snrt_bn_t P124 = {.n = 8, .c = 256, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
-static const snrt_unary_t P125 = {.n = 8192, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P126 = {.n = 8, .c = 256, .h = 2, .w = 2, .k = 1024, .oh = 2, .ow = 2, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
-static const snrt_bn_t P127 = {.n = 8, .c = 1024, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
-static const snrt_binary_t P128 = {.kind = SNRT_ADD, .rank = 4, .n = 32768, .dims = {8, 1024, 2, 2}, .sa = {4096, 4, 2, 1}, .sb = {4096, 4, 2, 1}, .na = 32768, .nb = 32768};
-static const snrt_unary_t P129 = {.n = 32768, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P130 = {.n = 8, .c = 1024, .h = 2, .w = 2, .k = 256, .oh = 2, .ow = 2, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
-static const snrt_bn_t P131 = {.n = 8, .c = 256, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
-static const snrt_unary_t P132 = {.n = 8192, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P133 = {.n = 8, .c = 256, .h = 2, .w = 2, .k = 256, .oh = 2, .ow = 2, .kh = 3, .kw = 3, .sh = 1, .sw = 1, .pt = 1, .pl = 1, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 294912};
-static const snrt_bn_t P134 = {.n = 8, .c = 256, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
-static const snrt_unary_t P135 = {.n = 8192, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P136 = {.n = 8, .c = 256, .h = 2, .w = 2, .k = 1024, .oh = 2, .ow = 2, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
-static const snrt_bn_t P137 = {.n = 8, .c = 1024, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
-static const snrt_binary_t P138 = {.kind = SNRT_ADD, .rank = 4, .n = 32768, .dims = {8, 1024, 2, 2}, .sa = {4096, 4, 2, 1}, .sb = {4096, 4, 2, 1}, .na = 32768, .nb = 32768};
-static const snrt_unary_t P139 = {.n = 32768, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P140 = {.n = 8, .c = 1024, .h = 2, .w = 2, .k = 512, .oh = 2, .ow = 2, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
-static const snrt_bn_t P141 = {.n = 8, .c = 512, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
-static const snrt_unary_t P142 = {.n = 16384, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P143 = {.n = 8, .c = 512, .h = 2, .w = 2, .k = 512, .oh = 1, .ow = 1, .kh = 3, .kw = 3, .sh = 2, .sw = 2, .pt = 1, .pl = 1, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 147456};
-static const snrt_bn_t P144 = {.n = 8, .c = 512, .hw = 1, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
-static const snrt_unary_t P145 = {.n = 4096, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P146 = {.n = 8, .c = 512, .h = 1, .w = 1, .k = 2048, .oh = 1, .ow = 1, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
-static const snrt_bn_t P147 = {.n = 8, .c = 2048, .hw = 1, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
-static const snrt_conv_t P148 = {.n = 8, .c = 1024, .h = 2, .w = 2, .k = 2048, .oh = 1, .ow = 1, .kh = 1, .kw = 1, .sh = 2, .sw = 2, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 32768};
-static const snrt_bn_t P149 = {.n = 8, .c = 2048, .hw = 1, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
-static const snrt_binary_t P150 = {.kind = SNRT_ADD, .rank = 4, .n = 16384, .dims = {8, 2048, 1, 1}, .sa = {2048, 1, 0, 0}, .sb = {2048, 1, 0, 0}, .na = 16384, .nb = 16384};
-static const snrt_unary_t P151 = {.n = 16384, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P152 = {.n = 8, .c = 2048, .h = 1, .w = 1, .k = 512, .oh = 1, .ow = 1, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
-static const snrt_bn_t P153 = {.n = 8, .c = 512, .hw = 1, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
-static const snrt_unary_t P154 = {.n = 4096, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P155 = {.n = 8, .c = 512, .h = 1, .w = 1, .k = 512, .oh = 1, .ow = 1, .kh = 3, .kw = 3, .sh = 1, .sw = 1, .pt = 1, .pl = 1, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 147456};
-static const snrt_bn_t P156 = {.n = 8, .c = 512, .hw = 1, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
-static const snrt_unary_t P157 = {.n = 4096, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P158 = {.n = 8, .c = 512, .h = 1, .w = 1, .k = 2048, .oh = 1, .ow = 1, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
-static const snrt_bn_t P159 = {.n = 8, .c = 2048, .hw = 1, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
-static const snrt_binary_t P160 = {.kind = SNRT_ADD, .rank = 4, .n = 16384, .dims = {8, 2048, 1, 1}, .sa = {2048, 1, 0, 0}, .sb = {2048, 1, 0, 0}, .na = 16384, .nb = 16384};
-static const snrt_unary_t P161 = {.n = 16384, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P162 = {.n = 8, .c = 2048, .h = 1, .w = 1, .k = 512, .oh = 1, .ow = 1, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
-static const snrt_bn_t P163 = {.n = 8, .c = 512, .hw = 1, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
-static const snrt_unary_t P164 = {.n = 4096, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P165 = {.n = 8, .c = 512, .h = 1, .w = 1, .k = 512, .oh = 1, .ow = 1, .kh = 3, .kw = 3, .sh = 1, .sw = 1, .pt = 1, .pl = 1, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 147456};
-static const snrt_bn_t P166 = {.n = 8, .c = 512, .hw = 1, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
-static const snrt_unary_t P167 = {.n = 4096, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P168 = {.n = 8, .c = 512, .h = 1, .w = 1, .k = 2048, .oh = 1, .ow = 1, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
-static const snrt_bn_t P169 = {.n = 8, .c = 2048, .hw = 1, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
-static const snrt_binary_t P170 = {.kind = SNRT_ADD, .rank = 4, .n = 16384, .dims = {8, 2048, 1, 1}, .sa = {2048, 1, 0, 0}, .sb = {2048, 1, 0, 0}, .na = 16384, .nb = 16384};
-static const snrt_unary_t P171 = {.n = 16384, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_pool_t P172 = {.n = 8, .c = 2048, .h = 1, .w = 1, .oh = 1, .ow = 1, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .pb = 0, .pr = 0, .dh = 1, .dw = 1, .count_include_pad = 0};
-static const snrt_mm_t P173 = {.batch = 1, .m = 8, .n = 10, .k = 2048, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 16384, .stride_b = 20480, .stride_y = 80};
-static const snrt_bias_t P174 = {.rows = 8, .cols = 10, .kind = SNRT_BIAS_ROW, .scale = 1.f};
-static const snrt_loss_t P175 = {.n = 8, .classes = 10};
-static const snrt_mm_t P176 = {.batch = 1, .m = 8, .n = 2048, .k = 10, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_mm_t P177 = {.batch = 1, .m = 10, .n = 2048, .k = 8, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_bias_t P178 = {.rows = 8, .cols = 10, .kind = SNRT_BIAS_ROW, .scale = 1.f};
-static const snrt_sgd_t P179 = {.n = 20480, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 481};
-static const snrt_sgd_t P180 = {.n = 10, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 484};
-static const snrt_sgd_t P181 = {.n = 2048, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 475};
-static const snrt_sgd_t P182 = {.n = 2048, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 478};
-static const snrt_sgd_t P183 = {.n = 1048576, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 472};
-static const snrt_sgd_t P184 = {.n = 512, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 466};
-static const snrt_sgd_t P185 = {.n = 512, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 469};
-static const snrt_sgd_t P186 = {.n = 2359296, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 463};
-static const snrt_sgd_t P187 = {.n = 512, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 457};
-static const snrt_sgd_t P188 = {.n = 512, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 460};
-static const snrt_sgd_t P189 = {.n = 1048576, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 454};
-static const snrt_sgd_t P190 = {.n = 2048, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 448};
-static const snrt_sgd_t P191 = {.n = 2048, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 451};
-static const snrt_sgd_t P192 = {.n = 1048576, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 445};
-static const snrt_sgd_t P193 = {.n = 512, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 439};
-static const snrt_sgd_t P194 = {.n = 512, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 442};
-static const snrt_sgd_t P195 = {.n = 2359296, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 436};
-static const snrt_sgd_t P196 = {.n = 512, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 430};
-static const snrt_sgd_t P197 = {.n = 512, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 433};
-static const snrt_sgd_t P198 = {.n = 1048576, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 427};
-static const snrt_sgd_t P199 = {.n = 2048, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 421};
-static const snrt_sgd_t P200 = {.n = 2048, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 424};
-static const snrt_sgd_t P201 = {.n = 2097152, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 418};
-static const snrt_sgd_t P202 = {.n = 2048, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 412};
-static const snrt_sgd_t P203 = {.n = 2048, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 415};
-static const snrt_sgd_t P204 = {.n = 1048576, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 409};
-static const snrt_sgd_t P205 = {.n = 512, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 403};
-static const snrt_sgd_t P206 = {.n = 512, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 406};
-static const snrt_sgd_t P207 = {.n = 2359296, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 400};
-static const snrt_sgd_t P208 = {.n = 512, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 394};
-static const snrt_sgd_t P209 = {.n = 512, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 397};
-static const snrt_sgd_t P210 = {.n = 524288, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 391};
-static const snrt_sgd_t P211 = {.n = 1024, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 385};
-static const snrt_sgd_t P212 = {.n = 1024, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 388};
-static const snrt_sgd_t P213 = {.n = 262144, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 382};
-static const snrt_sgd_t P214 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 376};
-static const snrt_sgd_t P215 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 379};
-static const snrt_sgd_t P216 = {.n = 589824, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 373};
-static const snrt_sgd_t P217 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 367};
-static const snrt_sgd_t P218 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 370};
-static const snrt_sgd_t P219 = {.n = 262144, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 364};
-static const snrt_sgd_t P220 = {.n = 1024, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 358};
-static const snrt_sgd_t P221 = {.n = 1024, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 361};
-static const snrt_sgd_t P222 = {.n = 262144, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 355};
-static const snrt_sgd_t P223 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 349};
-static const snrt_sgd_t P224 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 352};
-static const snrt_sgd_t P225 = {.n = 589824, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 346};
-static const snrt_sgd_t P226 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 340};
-static const snrt_sgd_t P227 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 343};
-static const snrt_sgd_t P228 = {.n = 262144, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 337};
-static const snrt_sgd_t P229 = {.n = 1024, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 331};
-static const snrt_sgd_t P230 = {.n = 1024, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 334};
-static const snrt_sgd_t P231 = {.n = 262144, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 328};
-static const snrt_sgd_t P232 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 322};
-static const snrt_sgd_t P233 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 325};
-static const snrt_sgd_t P234 = {.n = 589824, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 319};
-static const snrt_sgd_t P235 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 313};
-static const snrt_sgd_t P236 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 316};
-static const snrt_sgd_t P237 = {.n = 262144, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 310};
-static const snrt_sgd_t P238 = {.n = 1024, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 304};
-static const snrt_sgd_t P239 = {.n = 1024, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 307};
-static const snrt_sgd_t P240 = {.n = 262144, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 301};
-static const snrt_sgd_t P241 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 295};
-static const snrt_sgd_t P242 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 298};
-static const snrt_sgd_t P243 = {.n = 589824, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 292};
-static const snrt_sgd_t P244 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 286};
-static const snrt_sgd_t P245 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 289};
-static const snrt_sgd_t P246 = {.n = 262144, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 283};
-static const snrt_sgd_t P247 = {.n = 1024, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 277};
-static const snrt_sgd_t P248 = {.n = 1024, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 280};
-static const snrt_sgd_t P249 = {.n = 262144, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 274};
-static const snrt_sgd_t P250 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 268};
-static const snrt_sgd_t P251 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 271};
-static const snrt_sgd_t P252 = {.n = 589824, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 265};
-static const snrt_sgd_t P253 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 259};
-static const snrt_sgd_t P254 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 262};
-static const snrt_sgd_t P255 = {.n = 262144, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 256};
-static const snrt_sgd_t P256 = {.n = 1024, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 250};
-static const snrt_sgd_t P257 = {.n = 1024, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 253};
-static const snrt_sgd_t P258 = {.n = 524288, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 247};
-static const snrt_sgd_t P259 = {.n = 1024, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 241};
-static const snrt_sgd_t P260 = {.n = 1024, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 244};
-static const snrt_sgd_t P261 = {.n = 262144, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 238};
-static const snrt_sgd_t P262 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 232};
-static const snrt_sgd_t P263 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 235};
-static const snrt_sgd_t P264 = {.n = 589824, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 229};
-static const snrt_sgd_t P265 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 223};
-static const snrt_sgd_t P266 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 226};
-static const snrt_sgd_t P267 = {.n = 131072, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 220};
-static const snrt_sgd_t P268 = {.n = 512, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 214};
-static const snrt_sgd_t P269 = {.n = 512, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 217};
-static const snrt_sgd_t P270 = {.n = 65536, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 211};
-static const snrt_sgd_t P271 = {.n = 128, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 205};
-static const snrt_sgd_t P272 = {.n = 128, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 208};
-static const snrt_sgd_t P273 = {.n = 147456, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 202};
-static const snrt_sgd_t P274 = {.n = 128, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 196};
-static const snrt_sgd_t P275 = {.n = 128, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 199};
-static const snrt_sgd_t P276 = {.n = 65536, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 193};
-static const snrt_sgd_t P277 = {.n = 512, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 187};
-static const snrt_sgd_t P278 = {.n = 512, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 190};
-static const snrt_sgd_t P279 = {.n = 65536, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 184};
-static const snrt_sgd_t P280 = {.n = 128, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 178};
-static const snrt_sgd_t P281 = {.n = 128, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 181};
-static const snrt_sgd_t P282 = {.n = 147456, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 175};
-static const snrt_sgd_t P283 = {.n = 128, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 169};
-static const snrt_sgd_t P284 = {.n = 128, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 172};
-static const snrt_sgd_t P285 = {.n = 65536, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 166};
-static const snrt_sgd_t P286 = {.n = 512, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 160};
-static const snrt_sgd_t P287 = {.n = 512, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 163};
-static const snrt_sgd_t P288 = {.n = 65536, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 157};
-static const snrt_sgd_t P289 = {.n = 128, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 151};
-static const snrt_sgd_t P290 = {.n = 128, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 154};
-static const snrt_sgd_t P291 = {.n = 147456, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 148};
-static const snrt_sgd_t P292 = {.n = 128, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 142};
-static const snrt_sgd_t P293 = {.n = 128, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 145};
-static const snrt_sgd_t P294 = {.n = 65536, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 139};
-static const snrt_sgd_t P295 = {.n = 512, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 133};
-static const snrt_sgd_t P296 = {.n = 512, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 136};
-static const snrt_sgd_t P297 = {.n = 131072, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 130};
-static const snrt_sgd_t P298 = {.n = 512, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 124};
-static const snrt_sgd_t P299 = {.n = 512, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 127};
-static const snrt_sgd_t P300 = {.n = 65536, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 121};
-static const snrt_sgd_t P301 = {.n = 128, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 115};
-static const snrt_sgd_t P302 = {.n = 128, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 118};
-static const snrt_sgd_t P303 = {.n = 147456, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 112};
-static const snrt_sgd_t P304 = {.n = 128, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 106};
-static const snrt_sgd_t P305 = {.n = 128, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 109};
-static const snrt_sgd_t P306 = {.n = 32768, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 103};
-static const snrt_sgd_t P307 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 97};
-static const snrt_sgd_t P308 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 100};
-static const snrt_sgd_t P309 = {.n = 16384, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 94};
-static const snrt_sgd_t P310 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 88};
-static const snrt_sgd_t P311 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 91};
-static const snrt_sgd_t P312 = {.n = 36864, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 85};
-static const snrt_sgd_t P313 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 79};
-static const snrt_sgd_t P314 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 82};
-static const snrt_sgd_t P315 = {.n = 16384, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 76};
-static const snrt_sgd_t P316 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 70};
-static const snrt_sgd_t P317 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 73};
-static const snrt_sgd_t P318 = {.n = 16384, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 67};
-static const snrt_sgd_t P319 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 61};
-static const snrt_sgd_t P320 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 64};
-static const snrt_sgd_t P321 = {.n = 36864, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 58};
-static const snrt_sgd_t P322 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 52};
-static const snrt_sgd_t P323 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 55};
-static const snrt_sgd_t P324 = {.n = 16384, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 49};
+static const snrt_fused_t P108 = {.n = 32768, .nin = 2, .nops = 2, .need = 0, .have = 0, .use_y = 0, .ops = {{0, 0, 1, 0.f}, {5, 2, -1, 0.f}}};
+static const snrt_conv_t P109 = {.n = 8, .c = 1024, .h = 2, .w = 2, .k = 256, .oh = 2, .ow = 2, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_bn_t P110 = {.n = 8, .c = 256, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
+static const snrt_unary_t P111 = {.n = 8192, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
+static const snrt_conv_t P112 = {.n = 8, .c = 256, .h = 2, .w = 2, .k = 256, .oh = 2, .ow = 2, .kh = 3, .kw = 3, .sh = 1, .sw = 1, .pt = 1, .pl = 1, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 294912};
+static const snrt_bn_t P113 = {.n = 8, .c = 256, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
+static const snrt_unary_t P114 = {.n = 8192, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
+static const snrt_conv_t P115 = {.n = 8, .c = 256, .h = 2, .w = 2, .k = 1024, .oh = 2, .ow = 2, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_bn_t P116 = {.n = 8, .c = 1024, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
+static const snrt_fused_t P117 = {.n = 32768, .nin = 2, .nops = 2, .need = 0, .have = 0, .use_y = 0, .ops = {{0, 0, 1, 0.f}, {5, 2, -1, 0.f}}};
+static const snrt_conv_t P118 = {.n = 8, .c = 1024, .h = 2, .w = 2, .k = 256, .oh = 2, .ow = 2, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_bn_t P119 = {.n = 8, .c = 256, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
+static const snrt_unary_t P120 = {.n = 8192, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
+static const snrt_conv_t P121 = {.n = 8, .c = 256, .h = 2, .w = 2, .k = 256, .oh = 2, .ow = 2, .kh = 3, .kw = 3, .sh = 1, .sw = 1, .pt = 1, .pl = 1, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 294912};
+static const snrt_bn_t P122 = {.n = 8, .c = 256, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
+static const snrt_unary_t P123 = {.n = 8192, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
+static const snrt_conv_t P124 = {.n = 8, .c = 256, .h = 2, .w = 2, .k = 1024, .oh = 2, .ow = 2, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_bn_t P125 = {.n = 8, .c = 1024, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
+static const snrt_fused_t P126 = {.n = 32768, .nin = 2, .nops = 2, .need = 0, .have = 0, .use_y = 0, .ops = {{0, 0, 1, 0.f}, {5, 2, -1, 0.f}}};
+static const snrt_conv_t P127 = {.n = 8, .c = 1024, .h = 2, .w = 2, .k = 512, .oh = 2, .ow = 2, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_bn_t P128 = {.n = 8, .c = 512, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
+static const snrt_unary_t P129 = {.n = 16384, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
+static const snrt_conv_t P130 = {.n = 8, .c = 512, .h = 2, .w = 2, .k = 512, .oh = 1, .ow = 1, .kh = 3, .kw = 3, .sh = 2, .sw = 2, .pt = 1, .pl = 1, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 147456};
+static const snrt_bn_t P131 = {.n = 8, .c = 512, .hw = 1, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
+static const snrt_unary_t P132 = {.n = 4096, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
+static const snrt_conv_t P133 = {.n = 8, .c = 512, .h = 1, .w = 1, .k = 2048, .oh = 1, .ow = 1, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_bn_t P134 = {.n = 8, .c = 2048, .hw = 1, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
+static const snrt_conv_t P135 = {.n = 8, .c = 1024, .h = 2, .w = 2, .k = 2048, .oh = 1, .ow = 1, .kh = 1, .kw = 1, .sh = 2, .sw = 2, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 32768};
+static const snrt_bn_t P136 = {.n = 8, .c = 2048, .hw = 1, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
+static const snrt_fused_t P137 = {.n = 16384, .nin = 2, .nops = 2, .need = 0, .have = 0, .use_y = 0, .ops = {{0, 0, 1, 0.f}, {5, 2, -1, 0.f}}};
+static const snrt_conv_t P138 = {.n = 8, .c = 2048, .h = 1, .w = 1, .k = 512, .oh = 1, .ow = 1, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_bn_t P139 = {.n = 8, .c = 512, .hw = 1, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
+static const snrt_unary_t P140 = {.n = 4096, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
+static const snrt_conv_t P141 = {.n = 8, .c = 512, .h = 1, .w = 1, .k = 512, .oh = 1, .ow = 1, .kh = 3, .kw = 3, .sh = 1, .sw = 1, .pt = 1, .pl = 1, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 147456};
+static const snrt_bn_t P142 = {.n = 8, .c = 512, .hw = 1, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
+static const snrt_unary_t P143 = {.n = 4096, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
+static const snrt_conv_t P144 = {.n = 8, .c = 512, .h = 1, .w = 1, .k = 2048, .oh = 1, .ow = 1, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_bn_t P145 = {.n = 8, .c = 2048, .hw = 1, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
+static const snrt_fused_t P146 = {.n = 16384, .nin = 2, .nops = 2, .need = 0, .have = 0, .use_y = 0, .ops = {{0, 0, 1, 0.f}, {5, 2, -1, 0.f}}};
+static const snrt_conv_t P147 = {.n = 8, .c = 2048, .h = 1, .w = 1, .k = 512, .oh = 1, .ow = 1, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_bn_t P148 = {.n = 8, .c = 512, .hw = 1, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
+static const snrt_unary_t P149 = {.n = 4096, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
+static const snrt_conv_t P150 = {.n = 8, .c = 512, .h = 1, .w = 1, .k = 512, .oh = 1, .ow = 1, .kh = 3, .kw = 3, .sh = 1, .sw = 1, .pt = 1, .pl = 1, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 147456};
+static const snrt_bn_t P151 = {.n = 8, .c = 512, .hw = 1, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
+static const snrt_unary_t P152 = {.n = 4096, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
+static const snrt_conv_t P153 = {.n = 8, .c = 512, .h = 1, .w = 1, .k = 2048, .oh = 1, .ow = 1, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_bn_t P154 = {.n = 8, .c = 2048, .hw = 1, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
+static const snrt_fused_t P155 = {.n = 16384, .nin = 2, .nops = 2, .need = 0, .have = 0, .use_y = 0, .ops = {{0, 0, 1, 0.f}, {5, 2, -1, 0.f}}};
+static const snrt_pool_t P156 = {.n = 8, .c = 2048, .h = 1, .w = 1, .oh = 1, .ow = 1, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .pb = 0, .pr = 0, .dh = 1, .dw = 1, .count_include_pad = 0};
+static const snrt_mm_t P157 = {.batch = 1, .m = 8, .n = 10, .k = 2048, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 16384, .stride_b = 20480, .stride_y = 80};
+static const snrt_bias_t P158 = {.rows = 8, .cols = 10, .kind = SNRT_BIAS_ROW, .scale = 1.f};
+static const snrt_loss_t P159 = {.n = 8, .classes = 10};
+static const snrt_mm_t P160 = {.batch = 1, .m = 8, .n = 2048, .k = 10, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_mm_t P161 = {.batch = 1, .m = 10, .n = 2048, .k = 8, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_bias_t P162 = {.rows = 8, .cols = 10, .kind = SNRT_BIAS_ROW, .scale = 1.f};
+static const snrt_sgd_t P163 = {.n = 20480, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 481};
+static const snrt_sgd_t P164 = {.n = 10, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 484};
+static const snrt_fused_t P165 = {.n = 16384, .nin = 2, .nops = 2, .need = 3, .have = 0, .use_y = 1, .ops = {{0, 0, 1, 0.f}, {5, 2, -1, 0.f}}};
+static const snrt_sgd_t P166 = {.n = 2048, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 475};
+static const snrt_sgd_t P167 = {.n = 2048, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 478};
+static const snrt_sgd_t P168 = {.n = 1048576, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 472};
+static const snrt_sgd_t P169 = {.n = 512, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 466};
+static const snrt_sgd_t P170 = {.n = 512, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 469};
+static const snrt_sgd_t P171 = {.n = 2359296, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 463};
+static const snrt_sgd_t P172 = {.n = 512, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 457};
+static const snrt_sgd_t P173 = {.n = 512, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 460};
+static const snrt_sgd_t P174 = {.n = 1048576, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 454};
+static const snrt_fused_t P175 = {.n = 16384, .nin = 2, .nops = 2, .need = 3, .have = 0, .use_y = 1, .ops = {{0, 0, 1, 0.f}, {5, 2, -1, 0.f}}};
+static const snrt_sgd_t P176 = {.n = 2048, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 448};
+static const snrt_sgd_t P177 = {.n = 2048, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 451};
+static const snrt_sgd_t P178 = {.n = 1048576, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 445};
+static const snrt_sgd_t P179 = {.n = 512, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 439};
+static const snrt_sgd_t P180 = {.n = 512, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 442};
+static const snrt_sgd_t P181 = {.n = 2359296, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 436};
+static const snrt_sgd_t P182 = {.n = 512, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 430};
+static const snrt_sgd_t P183 = {.n = 512, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 433};
+static const snrt_sgd_t P184 = {.n = 1048576, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 427};
+static const snrt_fused_t P185 = {.n = 16384, .nin = 2, .nops = 2, .need = 3, .have = 0, .use_y = 1, .ops = {{0, 0, 1, 0.f}, {5, 2, -1, 0.f}}};
+static const snrt_sgd_t P186 = {.n = 2048, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 421};
+static const snrt_sgd_t P187 = {.n = 2048, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 424};
+static const snrt_sgd_t P188 = {.n = 2097152, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 418};
+static const snrt_sgd_t P189 = {.n = 2048, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 412};
+static const snrt_sgd_t P190 = {.n = 2048, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 415};
+static const snrt_sgd_t P191 = {.n = 1048576, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 409};
+static const snrt_sgd_t P192 = {.n = 512, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 403};
+static const snrt_sgd_t P193 = {.n = 512, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 406};
+static const snrt_sgd_t P194 = {.n = 2359296, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 400};
+static const snrt_sgd_t P195 = {.n = 512, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 394};
+static const snrt_sgd_t P196 = {.n = 512, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 397};
+static const snrt_sgd_t P197 = {.n = 524288, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 391};
+static const snrt_fused_t P198 = {.n = 32768, .nin = 2, .nops = 2, .need = 3, .have = 0, .use_y = 1, .ops = {{0, 0, 1, 0.f}, {5, 2, -1, 0.f}}};
+static const snrt_sgd_t P199 = {.n = 1024, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 385};
+static const snrt_sgd_t P200 = {.n = 1024, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 388};
+static const snrt_sgd_t P201 = {.n = 262144, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 382};
+static const snrt_sgd_t P202 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 376};
+static const snrt_sgd_t P203 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 379};
+static const snrt_sgd_t P204 = {.n = 589824, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 373};
+static const snrt_sgd_t P205 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 367};
+static const snrt_sgd_t P206 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 370};
+static const snrt_sgd_t P207 = {.n = 262144, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 364};
+static const snrt_fused_t P208 = {.n = 32768, .nin = 2, .nops = 2, .need = 3, .have = 0, .use_y = 1, .ops = {{0, 0, 1, 0.f}, {5, 2, -1, 0.f}}};
+static const snrt_sgd_t P209 = {.n = 1024, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 358};
+static const snrt_sgd_t P210 = {.n = 1024, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 361};
+static const snrt_sgd_t P211 = {.n = 262144, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 355};
+static const snrt_sgd_t P212 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 349};
+static const snrt_sgd_t P213 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 352};
+static const snrt_sgd_t P214 = {.n = 589824, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 346};
+static const snrt_sgd_t P215 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 340};
+static const snrt_sgd_t P216 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 343};
+static const snrt_sgd_t P217 = {.n = 262144, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 337};
+static const snrt_fused_t P218 = {.n = 32768, .nin = 2, .nops = 2, .need = 3, .have = 0, .use_y = 1, .ops = {{0, 0, 1, 0.f}, {5, 2, -1, 0.f}}};
+static const snrt_sgd_t P219 = {.n = 1024, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 331};
+static const snrt_sgd_t P220 = {.n = 1024, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 334};
+static const snrt_sgd_t P221 = {.n = 262144, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 328};
+static const snrt_sgd_t P222 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 322};
+static const snrt_sgd_t P223 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 325};
+static const snrt_sgd_t P224 = {.n = 589824, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 319};
+static const snrt_sgd_t P225 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 313};
+static const snrt_sgd_t P226 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 316};
+static const snrt_sgd_t P227 = {.n = 262144, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 310};
+static const snrt_fused_t P228 = {.n = 32768, .nin = 2, .nops = 2, .need = 3, .have = 0, .use_y = 1, .ops = {{0, 0, 1, 0.f}, {5, 2, -1, 0.f}}};
+static const snrt_sgd_t P229 = {.n = 1024, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 304};
+static const snrt_sgd_t P230 = {.n = 1024, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 307};
+static const snrt_sgd_t P231 = {.n = 262144, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 301};
+static const snrt_sgd_t P232 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 295};
+static const snrt_sgd_t P233 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 298};
+static const snrt_sgd_t P234 = {.n = 589824, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 292};
+static const snrt_sgd_t P235 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 286};
+static const snrt_sgd_t P236 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 289};
+static const snrt_sgd_t P237 = {.n = 262144, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 283};
+static const snrt_fused_t P238 = {.n = 32768, .nin = 2, .nops = 2, .need = 3, .have = 0, .use_y = 1, .ops = {{0, 0, 1, 0.f}, {5, 2, -1, 0.f}}};
+static const snrt_sgd_t P239 = {.n = 1024, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 277};
+static const snrt_sgd_t P240 = {.n = 1024, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 280};
+static const snrt_sgd_t P241 = {.n = 262144, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 274};
+static const snrt_sgd_t P242 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 268};
+static const snrt_sgd_t P243 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 271};
+static const snrt_sgd_t P244 = {.n = 589824, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 265};
+static const snrt_sgd_t P245 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 259};
+static const snrt_sgd_t P246 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 262};
+static const snrt_sgd_t P247 = {.n = 262144, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 256};
+static const snrt_fused_t P248 = {.n = 32768, .nin = 2, .nops = 2, .need = 3, .have = 0, .use_y = 1, .ops = {{0, 0, 1, 0.f}, {5, 2, -1, 0.f}}};
+static const snrt_sgd_t P249 = {.n = 1024, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 250};
+static const snrt_sgd_t P250 = {.n = 1024, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 253};
+static const snrt_sgd_t P251 = {.n = 524288, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 247};
+static const snrt_sgd_t P252 = {.n = 1024, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 241};
+static const snrt_sgd_t P253 = {.n = 1024, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 244};
+static const snrt_sgd_t P254 = {.n = 262144, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 238};
+static const snrt_sgd_t P255 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 232};
+static const snrt_sgd_t P256 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 235};
+static const snrt_sgd_t P257 = {.n = 589824, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 229};
+static const snrt_sgd_t P258 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 223};
+static const snrt_sgd_t P259 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 226};
+static const snrt_sgd_t P260 = {.n = 131072, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 220};
+static const snrt_fused_t P261 = {.n = 65536, .nin = 2, .nops = 2, .need = 3, .have = 0, .use_y = 1, .ops = {{0, 0, 1, 0.f}, {5, 2, -1, 0.f}}};
+static const snrt_sgd_t P262 = {.n = 512, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 214};
+static const snrt_sgd_t P263 = {.n = 512, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 217};
+static const snrt_sgd_t P264 = {.n = 65536, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 211};
+static const snrt_sgd_t P265 = {.n = 128, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 205};
+static const snrt_sgd_t P266 = {.n = 128, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 208};
+static const snrt_sgd_t P267 = {.n = 147456, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 202};
+static const snrt_sgd_t P268 = {.n = 128, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 196};
+static const snrt_sgd_t P269 = {.n = 128, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 199};
+static const snrt_sgd_t P270 = {.n = 65536, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 193};
+static const snrt_fused_t P271 = {.n = 65536, .nin = 2, .nops = 2, .need = 3, .have = 0, .use_y = 1, .ops = {{0, 0, 1, 0.f}, {5, 2, -1, 0.f}}};
+static const snrt_sgd_t P272 = {.n = 512, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 187};
+static const snrt_sgd_t P273 = {.n = 512, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 190};
+static const snrt_sgd_t P274 = {.n = 65536, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 184};
+static const snrt_sgd_t P275 = {.n = 128, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 178};
+static const snrt_sgd_t P276 = {.n = 128, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 181};
+static const snrt_sgd_t P277 = {.n = 147456, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 175};
+static const snrt_sgd_t P278 = {.n = 128, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 169};
+static const snrt_sgd_t P279 = {.n = 128, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 172};
+static const snrt_sgd_t P280 = {.n = 65536, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 166};
+static const snrt_fused_t P281 = {.n = 65536, .nin = 2, .nops = 2, .need = 3, .have = 0, .use_y = 1, .ops = {{0, 0, 1, 0.f}, {5, 2, -1, 0.f}}};
+static const snrt_sgd_t P282 = {.n = 512, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 160};
+static const snrt_sgd_t P283 = {.n = 512, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 163};
+static const snrt_sgd_t P284 = {.n = 65536, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 157};
+static const snrt_sgd_t P285 = {.n = 128, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 151};
+static const snrt_sgd_t P286 = {.n = 128, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 154};
+static const snrt_sgd_t P287 = {.n = 147456, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 148};
+static const snrt_sgd_t P288 = {.n = 128, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 142};
+static const snrt_sgd_t P289 = {.n = 128, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 145};
+static const snrt_sgd_t P290 = {.n = 65536, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 139};
+static const snrt_fused_t P291 = {.n = 65536, .nin = 2, .nops = 2, .need = 3, .have = 0, .use_y = 1, .ops = {{0, 0, 1, 0.f}, {5, 2, -1, 0.f}}};
+static const snrt_sgd_t P292 = {.n = 512, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 133};
+static const snrt_sgd_t P293 = {.n = 512, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 136};
+static const snrt_sgd_t P294 = {.n = 131072, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 130};
+static const snrt_sgd_t P295 = {.n = 512, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 124};
+static const snrt_sgd_t P296 = {.n = 512, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 127};
+static const snrt_sgd_t P297 = {.n = 65536, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 121};
+static const snrt_sgd_t P298 = {.n = 128, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 115};
+static const snrt_sgd_t P299 = {.n = 128, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 118};
+static const snrt_sgd_t P300 = {.n = 147456, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 112};
+static const snrt_sgd_t P301 = {.n = 128, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 106};
+static const snrt_sgd_t P302 = {.n = 128, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 109};
+static const snrt_sgd_t P303 = {.n = 32768, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 103};
+static const snrt_fused_t P304 = {.n = 131072, .nin = 2, .nops = 2, .need = 3, .have = 0, .use_y = 1, .ops = {{0, 0, 1, 0.f}, {5, 2, -1, 0.f}}};
+static const snrt_sgd_t P305 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 97};
+static const snrt_sgd_t P306 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 100};
+static const snrt_sgd_t P307 = {.n = 16384, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 94};
+static const snrt_sgd_t P308 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 88};
+static const snrt_sgd_t P309 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 91};
+static const snrt_sgd_t P310 = {.n = 36864, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 85};
+static const snrt_sgd_t P311 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 79};
+static const snrt_sgd_t P312 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 82};
+static const snrt_sgd_t P313 = {.n = 16384, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 76};
+static const snrt_fused_t P314 = {.n = 131072, .nin = 2, .nops = 2, .need = 3, .have = 0, .use_y = 1, .ops = {{0, 0, 1, 0.f}, {5, 2, -1, 0.f}}};
+static const snrt_sgd_t P315 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 70};
+static const snrt_sgd_t P316 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 73};
+static const snrt_sgd_t P317 = {.n = 16384, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 67};
+static const snrt_sgd_t P318 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 61};
+static const snrt_sgd_t P319 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 64};
+static const snrt_sgd_t P320 = {.n = 36864, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 58};
+static const snrt_sgd_t P321 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 52};
+static const snrt_sgd_t P322 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 55};
+static const snrt_sgd_t P323 = {.n = 16384, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 49};
+static const snrt_fused_t P324 = {.n = 131072, .nin = 2, .nops = 2, .need = 3, .have = 0, .use_y = 1, .ops = {{0, 0, 1, 0.f}, {5, 2, -1, 0.f}}};
 static const snrt_sgd_t P325 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 43};
 static const snrt_sgd_t P326 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 46};
 static const snrt_sgd_t P327 = {.n = 16384, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 40};
@@ -401,2300 +401,2188 @@ static void train_step_0(snrt_ctx *c) {
   /*    13 forward   BatchNormalization layer1.0.down.bn  live 183.4 MiB */
   snrt_bn_fwd_train(c, &P13, F(0xbe36200), F(0x52f00), F(0x53300), F(0x53700), F(0x53b00), F(0xb436200), F(0xca0ea00), F(0xca0ee00));
   snrt_reads(c, 14, 2, (const int64_t[]){0xb3b6200, 524288, 0xb436200, 524288});
-  /*    14 forward   Add                layer1.0.add  live 183.9 MiB */
-  snrt_binary_fwd(c, &P14, F(0xb3b6200), F(0xb436200), F(0xb4b6200));
+  /*    14 forward   FUSED              layer1.0.out/fused2  live 183.9 MiB */
+  snrt_fused_fwd(c, &P14, (const float *const[]){F(0xb3b6200), F(0xb436200)}, F(0xbeb6200));
   snrt_dead(c, 0xb3b6200, 524288);
   snrt_dead(c, 0xb436200, 524288);
-  snrt_reads(c, 15, 1, (const int64_t[]){0xb4b6200, 524288});
-  /*    15 forward   Relu               layer1.0.out  live 183.4 MiB */
-  snrt_unary_fwd(c, &P15, F(0xb4b6200), F(0xbeb6200));
-  snrt_dead(c, 0xb4b6200, 524288);
-  snrt_reads(c, 16, 2, (const int64_t[]){0xbeb6200, 524288, 0x53f00, 65536});
-  /*    16 forward   Conv               layer1.1.1.conv  live 183.1 MiB */
-  snrt_conv_fwd(c, &P16, F(0xbeb6200), F(0x53f00), NULL, F(0xc4ba200), NULL);
-  snrt_reads(c, 17, 5, (const int64_t[]){0xc4ba200, 131072, 0x63f00, 256, 0x64000, 256, 0x64100, 256, 0x64200, 256});
-  /*    17 forward   BatchNormalization layer1.1.1.bn  live 183.2 MiB */
-  snrt_bn_fwd_train(c, &P17, F(0xc4ba200), F(0x63f00), F(0x64000), F(0x64100), F(0x64200), F(0xb3b6200), F(0xca18800), F(0xca18900));
-  snrt_reads(c, 18, 1, (const int64_t[]){0xb3b6200, 131072});
-  /*    18 forward   Relu               layer1.1.1.relu  live 183.3 MiB */
-  snrt_unary_fwd(c, &P18, F(0xb3b6200), F(0xc4da200));
+  snrt_reads(c, 15, 2, (const int64_t[]){0xbeb6200, 524288, 0x53f00, 65536});
+  /*    15 forward   Conv               layer1.1.1.conv  live 183.1 MiB */
+  snrt_conv_fwd(c, &P15, F(0xbeb6200), F(0x53f00), NULL, F(0xc4ba200), NULL);
+  snrt_reads(c, 16, 5, (const int64_t[]){0xc4ba200, 131072, 0x63f00, 256, 0x64000, 256, 0x64100, 256, 0x64200, 256});
+  /*    16 forward   BatchNormalization layer1.1.1.bn  live 183.2 MiB */
+  snrt_bn_fwd_train(c, &P16, F(0xc4ba200), F(0x63f00), F(0x64000), F(0x64100), F(0x64200), F(0xb3b6200), F(0xca18800), F(0xca18900));
+  snrt_reads(c, 17, 1, (const int64_t[]){0xb3b6200, 131072});
+  /*    17 forward   Relu               layer1.1.1.relu  live 183.3 MiB */
+  snrt_unary_fwd(c, &P17, F(0xb3b6200), F(0xc4da200));
   snrt_dead(c, 0xb3b6200, 131072);
-  snrt_reads(c, 19, 2, (const int64_t[]){0xc4da200, 131072, 0x64300, 147456});
-  /*    19 forward   Conv               layer1.1.2.conv  live 184.4 MiB */
-  snrt_conv_fwd(c, &P19, F(0xc4da200), F(0x64300), NULL, F(0xc4fa200), F(0xb3b6200));
+  snrt_reads(c, 18, 2, (const int64_t[]){0xc4da200, 131072, 0x64300, 147456});
+  /*    18 forward   Conv               layer1.1.2.conv  live 184.4 MiB */
+  snrt_conv_fwd(c, &P18, F(0xc4da200), F(0x64300), NULL, F(0xc4fa200), F(0xb3b6200));
   snrt_dead(c, 0xb3b6200, 1179648);
-  snrt_reads(c, 20, 5, (const int64_t[]){0xc4fa200, 131072, 0x88300, 256, 0x88400, 256, 0x88500, 256, 0x88600, 256});
-  /*    20 forward   BatchNormalization layer1.1.2.bn  live 183.4 MiB */
-  snrt_bn_fwd_train(c, &P20, F(0xc4fa200), F(0x88300), F(0x88400), F(0x88500), F(0x88600), F(0xb3b6200), F(0xca18a00), F(0xca18b00));
-  snrt_reads(c, 21, 1, (const int64_t[]){0xb3b6200, 131072});
-  /*    21 forward   Relu               layer1.1.2.relu  live 183.6 MiB */
-  snrt_unary_fwd(c, &P21, F(0xb3b6200), F(0xc51a200));
+  snrt_reads(c, 19, 5, (const int64_t[]){0xc4fa200, 131072, 0x88300, 256, 0x88400, 256, 0x88500, 256, 0x88600, 256});
+  /*    19 forward   BatchNormalization layer1.1.2.bn  live 183.4 MiB */
+  snrt_bn_fwd_train(c, &P19, F(0xc4fa200), F(0x88300), F(0x88400), F(0x88500), F(0x88600), F(0xb3b6200), F(0xca18a00), F(0xca18b00));
+  snrt_reads(c, 20, 1, (const int64_t[]){0xb3b6200, 131072});
+  /*    20 forward   Relu               layer1.1.2.relu  live 183.6 MiB */
+  snrt_unary_fwd(c, &P20, F(0xb3b6200), F(0xc51a200));
   snrt_dead(c, 0xb3b6200, 131072);
-  snrt_reads(c, 22, 2, (const int64_t[]){0xc51a200, 131072, 0x88700, 65536});
-  /*    22 forward   Conv               layer1.1.3.conv  live 183.9 MiB */
-  snrt_conv_fwd(c, &P22, F(0xc51a200), F(0x88700), NULL, F(0xbf36200), NULL);
-  snrt_reads(c, 23, 5, (const int64_t[]){0xbf36200, 524288, 0x98700, 1024, 0x98b00, 1024, 0x98f00, 1024, 0x99300, 1024});
-  /*    23 forward   BatchNormalization layer1.1.3.bn  live 184.4 MiB */
-  snrt_bn_fwd_train(c, &P23, F(0xbf36200), F(0x98700), F(0x98b00), F(0x98f00), F(0x99300), F(0xb3b6200), F(0xca0f200), F(0xca0f600));
-  snrt_reads(c, 24, 2, (const int64_t[]){0xb3b6200, 524288, 0xbeb6200, 524288});
-  /*    24 forward   Add                layer1.1.add  live 184.9 MiB */
-  snrt_binary_fwd(c, &P24, F(0xb3b6200), F(0xbeb6200), F(0xb436200));
+  snrt_reads(c, 21, 2, (const int64_t[]){0xc51a200, 131072, 0x88700, 65536});
+  /*    21 forward   Conv               layer1.1.3.conv  live 183.9 MiB */
+  snrt_conv_fwd(c, &P21, F(0xc51a200), F(0x88700), NULL, F(0xbf36200), NULL);
+  snrt_reads(c, 22, 5, (const int64_t[]){0xbf36200, 524288, 0x98700, 1024, 0x98b00, 1024, 0x98f00, 1024, 0x99300, 1024});
+  /*    22 forward   BatchNormalization layer1.1.3.bn  live 184.4 MiB */
+  snrt_bn_fwd_train(c, &P22, F(0xbf36200), F(0x98700), F(0x98b00), F(0x98f00), F(0x99300), F(0xb3b6200), F(0xca0f200), F(0xca0f600));
+  snrt_reads(c, 23, 2, (const int64_t[]){0xb3b6200, 524288, 0xbeb6200, 524288});
+  /*    23 forward   FUSED              layer1.1.out/fused2  live 184.9 MiB */
+  snrt_fused_fwd(c, &P23, (const float *const[]){F(0xb3b6200), F(0xbeb6200)}, F(0xbfb6200));
   snrt_dead(c, 0xb3b6200, 524288);
-  snrt_reads(c, 25, 1, (const int64_t[]){0xb436200, 524288});
-  /*    25 forward   Relu               layer1.1.out  live 184.9 MiB */
-  snrt_unary_fwd(c, &P25, F(0xb436200), F(0xbfb6200));
-  snrt_dead(c, 0xb436200, 524288);
-  snrt_reads(c, 26, 2, (const int64_t[]){0xbfb6200, 524288, 0x99700, 65536});
-  /*    26 forward   Conv               layer1.2.1.conv  live 184.6 MiB */
-  snrt_conv_fwd(c, &P26, F(0xbfb6200), F(0x99700), NULL, F(0xc53a200), NULL);
-  snrt_reads(c, 27, 5, (const int64_t[]){0xc53a200, 131072, 0xa9700, 256, 0xa9800, 256, 0xa9900, 256, 0xa9a00, 256});
-  /*    27 forward   BatchNormalization layer1.2.1.bn  live 184.7 MiB */
-  snrt_bn_fwd_train(c, &P27, F(0xc53a200), F(0xa9700), F(0xa9800), F(0xa9900), F(0xa9a00), F(0xb3b6200), F(0xca18c00), F(0xca18d00));
-  snrt_reads(c, 28, 1, (const int64_t[]){0xb3b6200, 131072});
-  /*    28 forward   Relu               layer1.2.1.relu  live 184.8 MiB */
-  snrt_unary_fwd(c, &P28, F(0xb3b6200), F(0xc55a200));
+  snrt_reads(c, 24, 2, (const int64_t[]){0xbfb6200, 524288, 0x99700, 65536});
+  /*    24 forward   Conv               layer1.2.1.conv  live 184.6 MiB */
+  snrt_conv_fwd(c, &P24, F(0xbfb6200), F(0x99700), NULL, F(0xc53a200), NULL);
+  snrt_reads(c, 25, 5, (const int64_t[]){0xc53a200, 131072, 0xa9700, 256, 0xa9800, 256, 0xa9900, 256, 0xa9a00, 256});
+  /*    25 forward   BatchNormalization layer1.2.1.bn  live 184.7 MiB */
+  snrt_bn_fwd_train(c, &P25, F(0xc53a200), F(0xa9700), F(0xa9800), F(0xa9900), F(0xa9a00), F(0xb3b6200), F(0xca18c00), F(0xca18d00));
+  snrt_reads(c, 26, 1, (const int64_t[]){0xb3b6200, 131072});
+  /*    26 forward   Relu               layer1.2.1.relu  live 184.8 MiB */
+  snrt_unary_fwd(c, &P26, F(0xb3b6200), F(0xc55a200));
   snrt_dead(c, 0xb3b6200, 131072);
-  snrt_reads(c, 29, 2, (const int64_t[]){0xc55a200, 131072, 0xa9b00, 147456});
-  /*    29 forward   Conv               layer1.2.2.conv  live 185.9 MiB */
-  snrt_conv_fwd(c, &P29, F(0xc55a200), F(0xa9b00), NULL, F(0xc57a200), F(0xb3b6200));
+  snrt_reads(c, 27, 2, (const int64_t[]){0xc55a200, 131072, 0xa9b00, 147456});
+  /*    27 forward   Conv               layer1.2.2.conv  live 185.9 MiB */
+  snrt_conv_fwd(c, &P27, F(0xc55a200), F(0xa9b00), NULL, F(0xc57a200), F(0xb3b6200));
   snrt_dead(c, 0xb3b6200, 1179648);
-  snrt_reads(c, 30, 5, (const int64_t[]){0xc57a200, 131072, 0xcdb00, 256, 0xcdc00, 256, 0xcdd00, 256, 0xcde00, 256});
-  /*    30 forward   BatchNormalization layer1.2.2.bn  live 184.9 MiB */
-  snrt_bn_fwd_train(c, &P30, F(0xc57a200), F(0xcdb00), F(0xcdc00), F(0xcdd00), F(0xcde00), F(0xb3b6200), F(0xca18e00), F(0xca18f00));
-  snrt_reads(c, 31, 1, (const int64_t[]){0xb3b6200, 131072});
-  /*    31 forward   Relu               layer1.2.2.relu  live 185.1 MiB */
-  snrt_unary_fwd(c, &P31, F(0xb3b6200), F(0xc59a200));
+  snrt_reads(c, 28, 5, (const int64_t[]){0xc57a200, 131072, 0xcdb00, 256, 0xcdc00, 256, 0xcdd00, 256, 0xcde00, 256});
+  /*    28 forward   BatchNormalization layer1.2.2.bn  live 184.9 MiB */
+  snrt_bn_fwd_train(c, &P28, F(0xc57a200), F(0xcdb00), F(0xcdc00), F(0xcdd00), F(0xcde00), F(0xb3b6200), F(0xca18e00), F(0xca18f00));
+  snrt_reads(c, 29, 1, (const int64_t[]){0xb3b6200, 131072});
+  /*    29 forward   Relu               layer1.2.2.relu  live 185.1 MiB */
+  snrt_unary_fwd(c, &P29, F(0xb3b6200), F(0xc59a200));
   snrt_dead(c, 0xb3b6200, 131072);
-  snrt_reads(c, 32, 2, (const int64_t[]){0xc59a200, 131072, 0xcdf00, 65536});
-  /*    32 forward   Conv               layer1.2.3.conv  live 185.4 MiB */
-  snrt_conv_fwd(c, &P32, F(0xc59a200), F(0xcdf00), NULL, F(0xc036200), NULL);
-  snrt_reads(c, 33, 5, (const int64_t[]){0xc036200, 524288, 0xddf00, 1024, 0xde300, 1024, 0xde700, 1024, 0xdeb00, 1024});
-  /*    33 forward   BatchNormalization layer1.2.3.bn  live 185.9 MiB */
-  snrt_bn_fwd_train(c, &P33, F(0xc036200), F(0xddf00), F(0xde300), F(0xde700), F(0xdeb00), F(0xb3b6200), F(0xca0fa00), F(0xca0fe00));
-  snrt_reads(c, 34, 2, (const int64_t[]){0xb3b6200, 524288, 0xbfb6200, 524288});
-  /*    34 forward   Add                layer1.2.add  live 186.4 MiB */
-  snrt_binary_fwd(c, &P34, F(0xb3b6200), F(0xbfb6200), F(0xb436200));
+  snrt_reads(c, 30, 2, (const int64_t[]){0xc59a200, 131072, 0xcdf00, 65536});
+  /*    30 forward   Conv               layer1.2.3.conv  live 185.4 MiB */
+  snrt_conv_fwd(c, &P30, F(0xc59a200), F(0xcdf00), NULL, F(0xc036200), NULL);
+  snrt_reads(c, 31, 5, (const int64_t[]){0xc036200, 524288, 0xddf00, 1024, 0xde300, 1024, 0xde700, 1024, 0xdeb00, 1024});
+  /*    31 forward   BatchNormalization layer1.2.3.bn  live 185.9 MiB */
+  snrt_bn_fwd_train(c, &P31, F(0xc036200), F(0xddf00), F(0xde300), F(0xde700), F(0xdeb00), F(0xb3b6200), F(0xca0fa00), F(0xca0fe00));
+  snrt_reads(c, 32, 2, (const int64_t[]){0xb3b6200, 524288, 0xbfb6200, 524288});
+  /*    32 forward   FUSED              layer1.2.out/fused2  live 186.4 MiB */
+  snrt_fused_fwd(c, &P32, (const float *const[]){F(0xb3b6200), F(0xbfb6200)}, F(0xc0b6200));
   snrt_dead(c, 0xb3b6200, 524288);
-  snrt_reads(c, 35, 1, (const int64_t[]){0xb436200, 524288});
-  /*    35 forward   Relu               layer1.2.out  live 186.4 MiB */
-  snrt_unary_fwd(c, &P35, F(0xb436200), F(0xc0b6200));
-  snrt_dead(c, 0xb436200, 524288);
-  snrt_reads(c, 36, 2, (const int64_t[]){0xc0b6200, 524288, 0xdef00, 131072});
-  /*    36 forward   Conv               layer2.0.1.conv  live 186.2 MiB */
-  snrt_conv_fwd(c, &P36, F(0xc0b6200), F(0xdef00), NULL, F(0xc136200), NULL);
-  snrt_reads(c, 37, 5, (const int64_t[]){0xc136200, 262144, 0xfef00, 512, 0xff100, 512, 0xff300, 512, 0xff500, 512});
-  /*    37 forward   BatchNormalization layer2.0.1.bn  live 186.4 MiB */
-  snrt_bn_fwd_train(c, &P37, F(0xc136200), F(0xfef00), F(0xff100), F(0xff300), F(0xff500), F(0xb3b6200), F(0xca16200), F(0xca16400));
-  snrt_reads(c, 38, 1, (const int64_t[]){0xb3b6200, 262144});
-  /*    38 forward   Relu               layer2.0.1.relu  live 186.7 MiB */
-  snrt_unary_fwd(c, &P38, F(0xb3b6200), F(0xc176200));
+  snrt_reads(c, 33, 2, (const int64_t[]){0xc0b6200, 524288, 0xdef00, 131072});
+  /*    33 forward   Conv               layer2.0.1.conv  live 186.2 MiB */
+  snrt_conv_fwd(c, &P33, F(0xc0b6200), F(0xdef00), NULL, F(0xc136200), NULL);
+  snrt_reads(c, 34, 5, (const int64_t[]){0xc136200, 262144, 0xfef00, 512, 0xff100, 512, 0xff300, 512, 0xff500, 512});
+  /*    34 forward   BatchNormalization layer2.0.1.bn  live 186.4 MiB */
+  snrt_bn_fwd_train(c, &P34, F(0xc136200), F(0xfef00), F(0xff100), F(0xff300), F(0xff500), F(0xb3b6200), F(0xca16200), F(0xca16400));
+  snrt_reads(c, 35, 1, (const int64_t[]){0xb3b6200, 262144});
+  /*    35 forward   Relu               layer2.0.1.relu  live 186.7 MiB */
+  snrt_unary_fwd(c, &P35, F(0xb3b6200), F(0xc176200));
   snrt_dead(c, 0xb3b6200, 262144);
-  snrt_reads(c, 39, 2, (const int64_t[]){0xc176200, 262144, 0xff700, 589824});
-  /*    39 forward   Conv               layer2.0.2.conv  live 187.1 MiB */
-  snrt_conv_fwd(c, &P39, F(0xc176200), F(0xff700), NULL, F(0xc7d2200), F(0xb3b6200));
+  snrt_reads(c, 36, 2, (const int64_t[]){0xc176200, 262144, 0xff700, 589824});
+  /*    36 forward   Conv               layer2.0.2.conv  live 187.1 MiB */
+  snrt_conv_fwd(c, &P36, F(0xc176200), F(0xff700), NULL, F(0xc7d2200), F(0xb3b6200));
   snrt_dead(c, 0xb3b6200, 589824);
-  snrt_reads(c, 40, 5, (const int64_t[]){0xc7d2200, 65536, 0x18f700, 512, 0x18f900, 512, 0x18fb00, 512, 0x18fd00, 512});
-  /*    40 forward   BatchNormalization layer2.0.2.bn  live 186.6 MiB */
-  snrt_bn_fwd_train(c, &P40, F(0xc7d2200), F(0x18f700), F(0x18f900), F(0x18fb00), F(0x18fd00), F(0xb3b6200), F(0xca16600), F(0xca16800));
-  snrt_reads(c, 41, 1, (const int64_t[]){0xb3b6200, 65536});
-  /*    41 forward   Relu               layer2.0.2.relu  live 186.6 MiB */
-  snrt_unary_fwd(c, &P41, F(0xb3b6200), F(0xc7e2200));
+  snrt_reads(c, 37, 5, (const int64_t[]){0xc7d2200, 65536, 0x18f700, 512, 0x18f900, 512, 0x18fb00, 512, 0x18fd00, 512});
+  /*    37 forward   BatchNormalization layer2.0.2.bn  live 186.6 MiB */
+  snrt_bn_fwd_train(c, &P37, F(0xc7d2200), F(0x18f700), F(0x18f900), F(0x18fb00), F(0x18fd00), F(0xb3b6200), F(0xca16600), F(0xca16800));
+  snrt_reads(c, 38, 1, (const int64_t[]){0xb3b6200, 65536});
+  /*    38 forward   Relu               layer2.0.2.relu  live 186.6 MiB */
+  snrt_unary_fwd(c, &P38, F(0xb3b6200), F(0xc7e2200));
   snrt_dead(c, 0xb3b6200, 65536);
-  snrt_reads(c, 42, 2, (const int64_t[]){0xc7e2200, 65536, 0x18ff00, 262144});
-  /*    42 forward   Conv               layer2.0.3.conv  live 186.8 MiB */
-  snrt_conv_fwd(c, &P42, F(0xc7e2200), F(0x18ff00), NULL, F(0xc1b6200), NULL);
-  snrt_reads(c, 43, 5, (const int64_t[]){0xc1b6200, 262144, 0x1cff00, 2048, 0x1d0700, 2048, 0x1d0f00, 2048, 0x1d1700, 2048});
-  /*    43 forward   BatchNormalization layer2.0.3.bn  live 187.1 MiB */
-  snrt_bn_fwd_train(c, &P43, F(0xc1b6200), F(0x1cff00), F(0x1d0700), F(0x1d0f00), F(0x1d1700), F(0xb3b6200), F(0xca04200), F(0xca04a00));
-  snrt_reads(c, 44, 2, (const int64_t[]){0xc0b6200, 524288, 0x1d1f00, 524288});
-  /*    44 forward   Conv               layer2.0.down.conv  live 187.4 MiB */
-  snrt_conv_fwd(c, &P44, F(0xc0b6200), F(0x1d1f00), NULL, F(0xc1f6200), F(0xb3f6200));
+  snrt_reads(c, 39, 2, (const int64_t[]){0xc7e2200, 65536, 0x18ff00, 262144});
+  /*    39 forward   Conv               layer2.0.3.conv  live 186.8 MiB */
+  snrt_conv_fwd(c, &P39, F(0xc7e2200), F(0x18ff00), NULL, F(0xc1b6200), NULL);
+  snrt_reads(c, 40, 5, (const int64_t[]){0xc1b6200, 262144, 0x1cff00, 2048, 0x1d0700, 2048, 0x1d0f00, 2048, 0x1d1700, 2048});
+  /*    40 forward   BatchNormalization layer2.0.3.bn  live 187.1 MiB */
+  snrt_bn_fwd_train(c, &P40, F(0xc1b6200), F(0x1cff00), F(0x1d0700), F(0x1d0f00), F(0x1d1700), F(0xb3b6200), F(0xca04200), F(0xca04a00));
+  snrt_reads(c, 41, 2, (const int64_t[]){0xc0b6200, 524288, 0x1d1f00, 524288});
+  /*    41 forward   Conv               layer2.0.down.conv  live 187.4 MiB */
+  snrt_conv_fwd(c, &P41, F(0xc0b6200), F(0x1d1f00), NULL, F(0xc1f6200), F(0xb3f6200));
   snrt_dead(c, 0xb3f6200, 131072);
-  snrt_reads(c, 45, 5, (const int64_t[]){0xc1f6200, 262144, 0x251f00, 2048, 0x252700, 2048, 0x252f00, 2048, 0x253700, 2048});
-  /*    45 forward   BatchNormalization layer2.0.down.bn  live 187.6 MiB */
-  snrt_bn_fwd_train(c, &P45, F(0xc1f6200), F(0x251f00), F(0x252700), F(0x252f00), F(0x253700), F(0xb3f6200), F(0xca05200), F(0xca05a00));
-  snrt_reads(c, 46, 2, (const int64_t[]){0xb3b6200, 262144, 0xb3f6200, 262144});
-  /*    46 forward   Add                layer2.0.add  live 187.8 MiB */
-  snrt_binary_fwd(c, &P46, F(0xb3b6200), F(0xb3f6200), F(0xb436200));
+  snrt_reads(c, 42, 5, (const int64_t[]){0xc1f6200, 262144, 0x251f00, 2048, 0x252700, 2048, 0x252f00, 2048, 0x253700, 2048});
+  /*    42 forward   BatchNormalization layer2.0.down.bn  live 187.6 MiB */
+  snrt_bn_fwd_train(c, &P42, F(0xc1f6200), F(0x251f00), F(0x252700), F(0x252f00), F(0x253700), F(0xb3f6200), F(0xca05200), F(0xca05a00));
+  snrt_reads(c, 43, 2, (const int64_t[]){0xb3b6200, 262144, 0xb3f6200, 262144});
+  /*    43 forward   FUSED              layer2.0.out/fused2  live 187.8 MiB */
+  snrt_fused_fwd(c, &P43, (const float *const[]){F(0xb3b6200), F(0xb3f6200)}, F(0xc236200));
   snrt_dead(c, 0xb3b6200, 262144);
   snrt_dead(c, 0xb3f6200, 262144);
-  snrt_reads(c, 47, 1, (const int64_t[]){0xb436200, 262144});
-  /*    47 forward   Relu               layer2.0.out  live 187.6 MiB */
-  snrt_unary_fwd(c, &P47, F(0xb436200), F(0xc236200));
-  snrt_dead(c, 0xb436200, 262144);
-  snrt_reads(c, 48, 2, (const int64_t[]){0xc236200, 262144, 0x253f00, 262144});
-  /*    48 forward   Conv               layer2.1.1.conv  live 187.4 MiB */
-  snrt_conv_fwd(c, &P48, F(0xc236200), F(0x253f00), NULL, F(0xc7f2200), NULL);
-  snrt_reads(c, 49, 5, (const int64_t[]){0xc7f2200, 65536, 0x293f00, 512, 0x294100, 512, 0x294300, 512, 0x294500, 512});
-  /*    49 forward   BatchNormalization layer2.1.1.bn  live 187.5 MiB */
-  snrt_bn_fwd_train(c, &P49, F(0xc7f2200), F(0x293f00), F(0x294100), F(0x294300), F(0x294500), F(0xb3b6200), F(0xca16a00), F(0xca16c00));
-  snrt_reads(c, 50, 1, (const int64_t[]){0xb3b6200, 65536});
-  /*    50 forward   Relu               layer2.1.1.relu  live 187.5 MiB */
-  snrt_unary_fwd(c, &P50, F(0xb3b6200), F(0xc802200));
+  snrt_reads(c, 44, 2, (const int64_t[]){0xc236200, 262144, 0x253f00, 262144});
+  /*    44 forward   Conv               layer2.1.1.conv  live 187.4 MiB */
+  snrt_conv_fwd(c, &P44, F(0xc236200), F(0x253f00), NULL, F(0xc7f2200), NULL);
+  snrt_reads(c, 45, 5, (const int64_t[]){0xc7f2200, 65536, 0x293f00, 512, 0x294100, 512, 0x294300, 512, 0x294500, 512});
+  /*    45 forward   BatchNormalization layer2.1.1.bn  live 187.5 MiB */
+  snrt_bn_fwd_train(c, &P45, F(0xc7f2200), F(0x293f00), F(0x294100), F(0x294300), F(0x294500), F(0xb3b6200), F(0xca16a00), F(0xca16c00));
+  snrt_reads(c, 46, 1, (const int64_t[]){0xb3b6200, 65536});
+  /*    46 forward   Relu               layer2.1.1.relu  live 187.5 MiB */
+  snrt_unary_fwd(c, &P46, F(0xb3b6200), F(0xc802200));
   snrt_dead(c, 0xb3b6200, 65536);
-  snrt_reads(c, 51, 2, (const int64_t[]){0xc802200, 65536, 0x294700, 589824});
-  /*    51 forward   Conv               layer2.1.2.conv  live 188.1 MiB */
-  snrt_conv_fwd(c, &P51, F(0xc802200), F(0x294700), NULL, F(0xc812200), F(0xb3b6200));
+  snrt_reads(c, 47, 2, (const int64_t[]){0xc802200, 65536, 0x294700, 589824});
+  /*    47 forward   Conv               layer2.1.2.conv  live 188.1 MiB */
+  snrt_conv_fwd(c, &P47, F(0xc802200), F(0x294700), NULL, F(0xc812200), F(0xb3b6200));
   snrt_dead(c, 0xb3b6200, 589824);
-  snrt_reads(c, 52, 5, (const int64_t[]){0xc812200, 65536, 0x324700, 512, 0x324900, 512, 0x324b00, 512, 0x324d00, 512});
-  /*    52 forward   BatchNormalization layer2.1.2.bn  live 187.6 MiB */
-  snrt_bn_fwd_train(c, &P52, F(0xc812200), F(0x324700), F(0x324900), F(0x324b00), F(0x324d00), F(0xb3b6200), F(0xca16e00), F(0xca17000));
-  snrt_reads(c, 53, 1, (const int64_t[]){0xb3b6200, 65536});
-  /*    53 forward   Relu               layer2.1.2.relu  live 187.6 MiB */
-  snrt_unary_fwd(c, &P53, F(0xb3b6200), F(0xc822200));
+  snrt_reads(c, 48, 5, (const int64_t[]){0xc812200, 65536, 0x324700, 512, 0x324900, 512, 0x324b00, 512, 0x324d00, 512});
+  /*    48 forward   BatchNormalization layer2.1.2.bn  live 187.6 MiB */
+  snrt_bn_fwd_train(c, &P48, F(0xc812200), F(0x324700), F(0x324900), F(0x324b00), F(0x324d00), F(0xb3b6200), F(0xca16e00), F(0xca17000));
+  snrt_reads(c, 49, 1, (const int64_t[]){0xb3b6200, 65536});
+  /*    49 forward   Relu               layer2.1.2.relu  live 187.6 MiB */
+  snrt_unary_fwd(c, &P49, F(0xb3b6200), F(0xc822200));
   snrt_dead(c, 0xb3b6200, 65536);
-  snrt_reads(c, 54, 2, (const int64_t[]){0xc822200, 65536, 0x324f00, 262144});
-  /*    54 forward   Conv               layer2.1.3.conv  live 187.8 MiB */
-  snrt_conv_fwd(c, &P54, F(0xc822200), F(0x324f00), NULL, F(0xc276200), NULL);
-  snrt_reads(c, 55, 5, (const int64_t[]){0xc276200, 262144, 0x364f00, 2048, 0x365700, 2048, 0x365f00, 2048, 0x366700, 2048});
-  /*    55 forward   BatchNormalization layer2.1.3.bn  live 188.1 MiB */
-  snrt_bn_fwd_train(c, &P55, F(0xc276200), F(0x364f00), F(0x365700), F(0x365f00), F(0x366700), F(0xb3b6200), F(0xca06200), F(0xca06a00));
-  snrt_reads(c, 56, 2, (const int64_t[]){0xb3b6200, 262144, 0xc236200, 262144});
-  /*    56 forward   Add                layer2.1.add  live 188.3 MiB */
-  snrt_binary_fwd(c, &P56, F(0xb3b6200), F(0xc236200), F(0xb3f6200));
+  snrt_reads(c, 50, 2, (const int64_t[]){0xc822200, 65536, 0x324f00, 262144});
+  /*    50 forward   Conv               layer2.1.3.conv  live 187.8 MiB */
+  snrt_conv_fwd(c, &P50, F(0xc822200), F(0x324f00), NULL, F(0xc276200), NULL);
+  snrt_reads(c, 51, 5, (const int64_t[]){0xc276200, 262144, 0x364f00, 2048, 0x365700, 2048, 0x365f00, 2048, 0x366700, 2048});
+  /*    51 forward   BatchNormalization layer2.1.3.bn  live 188.1 MiB */
+  snrt_bn_fwd_train(c, &P51, F(0xc276200), F(0x364f00), F(0x365700), F(0x365f00), F(0x366700), F(0xb3b6200), F(0xca06200), F(0xca06a00));
+  snrt_reads(c, 52, 2, (const int64_t[]){0xb3b6200, 262144, 0xc236200, 262144});
+  /*    52 forward   FUSED              layer2.1.out/fused2  live 188.3 MiB */
+  snrt_fused_fwd(c, &P52, (const float *const[]){F(0xb3b6200), F(0xc236200)}, F(0xc2b6200));
   snrt_dead(c, 0xb3b6200, 262144);
-  snrt_reads(c, 57, 1, (const int64_t[]){0xb3f6200, 262144});
-  /*    57 forward   Relu               layer2.1.out  live 188.3 MiB */
-  snrt_unary_fwd(c, &P57, F(0xb3f6200), F(0xc2b6200));
-  snrt_dead(c, 0xb3f6200, 262144);
-  snrt_reads(c, 58, 2, (const int64_t[]){0xc2b6200, 262144, 0x366f00, 262144});
-  /*    58 forward   Conv               layer2.2.1.conv  live 188.1 MiB */
-  snrt_conv_fwd(c, &P58, F(0xc2b6200), F(0x366f00), NULL, F(0xc832200), NULL);
-  snrt_reads(c, 59, 5, (const int64_t[]){0xc832200, 65536, 0x3a6f00, 512, 0x3a7100, 512, 0x3a7300, 512, 0x3a7500, 512});
-  /*    59 forward   BatchNormalization layer2.2.1.bn  live 188.2 MiB */
-  snrt_bn_fwd_train(c, &P59, F(0xc832200), F(0x3a6f00), F(0x3a7100), F(0x3a7300), F(0x3a7500), F(0xb3b6200), F(0xca17200), F(0xca17400));
-  snrt_reads(c, 60, 1, (const int64_t[]){0xb3b6200, 65536});
-  /*    60 forward   Relu               layer2.2.1.relu  live 188.3 MiB */
-  snrt_unary_fwd(c, &P60, F(0xb3b6200), F(0xc842200));
+  snrt_reads(c, 53, 2, (const int64_t[]){0xc2b6200, 262144, 0x366f00, 262144});
+  /*    53 forward   Conv               layer2.2.1.conv  live 188.1 MiB */
+  snrt_conv_fwd(c, &P53, F(0xc2b6200), F(0x366f00), NULL, F(0xc832200), NULL);
+  snrt_reads(c, 54, 5, (const int64_t[]){0xc832200, 65536, 0x3a6f00, 512, 0x3a7100, 512, 0x3a7300, 512, 0x3a7500, 512});
+  /*    54 forward   BatchNormalization layer2.2.1.bn  live 188.2 MiB */
+  snrt_bn_fwd_train(c, &P54, F(0xc832200), F(0x3a6f00), F(0x3a7100), F(0x3a7300), F(0x3a7500), F(0xb3b6200), F(0xca17200), F(0xca17400));
+  snrt_reads(c, 55, 1, (const int64_t[]){0xb3b6200, 65536});
+  /*    55 forward   Relu               layer2.2.1.relu  live 188.3 MiB */
+  snrt_unary_fwd(c, &P55, F(0xb3b6200), F(0xc842200));
   snrt_dead(c, 0xb3b6200, 65536);
-  snrt_reads(c, 61, 2, (const int64_t[]){0xc842200, 65536, 0x3a7700, 589824});
-  /*    61 forward   Conv               layer2.2.2.conv  live 188.8 MiB */
-  snrt_conv_fwd(c, &P61, F(0xc842200), F(0x3a7700), NULL, F(0xc852200), F(0xb3b6200));
+  snrt_reads(c, 56, 2, (const int64_t[]){0xc842200, 65536, 0x3a7700, 589824});
+  /*    56 forward   Conv               layer2.2.2.conv  live 188.8 MiB */
+  snrt_conv_fwd(c, &P56, F(0xc842200), F(0x3a7700), NULL, F(0xc852200), F(0xb3b6200));
   snrt_dead(c, 0xb3b6200, 589824);
-  snrt_reads(c, 62, 5, (const int64_t[]){0xc852200, 65536, 0x437700, 512, 0x437900, 512, 0x437b00, 512, 0x437d00, 512});
-  /*    62 forward   BatchNormalization layer2.2.2.bn  live 188.3 MiB */
-  snrt_bn_fwd_train(c, &P62, F(0xc852200), F(0x437700), F(0x437900), F(0x437b00), F(0x437d00), F(0xb3b6200), F(0xca17600), F(0xca17800));
-  snrt_reads(c, 63, 1, (const int64_t[]){0xb3b6200, 65536});
-  /*    63 forward   Relu               layer2.2.2.relu  live 188.4 MiB */
-  snrt_unary_fwd(c, &P63, F(0xb3b6200), F(0xc862200));
+  snrt_reads(c, 57, 5, (const int64_t[]){0xc852200, 65536, 0x437700, 512, 0x437900, 512, 0x437b00, 512, 0x437d00, 512});
+  /*    57 forward   BatchNormalization layer2.2.2.bn  live 188.3 MiB */
+  snrt_bn_fwd_train(c, &P57, F(0xc852200), F(0x437700), F(0x437900), F(0x437b00), F(0x437d00), F(0xb3b6200), F(0xca17600), F(0xca17800));
+  snrt_reads(c, 58, 1, (const int64_t[]){0xb3b6200, 65536});
+  /*    58 forward   Relu               layer2.2.2.relu  live 188.4 MiB */
+  snrt_unary_fwd(c, &P58, F(0xb3b6200), F(0xc862200));
   snrt_dead(c, 0xb3b6200, 65536);
-  snrt_reads(c, 64, 2, (const int64_t[]){0xc862200, 65536, 0x437f00, 262144});
-  /*    64 forward   Conv               layer2.2.3.conv  live 188.6 MiB */
-  snrt_conv_fwd(c, &P64, F(0xc862200), F(0x437f00), NULL, F(0xc2f6200), NULL);
-  snrt_reads(c, 65, 5, (const int64_t[]){0xc2f6200, 262144, 0x477f00, 2048, 0x478700, 2048, 0x478f00, 2048, 0x479700, 2048});
-  /*    65 forward   BatchNormalization layer2.2.3.bn  live 188.8 MiB */
-  snrt_bn_fwd_train(c, &P65, F(0xc2f6200), F(0x477f00), F(0x478700), F(0x478f00), F(0x479700), F(0xb3b6200), F(0xca07200), F(0xca07a00));
-  snrt_reads(c, 66, 2, (const int64_t[]){0xb3b6200, 262144, 0xc2b6200, 262144});
-  /*    66 forward   Add                layer2.2.add  live 189.1 MiB */
-  snrt_binary_fwd(c, &P66, F(0xb3b6200), F(0xc2b6200), F(0xb3f6200));
+  snrt_reads(c, 59, 2, (const int64_t[]){0xc862200, 65536, 0x437f00, 262144});
+  /*    59 forward   Conv               layer2.2.3.conv  live 188.6 MiB */
+  snrt_conv_fwd(c, &P59, F(0xc862200), F(0x437f00), NULL, F(0xc2f6200), NULL);
+  snrt_reads(c, 60, 5, (const int64_t[]){0xc2f6200, 262144, 0x477f00, 2048, 0x478700, 2048, 0x478f00, 2048, 0x479700, 2048});
+  /*    60 forward   BatchNormalization layer2.2.3.bn  live 188.8 MiB */
+  snrt_bn_fwd_train(c, &P60, F(0xc2f6200), F(0x477f00), F(0x478700), F(0x478f00), F(0x479700), F(0xb3b6200), F(0xca07200), F(0xca07a00));
+  snrt_reads(c, 61, 2, (const int64_t[]){0xb3b6200, 262144, 0xc2b6200, 262144});
+  /*    61 forward   FUSED              layer2.2.out/fused2  live 189.1 MiB */
+  snrt_fused_fwd(c, &P61, (const float *const[]){F(0xb3b6200), F(0xc2b6200)}, F(0xc336200));
   snrt_dead(c, 0xb3b6200, 262144);
-  snrt_reads(c, 67, 1, (const int64_t[]){0xb3f6200, 262144});
-  /*    67 forward   Relu               layer2.2.out  live 189.1 MiB */
-  snrt_unary_fwd(c, &P67, F(0xb3f6200), F(0xc336200));
-  snrt_dead(c, 0xb3f6200, 262144);
-  snrt_reads(c, 68, 2, (const int64_t[]){0xc336200, 262144, 0x479f00, 262144});
-  /*    68 forward   Conv               layer2.3.1.conv  live 188.9 MiB */
-  snrt_conv_fwd(c, &P68, F(0xc336200), F(0x479f00), NULL, F(0xc872200), NULL);
-  snrt_reads(c, 69, 5, (const int64_t[]){0xc872200, 65536, 0x4b9f00, 512, 0x4ba100, 512, 0x4ba300, 512, 0x4ba500, 512});
-  /*    69 forward   BatchNormalization layer2.3.1.bn  live 189.0 MiB */
-  snrt_bn_fwd_train(c, &P69, F(0xc872200), F(0x4b9f00), F(0x4ba100), F(0x4ba300), F(0x4ba500), F(0xb3b6200), F(0xca17a00), F(0xca17c00));
-  snrt_reads(c, 70, 1, (const int64_t[]){0xb3b6200, 65536});
-  /*    70 forward   Relu               layer2.3.1.relu  live 189.0 MiB */
-  snrt_unary_fwd(c, &P70, F(0xb3b6200), F(0xc882200));
+  snrt_reads(c, 62, 2, (const int64_t[]){0xc336200, 262144, 0x479f00, 262144});
+  /*    62 forward   Conv               layer2.3.1.conv  live 188.9 MiB */
+  snrt_conv_fwd(c, &P62, F(0xc336200), F(0x479f00), NULL, F(0xc872200), NULL);
+  snrt_reads(c, 63, 5, (const int64_t[]){0xc872200, 65536, 0x4b9f00, 512, 0x4ba100, 512, 0x4ba300, 512, 0x4ba500, 512});
+  /*    63 forward   BatchNormalization layer2.3.1.bn  live 189.0 MiB */
+  snrt_bn_fwd_train(c, &P63, F(0xc872200), F(0x4b9f00), F(0x4ba100), F(0x4ba300), F(0x4ba500), F(0xb3b6200), F(0xca17a00), F(0xca17c00));
+  snrt_reads(c, 64, 1, (const int64_t[]){0xb3b6200, 65536});
+  /*    64 forward   Relu               layer2.3.1.relu  live 189.0 MiB */
+  snrt_unary_fwd(c, &P64, F(0xb3b6200), F(0xc882200));
   snrt_dead(c, 0xb3b6200, 65536);
-  snrt_reads(c, 71, 2, (const int64_t[]){0xc882200, 65536, 0x4ba700, 589824});
-  /*    71 forward   Conv               layer2.3.2.conv  live 189.6 MiB */
-  snrt_conv_fwd(c, &P71, F(0xc882200), F(0x4ba700), NULL, F(0xc892200), F(0xb3b6200));
+  snrt_reads(c, 65, 2, (const int64_t[]){0xc882200, 65536, 0x4ba700, 589824});
+  /*    65 forward   Conv               layer2.3.2.conv  live 189.6 MiB */
+  snrt_conv_fwd(c, &P65, F(0xc882200), F(0x4ba700), NULL, F(0xc892200), F(0xb3b6200));
   snrt_dead(c, 0xb3b6200, 589824);
-  snrt_reads(c, 72, 5, (const int64_t[]){0xc892200, 65536, 0x54a700, 512, 0x54a900, 512, 0x54ab00, 512, 0x54ad00, 512});
-  /*    72 forward   BatchNormalization layer2.3.2.bn  live 189.1 MiB */
-  snrt_bn_fwd_train(c, &P72, F(0xc892200), F(0x54a700), F(0x54a900), F(0x54ab00), F(0x54ad00), F(0xb3b6200), F(0xca17e00), F(0xca18000));
-  snrt_reads(c, 73, 1, (const int64_t[]){0xb3b6200, 65536});
-  /*    73 forward   Relu               layer2.3.2.relu  live 189.2 MiB */
-  snrt_unary_fwd(c, &P73, F(0xb3b6200), F(0xc8a2200));
+  snrt_reads(c, 66, 5, (const int64_t[]){0xc892200, 65536, 0x54a700, 512, 0x54a900, 512, 0x54ab00, 512, 0x54ad00, 512});
+  /*    66 forward   BatchNormalization layer2.3.2.bn  live 189.1 MiB */
+  snrt_bn_fwd_train(c, &P66, F(0xc892200), F(0x54a700), F(0x54a900), F(0x54ab00), F(0x54ad00), F(0xb3b6200), F(0xca17e00), F(0xca18000));
+  snrt_reads(c, 67, 1, (const int64_t[]){0xb3b6200, 65536});
+  /*    67 forward   Relu               layer2.3.2.relu  live 189.2 MiB */
+  snrt_unary_fwd(c, &P67, F(0xb3b6200), F(0xc8a2200));
   snrt_dead(c, 0xb3b6200, 65536);
-  snrt_reads(c, 74, 2, (const int64_t[]){0xc8a2200, 65536, 0x54af00, 262144});
-  /*    74 forward   Conv               layer2.3.3.conv  live 189.3 MiB */
-  snrt_conv_fwd(c, &P74, F(0xc8a2200), F(0x54af00), NULL, F(0xc376200), NULL);
-  snrt_reads(c, 75, 5, (const int64_t[]){0xc376200, 262144, 0x58af00, 2048, 0x58b700, 2048, 0x58bf00, 2048, 0x58c700, 2048});
-  /*    75 forward   BatchNormalization layer2.3.3.bn  live 189.6 MiB */
-  snrt_bn_fwd_train(c, &P75, F(0xc376200), F(0x58af00), F(0x58b700), F(0x58bf00), F(0x58c700), F(0xb3b6200), F(0xca08200), F(0xca08a00));
-  snrt_reads(c, 76, 2, (const int64_t[]){0xb3b6200, 262144, 0xc336200, 262144});
-  /*    76 forward   Add                layer2.3.add  live 189.8 MiB */
-  snrt_binary_fwd(c, &P76, F(0xb3b6200), F(0xc336200), F(0xb3f6200));
+  snrt_reads(c, 68, 2, (const int64_t[]){0xc8a2200, 65536, 0x54af00, 262144});
+  /*    68 forward   Conv               layer2.3.3.conv  live 189.3 MiB */
+  snrt_conv_fwd(c, &P68, F(0xc8a2200), F(0x54af00), NULL, F(0xc376200), NULL);
+  snrt_reads(c, 69, 5, (const int64_t[]){0xc376200, 262144, 0x58af00, 2048, 0x58b700, 2048, 0x58bf00, 2048, 0x58c700, 2048});
+  /*    69 forward   BatchNormalization layer2.3.3.bn  live 189.6 MiB */
+  snrt_bn_fwd_train(c, &P69, F(0xc376200), F(0x58af00), F(0x58b700), F(0x58bf00), F(0x58c700), F(0xb3b6200), F(0xca08200), F(0xca08a00));
+  snrt_reads(c, 70, 2, (const int64_t[]){0xb3b6200, 262144, 0xc336200, 262144});
+  /*    70 forward   FUSED              layer2.3.out/fused2  live 189.8 MiB */
+  snrt_fused_fwd(c, &P70, (const float *const[]){F(0xb3b6200), F(0xc336200)}, F(0xc3b6200));
   snrt_dead(c, 0xb3b6200, 262144);
-  snrt_reads(c, 77, 1, (const int64_t[]){0xb3f6200, 262144});
-  /*    77 forward   Relu               layer2.3.out  live 189.8 MiB */
-  snrt_unary_fwd(c, &P77, F(0xb3f6200), F(0xc3b6200));
-  snrt_dead(c, 0xb3f6200, 262144);
-  snrt_reads(c, 78, 2, (const int64_t[]){0xc3b6200, 262144, 0x58cf00, 524288});
-  /*    78 forward   Conv               layer3.0.1.conv  live 189.7 MiB */
-  snrt_conv_fwd(c, &P78, F(0xc3b6200), F(0x58cf00), NULL, F(0xc5ba200), NULL);
-  snrt_reads(c, 79, 5, (const int64_t[]){0xc5ba200, 131072, 0x60cf00, 1024, 0x60d300, 1024, 0x60d700, 1024, 0x60db00, 1024});
-  /*    79 forward   BatchNormalization layer3.0.1.bn  live 189.8 MiB */
-  snrt_bn_fwd_train(c, &P79, F(0xc5ba200), F(0x60cf00), F(0x60d300), F(0x60d700), F(0x60db00), F(0xb3b6200), F(0xca10200), F(0xca10600));
-  snrt_reads(c, 80, 1, (const int64_t[]){0xb3b6200, 131072});
-  /*    80 forward   Relu               layer3.0.1.relu  live 190.0 MiB */
-  snrt_unary_fwd(c, &P80, F(0xb3b6200), F(0xc5da200));
+  snrt_reads(c, 71, 2, (const int64_t[]){0xc3b6200, 262144, 0x58cf00, 524288});
+  /*    71 forward   Conv               layer3.0.1.conv  live 189.7 MiB */
+  snrt_conv_fwd(c, &P71, F(0xc3b6200), F(0x58cf00), NULL, F(0xc5ba200), NULL);
+  snrt_reads(c, 72, 5, (const int64_t[]){0xc5ba200, 131072, 0x60cf00, 1024, 0x60d300, 1024, 0x60d700, 1024, 0x60db00, 1024});
+  /*    72 forward   BatchNormalization layer3.0.1.bn  live 189.8 MiB */
+  snrt_bn_fwd_train(c, &P72, F(0xc5ba200), F(0x60cf00), F(0x60d300), F(0x60d700), F(0x60db00), F(0xb3b6200), F(0xca10200), F(0xca10600));
+  snrt_reads(c, 73, 1, (const int64_t[]){0xb3b6200, 131072});
+  /*    73 forward   Relu               layer3.0.1.relu  live 190.0 MiB */
+  snrt_unary_fwd(c, &P73, F(0xb3b6200), F(0xc5da200));
   snrt_dead(c, 0xb3b6200, 131072);
-  snrt_reads(c, 81, 2, (const int64_t[]){0xc5da200, 131072, 0x60df00, 2359296});
-  /*    81 forward   Conv               layer3.0.2.conv  live 190.2 MiB */
-  snrt_conv_fwd(c, &P81, F(0xc5da200), F(0x60df00), NULL, F(0xc912200), F(0xb3b6200));
+  snrt_reads(c, 74, 2, (const int64_t[]){0xc5da200, 131072, 0x60df00, 2359296});
+  /*    74 forward   Conv               layer3.0.2.conv  live 190.2 MiB */
+  snrt_conv_fwd(c, &P74, F(0xc5da200), F(0x60df00), NULL, F(0xc922200), F(0xb3b6200));
   snrt_dead(c, 0xb3b6200, 294912);
-  snrt_reads(c, 82, 5, (const int64_t[]){0xc912200, 32768, 0x84df00, 1024, 0x84e300, 1024, 0x84e700, 1024, 0x84eb00, 1024});
-  /*    82 forward   BatchNormalization layer3.0.2.bn  live 189.9 MiB */
-  snrt_bn_fwd_train(c, &P82, F(0xc912200), F(0x84df00), F(0x84e300), F(0x84e700), F(0x84eb00), F(0xb3b6200), F(0xca10a00), F(0xca10e00));
-  snrt_reads(c, 83, 1, (const int64_t[]){0xb3b6200, 32768});
-  /*    83 forward   Relu               layer3.0.2.relu  live 189.9 MiB */
-  snrt_unary_fwd(c, &P83, F(0xb3b6200), F(0xc91a200));
+  snrt_reads(c, 75, 5, (const int64_t[]){0xc922200, 32768, 0x84df00, 1024, 0x84e300, 1024, 0x84e700, 1024, 0x84eb00, 1024});
+  /*    75 forward   BatchNormalization layer3.0.2.bn  live 189.9 MiB */
+  snrt_bn_fwd_train(c, &P75, F(0xc922200), F(0x84df00), F(0x84e300), F(0x84e700), F(0x84eb00), F(0xb3b6200), F(0xca10a00), F(0xca10e00));
+  snrt_reads(c, 76, 1, (const int64_t[]){0xb3b6200, 32768});
+  /*    76 forward   Relu               layer3.0.2.relu  live 189.9 MiB */
+  snrt_unary_fwd(c, &P76, F(0xb3b6200), F(0xc92a200));
   snrt_dead(c, 0xb3b6200, 32768);
-  snrt_reads(c, 84, 2, (const int64_t[]){0xc91a200, 32768, 0x84ef00, 1048576});
-  /*    84 forward   Conv               layer3.0.3.conv  live 190.0 MiB */
-  snrt_conv_fwd(c, &P84, F(0xc91a200), F(0x84ef00), NULL, F(0xc5fa200), NULL);
-  snrt_reads(c, 85, 5, (const int64_t[]){0xc5fa200, 131072, 0x94ef00, 4096, 0x94ff00, 4096, 0x950f00, 4096, 0x951f00, 4096});
-  /*    85 forward   BatchNormalization layer3.0.3.bn  live 190.2 MiB */
-  snrt_bn_fwd_train(c, &P85, F(0xc5fa200), F(0x94ef00), F(0x94ff00), F(0x950f00), F(0x951f00), F(0xb3b6200), F(0xc9f6200), F(0xc9f7200));
-  snrt_reads(c, 86, 2, (const int64_t[]){0xc3b6200, 262144, 0x952f00, 2097152});
-  /*    86 forward   Conv               layer3.0.down.conv  live 190.4 MiB */
-  snrt_conv_fwd(c, &P86, F(0xc3b6200), F(0x952f00), NULL, F(0xc61a200), F(0xb3d6200));
+  snrt_reads(c, 77, 2, (const int64_t[]){0xc92a200, 32768, 0x84ef00, 1048576});
+  /*    77 forward   Conv               layer3.0.3.conv  live 190.0 MiB */
+  snrt_conv_fwd(c, &P77, F(0xc92a200), F(0x84ef00), NULL, F(0xc5fa200), NULL);
+  snrt_reads(c, 78, 5, (const int64_t[]){0xc5fa200, 131072, 0x94ef00, 4096, 0x94ff00, 4096, 0x950f00, 4096, 0x951f00, 4096});
+  /*    78 forward   BatchNormalization layer3.0.3.bn  live 190.2 MiB */
+  snrt_bn_fwd_train(c, &P78, F(0xc5fa200), F(0x94ef00), F(0x94ff00), F(0x950f00), F(0x951f00), F(0xb3b6200), F(0xc9f6200), F(0xc9f7200));
+  snrt_reads(c, 79, 2, (const int64_t[]){0xc3b6200, 262144, 0x952f00, 2097152});
+  /*    79 forward   Conv               layer3.0.down.conv  live 190.4 MiB */
+  snrt_conv_fwd(c, &P79, F(0xc3b6200), F(0x952f00), NULL, F(0xc61a200), F(0xb3d6200));
   snrt_dead(c, 0xb3d6200, 65536);
-  snrt_reads(c, 87, 5, (const int64_t[]){0xc61a200, 131072, 0xb52f00, 4096, 0xb53f00, 4096, 0xb54f00, 4096, 0xb55f00, 4096});
-  /*    87 forward   BatchNormalization layer3.0.down.bn  live 190.4 MiB */
-  snrt_bn_fwd_train(c, &P87, F(0xc61a200), F(0xb52f00), F(0xb53f00), F(0xb54f00), F(0xb55f00), F(0xb3d6200), F(0xc9f8200), F(0xc9f9200));
-  snrt_reads(c, 88, 2, (const int64_t[]){0xb3b6200, 131072, 0xb3d6200, 131072});
-  /*    88 forward   Add                layer3.0.add  live 190.6 MiB */
-  snrt_binary_fwd(c, &P88, F(0xb3b6200), F(0xb3d6200), F(0xb3f6200));
+  snrt_reads(c, 80, 5, (const int64_t[]){0xc61a200, 131072, 0xb52f00, 4096, 0xb53f00, 4096, 0xb54f00, 4096, 0xb55f00, 4096});
+  /*    80 forward   BatchNormalization layer3.0.down.bn  live 190.4 MiB */
+  snrt_bn_fwd_train(c, &P80, F(0xc61a200), F(0xb52f00), F(0xb53f00), F(0xb54f00), F(0xb55f00), F(0xb3d6200), F(0xc9f8200), F(0xc9f9200));
+  snrt_reads(c, 81, 2, (const int64_t[]){0xb3b6200, 131072, 0xb3d6200, 131072});
+  /*    81 forward   FUSED              layer3.0.out/fused2  live 190.6 MiB */
+  snrt_fused_fwd(c, &P81, (const float *const[]){F(0xb3b6200), F(0xb3d6200)}, F(0xc63a200));
   snrt_dead(c, 0xb3b6200, 131072);
   snrt_dead(c, 0xb3d6200, 131072);
-  snrt_reads(c, 89, 1, (const int64_t[]){0xb3f6200, 131072});
-  /*    89 forward   Relu               layer3.0.out  live 190.4 MiB */
-  snrt_unary_fwd(c, &P89, F(0xb3f6200), F(0xc63a200));
-  snrt_dead(c, 0xb3f6200, 131072);
-  snrt_reads(c, 90, 2, (const int64_t[]){0xc63a200, 131072, 0xb56f00, 1048576});
-  /*    90 forward   Conv               layer3.1.1.conv  live 190.3 MiB */
-  snrt_conv_fwd(c, &P90, F(0xc63a200), F(0xb56f00), NULL, F(0xc922200), NULL);
-  snrt_reads(c, 91, 5, (const int64_t[]){0xc922200, 32768, 0xc56f00, 1024, 0xc57300, 1024, 0xc57700, 1024, 0xc57b00, 1024});
-  /*    91 forward   BatchNormalization layer3.1.1.bn  live 190.4 MiB */
-  snrt_bn_fwd_train(c, &P91, F(0xc922200), F(0xc56f00), F(0xc57300), F(0xc57700), F(0xc57b00), F(0xb3b6200), F(0xca11200), F(0xca11600));
-  snrt_reads(c, 92, 1, (const int64_t[]){0xb3b6200, 32768});
-  /*    92 forward   Relu               layer3.1.1.relu  live 190.4 MiB */
-  snrt_unary_fwd(c, &P92, F(0xb3b6200), F(0xc92a200));
+  snrt_reads(c, 82, 2, (const int64_t[]){0xc63a200, 131072, 0xb56f00, 1048576});
+  /*    82 forward   Conv               layer3.1.1.conv  live 190.3 MiB */
+  snrt_conv_fwd(c, &P82, F(0xc63a200), F(0xb56f00), NULL, F(0xc932200), NULL);
+  snrt_reads(c, 83, 5, (const int64_t[]){0xc932200, 32768, 0xc56f00, 1024, 0xc57300, 1024, 0xc57700, 1024, 0xc57b00, 1024});
+  /*    83 forward   BatchNormalization layer3.1.1.bn  live 190.4 MiB */
+  snrt_bn_fwd_train(c, &P83, F(0xc932200), F(0xc56f00), F(0xc57300), F(0xc57700), F(0xc57b00), F(0xb3b6200), F(0xca11200), F(0xca11600));
+  snrt_reads(c, 84, 1, (const int64_t[]){0xb3b6200, 32768});
+  /*    84 forward   Relu               layer3.1.1.relu  live 190.4 MiB */
+  snrt_unary_fwd(c, &P84, F(0xb3b6200), F(0xc93a200));
   snrt_dead(c, 0xb3b6200, 32768);
-  snrt_reads(c, 93, 2, (const int64_t[]){0xc92a200, 32768, 0xc57f00, 2359296});
-  /*    93 forward   Conv               layer3.1.2.conv  live 190.7 MiB */
-  snrt_conv_fwd(c, &P93, F(0xc92a200), F(0xc57f00), NULL, F(0xc932200), F(0xb3b6200));
+  snrt_reads(c, 85, 2, (const int64_t[]){0xc93a200, 32768, 0xc57f00, 2359296});
+  /*    85 forward   Conv               layer3.1.2.conv  live 190.7 MiB */
+  snrt_conv_fwd(c, &P85, F(0xc93a200), F(0xc57f00), NULL, F(0xc942200), F(0xb3b6200));
   snrt_dead(c, 0xb3b6200, 294912);
-  snrt_reads(c, 94, 5, (const int64_t[]){0xc932200, 32768, 0xe97f00, 1024, 0xe98300, 1024, 0xe98700, 1024, 0xe98b00, 1024});
-  /*    94 forward   BatchNormalization layer3.1.2.bn  live 190.4 MiB */
-  snrt_bn_fwd_train(c, &P94, F(0xc932200), F(0xe97f00), F(0xe98300), F(0xe98700), F(0xe98b00), F(0xb3b6200), F(0xca11a00), F(0xca11e00));
-  snrt_reads(c, 95, 1, (const int64_t[]){0xb3b6200, 32768});
-  /*    95 forward   Relu               layer3.1.2.relu  live 190.5 MiB */
-  snrt_unary_fwd(c, &P95, F(0xb3b6200), F(0xc93a200));
+  snrt_reads(c, 86, 5, (const int64_t[]){0xc942200, 32768, 0xe97f00, 1024, 0xe98300, 1024, 0xe98700, 1024, 0xe98b00, 1024});
+  /*    86 forward   BatchNormalization layer3.1.2.bn  live 190.4 MiB */
+  snrt_bn_fwd_train(c, &P86, F(0xc942200), F(0xe97f00), F(0xe98300), F(0xe98700), F(0xe98b00), F(0xb3b6200), F(0xca11a00), F(0xca11e00));
+  snrt_reads(c, 87, 1, (const int64_t[]){0xb3b6200, 32768});
+  /*    87 forward   Relu               layer3.1.2.relu  live 190.5 MiB */
+  snrt_unary_fwd(c, &P87, F(0xb3b6200), F(0xc94a200));
   snrt_dead(c, 0xb3b6200, 32768);
-  snrt_reads(c, 96, 2, (const int64_t[]){0xc93a200, 32768, 0xe98f00, 1048576});
-  /*    96 forward   Conv               layer3.1.3.conv  live 190.6 MiB */
-  snrt_conv_fwd(c, &P96, F(0xc93a200), F(0xe98f00), NULL, F(0xc65a200), NULL);
-  snrt_reads(c, 97, 5, (const int64_t[]){0xc65a200, 131072, 0xf98f00, 4096, 0xf99f00, 4096, 0xf9af00, 4096, 0xf9bf00, 4096});
-  /*    97 forward   BatchNormalization layer3.1.3.bn  live 190.7 MiB */
-  snrt_bn_fwd_train(c, &P97, F(0xc65a200), F(0xf98f00), F(0xf99f00), F(0xf9af00), F(0xf9bf00), F(0xb3b6200), F(0xc9fa200), F(0xc9fb200));
-  snrt_reads(c, 98, 2, (const int64_t[]){0xb3b6200, 131072, 0xc63a200, 131072});
-  /*    98 forward   Add                layer3.1.add  live 190.8 MiB */
-  snrt_binary_fwd(c, &P98, F(0xb3b6200), F(0xc63a200), F(0xb3d6200));
+  snrt_reads(c, 88, 2, (const int64_t[]){0xc94a200, 32768, 0xe98f00, 1048576});
+  /*    88 forward   Conv               layer3.1.3.conv  live 190.6 MiB */
+  snrt_conv_fwd(c, &P88, F(0xc94a200), F(0xe98f00), NULL, F(0xc65a200), NULL);
+  snrt_reads(c, 89, 5, (const int64_t[]){0xc65a200, 131072, 0xf98f00, 4096, 0xf99f00, 4096, 0xf9af00, 4096, 0xf9bf00, 4096});
+  /*    89 forward   BatchNormalization layer3.1.3.bn  live 190.7 MiB */
+  snrt_bn_fwd_train(c, &P89, F(0xc65a200), F(0xf98f00), F(0xf99f00), F(0xf9af00), F(0xf9bf00), F(0xb3b6200), F(0xc9fa200), F(0xc9fb200));
+  snrt_reads(c, 90, 2, (const int64_t[]){0xb3b6200, 131072, 0xc63a200, 131072});
+  /*    90 forward   FUSED              layer3.1.out/fused2  live 190.8 MiB */
+  snrt_fused_fwd(c, &P90, (const float *const[]){F(0xb3b6200), F(0xc63a200)}, F(0xc67a200));
   snrt_dead(c, 0xb3b6200, 131072);
-  snrt_reads(c, 99, 1, (const int64_t[]){0xb3d6200, 131072});
-  /*    99 forward   Relu               layer3.1.out  live 190.8 MiB */
-  snrt_unary_fwd(c, &P99, F(0xb3d6200), F(0xc67a200));
-  snrt_dead(c, 0xb3d6200, 131072);
-  snrt_reads(c, 100, 2, (const int64_t[]){0xc67a200, 131072, 0xf9cf00, 1048576});
-  /*   100 forward   Conv               layer3.2.1.conv  live 190.7 MiB */
-  snrt_conv_fwd(c, &P100, F(0xc67a200), F(0xf9cf00), NULL, F(0xc942200), NULL);
-  snrt_reads(c, 101, 5, (const int64_t[]){0xc942200, 32768, 0x109cf00, 1024, 0x109d300, 1024, 0x109d700, 1024, 0x109db00, 1024});
-  /*   101 forward   BatchNormalization layer3.2.1.bn  live 190.8 MiB */
-  snrt_bn_fwd_train(c, &P101, F(0xc942200), F(0x109cf00), F(0x109d300), F(0x109d700), F(0x109db00), F(0xb3b6200), F(0xca12200), F(0xca12600));
+  snrt_reads(c, 91, 2, (const int64_t[]){0xc67a200, 131072, 0xf9cf00, 1048576});
+  /*    91 forward   Conv               layer3.2.1.conv  live 190.7 MiB */
+  snrt_conv_fwd(c, &P91, F(0xc67a200), F(0xf9cf00), NULL, F(0xc952200), NULL);
+  snrt_reads(c, 92, 5, (const int64_t[]){0xc952200, 32768, 0x109cf00, 1024, 0x109d300, 1024, 0x109d700, 1024, 0x109db00, 1024});
+  /*    92 forward   BatchNormalization layer3.2.1.bn  live 190.8 MiB */
+  snrt_bn_fwd_train(c, &P92, F(0xc952200), F(0x109cf00), F(0x109d300), F(0x109d700), F(0x109db00), F(0xb3b6200), F(0xca12200), F(0xca12600));
+  snrt_reads(c, 93, 1, (const int64_t[]){0xb3b6200, 32768});
+  /*    93 forward   Relu               layer3.2.1.relu  live 190.8 MiB */
+  snrt_unary_fwd(c, &P93, F(0xb3b6200), F(0xc95a200));
+  snrt_dead(c, 0xb3b6200, 32768);
+  snrt_reads(c, 94, 2, (const int64_t[]){0xc95a200, 32768, 0x109df00, 2359296});
+  /*    94 forward   Conv               layer3.2.2.conv  live 191.1 MiB */
+  snrt_conv_fwd(c, &P94, F(0xc95a200), F(0x109df00), NULL, F(0xc962200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 294912);
+  snrt_reads(c, 95, 5, (const int64_t[]){0xc962200, 32768, 0x12ddf00, 1024, 0x12de300, 1024, 0x12de700, 1024, 0x12deb00, 1024});
+  /*    95 forward   BatchNormalization layer3.2.2.bn  live 190.8 MiB */
+  snrt_bn_fwd_train(c, &P95, F(0xc962200), F(0x12ddf00), F(0x12de300), F(0x12de700), F(0x12deb00), F(0xb3b6200), F(0xca12a00), F(0xca12e00));
+  snrt_reads(c, 96, 1, (const int64_t[]){0xb3b6200, 32768});
+  /*    96 forward   Relu               layer3.2.2.relu  live 190.8 MiB */
+  snrt_unary_fwd(c, &P96, F(0xb3b6200), F(0xc96a200));
+  snrt_dead(c, 0xb3b6200, 32768);
+  snrt_reads(c, 97, 2, (const int64_t[]){0xc96a200, 32768, 0x12def00, 1048576});
+  /*    97 forward   Conv               layer3.2.3.conv  live 190.9 MiB */
+  snrt_conv_fwd(c, &P97, F(0xc96a200), F(0x12def00), NULL, F(0xc69a200), NULL);
+  snrt_reads(c, 98, 5, (const int64_t[]){0xc69a200, 131072, 0x13def00, 4096, 0x13dff00, 4096, 0x13e0f00, 4096, 0x13e1f00, 4096});
+  /*    98 forward   BatchNormalization layer3.2.3.bn  live 191.1 MiB */
+  snrt_bn_fwd_train(c, &P98, F(0xc69a200), F(0x13def00), F(0x13dff00), F(0x13e0f00), F(0x13e1f00), F(0xb3b6200), F(0xc9fc200), F(0xc9fd200));
+  snrt_reads(c, 99, 2, (const int64_t[]){0xb3b6200, 131072, 0xc67a200, 131072});
+  /*    99 forward   FUSED              layer3.2.out/fused2  live 191.2 MiB */
+  snrt_fused_fwd(c, &P99, (const float *const[]){F(0xb3b6200), F(0xc67a200)}, F(0xc6ba200));
+  snrt_dead(c, 0xb3b6200, 131072);
+  snrt_reads(c, 100, 2, (const int64_t[]){0xc6ba200, 131072, 0x13e2f00, 1048576});
+  /*   100 forward   Conv               layer3.3.1.conv  live 191.1 MiB */
+  snrt_conv_fwd(c, &P100, F(0xc6ba200), F(0x13e2f00), NULL, F(0xc972200), NULL);
+  snrt_reads(c, 101, 5, (const int64_t[]){0xc972200, 32768, 0x14e2f00, 1024, 0x14e3300, 1024, 0x14e3700, 1024, 0x14e3b00, 1024});
+  /*   101 forward   BatchNormalization layer3.3.1.bn  live 191.1 MiB */
+  snrt_bn_fwd_train(c, &P101, F(0xc972200), F(0x14e2f00), F(0x14e3300), F(0x14e3700), F(0x14e3b00), F(0xb3b6200), F(0xca13200), F(0xca13600));
   snrt_reads(c, 102, 1, (const int64_t[]){0xb3b6200, 32768});
-  /*   102 forward   Relu               layer3.2.1.relu  live 190.8 MiB */
-  snrt_unary_fwd(c, &P102, F(0xb3b6200), F(0xc94a200));
+  /*   102 forward   Relu               layer3.3.1.relu  live 191.2 MiB */
+  snrt_unary_fwd(c, &P102, F(0xb3b6200), F(0xc97a200));
   snrt_dead(c, 0xb3b6200, 32768);
-  snrt_reads(c, 103, 2, (const int64_t[]){0xc94a200, 32768, 0x109df00, 2359296});
-  /*   103 forward   Conv               layer3.2.2.conv  live 191.1 MiB */
-  snrt_conv_fwd(c, &P103, F(0xc94a200), F(0x109df00), NULL, F(0xc952200), F(0xb3b6200));
+  snrt_reads(c, 103, 2, (const int64_t[]){0xc97a200, 32768, 0x14e3f00, 2359296});
+  /*   103 forward   Conv               layer3.3.2.conv  live 191.5 MiB */
+  snrt_conv_fwd(c, &P103, F(0xc97a200), F(0x14e3f00), NULL, F(0xc982200), F(0xb3b6200));
   snrt_dead(c, 0xb3b6200, 294912);
-  snrt_reads(c, 104, 5, (const int64_t[]){0xc952200, 32768, 0x12ddf00, 1024, 0x12de300, 1024, 0x12de700, 1024, 0x12deb00, 1024});
-  /*   104 forward   BatchNormalization layer3.2.2.bn  live 190.8 MiB */
-  snrt_bn_fwd_train(c, &P104, F(0xc952200), F(0x12ddf00), F(0x12de300), F(0x12de700), F(0x12deb00), F(0xb3b6200), F(0xca12a00), F(0xca12e00));
+  snrt_reads(c, 104, 5, (const int64_t[]){0xc982200, 32768, 0x1723f00, 1024, 0x1724300, 1024, 0x1724700, 1024, 0x1724b00, 1024});
+  /*   104 forward   BatchNormalization layer3.3.2.bn  live 191.2 MiB */
+  snrt_bn_fwd_train(c, &P104, F(0xc982200), F(0x1723f00), F(0x1724300), F(0x1724700), F(0x1724b00), F(0xb3b6200), F(0xca13a00), F(0xca13e00));
   snrt_reads(c, 105, 1, (const int64_t[]){0xb3b6200, 32768});
-  /*   105 forward   Relu               layer3.2.2.relu  live 190.8 MiB */
-  snrt_unary_fwd(c, &P105, F(0xb3b6200), F(0xc95a200));
+  /*   105 forward   Relu               layer3.3.2.relu  live 191.2 MiB */
+  snrt_unary_fwd(c, &P105, F(0xb3b6200), F(0xc98a200));
   snrt_dead(c, 0xb3b6200, 32768);
-  snrt_reads(c, 106, 2, (const int64_t[]){0xc95a200, 32768, 0x12def00, 1048576});
-  /*   106 forward   Conv               layer3.2.3.conv  live 190.9 MiB */
-  snrt_conv_fwd(c, &P106, F(0xc95a200), F(0x12def00), NULL, F(0xc69a200), NULL);
-  snrt_reads(c, 107, 5, (const int64_t[]){0xc69a200, 131072, 0x13def00, 4096, 0x13dff00, 4096, 0x13e0f00, 4096, 0x13e1f00, 4096});
-  /*   107 forward   BatchNormalization layer3.2.3.bn  live 191.1 MiB */
-  snrt_bn_fwd_train(c, &P107, F(0xc69a200), F(0x13def00), F(0x13dff00), F(0x13e0f00), F(0x13e1f00), F(0xb3b6200), F(0xc9fc200), F(0xc9fd200));
-  snrt_reads(c, 108, 2, (const int64_t[]){0xb3b6200, 131072, 0xc67a200, 131072});
-  /*   108 forward   Add                layer3.2.add  live 191.2 MiB */
-  snrt_binary_fwd(c, &P108, F(0xb3b6200), F(0xc67a200), F(0xb3d6200));
+  snrt_reads(c, 106, 2, (const int64_t[]){0xc98a200, 32768, 0x1724f00, 1048576});
+  /*   106 forward   Conv               layer3.3.3.conv  live 191.3 MiB */
+  snrt_conv_fwd(c, &P106, F(0xc98a200), F(0x1724f00), NULL, F(0xc6da200), NULL);
+  snrt_reads(c, 107, 5, (const int64_t[]){0xc6da200, 131072, 0x1824f00, 4096, 0x1825f00, 4096, 0x1826f00, 4096, 0x1827f00, 4096});
+  /*   107 forward   BatchNormalization layer3.3.3.bn  live 191.5 MiB */
+  snrt_bn_fwd_train(c, &P107, F(0xc6da200), F(0x1824f00), F(0x1825f00), F(0x1826f00), F(0x1827f00), F(0xb3b6200), F(0xc9fe200), F(0xc9ff200));
+  snrt_reads(c, 108, 2, (const int64_t[]){0xb3b6200, 131072, 0xc6ba200, 131072});
+  /*   108 forward   FUSED              layer3.3.out/fused2  live 191.6 MiB */
+  snrt_fused_fwd(c, &P108, (const float *const[]){F(0xb3b6200), F(0xc6ba200)}, F(0xc6fa200));
   snrt_dead(c, 0xb3b6200, 131072);
-  snrt_reads(c, 109, 1, (const int64_t[]){0xb3d6200, 131072});
-  /*   109 forward   Relu               layer3.2.out  live 191.2 MiB */
-  snrt_unary_fwd(c, &P109, F(0xb3d6200), F(0xc6ba200));
-  snrt_dead(c, 0xb3d6200, 131072);
-  snrt_reads(c, 110, 2, (const int64_t[]){0xc6ba200, 131072, 0x13e2f00, 1048576});
-  /*   110 forward   Conv               layer3.3.1.conv  live 191.1 MiB */
-  snrt_conv_fwd(c, &P110, F(0xc6ba200), F(0x13e2f00), NULL, F(0xc962200), NULL);
-  snrt_reads(c, 111, 5, (const int64_t[]){0xc962200, 32768, 0x14e2f00, 1024, 0x14e3300, 1024, 0x14e3700, 1024, 0x14e3b00, 1024});
-  /*   111 forward   BatchNormalization layer3.3.1.bn  live 191.1 MiB */
-  snrt_bn_fwd_train(c, &P111, F(0xc962200), F(0x14e2f00), F(0x14e3300), F(0x14e3700), F(0x14e3b00), F(0xb3b6200), F(0xca13200), F(0xca13600));
-  snrt_reads(c, 112, 1, (const int64_t[]){0xb3b6200, 32768});
-  /*   112 forward   Relu               layer3.3.1.relu  live 191.2 MiB */
-  snrt_unary_fwd(c, &P112, F(0xb3b6200), F(0xc96a200));
+  snrt_reads(c, 109, 2, (const int64_t[]){0xc6fa200, 131072, 0x1828f00, 1048576});
+  /*   109 forward   Conv               layer3.4.1.conv  live 191.5 MiB */
+  snrt_conv_fwd(c, &P109, F(0xc6fa200), F(0x1828f00), NULL, F(0xc992200), NULL);
+  snrt_reads(c, 110, 5, (const int64_t[]){0xc992200, 32768, 0x1928f00, 1024, 0x1929300, 1024, 0x1929700, 1024, 0x1929b00, 1024});
+  /*   110 forward   BatchNormalization layer3.4.1.bn  live 191.5 MiB */
+  snrt_bn_fwd_train(c, &P110, F(0xc992200), F(0x1928f00), F(0x1929300), F(0x1929700), F(0x1929b00), F(0xb3b6200), F(0xca14200), F(0xca14600));
+  snrt_reads(c, 111, 1, (const int64_t[]){0xb3b6200, 32768});
+  /*   111 forward   Relu               layer3.4.1.relu  live 191.6 MiB */
+  snrt_unary_fwd(c, &P111, F(0xb3b6200), F(0xc99a200));
   snrt_dead(c, 0xb3b6200, 32768);
-  snrt_reads(c, 113, 2, (const int64_t[]){0xc96a200, 32768, 0x14e3f00, 2359296});
-  /*   113 forward   Conv               layer3.3.2.conv  live 191.5 MiB */
-  snrt_conv_fwd(c, &P113, F(0xc96a200), F(0x14e3f00), NULL, F(0xc972200), F(0xb3b6200));
+  snrt_reads(c, 112, 2, (const int64_t[]){0xc99a200, 32768, 0x1929f00, 2359296});
+  /*   112 forward   Conv               layer3.4.2.conv  live 191.8 MiB */
+  snrt_conv_fwd(c, &P112, F(0xc99a200), F(0x1929f00), NULL, F(0xc9a2200), F(0xb3b6200));
   snrt_dead(c, 0xb3b6200, 294912);
-  snrt_reads(c, 114, 5, (const int64_t[]){0xc972200, 32768, 0x1723f00, 1024, 0x1724300, 1024, 0x1724700, 1024, 0x1724b00, 1024});
-  /*   114 forward   BatchNormalization layer3.3.2.bn  live 191.2 MiB */
-  snrt_bn_fwd_train(c, &P114, F(0xc972200), F(0x1723f00), F(0x1724300), F(0x1724700), F(0x1724b00), F(0xb3b6200), F(0xca13a00), F(0xca13e00));
-  snrt_reads(c, 115, 1, (const int64_t[]){0xb3b6200, 32768});
-  /*   115 forward   Relu               layer3.3.2.relu  live 191.2 MiB */
-  snrt_unary_fwd(c, &P115, F(0xb3b6200), F(0xc97a200));
+  snrt_reads(c, 113, 5, (const int64_t[]){0xc9a2200, 32768, 0x1b69f00, 1024, 0x1b6a300, 1024, 0x1b6a700, 1024, 0x1b6ab00, 1024});
+  /*   113 forward   BatchNormalization layer3.4.2.bn  live 191.6 MiB */
+  snrt_bn_fwd_train(c, &P113, F(0xc9a2200), F(0x1b69f00), F(0x1b6a300), F(0x1b6a700), F(0x1b6ab00), F(0xb3b6200), F(0xca14a00), F(0xca14e00));
+  snrt_reads(c, 114, 1, (const int64_t[]){0xb3b6200, 32768});
+  /*   114 forward   Relu               layer3.4.2.relu  live 191.6 MiB */
+  snrt_unary_fwd(c, &P114, F(0xb3b6200), F(0xc9aa200));
   snrt_dead(c, 0xb3b6200, 32768);
-  snrt_reads(c, 116, 2, (const int64_t[]){0xc97a200, 32768, 0x1724f00, 1048576});
-  /*   116 forward   Conv               layer3.3.3.conv  live 191.3 MiB */
-  snrt_conv_fwd(c, &P116, F(0xc97a200), F(0x1724f00), NULL, F(0xc6da200), NULL);
-  snrt_reads(c, 117, 5, (const int64_t[]){0xc6da200, 131072, 0x1824f00, 4096, 0x1825f00, 4096, 0x1826f00, 4096, 0x1827f00, 4096});
-  /*   117 forward   BatchNormalization layer3.3.3.bn  live 191.5 MiB */
-  snrt_bn_fwd_train(c, &P117, F(0xc6da200), F(0x1824f00), F(0x1825f00), F(0x1826f00), F(0x1827f00), F(0xb3b6200), F(0xc9fe200), F(0xc9ff200));
-  snrt_reads(c, 118, 2, (const int64_t[]){0xb3b6200, 131072, 0xc6ba200, 131072});
-  /*   118 forward   Add                layer3.3.add  live 191.6 MiB */
-  snrt_binary_fwd(c, &P118, F(0xb3b6200), F(0xc6ba200), F(0xb3d6200));
+  snrt_reads(c, 115, 2, (const int64_t[]){0xc9aa200, 32768, 0x1b6af00, 1048576});
+  /*   115 forward   Conv               layer3.4.3.conv  live 191.7 MiB */
+  snrt_conv_fwd(c, &P115, F(0xc9aa200), F(0x1b6af00), NULL, F(0xc71a200), NULL);
+  snrt_reads(c, 116, 5, (const int64_t[]){0xc71a200, 131072, 0x1c6af00, 4096, 0x1c6bf00, 4096, 0x1c6cf00, 4096, 0x1c6df00, 4096});
+  /*   116 forward   BatchNormalization layer3.4.3.bn  live 191.8 MiB */
+  snrt_bn_fwd_train(c, &P116, F(0xc71a200), F(0x1c6af00), F(0x1c6bf00), F(0x1c6cf00), F(0x1c6df00), F(0xb3b6200), F(0xca00200), F(0xca01200));
+  snrt_reads(c, 117, 2, (const int64_t[]){0xb3b6200, 131072, 0xc6fa200, 131072});
+  /*   117 forward   FUSED              layer3.4.out/fused2  live 192.0 MiB */
+  snrt_fused_fwd(c, &P117, (const float *const[]){F(0xb3b6200), F(0xc6fa200)}, F(0xc73a200));
   snrt_dead(c, 0xb3b6200, 131072);
-  snrt_reads(c, 119, 1, (const int64_t[]){0xb3d6200, 131072});
-  /*   119 forward   Relu               layer3.3.out  live 191.6 MiB */
-  snrt_unary_fwd(c, &P119, F(0xb3d6200), F(0xc6fa200));
-  snrt_dead(c, 0xb3d6200, 131072);
-  snrt_reads(c, 120, 2, (const int64_t[]){0xc6fa200, 131072, 0x1828f00, 1048576});
-  /*   120 forward   Conv               layer3.4.1.conv  live 191.5 MiB */
-  snrt_conv_fwd(c, &P120, F(0xc6fa200), F(0x1828f00), NULL, F(0xc982200), NULL);
-  snrt_reads(c, 121, 5, (const int64_t[]){0xc982200, 32768, 0x1928f00, 1024, 0x1929300, 1024, 0x1929700, 1024, 0x1929b00, 1024});
-  /*   121 forward   BatchNormalization layer3.4.1.bn  live 191.5 MiB */
-  snrt_bn_fwd_train(c, &P121, F(0xc982200), F(0x1928f00), F(0x1929300), F(0x1929700), F(0x1929b00), F(0xb3b6200), F(0xca14200), F(0xca14600));
-  snrt_reads(c, 122, 1, (const int64_t[]){0xb3b6200, 32768});
-  /*   122 forward   Relu               layer3.4.1.relu  live 191.6 MiB */
-  snrt_unary_fwd(c, &P122, F(0xb3b6200), F(0xc98a200));
+  snrt_reads(c, 118, 2, (const int64_t[]){0xc73a200, 131072, 0x1c6ef00, 1048576});
+  /*   118 forward   Conv               layer3.5.1.conv  live 191.9 MiB */
+  snrt_conv_fwd(c, &P118, F(0xc73a200), F(0x1c6ef00), NULL, F(0xc9b2200), NULL);
+  snrt_reads(c, 119, 5, (const int64_t[]){0xc9b2200, 32768, 0x1d6ef00, 1024, 0x1d6f300, 1024, 0x1d6f700, 1024, 0x1d6fb00, 1024});
+  /*   119 forward   BatchNormalization layer3.5.1.bn  live 191.9 MiB */
+  snrt_bn_fwd_train(c, &P119, F(0xc9b2200), F(0x1d6ef00), F(0x1d6f300), F(0x1d6f700), F(0x1d6fb00), F(0xb3b6200), F(0xca15200), F(0xca15600));
+  snrt_reads(c, 120, 1, (const int64_t[]){0xb3b6200, 32768});
+  /*   120 forward   Relu               layer3.5.1.relu  live 191.9 MiB */
+  snrt_unary_fwd(c, &P120, F(0xb3b6200), F(0xc9ba200));
   snrt_dead(c, 0xb3b6200, 32768);
-  snrt_reads(c, 123, 2, (const int64_t[]){0xc98a200, 32768, 0x1929f00, 2359296});
-  /*   123 forward   Conv               layer3.4.2.conv  live 191.8 MiB */
-  snrt_conv_fwd(c, &P123, F(0xc98a200), F(0x1929f00), NULL, F(0xc992200), F(0xb3b6200));
+  snrt_reads(c, 121, 2, (const int64_t[]){0xc9ba200, 32768, 0x1d6ff00, 2359296});
+  /*   121 forward   Conv               layer3.5.2.conv  live 192.2 MiB */
+  snrt_conv_fwd(c, &P121, F(0xc9ba200), F(0x1d6ff00), NULL, F(0xc9c2200), F(0xb3b6200));
   snrt_dead(c, 0xb3b6200, 294912);
-  snrt_reads(c, 124, 5, (const int64_t[]){0xc992200, 32768, 0x1b69f00, 1024, 0x1b6a300, 1024, 0x1b6a700, 1024, 0x1b6ab00, 1024});
-  /*   124 forward   BatchNormalization layer3.4.2.bn  live 191.6 MiB */
-  snrt_bn_fwd_train(c, &P124, F(0xc992200), F(0x1b69f00), F(0x1b6a300), F(0x1b6a700), F(0x1b6ab00), F(0xb3b6200), F(0xca14a00), F(0xca14e00));
-  snrt_reads(c, 125, 1, (const int64_t[]){0xb3b6200, 32768});
-  /*   125 forward   Relu               layer3.4.2.relu  live 191.6 MiB */
-  snrt_unary_fwd(c, &P125, F(0xb3b6200), F(0xc99a200));
+  snrt_reads(c, 122, 5, (const int64_t[]){0xc9c2200, 32768, 0x1faff00, 1024, 0x1fb0300, 1024, 0x1fb0700, 1024, 0x1fb0b00, 1024});
+  /*   122 forward   BatchNormalization layer3.5.2.bn  live 192.0 MiB */
+  snrt_bn_fwd_train(c, &P122, F(0xc9c2200), F(0x1faff00), F(0x1fb0300), F(0x1fb0700), F(0x1fb0b00), F(0xb3b6200), F(0xca15a00), F(0xca15e00));
+  snrt_reads(c, 123, 1, (const int64_t[]){0xb3b6200, 32768});
+  /*   123 forward   Relu               layer3.5.2.relu  live 192.0 MiB */
+  snrt_unary_fwd(c, &P123, F(0xb3b6200), F(0xc9ca200));
   snrt_dead(c, 0xb3b6200, 32768);
-  snrt_reads(c, 126, 2, (const int64_t[]){0xc99a200, 32768, 0x1b6af00, 1048576});
-  /*   126 forward   Conv               layer3.4.3.conv  live 191.7 MiB */
-  snrt_conv_fwd(c, &P126, F(0xc99a200), F(0x1b6af00), NULL, F(0xc71a200), NULL);
-  snrt_reads(c, 127, 5, (const int64_t[]){0xc71a200, 131072, 0x1c6af00, 4096, 0x1c6bf00, 4096, 0x1c6cf00, 4096, 0x1c6df00, 4096});
-  /*   127 forward   BatchNormalization layer3.4.3.bn  live 191.8 MiB */
-  snrt_bn_fwd_train(c, &P127, F(0xc71a200), F(0x1c6af00), F(0x1c6bf00), F(0x1c6cf00), F(0x1c6df00), F(0xb3b6200), F(0xca00200), F(0xca01200));
-  snrt_reads(c, 128, 2, (const int64_t[]){0xb3b6200, 131072, 0xc6fa200, 131072});
-  /*   128 forward   Add                layer3.4.add  live 192.0 MiB */
-  snrt_binary_fwd(c, &P128, F(0xb3b6200), F(0xc6fa200), F(0xb3d6200));
+  snrt_reads(c, 124, 2, (const int64_t[]){0xc9ca200, 32768, 0x1fb0f00, 1048576});
+  /*   124 forward   Conv               layer3.5.3.conv  live 192.1 MiB */
+  snrt_conv_fwd(c, &P124, F(0xc9ca200), F(0x1fb0f00), NULL, F(0xc75a200), NULL);
+  snrt_reads(c, 125, 5, (const int64_t[]){0xc75a200, 131072, 0x20b0f00, 4096, 0x20b1f00, 4096, 0x20b2f00, 4096, 0x20b3f00, 4096});
+  /*   125 forward   BatchNormalization layer3.5.3.bn  live 192.2 MiB */
+  snrt_bn_fwd_train(c, &P125, F(0xc75a200), F(0x20b0f00), F(0x20b1f00), F(0x20b2f00), F(0x20b3f00), F(0xb3b6200), F(0xca02200), F(0xca03200));
+  snrt_reads(c, 126, 2, (const int64_t[]){0xb3b6200, 131072, 0xc73a200, 131072});
+  /*   126 forward   FUSED              layer3.5.out/fused2  live 192.4 MiB */
+  snrt_fused_fwd(c, &P126, (const float *const[]){F(0xb3b6200), F(0xc73a200)}, F(0xc77a200));
   snrt_dead(c, 0xb3b6200, 131072);
-  snrt_reads(c, 129, 1, (const int64_t[]){0xb3d6200, 131072});
-  /*   129 forward   Relu               layer3.4.out  live 192.0 MiB */
-  snrt_unary_fwd(c, &P129, F(0xb3d6200), F(0xc73a200));
-  snrt_dead(c, 0xb3d6200, 131072);
-  snrt_reads(c, 130, 2, (const int64_t[]){0xc73a200, 131072, 0x1c6ef00, 1048576});
-  /*   130 forward   Conv               layer3.5.1.conv  live 191.9 MiB */
-  snrt_conv_fwd(c, &P130, F(0xc73a200), F(0x1c6ef00), NULL, F(0xc9a2200), NULL);
-  snrt_reads(c, 131, 5, (const int64_t[]){0xc9a2200, 32768, 0x1d6ef00, 1024, 0x1d6f300, 1024, 0x1d6f700, 1024, 0x1d6fb00, 1024});
-  /*   131 forward   BatchNormalization layer3.5.1.bn  live 191.9 MiB */
-  snrt_bn_fwd_train(c, &P131, F(0xc9a2200), F(0x1d6ef00), F(0x1d6f300), F(0x1d6f700), F(0x1d6fb00), F(0xb3b6200), F(0xca15200), F(0xca15600));
-  snrt_reads(c, 132, 1, (const int64_t[]){0xb3b6200, 32768});
-  /*   132 forward   Relu               layer3.5.1.relu  live 191.9 MiB */
-  snrt_unary_fwd(c, &P132, F(0xb3b6200), F(0xc9aa200));
-  snrt_dead(c, 0xb3b6200, 32768);
-  snrt_reads(c, 133, 2, (const int64_t[]){0xc9aa200, 32768, 0x1d6ff00, 2359296});
-  /*   133 forward   Conv               layer3.5.2.conv  live 192.2 MiB */
-  snrt_conv_fwd(c, &P133, F(0xc9aa200), F(0x1d6ff00), NULL, F(0xc9b2200), F(0xb3b6200));
-  snrt_dead(c, 0xb3b6200, 294912);
-  snrt_reads(c, 134, 5, (const int64_t[]){0xc9b2200, 32768, 0x1faff00, 1024, 0x1fb0300, 1024, 0x1fb0700, 1024, 0x1fb0b00, 1024});
-  /*   134 forward   BatchNormalization layer3.5.2.bn  live 192.0 MiB */
-  snrt_bn_fwd_train(c, &P134, F(0xc9b2200), F(0x1faff00), F(0x1fb0300), F(0x1fb0700), F(0x1fb0b00), F(0xb3b6200), F(0xca15a00), F(0xca15e00));
-  snrt_reads(c, 135, 1, (const int64_t[]){0xb3b6200, 32768});
-  /*   135 forward   Relu               layer3.5.2.relu  live 192.0 MiB */
-  snrt_unary_fwd(c, &P135, F(0xb3b6200), F(0xc9ba200));
-  snrt_dead(c, 0xb3b6200, 32768);
-  snrt_reads(c, 136, 2, (const int64_t[]){0xc9ba200, 32768, 0x1fb0f00, 1048576});
-  /*   136 forward   Conv               layer3.5.3.conv  live 192.1 MiB */
-  snrt_conv_fwd(c, &P136, F(0xc9ba200), F(0x1fb0f00), NULL, F(0xc75a200), NULL);
-  snrt_reads(c, 137, 5, (const int64_t[]){0xc75a200, 131072, 0x20b0f00, 4096, 0x20b1f00, 4096, 0x20b2f00, 4096, 0x20b3f00, 4096});
-  /*   137 forward   BatchNormalization layer3.5.3.bn  live 192.2 MiB */
-  snrt_bn_fwd_train(c, &P137, F(0xc75a200), F(0x20b0f00), F(0x20b1f00), F(0x20b2f00), F(0x20b3f00), F(0xb3b6200), F(0xca02200), F(0xca03200));
-  snrt_reads(c, 138, 2, (const int64_t[]){0xb3b6200, 131072, 0xc73a200, 131072});
-  /*   138 forward   Add                layer3.5.add  live 192.4 MiB */
-  snrt_binary_fwd(c, &P138, F(0xb3b6200), F(0xc73a200), F(0xb3d6200));
-  snrt_dead(c, 0xb3b6200, 131072);
-  snrt_reads(c, 139, 1, (const int64_t[]){0xb3d6200, 131072});
-  /*   139 forward   Relu               layer3.5.out  live 192.4 MiB */
-  snrt_unary_fwd(c, &P139, F(0xb3d6200), F(0xc77a200));
-  snrt_dead(c, 0xb3d6200, 131072);
-  snrt_reads(c, 140, 2, (const int64_t[]){0xc77a200, 131072, 0x20b4f00, 2097152});
-  /*   140 forward   Conv               layer4.0.1.conv  live 192.3 MiB */
-  snrt_conv_fwd(c, &P140, F(0xc77a200), F(0x20b4f00), NULL, F(0xc8b2200), NULL);
-  snrt_reads(c, 141, 5, (const int64_t[]){0xc8b2200, 65536, 0x22b4f00, 2048, 0x22b5700, 2048, 0x22b5f00, 2048, 0x22b6700, 2048});
-  /*   141 forward   BatchNormalization layer4.0.1.bn  live 192.4 MiB */
-  snrt_bn_fwd_train(c, &P141, F(0xc8b2200), F(0x22b4f00), F(0x22b5700), F(0x22b5f00), F(0x22b6700), F(0xb3b6200), F(0xca09200), F(0xca09a00));
-  snrt_reads(c, 142, 1, (const int64_t[]){0xb3b6200, 65536});
-  /*   142 forward   Relu               layer4.0.1.relu  live 192.4 MiB */
-  snrt_unary_fwd(c, &P142, F(0xb3b6200), F(0xc8c2200));
+  snrt_reads(c, 127, 2, (const int64_t[]){0xc77a200, 131072, 0x20b4f00, 2097152});
+  /*   127 forward   Conv               layer4.0.1.conv  live 192.3 MiB */
+  snrt_conv_fwd(c, &P127, F(0xc77a200), F(0x20b4f00), NULL, F(0xc8b2200), NULL);
+  snrt_reads(c, 128, 5, (const int64_t[]){0xc8b2200, 65536, 0x22b4f00, 2048, 0x22b5700, 2048, 0x22b5f00, 2048, 0x22b6700, 2048});
+  /*   128 forward   BatchNormalization layer4.0.1.bn  live 192.4 MiB */
+  snrt_bn_fwd_train(c, &P128, F(0xc8b2200), F(0x22b4f00), F(0x22b5700), F(0x22b5f00), F(0x22b6700), F(0xb3b6200), F(0xca09200), F(0xca09a00));
+  snrt_reads(c, 129, 1, (const int64_t[]){0xb3b6200, 65536});
+  /*   129 forward   Relu               layer4.0.1.relu  live 192.4 MiB */
+  snrt_unary_fwd(c, &P129, F(0xb3b6200), F(0xc8c2200));
   snrt_dead(c, 0xb3b6200, 65536);
-  snrt_reads(c, 143, 2, (const int64_t[]){0xc8c2200, 65536, 0x22b6f00, 9437184});
-  /*   143 forward   Conv               layer4.0.2.conv  live 192.5 MiB */
-  snrt_conv_fwd(c, &P143, F(0xc8c2200), F(0x22b6f00), NULL, F(0xc9c2200), F(0xb3b6200));
+  snrt_reads(c, 130, 2, (const int64_t[]){0xc8c2200, 65536, 0x22b6f00, 9437184});
+  /*   130 forward   Conv               layer4.0.2.conv  live 192.5 MiB */
+  snrt_conv_fwd(c, &P130, F(0xc8c2200), F(0x22b6f00), NULL, F(0xc9d2200), F(0xb3b6200));
   snrt_dead(c, 0xb3b6200, 147456);
-  snrt_reads(c, 144, 5, (const int64_t[]){0xc9c2200, 16384, 0x2bb6f00, 2048, 0x2bb7700, 2048, 0x2bb7f00, 2048, 0x2bb8700, 2048});
-  /*   144 forward   BatchNormalization layer4.0.2.bn  live 192.4 MiB */
-  snrt_bn_fwd_train(c, &P144, F(0xc9c2200), F(0x2bb6f00), F(0x2bb7700), F(0x2bb7f00), F(0x2bb8700), F(0xb3b6200), F(0xca0a200), F(0xca0aa00));
-  snrt_reads(c, 145, 1, (const int64_t[]){0xb3b6200, 16384});
-  /*   145 forward   Relu               layer4.0.2.relu  live 192.4 MiB */
-  snrt_unary_fwd(c, &P145, F(0xb3b6200), F(0xc9c6200));
+  snrt_reads(c, 131, 5, (const int64_t[]){0xc9d2200, 16384, 0x2bb6f00, 2048, 0x2bb7700, 2048, 0x2bb7f00, 2048, 0x2bb8700, 2048});
+  /*   131 forward   BatchNormalization layer4.0.2.bn  live 192.4 MiB */
+  snrt_bn_fwd_train(c, &P131, F(0xc9d2200), F(0x2bb6f00), F(0x2bb7700), F(0x2bb7f00), F(0x2bb8700), F(0xb3b6200), F(0xca0a200), F(0xca0aa00));
+  snrt_reads(c, 132, 1, (const int64_t[]){0xb3b6200, 16384});
+  /*   132 forward   Relu               layer4.0.2.relu  live 192.4 MiB */
+  snrt_unary_fwd(c, &P132, F(0xb3b6200), F(0xc9d6200));
   snrt_dead(c, 0xb3b6200, 16384);
-  snrt_reads(c, 146, 2, (const int64_t[]){0xc9c6200, 16384, 0x2bb8f00, 4194304});
-  /*   146 forward   Conv               layer4.0.3.conv  live 192.5 MiB */
-  snrt_conv_fwd(c, &P146, F(0xc9c6200), F(0x2bb8f00), NULL, F(0xc8d2200), NULL);
-  snrt_reads(c, 147, 5, (const int64_t[]){0xc8d2200, 65536, 0x2fb8f00, 8192, 0x2fbaf00, 8192, 0x2fbcf00, 8192, 0x2fbef00, 8192});
-  /*   147 forward   BatchNormalization layer4.0.3.bn  live 192.5 MiB */
-  snrt_bn_fwd_train(c, &P147, F(0xc8d2200), F(0x2fb8f00), F(0x2fbaf00), F(0x2fbcf00), F(0x2fbef00), F(0xb3b6200), F(0xc9ea200), F(0xc9ec200));
-  snrt_reads(c, 148, 2, (const int64_t[]){0xc77a200, 131072, 0x2fc0f00, 8388608});
-  /*   148 forward   Conv               layer4.0.down.conv  live 192.6 MiB */
-  snrt_conv_fwd(c, &P148, F(0xc77a200), F(0x2fc0f00), NULL, F(0xc79a200), F(0xb3c6200));
+  snrt_reads(c, 133, 2, (const int64_t[]){0xc9d6200, 16384, 0x2bb8f00, 4194304});
+  /*   133 forward   Conv               layer4.0.3.conv  live 192.5 MiB */
+  snrt_conv_fwd(c, &P133, F(0xc9d6200), F(0x2bb8f00), NULL, F(0xc8d2200), NULL);
+  snrt_reads(c, 134, 5, (const int64_t[]){0xc8d2200, 65536, 0x2fb8f00, 8192, 0x2fbaf00, 8192, 0x2fbcf00, 8192, 0x2fbef00, 8192});
+  /*   134 forward   BatchNormalization layer4.0.3.bn  live 192.5 MiB */
+  snrt_bn_fwd_train(c, &P134, F(0xc8d2200), F(0x2fb8f00), F(0x2fbaf00), F(0x2fbcf00), F(0x2fbef00), F(0xb3b6200), F(0xc9ea200), F(0xc9ec200));
+  snrt_reads(c, 135, 2, (const int64_t[]){0xc77a200, 131072, 0x2fc0f00, 8388608});
+  /*   135 forward   Conv               layer4.0.down.conv  live 192.6 MiB */
+  snrt_conv_fwd(c, &P135, F(0xc77a200), F(0x2fc0f00), NULL, F(0xc79a200), F(0xb3c6200));
   snrt_dead(c, 0xb3c6200, 32768);
-  snrt_reads(c, 149, 5, (const int64_t[]){0xc79a200, 65536, 0x37c0f00, 8192, 0x37c2f00, 8192, 0x37c4f00, 8192, 0x37c6f00, 8192});
-  /*   149 forward   BatchNormalization layer4.0.down.bn  live 192.7 MiB */
-  snrt_bn_fwd_train(c, &P149, F(0xc79a200), F(0x37c0f00), F(0x37c2f00), F(0x37c4f00), F(0x37c6f00), F(0xb3c6200), F(0xc9ee200), F(0xc9f0200));
-  snrt_reads(c, 150, 2, (const int64_t[]){0xb3b6200, 65536, 0xb3c6200, 65536});
-  /*   150 forward   Add                layer4.0.add  live 192.7 MiB */
-  snrt_binary_fwd(c, &P150, F(0xb3b6200), F(0xb3c6200), F(0xb3d6200));
+  snrt_reads(c, 136, 5, (const int64_t[]){0xc79a200, 65536, 0x37c0f00, 8192, 0x37c2f00, 8192, 0x37c4f00, 8192, 0x37c6f00, 8192});
+  /*   136 forward   BatchNormalization layer4.0.down.bn  live 192.7 MiB */
+  snrt_bn_fwd_train(c, &P136, F(0xc79a200), F(0x37c0f00), F(0x37c2f00), F(0x37c4f00), F(0x37c6f00), F(0xb3c6200), F(0xc9ee200), F(0xc9f0200));
+  snrt_reads(c, 137, 2, (const int64_t[]){0xb3b6200, 65536, 0xb3c6200, 65536});
+  /*   137 forward   FUSED              layer4.0.out/fused2  live 192.7 MiB */
+  snrt_fused_fwd(c, &P137, (const float *const[]){F(0xb3b6200), F(0xb3c6200)}, F(0xc7aa200));
   snrt_dead(c, 0xb3b6200, 65536);
   snrt_dead(c, 0xb3c6200, 65536);
-  snrt_reads(c, 151, 1, (const int64_t[]){0xb3d6200, 65536});
-  /*   151 forward   Relu               layer4.0.out  live 192.7 MiB */
-  snrt_unary_fwd(c, &P151, F(0xb3d6200), F(0xc7aa200));
-  snrt_dead(c, 0xb3d6200, 65536);
-  snrt_reads(c, 152, 2, (const int64_t[]){0xc7aa200, 65536, 0x37c8f00, 4194304});
-  /*   152 forward   Conv               layer4.1.1.conv  live 192.6 MiB */
-  snrt_conv_fwd(c, &P152, F(0xc7aa200), F(0x37c8f00), NULL, F(0xc9ca200), NULL);
-  snrt_reads(c, 153, 5, (const int64_t[]){0xc9ca200, 16384, 0x3bc8f00, 2048, 0x3bc9700, 2048, 0x3bc9f00, 2048, 0x3bca700, 2048});
-  /*   153 forward   BatchNormalization layer4.1.1.bn  live 192.7 MiB */
-  snrt_bn_fwd_train(c, &P153, F(0xc9ca200), F(0x3bc8f00), F(0x3bc9700), F(0x3bc9f00), F(0x3bca700), F(0xb3b6200), F(0xca0b200), F(0xca0ba00));
-  snrt_reads(c, 154, 1, (const int64_t[]){0xb3b6200, 16384});
-  /*   154 forward   Relu               layer4.1.1.relu  live 192.7 MiB */
-  snrt_unary_fwd(c, &P154, F(0xb3b6200), F(0xc9ce200));
+  snrt_reads(c, 138, 2, (const int64_t[]){0xc7aa200, 65536, 0x37c8f00, 4194304});
+  /*   138 forward   Conv               layer4.1.1.conv  live 192.6 MiB */
+  snrt_conv_fwd(c, &P138, F(0xc7aa200), F(0x37c8f00), NULL, F(0xc9da200), NULL);
+  snrt_reads(c, 139, 5, (const int64_t[]){0xc9da200, 16384, 0x3bc8f00, 2048, 0x3bc9700, 2048, 0x3bc9f00, 2048, 0x3bca700, 2048});
+  /*   139 forward   BatchNormalization layer4.1.1.bn  live 192.7 MiB */
+  snrt_bn_fwd_train(c, &P139, F(0xc9da200), F(0x3bc8f00), F(0x3bc9700), F(0x3bc9f00), F(0x3bca700), F(0xb3b6200), F(0xca0b200), F(0xca0ba00));
+  snrt_reads(c, 140, 1, (const int64_t[]){0xb3b6200, 16384});
+  /*   140 forward   Relu               layer4.1.1.relu  live 192.7 MiB */
+  snrt_unary_fwd(c, &P140, F(0xb3b6200), F(0xc9de200));
   snrt_dead(c, 0xb3b6200, 16384);
-  snrt_reads(c, 155, 2, (const int64_t[]){0xc9ce200, 16384, 0x3bcaf00, 9437184});
-  /*   155 forward   Conv               layer4.1.2.conv  live 192.8 MiB */
-  snrt_conv_fwd(c, &P155, F(0xc9ce200), F(0x3bcaf00), NULL, F(0xc9d2200), F(0xb3b6200));
+  snrt_reads(c, 141, 2, (const int64_t[]){0xc9de200, 16384, 0x3bcaf00, 9437184});
+  /*   141 forward   Conv               layer4.1.2.conv  live 192.8 MiB */
+  snrt_conv_fwd(c, &P141, F(0xc9de200), F(0x3bcaf00), NULL, F(0xc9e2200), F(0xb3b6200));
   snrt_dead(c, 0xb3b6200, 147456);
-  snrt_reads(c, 156, 5, (const int64_t[]){0xc9d2200, 16384, 0x44caf00, 2048, 0x44cb700, 2048, 0x44cbf00, 2048, 0x44cc700, 2048});
-  /*   156 forward   BatchNormalization layer4.1.2.bn  live 192.7 MiB */
-  snrt_bn_fwd_train(c, &P156, F(0xc9d2200), F(0x44caf00), F(0x44cb700), F(0x44cbf00), F(0x44cc700), F(0xb3b6200), F(0xca0c200), F(0xca0ca00));
-  snrt_reads(c, 157, 1, (const int64_t[]){0xb3b6200, 16384});
-  /*   157 forward   Relu               layer4.1.2.relu  live 192.7 MiB */
-  snrt_unary_fwd(c, &P157, F(0xb3b6200), F(0xc9d6200));
+  snrt_reads(c, 142, 5, (const int64_t[]){0xc9e2200, 16384, 0x44caf00, 2048, 0x44cb700, 2048, 0x44cbf00, 2048, 0x44cc700, 2048});
+  /*   142 forward   BatchNormalization layer4.1.2.bn  live 192.7 MiB */
+  snrt_bn_fwd_train(c, &P142, F(0xc9e2200), F(0x44caf00), F(0x44cb700), F(0x44cbf00), F(0x44cc700), F(0xb3b6200), F(0xca0c200), F(0xca0ca00));
+  snrt_reads(c, 143, 1, (const int64_t[]){0xb3b6200, 16384});
+  /*   143 forward   Relu               layer4.1.2.relu  live 192.7 MiB */
+  snrt_unary_fwd(c, &P143, F(0xb3b6200), F(0xc9e6200));
   snrt_dead(c, 0xb3b6200, 16384);
-  snrt_reads(c, 158, 2, (const int64_t[]){0xc9d6200, 16384, 0x44ccf00, 4194304});
-  /*   158 forward   Conv               layer4.1.3.conv  live 192.8 MiB */
-  snrt_conv_fwd(c, &P158, F(0xc9d6200), F(0x44ccf00), NULL, F(0xc8e2200), NULL);
-  snrt_reads(c, 159, 5, (const int64_t[]){0xc8e2200, 65536, 0x48ccf00, 8192, 0x48cef00, 8192, 0x48d0f00, 8192, 0x48d2f00, 8192});
-  /*   159 forward   BatchNormalization layer4.1.3.bn  live 192.8 MiB */
-  snrt_bn_fwd_train(c, &P159, F(0xc8e2200), F(0x48ccf00), F(0x48cef00), F(0x48d0f00), F(0x48d2f00), F(0xb3b6200), F(0xc9f2200), F(0xc9f4200));
-  snrt_reads(c, 160, 2, (const int64_t[]){0xb3b6200, 65536, 0xc7aa200, 65536});
-  /*   160 forward   Add                layer4.1.add  live 192.9 MiB */
-  snrt_binary_fwd(c, &P160, F(0xb3b6200), F(0xc7aa200), F(0xb3c6200));
+  snrt_reads(c, 144, 2, (const int64_t[]){0xc9e6200, 16384, 0x44ccf00, 4194304});
+  /*   144 forward   Conv               layer4.1.3.conv  live 192.8 MiB */
+  snrt_conv_fwd(c, &P144, F(0xc9e6200), F(0x44ccf00), NULL, F(0xc8e2200), NULL);
+  snrt_reads(c, 145, 5, (const int64_t[]){0xc8e2200, 65536, 0x48ccf00, 8192, 0x48cef00, 8192, 0x48d0f00, 8192, 0x48d2f00, 8192});
+  /*   145 forward   BatchNormalization layer4.1.3.bn  live 192.8 MiB */
+  snrt_bn_fwd_train(c, &P145, F(0xc8e2200), F(0x48ccf00), F(0x48cef00), F(0x48d0f00), F(0x48d2f00), F(0xb3b6200), F(0xc9f2200), F(0xc9f4200));
+  snrt_reads(c, 146, 2, (const int64_t[]){0xb3b6200, 65536, 0xc7aa200, 65536});
+  /*   146 forward   FUSED              layer4.1.out/fused2  live 192.9 MiB */
+  snrt_fused_fwd(c, &P146, (const float *const[]){F(0xb3b6200), F(0xc7aa200)}, F(0xc8f2200));
   snrt_dead(c, 0xb3b6200, 65536);
-  snrt_reads(c, 161, 1, (const int64_t[]){0xb3c6200, 65536});
-  /*   161 forward   Relu               layer4.1.out  live 192.9 MiB */
-  snrt_unary_fwd(c, &P161, F(0xb3c6200), F(0xc8f2200));
-  snrt_dead(c, 0xb3c6200, 65536);
-  snrt_reads(c, 162, 2, (const int64_t[]){0xc8f2200, 65536, 0x48d4f00, 4194304});
-  /*   162 forward   Conv               layer4.2.1.conv  live 192.8 MiB */
-  snrt_conv_fwd(c, &P162, F(0xc8f2200), F(0x48d4f00), NULL, F(0xc9da200), NULL);
-  snrt_reads(c, 163, 5, (const int64_t[]){0xc9da200, 16384, 0x4cd4f00, 2048, 0x4cd5700, 2048, 0x4cd5f00, 2048, 0x4cd6700, 2048});
-  /*   163 forward   BatchNormalization layer4.2.1.bn  live 192.9 MiB */
-  snrt_bn_fwd_train(c, &P163, F(0xc9da200), F(0x4cd4f00), F(0x4cd5700), F(0x4cd5f00), F(0x4cd6700), F(0xb3b6200), F(0xca0d200), F(0xca0da00));
-  snrt_reads(c, 164, 1, (const int64_t[]){0xb3b6200, 16384});
-  /*   164 forward   Relu               layer4.2.1.relu  live 192.9 MiB */
-  snrt_unary_fwd(c, &P164, F(0xb3b6200), F(0xc9de200));
+  snrt_reads(c, 147, 2, (const int64_t[]){0xc8f2200, 65536, 0x48d4f00, 4194304});
+  /*   147 forward   Conv               layer4.2.1.conv  live 192.8 MiB */
+  snrt_conv_fwd(c, &P147, F(0xc8f2200), F(0x48d4f00), NULL, F(0xc912200), NULL);
+  snrt_reads(c, 148, 5, (const int64_t[]){0xc912200, 16384, 0x4cd4f00, 2048, 0x4cd5700, 2048, 0x4cd5f00, 2048, 0x4cd6700, 2048});
+  /*   148 forward   BatchNormalization layer4.2.1.bn  live 192.9 MiB */
+  snrt_bn_fwd_train(c, &P148, F(0xc912200), F(0x4cd4f00), F(0x4cd5700), F(0x4cd5f00), F(0x4cd6700), F(0xb3b6200), F(0xca0d200), F(0xca0da00));
+  snrt_reads(c, 149, 1, (const int64_t[]){0xb3b6200, 16384});
+  /*   149 forward   Relu               layer4.2.1.relu  live 192.9 MiB */
+  snrt_unary_fwd(c, &P149, F(0xb3b6200), F(0xc916200));
   snrt_dead(c, 0xb3b6200, 16384);
-  snrt_reads(c, 165, 2, (const int64_t[]){0xc9de200, 16384, 0x4cd6f00, 9437184});
-  /*   165 forward   Conv               layer4.2.2.conv  live 193.0 MiB */
-  snrt_conv_fwd(c, &P165, F(0xc9de200), F(0x4cd6f00), NULL, F(0xb7c6200), F(0xb3b6200));
+  snrt_reads(c, 150, 2, (const int64_t[]){0xc916200, 16384, 0x4cd6f00, 9437184});
+  /*   150 forward   Conv               layer4.2.2.conv  live 193.0 MiB */
+  snrt_conv_fwd(c, &P150, F(0xc916200), F(0x4cd6f00), NULL, F(0xb7c6200), F(0xb3b6200));
   snrt_dead(c, 0xb3b6200, 147456);
-  snrt_reads(c, 166, 5, (const int64_t[]){0xb7c6200, 16384, 0x55d6f00, 2048, 0x55d7700, 2048, 0x55d7f00, 2048, 0x55d8700, 2048});
-  /*   166 forward   BatchNormalization layer4.2.2.bn  live 192.9 MiB */
-  snrt_bn_fwd_train(c, &P166, F(0xb7c6200), F(0x55d6f00), F(0x55d7700), F(0x55d7f00), F(0x55d8700), F(0xb3b6200), F(0xb7ce200), F(0xb7cea00));
-  snrt_reads(c, 167, 1, (const int64_t[]){0xb3b6200, 16384});
-  /*   167 forward   Relu               layer4.2.2.relu  live 192.9 MiB */
-  snrt_unary_fwd(c, &P167, F(0xb3b6200), F(0xb7ca200));
+  snrt_reads(c, 151, 5, (const int64_t[]){0xb7c6200, 16384, 0x55d6f00, 2048, 0x55d7700, 2048, 0x55d7f00, 2048, 0x55d8700, 2048});
+  /*   151 forward   BatchNormalization layer4.2.2.bn  live 192.9 MiB */
+  snrt_bn_fwd_train(c, &P151, F(0xb7c6200), F(0x55d6f00), F(0x55d7700), F(0x55d7f00), F(0x55d8700), F(0xb3b6200), F(0xb7ce200), F(0xb7cea00));
+  snrt_reads(c, 152, 1, (const int64_t[]){0xb3b6200, 16384});
+  /*   152 forward   Relu               layer4.2.2.relu  live 192.9 MiB */
+  snrt_unary_fwd(c, &P152, F(0xb3b6200), F(0xb7ca200));
   snrt_dead(c, 0xb3b6200, 16384);
-  snrt_reads(c, 168, 2, (const int64_t[]){0xb7ca200, 16384, 0x55d8f00, 4194304});
-  /*   168 forward   Conv               layer4.2.3.conv  live 193.0 MiB */
-  snrt_conv_fwd(c, &P168, F(0xb7ca200), F(0x55d8f00), NULL, F(0xb3ca200), NULL);
-  snrt_reads(c, 169, 5, (const int64_t[]){0xb3ca200, 65536, 0x59d8f00, 8192, 0x59daf00, 8192, 0x59dcf00, 8192, 0x59def00, 8192});
-  /*   169 forward   BatchNormalization layer4.2.3.bn  live 193.0 MiB */
-  snrt_bn_fwd_train(c, &P169, F(0xb3ca200), F(0x59d8f00), F(0x59daf00), F(0x59dcf00), F(0x59def00), F(0xb3b6200), F(0xb40a200), F(0xb40c200));
-  snrt_reads(c, 170, 2, (const int64_t[]){0xb3b6200, 65536, 0xc8f2200, 65536});
-  /*   170 forward   Add                layer4.2.add  live 193.1 MiB */
-  snrt_binary_fwd(c, &P170, F(0xb3b6200), F(0xc8f2200), F(0xb3da200));
+  snrt_reads(c, 153, 2, (const int64_t[]){0xb7ca200, 16384, 0x55d8f00, 4194304});
+  /*   153 forward   Conv               layer4.2.3.conv  live 193.0 MiB */
+  snrt_conv_fwd(c, &P153, F(0xb7ca200), F(0x55d8f00), NULL, F(0xb3ca200), NULL);
+  snrt_reads(c, 154, 5, (const int64_t[]){0xb3ca200, 65536, 0x59d8f00, 8192, 0x59daf00, 8192, 0x59dcf00, 8192, 0x59def00, 8192});
+  /*   154 forward   BatchNormalization layer4.2.3.bn  live 193.0 MiB */
+  snrt_bn_fwd_train(c, &P154, F(0xb3ca200), F(0x59d8f00), F(0x59daf00), F(0x59dcf00), F(0x59def00), F(0xb3b6200), F(0xb40a200), F(0xb40c200));
+  snrt_reads(c, 155, 2, (const int64_t[]){0xb3b6200, 65536, 0xc8f2200, 65536});
+  /*   155 forward   FUSED              layer4.2.out/fused2  live 193.1 MiB */
+  snrt_fused_fwd(c, &P155, (const float *const[]){F(0xb3b6200), F(0xc8f2200)}, F(0xb3da200));
   snrt_dead(c, 0xb3b6200, 65536);
-  snrt_reads(c, 171, 1, (const int64_t[]){0xb3da200, 65536});
-  /*   171 forward   Relu               layer4.2.out  live 193.1 MiB */
-  snrt_unary_fwd(c, &P171, F(0xb3da200), F(0xb3ea200));
-  snrt_dead(c, 0xb3da200, 65536);
-  snrt_reads(c, 172, 1, (const int64_t[]){0xb3ea200, 65536});
-  /*   172 forward   GlobalAveragePool  pool  live 193.1 MiB */
-  snrt_avgpool_fwd(c, &P172, F(0xb3ea200), F(0xb3b6200));
-  snrt_reads(c, 173, 1, (const int64_t[]){0xb3b6200, 65536});
-  /*   173 forward   Flatten            flat  live 193.2 MiB */
-  snrt_copy(c, 65536, F(0xb3b6200), F(0xb3da200));
+  snrt_reads(c, 156, 1, (const int64_t[]){0xb3da200, 65536});
+  /*   156 forward   GlobalAveragePool  pool  live 193.1 MiB */
+  snrt_avgpool_fwd(c, &P156, F(0xb3da200), F(0xb3b6200));
+  snrt_reads(c, 157, 1, (const int64_t[]){0xb3b6200, 65536});
+  /*   157 forward   Flatten            flat  live 193.2 MiB */
+  snrt_copy(c, 65536, F(0xb3b6200), F(0xb3ea200));
   snrt_dead(c, 0xb3b6200, 65536);
-  snrt_reads(c, 174, 3, (const int64_t[]){0xb3da200, 65536, 0x59e0f00, 81920, 0x59f4f00, 40});
-  /*   174 forward   Gemm               fc  live 193.1 MiB */
-  snrt_matmul(c, &P173, F(0xb3da200), F(0x59e0f00), F(0xb3b6200));
-  snrt_bias_fwd(c, &P174, F(0x59f4f00), F(0xb3b6200));
-  snrt_reads(c, 175, 1, (const int64_t[]){0xb3b6200, 320});
-  /*   175 loss      SOFTMAX_CE         loss  live 193.1 MiB */
-  snrt_softmax_ce_fwd(c, &P175, F(0xb3b6200), I(0xb536200), F(0xca19000));
-  snrt_reads(c, 176, 1, (const int64_t[]){0xb3b6200, 320});
-  /*   176 backward  SOFTMAX_CE_BWD     loss/bwd  live 193.1 MiB */
-  snrt_softmax_ce_bwd(c, &P175, F(0xb3b6200), I(0xb536200), F(0xb40e200));
+  snrt_reads(c, 158, 3, (const int64_t[]){0xb3ea200, 65536, 0x59e0f00, 81920, 0x59f4f00, 40});
+  /*   158 forward   Gemm               fc  live 193.1 MiB */
+  snrt_matmul(c, &P157, F(0xb3ea200), F(0x59e0f00), F(0xb3b6200));
+  snrt_bias_fwd(c, &P158, F(0x59f4f00), F(0xb3b6200));
+  snrt_reads(c, 159, 1, (const int64_t[]){0xb3b6200, 320});
+  /*   159 loss      SOFTMAX_CE         loss  live 193.1 MiB */
+  snrt_softmax_ce_fwd(c, &P159, F(0xb3b6200), I(0xb4dc200), F(0xca19000));
+  snrt_reads(c, 160, 1, (const int64_t[]){0xb3b6200, 320});
+  /*   160 backward  SOFTMAX_CE_BWD     loss/bwd  live 193.1 MiB */
+  snrt_softmax_ce_bwd(c, &P159, F(0xb3b6200), I(0xb4dc200), F(0xb40e200));
   snrt_dead(c, 0xb3b6200, 512);
-  snrt_reads(c, 177, 2, (const int64_t[]){0xb40e200, 320, 0x59e0f00, 81920});
-  /*   177 backward  MATMUL_RAW         fc/bwd_a  live 193.2 MiB */
-  snrt_matmul(c, &P176, F(0xb40e200), F(0x59e0f00), F(0xb3fa200));
-  snrt_reads(c, 178, 2, (const int64_t[]){0xb40e200, 320, 0xb3da200, 65536});
-  /*   178 backward  MATMUL_RAW         fc/bwd_b  live 193.2 MiB */
-  snrt_matmul(c, &P177, F(0xb40e200), F(0xb3da200), F(0xb3b6200));
-  snrt_dead(c, 0xb3da200, 65536);
-  snrt_reads(c, 179, 1, (const int64_t[]){0xb40e200, 320});
-  /*   179 backward  BIAS_BWD           fc/bwd_c  live 193.2 MiB */
-  snrt_bias_bwd(c, &P178, F(0xb40e200), F(0xb3da200));
+  snrt_reads(c, 161, 2, (const int64_t[]){0xb40e200, 320, 0x59e0f00, 81920});
+  /*   161 backward  MATMUL_RAW         fc/bwd_a  live 193.2 MiB */
+  snrt_matmul(c, &P160, F(0xb40e200), F(0x59e0f00), F(0xb3fa200));
+  snrt_reads(c, 162, 2, (const int64_t[]){0xb40e200, 320, 0xb3ea200, 65536});
+  /*   162 backward  MATMUL_RAW         fc/bwd_b  live 193.2 MiB */
+  snrt_matmul(c, &P161, F(0xb40e200), F(0xb3ea200), F(0xb3b6200));
+  snrt_dead(c, 0xb3ea200, 65536);
+  snrt_reads(c, 163, 1, (const int64_t[]){0xb40e200, 320});
+  /*   163 backward  BIAS_BWD           fc/bwd_c  live 193.2 MiB */
+  snrt_bias_bwd(c, &P162, F(0xb40e200), F(0xb3ea200));
   snrt_dead(c, 0xb40e200, 512);
-  snrt_reads(c, 180, 3, (const int64_t[]){0x59e0f00, 81920, 0xb3b6200, 81920, 0x59f5000, 81920});
-  /*   180 update    SGD                fc.weight/sgd  live 193.2 MiB */
-  snrt_sgd(c, &P179, F(0x59e0f00), F(0xb3b6200), F(0x59f5000));
+  snrt_reads(c, 164, 3, (const int64_t[]){0x59e0f00, 81920, 0xb3b6200, 81920, 0x59f5000, 81920});
+  /*   164 update    SGD                fc.weight/sgd  live 193.2 MiB */
+  snrt_sgd(c, &P163, F(0x59e0f00), F(0xb3b6200), F(0x59f5000));
   snrt_dead(c, 0xb3b6200, 81920);
-  snrt_reads(c, 181, 3, (const int64_t[]){0x59f4f00, 40, 0xb3da200, 40, 0x5a09000, 40});
-  /*   181 update    SGD                fc.bias/sgd  live 193.1 MiB */
-  snrt_sgd(c, &P180, F(0x59f4f00), F(0xb3da200), F(0x5a09000));
-  snrt_dead(c, 0xb3da200, 256);
-  snrt_reads(c, 182, 1, (const int64_t[]){0xb3fa200, 65536});
-  /*   182 backward  Identity           flat/bwd  live 193.2 MiB */
+  snrt_reads(c, 165, 3, (const int64_t[]){0x59f4f00, 40, 0xb3ea200, 40, 0x5a09000, 40});
+  /*   165 update    SGD                fc.bias/sgd  live 193.1 MiB */
+  snrt_sgd(c, &P164, F(0x59f4f00), F(0xb3ea200), F(0x5a09000));
+  snrt_dead(c, 0xb3ea200, 256);
+  snrt_reads(c, 166, 1, (const int64_t[]){0xb3fa200, 65536});
+  /*   166 backward  Identity           flat/bwd  live 193.2 MiB */
   snrt_copy(c, 65536, F(0xb3fa200), F(0xb3b6200));
   snrt_dead(c, 0xb3fa200, 65536);
-  snrt_reads(c, 183, 1, (const int64_t[]){0xb3b6200, 65536});
-  /*   183 backward  AVGPOOL_BWD        pool/bwd  live 193.2 MiB */
-  snrt_avgpool_bwd(c, &P172, F(0xb3b6200), F(0xb3da200));
+  snrt_reads(c, 167, 1, (const int64_t[]){0xb3b6200, 65536});
+  /*   167 backward  AVGPOOL_BWD        pool/bwd  live 193.2 MiB */
+  snrt_avgpool_bwd(c, &P156, F(0xb3b6200), F(0xb3ea200));
   snrt_dead(c, 0xb3b6200, 65536);
-  snrt_reads(c, 184, 2, (const int64_t[]){0xb3ea200, 65536, 0xb3da200, 65536});
-  /*   184 backward  UNARY_BWD          layer4.2.out/bwd  live 193.1 MiB */
-  snrt_unary_bwd(c, &P171, NULL, F(0xb3ea200), F(0xb3da200), F(0xb3da200));
-  snrt_dead(c, 0xb3ea200, 65536);
-  snrt_reads(c, 185, 1, (const int64_t[]){0xb3da200, 65536});
-  /*   185 backward  BINARY_BWD         layer4.2.add/bwd  live 193.2 MiB */
-  snrt_binary_bwd(c, &P170, NULL, NULL, F(0xb3da200), F(0xb7b6200), F(0xc902200));
+  snrt_reads(c, 168, 2, (const int64_t[]){0xb3da200, 65536, 0xb3ea200, 65536});
+  /*   168 backward  FUSED_BWD          layer4.2.out/fused2/bwd  live 193.2 MiB */
+  snrt_fused_bwd(c, &P165, (const float *const[]){NULL, NULL}, F(0xb3da200), F(0xb3ea200), (float *const[]){F(0xb7b6200), F(0xc902200)});
   snrt_dead(c, 0xb3da200, 65536);
-  snrt_reads(c, 186, 5, (const int64_t[]){0xb3ca200, 65536, 0xb7b6200, 65536, 0x59d8f00, 8192, 0xb40a200, 8192, 0xb40c200, 8192});
-  /*   186 backward  BN_BWD             layer4.2.3.bn/bwd  live 193.1 MiB */
-  snrt_bn_bwd(c, &P169, F(0xb3ca200), F(0xb7b6200), F(0x59d8f00), F(0xb40a200), F(0xb40c200), F(0xb7b6200), F(0xb3b6200), F(0xb3b8200));
+  snrt_dead(c, 0xb3ea200, 65536);
+  snrt_reads(c, 169, 5, (const int64_t[]){0xb3ca200, 65536, 0xb7b6200, 65536, 0x59d8f00, 8192, 0xb40a200, 8192, 0xb40c200, 8192});
+  /*   169 backward  BN_BWD             layer4.2.3.bn/bwd  live 193.1 MiB */
+  snrt_bn_bwd(c, &P154, F(0xb3ca200), F(0xb7b6200), F(0x59d8f00), F(0xb40a200), F(0xb40c200), F(0xb7b6200), F(0xb3b6200), F(0xb3b8200));
   snrt_dead(c, 0xb3ca200, 65536);
   snrt_dead(c, 0xb40a200, 8192);
   snrt_dead(c, 0xb40c200, 8192);
-  snrt_reads(c, 187, 3, (const int64_t[]){0x59d8f00, 8192, 0xb3b6200, 8192, 0x5a09100, 8192});
-  /*   187 update    SGD                layer4.2.3.bn.weight/sgd  live 193.0 MiB */
-  snrt_sgd(c, &P181, F(0x59d8f00), F(0xb3b6200), F(0x5a09100));
+  snrt_reads(c, 170, 3, (const int64_t[]){0x59d8f00, 8192, 0xb3b6200, 8192, 0x5a09100, 8192});
+  /*   170 update    SGD                layer4.2.3.bn.weight/sgd  live 193.0 MiB */
+  snrt_sgd(c, &P166, F(0x59d8f00), F(0xb3b6200), F(0x5a09100));
   snrt_dead(c, 0xb3b6200, 8192);
-  snrt_reads(c, 188, 3, (const int64_t[]){0x59daf00, 8192, 0xb3b8200, 8192, 0x5a0b100, 8192});
-  /*   188 update    SGD                layer4.2.3.bn.bias/sgd  live 193.0 MiB */
-  snrt_sgd(c, &P182, F(0x59daf00), F(0xb3b8200), F(0x5a0b100));
+  snrt_reads(c, 171, 3, (const int64_t[]){0x59daf00, 8192, 0xb3b8200, 8192, 0x5a0b100, 8192});
+  /*   171 update    SGD                layer4.2.3.bn.bias/sgd  live 193.0 MiB */
+  snrt_sgd(c, &P167, F(0x59daf00), F(0xb3b8200), F(0x5a0b100));
   snrt_dead(c, 0xb3b8200, 8192);
-  snrt_reads(c, 189, 2, (const int64_t[]){0xb7ca200, 16384, 0xb7b6200, 65536});
-  /*   189 backward  CONV_BWD_FILTER    layer4.2.3.conv/bwd_filter  live 197.0 MiB */
-  snrt_conv_bwd_filter(c, &P168, F(0xb7ca200), F(0xb7b6200), F(0xb3b6200), NULL);
-  snrt_reads(c, 190, 2, (const int64_t[]){0xb7b6200, 65536, 0x55d8f00, 4194304});
-  /*   190 backward  CONV_BWD_DATA      layer4.2.3.conv/bwd_data  live 197.0 MiB */
-  snrt_conv_bwd_data(c, &P168, F(0xb7b6200), F(0x55d8f00), F(0xc9e2200), NULL);
+  snrt_reads(c, 172, 2, (const int64_t[]){0xb7ca200, 16384, 0xb7b6200, 65536});
+  /*   172 backward  CONV_BWD_FILTER    layer4.2.3.conv/bwd_filter  live 197.0 MiB */
+  snrt_conv_bwd_filter(c, &P153, F(0xb7ca200), F(0xb7b6200), F(0xb3b6200), NULL);
+  snrt_reads(c, 173, 2, (const int64_t[]){0xb7b6200, 65536, 0x55d8f00, 4194304});
+  /*   173 backward  CONV_BWD_DATA      layer4.2.3.conv/bwd_data  live 197.0 MiB */
+  snrt_conv_bwd_data(c, &P153, F(0xb7b6200), F(0x55d8f00), F(0xc91a200), NULL);
   snrt_dead(c, 0xb7b6200, 65536);
-  snrt_reads(c, 191, 3, (const int64_t[]){0x55d8f00, 4194304, 0xb3b6200, 4194304, 0x5a0d100, 4194304});
-  /*   191 update    SGD                layer4.2.3.conv.weight/sgd  live 197.0 MiB */
-  snrt_sgd(c, &P183, F(0x55d8f00), F(0xb3b6200), F(0x5a0d100));
+  snrt_reads(c, 174, 3, (const int64_t[]){0x55d8f00, 4194304, 0xb3b6200, 4194304, 0x5a0d100, 4194304});
+  /*   174 update    SGD                layer4.2.3.conv.weight/sgd  live 197.0 MiB */
+  snrt_sgd(c, &P168, F(0x55d8f00), F(0xb3b6200), F(0x5a0d100));
   snrt_dead(c, 0xb3b6200, 4194304);
-  snrt_reads(c, 192, 2, (const int64_t[]){0xb7ca200, 16384, 0xc9e2200, 16384});
-  /*   192 backward  UNARY_BWD          layer4.2.2.relu/bwd  live 193.0 MiB */
-  snrt_unary_bwd(c, &P167, NULL, F(0xb7ca200), F(0xc9e2200), F(0xc9e2200));
+  snrt_reads(c, 175, 2, (const int64_t[]){0xb7ca200, 16384, 0xc91a200, 16384});
+  /*   175 backward  UNARY_BWD          layer4.2.2.relu/bwd  live 193.0 MiB */
+  snrt_unary_bwd(c, &P152, NULL, F(0xb7ca200), F(0xc91a200), F(0xc91a200));
   snrt_dead(c, 0xb7ca200, 16384);
-  snrt_reads(c, 193, 5, (const int64_t[]){0xb7c6200, 16384, 0xc9e2200, 16384, 0x55d6f00, 2048, 0xb7ce200, 2048, 0xb7cea00, 2048});
-  /*   193 backward  BN_BWD             layer4.2.2.bn/bwd  live 193.0 MiB */
-  snrt_bn_bwd(c, &P166, F(0xb7c6200), F(0xc9e2200), F(0x55d6f00), F(0xb7ce200), F(0xb7cea00), F(0xc9e2200), F(0xb3b6200), F(0xb3b6a00));
+  snrt_reads(c, 176, 5, (const int64_t[]){0xb7c6200, 16384, 0xc91a200, 16384, 0x55d6f00, 2048, 0xb7ce200, 2048, 0xb7cea00, 2048});
+  /*   176 backward  BN_BWD             layer4.2.2.bn/bwd  live 193.0 MiB */
+  snrt_bn_bwd(c, &P151, F(0xb7c6200), F(0xc91a200), F(0x55d6f00), F(0xb7ce200), F(0xb7cea00), F(0xc91a200), F(0xb3b6200), F(0xb3b6a00));
   snrt_dead(c, 0xb7c6200, 16384);
   snrt_dead(c, 0xb7ce200, 2048);
   snrt_dead(c, 0xb7cea00, 2048);
-  snrt_reads(c, 194, 3, (const int64_t[]){0x55d6f00, 2048, 0xb3b6200, 2048, 0x5e0d100, 2048});
-  /*   194 update    SGD                layer4.2.2.bn.weight/sgd  live 192.9 MiB */
-  snrt_sgd(c, &P184, F(0x55d6f00), F(0xb3b6200), F(0x5e0d100));
+  snrt_reads(c, 177, 3, (const int64_t[]){0x55d6f00, 2048, 0xb3b6200, 2048, 0x5e0d100, 2048});
+  /*   177 update    SGD                layer4.2.2.bn.weight/sgd  live 192.9 MiB */
+  snrt_sgd(c, &P169, F(0x55d6f00), F(0xb3b6200), F(0x5e0d100));
   snrt_dead(c, 0xb3b6200, 2048);
-  snrt_reads(c, 195, 3, (const int64_t[]){0x55d7700, 2048, 0xb3b6a00, 2048, 0x5e0d900, 2048});
-  /*   195 update    SGD                layer4.2.2.bn.bias/sgd  live 192.9 MiB */
-  snrt_sgd(c, &P185, F(0x55d7700), F(0xb3b6a00), F(0x5e0d900));
+  snrt_reads(c, 178, 3, (const int64_t[]){0x55d7700, 2048, 0xb3b6a00, 2048, 0x5e0d900, 2048});
+  /*   178 update    SGD                layer4.2.2.bn.bias/sgd  live 192.9 MiB */
+  snrt_sgd(c, &P170, F(0x55d7700), F(0xb3b6a00), F(0x5e0d900));
   snrt_dead(c, 0xb3b6a00, 2048);
-  snrt_reads(c, 196, 2, (const int64_t[]){0xc9de200, 16384, 0xc9e2200, 16384});
-  /*   196 backward  CONV_BWD_FILTER    layer4.2.2.conv/bwd_filter  live 202.1 MiB */
-  snrt_conv_bwd_filter(c, &P165, F(0xc9de200), F(0xc9e2200), F(0xb3b6200), F(0xc3f6200));
+  snrt_reads(c, 179, 2, (const int64_t[]){0xc916200, 16384, 0xc91a200, 16384});
+  /*   179 backward  CONV_BWD_FILTER    layer4.2.2.conv/bwd_filter  live 202.1 MiB */
+  snrt_conv_bwd_filter(c, &P150, F(0xc916200), F(0xc91a200), F(0xb3b6200), F(0xc3f6200));
   snrt_dead(c, 0xc3f6200, 147456);
-  snrt_reads(c, 197, 2, (const int64_t[]){0xc9e2200, 16384, 0x4cd6f00, 9437184});
-  /*   197 backward  CONV_BWD_DATA      layer4.2.2.conv/bwd_data  live 202.1 MiB */
-  snrt_conv_bwd_data(c, &P165, F(0xc9e2200), F(0x4cd6f00), F(0xc9e6200), F(0xc3f6200));
-  snrt_dead(c, 0xc9e2200, 16384);
+  snrt_reads(c, 180, 2, (const int64_t[]){0xc91a200, 16384, 0x4cd6f00, 9437184});
+  /*   180 backward  CONV_BWD_DATA      layer4.2.2.conv/bwd_data  live 202.1 MiB */
+  snrt_conv_bwd_data(c, &P150, F(0xc91a200), F(0x4cd6f00), F(0xc91e200), F(0xc3f6200));
+  snrt_dead(c, 0xc91a200, 16384);
   snrt_dead(c, 0xc3f6200, 147456);
-  snrt_reads(c, 198, 3, (const int64_t[]){0x4cd6f00, 9437184, 0xb3b6200, 9437184, 0x5e0e100, 9437184});
-  /*   198 update    SGD                layer4.2.2.conv.weight/sgd  live 201.9 MiB */
-  snrt_sgd(c, &P186, F(0x4cd6f00), F(0xb3b6200), F(0x5e0e100));
+  snrt_reads(c, 181, 3, (const int64_t[]){0x4cd6f00, 9437184, 0xb3b6200, 9437184, 0x5e0e100, 9437184});
+  /*   181 update    SGD                layer4.2.2.conv.weight/sgd  live 201.9 MiB */
+  snrt_sgd(c, &P171, F(0x4cd6f00), F(0xb3b6200), F(0x5e0e100));
   snrt_dead(c, 0xb3b6200, 9437184);
-  snrt_reads(c, 199, 2, (const int64_t[]){0xc9de200, 16384, 0xc9e6200, 16384});
-  /*   199 backward  UNARY_BWD          layer4.2.1.relu/bwd  live 192.9 MiB */
-  snrt_unary_bwd(c, &P164, NULL, F(0xc9de200), F(0xc9e6200), F(0xc9e6200));
-  snrt_dead(c, 0xc9de200, 16384);
-  snrt_reads(c, 200, 5, (const int64_t[]){0xc9da200, 16384, 0xc9e6200, 16384, 0x4cd4f00, 2048, 0xca0d200, 2048, 0xca0da00, 2048});
-  /*   200 backward  BN_BWD             layer4.2.1.bn/bwd  live 192.9 MiB */
-  snrt_bn_bwd(c, &P163, F(0xc9da200), F(0xc9e6200), F(0x4cd4f00), F(0xca0d200), F(0xca0da00), F(0xc9e6200), F(0xb3b6200), F(0xb3b6a00));
-  snrt_dead(c, 0xc9da200, 16384);
+  snrt_reads(c, 182, 2, (const int64_t[]){0xc916200, 16384, 0xc91e200, 16384});
+  /*   182 backward  UNARY_BWD          layer4.2.1.relu/bwd  live 192.9 MiB */
+  snrt_unary_bwd(c, &P149, NULL, F(0xc916200), F(0xc91e200), F(0xc91e200));
+  snrt_dead(c, 0xc916200, 16384);
+  snrt_reads(c, 183, 5, (const int64_t[]){0xc912200, 16384, 0xc91e200, 16384, 0x4cd4f00, 2048, 0xca0d200, 2048, 0xca0da00, 2048});
+  /*   183 backward  BN_BWD             layer4.2.1.bn/bwd  live 192.9 MiB */
+  snrt_bn_bwd(c, &P148, F(0xc912200), F(0xc91e200), F(0x4cd4f00), F(0xca0d200), F(0xca0da00), F(0xc91e200), F(0xb3b6200), F(0xb3b6a00));
+  snrt_dead(c, 0xc912200, 16384);
   snrt_dead(c, 0xca0d200, 2048);
   snrt_dead(c, 0xca0da00, 2048);
-  snrt_reads(c, 201, 3, (const int64_t[]){0x4cd4f00, 2048, 0xb3b6200, 2048, 0x670e100, 2048});
-  /*   201 update    SGD                layer4.2.1.bn.weight/sgd  live 192.9 MiB */
-  snrt_sgd(c, &P187, F(0x4cd4f00), F(0xb3b6200), F(0x670e100));
+  snrt_reads(c, 184, 3, (const int64_t[]){0x4cd4f00, 2048, 0xb3b6200, 2048, 0x670e100, 2048});
+  /*   184 update    SGD                layer4.2.1.bn.weight/sgd  live 192.9 MiB */
+  snrt_sgd(c, &P172, F(0x4cd4f00), F(0xb3b6200), F(0x670e100));
   snrt_dead(c, 0xb3b6200, 2048);
-  snrt_reads(c, 202, 3, (const int64_t[]){0x4cd5700, 2048, 0xb3b6a00, 2048, 0x670e900, 2048});
-  /*   202 update    SGD                layer4.2.1.bn.bias/sgd  live 192.9 MiB */
-  snrt_sgd(c, &P188, F(0x4cd5700), F(0xb3b6a00), F(0x670e900));
+  snrt_reads(c, 185, 3, (const int64_t[]){0x4cd5700, 2048, 0xb3b6a00, 2048, 0x670e900, 2048});
+  /*   185 update    SGD                layer4.2.1.bn.bias/sgd  live 192.9 MiB */
+  snrt_sgd(c, &P173, F(0x4cd5700), F(0xb3b6a00), F(0x670e900));
   snrt_dead(c, 0xb3b6a00, 2048);
-  snrt_reads(c, 203, 2, (const int64_t[]){0xc8f2200, 65536, 0xc9e6200, 16384});
-  /*   203 backward  CONV_BWD_FILTER    layer4.2.1.conv/bwd_filter  live 196.9 MiB */
-  snrt_conv_bwd_filter(c, &P162, F(0xc8f2200), F(0xc9e6200), F(0xb3b6200), NULL);
-  snrt_reads(c, 204, 2, (const int64_t[]){0xc9e6200, 16384, 0x48d4f00, 4194304});
-  /*   204 backward  CONV_BWD_DATA      layer4.2.1.conv/bwd_data  live 197.0 MiB */
-  snrt_conv_bwd_data(c, &P162, F(0xc9e6200), F(0x48d4f00), F(0xb7b6200), NULL);
-  snrt_dead(c, 0xc9e6200, 16384);
-  snrt_reads(c, 205, 2, (const int64_t[]){0xc902200, 65536, 0xb7b6200, 65536});
-  /*   205 backward  ACCUMULATE         layer4.2.1.conv/accumulate  live 197.0 MiB */
+  snrt_reads(c, 186, 2, (const int64_t[]){0xc8f2200, 65536, 0xc91e200, 16384});
+  /*   186 backward  CONV_BWD_FILTER    layer4.2.1.conv/bwd_filter  live 196.9 MiB */
+  snrt_conv_bwd_filter(c, &P147, F(0xc8f2200), F(0xc91e200), F(0xb3b6200), NULL);
+  snrt_reads(c, 187, 2, (const int64_t[]){0xc91e200, 16384, 0x48d4f00, 4194304});
+  /*   187 backward  CONV_BWD_DATA      layer4.2.1.conv/bwd_data  live 197.0 MiB */
+  snrt_conv_bwd_data(c, &P147, F(0xc91e200), F(0x48d4f00), F(0xb7b6200), NULL);
+  snrt_dead(c, 0xc91e200, 16384);
+  snrt_reads(c, 188, 2, (const int64_t[]){0xc902200, 65536, 0xb7b6200, 65536});
+  /*   188 backward  ACCUMULATE         layer4.2.1.conv/accumulate  live 197.0 MiB */
   snrt_add(c, 16384, F(0xc902200), F(0xb7b6200), F(0xc902200));
   snrt_dead(c, 0xb7b6200, 65536);
-  snrt_reads(c, 206, 3, (const int64_t[]){0x48d4f00, 4194304, 0xb3b6200, 4194304, 0x670f100, 4194304});
-  /*   206 update    SGD                layer4.2.1.conv.weight/sgd  live 196.9 MiB */
-  snrt_sgd(c, &P189, F(0x48d4f00), F(0xb3b6200), F(0x670f100));
+  snrt_reads(c, 189, 3, (const int64_t[]){0x48d4f00, 4194304, 0xb3b6200, 4194304, 0x670f100, 4194304});
+  /*   189 update    SGD                layer4.2.1.conv.weight/sgd  live 196.9 MiB */
+  snrt_sgd(c, &P174, F(0x48d4f00), F(0xb3b6200), F(0x670f100));
   snrt_dead(c, 0xb3b6200, 4194304);
-  snrt_reads(c, 207, 2, (const int64_t[]){0xc8f2200, 65536, 0xc902200, 65536});
-  /*   207 backward  UNARY_BWD          layer4.1.out/bwd  live 192.9 MiB */
-  snrt_unary_bwd(c, &P161, NULL, F(0xc8f2200), F(0xc902200), F(0xc902200));
+  snrt_reads(c, 190, 2, (const int64_t[]){0xc8f2200, 65536, 0xc902200, 65536});
+  /*   190 backward  FUSED_BWD          layer4.1.out/fused2/bwd  live 193.0 MiB */
+  snrt_fused_bwd(c, &P175, (const float *const[]){NULL, NULL}, F(0xc8f2200), F(0xc902200), (float *const[]){F(0xb7b6200), F(0xc912200)});
   snrt_dead(c, 0xc8f2200, 65536);
-  snrt_reads(c, 208, 1, (const int64_t[]){0xc902200, 65536});
-  /*   208 backward  BINARY_BWD         layer4.1.add/bwd  live 193.0 MiB */
-  snrt_binary_bwd(c, &P160, NULL, NULL, F(0xc902200), F(0xb7b6200), F(0xc8f2200));
   snrt_dead(c, 0xc902200, 65536);
-  snrt_reads(c, 209, 5, (const int64_t[]){0xc8e2200, 65536, 0xb7b6200, 65536, 0x48ccf00, 8192, 0xc9f2200, 8192, 0xc9f4200, 8192});
-  /*   209 backward  BN_BWD             layer4.1.3.bn/bwd  live 192.9 MiB */
-  snrt_bn_bwd(c, &P159, F(0xc8e2200), F(0xb7b6200), F(0x48ccf00), F(0xc9f2200), F(0xc9f4200), F(0xb7b6200), F(0xb3b6200), F(0xb3b8200));
+  snrt_reads(c, 191, 5, (const int64_t[]){0xc8e2200, 65536, 0xb7b6200, 65536, 0x48ccf00, 8192, 0xc9f2200, 8192, 0xc9f4200, 8192});
+  /*   191 backward  BN_BWD             layer4.1.3.bn/bwd  live 192.9 MiB */
+  snrt_bn_bwd(c, &P145, F(0xc8e2200), F(0xb7b6200), F(0x48ccf00), F(0xc9f2200), F(0xc9f4200), F(0xb7b6200), F(0xb3b6200), F(0xb3b8200));
   snrt_dead(c, 0xc8e2200, 65536);
   snrt_dead(c, 0xc9f2200, 8192);
   snrt_dead(c, 0xc9f4200, 8192);
-  snrt_reads(c, 210, 3, (const int64_t[]){0x48ccf00, 8192, 0xb3b6200, 8192, 0x6b0f100, 8192});
-  /*   210 update    SGD                layer4.1.3.bn.weight/sgd  live 192.8 MiB */
-  snrt_sgd(c, &P190, F(0x48ccf00), F(0xb3b6200), F(0x6b0f100));
+  snrt_reads(c, 192, 3, (const int64_t[]){0x48ccf00, 8192, 0xb3b6200, 8192, 0x6b0f100, 8192});
+  /*   192 update    SGD                layer4.1.3.bn.weight/sgd  live 192.8 MiB */
+  snrt_sgd(c, &P176, F(0x48ccf00), F(0xb3b6200), F(0x6b0f100));
   snrt_dead(c, 0xb3b6200, 8192);
-  snrt_reads(c, 211, 3, (const int64_t[]){0x48cef00, 8192, 0xb3b8200, 8192, 0x6b11100, 8192});
-  /*   211 update    SGD                layer4.1.3.bn.bias/sgd  live 192.8 MiB */
-  snrt_sgd(c, &P191, F(0x48cef00), F(0xb3b8200), F(0x6b11100));
+  snrt_reads(c, 193, 3, (const int64_t[]){0x48cef00, 8192, 0xb3b8200, 8192, 0x6b11100, 8192});
+  /*   193 update    SGD                layer4.1.3.bn.bias/sgd  live 192.8 MiB */
+  snrt_sgd(c, &P177, F(0x48cef00), F(0xb3b8200), F(0x6b11100));
   snrt_dead(c, 0xb3b8200, 8192);
-  snrt_reads(c, 212, 2, (const int64_t[]){0xc9d6200, 16384, 0xb7b6200, 65536});
-  /*   212 backward  CONV_BWD_FILTER    layer4.1.3.conv/bwd_filter  live 196.8 MiB */
-  snrt_conv_bwd_filter(c, &P158, F(0xc9d6200), F(0xb7b6200), F(0xb3b6200), NULL);
-  snrt_reads(c, 213, 2, (const int64_t[]){0xb7b6200, 65536, 0x44ccf00, 4194304});
-  /*   213 backward  CONV_BWD_DATA      layer4.1.3.conv/bwd_data  live 196.8 MiB */
-  snrt_conv_bwd_data(c, &P158, F(0xb7b6200), F(0x44ccf00), F(0xc8e2200), NULL);
+  snrt_reads(c, 194, 2, (const int64_t[]){0xc9e6200, 16384, 0xb7b6200, 65536});
+  /*   194 backward  CONV_BWD_FILTER    layer4.1.3.conv/bwd_filter  live 196.8 MiB */
+  snrt_conv_bwd_filter(c, &P144, F(0xc9e6200), F(0xb7b6200), F(0xb3b6200), NULL);
+  snrt_reads(c, 195, 2, (const int64_t[]){0xb7b6200, 65536, 0x44ccf00, 4194304});
+  /*   195 backward  CONV_BWD_DATA      layer4.1.3.conv/bwd_data  live 196.8 MiB */
+  snrt_conv_bwd_data(c, &P144, F(0xb7b6200), F(0x44ccf00), F(0xc8e2200), NULL);
   snrt_dead(c, 0xb7b6200, 65536);
-  snrt_reads(c, 214, 3, (const int64_t[]){0x44ccf00, 4194304, 0xb3b6200, 4194304, 0x6b13100, 4194304});
-  /*   214 update    SGD                layer4.1.3.conv.weight/sgd  live 196.8 MiB */
-  snrt_sgd(c, &P192, F(0x44ccf00), F(0xb3b6200), F(0x6b13100));
+  snrt_reads(c, 196, 3, (const int64_t[]){0x44ccf00, 4194304, 0xb3b6200, 4194304, 0x6b13100, 4194304});
+  /*   196 update    SGD                layer4.1.3.conv.weight/sgd  live 196.8 MiB */
+  snrt_sgd(c, &P178, F(0x44ccf00), F(0xb3b6200), F(0x6b13100));
   snrt_dead(c, 0xb3b6200, 4194304);
-  snrt_reads(c, 215, 2, (const int64_t[]){0xc9d6200, 16384, 0xc8e2200, 16384});
-  /*   215 backward  UNARY_BWD          layer4.1.2.relu/bwd  live 192.8 MiB */
-  snrt_unary_bwd(c, &P157, NULL, F(0xc9d6200), F(0xc8e2200), F(0xc8e2200));
-  snrt_dead(c, 0xc9d6200, 16384);
-  snrt_reads(c, 216, 5, (const int64_t[]){0xc9d2200, 16384, 0xc8e2200, 16384, 0x44caf00, 2048, 0xca0c200, 2048, 0xca0ca00, 2048});
-  /*   216 backward  BN_BWD             layer4.1.2.bn/bwd  live 192.8 MiB */
-  snrt_bn_bwd(c, &P156, F(0xc9d2200), F(0xc8e2200), F(0x44caf00), F(0xca0c200), F(0xca0ca00), F(0xc8e2200), F(0xb3b6200), F(0xb3b6a00));
-  snrt_dead(c, 0xc9d2200, 16384);
+  snrt_reads(c, 197, 2, (const int64_t[]){0xc9e6200, 16384, 0xc8e2200, 16384});
+  /*   197 backward  UNARY_BWD          layer4.1.2.relu/bwd  live 192.8 MiB */
+  snrt_unary_bwd(c, &P143, NULL, F(0xc9e6200), F(0xc8e2200), F(0xc8e2200));
+  snrt_dead(c, 0xc9e6200, 16384);
+  snrt_reads(c, 198, 5, (const int64_t[]){0xc9e2200, 16384, 0xc8e2200, 16384, 0x44caf00, 2048, 0xca0c200, 2048, 0xca0ca00, 2048});
+  /*   198 backward  BN_BWD             layer4.1.2.bn/bwd  live 192.8 MiB */
+  snrt_bn_bwd(c, &P142, F(0xc9e2200), F(0xc8e2200), F(0x44caf00), F(0xca0c200), F(0xca0ca00), F(0xc8e2200), F(0xb3b6200), F(0xb3b6a00));
+  snrt_dead(c, 0xc9e2200, 16384);
   snrt_dead(c, 0xca0c200, 2048);
   snrt_dead(c, 0xca0ca00, 2048);
-  snrt_reads(c, 217, 3, (const int64_t[]){0x44caf00, 2048, 0xb3b6200, 2048, 0x6f13100, 2048});
-  /*   217 update    SGD                layer4.1.2.bn.weight/sgd  live 192.7 MiB */
-  snrt_sgd(c, &P193, F(0x44caf00), F(0xb3b6200), F(0x6f13100));
+  snrt_reads(c, 199, 3, (const int64_t[]){0x44caf00, 2048, 0xb3b6200, 2048, 0x6f13100, 2048});
+  /*   199 update    SGD                layer4.1.2.bn.weight/sgd  live 192.7 MiB */
+  snrt_sgd(c, &P179, F(0x44caf00), F(0xb3b6200), F(0x6f13100));
   snrt_dead(c, 0xb3b6200, 2048);
-  snrt_reads(c, 218, 3, (const int64_t[]){0x44cb700, 2048, 0xb3b6a00, 2048, 0x6f13900, 2048});
-  /*   218 update    SGD                layer4.1.2.bn.bias/sgd  live 192.7 MiB */
-  snrt_sgd(c, &P194, F(0x44cb700), F(0xb3b6a00), F(0x6f13900));
+  snrt_reads(c, 200, 3, (const int64_t[]){0x44cb700, 2048, 0xb3b6a00, 2048, 0x6f13900, 2048});
+  /*   200 update    SGD                layer4.1.2.bn.bias/sgd  live 192.7 MiB */
+  snrt_sgd(c, &P180, F(0x44cb700), F(0xb3b6a00), F(0x6f13900));
   snrt_dead(c, 0xb3b6a00, 2048);
-  snrt_reads(c, 219, 2, (const int64_t[]){0xc9ce200, 16384, 0xc8e2200, 16384});
-  /*   219 backward  CONV_BWD_FILTER    layer4.1.2.conv/bwd_filter  live 201.9 MiB */
-  snrt_conv_bwd_filter(c, &P155, F(0xc9ce200), F(0xc8e2200), F(0xb3b6200), F(0xc3f6200));
+  snrt_reads(c, 201, 2, (const int64_t[]){0xc9de200, 16384, 0xc8e2200, 16384});
+  /*   201 backward  CONV_BWD_FILTER    layer4.1.2.conv/bwd_filter  live 201.9 MiB */
+  snrt_conv_bwd_filter(c, &P141, F(0xc9de200), F(0xc8e2200), F(0xb3b6200), F(0xc3f6200));
   snrt_dead(c, 0xc3f6200, 147456);
-  snrt_reads(c, 220, 2, (const int64_t[]){0xc8e2200, 16384, 0x3bcaf00, 9437184});
-  /*   220 backward  CONV_BWD_DATA      layer4.1.2.conv/bwd_data  live 201.9 MiB */
-  snrt_conv_bwd_data(c, &P155, F(0xc8e2200), F(0x3bcaf00), F(0xc8e6200), F(0xc3f6200));
+  snrt_reads(c, 202, 2, (const int64_t[]){0xc8e2200, 16384, 0x3bcaf00, 9437184});
+  /*   202 backward  CONV_BWD_DATA      layer4.1.2.conv/bwd_data  live 201.9 MiB */
+  snrt_conv_bwd_data(c, &P141, F(0xc8e2200), F(0x3bcaf00), F(0xc8e6200), F(0xc3f6200));
   snrt_dead(c, 0xc8e2200, 16384);
   snrt_dead(c, 0xc3f6200, 147456);
-  snrt_reads(c, 221, 3, (const int64_t[]){0x3bcaf00, 9437184, 0xb3b6200, 9437184, 0x6f14100, 9437184});
-  /*   221 update    SGD                layer4.1.2.conv.weight/sgd  live 201.7 MiB */
-  snrt_sgd(c, &P195, F(0x3bcaf00), F(0xb3b6200), F(0x6f14100));
+  snrt_reads(c, 203, 3, (const int64_t[]){0x3bcaf00, 9437184, 0xb3b6200, 9437184, 0x6f14100, 9437184});
+  /*   203 update    SGD                layer4.1.2.conv.weight/sgd  live 201.7 MiB */
+  snrt_sgd(c, &P181, F(0x3bcaf00), F(0xb3b6200), F(0x6f14100));
   snrt_dead(c, 0xb3b6200, 9437184);
-  snrt_reads(c, 222, 2, (const int64_t[]){0xc9ce200, 16384, 0xc8e6200, 16384});
-  /*   222 backward  UNARY_BWD          layer4.1.1.relu/bwd  live 192.7 MiB */
-  snrt_unary_bwd(c, &P154, NULL, F(0xc9ce200), F(0xc8e6200), F(0xc8e6200));
-  snrt_dead(c, 0xc9ce200, 16384);
-  snrt_reads(c, 223, 5, (const int64_t[]){0xc9ca200, 16384, 0xc8e6200, 16384, 0x3bc8f00, 2048, 0xca0b200, 2048, 0xca0ba00, 2048});
-  /*   223 backward  BN_BWD             layer4.1.1.bn/bwd  live 192.7 MiB */
-  snrt_bn_bwd(c, &P153, F(0xc9ca200), F(0xc8e6200), F(0x3bc8f00), F(0xca0b200), F(0xca0ba00), F(0xc8e6200), F(0xb3b6200), F(0xb3b6a00));
-  snrt_dead(c, 0xc9ca200, 16384);
+  snrt_reads(c, 204, 2, (const int64_t[]){0xc9de200, 16384, 0xc8e6200, 16384});
+  /*   204 backward  UNARY_BWD          layer4.1.1.relu/bwd  live 192.7 MiB */
+  snrt_unary_bwd(c, &P140, NULL, F(0xc9de200), F(0xc8e6200), F(0xc8e6200));
+  snrt_dead(c, 0xc9de200, 16384);
+  snrt_reads(c, 205, 5, (const int64_t[]){0xc9da200, 16384, 0xc8e6200, 16384, 0x3bc8f00, 2048, 0xca0b200, 2048, 0xca0ba00, 2048});
+  /*   205 backward  BN_BWD             layer4.1.1.bn/bwd  live 192.7 MiB */
+  snrt_bn_bwd(c, &P139, F(0xc9da200), F(0xc8e6200), F(0x3bc8f00), F(0xca0b200), F(0xca0ba00), F(0xc8e6200), F(0xb3b6200), F(0xb3b6a00));
+  snrt_dead(c, 0xc9da200, 16384);
   snrt_dead(c, 0xca0b200, 2048);
   snrt_dead(c, 0xca0ba00, 2048);
-  snrt_reads(c, 224, 3, (const int64_t[]){0x3bc8f00, 2048, 0xb3b6200, 2048, 0x7814100, 2048});
-  /*   224 update    SGD                layer4.1.1.bn.weight/sgd  live 192.7 MiB */
-  snrt_sgd(c, &P196, F(0x3bc8f00), F(0xb3b6200), F(0x7814100));
+  snrt_reads(c, 206, 3, (const int64_t[]){0x3bc8f00, 2048, 0xb3b6200, 2048, 0x7814100, 2048});
+  /*   206 update    SGD                layer4.1.1.bn.weight/sgd  live 192.7 MiB */
+  snrt_sgd(c, &P182, F(0x3bc8f00), F(0xb3b6200), F(0x7814100));
   snrt_dead(c, 0xb3b6200, 2048);
-  snrt_reads(c, 225, 3, (const int64_t[]){0x3bc9700, 2048, 0xb3b6a00, 2048, 0x7814900, 2048});
-  /*   225 update    SGD                layer4.1.1.bn.bias/sgd  live 192.7 MiB */
-  snrt_sgd(c, &P197, F(0x3bc9700), F(0xb3b6a00), F(0x7814900));
+  snrt_reads(c, 207, 3, (const int64_t[]){0x3bc9700, 2048, 0xb3b6a00, 2048, 0x7814900, 2048});
+  /*   207 update    SGD                layer4.1.1.bn.bias/sgd  live 192.7 MiB */
+  snrt_sgd(c, &P183, F(0x3bc9700), F(0xb3b6a00), F(0x7814900));
   snrt_dead(c, 0xb3b6a00, 2048);
-  snrt_reads(c, 226, 2, (const int64_t[]){0xc7aa200, 65536, 0xc8e6200, 16384});
-  /*   226 backward  CONV_BWD_FILTER    layer4.1.1.conv/bwd_filter  live 196.7 MiB */
-  snrt_conv_bwd_filter(c, &P152, F(0xc7aa200), F(0xc8e6200), F(0xb3b6200), NULL);
-  snrt_reads(c, 227, 2, (const int64_t[]){0xc8e6200, 16384, 0x37c8f00, 4194304});
-  /*   227 backward  CONV_BWD_DATA      layer4.1.1.conv/bwd_data  live 196.8 MiB */
-  snrt_conv_bwd_data(c, &P152, F(0xc8e6200), F(0x37c8f00), F(0xb7b6200), NULL);
+  snrt_reads(c, 208, 2, (const int64_t[]){0xc7aa200, 65536, 0xc8e6200, 16384});
+  /*   208 backward  CONV_BWD_FILTER    layer4.1.1.conv/bwd_filter  live 196.7 MiB */
+  snrt_conv_bwd_filter(c, &P138, F(0xc7aa200), F(0xc8e6200), F(0xb3b6200), NULL);
+  snrt_reads(c, 209, 2, (const int64_t[]){0xc8e6200, 16384, 0x37c8f00, 4194304});
+  /*   209 backward  CONV_BWD_DATA      layer4.1.1.conv/bwd_data  live 196.8 MiB */
+  snrt_conv_bwd_data(c, &P138, F(0xc8e6200), F(0x37c8f00), F(0xb7b6200), NULL);
   snrt_dead(c, 0xc8e6200, 16384);
-  snrt_reads(c, 228, 2, (const int64_t[]){0xc8f2200, 65536, 0xb7b6200, 65536});
-  /*   228 backward  ACCUMULATE         layer4.1.1.conv/accumulate  live 196.7 MiB */
-  snrt_add(c, 16384, F(0xc8f2200), F(0xb7b6200), F(0xc8f2200));
+  snrt_reads(c, 210, 2, (const int64_t[]){0xc912200, 65536, 0xb7b6200, 65536});
+  /*   210 backward  ACCUMULATE         layer4.1.1.conv/accumulate  live 196.7 MiB */
+  snrt_add(c, 16384, F(0xc912200), F(0xb7b6200), F(0xc912200));
   snrt_dead(c, 0xb7b6200, 65536);
-  snrt_reads(c, 229, 3, (const int64_t[]){0x37c8f00, 4194304, 0xb3b6200, 4194304, 0x7815100, 4194304});
-  /*   229 update    SGD                layer4.1.1.conv.weight/sgd  live 196.7 MiB */
-  snrt_sgd(c, &P198, F(0x37c8f00), F(0xb3b6200), F(0x7815100));
+  snrt_reads(c, 211, 3, (const int64_t[]){0x37c8f00, 4194304, 0xb3b6200, 4194304, 0x7815100, 4194304});
+  /*   211 update    SGD                layer4.1.1.conv.weight/sgd  live 196.7 MiB */
+  snrt_sgd(c, &P184, F(0x37c8f00), F(0xb3b6200), F(0x7815100));
   snrt_dead(c, 0xb3b6200, 4194304);
-  snrt_reads(c, 230, 2, (const int64_t[]){0xc7aa200, 65536, 0xc8f2200, 65536});
-  /*   230 backward  UNARY_BWD          layer4.0.out/bwd  live 192.7 MiB */
-  snrt_unary_bwd(c, &P151, NULL, F(0xc7aa200), F(0xc8f2200), F(0xc8f2200));
+  snrt_reads(c, 212, 2, (const int64_t[]){0xc7aa200, 65536, 0xc912200, 65536});
+  /*   212 backward  FUSED_BWD          layer4.0.out/fused2/bwd  live 192.8 MiB */
+  snrt_fused_bwd(c, &P185, (const float *const[]){NULL, NULL}, F(0xc7aa200), F(0xc912200), (float *const[]){F(0xbbb6200), F(0xbbc6200)});
   snrt_dead(c, 0xc7aa200, 65536);
-  snrt_reads(c, 231, 1, (const int64_t[]){0xc8f2200, 65536});
-  /*   231 backward  BINARY_BWD         layer4.0.add/bwd  live 192.7 MiB */
-  snrt_binary_bwd(c, &P150, NULL, NULL, F(0xc8f2200), F(0xbbb6200), F(0xbbc6200));
-  snrt_dead(c, 0xc8f2200, 65536);
-  snrt_reads(c, 232, 5, (const int64_t[]){0xc79a200, 65536, 0xbbc6200, 65536, 0x37c0f00, 8192, 0xc9ee200, 8192, 0xc9f0200, 8192});
-  /*   232 backward  BN_BWD             layer4.0.down.bn/bwd  live 192.7 MiB */
-  snrt_bn_bwd(c, &P149, F(0xc79a200), F(0xbbc6200), F(0x37c0f00), F(0xc9ee200), F(0xc9f0200), F(0xbbc6200), F(0xb3b6200), F(0xb3b8200));
+  snrt_dead(c, 0xc912200, 65536);
+  snrt_reads(c, 213, 5, (const int64_t[]){0xc79a200, 65536, 0xbbc6200, 65536, 0x37c0f00, 8192, 0xc9ee200, 8192, 0xc9f0200, 8192});
+  /*   213 backward  BN_BWD             layer4.0.down.bn/bwd  live 192.7 MiB */
+  snrt_bn_bwd(c, &P136, F(0xc79a200), F(0xbbc6200), F(0x37c0f00), F(0xc9ee200), F(0xc9f0200), F(0xbbc6200), F(0xb3b6200), F(0xb3b8200));
   snrt_dead(c, 0xc79a200, 65536);
   snrt_dead(c, 0xc9ee200, 8192);
   snrt_dead(c, 0xc9f0200, 8192);
-  snrt_reads(c, 233, 3, (const int64_t[]){0x37c0f00, 8192, 0xb3b6200, 8192, 0x7c15100, 8192});
-  /*   233 update    SGD                layer4.0.down.bn.weight/sgd  live 192.6 MiB */
-  snrt_sgd(c, &P199, F(0x37c0f00), F(0xb3b6200), F(0x7c15100));
+  snrt_reads(c, 214, 3, (const int64_t[]){0x37c0f00, 8192, 0xb3b6200, 8192, 0x7c15100, 8192});
+  /*   214 update    SGD                layer4.0.down.bn.weight/sgd  live 192.6 MiB */
+  snrt_sgd(c, &P186, F(0x37c0f00), F(0xb3b6200), F(0x7c15100));
   snrt_dead(c, 0xb3b6200, 8192);
-  snrt_reads(c, 234, 3, (const int64_t[]){0x37c2f00, 8192, 0xb3b8200, 8192, 0x7c17100, 8192});
-  /*   234 update    SGD                layer4.0.down.bn.bias/sgd  live 192.6 MiB */
-  snrt_sgd(c, &P200, F(0x37c2f00), F(0xb3b8200), F(0x7c17100));
+  snrt_reads(c, 215, 3, (const int64_t[]){0x37c2f00, 8192, 0xb3b8200, 8192, 0x7c17100, 8192});
+  /*   215 update    SGD                layer4.0.down.bn.bias/sgd  live 192.6 MiB */
+  snrt_sgd(c, &P187, F(0x37c2f00), F(0xb3b8200), F(0x7c17100));
   snrt_dead(c, 0xb3b8200, 8192);
-  snrt_reads(c, 235, 2, (const int64_t[]){0xc77a200, 131072, 0xbbc6200, 65536});
-  /*   235 backward  CONV_BWD_FILTER    layer4.0.down.conv/bwd_filter  live 200.6 MiB */
-  snrt_conv_bwd_filter(c, &P148, F(0xc77a200), F(0xbbc6200), F(0xb3b6200), F(0xbbd6200));
+  snrt_reads(c, 216, 2, (const int64_t[]){0xc77a200, 131072, 0xbbc6200, 65536});
+  /*   216 backward  CONV_BWD_FILTER    layer4.0.down.conv/bwd_filter  live 200.6 MiB */
+  snrt_conv_bwd_filter(c, &P135, F(0xc77a200), F(0xbbc6200), F(0xb3b6200), F(0xbbd6200));
   snrt_dead(c, 0xbbd6200, 32768);
-  snrt_reads(c, 236, 2, (const int64_t[]){0xbbc6200, 65536, 0x2fc0f00, 8388608});
-  /*   236 backward  CONV_BWD_DATA      layer4.0.down.conv/bwd_data  live 200.8 MiB */
-  snrt_conv_bwd_data(c, &P148, F(0xbbc6200), F(0x2fc0f00), F(0xc79a200), F(0xbbd6200));
+  snrt_reads(c, 217, 2, (const int64_t[]){0xbbc6200, 65536, 0x2fc0f00, 8388608});
+  /*   217 backward  CONV_BWD_DATA      layer4.0.down.conv/bwd_data  live 200.8 MiB */
+  snrt_conv_bwd_data(c, &P135, F(0xbbc6200), F(0x2fc0f00), F(0xc79a200), F(0xbbd6200));
   snrt_dead(c, 0xbbc6200, 65536);
   snrt_dead(c, 0xbbd6200, 32768);
-  snrt_reads(c, 237, 3, (const int64_t[]){0x2fc0f00, 8388608, 0xb3b6200, 8388608, 0x7c19100, 8388608});
-  /*   237 update    SGD                layer4.0.down.conv.weight/sgd  live 200.7 MiB */
-  snrt_sgd(c, &P201, F(0x2fc0f00), F(0xb3b6200), F(0x7c19100));
+  snrt_reads(c, 218, 3, (const int64_t[]){0x2fc0f00, 8388608, 0xb3b6200, 8388608, 0x7c19100, 8388608});
+  /*   218 update    SGD                layer4.0.down.conv.weight/sgd  live 200.7 MiB */
+  snrt_sgd(c, &P188, F(0x2fc0f00), F(0xb3b6200), F(0x7c19100));
   snrt_dead(c, 0xb3b6200, 8388608);
-  snrt_reads(c, 238, 5, (const int64_t[]){0xc8d2200, 65536, 0xbbb6200, 65536, 0x2fb8f00, 8192, 0xc9ea200, 8192, 0xc9ec200, 8192});
-  /*   238 backward  BN_BWD             layer4.0.3.bn/bwd  live 192.7 MiB */
-  snrt_bn_bwd(c, &P147, F(0xc8d2200), F(0xbbb6200), F(0x2fb8f00), F(0xc9ea200), F(0xc9ec200), F(0xbbb6200), F(0xb3b6200), F(0xb3b8200));
+  snrt_reads(c, 219, 5, (const int64_t[]){0xc8d2200, 65536, 0xbbb6200, 65536, 0x2fb8f00, 8192, 0xc9ea200, 8192, 0xc9ec200, 8192});
+  /*   219 backward  BN_BWD             layer4.0.3.bn/bwd  live 192.7 MiB */
+  snrt_bn_bwd(c, &P134, F(0xc8d2200), F(0xbbb6200), F(0x2fb8f00), F(0xc9ea200), F(0xc9ec200), F(0xbbb6200), F(0xb3b6200), F(0xb3b8200));
   snrt_dead(c, 0xc8d2200, 65536);
   snrt_dead(c, 0xc9ea200, 8192);
   snrt_dead(c, 0xc9ec200, 8192);
-  snrt_reads(c, 239, 3, (const int64_t[]){0x2fb8f00, 8192, 0xb3b6200, 8192, 0x8419100, 8192});
-  /*   239 update    SGD                layer4.0.3.bn.weight/sgd  live 192.6 MiB */
-  snrt_sgd(c, &P202, F(0x2fb8f00), F(0xb3b6200), F(0x8419100));
+  snrt_reads(c, 220, 3, (const int64_t[]){0x2fb8f00, 8192, 0xb3b6200, 8192, 0x8419100, 8192});
+  /*   220 update    SGD                layer4.0.3.bn.weight/sgd  live 192.6 MiB */
+  snrt_sgd(c, &P189, F(0x2fb8f00), F(0xb3b6200), F(0x8419100));
   snrt_dead(c, 0xb3b6200, 8192);
-  snrt_reads(c, 240, 3, (const int64_t[]){0x2fbaf00, 8192, 0xb3b8200, 8192, 0x841b100, 8192});
-  /*   240 update    SGD                layer4.0.3.bn.bias/sgd  live 192.6 MiB */
-  snrt_sgd(c, &P203, F(0x2fbaf00), F(0xb3b8200), F(0x841b100));
+  snrt_reads(c, 221, 3, (const int64_t[]){0x2fbaf00, 8192, 0xb3b8200, 8192, 0x841b100, 8192});
+  /*   221 update    SGD                layer4.0.3.bn.bias/sgd  live 192.6 MiB */
+  snrt_sgd(c, &P190, F(0x2fbaf00), F(0xb3b8200), F(0x841b100));
   snrt_dead(c, 0xb3b8200, 8192);
-  snrt_reads(c, 241, 2, (const int64_t[]){0xc9c6200, 16384, 0xbbb6200, 65536});
-  /*   241 backward  CONV_BWD_FILTER    layer4.0.3.conv/bwd_filter  live 196.6 MiB */
-  snrt_conv_bwd_filter(c, &P146, F(0xc9c6200), F(0xbbb6200), F(0xb3b6200), NULL);
-  snrt_reads(c, 242, 2, (const int64_t[]){0xbbb6200, 65536, 0x2bb8f00, 4194304});
-  /*   242 backward  CONV_BWD_DATA      layer4.0.3.conv/bwd_data  live 196.6 MiB */
-  snrt_conv_bwd_data(c, &P146, F(0xbbb6200), F(0x2bb8f00), F(0xc8e2200), NULL);
+  snrt_reads(c, 222, 2, (const int64_t[]){0xc9d6200, 16384, 0xbbb6200, 65536});
+  /*   222 backward  CONV_BWD_FILTER    layer4.0.3.conv/bwd_filter  live 196.6 MiB */
+  snrt_conv_bwd_filter(c, &P133, F(0xc9d6200), F(0xbbb6200), F(0xb3b6200), NULL);
+  snrt_reads(c, 223, 2, (const int64_t[]){0xbbb6200, 65536, 0x2bb8f00, 4194304});
+  /*   223 backward  CONV_BWD_DATA      layer4.0.3.conv/bwd_data  live 196.6 MiB */
+  snrt_conv_bwd_data(c, &P133, F(0xbbb6200), F(0x2bb8f00), F(0xc8e2200), NULL);
   snrt_dead(c, 0xbbb6200, 65536);
-  snrt_reads(c, 243, 3, (const int64_t[]){0x2bb8f00, 4194304, 0xb3b6200, 4194304, 0x841d100, 4194304});
-  /*   243 update    SGD                layer4.0.3.conv.weight/sgd  live 196.5 MiB */
-  snrt_sgd(c, &P204, F(0x2bb8f00), F(0xb3b6200), F(0x841d100));
+  snrt_reads(c, 224, 3, (const int64_t[]){0x2bb8f00, 4194304, 0xb3b6200, 4194304, 0x841d100, 4194304});
+  /*   224 update    SGD                layer4.0.3.conv.weight/sgd  live 196.5 MiB */
+  snrt_sgd(c, &P191, F(0x2bb8f00), F(0xb3b6200), F(0x841d100));
   snrt_dead(c, 0xb3b6200, 4194304);
-  snrt_reads(c, 244, 2, (const int64_t[]){0xc9c6200, 16384, 0xc8e2200, 16384});
-  /*   244 backward  UNARY_BWD          layer4.0.2.relu/bwd  live 192.5 MiB */
-  snrt_unary_bwd(c, &P145, NULL, F(0xc9c6200), F(0xc8e2200), F(0xc8e2200));
-  snrt_dead(c, 0xc9c6200, 16384);
-  snrt_reads(c, 245, 5, (const int64_t[]){0xc9c2200, 16384, 0xc8e2200, 16384, 0x2bb6f00, 2048, 0xca0a200, 2048, 0xca0aa00, 2048});
-  /*   245 backward  BN_BWD             layer4.0.2.bn/bwd  live 192.5 MiB */
-  snrt_bn_bwd(c, &P144, F(0xc9c2200), F(0xc8e2200), F(0x2bb6f00), F(0xca0a200), F(0xca0aa00), F(0xc8e2200), F(0xb3b6200), F(0xb3b6a00));
-  snrt_dead(c, 0xc9c2200, 16384);
+  snrt_reads(c, 225, 2, (const int64_t[]){0xc9d6200, 16384, 0xc8e2200, 16384});
+  /*   225 backward  UNARY_BWD          layer4.0.2.relu/bwd  live 192.5 MiB */
+  snrt_unary_bwd(c, &P132, NULL, F(0xc9d6200), F(0xc8e2200), F(0xc8e2200));
+  snrt_dead(c, 0xc9d6200, 16384);
+  snrt_reads(c, 226, 5, (const int64_t[]){0xc9d2200, 16384, 0xc8e2200, 16384, 0x2bb6f00, 2048, 0xca0a200, 2048, 0xca0aa00, 2048});
+  /*   226 backward  BN_BWD             layer4.0.2.bn/bwd  live 192.5 MiB */
+  snrt_bn_bwd(c, &P131, F(0xc9d2200), F(0xc8e2200), F(0x2bb6f00), F(0xca0a200), F(0xca0aa00), F(0xc8e2200), F(0xb3b6200), F(0xb3b6a00));
+  snrt_dead(c, 0xc9d2200, 16384);
   snrt_dead(c, 0xca0a200, 2048);
   snrt_dead(c, 0xca0aa00, 2048);
-  snrt_reads(c, 246, 3, (const int64_t[]){0x2bb6f00, 2048, 0xb3b6200, 2048, 0x881d100, 2048});
-  /*   246 update    SGD                layer4.0.2.bn.weight/sgd  live 192.5 MiB */
-  snrt_sgd(c, &P205, F(0x2bb6f00), F(0xb3b6200), F(0x881d100));
+  snrt_reads(c, 227, 3, (const int64_t[]){0x2bb6f00, 2048, 0xb3b6200, 2048, 0x881d100, 2048});
+  /*   227 update    SGD                layer4.0.2.bn.weight/sgd  live 192.5 MiB */
+  snrt_sgd(c, &P192, F(0x2bb6f00), F(0xb3b6200), F(0x881d100));
   snrt_dead(c, 0xb3b6200, 2048);
-  snrt_reads(c, 247, 3, (const int64_t[]){0x2bb7700, 2048, 0xb3b6a00, 2048, 0x881d900, 2048});
-  /*   247 update    SGD                layer4.0.2.bn.bias/sgd  live 192.5 MiB */
-  snrt_sgd(c, &P206, F(0x2bb7700), F(0xb3b6a00), F(0x881d900));
+  snrt_reads(c, 228, 3, (const int64_t[]){0x2bb7700, 2048, 0xb3b6a00, 2048, 0x881d900, 2048});
+  /*   228 update    SGD                layer4.0.2.bn.bias/sgd  live 192.5 MiB */
+  snrt_sgd(c, &P193, F(0x2bb7700), F(0xb3b6a00), F(0x881d900));
   snrt_dead(c, 0xb3b6a00, 2048);
-  snrt_reads(c, 248, 2, (const int64_t[]){0xc8c2200, 65536, 0xc8e2200, 16384});
-  /*   248 backward  CONV_BWD_FILTER    layer4.0.2.conv/bwd_filter  live 201.6 MiB */
-  snrt_conv_bwd_filter(c, &P143, F(0xc8c2200), F(0xc8e2200), F(0xb3b6200), F(0xc3f6200));
+  snrt_reads(c, 229, 2, (const int64_t[]){0xc8c2200, 65536, 0xc8e2200, 16384});
+  /*   229 backward  CONV_BWD_FILTER    layer4.0.2.conv/bwd_filter  live 201.6 MiB */
+  snrt_conv_bwd_filter(c, &P130, F(0xc8c2200), F(0xc8e2200), F(0xb3b6200), F(0xc3f6200));
   snrt_dead(c, 0xc3f6200, 147456);
-  snrt_reads(c, 249, 2, (const int64_t[]){0xc8e2200, 16384, 0x22b6f00, 9437184});
-  /*   249 backward  CONV_BWD_DATA      layer4.0.2.conv/bwd_data  live 201.7 MiB */
-  snrt_conv_bwd_data(c, &P143, F(0xc8e2200), F(0x22b6f00), F(0xc8d2200), F(0xc3f6200));
+  snrt_reads(c, 230, 2, (const int64_t[]){0xc8e2200, 16384, 0x22b6f00, 9437184});
+  /*   230 backward  CONV_BWD_DATA      layer4.0.2.conv/bwd_data  live 201.7 MiB */
+  snrt_conv_bwd_data(c, &P130, F(0xc8e2200), F(0x22b6f00), F(0xc8d2200), F(0xc3f6200));
   snrt_dead(c, 0xc8e2200, 16384);
   snrt_dead(c, 0xc3f6200, 147456);
-  snrt_reads(c, 250, 3, (const int64_t[]){0x22b6f00, 9437184, 0xb3b6200, 9437184, 0x881e100, 9437184});
-  /*   250 update    SGD                layer4.0.2.conv.weight/sgd  live 201.6 MiB */
-  snrt_sgd(c, &P207, F(0x22b6f00), F(0xb3b6200), F(0x881e100));
+  snrt_reads(c, 231, 3, (const int64_t[]){0x22b6f00, 9437184, 0xb3b6200, 9437184, 0x881e100, 9437184});
+  /*   231 update    SGD                layer4.0.2.conv.weight/sgd  live 201.6 MiB */
+  snrt_sgd(c, &P194, F(0x22b6f00), F(0xb3b6200), F(0x881e100));
   snrt_dead(c, 0xb3b6200, 9437184);
-  snrt_reads(c, 251, 2, (const int64_t[]){0xc8c2200, 65536, 0xc8d2200, 65536});
-  /*   251 backward  UNARY_BWD          layer4.0.1.relu/bwd  live 192.6 MiB */
-  snrt_unary_bwd(c, &P142, NULL, F(0xc8c2200), F(0xc8d2200), F(0xc8d2200));
+  snrt_reads(c, 232, 2, (const int64_t[]){0xc8c2200, 65536, 0xc8d2200, 65536});
+  /*   232 backward  UNARY_BWD          layer4.0.1.relu/bwd  live 192.6 MiB */
+  snrt_unary_bwd(c, &P129, NULL, F(0xc8c2200), F(0xc8d2200), F(0xc8d2200));
   snrt_dead(c, 0xc8c2200, 65536);
-  snrt_reads(c, 252, 5, (const int64_t[]){0xc8b2200, 65536, 0xc8d2200, 65536, 0x22b4f00, 2048, 0xca09200, 2048, 0xca09a00, 2048});
-  /*   252 backward  BN_BWD             layer4.0.1.bn/bwd  live 192.5 MiB */
-  snrt_bn_bwd(c, &P141, F(0xc8b2200), F(0xc8d2200), F(0x22b4f00), F(0xca09200), F(0xca09a00), F(0xc8d2200), F(0xb3b6200), F(0xb3b6a00));
+  snrt_reads(c, 233, 5, (const int64_t[]){0xc8b2200, 65536, 0xc8d2200, 65536, 0x22b4f00, 2048, 0xca09200, 2048, 0xca09a00, 2048});
+  /*   233 backward  BN_BWD             layer4.0.1.bn/bwd  live 192.5 MiB */
+  snrt_bn_bwd(c, &P128, F(0xc8b2200), F(0xc8d2200), F(0x22b4f00), F(0xca09200), F(0xca09a00), F(0xc8d2200), F(0xb3b6200), F(0xb3b6a00));
   snrt_dead(c, 0xc8b2200, 65536);
   snrt_dead(c, 0xca09200, 2048);
   snrt_dead(c, 0xca09a00, 2048);
-  snrt_reads(c, 253, 3, (const int64_t[]){0x22b4f00, 2048, 0xb3b6200, 2048, 0x911e100, 2048});
-  /*   253 update    SGD                layer4.0.1.bn.weight/sgd  live 192.4 MiB */
-  snrt_sgd(c, &P208, F(0x22b4f00), F(0xb3b6200), F(0x911e100));
+  snrt_reads(c, 234, 3, (const int64_t[]){0x22b4f00, 2048, 0xb3b6200, 2048, 0x911e100, 2048});
+  /*   234 update    SGD                layer4.0.1.bn.weight/sgd  live 192.4 MiB */
+  snrt_sgd(c, &P195, F(0x22b4f00), F(0xb3b6200), F(0x911e100));
   snrt_dead(c, 0xb3b6200, 2048);
-  snrt_reads(c, 254, 3, (const int64_t[]){0x22b5700, 2048, 0xb3b6a00, 2048, 0x911e900, 2048});
-  /*   254 update    SGD                layer4.0.1.bn.bias/sgd  live 192.4 MiB */
-  snrt_sgd(c, &P209, F(0x22b5700), F(0xb3b6a00), F(0x911e900));
+  snrt_reads(c, 235, 3, (const int64_t[]){0x22b5700, 2048, 0xb3b6a00, 2048, 0x911e900, 2048});
+  /*   235 update    SGD                layer4.0.1.bn.bias/sgd  live 192.4 MiB */
+  snrt_sgd(c, &P196, F(0x22b5700), F(0xb3b6a00), F(0x911e900));
   snrt_dead(c, 0xb3b6a00, 2048);
-  snrt_reads(c, 255, 2, (const int64_t[]){0xc77a200, 131072, 0xc8d2200, 65536});
-  /*   255 backward  CONV_BWD_FILTER    layer4.0.1.conv/bwd_filter  live 194.4 MiB */
-  snrt_conv_bwd_filter(c, &P140, F(0xc77a200), F(0xc8d2200), F(0xb3b6200), NULL);
-  snrt_reads(c, 256, 2, (const int64_t[]){0xc8d2200, 65536, 0x20b4f00, 2097152});
-  /*   256 backward  CONV_BWD_DATA      layer4.0.1.conv/bwd_data  live 194.5 MiB */
-  snrt_conv_bwd_data(c, &P140, F(0xc8d2200), F(0x20b4f00), F(0xb5b6200), NULL);
+  snrt_reads(c, 236, 2, (const int64_t[]){0xc77a200, 131072, 0xc8d2200, 65536});
+  /*   236 backward  CONV_BWD_FILTER    layer4.0.1.conv/bwd_filter  live 194.4 MiB */
+  snrt_conv_bwd_filter(c, &P127, F(0xc77a200), F(0xc8d2200), F(0xb3b6200), NULL);
+  snrt_reads(c, 237, 2, (const int64_t[]){0xc8d2200, 65536, 0x20b4f00, 2097152});
+  /*   237 backward  CONV_BWD_DATA      layer4.0.1.conv/bwd_data  live 194.5 MiB */
+  snrt_conv_bwd_data(c, &P127, F(0xc8d2200), F(0x20b4f00), F(0xb5b6200), NULL);
   snrt_dead(c, 0xc8d2200, 65536);
-  snrt_reads(c, 257, 2, (const int64_t[]){0xc79a200, 131072, 0xb5b6200, 131072});
-  /*   257 backward  ACCUMULATE         layer4.0.1.conv/accumulate  live 194.5 MiB */
+  snrt_reads(c, 238, 2, (const int64_t[]){0xc79a200, 131072, 0xb5b6200, 131072});
+  /*   238 backward  ACCUMULATE         layer4.0.1.conv/accumulate  live 194.5 MiB */
   snrt_add(c, 32768, F(0xc79a200), F(0xb5b6200), F(0xc79a200));
   snrt_dead(c, 0xb5b6200, 131072);
-  snrt_reads(c, 258, 3, (const int64_t[]){0x20b4f00, 2097152, 0xb3b6200, 2097152, 0x911f100, 2097152});
-  /*   258 update    SGD                layer4.0.1.conv.weight/sgd  live 194.4 MiB */
-  snrt_sgd(c, &P210, F(0x20b4f00), F(0xb3b6200), F(0x911f100));
+  snrt_reads(c, 239, 3, (const int64_t[]){0x20b4f00, 2097152, 0xb3b6200, 2097152, 0x911f100, 2097152});
+  /*   239 update    SGD                layer4.0.1.conv.weight/sgd  live 194.4 MiB */
+  snrt_sgd(c, &P197, F(0x20b4f00), F(0xb3b6200), F(0x911f100));
   snrt_dead(c, 0xb3b6200, 2097152);
-  snrt_reads(c, 259, 2, (const int64_t[]){0xc77a200, 131072, 0xc79a200, 131072});
-  /*   259 backward  UNARY_BWD          layer3.5.out/bwd  live 192.4 MiB */
-  snrt_unary_bwd(c, &P139, NULL, F(0xc77a200), F(0xc79a200), F(0xc79a200));
+  snrt_reads(c, 240, 2, (const int64_t[]){0xc77a200, 131072, 0xc79a200, 131072});
+  /*   240 backward  FUSED_BWD          layer3.5.out/fused2/bwd  live 192.6 MiB */
+  snrt_fused_bwd(c, &P198, (const float *const[]){NULL, NULL}, F(0xc77a200), F(0xc79a200), (float *const[]){F(0xb4b6200), F(0xb63e200)});
   snrt_dead(c, 0xc77a200, 131072);
-  snrt_reads(c, 260, 1, (const int64_t[]){0xc79a200, 131072});
-  /*   260 backward  BINARY_BWD         layer3.5.add/bwd  live 192.5 MiB */
-  snrt_binary_bwd(c, &P138, NULL, NULL, F(0xc79a200), F(0xb4b6200), F(0xb63e200));
   snrt_dead(c, 0xc79a200, 131072);
-  snrt_reads(c, 261, 5, (const int64_t[]){0xc75a200, 131072, 0xb4b6200, 131072, 0x20b0f00, 4096, 0xca02200, 4096, 0xca03200, 4096});
-  /*   261 backward  BN_BWD             layer3.5.3.bn/bwd  live 192.4 MiB */
-  snrt_bn_bwd(c, &P137, F(0xc75a200), F(0xb4b6200), F(0x20b0f00), F(0xca02200), F(0xca03200), F(0xb4b6200), F(0xb3b6200), F(0xb3b7200));
+  snrt_reads(c, 241, 5, (const int64_t[]){0xc75a200, 131072, 0xb4b6200, 131072, 0x20b0f00, 4096, 0xca02200, 4096, 0xca03200, 4096});
+  /*   241 backward  BN_BWD             layer3.5.3.bn/bwd  live 192.4 MiB */
+  snrt_bn_bwd(c, &P125, F(0xc75a200), F(0xb4b6200), F(0x20b0f00), F(0xca02200), F(0xca03200), F(0xb4b6200), F(0xb3b6200), F(0xb3b7200));
   snrt_dead(c, 0xc75a200, 131072);
   snrt_dead(c, 0xca02200, 4096);
   snrt_dead(c, 0xca03200, 4096);
-  snrt_reads(c, 262, 3, (const int64_t[]){0x20b0f00, 4096, 0xb3b6200, 4096, 0x931f100, 4096});
-  /*   262 update    SGD                layer3.5.3.bn.weight/sgd  live 192.2 MiB */
-  snrt_sgd(c, &P211, F(0x20b0f00), F(0xb3b6200), F(0x931f100));
+  snrt_reads(c, 242, 3, (const int64_t[]){0x20b0f00, 4096, 0xb3b6200, 4096, 0x931f100, 4096});
+  /*   242 update    SGD                layer3.5.3.bn.weight/sgd  live 192.2 MiB */
+  snrt_sgd(c, &P199, F(0x20b0f00), F(0xb3b6200), F(0x931f100));
   snrt_dead(c, 0xb3b6200, 4096);
-  snrt_reads(c, 263, 3, (const int64_t[]){0x20b1f00, 4096, 0xb3b7200, 4096, 0x9320100, 4096});
-  /*   263 update    SGD                layer3.5.3.bn.bias/sgd  live 192.2 MiB */
-  snrt_sgd(c, &P212, F(0x20b1f00), F(0xb3b7200), F(0x9320100));
+  snrt_reads(c, 243, 3, (const int64_t[]){0x20b1f00, 4096, 0xb3b7200, 4096, 0x9320100, 4096});
+  /*   243 update    SGD                layer3.5.3.bn.bias/sgd  live 192.2 MiB */
+  snrt_sgd(c, &P200, F(0x20b1f00), F(0xb3b7200), F(0x9320100));
   snrt_dead(c, 0xb3b7200, 4096);
-  snrt_reads(c, 264, 2, (const int64_t[]){0xc9ba200, 32768, 0xb4b6200, 131072});
-  /*   264 backward  CONV_BWD_FILTER    layer3.5.3.conv/bwd_filter  live 193.2 MiB */
-  snrt_conv_bwd_filter(c, &P136, F(0xc9ba200), F(0xb4b6200), F(0xb3b6200), NULL);
-  snrt_reads(c, 265, 2, (const int64_t[]){0xb4b6200, 131072, 0x1fb0f00, 1048576});
-  /*   265 backward  CONV_BWD_DATA      layer3.5.3.conv/bwd_data  live 193.3 MiB */
-  snrt_conv_bwd_data(c, &P136, F(0xb4b6200), F(0x1fb0f00), F(0xb65e200), NULL);
+  snrt_reads(c, 244, 2, (const int64_t[]){0xc9ca200, 32768, 0xb4b6200, 131072});
+  /*   244 backward  CONV_BWD_FILTER    layer3.5.3.conv/bwd_filter  live 193.2 MiB */
+  snrt_conv_bwd_filter(c, &P124, F(0xc9ca200), F(0xb4b6200), F(0xb3b6200), NULL);
+  snrt_reads(c, 245, 2, (const int64_t[]){0xb4b6200, 131072, 0x1fb0f00, 1048576});
+  /*   245 backward  CONV_BWD_DATA      layer3.5.3.conv/bwd_data  live 193.3 MiB */
+  snrt_conv_bwd_data(c, &P124, F(0xb4b6200), F(0x1fb0f00), F(0xb65e200), NULL);
   snrt_dead(c, 0xb4b6200, 131072);
-  snrt_reads(c, 266, 3, (const int64_t[]){0x1fb0f00, 1048576, 0xb3b6200, 1048576, 0x9321100, 1048576});
-  /*   266 update    SGD                layer3.5.3.conv.weight/sgd  live 193.1 MiB */
-  snrt_sgd(c, &P213, F(0x1fb0f00), F(0xb3b6200), F(0x9321100));
+  snrt_reads(c, 246, 3, (const int64_t[]){0x1fb0f00, 1048576, 0xb3b6200, 1048576, 0x9321100, 1048576});
+  /*   246 update    SGD                layer3.5.3.conv.weight/sgd  live 193.1 MiB */
+  snrt_sgd(c, &P201, F(0x1fb0f00), F(0xb3b6200), F(0x9321100));
   snrt_dead(c, 0xb3b6200, 1048576);
-  snrt_reads(c, 267, 2, (const int64_t[]){0xc9ba200, 32768, 0xb65e200, 32768});
-  /*   267 backward  UNARY_BWD          layer3.5.2.relu/bwd  live 192.1 MiB */
-  snrt_unary_bwd(c, &P135, NULL, F(0xc9ba200), F(0xb65e200), F(0xb65e200));
-  snrt_dead(c, 0xc9ba200, 32768);
-  snrt_reads(c, 268, 5, (const int64_t[]){0xc9b2200, 32768, 0xb65e200, 32768, 0x1faff00, 1024, 0xca15a00, 1024, 0xca15e00, 1024});
-  /*   268 backward  BN_BWD             layer3.5.2.bn/bwd  live 192.1 MiB */
-  snrt_bn_bwd(c, &P134, F(0xc9b2200), F(0xb65e200), F(0x1faff00), F(0xca15a00), F(0xca15e00), F(0xb65e200), F(0xb3b6200), F(0xb3b6600));
-  snrt_dead(c, 0xc9b2200, 32768);
+  snrt_reads(c, 247, 2, (const int64_t[]){0xc9ca200, 32768, 0xb65e200, 32768});
+  /*   247 backward  UNARY_BWD          layer3.5.2.relu/bwd  live 192.1 MiB */
+  snrt_unary_bwd(c, &P123, NULL, F(0xc9ca200), F(0xb65e200), F(0xb65e200));
+  snrt_dead(c, 0xc9ca200, 32768);
+  snrt_reads(c, 248, 5, (const int64_t[]){0xc9c2200, 32768, 0xb65e200, 32768, 0x1faff00, 1024, 0xca15a00, 1024, 0xca15e00, 1024});
+  /*   248 backward  BN_BWD             layer3.5.2.bn/bwd  live 192.1 MiB */
+  snrt_bn_bwd(c, &P122, F(0xc9c2200), F(0xb65e200), F(0x1faff00), F(0xca15a00), F(0xca15e00), F(0xb65e200), F(0xb3b6200), F(0xb3b6600));
+  snrt_dead(c, 0xc9c2200, 32768);
   snrt_dead(c, 0xca15a00, 1024);
   snrt_dead(c, 0xca15e00, 1024);
-  snrt_reads(c, 269, 3, (const int64_t[]){0x1faff00, 1024, 0xb3b6200, 1024, 0x9421100, 1024});
-  /*   269 update    SGD                layer3.5.2.bn.weight/sgd  live 192.1 MiB */
-  snrt_sgd(c, &P214, F(0x1faff00), F(0xb3b6200), F(0x9421100));
+  snrt_reads(c, 249, 3, (const int64_t[]){0x1faff00, 1024, 0xb3b6200, 1024, 0x9421100, 1024});
+  /*   249 update    SGD                layer3.5.2.bn.weight/sgd  live 192.1 MiB */
+  snrt_sgd(c, &P202, F(0x1faff00), F(0xb3b6200), F(0x9421100));
   snrt_dead(c, 0xb3b6200, 1024);
-  snrt_reads(c, 270, 3, (const int64_t[]){0x1fb0300, 1024, 0xb3b6600, 1024, 0x9421500, 1024});
-  /*   270 update    SGD                layer3.5.2.bn.bias/sgd  live 192.1 MiB */
-  snrt_sgd(c, &P215, F(0x1fb0300), F(0xb3b6600), F(0x9421500));
+  snrt_reads(c, 250, 3, (const int64_t[]){0x1fb0300, 1024, 0xb3b6600, 1024, 0x9421500, 1024});
+  /*   250 update    SGD                layer3.5.2.bn.bias/sgd  live 192.1 MiB */
+  snrt_sgd(c, &P203, F(0x1fb0300), F(0xb3b6600), F(0x9421500));
   snrt_dead(c, 0xb3b6600, 1024);
-  snrt_reads(c, 271, 2, (const int64_t[]){0xc9aa200, 32768, 0xb65e200, 32768});
-  /*   271 backward  CONV_BWD_FILTER    layer3.5.2.conv/bwd_filter  live 194.6 MiB */
-  snrt_conv_bwd_filter(c, &P133, F(0xc9aa200), F(0xb65e200), F(0xb3b6200), F(0xb5f6200));
+  snrt_reads(c, 251, 2, (const int64_t[]){0xc9ba200, 32768, 0xb65e200, 32768});
+  /*   251 backward  CONV_BWD_FILTER    layer3.5.2.conv/bwd_filter  live 194.6 MiB */
+  snrt_conv_bwd_filter(c, &P121, F(0xc9ba200), F(0xb65e200), F(0xb3b6200), F(0xb5f6200));
   snrt_dead(c, 0xb5f6200, 294912);
-  snrt_reads(c, 272, 2, (const int64_t[]){0xb65e200, 32768, 0x1d6ff00, 2359296});
-  /*   272 backward  CONV_BWD_DATA      layer3.5.2.conv/bwd_data  live 194.6 MiB */
-  snrt_conv_bwd_data(c, &P133, F(0xb65e200), F(0x1d6ff00), F(0xb666200), F(0xb5f6200));
+  snrt_reads(c, 252, 2, (const int64_t[]){0xb65e200, 32768, 0x1d6ff00, 2359296});
+  /*   252 backward  CONV_BWD_DATA      layer3.5.2.conv/bwd_data  live 194.6 MiB */
+  snrt_conv_bwd_data(c, &P121, F(0xb65e200), F(0x1d6ff00), F(0xb666200), F(0xb5f6200));
   snrt_dead(c, 0xb65e200, 32768);
   snrt_dead(c, 0xb5f6200, 294912);
-  snrt_reads(c, 273, 3, (const int64_t[]){0x1d6ff00, 2359296, 0xb3b6200, 2359296, 0x9421900, 2359296});
-  /*   273 update    SGD                layer3.5.2.conv.weight/sgd  live 194.3 MiB */
-  snrt_sgd(c, &P216, F(0x1d6ff00), F(0xb3b6200), F(0x9421900));
+  snrt_reads(c, 253, 3, (const int64_t[]){0x1d6ff00, 2359296, 0xb3b6200, 2359296, 0x9421900, 2359296});
+  /*   253 update    SGD                layer3.5.2.conv.weight/sgd  live 194.3 MiB */
+  snrt_sgd(c, &P204, F(0x1d6ff00), F(0xb3b6200), F(0x9421900));
   snrt_dead(c, 0xb3b6200, 2359296);
-  snrt_reads(c, 274, 2, (const int64_t[]){0xc9aa200, 32768, 0xb666200, 32768});
-  /*   274 backward  UNARY_BWD          layer3.5.1.relu/bwd  live 192.1 MiB */
-  snrt_unary_bwd(c, &P132, NULL, F(0xc9aa200), F(0xb666200), F(0xb666200));
-  snrt_dead(c, 0xc9aa200, 32768);
-  snrt_reads(c, 275, 5, (const int64_t[]){0xc9a2200, 32768, 0xb666200, 32768, 0x1d6ef00, 1024, 0xca15200, 1024, 0xca15600, 1024});
-  /*   275 backward  BN_BWD             layer3.5.1.bn/bwd  live 192.0 MiB */
-  snrt_bn_bwd(c, &P131, F(0xc9a2200), F(0xb666200), F(0x1d6ef00), F(0xca15200), F(0xca15600), F(0xb666200), F(0xb3b6200), F(0xb3b6600));
-  snrt_dead(c, 0xc9a2200, 32768);
+  snrt_reads(c, 254, 2, (const int64_t[]){0xc9ba200, 32768, 0xb666200, 32768});
+  /*   254 backward  UNARY_BWD          layer3.5.1.relu/bwd  live 192.1 MiB */
+  snrt_unary_bwd(c, &P120, NULL, F(0xc9ba200), F(0xb666200), F(0xb666200));
+  snrt_dead(c, 0xc9ba200, 32768);
+  snrt_reads(c, 255, 5, (const int64_t[]){0xc9b2200, 32768, 0xb666200, 32768, 0x1d6ef00, 1024, 0xca15200, 1024, 0xca15600, 1024});
+  /*   255 backward  BN_BWD             layer3.5.1.bn/bwd  live 192.0 MiB */
+  snrt_bn_bwd(c, &P119, F(0xc9b2200), F(0xb666200), F(0x1d6ef00), F(0xca15200), F(0xca15600), F(0xb666200), F(0xb3b6200), F(0xb3b6600));
+  snrt_dead(c, 0xc9b2200, 32768);
   snrt_dead(c, 0xca15200, 1024);
   snrt_dead(c, 0xca15600, 1024);
-  snrt_reads(c, 276, 3, (const int64_t[]){0x1d6ef00, 1024, 0xb3b6200, 1024, 0x9661900, 1024});
-  /*   276 update    SGD                layer3.5.1.bn.weight/sgd  live 192.0 MiB */
-  snrt_sgd(c, &P217, F(0x1d6ef00), F(0xb3b6200), F(0x9661900));
+  snrt_reads(c, 256, 3, (const int64_t[]){0x1d6ef00, 1024, 0xb3b6200, 1024, 0x9661900, 1024});
+  /*   256 update    SGD                layer3.5.1.bn.weight/sgd  live 192.0 MiB */
+  snrt_sgd(c, &P205, F(0x1d6ef00), F(0xb3b6200), F(0x9661900));
   snrt_dead(c, 0xb3b6200, 1024);
-  snrt_reads(c, 277, 3, (const int64_t[]){0x1d6f300, 1024, 0xb3b6600, 1024, 0x9661d00, 1024});
-  /*   277 update    SGD                layer3.5.1.bn.bias/sgd  live 192.0 MiB */
-  snrt_sgd(c, &P218, F(0x1d6f300), F(0xb3b6600), F(0x9661d00));
+  snrt_reads(c, 257, 3, (const int64_t[]){0x1d6f300, 1024, 0xb3b6600, 1024, 0x9661d00, 1024});
+  /*   257 update    SGD                layer3.5.1.bn.bias/sgd  live 192.0 MiB */
+  snrt_sgd(c, &P206, F(0x1d6f300), F(0xb3b6600), F(0x9661d00));
   snrt_dead(c, 0xb3b6600, 1024);
-  snrt_reads(c, 278, 2, (const int64_t[]){0xc73a200, 131072, 0xb666200, 32768});
-  /*   278 backward  CONV_BWD_FILTER    layer3.5.1.conv/bwd_filter  live 193.0 MiB */
-  snrt_conv_bwd_filter(c, &P130, F(0xc73a200), F(0xb666200), F(0xb3b6200), NULL);
-  snrt_reads(c, 279, 2, (const int64_t[]){0xb666200, 32768, 0x1c6ef00, 1048576});
-  /*   279 backward  CONV_BWD_DATA      layer3.5.1.conv/bwd_data  live 193.1 MiB */
-  snrt_conv_bwd_data(c, &P130, F(0xb666200), F(0x1c6ef00), F(0xb4b6200), NULL);
+  snrt_reads(c, 258, 2, (const int64_t[]){0xc73a200, 131072, 0xb666200, 32768});
+  /*   258 backward  CONV_BWD_FILTER    layer3.5.1.conv/bwd_filter  live 193.0 MiB */
+  snrt_conv_bwd_filter(c, &P118, F(0xc73a200), F(0xb666200), F(0xb3b6200), NULL);
+  snrt_reads(c, 259, 2, (const int64_t[]){0xb666200, 32768, 0x1c6ef00, 1048576});
+  /*   259 backward  CONV_BWD_DATA      layer3.5.1.conv/bwd_data  live 193.1 MiB */
+  snrt_conv_bwd_data(c, &P118, F(0xb666200), F(0x1c6ef00), F(0xb4b6200), NULL);
   snrt_dead(c, 0xb666200, 32768);
-  snrt_reads(c, 280, 2, (const int64_t[]){0xb63e200, 131072, 0xb4b6200, 131072});
-  /*   280 backward  ACCUMULATE         layer3.5.1.conv/accumulate  live 193.1 MiB */
+  snrt_reads(c, 260, 2, (const int64_t[]){0xb63e200, 131072, 0xb4b6200, 131072});
+  /*   260 backward  ACCUMULATE         layer3.5.1.conv/accumulate  live 193.1 MiB */
   snrt_add(c, 32768, F(0xb63e200), F(0xb4b6200), F(0xb63e200));
   snrt_dead(c, 0xb4b6200, 131072);
-  snrt_reads(c, 281, 3, (const int64_t[]){0x1c6ef00, 1048576, 0xb3b6200, 1048576, 0x9662100, 1048576});
-  /*   281 update    SGD                layer3.5.1.conv.weight/sgd  live 193.0 MiB */
-  snrt_sgd(c, &P219, F(0x1c6ef00), F(0xb3b6200), F(0x9662100));
+  snrt_reads(c, 261, 3, (const int64_t[]){0x1c6ef00, 1048576, 0xb3b6200, 1048576, 0x9662100, 1048576});
+  /*   261 update    SGD                layer3.5.1.conv.weight/sgd  live 193.0 MiB */
+  snrt_sgd(c, &P207, F(0x1c6ef00), F(0xb3b6200), F(0x9662100));
   snrt_dead(c, 0xb3b6200, 1048576);
-  snrt_reads(c, 282, 2, (const int64_t[]){0xc73a200, 131072, 0xb63e200, 131072});
-  /*   282 backward  UNARY_BWD          layer3.4.out/bwd  live 192.0 MiB */
-  snrt_unary_bwd(c, &P129, NULL, F(0xc73a200), F(0xb63e200), F(0xb63e200));
+  snrt_reads(c, 262, 2, (const int64_t[]){0xc73a200, 131072, 0xb63e200, 131072});
+  /*   262 backward  FUSED_BWD          layer3.4.out/fused2/bwd  live 192.2 MiB */
+  snrt_fused_bwd(c, &P208, (const float *const[]){NULL, NULL}, F(0xc73a200), F(0xb63e200), (float *const[]){F(0xb4b6200), F(0xb65e200)});
   snrt_dead(c, 0xc73a200, 131072);
-  snrt_reads(c, 283, 1, (const int64_t[]){0xb63e200, 131072});
-  /*   283 backward  BINARY_BWD         layer3.4.add/bwd  live 192.1 MiB */
-  snrt_binary_bwd(c, &P128, NULL, NULL, F(0xb63e200), F(0xb4b6200), F(0xb65e200));
   snrt_dead(c, 0xb63e200, 131072);
-  snrt_reads(c, 284, 5, (const int64_t[]){0xc71a200, 131072, 0xb4b6200, 131072, 0x1c6af00, 4096, 0xca00200, 4096, 0xca01200, 4096});
-  /*   284 backward  BN_BWD             layer3.4.3.bn/bwd  live 192.0 MiB */
-  snrt_bn_bwd(c, &P127, F(0xc71a200), F(0xb4b6200), F(0x1c6af00), F(0xca00200), F(0xca01200), F(0xb4b6200), F(0xb3b6200), F(0xb3b7200));
+  snrt_reads(c, 263, 5, (const int64_t[]){0xc71a200, 131072, 0xb4b6200, 131072, 0x1c6af00, 4096, 0xca00200, 4096, 0xca01200, 4096});
+  /*   263 backward  BN_BWD             layer3.4.3.bn/bwd  live 192.0 MiB */
+  snrt_bn_bwd(c, &P116, F(0xc71a200), F(0xb4b6200), F(0x1c6af00), F(0xca00200), F(0xca01200), F(0xb4b6200), F(0xb3b6200), F(0xb3b7200));
   snrt_dead(c, 0xc71a200, 131072);
   snrt_dead(c, 0xca00200, 4096);
   snrt_dead(c, 0xca01200, 4096);
-  snrt_reads(c, 285, 3, (const int64_t[]){0x1c6af00, 4096, 0xb3b6200, 4096, 0x9762100, 4096});
-  /*   285 update    SGD                layer3.4.3.bn.weight/sgd  live 191.8 MiB */
-  snrt_sgd(c, &P220, F(0x1c6af00), F(0xb3b6200), F(0x9762100));
+  snrt_reads(c, 264, 3, (const int64_t[]){0x1c6af00, 4096, 0xb3b6200, 4096, 0x9762100, 4096});
+  /*   264 update    SGD                layer3.4.3.bn.weight/sgd  live 191.8 MiB */
+  snrt_sgd(c, &P209, F(0x1c6af00), F(0xb3b6200), F(0x9762100));
   snrt_dead(c, 0xb3b6200, 4096);
-  snrt_reads(c, 286, 3, (const int64_t[]){0x1c6bf00, 4096, 0xb3b7200, 4096, 0x9763100, 4096});
-  /*   286 update    SGD                layer3.4.3.bn.bias/sgd  live 191.8 MiB */
-  snrt_sgd(c, &P221, F(0x1c6bf00), F(0xb3b7200), F(0x9763100));
+  snrt_reads(c, 265, 3, (const int64_t[]){0x1c6bf00, 4096, 0xb3b7200, 4096, 0x9763100, 4096});
+  /*   265 update    SGD                layer3.4.3.bn.bias/sgd  live 191.8 MiB */
+  snrt_sgd(c, &P210, F(0x1c6bf00), F(0xb3b7200), F(0x9763100));
   snrt_dead(c, 0xb3b7200, 4096);
-  snrt_reads(c, 287, 2, (const int64_t[]){0xc99a200, 32768, 0xb4b6200, 131072});
-  /*   287 backward  CONV_BWD_FILTER    layer3.4.3.conv/bwd_filter  live 192.8 MiB */
-  snrt_conv_bwd_filter(c, &P126, F(0xc99a200), F(0xb4b6200), F(0xb3b6200), NULL);
-  snrt_reads(c, 288, 2, (const int64_t[]){0xb4b6200, 131072, 0x1b6af00, 1048576});
-  /*   288 backward  CONV_BWD_DATA      layer3.4.3.conv/bwd_data  live 192.9 MiB */
-  snrt_conv_bwd_data(c, &P126, F(0xb4b6200), F(0x1b6af00), F(0xb63e200), NULL);
+  snrt_reads(c, 266, 2, (const int64_t[]){0xc9aa200, 32768, 0xb4b6200, 131072});
+  /*   266 backward  CONV_BWD_FILTER    layer3.4.3.conv/bwd_filter  live 192.8 MiB */
+  snrt_conv_bwd_filter(c, &P115, F(0xc9aa200), F(0xb4b6200), F(0xb3b6200), NULL);
+  snrt_reads(c, 267, 2, (const int64_t[]){0xb4b6200, 131072, 0x1b6af00, 1048576});
+  /*   267 backward  CONV_BWD_DATA      layer3.4.3.conv/bwd_data  live 192.9 MiB */
+  snrt_conv_bwd_data(c, &P115, F(0xb4b6200), F(0x1b6af00), F(0xb63e200), NULL);
   snrt_dead(c, 0xb4b6200, 131072);
-  snrt_reads(c, 289, 3, (const int64_t[]){0x1b6af00, 1048576, 0xb3b6200, 1048576, 0x9764100, 1048576});
-  /*   289 update    SGD                layer3.4.3.conv.weight/sgd  live 192.7 MiB */
-  snrt_sgd(c, &P222, F(0x1b6af00), F(0xb3b6200), F(0x9764100));
+  snrt_reads(c, 268, 3, (const int64_t[]){0x1b6af00, 1048576, 0xb3b6200, 1048576, 0x9764100, 1048576});
+  /*   268 update    SGD                layer3.4.3.conv.weight/sgd  live 192.7 MiB */
+  snrt_sgd(c, &P211, F(0x1b6af00), F(0xb3b6200), F(0x9764100));
   snrt_dead(c, 0xb3b6200, 1048576);
-  snrt_reads(c, 290, 2, (const int64_t[]){0xc99a200, 32768, 0xb63e200, 32768});
-  /*   290 backward  UNARY_BWD          layer3.4.2.relu/bwd  live 191.7 MiB */
-  snrt_unary_bwd(c, &P125, NULL, F(0xc99a200), F(0xb63e200), F(0xb63e200));
-  snrt_dead(c, 0xc99a200, 32768);
-  snrt_reads(c, 291, 5, (const int64_t[]){0xc992200, 32768, 0xb63e200, 32768, 0x1b69f00, 1024, 0xca14a00, 1024, 0xca14e00, 1024});
-  /*   291 backward  BN_BWD             layer3.4.2.bn/bwd  live 191.7 MiB */
-  snrt_bn_bwd(c, &P124, F(0xc992200), F(0xb63e200), F(0x1b69f00), F(0xca14a00), F(0xca14e00), F(0xb63e200), F(0xb3b6200), F(0xb3b6600));
-  snrt_dead(c, 0xc992200, 32768);
+  snrt_reads(c, 269, 2, (const int64_t[]){0xc9aa200, 32768, 0xb63e200, 32768});
+  /*   269 backward  UNARY_BWD          layer3.4.2.relu/bwd  live 191.7 MiB */
+  snrt_unary_bwd(c, &P114, NULL, F(0xc9aa200), F(0xb63e200), F(0xb63e200));
+  snrt_dead(c, 0xc9aa200, 32768);
+  snrt_reads(c, 270, 5, (const int64_t[]){0xc9a2200, 32768, 0xb63e200, 32768, 0x1b69f00, 1024, 0xca14a00, 1024, 0xca14e00, 1024});
+  /*   270 backward  BN_BWD             layer3.4.2.bn/bwd  live 191.7 MiB */
+  snrt_bn_bwd(c, &P113, F(0xc9a2200), F(0xb63e200), F(0x1b69f00), F(0xca14a00), F(0xca14e00), F(0xb63e200), F(0xb3b6200), F(0xb3b6600));
+  snrt_dead(c, 0xc9a2200, 32768);
   snrt_dead(c, 0xca14a00, 1024);
   snrt_dead(c, 0xca14e00, 1024);
-  snrt_reads(c, 292, 3, (const int64_t[]){0x1b69f00, 1024, 0xb3b6200, 1024, 0x9864100, 1024});
-  /*   292 update    SGD                layer3.4.2.bn.weight/sgd  live 191.7 MiB */
-  snrt_sgd(c, &P223, F(0x1b69f00), F(0xb3b6200), F(0x9864100));
+  snrt_reads(c, 271, 3, (const int64_t[]){0x1b69f00, 1024, 0xb3b6200, 1024, 0x9864100, 1024});
+  /*   271 update    SGD                layer3.4.2.bn.weight/sgd  live 191.7 MiB */
+  snrt_sgd(c, &P212, F(0x1b69f00), F(0xb3b6200), F(0x9864100));
   snrt_dead(c, 0xb3b6200, 1024);
-  snrt_reads(c, 293, 3, (const int64_t[]){0x1b6a300, 1024, 0xb3b6600, 1024, 0x9864500, 1024});
-  /*   293 update    SGD                layer3.4.2.bn.bias/sgd  live 191.7 MiB */
-  snrt_sgd(c, &P224, F(0x1b6a300), F(0xb3b6600), F(0x9864500));
+  snrt_reads(c, 272, 3, (const int64_t[]){0x1b6a300, 1024, 0xb3b6600, 1024, 0x9864500, 1024});
+  /*   272 update    SGD                layer3.4.2.bn.bias/sgd  live 191.7 MiB */
+  snrt_sgd(c, &P213, F(0x1b6a300), F(0xb3b6600), F(0x9864500));
   snrt_dead(c, 0xb3b6600, 1024);
-  snrt_reads(c, 294, 2, (const int64_t[]){0xc98a200, 32768, 0xb63e200, 32768});
-  /*   294 backward  CONV_BWD_FILTER    layer3.4.2.conv/bwd_filter  live 194.2 MiB */
-  snrt_conv_bwd_filter(c, &P123, F(0xc98a200), F(0xb63e200), F(0xb3b6200), F(0xb5f6200));
+  snrt_reads(c, 273, 2, (const int64_t[]){0xc99a200, 32768, 0xb63e200, 32768});
+  /*   273 backward  CONV_BWD_FILTER    layer3.4.2.conv/bwd_filter  live 194.2 MiB */
+  snrt_conv_bwd_filter(c, &P112, F(0xc99a200), F(0xb63e200), F(0xb3b6200), F(0xb5f6200));
   snrt_dead(c, 0xb5f6200, 294912);
-  snrt_reads(c, 295, 2, (const int64_t[]){0xb63e200, 32768, 0x1929f00, 2359296});
-  /*   295 backward  CONV_BWD_DATA      layer3.4.2.conv/bwd_data  live 194.2 MiB */
-  snrt_conv_bwd_data(c, &P123, F(0xb63e200), F(0x1929f00), F(0xb646200), F(0xb5f6200));
+  snrt_reads(c, 274, 2, (const int64_t[]){0xb63e200, 32768, 0x1929f00, 2359296});
+  /*   274 backward  CONV_BWD_DATA      layer3.4.2.conv/bwd_data  live 194.2 MiB */
+  snrt_conv_bwd_data(c, &P112, F(0xb63e200), F(0x1929f00), F(0xb646200), F(0xb5f6200));
   snrt_dead(c, 0xb63e200, 32768);
   snrt_dead(c, 0xb5f6200, 294912);
-  snrt_reads(c, 296, 3, (const int64_t[]){0x1929f00, 2359296, 0xb3b6200, 2359296, 0x9864900, 2359296});
-  /*   296 update    SGD                layer3.4.2.conv.weight/sgd  live 193.9 MiB */
-  snrt_sgd(c, &P225, F(0x1929f00), F(0xb3b6200), F(0x9864900));
+  snrt_reads(c, 275, 3, (const int64_t[]){0x1929f00, 2359296, 0xb3b6200, 2359296, 0x9864900, 2359296});
+  /*   275 update    SGD                layer3.4.2.conv.weight/sgd  live 193.9 MiB */
+  snrt_sgd(c, &P214, F(0x1929f00), F(0xb3b6200), F(0x9864900));
   snrt_dead(c, 0xb3b6200, 2359296);
-  snrt_reads(c, 297, 2, (const int64_t[]){0xc98a200, 32768, 0xb646200, 32768});
-  /*   297 backward  UNARY_BWD          layer3.4.1.relu/bwd  live 191.7 MiB */
-  snrt_unary_bwd(c, &P122, NULL, F(0xc98a200), F(0xb646200), F(0xb646200));
-  snrt_dead(c, 0xc98a200, 32768);
-  snrt_reads(c, 298, 5, (const int64_t[]){0xc982200, 32768, 0xb646200, 32768, 0x1928f00, 1024, 0xca14200, 1024, 0xca14600, 1024});
-  /*   298 backward  BN_BWD             layer3.4.1.bn/bwd  live 191.7 MiB */
-  snrt_bn_bwd(c, &P121, F(0xc982200), F(0xb646200), F(0x1928f00), F(0xca14200), F(0xca14600), F(0xb646200), F(0xb3b6200), F(0xb3b6600));
-  snrt_dead(c, 0xc982200, 32768);
+  snrt_reads(c, 276, 2, (const int64_t[]){0xc99a200, 32768, 0xb646200, 32768});
+  /*   276 backward  UNARY_BWD          layer3.4.1.relu/bwd  live 191.7 MiB */
+  snrt_unary_bwd(c, &P111, NULL, F(0xc99a200), F(0xb646200), F(0xb646200));
+  snrt_dead(c, 0xc99a200, 32768);
+  snrt_reads(c, 277, 5, (const int64_t[]){0xc992200, 32768, 0xb646200, 32768, 0x1928f00, 1024, 0xca14200, 1024, 0xca14600, 1024});
+  /*   277 backward  BN_BWD             layer3.4.1.bn/bwd  live 191.7 MiB */
+  snrt_bn_bwd(c, &P110, F(0xc992200), F(0xb646200), F(0x1928f00), F(0xca14200), F(0xca14600), F(0xb646200), F(0xb3b6200), F(0xb3b6600));
+  snrt_dead(c, 0xc992200, 32768);
   snrt_dead(c, 0xca14200, 1024);
   snrt_dead(c, 0xca14600, 1024);
-  snrt_reads(c, 299, 3, (const int64_t[]){0x1928f00, 1024, 0xb3b6200, 1024, 0x9aa4900, 1024});
-  /*   299 update    SGD                layer3.4.1.bn.weight/sgd  live 191.6 MiB */
-  snrt_sgd(c, &P226, F(0x1928f00), F(0xb3b6200), F(0x9aa4900));
+  snrt_reads(c, 278, 3, (const int64_t[]){0x1928f00, 1024, 0xb3b6200, 1024, 0x9aa4900, 1024});
+  /*   278 update    SGD                layer3.4.1.bn.weight/sgd  live 191.6 MiB */
+  snrt_sgd(c, &P215, F(0x1928f00), F(0xb3b6200), F(0x9aa4900));
   snrt_dead(c, 0xb3b6200, 1024);
-  snrt_reads(c, 300, 3, (const int64_t[]){0x1929300, 1024, 0xb3b6600, 1024, 0x9aa4d00, 1024});
-  /*   300 update    SGD                layer3.4.1.bn.bias/sgd  live 191.6 MiB */
-  snrt_sgd(c, &P227, F(0x1929300), F(0xb3b6600), F(0x9aa4d00));
+  snrt_reads(c, 279, 3, (const int64_t[]){0x1929300, 1024, 0xb3b6600, 1024, 0x9aa4d00, 1024});
+  /*   279 update    SGD                layer3.4.1.bn.bias/sgd  live 191.6 MiB */
+  snrt_sgd(c, &P216, F(0x1929300), F(0xb3b6600), F(0x9aa4d00));
   snrt_dead(c, 0xb3b6600, 1024);
-  snrt_reads(c, 301, 2, (const int64_t[]){0xc6fa200, 131072, 0xb646200, 32768});
-  /*   301 backward  CONV_BWD_FILTER    layer3.4.1.conv/bwd_filter  live 192.6 MiB */
-  snrt_conv_bwd_filter(c, &P120, F(0xc6fa200), F(0xb646200), F(0xb3b6200), NULL);
-  snrt_reads(c, 302, 2, (const int64_t[]){0xb646200, 32768, 0x1828f00, 1048576});
-  /*   302 backward  CONV_BWD_DATA      layer3.4.1.conv/bwd_data  live 192.7 MiB */
-  snrt_conv_bwd_data(c, &P120, F(0xb646200), F(0x1828f00), F(0xb4b6200), NULL);
+  snrt_reads(c, 280, 2, (const int64_t[]){0xc6fa200, 131072, 0xb646200, 32768});
+  /*   280 backward  CONV_BWD_FILTER    layer3.4.1.conv/bwd_filter  live 192.6 MiB */
+  snrt_conv_bwd_filter(c, &P109, F(0xc6fa200), F(0xb646200), F(0xb3b6200), NULL);
+  snrt_reads(c, 281, 2, (const int64_t[]){0xb646200, 32768, 0x1828f00, 1048576});
+  /*   281 backward  CONV_BWD_DATA      layer3.4.1.conv/bwd_data  live 192.7 MiB */
+  snrt_conv_bwd_data(c, &P109, F(0xb646200), F(0x1828f00), F(0xb4b6200), NULL);
   snrt_dead(c, 0xb646200, 32768);
-  snrt_reads(c, 303, 2, (const int64_t[]){0xb65e200, 131072, 0xb4b6200, 131072});
-  /*   303 backward  ACCUMULATE         layer3.4.1.conv/accumulate  live 192.7 MiB */
+  snrt_reads(c, 282, 2, (const int64_t[]){0xb65e200, 131072, 0xb4b6200, 131072});
+  /*   282 backward  ACCUMULATE         layer3.4.1.conv/accumulate  live 192.7 MiB */
   snrt_add(c, 32768, F(0xb65e200), F(0xb4b6200), F(0xb65e200));
   snrt_dead(c, 0xb4b6200, 131072);
-  snrt_reads(c, 304, 3, (const int64_t[]){0x1828f00, 1048576, 0xb3b6200, 1048576, 0x9aa5100, 1048576});
-  /*   304 update    SGD                layer3.4.1.conv.weight/sgd  live 192.6 MiB */
-  snrt_sgd(c, &P228, F(0x1828f00), F(0xb3b6200), F(0x9aa5100));
+  snrt_reads(c, 283, 3, (const int64_t[]){0x1828f00, 1048576, 0xb3b6200, 1048576, 0x9aa5100, 1048576});
+  /*   283 update    SGD                layer3.4.1.conv.weight/sgd  live 192.6 MiB */
+  snrt_sgd(c, &P217, F(0x1828f00), F(0xb3b6200), F(0x9aa5100));
   snrt_dead(c, 0xb3b6200, 1048576);
-  snrt_reads(c, 305, 2, (const int64_t[]){0xc6fa200, 131072, 0xb65e200, 131072});
-  /*   305 backward  UNARY_BWD          layer3.3.out/bwd  live 191.6 MiB */
-  snrt_unary_bwd(c, &P119, NULL, F(0xc6fa200), F(0xb65e200), F(0xb65e200));
+  snrt_reads(c, 284, 2, (const int64_t[]){0xc6fa200, 131072, 0xb65e200, 131072});
+  /*   284 backward  FUSED_BWD          layer3.3.out/fused2/bwd  live 191.8 MiB */
+  snrt_fused_bwd(c, &P218, (const float *const[]){NULL, NULL}, F(0xc6fa200), F(0xb65e200), (float *const[]){F(0xb4b6200), F(0xb63e200)});
   snrt_dead(c, 0xc6fa200, 131072);
-  snrt_reads(c, 306, 1, (const int64_t[]){0xb65e200, 131072});
-  /*   306 backward  BINARY_BWD         layer3.3.add/bwd  live 191.7 MiB */
-  snrt_binary_bwd(c, &P118, NULL, NULL, F(0xb65e200), F(0xb4b6200), F(0xb63e200));
   snrt_dead(c, 0xb65e200, 131072);
-  snrt_reads(c, 307, 5, (const int64_t[]){0xc6da200, 131072, 0xb4b6200, 131072, 0x1824f00, 4096, 0xc9fe200, 4096, 0xc9ff200, 4096});
-  /*   307 backward  BN_BWD             layer3.3.3.bn/bwd  live 191.6 MiB */
-  snrt_bn_bwd(c, &P117, F(0xc6da200), F(0xb4b6200), F(0x1824f00), F(0xc9fe200), F(0xc9ff200), F(0xb4b6200), F(0xb3b6200), F(0xb3b7200));
+  snrt_reads(c, 285, 5, (const int64_t[]){0xc6da200, 131072, 0xb4b6200, 131072, 0x1824f00, 4096, 0xc9fe200, 4096, 0xc9ff200, 4096});
+  /*   285 backward  BN_BWD             layer3.3.3.bn/bwd  live 191.6 MiB */
+  snrt_bn_bwd(c, &P107, F(0xc6da200), F(0xb4b6200), F(0x1824f00), F(0xc9fe200), F(0xc9ff200), F(0xb4b6200), F(0xb3b6200), F(0xb3b7200));
   snrt_dead(c, 0xc6da200, 131072);
   snrt_dead(c, 0xc9fe200, 4096);
   snrt_dead(c, 0xc9ff200, 4096);
-  snrt_reads(c, 308, 3, (const int64_t[]){0x1824f00, 4096, 0xb3b6200, 4096, 0x9ba5100, 4096});
-  /*   308 update    SGD                layer3.3.3.bn.weight/sgd  live 191.5 MiB */
-  snrt_sgd(c, &P229, F(0x1824f00), F(0xb3b6200), F(0x9ba5100));
+  snrt_reads(c, 286, 3, (const int64_t[]){0x1824f00, 4096, 0xb3b6200, 4096, 0x9ba5100, 4096});
+  /*   286 update    SGD                layer3.3.3.bn.weight/sgd  live 191.5 MiB */
+  snrt_sgd(c, &P219, F(0x1824f00), F(0xb3b6200), F(0x9ba5100));
   snrt_dead(c, 0xb3b6200, 4096);
-  snrt_reads(c, 309, 3, (const int64_t[]){0x1825f00, 4096, 0xb3b7200, 4096, 0x9ba6100, 4096});
-  /*   309 update    SGD                layer3.3.3.bn.bias/sgd  live 191.5 MiB */
-  snrt_sgd(c, &P230, F(0x1825f00), F(0xb3b7200), F(0x9ba6100));
+  snrt_reads(c, 287, 3, (const int64_t[]){0x1825f00, 4096, 0xb3b7200, 4096, 0x9ba6100, 4096});
+  /*   287 update    SGD                layer3.3.3.bn.bias/sgd  live 191.5 MiB */
+  snrt_sgd(c, &P220, F(0x1825f00), F(0xb3b7200), F(0x9ba6100));
   snrt_dead(c, 0xb3b7200, 4096);
-  snrt_reads(c, 310, 2, (const int64_t[]){0xc97a200, 32768, 0xb4b6200, 131072});
-  /*   310 backward  CONV_BWD_FILTER    layer3.3.3.conv/bwd_filter  live 192.5 MiB */
-  snrt_conv_bwd_filter(c, &P116, F(0xc97a200), F(0xb4b6200), F(0xb3b6200), NULL);
-  snrt_reads(c, 311, 2, (const int64_t[]){0xb4b6200, 131072, 0x1724f00, 1048576});
-  /*   311 backward  CONV_BWD_DATA      layer3.3.3.conv/bwd_data  live 192.5 MiB */
-  snrt_conv_bwd_data(c, &P116, F(0xb4b6200), F(0x1724f00), F(0xb65e200), NULL);
+  snrt_reads(c, 288, 2, (const int64_t[]){0xc98a200, 32768, 0xb4b6200, 131072});
+  /*   288 backward  CONV_BWD_FILTER    layer3.3.3.conv/bwd_filter  live 192.5 MiB */
+  snrt_conv_bwd_filter(c, &P106, F(0xc98a200), F(0xb4b6200), F(0xb3b6200), NULL);
+  snrt_reads(c, 289, 2, (const int64_t[]){0xb4b6200, 131072, 0x1724f00, 1048576});
+  /*   289 backward  CONV_BWD_DATA      layer3.3.3.conv/bwd_data  live 192.5 MiB */
+  snrt_conv_bwd_data(c, &P106, F(0xb4b6200), F(0x1724f00), F(0xb65e200), NULL);
   snrt_dead(c, 0xb4b6200, 131072);
-  snrt_reads(c, 312, 3, (const int64_t[]){0x1724f00, 1048576, 0xb3b6200, 1048576, 0x9ba7100, 1048576});
-  /*   312 update    SGD                layer3.3.3.conv.weight/sgd  live 192.4 MiB */
-  snrt_sgd(c, &P231, F(0x1724f00), F(0xb3b6200), F(0x9ba7100));
+  snrt_reads(c, 290, 3, (const int64_t[]){0x1724f00, 1048576, 0xb3b6200, 1048576, 0x9ba7100, 1048576});
+  /*   290 update    SGD                layer3.3.3.conv.weight/sgd  live 192.4 MiB */
+  snrt_sgd(c, &P221, F(0x1724f00), F(0xb3b6200), F(0x9ba7100));
   snrt_dead(c, 0xb3b6200, 1048576);
-  snrt_reads(c, 313, 2, (const int64_t[]){0xc97a200, 32768, 0xb65e200, 32768});
-  /*   313 backward  UNARY_BWD          layer3.3.2.relu/bwd  live 191.4 MiB */
-  snrt_unary_bwd(c, &P115, NULL, F(0xc97a200), F(0xb65e200), F(0xb65e200));
-  snrt_dead(c, 0xc97a200, 32768);
-  snrt_reads(c, 314, 5, (const int64_t[]){0xc972200, 32768, 0xb65e200, 32768, 0x1723f00, 1024, 0xca13a00, 1024, 0xca13e00, 1024});
-  /*   314 backward  BN_BWD             layer3.3.2.bn/bwd  live 191.3 MiB */
-  snrt_bn_bwd(c, &P114, F(0xc972200), F(0xb65e200), F(0x1723f00), F(0xca13a00), F(0xca13e00), F(0xb65e200), F(0xb3b6200), F(0xb3b6600));
-  snrt_dead(c, 0xc972200, 32768);
+  snrt_reads(c, 291, 2, (const int64_t[]){0xc98a200, 32768, 0xb65e200, 32768});
+  /*   291 backward  UNARY_BWD          layer3.3.2.relu/bwd  live 191.4 MiB */
+  snrt_unary_bwd(c, &P105, NULL, F(0xc98a200), F(0xb65e200), F(0xb65e200));
+  snrt_dead(c, 0xc98a200, 32768);
+  snrt_reads(c, 292, 5, (const int64_t[]){0xc982200, 32768, 0xb65e200, 32768, 0x1723f00, 1024, 0xca13a00, 1024, 0xca13e00, 1024});
+  /*   292 backward  BN_BWD             layer3.3.2.bn/bwd  live 191.3 MiB */
+  snrt_bn_bwd(c, &P104, F(0xc982200), F(0xb65e200), F(0x1723f00), F(0xca13a00), F(0xca13e00), F(0xb65e200), F(0xb3b6200), F(0xb3b6600));
+  snrt_dead(c, 0xc982200, 32768);
   snrt_dead(c, 0xca13a00, 1024);
   snrt_dead(c, 0xca13e00, 1024);
-  snrt_reads(c, 315, 3, (const int64_t[]){0x1723f00, 1024, 0xb3b6200, 1024, 0x9ca7100, 1024});
-  /*   315 update    SGD                layer3.3.2.bn.weight/sgd  live 191.3 MiB */
-  snrt_sgd(c, &P232, F(0x1723f00), F(0xb3b6200), F(0x9ca7100));
+  snrt_reads(c, 293, 3, (const int64_t[]){0x1723f00, 1024, 0xb3b6200, 1024, 0x9ca7100, 1024});
+  /*   293 update    SGD                layer3.3.2.bn.weight/sgd  live 191.3 MiB */
+  snrt_sgd(c, &P222, F(0x1723f00), F(0xb3b6200), F(0x9ca7100));
   snrt_dead(c, 0xb3b6200, 1024);
-  snrt_reads(c, 316, 3, (const int64_t[]){0x1724300, 1024, 0xb3b6600, 1024, 0x9ca7500, 1024});
-  /*   316 update    SGD                layer3.3.2.bn.bias/sgd  live 191.3 MiB */
-  snrt_sgd(c, &P233, F(0x1724300), F(0xb3b6600), F(0x9ca7500));
+  snrt_reads(c, 294, 3, (const int64_t[]){0x1724300, 1024, 0xb3b6600, 1024, 0x9ca7500, 1024});
+  /*   294 update    SGD                layer3.3.2.bn.bias/sgd  live 191.3 MiB */
+  snrt_sgd(c, &P223, F(0x1724300), F(0xb3b6600), F(0x9ca7500));
   snrt_dead(c, 0xb3b6600, 1024);
-  snrt_reads(c, 317, 2, (const int64_t[]){0xc96a200, 32768, 0xb65e200, 32768});
-  /*   317 backward  CONV_BWD_FILTER    layer3.3.2.conv/bwd_filter  live 193.8 MiB */
-  snrt_conv_bwd_filter(c, &P113, F(0xc96a200), F(0xb65e200), F(0xb3b6200), F(0xb5f6200));
+  snrt_reads(c, 295, 2, (const int64_t[]){0xc97a200, 32768, 0xb65e200, 32768});
+  /*   295 backward  CONV_BWD_FILTER    layer3.3.2.conv/bwd_filter  live 193.8 MiB */
+  snrt_conv_bwd_filter(c, &P103, F(0xc97a200), F(0xb65e200), F(0xb3b6200), F(0xb5f6200));
   snrt_dead(c, 0xb5f6200, 294912);
-  snrt_reads(c, 318, 2, (const int64_t[]){0xb65e200, 32768, 0x14e3f00, 2359296});
-  /*   318 backward  CONV_BWD_DATA      layer3.3.2.conv/bwd_data  live 193.9 MiB */
-  snrt_conv_bwd_data(c, &P113, F(0xb65e200), F(0x14e3f00), F(0xb666200), F(0xb5f6200));
+  snrt_reads(c, 296, 2, (const int64_t[]){0xb65e200, 32768, 0x14e3f00, 2359296});
+  /*   296 backward  CONV_BWD_DATA      layer3.3.2.conv/bwd_data  live 193.9 MiB */
+  snrt_conv_bwd_data(c, &P103, F(0xb65e200), F(0x14e3f00), F(0xb666200), F(0xb5f6200));
   snrt_dead(c, 0xb65e200, 32768);
   snrt_dead(c, 0xb5f6200, 294912);
-  snrt_reads(c, 319, 3, (const int64_t[]){0x14e3f00, 2359296, 0xb3b6200, 2359296, 0x9ca7900, 2359296});
-  /*   319 update    SGD                layer3.3.2.conv.weight/sgd  live 193.5 MiB */
-  snrt_sgd(c, &P234, F(0x14e3f00), F(0xb3b6200), F(0x9ca7900));
+  snrt_reads(c, 297, 3, (const int64_t[]){0x14e3f00, 2359296, 0xb3b6200, 2359296, 0x9ca7900, 2359296});
+  /*   297 update    SGD                layer3.3.2.conv.weight/sgd  live 193.5 MiB */
+  snrt_sgd(c, &P224, F(0x14e3f00), F(0xb3b6200), F(0x9ca7900));
   snrt_dead(c, 0xb3b6200, 2359296);
-  snrt_reads(c, 320, 2, (const int64_t[]){0xc96a200, 32768, 0xb666200, 32768});
-  /*   320 backward  UNARY_BWD          layer3.3.1.relu/bwd  live 191.3 MiB */
-  snrt_unary_bwd(c, &P112, NULL, F(0xc96a200), F(0xb666200), F(0xb666200));
-  snrt_dead(c, 0xc96a200, 32768);
-  snrt_reads(c, 321, 5, (const int64_t[]){0xc962200, 32768, 0xb666200, 32768, 0x14e2f00, 1024, 0xca13200, 1024, 0xca13600, 1024});
-  /*   321 backward  BN_BWD             layer3.3.1.bn/bwd  live 191.3 MiB */
-  snrt_bn_bwd(c, &P111, F(0xc962200), F(0xb666200), F(0x14e2f00), F(0xca13200), F(0xca13600), F(0xb666200), F(0xb3b6200), F(0xb3b6600));
-  snrt_dead(c, 0xc962200, 32768);
+  snrt_reads(c, 298, 2, (const int64_t[]){0xc97a200, 32768, 0xb666200, 32768});
+  /*   298 backward  UNARY_BWD          layer3.3.1.relu/bwd  live 191.3 MiB */
+  snrt_unary_bwd(c, &P102, NULL, F(0xc97a200), F(0xb666200), F(0xb666200));
+  snrt_dead(c, 0xc97a200, 32768);
+  snrt_reads(c, 299, 5, (const int64_t[]){0xc972200, 32768, 0xb666200, 32768, 0x14e2f00, 1024, 0xca13200, 1024, 0xca13600, 1024});
+  /*   299 backward  BN_BWD             layer3.3.1.bn/bwd  live 191.3 MiB */
+  snrt_bn_bwd(c, &P101, F(0xc972200), F(0xb666200), F(0x14e2f00), F(0xca13200), F(0xca13600), F(0xb666200), F(0xb3b6200), F(0xb3b6600));
+  snrt_dead(c, 0xc972200, 32768);
   snrt_dead(c, 0xca13200, 1024);
   snrt_dead(c, 0xca13600, 1024);
-  snrt_reads(c, 322, 3, (const int64_t[]){0x14e2f00, 1024, 0xb3b6200, 1024, 0x9ee7900, 1024});
-  /*   322 update    SGD                layer3.3.1.bn.weight/sgd  live 191.2 MiB */
-  snrt_sgd(c, &P235, F(0x14e2f00), F(0xb3b6200), F(0x9ee7900));
+  snrt_reads(c, 300, 3, (const int64_t[]){0x14e2f00, 1024, 0xb3b6200, 1024, 0x9ee7900, 1024});
+  /*   300 update    SGD                layer3.3.1.bn.weight/sgd  live 191.2 MiB */
+  snrt_sgd(c, &P225, F(0x14e2f00), F(0xb3b6200), F(0x9ee7900));
   snrt_dead(c, 0xb3b6200, 1024);
-  snrt_reads(c, 323, 3, (const int64_t[]){0x14e3300, 1024, 0xb3b6600, 1024, 0x9ee7d00, 1024});
-  /*   323 update    SGD                layer3.3.1.bn.bias/sgd  live 191.2 MiB */
-  snrt_sgd(c, &P236, F(0x14e3300), F(0xb3b6600), F(0x9ee7d00));
+  snrt_reads(c, 301, 3, (const int64_t[]){0x14e3300, 1024, 0xb3b6600, 1024, 0x9ee7d00, 1024});
+  /*   301 update    SGD                layer3.3.1.bn.bias/sgd  live 191.2 MiB */
+  snrt_sgd(c, &P226, F(0x14e3300), F(0xb3b6600), F(0x9ee7d00));
   snrt_dead(c, 0xb3b6600, 1024);
-  snrt_reads(c, 324, 2, (const int64_t[]){0xc6ba200, 131072, 0xb666200, 32768});
-  /*   324 backward  CONV_BWD_FILTER    layer3.3.1.conv/bwd_filter  live 192.2 MiB */
-  snrt_conv_bwd_filter(c, &P110, F(0xc6ba200), F(0xb666200), F(0xb3b6200), NULL);
-  snrt_reads(c, 325, 2, (const int64_t[]){0xb666200, 32768, 0x13e2f00, 1048576});
-  /*   325 backward  CONV_BWD_DATA      layer3.3.1.conv/bwd_data  live 192.4 MiB */
-  snrt_conv_bwd_data(c, &P110, F(0xb666200), F(0x13e2f00), F(0xb4b6200), NULL);
+  snrt_reads(c, 302, 2, (const int64_t[]){0xc6ba200, 131072, 0xb666200, 32768});
+  /*   302 backward  CONV_BWD_FILTER    layer3.3.1.conv/bwd_filter  live 192.2 MiB */
+  snrt_conv_bwd_filter(c, &P100, F(0xc6ba200), F(0xb666200), F(0xb3b6200), NULL);
+  snrt_reads(c, 303, 2, (const int64_t[]){0xb666200, 32768, 0x13e2f00, 1048576});
+  /*   303 backward  CONV_BWD_DATA      layer3.3.1.conv/bwd_data  live 192.4 MiB */
+  snrt_conv_bwd_data(c, &P100, F(0xb666200), F(0x13e2f00), F(0xb4b6200), NULL);
   snrt_dead(c, 0xb666200, 32768);
-  snrt_reads(c, 326, 2, (const int64_t[]){0xb63e200, 131072, 0xb4b6200, 131072});
-  /*   326 backward  ACCUMULATE         layer3.3.1.conv/accumulate  live 192.3 MiB */
+  snrt_reads(c, 304, 2, (const int64_t[]){0xb63e200, 131072, 0xb4b6200, 131072});
+  /*   304 backward  ACCUMULATE         layer3.3.1.conv/accumulate  live 192.3 MiB */
   snrt_add(c, 32768, F(0xb63e200), F(0xb4b6200), F(0xb63e200));
   snrt_dead(c, 0xb4b6200, 131072);
-  snrt_reads(c, 327, 3, (const int64_t[]){0x13e2f00, 1048576, 0xb3b6200, 1048576, 0x9ee8100, 1048576});
-  /*   327 update    SGD                layer3.3.1.conv.weight/sgd  live 192.2 MiB */
-  snrt_sgd(c, &P237, F(0x13e2f00), F(0xb3b6200), F(0x9ee8100));
+  snrt_reads(c, 305, 3, (const int64_t[]){0x13e2f00, 1048576, 0xb3b6200, 1048576, 0x9ee8100, 1048576});
+  /*   305 update    SGD                layer3.3.1.conv.weight/sgd  live 192.2 MiB */
+  snrt_sgd(c, &P227, F(0x13e2f00), F(0xb3b6200), F(0x9ee8100));
   snrt_dead(c, 0xb3b6200, 1048576);
-  snrt_reads(c, 328, 2, (const int64_t[]){0xc6ba200, 131072, 0xb63e200, 131072});
-  /*   328 backward  UNARY_BWD          layer3.2.out/bwd  live 191.2 MiB */
-  snrt_unary_bwd(c, &P109, NULL, F(0xc6ba200), F(0xb63e200), F(0xb63e200));
+  snrt_reads(c, 306, 2, (const int64_t[]){0xc6ba200, 131072, 0xb63e200, 131072});
+  /*   306 backward  FUSED_BWD          layer3.2.out/fused2/bwd  live 191.4 MiB */
+  snrt_fused_bwd(c, &P228, (const float *const[]){NULL, NULL}, F(0xc6ba200), F(0xb63e200), (float *const[]){F(0xb4b6200), F(0xb65e200)});
   snrt_dead(c, 0xc6ba200, 131072);
-  snrt_reads(c, 329, 1, (const int64_t[]){0xb63e200, 131072});
-  /*   329 backward  BINARY_BWD         layer3.2.add/bwd  live 191.3 MiB */
-  snrt_binary_bwd(c, &P108, NULL, NULL, F(0xb63e200), F(0xb4b6200), F(0xb65e200));
   snrt_dead(c, 0xb63e200, 131072);
-  snrt_reads(c, 330, 5, (const int64_t[]){0xc69a200, 131072, 0xb4b6200, 131072, 0x13def00, 4096, 0xc9fc200, 4096, 0xc9fd200, 4096});
-  /*   330 backward  BN_BWD             layer3.2.3.bn/bwd  live 191.2 MiB */
-  snrt_bn_bwd(c, &P107, F(0xc69a200), F(0xb4b6200), F(0x13def00), F(0xc9fc200), F(0xc9fd200), F(0xb4b6200), F(0xb3b6200), F(0xb3b7200));
+  snrt_reads(c, 307, 5, (const int64_t[]){0xc69a200, 131072, 0xb4b6200, 131072, 0x13def00, 4096, 0xc9fc200, 4096, 0xc9fd200, 4096});
+  /*   307 backward  BN_BWD             layer3.2.3.bn/bwd  live 191.2 MiB */
+  snrt_bn_bwd(c, &P98, F(0xc69a200), F(0xb4b6200), F(0x13def00), F(0xc9fc200), F(0xc9fd200), F(0xb4b6200), F(0xb3b6200), F(0xb3b7200));
   snrt_dead(c, 0xc69a200, 131072);
   snrt_dead(c, 0xc9fc200, 4096);
   snrt_dead(c, 0xc9fd200, 4096);
-  snrt_reads(c, 331, 3, (const int64_t[]){0x13def00, 4096, 0xb3b6200, 4096, 0x9fe8100, 4096});
-  /*   331 update    SGD                layer3.2.3.bn.weight/sgd  live 191.1 MiB */
-  snrt_sgd(c, &P238, F(0x13def00), F(0xb3b6200), F(0x9fe8100));
+  snrt_reads(c, 308, 3, (const int64_t[]){0x13def00, 4096, 0xb3b6200, 4096, 0x9fe8100, 4096});
+  /*   308 update    SGD                layer3.2.3.bn.weight/sgd  live 191.1 MiB */
+  snrt_sgd(c, &P229, F(0x13def00), F(0xb3b6200), F(0x9fe8100));
   snrt_dead(c, 0xb3b6200, 4096);
-  snrt_reads(c, 332, 3, (const int64_t[]){0x13dff00, 4096, 0xb3b7200, 4096, 0x9fe9100, 4096});
-  /*   332 update    SGD                layer3.2.3.bn.bias/sgd  live 191.1 MiB */
-  snrt_sgd(c, &P239, F(0x13dff00), F(0xb3b7200), F(0x9fe9100));
+  snrt_reads(c, 309, 3, (const int64_t[]){0x13dff00, 4096, 0xb3b7200, 4096, 0x9fe9100, 4096});
+  /*   309 update    SGD                layer3.2.3.bn.bias/sgd  live 191.1 MiB */
+  snrt_sgd(c, &P230, F(0x13dff00), F(0xb3b7200), F(0x9fe9100));
   snrt_dead(c, 0xb3b7200, 4096);
-  snrt_reads(c, 333, 2, (const int64_t[]){0xc95a200, 32768, 0xb4b6200, 131072});
-  /*   333 backward  CONV_BWD_FILTER    layer3.2.3.conv/bwd_filter  live 192.1 MiB */
-  snrt_conv_bwd_filter(c, &P106, F(0xc95a200), F(0xb4b6200), F(0xb3b6200), NULL);
-  snrt_reads(c, 334, 2, (const int64_t[]){0xb4b6200, 131072, 0x12def00, 1048576});
-  /*   334 backward  CONV_BWD_DATA      layer3.2.3.conv/bwd_data  live 192.1 MiB */
-  snrt_conv_bwd_data(c, &P106, F(0xb4b6200), F(0x12def00), F(0xb63e200), NULL);
+  snrt_reads(c, 310, 2, (const int64_t[]){0xc96a200, 32768, 0xb4b6200, 131072});
+  /*   310 backward  CONV_BWD_FILTER    layer3.2.3.conv/bwd_filter  live 192.1 MiB */
+  snrt_conv_bwd_filter(c, &P97, F(0xc96a200), F(0xb4b6200), F(0xb3b6200), NULL);
+  snrt_reads(c, 311, 2, (const int64_t[]){0xb4b6200, 131072, 0x12def00, 1048576});
+  /*   311 backward  CONV_BWD_DATA      layer3.2.3.conv/bwd_data  live 192.1 MiB */
+  snrt_conv_bwd_data(c, &P97, F(0xb4b6200), F(0x12def00), F(0xb63e200), NULL);
   snrt_dead(c, 0xb4b6200, 131072);
-  snrt_reads(c, 335, 3, (const int64_t[]){0x12def00, 1048576, 0xb3b6200, 1048576, 0x9fea100, 1048576});
-  /*   335 update    SGD                layer3.2.3.conv.weight/sgd  live 192.0 MiB */
-  snrt_sgd(c, &P240, F(0x12def00), F(0xb3b6200), F(0x9fea100));
+  snrt_reads(c, 312, 3, (const int64_t[]){0x12def00, 1048576, 0xb3b6200, 1048576, 0x9fea100, 1048576});
+  /*   312 update    SGD                layer3.2.3.conv.weight/sgd  live 192.0 MiB */
+  snrt_sgd(c, &P231, F(0x12def00), F(0xb3b6200), F(0x9fea100));
   snrt_dead(c, 0xb3b6200, 1048576);
-  snrt_reads(c, 336, 2, (const int64_t[]){0xc95a200, 32768, 0xb63e200, 32768});
-  /*   336 backward  UNARY_BWD          layer3.2.2.relu/bwd  live 191.0 MiB */
-  snrt_unary_bwd(c, &P105, NULL, F(0xc95a200), F(0xb63e200), F(0xb63e200));
-  snrt_dead(c, 0xc95a200, 32768);
-  snrt_reads(c, 337, 5, (const int64_t[]){0xc952200, 32768, 0xb63e200, 32768, 0x12ddf00, 1024, 0xca12a00, 1024, 0xca12e00, 1024});
-  /*   337 backward  BN_BWD             layer3.2.2.bn/bwd  live 190.9 MiB */
-  snrt_bn_bwd(c, &P104, F(0xc952200), F(0xb63e200), F(0x12ddf00), F(0xca12a00), F(0xca12e00), F(0xb63e200), F(0xb3b6200), F(0xb3b6600));
-  snrt_dead(c, 0xc952200, 32768);
+  snrt_reads(c, 313, 2, (const int64_t[]){0xc96a200, 32768, 0xb63e200, 32768});
+  /*   313 backward  UNARY_BWD          layer3.2.2.relu/bwd  live 191.0 MiB */
+  snrt_unary_bwd(c, &P96, NULL, F(0xc96a200), F(0xb63e200), F(0xb63e200));
+  snrt_dead(c, 0xc96a200, 32768);
+  snrt_reads(c, 314, 5, (const int64_t[]){0xc962200, 32768, 0xb63e200, 32768, 0x12ddf00, 1024, 0xca12a00, 1024, 0xca12e00, 1024});
+  /*   314 backward  BN_BWD             layer3.2.2.bn/bwd  live 190.9 MiB */
+  snrt_bn_bwd(c, &P95, F(0xc962200), F(0xb63e200), F(0x12ddf00), F(0xca12a00), F(0xca12e00), F(0xb63e200), F(0xb3b6200), F(0xb3b6600));
+  snrt_dead(c, 0xc962200, 32768);
   snrt_dead(c, 0xca12a00, 1024);
   snrt_dead(c, 0xca12e00, 1024);
-  snrt_reads(c, 338, 3, (const int64_t[]){0x12ddf00, 1024, 0xb3b6200, 1024, 0xa0ea100, 1024});
-  /*   338 update    SGD                layer3.2.2.bn.weight/sgd  live 190.9 MiB */
-  snrt_sgd(c, &P241, F(0x12ddf00), F(0xb3b6200), F(0xa0ea100));
+  snrt_reads(c, 315, 3, (const int64_t[]){0x12ddf00, 1024, 0xb3b6200, 1024, 0xa0ea100, 1024});
+  /*   315 update    SGD                layer3.2.2.bn.weight/sgd  live 190.9 MiB */
+  snrt_sgd(c, &P232, F(0x12ddf00), F(0xb3b6200), F(0xa0ea100));
   snrt_dead(c, 0xb3b6200, 1024);
-  snrt_reads(c, 339, 3, (const int64_t[]){0x12de300, 1024, 0xb3b6600, 1024, 0xa0ea500, 1024});
-  /*   339 update    SGD                layer3.2.2.bn.bias/sgd  live 190.9 MiB */
-  snrt_sgd(c, &P242, F(0x12de300), F(0xb3b6600), F(0xa0ea500));
+  snrt_reads(c, 316, 3, (const int64_t[]){0x12de300, 1024, 0xb3b6600, 1024, 0xa0ea500, 1024});
+  /*   316 update    SGD                layer3.2.2.bn.bias/sgd  live 190.9 MiB */
+  snrt_sgd(c, &P233, F(0x12de300), F(0xb3b6600), F(0xa0ea500));
   snrt_dead(c, 0xb3b6600, 1024);
-  snrt_reads(c, 340, 2, (const int64_t[]){0xc94a200, 32768, 0xb63e200, 32768});
-  /*   340 backward  CONV_BWD_FILTER    layer3.2.2.conv/bwd_filter  live 193.4 MiB */
-  snrt_conv_bwd_filter(c, &P103, F(0xc94a200), F(0xb63e200), F(0xb3b6200), F(0xb5f6200));
+  snrt_reads(c, 317, 2, (const int64_t[]){0xc95a200, 32768, 0xb63e200, 32768});
+  /*   317 backward  CONV_BWD_FILTER    layer3.2.2.conv/bwd_filter  live 193.4 MiB */
+  snrt_conv_bwd_filter(c, &P94, F(0xc95a200), F(0xb63e200), F(0xb3b6200), F(0xb5f6200));
   snrt_dead(c, 0xb5f6200, 294912);
-  snrt_reads(c, 341, 2, (const int64_t[]){0xb63e200, 32768, 0x109df00, 2359296});
-  /*   341 backward  CONV_BWD_DATA      layer3.2.2.conv/bwd_data  live 193.5 MiB */
-  snrt_conv_bwd_data(c, &P103, F(0xb63e200), F(0x109df00), F(0xb646200), F(0xb5f6200));
+  snrt_reads(c, 318, 2, (const int64_t[]){0xb63e200, 32768, 0x109df00, 2359296});
+  /*   318 backward  CONV_BWD_DATA      layer3.2.2.conv/bwd_data  live 193.5 MiB */
+  snrt_conv_bwd_data(c, &P94, F(0xb63e200), F(0x109df00), F(0xb646200), F(0xb5f6200));
   snrt_dead(c, 0xb63e200, 32768);
   snrt_dead(c, 0xb5f6200, 294912);
-  snrt_reads(c, 342, 3, (const int64_t[]){0x109df00, 2359296, 0xb3b6200, 2359296, 0xa0ea900, 2359296});
-  /*   342 update    SGD                layer3.2.2.conv.weight/sgd  live 193.2 MiB */
-  snrt_sgd(c, &P243, F(0x109df00), F(0xb3b6200), F(0xa0ea900));
+  snrt_reads(c, 319, 3, (const int64_t[]){0x109df00, 2359296, 0xb3b6200, 2359296, 0xa0ea900, 2359296});
+  /*   319 update    SGD                layer3.2.2.conv.weight/sgd  live 193.2 MiB */
+  snrt_sgd(c, &P234, F(0x109df00), F(0xb3b6200), F(0xa0ea900));
   snrt_dead(c, 0xb3b6200, 2359296);
-  snrt_reads(c, 343, 2, (const int64_t[]){0xc94a200, 32768, 0xb646200, 32768});
-  /*   343 backward  UNARY_BWD          layer3.2.1.relu/bwd  live 190.9 MiB */
-  snrt_unary_bwd(c, &P102, NULL, F(0xc94a200), F(0xb646200), F(0xb646200));
-  snrt_dead(c, 0xc94a200, 32768);
-  snrt_reads(c, 344, 5, (const int64_t[]){0xc942200, 32768, 0xb646200, 32768, 0x109cf00, 1024, 0xca12200, 1024, 0xca12600, 1024});
-  /*   344 backward  BN_BWD             layer3.2.1.bn/bwd  live 190.9 MiB */
-  snrt_bn_bwd(c, &P101, F(0xc942200), F(0xb646200), F(0x109cf00), F(0xca12200), F(0xca12600), F(0xb646200), F(0xb3b6200), F(0xb3b6600));
-  snrt_dead(c, 0xc942200, 32768);
+  snrt_reads(c, 320, 2, (const int64_t[]){0xc95a200, 32768, 0xb646200, 32768});
+  /*   320 backward  UNARY_BWD          layer3.2.1.relu/bwd  live 190.9 MiB */
+  snrt_unary_bwd(c, &P93, NULL, F(0xc95a200), F(0xb646200), F(0xb646200));
+  snrt_dead(c, 0xc95a200, 32768);
+  snrt_reads(c, 321, 5, (const int64_t[]){0xc952200, 32768, 0xb646200, 32768, 0x109cf00, 1024, 0xca12200, 1024, 0xca12600, 1024});
+  /*   321 backward  BN_BWD             layer3.2.1.bn/bwd  live 190.9 MiB */
+  snrt_bn_bwd(c, &P92, F(0xc952200), F(0xb646200), F(0x109cf00), F(0xca12200), F(0xca12600), F(0xb646200), F(0xb3b6200), F(0xb3b6600));
+  snrt_dead(c, 0xc952200, 32768);
   snrt_dead(c, 0xca12200, 1024);
   snrt_dead(c, 0xca12600, 1024);
-  snrt_reads(c, 345, 3, (const int64_t[]){0x109cf00, 1024, 0xb3b6200, 1024, 0xa32a900, 1024});
-  /*   345 update    SGD                layer3.2.1.bn.weight/sgd  live 190.8 MiB */
-  snrt_sgd(c, &P244, F(0x109cf00), F(0xb3b6200), F(0xa32a900));
+  snrt_reads(c, 322, 3, (const int64_t[]){0x109cf00, 1024, 0xb3b6200, 1024, 0xa32a900, 1024});
+  /*   322 update    SGD                layer3.2.1.bn.weight/sgd  live 190.8 MiB */
+  snrt_sgd(c, &P235, F(0x109cf00), F(0xb3b6200), F(0xa32a900));
   snrt_dead(c, 0xb3b6200, 1024);
-  snrt_reads(c, 346, 3, (const int64_t[]){0x109d300, 1024, 0xb3b6600, 1024, 0xa32ad00, 1024});
-  /*   346 update    SGD                layer3.2.1.bn.bias/sgd  live 190.8 MiB */
-  snrt_sgd(c, &P245, F(0x109d300), F(0xb3b6600), F(0xa32ad00));
+  snrt_reads(c, 323, 3, (const int64_t[]){0x109d300, 1024, 0xb3b6600, 1024, 0xa32ad00, 1024});
+  /*   323 update    SGD                layer3.2.1.bn.bias/sgd  live 190.8 MiB */
+  snrt_sgd(c, &P236, F(0x109d300), F(0xb3b6600), F(0xa32ad00));
   snrt_dead(c, 0xb3b6600, 1024);
-  snrt_reads(c, 347, 2, (const int64_t[]){0xc67a200, 131072, 0xb646200, 32768});
-  /*   347 backward  CONV_BWD_FILTER    layer3.2.1.conv/bwd_filter  live 191.8 MiB */
-  snrt_conv_bwd_filter(c, &P100, F(0xc67a200), F(0xb646200), F(0xb3b6200), NULL);
-  snrt_reads(c, 348, 2, (const int64_t[]){0xb646200, 32768, 0xf9cf00, 1048576});
-  /*   348 backward  CONV_BWD_DATA      layer3.2.1.conv/bwd_data  live 192.0 MiB */
-  snrt_conv_bwd_data(c, &P100, F(0xb646200), F(0xf9cf00), F(0xb4b6200), NULL);
+  snrt_reads(c, 324, 2, (const int64_t[]){0xc67a200, 131072, 0xb646200, 32768});
+  /*   324 backward  CONV_BWD_FILTER    layer3.2.1.conv/bwd_filter  live 191.8 MiB */
+  snrt_conv_bwd_filter(c, &P91, F(0xc67a200), F(0xb646200), F(0xb3b6200), NULL);
+  snrt_reads(c, 325, 2, (const int64_t[]){0xb646200, 32768, 0xf9cf00, 1048576});
+  /*   325 backward  CONV_BWD_DATA      layer3.2.1.conv/bwd_data  live 192.0 MiB */
+  snrt_conv_bwd_data(c, &P91, F(0xb646200), F(0xf9cf00), F(0xb4b6200), NULL);
   snrt_dead(c, 0xb646200, 32768);
-  snrt_reads(c, 349, 2, (const int64_t[]){0xb65e200, 131072, 0xb4b6200, 131072});
-  /*   349 backward  ACCUMULATE         layer3.2.1.conv/accumulate  live 191.9 MiB */
+  snrt_reads(c, 326, 2, (const int64_t[]){0xb65e200, 131072, 0xb4b6200, 131072});
+  /*   326 backward  ACCUMULATE         layer3.2.1.conv/accumulate  live 191.9 MiB */
   snrt_add(c, 32768, F(0xb65e200), F(0xb4b6200), F(0xb65e200));
   snrt_dead(c, 0xb4b6200, 131072);
-  snrt_reads(c, 350, 3, (const int64_t[]){0xf9cf00, 1048576, 0xb3b6200, 1048576, 0xa32b100, 1048576});
-  /*   350 update    SGD                layer3.2.1.conv.weight/sgd  live 191.8 MiB */
-  snrt_sgd(c, &P246, F(0xf9cf00), F(0xb3b6200), F(0xa32b100));
+  snrt_reads(c, 327, 3, (const int64_t[]){0xf9cf00, 1048576, 0xb3b6200, 1048576, 0xa32b100, 1048576});
+  /*   327 update    SGD                layer3.2.1.conv.weight/sgd  live 191.8 MiB */
+  snrt_sgd(c, &P237, F(0xf9cf00), F(0xb3b6200), F(0xa32b100));
   snrt_dead(c, 0xb3b6200, 1048576);
-  snrt_reads(c, 351, 2, (const int64_t[]){0xc67a200, 131072, 0xb65e200, 131072});
-  /*   351 backward  UNARY_BWD          layer3.1.out/bwd  live 190.8 MiB */
-  snrt_unary_bwd(c, &P99, NULL, F(0xc67a200), F(0xb65e200), F(0xb65e200));
+  snrt_reads(c, 328, 2, (const int64_t[]){0xc67a200, 131072, 0xb65e200, 131072});
+  /*   328 backward  FUSED_BWD          layer3.1.out/fused2/bwd  live 191.1 MiB */
+  snrt_fused_bwd(c, &P238, (const float *const[]){NULL, NULL}, F(0xc67a200), F(0xb65e200), (float *const[]){F(0xb4b6200), F(0xb63e200)});
   snrt_dead(c, 0xc67a200, 131072);
-  snrt_reads(c, 352, 1, (const int64_t[]){0xb65e200, 131072});
-  /*   352 backward  BINARY_BWD         layer3.1.add/bwd  live 190.9 MiB */
-  snrt_binary_bwd(c, &P98, NULL, NULL, F(0xb65e200), F(0xb4b6200), F(0xb63e200));
   snrt_dead(c, 0xb65e200, 131072);
-  snrt_reads(c, 353, 5, (const int64_t[]){0xc65a200, 131072, 0xb4b6200, 131072, 0xf98f00, 4096, 0xc9fa200, 4096, 0xc9fb200, 4096});
-  /*   353 backward  BN_BWD             layer3.1.3.bn/bwd  live 190.8 MiB */
-  snrt_bn_bwd(c, &P97, F(0xc65a200), F(0xb4b6200), F(0xf98f00), F(0xc9fa200), F(0xc9fb200), F(0xb4b6200), F(0xb3b6200), F(0xb3b7200));
+  snrt_reads(c, 329, 5, (const int64_t[]){0xc65a200, 131072, 0xb4b6200, 131072, 0xf98f00, 4096, 0xc9fa200, 4096, 0xc9fb200, 4096});
+  /*   329 backward  BN_BWD             layer3.1.3.bn/bwd  live 190.8 MiB */
+  snrt_bn_bwd(c, &P89, F(0xc65a200), F(0xb4b6200), F(0xf98f00), F(0xc9fa200), F(0xc9fb200), F(0xb4b6200), F(0xb3b6200), F(0xb3b7200));
   snrt_dead(c, 0xc65a200, 131072);
   snrt_dead(c, 0xc9fa200, 4096);
   snrt_dead(c, 0xc9fb200, 4096);
-  snrt_reads(c, 354, 3, (const int64_t[]){0xf98f00, 4096, 0xb3b6200, 4096, 0xa42b100, 4096});
-  /*   354 update    SGD                layer3.1.3.bn.weight/sgd  live 190.7 MiB */
-  snrt_sgd(c, &P247, F(0xf98f00), F(0xb3b6200), F(0xa42b100));
+  snrt_reads(c, 330, 3, (const int64_t[]){0xf98f00, 4096, 0xb3b6200, 4096, 0xa42b100, 4096});
+  /*   330 update    SGD                layer3.1.3.bn.weight/sgd  live 190.7 MiB */
+  snrt_sgd(c, &P239, F(0xf98f00), F(0xb3b6200), F(0xa42b100));
   snrt_dead(c, 0xb3b6200, 4096);
-  snrt_reads(c, 355, 3, (const int64_t[]){0xf99f00, 4096, 0xb3b7200, 4096, 0xa42c100, 4096});
-  /*   355 update    SGD                layer3.1.3.bn.bias/sgd  live 190.7 MiB */
-  snrt_sgd(c, &P248, F(0xf99f00), F(0xb3b7200), F(0xa42c100));
+  snrt_reads(c, 331, 3, (const int64_t[]){0xf99f00, 4096, 0xb3b7200, 4096, 0xa42c100, 4096});
+  /*   331 update    SGD                layer3.1.3.bn.bias/sgd  live 190.7 MiB */
+  snrt_sgd(c, &P240, F(0xf99f00), F(0xb3b7200), F(0xa42c100));
   snrt_dead(c, 0xb3b7200, 4096);
-  snrt_reads(c, 356, 2, (const int64_t[]){0xc93a200, 32768, 0xb4b6200, 131072});
-  /*   356 backward  CONV_BWD_FILTER    layer3.1.3.conv/bwd_filter  live 191.7 MiB */
-  snrt_conv_bwd_filter(c, &P96, F(0xc93a200), F(0xb4b6200), F(0xb3b6200), NULL);
-  snrt_reads(c, 357, 2, (const int64_t[]){0xb4b6200, 131072, 0xe98f00, 1048576});
-  /*   357 backward  CONV_BWD_DATA      layer3.1.3.conv/bwd_data  live 191.7 MiB */
-  snrt_conv_bwd_data(c, &P96, F(0xb4b6200), F(0xe98f00), F(0xb65e200), NULL);
+  snrt_reads(c, 332, 2, (const int64_t[]){0xc94a200, 32768, 0xb4b6200, 131072});
+  /*   332 backward  CONV_BWD_FILTER    layer3.1.3.conv/bwd_filter  live 191.7 MiB */
+  snrt_conv_bwd_filter(c, &P88, F(0xc94a200), F(0xb4b6200), F(0xb3b6200), NULL);
+  snrt_reads(c, 333, 2, (const int64_t[]){0xb4b6200, 131072, 0xe98f00, 1048576});
+  /*   333 backward  CONV_BWD_DATA      layer3.1.3.conv/bwd_data  live 191.7 MiB */
+  snrt_conv_bwd_data(c, &P88, F(0xb4b6200), F(0xe98f00), F(0xb65e200), NULL);
   snrt_dead(c, 0xb4b6200, 131072);
-  snrt_reads(c, 358, 3, (const int64_t[]){0xe98f00, 1048576, 0xb3b6200, 1048576, 0xa42d100, 1048576});
-  /*   358 update    SGD                layer3.1.3.conv.weight/sgd  live 191.6 MiB */
-  snrt_sgd(c, &P249, F(0xe98f00), F(0xb3b6200), F(0xa42d100));
+  snrt_reads(c, 334, 3, (const int64_t[]){0xe98f00, 1048576, 0xb3b6200, 1048576, 0xa42d100, 1048576});
+  /*   334 update    SGD                layer3.1.3.conv.weight/sgd  live 191.6 MiB */
+  snrt_sgd(c, &P241, F(0xe98f00), F(0xb3b6200), F(0xa42d100));
   snrt_dead(c, 0xb3b6200, 1048576);
-  snrt_reads(c, 359, 2, (const int64_t[]){0xc93a200, 32768, 0xb65e200, 32768});
-  /*   359 backward  UNARY_BWD          layer3.1.2.relu/bwd  live 190.6 MiB */
-  snrt_unary_bwd(c, &P95, NULL, F(0xc93a200), F(0xb65e200), F(0xb65e200));
-  snrt_dead(c, 0xc93a200, 32768);
-  snrt_reads(c, 360, 5, (const int64_t[]){0xc932200, 32768, 0xb65e200, 32768, 0xe97f00, 1024, 0xca11a00, 1024, 0xca11e00, 1024});
-  /*   360 backward  BN_BWD             layer3.1.2.bn/bwd  live 190.6 MiB */
-  snrt_bn_bwd(c, &P94, F(0xc932200), F(0xb65e200), F(0xe97f00), F(0xca11a00), F(0xca11e00), F(0xb65e200), F(0xb3b6200), F(0xb3b6600));
-  snrt_dead(c, 0xc932200, 32768);
+  snrt_reads(c, 335, 2, (const int64_t[]){0xc94a200, 32768, 0xb65e200, 32768});
+  /*   335 backward  UNARY_BWD          layer3.1.2.relu/bwd  live 190.6 MiB */
+  snrt_unary_bwd(c, &P87, NULL, F(0xc94a200), F(0xb65e200), F(0xb65e200));
+  snrt_dead(c, 0xc94a200, 32768);
+  snrt_reads(c, 336, 5, (const int64_t[]){0xc942200, 32768, 0xb65e200, 32768, 0xe97f00, 1024, 0xca11a00, 1024, 0xca11e00, 1024});
+  /*   336 backward  BN_BWD             layer3.1.2.bn/bwd  live 190.6 MiB */
+  snrt_bn_bwd(c, &P86, F(0xc942200), F(0xb65e200), F(0xe97f00), F(0xca11a00), F(0xca11e00), F(0xb65e200), F(0xb3b6200), F(0xb3b6600));
+  snrt_dead(c, 0xc942200, 32768);
   snrt_dead(c, 0xca11a00, 1024);
   snrt_dead(c, 0xca11e00, 1024);
-  snrt_reads(c, 361, 3, (const int64_t[]){0xe97f00, 1024, 0xb3b6200, 1024, 0xa52d100, 1024});
-  /*   361 update    SGD                layer3.1.2.bn.weight/sgd  live 190.5 MiB */
-  snrt_sgd(c, &P250, F(0xe97f00), F(0xb3b6200), F(0xa52d100));
+  snrt_reads(c, 337, 3, (const int64_t[]){0xe97f00, 1024, 0xb3b6200, 1024, 0xa52d100, 1024});
+  /*   337 update    SGD                layer3.1.2.bn.weight/sgd  live 190.5 MiB */
+  snrt_sgd(c, &P242, F(0xe97f00), F(0xb3b6200), F(0xa52d100));
   snrt_dead(c, 0xb3b6200, 1024);
-  snrt_reads(c, 362, 3, (const int64_t[]){0xe98300, 1024, 0xb3b6600, 1024, 0xa52d500, 1024});
-  /*   362 update    SGD                layer3.1.2.bn.bias/sgd  live 190.5 MiB */
-  snrt_sgd(c, &P251, F(0xe98300), F(0xb3b6600), F(0xa52d500));
+  snrt_reads(c, 338, 3, (const int64_t[]){0xe98300, 1024, 0xb3b6600, 1024, 0xa52d500, 1024});
+  /*   338 update    SGD                layer3.1.2.bn.bias/sgd  live 190.5 MiB */
+  snrt_sgd(c, &P243, F(0xe98300), F(0xb3b6600), F(0xa52d500));
   snrt_dead(c, 0xb3b6600, 1024);
-  snrt_reads(c, 363, 2, (const int64_t[]){0xc92a200, 32768, 0xb65e200, 32768});
-  /*   363 backward  CONV_BWD_FILTER    layer3.1.2.conv/bwd_filter  live 193.1 MiB */
-  snrt_conv_bwd_filter(c, &P93, F(0xc92a200), F(0xb65e200), F(0xb3b6200), F(0xb5f6200));
+  snrt_reads(c, 339, 2, (const int64_t[]){0xc93a200, 32768, 0xb65e200, 32768});
+  /*   339 backward  CONV_BWD_FILTER    layer3.1.2.conv/bwd_filter  live 193.1 MiB */
+  snrt_conv_bwd_filter(c, &P85, F(0xc93a200), F(0xb65e200), F(0xb3b6200), F(0xb5f6200));
   snrt_dead(c, 0xb5f6200, 294912);
-  snrt_reads(c, 364, 2, (const int64_t[]){0xb65e200, 32768, 0xc57f00, 2359296});
-  /*   364 backward  CONV_BWD_DATA      layer3.1.2.conv/bwd_data  live 193.1 MiB */
-  snrt_conv_bwd_data(c, &P93, F(0xb65e200), F(0xc57f00), F(0xb666200), F(0xb5f6200));
+  snrt_reads(c, 340, 2, (const int64_t[]){0xb65e200, 32768, 0xc57f00, 2359296});
+  /*   340 backward  CONV_BWD_DATA      layer3.1.2.conv/bwd_data  live 193.1 MiB */
+  snrt_conv_bwd_data(c, &P85, F(0xb65e200), F(0xc57f00), F(0xb666200), F(0xb5f6200));
   snrt_dead(c, 0xb65e200, 32768);
   snrt_dead(c, 0xb5f6200, 294912);
-  snrt_reads(c, 365, 3, (const int64_t[]){0xc57f00, 2359296, 0xb3b6200, 2359296, 0xa52d900, 2359296});
-  /*   365 update    SGD                layer3.1.2.conv.weight/sgd  live 192.8 MiB */
-  snrt_sgd(c, &P252, F(0xc57f00), F(0xb3b6200), F(0xa52d900));
+  snrt_reads(c, 341, 3, (const int64_t[]){0xc57f00, 2359296, 0xb3b6200, 2359296, 0xa52d900, 2359296});
+  /*   341 update    SGD                layer3.1.2.conv.weight/sgd  live 192.8 MiB */
+  snrt_sgd(c, &P244, F(0xc57f00), F(0xb3b6200), F(0xa52d900));
   snrt_dead(c, 0xb3b6200, 2359296);
-  snrt_reads(c, 366, 2, (const int64_t[]){0xc92a200, 32768, 0xb666200, 32768});
-  /*   366 backward  UNARY_BWD          layer3.1.1.relu/bwd  live 190.5 MiB */
-  snrt_unary_bwd(c, &P92, NULL, F(0xc92a200), F(0xb666200), F(0xb666200));
-  snrt_dead(c, 0xc92a200, 32768);
-  snrt_reads(c, 367, 5, (const int64_t[]){0xc922200, 32768, 0xb666200, 32768, 0xc56f00, 1024, 0xca11200, 1024, 0xca11600, 1024});
-  /*   367 backward  BN_BWD             layer3.1.1.bn/bwd  live 190.5 MiB */
-  snrt_bn_bwd(c, &P91, F(0xc922200), F(0xb666200), F(0xc56f00), F(0xca11200), F(0xca11600), F(0xb666200), F(0xb3b6200), F(0xb3b6600));
-  snrt_dead(c, 0xc922200, 32768);
+  snrt_reads(c, 342, 2, (const int64_t[]){0xc93a200, 32768, 0xb666200, 32768});
+  /*   342 backward  UNARY_BWD          layer3.1.1.relu/bwd  live 190.5 MiB */
+  snrt_unary_bwd(c, &P84, NULL, F(0xc93a200), F(0xb666200), F(0xb666200));
+  snrt_dead(c, 0xc93a200, 32768);
+  snrt_reads(c, 343, 5, (const int64_t[]){0xc932200, 32768, 0xb666200, 32768, 0xc56f00, 1024, 0xca11200, 1024, 0xca11600, 1024});
+  /*   343 backward  BN_BWD             layer3.1.1.bn/bwd  live 190.5 MiB */
+  snrt_bn_bwd(c, &P83, F(0xc932200), F(0xb666200), F(0xc56f00), F(0xca11200), F(0xca11600), F(0xb666200), F(0xb3b6200), F(0xb3b6600));
+  snrt_dead(c, 0xc932200, 32768);
   snrt_dead(c, 0xca11200, 1024);
   snrt_dead(c, 0xca11600, 1024);
-  snrt_reads(c, 368, 3, (const int64_t[]){0xc56f00, 1024, 0xb3b6200, 1024, 0xa76d900, 1024});
-  /*   368 update    SGD                layer3.1.1.bn.weight/sgd  live 190.5 MiB */
-  snrt_sgd(c, &P253, F(0xc56f00), F(0xb3b6200), F(0xa76d900));
+  snrt_reads(c, 344, 3, (const int64_t[]){0xc56f00, 1024, 0xb3b6200, 1024, 0xa76d900, 1024});
+  /*   344 update    SGD                layer3.1.1.bn.weight/sgd  live 190.5 MiB */
+  snrt_sgd(c, &P245, F(0xc56f00), F(0xb3b6200), F(0xa76d900));
   snrt_dead(c, 0xb3b6200, 1024);
-  snrt_reads(c, 369, 3, (const int64_t[]){0xc57300, 1024, 0xb3b6600, 1024, 0xa76dd00, 1024});
-  /*   369 update    SGD                layer3.1.1.bn.bias/sgd  live 190.5 MiB */
-  snrt_sgd(c, &P254, F(0xc57300), F(0xb3b6600), F(0xa76dd00));
+  snrt_reads(c, 345, 3, (const int64_t[]){0xc57300, 1024, 0xb3b6600, 1024, 0xa76dd00, 1024});
+  /*   345 update    SGD                layer3.1.1.bn.bias/sgd  live 190.5 MiB */
+  snrt_sgd(c, &P246, F(0xc57300), F(0xb3b6600), F(0xa76dd00));
   snrt_dead(c, 0xb3b6600, 1024);
-  snrt_reads(c, 370, 2, (const int64_t[]){0xc63a200, 131072, 0xb666200, 32768});
-  /*   370 backward  CONV_BWD_FILTER    layer3.1.1.conv/bwd_filter  live 191.5 MiB */
-  snrt_conv_bwd_filter(c, &P90, F(0xc63a200), F(0xb666200), F(0xb3b6200), NULL);
-  snrt_reads(c, 371, 2, (const int64_t[]){0xb666200, 32768, 0xb56f00, 1048576});
-  /*   371 backward  CONV_BWD_DATA      layer3.1.1.conv/bwd_data  live 191.6 MiB */
-  snrt_conv_bwd_data(c, &P90, F(0xb666200), F(0xb56f00), F(0xb4b6200), NULL);
+  snrt_reads(c, 346, 2, (const int64_t[]){0xc63a200, 131072, 0xb666200, 32768});
+  /*   346 backward  CONV_BWD_FILTER    layer3.1.1.conv/bwd_filter  live 191.5 MiB */
+  snrt_conv_bwd_filter(c, &P82, F(0xc63a200), F(0xb666200), F(0xb3b6200), NULL);
+  snrt_reads(c, 347, 2, (const int64_t[]){0xb666200, 32768, 0xb56f00, 1048576});
+  /*   347 backward  CONV_BWD_DATA      layer3.1.1.conv/bwd_data  live 191.6 MiB */
+  snrt_conv_bwd_data(c, &P82, F(0xb666200), F(0xb56f00), F(0xb4b6200), NULL);
   snrt_dead(c, 0xb666200, 32768);
-  snrt_reads(c, 372, 2, (const int64_t[]){0xb63e200, 131072, 0xb4b6200, 131072});
-  /*   372 backward  ACCUMULATE         layer3.1.1.conv/accumulate  live 191.6 MiB */
+  snrt_reads(c, 348, 2, (const int64_t[]){0xb63e200, 131072, 0xb4b6200, 131072});
+  /*   348 backward  ACCUMULATE         layer3.1.1.conv/accumulate  live 191.6 MiB */
   snrt_add(c, 32768, F(0xb63e200), F(0xb4b6200), F(0xb63e200));
   snrt_dead(c, 0xb4b6200, 131072);
-  snrt_reads(c, 373, 3, (const int64_t[]){0xb56f00, 1048576, 0xb3b6200, 1048576, 0xa76e100, 1048576});
-  /*   373 update    SGD                layer3.1.1.conv.weight/sgd  live 191.4 MiB */
-  snrt_sgd(c, &P255, F(0xb56f00), F(0xb3b6200), F(0xa76e100));
+  snrt_reads(c, 349, 3, (const int64_t[]){0xb56f00, 1048576, 0xb3b6200, 1048576, 0xa76e100, 1048576});
+  /*   349 update    SGD                layer3.1.1.conv.weight/sgd  live 191.4 MiB */
+  snrt_sgd(c, &P247, F(0xb56f00), F(0xb3b6200), F(0xa76e100));
   snrt_dead(c, 0xb3b6200, 1048576);
-  snrt_reads(c, 374, 2, (const int64_t[]){0xc63a200, 131072, 0xb63e200, 131072});
-  /*   374 backward  UNARY_BWD          layer3.0.out/bwd  live 190.4 MiB */
-  snrt_unary_bwd(c, &P89, NULL, F(0xc63a200), F(0xb63e200), F(0xb63e200));
+  snrt_reads(c, 350, 2, (const int64_t[]){0xc63a200, 131072, 0xb63e200, 131072});
+  /*   350 backward  FUSED_BWD          layer3.0.out/fused2/bwd  live 190.7 MiB */
+  snrt_fused_bwd(c, &P248, (const float *const[]){NULL, NULL}, F(0xc63a200), F(0xb63e200), (float *const[]){F(0xb5b6200), F(0xb5d6200)});
   snrt_dead(c, 0xc63a200, 131072);
-  snrt_reads(c, 375, 1, (const int64_t[]){0xb63e200, 131072});
-  /*   375 backward  BINARY_BWD         layer3.0.add/bwd  live 190.6 MiB */
-  snrt_binary_bwd(c, &P88, NULL, NULL, F(0xb63e200), F(0xb5b6200), F(0xb5d6200));
   snrt_dead(c, 0xb63e200, 131072);
-  snrt_reads(c, 376, 5, (const int64_t[]){0xc61a200, 131072, 0xb5d6200, 131072, 0xb52f00, 4096, 0xc9f8200, 4096, 0xc9f9200, 4096});
-  /*   376 backward  BN_BWD             layer3.0.down.bn/bwd  live 190.4 MiB */
-  snrt_bn_bwd(c, &P87, F(0xc61a200), F(0xb5d6200), F(0xb52f00), F(0xc9f8200), F(0xc9f9200), F(0xb5d6200), F(0xb3b6200), F(0xb3b7200));
+  snrt_reads(c, 351, 5, (const int64_t[]){0xc61a200, 131072, 0xb5d6200, 131072, 0xb52f00, 4096, 0xc9f8200, 4096, 0xc9f9200, 4096});
+  /*   351 backward  BN_BWD             layer3.0.down.bn/bwd  live 190.4 MiB */
+  snrt_bn_bwd(c, &P80, F(0xc61a200), F(0xb5d6200), F(0xb52f00), F(0xc9f8200), F(0xc9f9200), F(0xb5d6200), F(0xb3b6200), F(0xb3b7200));
   snrt_dead(c, 0xc61a200, 131072);
   snrt_dead(c, 0xc9f8200, 4096);
   snrt_dead(c, 0xc9f9200, 4096);
-  snrt_reads(c, 377, 3, (const int64_t[]){0xb52f00, 4096, 0xb3b6200, 4096, 0xa86e100, 4096});
-  /*   377 update    SGD                layer3.0.down.bn.weight/sgd  live 190.3 MiB */
-  snrt_sgd(c, &P256, F(0xb52f00), F(0xb3b6200), F(0xa86e100));
+  snrt_reads(c, 352, 3, (const int64_t[]){0xb52f00, 4096, 0xb3b6200, 4096, 0xa86e100, 4096});
+  /*   352 update    SGD                layer3.0.down.bn.weight/sgd  live 190.3 MiB */
+  snrt_sgd(c, &P249, F(0xb52f00), F(0xb3b6200), F(0xa86e100));
   snrt_dead(c, 0xb3b6200, 4096);
-  snrt_reads(c, 378, 3, (const int64_t[]){0xb53f00, 4096, 0xb3b7200, 4096, 0xa86f100, 4096});
-  /*   378 update    SGD                layer3.0.down.bn.bias/sgd  live 190.3 MiB */
-  snrt_sgd(c, &P257, F(0xb53f00), F(0xb3b7200), F(0xa86f100));
+  snrt_reads(c, 353, 3, (const int64_t[]){0xb53f00, 4096, 0xb3b7200, 4096, 0xa86f100, 4096});
+  /*   353 update    SGD                layer3.0.down.bn.bias/sgd  live 190.3 MiB */
+  snrt_sgd(c, &P250, F(0xb53f00), F(0xb3b7200), F(0xa86f100));
   snrt_dead(c, 0xb3b7200, 4096);
-  snrt_reads(c, 379, 2, (const int64_t[]){0xc3b6200, 262144, 0xb5d6200, 131072});
-  /*   379 backward  CONV_BWD_FILTER    layer3.0.down.conv/bwd_filter  live 192.4 MiB */
-  snrt_conv_bwd_filter(c, &P86, F(0xc3b6200), F(0xb5d6200), F(0xb3b6200), F(0xb5f6200));
+  snrt_reads(c, 354, 2, (const int64_t[]){0xc3b6200, 262144, 0xb5d6200, 131072});
+  /*   354 backward  CONV_BWD_FILTER    layer3.0.down.conv/bwd_filter  live 192.4 MiB */
+  snrt_conv_bwd_filter(c, &P79, F(0xc3b6200), F(0xb5d6200), F(0xb3b6200), F(0xb5f6200));
   snrt_dead(c, 0xb5f6200, 65536);
-  snrt_reads(c, 380, 2, (const int64_t[]){0xb5d6200, 131072, 0x952f00, 2097152});
-  /*   380 backward  CONV_BWD_DATA      layer3.0.down.conv/bwd_data  live 192.6 MiB */
-  snrt_conv_bwd_data(c, &P86, F(0xb5d6200), F(0x952f00), F(0xb63e200), F(0xb5f6200));
+  snrt_reads(c, 355, 2, (const int64_t[]){0xb5d6200, 131072, 0x952f00, 2097152});
+  /*   355 backward  CONV_BWD_DATA      layer3.0.down.conv/bwd_data  live 192.6 MiB */
+  snrt_conv_bwd_data(c, &P79, F(0xb5d6200), F(0x952f00), F(0xb63e200), F(0xb5f6200));
   snrt_dead(c, 0xb5d6200, 131072);
   snrt_dead(c, 0xb5f6200, 65536);
-  snrt_reads(c, 381, 3, (const int64_t[]){0x952f00, 2097152, 0xb3b6200, 2097152, 0xa870100, 2097152});
-  /*   381 update    SGD                layer3.0.down.conv.weight/sgd  live 192.4 MiB */
-  snrt_sgd(c, &P258, F(0x952f00), F(0xb3b6200), F(0xa870100));
+  snrt_reads(c, 356, 3, (const int64_t[]){0x952f00, 2097152, 0xb3b6200, 2097152, 0xa870100, 2097152});
+  /*   356 update    SGD                layer3.0.down.conv.weight/sgd  live 192.4 MiB */
+  snrt_sgd(c, &P251, F(0x952f00), F(0xb3b6200), F(0xa870100));
   snrt_dead(c, 0xb3b6200, 2097152);
-  snrt_reads(c, 382, 5, (const int64_t[]){0xc5fa200, 131072, 0xb5b6200, 131072, 0x94ef00, 4096, 0xc9f6200, 4096, 0xc9f7200, 4096});
-  /*   382 backward  BN_BWD             layer3.0.3.bn/bwd  live 190.4 MiB */
-  snrt_bn_bwd(c, &P85, F(0xc5fa200), F(0xb5b6200), F(0x94ef00), F(0xc9f6200), F(0xc9f7200), F(0xb5b6200), F(0xb3b6200), F(0xb3b7200));
+  snrt_reads(c, 357, 5, (const int64_t[]){0xc5fa200, 131072, 0xb5b6200, 131072, 0x94ef00, 4096, 0xc9f6200, 4096, 0xc9f7200, 4096});
+  /*   357 backward  BN_BWD             layer3.0.3.bn/bwd  live 190.4 MiB */
+  snrt_bn_bwd(c, &P78, F(0xc5fa200), F(0xb5b6200), F(0x94ef00), F(0xc9f6200), F(0xc9f7200), F(0xb5b6200), F(0xb3b6200), F(0xb3b7200));
   snrt_dead(c, 0xc5fa200, 131072);
   snrt_dead(c, 0xc9f6200, 4096);
   snrt_dead(c, 0xc9f7200, 4096);
-  snrt_reads(c, 383, 3, (const int64_t[]){0x94ef00, 4096, 0xb3b6200, 4096, 0xaa70100, 4096});
-  /*   383 update    SGD                layer3.0.3.bn.weight/sgd  live 190.3 MiB */
-  snrt_sgd(c, &P259, F(0x94ef00), F(0xb3b6200), F(0xaa70100));
+  snrt_reads(c, 358, 3, (const int64_t[]){0x94ef00, 4096, 0xb3b6200, 4096, 0xaa70100, 4096});
+  /*   358 update    SGD                layer3.0.3.bn.weight/sgd  live 190.3 MiB */
+  snrt_sgd(c, &P252, F(0x94ef00), F(0xb3b6200), F(0xaa70100));
   snrt_dead(c, 0xb3b6200, 4096);
-  snrt_reads(c, 384, 3, (const int64_t[]){0x94ff00, 4096, 0xb3b7200, 4096, 0xaa71100, 4096});
-  /*   384 update    SGD                layer3.0.3.bn.bias/sgd  live 190.3 MiB */
-  snrt_sgd(c, &P260, F(0x94ff00), F(0xb3b7200), F(0xaa71100));
+  snrt_reads(c, 359, 3, (const int64_t[]){0x94ff00, 4096, 0xb3b7200, 4096, 0xaa71100, 4096});
+  /*   359 update    SGD                layer3.0.3.bn.bias/sgd  live 190.3 MiB */
+  snrt_sgd(c, &P253, F(0x94ff00), F(0xb3b7200), F(0xaa71100));
   snrt_dead(c, 0xb3b7200, 4096);
-  snrt_reads(c, 385, 2, (const int64_t[]){0xc91a200, 32768, 0xb5b6200, 131072});
-  /*   385 backward  CONV_BWD_FILTER    layer3.0.3.conv/bwd_filter  live 191.3 MiB */
-  snrt_conv_bwd_filter(c, &P84, F(0xc91a200), F(0xb5b6200), F(0xb3b6200), NULL);
-  snrt_reads(c, 386, 2, (const int64_t[]){0xb5b6200, 131072, 0x84ef00, 1048576});
-  /*   386 backward  CONV_BWD_DATA      layer3.0.3.conv/bwd_data  live 191.3 MiB */
-  snrt_conv_bwd_data(c, &P84, F(0xb5b6200), F(0x84ef00), F(0xb69e200), NULL);
+  snrt_reads(c, 360, 2, (const int64_t[]){0xc92a200, 32768, 0xb5b6200, 131072});
+  /*   360 backward  CONV_BWD_FILTER    layer3.0.3.conv/bwd_filter  live 191.3 MiB */
+  snrt_conv_bwd_filter(c, &P77, F(0xc92a200), F(0xb5b6200), F(0xb3b6200), NULL);
+  snrt_reads(c, 361, 2, (const int64_t[]){0xb5b6200, 131072, 0x84ef00, 1048576});
+  /*   361 backward  CONV_BWD_DATA      layer3.0.3.conv/bwd_data  live 191.3 MiB */
+  snrt_conv_bwd_data(c, &P77, F(0xb5b6200), F(0x84ef00), F(0xb69e200), NULL);
   snrt_dead(c, 0xb5b6200, 131072);
-  snrt_reads(c, 387, 3, (const int64_t[]){0x84ef00, 1048576, 0xb3b6200, 1048576, 0xaa72100, 1048576});
-  /*   387 update    SGD                layer3.0.3.conv.weight/sgd  live 191.2 MiB */
-  snrt_sgd(c, &P261, F(0x84ef00), F(0xb3b6200), F(0xaa72100));
+  snrt_reads(c, 362, 3, (const int64_t[]){0x84ef00, 1048576, 0xb3b6200, 1048576, 0xaa72100, 1048576});
+  /*   362 update    SGD                layer3.0.3.conv.weight/sgd  live 191.2 MiB */
+  snrt_sgd(c, &P254, F(0x84ef00), F(0xb3b6200), F(0xaa72100));
   snrt_dead(c, 0xb3b6200, 1048576);
-  snrt_reads(c, 388, 2, (const int64_t[]){0xc91a200, 32768, 0xb69e200, 32768});
-  /*   388 backward  UNARY_BWD          layer3.0.2.relu/bwd  live 190.2 MiB */
-  snrt_unary_bwd(c, &P83, NULL, F(0xc91a200), F(0xb69e200), F(0xb69e200));
-  snrt_dead(c, 0xc91a200, 32768);
-  snrt_reads(c, 389, 5, (const int64_t[]){0xc912200, 32768, 0xb69e200, 32768, 0x84df00, 1024, 0xca10a00, 1024, 0xca10e00, 1024});
-  /*   389 backward  BN_BWD             layer3.0.2.bn/bwd  live 190.2 MiB */
-  snrt_bn_bwd(c, &P82, F(0xc912200), F(0xb69e200), F(0x84df00), F(0xca10a00), F(0xca10e00), F(0xb69e200), F(0xb3b6200), F(0xb3b6600));
-  snrt_dead(c, 0xc912200, 32768);
+  snrt_reads(c, 363, 2, (const int64_t[]){0xc92a200, 32768, 0xb69e200, 32768});
+  /*   363 backward  UNARY_BWD          layer3.0.2.relu/bwd  live 190.2 MiB */
+  snrt_unary_bwd(c, &P76, NULL, F(0xc92a200), F(0xb69e200), F(0xb69e200));
+  snrt_dead(c, 0xc92a200, 32768);
+  snrt_reads(c, 364, 5, (const int64_t[]){0xc922200, 32768, 0xb69e200, 32768, 0x84df00, 1024, 0xca10a00, 1024, 0xca10e00, 1024});
+  /*   364 backward  BN_BWD             layer3.0.2.bn/bwd  live 190.2 MiB */
+  snrt_bn_bwd(c, &P75, F(0xc922200), F(0xb69e200), F(0x84df00), F(0xca10a00), F(0xca10e00), F(0xb69e200), F(0xb3b6200), F(0xb3b6600));
+  snrt_dead(c, 0xc922200, 32768);
   snrt_dead(c, 0xca10a00, 1024);
   snrt_dead(c, 0xca10e00, 1024);
-  snrt_reads(c, 390, 3, (const int64_t[]){0x84df00, 1024, 0xb3b6200, 1024, 0xab72100, 1024});
-  /*   390 update    SGD                layer3.0.2.bn.weight/sgd  live 190.1 MiB */
-  snrt_sgd(c, &P262, F(0x84df00), F(0xb3b6200), F(0xab72100));
+  snrt_reads(c, 365, 3, (const int64_t[]){0x84df00, 1024, 0xb3b6200, 1024, 0xab72100, 1024});
+  /*   365 update    SGD                layer3.0.2.bn.weight/sgd  live 190.1 MiB */
+  snrt_sgd(c, &P255, F(0x84df00), F(0xb3b6200), F(0xab72100));
   snrt_dead(c, 0xb3b6200, 1024);
-  snrt_reads(c, 391, 3, (const int64_t[]){0x84e300, 1024, 0xb3b6600, 1024, 0xab72500, 1024});
-  /*   391 update    SGD                layer3.0.2.bn.bias/sgd  live 190.1 MiB */
-  snrt_sgd(c, &P263, F(0x84e300), F(0xb3b6600), F(0xab72500));
+  snrt_reads(c, 366, 3, (const int64_t[]){0x84e300, 1024, 0xb3b6600, 1024, 0xab72500, 1024});
+  /*   366 update    SGD                layer3.0.2.bn.bias/sgd  live 190.1 MiB */
+  snrt_sgd(c, &P256, F(0x84e300), F(0xb3b6600), F(0xab72500));
   snrt_dead(c, 0xb3b6600, 1024);
-  snrt_reads(c, 392, 2, (const int64_t[]){0xc5da200, 131072, 0xb69e200, 32768});
-  /*   392 backward  CONV_BWD_FILTER    layer3.0.2.conv/bwd_filter  live 192.7 MiB */
-  snrt_conv_bwd_filter(c, &P81, F(0xc5da200), F(0xb69e200), F(0xb3b6200), F(0xb5f6200));
+  snrt_reads(c, 367, 2, (const int64_t[]){0xc5da200, 131072, 0xb69e200, 32768});
+  /*   367 backward  CONV_BWD_FILTER    layer3.0.2.conv/bwd_filter  live 192.7 MiB */
+  snrt_conv_bwd_filter(c, &P74, F(0xc5da200), F(0xb69e200), F(0xb3b6200), F(0xb5f6200));
   snrt_dead(c, 0xb5f6200, 294912);
-  snrt_reads(c, 393, 2, (const int64_t[]){0xb69e200, 32768, 0x60df00, 2359296});
-  /*   393 backward  CONV_BWD_DATA      layer3.0.2.conv/bwd_data  live 192.8 MiB */
-  snrt_conv_bwd_data(c, &P81, F(0xb69e200), F(0x60df00), F(0xb67e200), F(0xb5f6200));
+  snrt_reads(c, 368, 2, (const int64_t[]){0xb69e200, 32768, 0x60df00, 2359296});
+  /*   368 backward  CONV_BWD_DATA      layer3.0.2.conv/bwd_data  live 192.8 MiB */
+  snrt_conv_bwd_data(c, &P74, F(0xb69e200), F(0x60df00), F(0xb67e200), F(0xb5f6200));
   snrt_dead(c, 0xb69e200, 32768);
   snrt_dead(c, 0xb5f6200, 294912);
-  snrt_reads(c, 394, 3, (const int64_t[]){0x60df00, 2359296, 0xb3b6200, 2359296, 0xab72900, 2359296});
-  /*   394 update    SGD                layer3.0.2.conv.weight/sgd  live 192.5 MiB */
-  snrt_sgd(c, &P264, F(0x60df00), F(0xb3b6200), F(0xab72900));
+  snrt_reads(c, 369, 3, (const int64_t[]){0x60df00, 2359296, 0xb3b6200, 2359296, 0xab72900, 2359296});
+  /*   369 update    SGD                layer3.0.2.conv.weight/sgd  live 192.5 MiB */
+  snrt_sgd(c, &P257, F(0x60df00), F(0xb3b6200), F(0xab72900));
   snrt_dead(c, 0xb3b6200, 2359296);
-  snrt_reads(c, 395, 2, (const int64_t[]){0xc5da200, 131072, 0xb67e200, 131072});
-  /*   395 backward  UNARY_BWD          layer3.0.1.relu/bwd  live 190.2 MiB */
-  snrt_unary_bwd(c, &P80, NULL, F(0xc5da200), F(0xb67e200), F(0xb67e200));
+  snrt_reads(c, 370, 2, (const int64_t[]){0xc5da200, 131072, 0xb67e200, 131072});
+  /*   370 backward  UNARY_BWD          layer3.0.1.relu/bwd  live 190.2 MiB */
+  snrt_unary_bwd(c, &P73, NULL, F(0xc5da200), F(0xb67e200), F(0xb67e200));
   snrt_dead(c, 0xc5da200, 131072);
-  snrt_reads(c, 396, 5, (const int64_t[]){0xc5ba200, 131072, 0xb67e200, 131072, 0x60cf00, 1024, 0xca10200, 1024, 0xca10600, 1024});
-  /*   396 backward  BN_BWD             layer3.0.1.bn/bwd  live 190.1 MiB */
-  snrt_bn_bwd(c, &P79, F(0xc5ba200), F(0xb67e200), F(0x60cf00), F(0xca10200), F(0xca10600), F(0xb67e200), F(0xb3b6200), F(0xb3b6600));
+  snrt_reads(c, 371, 5, (const int64_t[]){0xc5ba200, 131072, 0xb67e200, 131072, 0x60cf00, 1024, 0xca10200, 1024, 0xca10600, 1024});
+  /*   371 backward  BN_BWD             layer3.0.1.bn/bwd  live 190.1 MiB */
+  snrt_bn_bwd(c, &P72, F(0xc5ba200), F(0xb67e200), F(0x60cf00), F(0xca10200), F(0xca10600), F(0xb67e200), F(0xb3b6200), F(0xb3b6600));
   snrt_dead(c, 0xc5ba200, 131072);
   snrt_dead(c, 0xca10200, 1024);
   snrt_dead(c, 0xca10600, 1024);
-  snrt_reads(c, 397, 3, (const int64_t[]){0x60cf00, 1024, 0xb3b6200, 1024, 0xadb2900, 1024});
-  /*   397 update    SGD                layer3.0.1.bn.weight/sgd  live 190.0 MiB */
-  snrt_sgd(c, &P265, F(0x60cf00), F(0xb3b6200), F(0xadb2900));
+  snrt_reads(c, 372, 3, (const int64_t[]){0x60cf00, 1024, 0xb3b6200, 1024, 0xadb2900, 1024});
+  /*   372 update    SGD                layer3.0.1.bn.weight/sgd  live 190.0 MiB */
+  snrt_sgd(c, &P258, F(0x60cf00), F(0xb3b6200), F(0xadb2900));
   snrt_dead(c, 0xb3b6200, 1024);
-  snrt_reads(c, 398, 3, (const int64_t[]){0x60d300, 1024, 0xb3b6600, 1024, 0xadb2d00, 1024});
-  /*   398 update    SGD                layer3.0.1.bn.bias/sgd  live 190.0 MiB */
-  snrt_sgd(c, &P266, F(0x60d300), F(0xb3b6600), F(0xadb2d00));
+  snrt_reads(c, 373, 3, (const int64_t[]){0x60d300, 1024, 0xb3b6600, 1024, 0xadb2d00, 1024});
+  /*   373 update    SGD                layer3.0.1.bn.bias/sgd  live 190.0 MiB */
+  snrt_sgd(c, &P259, F(0x60d300), F(0xb3b6600), F(0xadb2d00));
   snrt_dead(c, 0xb3b6600, 1024);
-  snrt_reads(c, 399, 2, (const int64_t[]){0xc3b6200, 262144, 0xb67e200, 131072});
-  /*   399 backward  CONV_BWD_FILTER    layer3.0.1.conv/bwd_filter  live 190.5 MiB */
-  snrt_conv_bwd_filter(c, &P78, F(0xc3b6200), F(0xb67e200), F(0xb3b6200), NULL);
+  snrt_reads(c, 374, 2, (const int64_t[]){0xc3b6200, 262144, 0xb67e200, 131072});
+  /*   374 backward  CONV_BWD_FILTER    layer3.0.1.conv/bwd_filter  live 190.5 MiB */
+  snrt_conv_bwd_filter(c, &P71, F(0xc3b6200), F(0xb67e200), F(0xb3b6200), NULL);
+  snrt_reads(c, 375, 2, (const int64_t[]){0xb67e200, 131072, 0x58cf00, 524288});
+  /*   375 backward  CONV_BWD_DATA      layer3.0.1.conv/bwd_data  live 190.7 MiB */
+  snrt_conv_bwd_data(c, &P71, F(0xb67e200), F(0x58cf00), F(0xb436200), NULL);
+  snrt_dead(c, 0xb67e200, 131072);
+  snrt_reads(c, 376, 2, (const int64_t[]){0xb63e200, 262144, 0xb436200, 262144});
+  /*   376 backward  ACCUMULATE         layer3.0.1.conv/accumulate  live 190.6 MiB */
+  snrt_add(c, 65536, F(0xb63e200), F(0xb436200), F(0xb63e200));
+  snrt_dead(c, 0xb436200, 262144);
+  snrt_reads(c, 377, 3, (const int64_t[]){0x58cf00, 524288, 0xb3b6200, 524288, 0xadb3100, 524288});
+  /*   377 update    SGD                layer3.0.1.conv.weight/sgd  live 190.3 MiB */
+  snrt_sgd(c, &P260, F(0x58cf00), F(0xb3b6200), F(0xadb3100));
+  snrt_dead(c, 0xb3b6200, 524288);
+  snrt_reads(c, 378, 2, (const int64_t[]){0xc3b6200, 262144, 0xb63e200, 262144});
+  /*   378 backward  FUSED_BWD          layer2.3.out/fused2/bwd  live 190.3 MiB */
+  snrt_fused_bwd(c, &P261, (const float *const[]){NULL, NULL}, F(0xc3b6200), F(0xb63e200), (float *const[]){F(0xb3b6200), F(0xb4d6200)});
+  snrt_dead(c, 0xc3b6200, 262144);
+  snrt_dead(c, 0xb63e200, 262144);
+  snrt_reads(c, 379, 5, (const int64_t[]){0xc376200, 262144, 0xb3b6200, 262144, 0x58af00, 2048, 0xca08200, 2048, 0xca08a00, 2048});
+  /*   379 backward  BN_BWD             layer2.3.3.bn/bwd  live 189.8 MiB */
+  snrt_bn_bwd(c, &P69, F(0xc376200), F(0xb3b6200), F(0x58af00), F(0xca08200), F(0xca08a00), F(0xb3b6200), F(0xb3f6200), F(0xb3f6a00));
+  snrt_dead(c, 0xc376200, 262144);
+  snrt_dead(c, 0xca08200, 2048);
+  snrt_dead(c, 0xca08a00, 2048);
+  snrt_reads(c, 380, 3, (const int64_t[]){0x58af00, 2048, 0xb3f6200, 2048, 0xae33100, 2048});
+  /*   380 update    SGD                layer2.3.3.bn.weight/sgd  live 189.6 MiB */
+  snrt_sgd(c, &P262, F(0x58af00), F(0xb3f6200), F(0xae33100));
+  snrt_dead(c, 0xb3f6200, 2048);
+  snrt_reads(c, 381, 3, (const int64_t[]){0x58b700, 2048, 0xb3f6a00, 2048, 0xae33900, 2048});
+  /*   381 update    SGD                layer2.3.3.bn.bias/sgd  live 189.6 MiB */
+  snrt_sgd(c, &P263, F(0x58b700), F(0xb3f6a00), F(0xae33900));
+  snrt_dead(c, 0xb3f6a00, 2048);
+  snrt_reads(c, 382, 2, (const int64_t[]){0xc8a2200, 65536, 0xb3b6200, 262144});
+  /*   382 backward  CONV_BWD_FILTER    layer2.3.3.conv/bwd_filter  live 189.8 MiB */
+  snrt_conv_bwd_filter(c, &P68, F(0xc8a2200), F(0xb3b6200), F(0xb3f6200), NULL);
+  snrt_reads(c, 383, 2, (const int64_t[]){0xb3b6200, 262144, 0x54af00, 262144});
+  /*   383 backward  CONV_BWD_DATA      layer2.3.3.conv/bwd_data  live 189.9 MiB */
+  snrt_conv_bwd_data(c, &P68, F(0xb3b6200), F(0x54af00), F(0xb516200), NULL);
+  snrt_dead(c, 0xb3b6200, 262144);
+  snrt_reads(c, 384, 3, (const int64_t[]){0x54af00, 262144, 0xb3f6200, 262144, 0xae34100, 262144});
+  /*   384 update    SGD                layer2.3.3.conv.weight/sgd  live 189.7 MiB */
+  snrt_sgd(c, &P264, F(0x54af00), F(0xb3f6200), F(0xae34100));
+  snrt_dead(c, 0xb3f6200, 262144);
+  snrt_reads(c, 385, 2, (const int64_t[]){0xc8a2200, 65536, 0xb516200, 65536});
+  /*   385 backward  UNARY_BWD          layer2.3.2.relu/bwd  live 189.4 MiB */
+  snrt_unary_bwd(c, &P67, NULL, F(0xc8a2200), F(0xb516200), F(0xb516200));
+  snrt_dead(c, 0xc8a2200, 65536);
+  snrt_reads(c, 386, 5, (const int64_t[]){0xc892200, 65536, 0xb516200, 65536, 0x54a700, 512, 0xca17e00, 512, 0xca18000, 512});
+  /*   386 backward  BN_BWD             layer2.3.2.bn/bwd  live 189.3 MiB */
+  snrt_bn_bwd(c, &P66, F(0xc892200), F(0xb516200), F(0x54a700), F(0xca17e00), F(0xca18000), F(0xb516200), F(0xb3b6200), F(0xb3b6400));
+  snrt_dead(c, 0xc892200, 65536);
+  snrt_dead(c, 0xca17e00, 512);
+  snrt_dead(c, 0xca18000, 512);
+  snrt_reads(c, 387, 3, (const int64_t[]){0x54a700, 512, 0xb3b6200, 512, 0xae74100, 512});
+  /*   387 update    SGD                layer2.3.2.bn.weight/sgd  live 189.3 MiB */
+  snrt_sgd(c, &P265, F(0x54a700), F(0xb3b6200), F(0xae74100));
+  snrt_dead(c, 0xb3b6200, 512);
+  snrt_reads(c, 388, 3, (const int64_t[]){0x54a900, 512, 0xb3b6400, 512, 0xae74300, 512});
+  /*   388 update    SGD                layer2.3.2.bn.bias/sgd  live 189.3 MiB */
+  snrt_sgd(c, &P266, F(0x54a900), F(0xb3b6400), F(0xae74300));
+  snrt_dead(c, 0xb3b6400, 512);
+  snrt_reads(c, 389, 2, (const int64_t[]){0xc882200, 65536, 0xb516200, 65536});
+  /*   389 backward  CONV_BWD_FILTER    layer2.3.2.conv/bwd_filter  live 190.4 MiB */
+  snrt_conv_bwd_filter(c, &P65, F(0xc882200), F(0xb516200), F(0xb3b6200), F(0xb446200));
+  snrt_dead(c, 0xb446200, 589824);
+  snrt_reads(c, 390, 2, (const int64_t[]){0xb516200, 65536, 0x4ba700, 589824});
+  /*   390 backward  CONV_BWD_DATA      layer2.3.2.conv/bwd_data  live 190.5 MiB */
+  snrt_conv_bwd_data(c, &P65, F(0xb516200), F(0x4ba700), F(0xb526200), F(0xb446200));
+  snrt_dead(c, 0xb516200, 65536);
+  snrt_dead(c, 0xb446200, 589824);
+  snrt_reads(c, 391, 3, (const int64_t[]){0x4ba700, 589824, 0xb3b6200, 589824, 0xae74500, 589824});
+  /*   391 update    SGD                layer2.3.2.conv.weight/sgd  live 189.8 MiB */
+  snrt_sgd(c, &P267, F(0x4ba700), F(0xb3b6200), F(0xae74500));
+  snrt_dead(c, 0xb3b6200, 589824);
+  snrt_reads(c, 392, 2, (const int64_t[]){0xc882200, 65536, 0xb526200, 65536});
+  /*   392 backward  UNARY_BWD          layer2.3.1.relu/bwd  live 189.3 MiB */
+  snrt_unary_bwd(c, &P64, NULL, F(0xc882200), F(0xb526200), F(0xb526200));
+  snrt_dead(c, 0xc882200, 65536);
+  snrt_reads(c, 393, 5, (const int64_t[]){0xc872200, 65536, 0xb526200, 65536, 0x4b9f00, 512, 0xca17a00, 512, 0xca17c00, 512});
+  /*   393 backward  BN_BWD             layer2.3.1.bn/bwd  live 189.2 MiB */
+  snrt_bn_bwd(c, &P63, F(0xc872200), F(0xb526200), F(0x4b9f00), F(0xca17a00), F(0xca17c00), F(0xb526200), F(0xb3b6200), F(0xb3b6400));
+  snrt_dead(c, 0xc872200, 65536);
+  snrt_dead(c, 0xca17a00, 512);
+  snrt_dead(c, 0xca17c00, 512);
+  snrt_reads(c, 394, 3, (const int64_t[]){0x4b9f00, 512, 0xb3b6200, 512, 0xaf04500, 512});
+  /*   394 update    SGD                layer2.3.1.bn.weight/sgd  live 189.2 MiB */
+  snrt_sgd(c, &P268, F(0x4b9f00), F(0xb3b6200), F(0xaf04500));
+  snrt_dead(c, 0xb3b6200, 512);
+  snrt_reads(c, 395, 3, (const int64_t[]){0x4ba100, 512, 0xb3b6400, 512, 0xaf04700, 512});
+  /*   395 update    SGD                layer2.3.1.bn.bias/sgd  live 189.2 MiB */
+  snrt_sgd(c, &P269, F(0x4ba100), F(0xb3b6400), F(0xaf04700));
+  snrt_dead(c, 0xb3b6400, 512);
+  snrt_reads(c, 396, 2, (const int64_t[]){0xc336200, 262144, 0xb526200, 65536});
+  /*   396 backward  CONV_BWD_FILTER    layer2.3.1.conv/bwd_filter  live 189.4 MiB */
+  snrt_conv_bwd_filter(c, &P62, F(0xc336200), F(0xb526200), F(0xb3b6200), NULL);
+  snrt_reads(c, 397, 2, (const int64_t[]){0xb526200, 65536, 0x479f00, 262144});
+  /*   397 backward  CONV_BWD_DATA      layer2.3.1.conv/bwd_data  live 189.7 MiB */
+  snrt_conv_bwd_data(c, &P62, F(0xb526200), F(0x479f00), F(0xb3f6200), NULL);
+  snrt_dead(c, 0xb526200, 65536);
+  snrt_reads(c, 398, 2, (const int64_t[]){0xb4d6200, 262144, 0xb3f6200, 262144});
+  /*   398 backward  ACCUMULATE         layer2.3.1.conv/accumulate  live 189.6 MiB */
+  snrt_add(c, 65536, F(0xb4d6200), F(0xb3f6200), F(0xb4d6200));
+  snrt_dead(c, 0xb3f6200, 262144);
+  snrt_reads(c, 399, 3, (const int64_t[]){0x479f00, 262144, 0xb3b6200, 262144, 0xaf04900, 262144});
+  /*   399 update    SGD                layer2.3.1.conv.weight/sgd  live 189.3 MiB */
+  snrt_sgd(c, &P270, F(0x479f00), F(0xb3b6200), F(0xaf04900));
+  snrt_dead(c, 0xb3b6200, 262144);
 }
 
 static void train_step_1(snrt_ctx *c) {
   char *const A = snrt_arena(c);
-  snrt_reads(c, 400, 2, (const int64_t[]){0xb67e200, 131072, 0x58cf00, 524288});
-  /*   400 backward  CONV_BWD_DATA      layer3.0.1.conv/bwd_data  live 190.7 MiB */
-  snrt_conv_bwd_data(c, &P78, F(0xb67e200), F(0x58cf00), F(0xb436200), NULL);
-  snrt_dead(c, 0xb67e200, 131072);
-  snrt_reads(c, 401, 2, (const int64_t[]){0xb63e200, 262144, 0xb436200, 262144});
-  /*   401 backward  ACCUMULATE         layer3.0.1.conv/accumulate  live 190.6 MiB */
-  snrt_add(c, 65536, F(0xb63e200), F(0xb436200), F(0xb63e200));
-  snrt_dead(c, 0xb436200, 262144);
-  snrt_reads(c, 402, 3, (const int64_t[]){0x58cf00, 524288, 0xb3b6200, 524288, 0xadb3100, 524288});
-  /*   402 update    SGD                layer3.0.1.conv.weight/sgd  live 190.3 MiB */
-  snrt_sgd(c, &P267, F(0x58cf00), F(0xb3b6200), F(0xadb3100));
-  snrt_dead(c, 0xb3b6200, 524288);
-  snrt_reads(c, 403, 2, (const int64_t[]){0xc3b6200, 262144, 0xb63e200, 262144});
-  /*   403 backward  UNARY_BWD          layer2.3.out/bwd  live 189.8 MiB */
-  snrt_unary_bwd(c, &P77, NULL, F(0xc3b6200), F(0xb63e200), F(0xb63e200));
-  snrt_dead(c, 0xc3b6200, 262144);
-  snrt_reads(c, 404, 1, (const int64_t[]){0xb63e200, 262144});
-  /*   404 backward  BINARY_BWD         layer2.3.add/bwd  live 190.1 MiB */
-  snrt_binary_bwd(c, &P76, NULL, NULL, F(0xb63e200), F(0xb3b6200), F(0xb4d6200));
-  snrt_dead(c, 0xb63e200, 262144);
-  snrt_reads(c, 405, 5, (const int64_t[]){0xc376200, 262144, 0xb3b6200, 262144, 0x58af00, 2048, 0xca08200, 2048, 0xca08a00, 2048});
-  /*   405 backward  BN_BWD             layer2.3.3.bn/bwd  live 189.8 MiB */
-  snrt_bn_bwd(c, &P75, F(0xc376200), F(0xb3b6200), F(0x58af00), F(0xca08200), F(0xca08a00), F(0xb3b6200), F(0xb3f6200), F(0xb3f6a00));
-  snrt_dead(c, 0xc376200, 262144);
-  snrt_dead(c, 0xca08200, 2048);
-  snrt_dead(c, 0xca08a00, 2048);
-  snrt_reads(c, 406, 3, (const int64_t[]){0x58af00, 2048, 0xb3f6200, 2048, 0xae33100, 2048});
-  /*   406 update    SGD                layer2.3.3.bn.weight/sgd  live 189.6 MiB */
-  snrt_sgd(c, &P268, F(0x58af00), F(0xb3f6200), F(0xae33100));
-  snrt_dead(c, 0xb3f6200, 2048);
-  snrt_reads(c, 407, 3, (const int64_t[]){0x58b700, 2048, 0xb3f6a00, 2048, 0xae33900, 2048});
-  /*   407 update    SGD                layer2.3.3.bn.bias/sgd  live 189.6 MiB */
-  snrt_sgd(c, &P269, F(0x58b700), F(0xb3f6a00), F(0xae33900));
-  snrt_dead(c, 0xb3f6a00, 2048);
-  snrt_reads(c, 408, 2, (const int64_t[]){0xc8a2200, 65536, 0xb3b6200, 262144});
-  /*   408 backward  CONV_BWD_FILTER    layer2.3.3.conv/bwd_filter  live 189.8 MiB */
-  snrt_conv_bwd_filter(c, &P74, F(0xc8a2200), F(0xb3b6200), F(0xb3f6200), NULL);
-  snrt_reads(c, 409, 2, (const int64_t[]){0xb3b6200, 262144, 0x54af00, 262144});
-  /*   409 backward  CONV_BWD_DATA      layer2.3.3.conv/bwd_data  live 189.9 MiB */
-  snrt_conv_bwd_data(c, &P74, F(0xb3b6200), F(0x54af00), F(0xb516200), NULL);
-  snrt_dead(c, 0xb3b6200, 262144);
-  snrt_reads(c, 410, 3, (const int64_t[]){0x54af00, 262144, 0xb3f6200, 262144, 0xae34100, 262144});
-  /*   410 update    SGD                layer2.3.3.conv.weight/sgd  live 189.7 MiB */
-  snrt_sgd(c, &P270, F(0x54af00), F(0xb3f6200), F(0xae34100));
-  snrt_dead(c, 0xb3f6200, 262144);
-  snrt_reads(c, 411, 2, (const int64_t[]){0xc8a2200, 65536, 0xb516200, 65536});
-  /*   411 backward  UNARY_BWD          layer2.3.2.relu/bwd  live 189.4 MiB */
-  snrt_unary_bwd(c, &P73, NULL, F(0xc8a2200), F(0xb516200), F(0xb516200));
-  snrt_dead(c, 0xc8a2200, 65536);
-  snrt_reads(c, 412, 5, (const int64_t[]){0xc892200, 65536, 0xb516200, 65536, 0x54a700, 512, 0xca17e00, 512, 0xca18000, 512});
-  /*   412 backward  BN_BWD             layer2.3.2.bn/bwd  live 189.3 MiB */
-  snrt_bn_bwd(c, &P72, F(0xc892200), F(0xb516200), F(0x54a700), F(0xca17e00), F(0xca18000), F(0xb516200), F(0xb3b6200), F(0xb3b6400));
-  snrt_dead(c, 0xc892200, 65536);
-  snrt_dead(c, 0xca17e00, 512);
-  snrt_dead(c, 0xca18000, 512);
-  snrt_reads(c, 413, 3, (const int64_t[]){0x54a700, 512, 0xb3b6200, 512, 0xae74100, 512});
-  /*   413 update    SGD                layer2.3.2.bn.weight/sgd  live 189.3 MiB */
-  snrt_sgd(c, &P271, F(0x54a700), F(0xb3b6200), F(0xae74100));
-  snrt_dead(c, 0xb3b6200, 512);
-  snrt_reads(c, 414, 3, (const int64_t[]){0x54a900, 512, 0xb3b6400, 512, 0xae74300, 512});
-  /*   414 update    SGD                layer2.3.2.bn.bias/sgd  live 189.3 MiB */
-  snrt_sgd(c, &P272, F(0x54a900), F(0xb3b6400), F(0xae74300));
-  snrt_dead(c, 0xb3b6400, 512);
-  snrt_reads(c, 415, 2, (const int64_t[]){0xc882200, 65536, 0xb516200, 65536});
-  /*   415 backward  CONV_BWD_FILTER    layer2.3.2.conv/bwd_filter  live 190.4 MiB */
-  snrt_conv_bwd_filter(c, &P71, F(0xc882200), F(0xb516200), F(0xb3b6200), F(0xb446200));
-  snrt_dead(c, 0xb446200, 589824);
-  snrt_reads(c, 416, 2, (const int64_t[]){0xb516200, 65536, 0x4ba700, 589824});
-  /*   416 backward  CONV_BWD_DATA      layer2.3.2.conv/bwd_data  live 190.5 MiB */
-  snrt_conv_bwd_data(c, &P71, F(0xb516200), F(0x4ba700), F(0xb526200), F(0xb446200));
-  snrt_dead(c, 0xb516200, 65536);
-  snrt_dead(c, 0xb446200, 589824);
-  snrt_reads(c, 417, 3, (const int64_t[]){0x4ba700, 589824, 0xb3b6200, 589824, 0xae74500, 589824});
-  /*   417 update    SGD                layer2.3.2.conv.weight/sgd  live 189.8 MiB */
-  snrt_sgd(c, &P273, F(0x4ba700), F(0xb3b6200), F(0xae74500));
-  snrt_dead(c, 0xb3b6200, 589824);
-  snrt_reads(c, 418, 2, (const int64_t[]){0xc882200, 65536, 0xb526200, 65536});
-  /*   418 backward  UNARY_BWD          layer2.3.1.relu/bwd  live 189.3 MiB */
-  snrt_unary_bwd(c, &P70, NULL, F(0xc882200), F(0xb526200), F(0xb526200));
-  snrt_dead(c, 0xc882200, 65536);
-  snrt_reads(c, 419, 5, (const int64_t[]){0xc872200, 65536, 0xb526200, 65536, 0x4b9f00, 512, 0xca17a00, 512, 0xca17c00, 512});
-  /*   419 backward  BN_BWD             layer2.3.1.bn/bwd  live 189.2 MiB */
-  snrt_bn_bwd(c, &P69, F(0xc872200), F(0xb526200), F(0x4b9f00), F(0xca17a00), F(0xca17c00), F(0xb526200), F(0xb3b6200), F(0xb3b6400));
-  snrt_dead(c, 0xc872200, 65536);
-  snrt_dead(c, 0xca17a00, 512);
-  snrt_dead(c, 0xca17c00, 512);
-  snrt_reads(c, 420, 3, (const int64_t[]){0x4b9f00, 512, 0xb3b6200, 512, 0xaf04500, 512});
-  /*   420 update    SGD                layer2.3.1.bn.weight/sgd  live 189.2 MiB */
-  snrt_sgd(c, &P274, F(0x4b9f00), F(0xb3b6200), F(0xaf04500));
-  snrt_dead(c, 0xb3b6200, 512);
-  snrt_reads(c, 421, 3, (const int64_t[]){0x4ba100, 512, 0xb3b6400, 512, 0xaf04700, 512});
-  /*   421 update    SGD                layer2.3.1.bn.bias/sgd  live 189.2 MiB */
-  snrt_sgd(c, &P275, F(0x4ba100), F(0xb3b6400), F(0xaf04700));
-  snrt_dead(c, 0xb3b6400, 512);
-  snrt_reads(c, 422, 2, (const int64_t[]){0xc336200, 262144, 0xb526200, 65536});
-  /*   422 backward  CONV_BWD_FILTER    layer2.3.1.conv/bwd_filter  live 189.4 MiB */
-  snrt_conv_bwd_filter(c, &P68, F(0xc336200), F(0xb526200), F(0xb3b6200), NULL);
-  snrt_reads(c, 423, 2, (const int64_t[]){0xb526200, 65536, 0x479f00, 262144});
-  /*   423 backward  CONV_BWD_DATA      layer2.3.1.conv/bwd_data  live 189.7 MiB */
-  snrt_conv_bwd_data(c, &P68, F(0xb526200), F(0x479f00), F(0xb3f6200), NULL);
-  snrt_dead(c, 0xb526200, 65536);
-  snrt_reads(c, 424, 2, (const int64_t[]){0xb4d6200, 262144, 0xb3f6200, 262144});
-  /*   424 backward  ACCUMULATE         layer2.3.1.conv/accumulate  live 189.6 MiB */
-  snrt_add(c, 65536, F(0xb4d6200), F(0xb3f6200), F(0xb4d6200));
-  snrt_dead(c, 0xb3f6200, 262144);
-  snrt_reads(c, 425, 3, (const int64_t[]){0x479f00, 262144, 0xb3b6200, 262144, 0xaf04900, 262144});
-  /*   425 update    SGD                layer2.3.1.conv.weight/sgd  live 189.3 MiB */
-  snrt_sgd(c, &P276, F(0x479f00), F(0xb3b6200), F(0xaf04900));
-  snrt_dead(c, 0xb3b6200, 262144);
-  snrt_reads(c, 426, 2, (const int64_t[]){0xc336200, 262144, 0xb4d6200, 262144});
-  /*   426 backward  UNARY_BWD          layer2.2.out/bwd  live 189.1 MiB */
-  snrt_unary_bwd(c, &P67, NULL, F(0xc336200), F(0xb4d6200), F(0xb4d6200));
+  snrt_reads(c, 400, 2, (const int64_t[]){0xc336200, 262144, 0xb4d6200, 262144});
+  /*   400 backward  FUSED_BWD          layer2.2.out/fused2/bwd  live 189.6 MiB */
+  snrt_fused_bwd(c, &P271, (const float *const[]){NULL, NULL}, F(0xc336200), F(0xb4d6200), (float *const[]){F(0xb3b6200), F(0xb516200)});
   snrt_dead(c, 0xc336200, 262144);
-  snrt_reads(c, 427, 1, (const int64_t[]){0xb4d6200, 262144});
-  /*   427 backward  BINARY_BWD         layer2.2.add/bwd  live 189.3 MiB */
-  snrt_binary_bwd(c, &P66, NULL, NULL, F(0xb4d6200), F(0xb3b6200), F(0xb516200));
   snrt_dead(c, 0xb4d6200, 262144);
-  snrt_reads(c, 428, 5, (const int64_t[]){0xc2f6200, 262144, 0xb3b6200, 262144, 0x477f00, 2048, 0xca07200, 2048, 0xca07a00, 2048});
-  /*   428 backward  BN_BWD             layer2.2.3.bn/bwd  live 189.1 MiB */
-  snrt_bn_bwd(c, &P65, F(0xc2f6200), F(0xb3b6200), F(0x477f00), F(0xca07200), F(0xca07a00), F(0xb3b6200), F(0xb3f6200), F(0xb3f6a00));
+  snrt_reads(c, 401, 5, (const int64_t[]){0xc2f6200, 262144, 0xb3b6200, 262144, 0x477f00, 2048, 0xca07200, 2048, 0xca07a00, 2048});
+  /*   401 backward  BN_BWD             layer2.2.3.bn/bwd  live 189.1 MiB */
+  snrt_bn_bwd(c, &P60, F(0xc2f6200), F(0xb3b6200), F(0x477f00), F(0xca07200), F(0xca07a00), F(0xb3b6200), F(0xb3f6200), F(0xb3f6a00));
   snrt_dead(c, 0xc2f6200, 262144);
   snrt_dead(c, 0xca07200, 2048);
   snrt_dead(c, 0xca07a00, 2048);
-  snrt_reads(c, 429, 3, (const int64_t[]){0x477f00, 2048, 0xb3f6200, 2048, 0xaf44900, 2048});
-  /*   429 update    SGD                layer2.2.3.bn.weight/sgd  live 188.8 MiB */
-  snrt_sgd(c, &P277, F(0x477f00), F(0xb3f6200), F(0xaf44900));
+  snrt_reads(c, 402, 3, (const int64_t[]){0x477f00, 2048, 0xb3f6200, 2048, 0xaf44900, 2048});
+  /*   402 update    SGD                layer2.2.3.bn.weight/sgd  live 188.8 MiB */
+  snrt_sgd(c, &P272, F(0x477f00), F(0xb3f6200), F(0xaf44900));
   snrt_dead(c, 0xb3f6200, 2048);
-  snrt_reads(c, 430, 3, (const int64_t[]){0x478700, 2048, 0xb3f6a00, 2048, 0xaf45100, 2048});
-  /*   430 update    SGD                layer2.2.3.bn.bias/sgd  live 188.8 MiB */
-  snrt_sgd(c, &P278, F(0x478700), F(0xb3f6a00), F(0xaf45100));
+  snrt_reads(c, 403, 3, (const int64_t[]){0x478700, 2048, 0xb3f6a00, 2048, 0xaf45100, 2048});
+  /*   403 update    SGD                layer2.2.3.bn.bias/sgd  live 188.8 MiB */
+  snrt_sgd(c, &P273, F(0x478700), F(0xb3f6a00), F(0xaf45100));
   snrt_dead(c, 0xb3f6a00, 2048);
-  snrt_reads(c, 431, 2, (const int64_t[]){0xc862200, 65536, 0xb3b6200, 262144});
-  /*   431 backward  CONV_BWD_FILTER    layer2.2.3.conv/bwd_filter  live 189.1 MiB */
-  snrt_conv_bwd_filter(c, &P64, F(0xc862200), F(0xb3b6200), F(0xb3f6200), NULL);
-  snrt_reads(c, 432, 2, (const int64_t[]){0xb3b6200, 262144, 0x437f00, 262144});
-  /*   432 backward  CONV_BWD_DATA      layer2.2.3.conv/bwd_data  live 189.1 MiB */
-  snrt_conv_bwd_data(c, &P64, F(0xb3b6200), F(0x437f00), F(0xb4d6200), NULL);
+  snrt_reads(c, 404, 2, (const int64_t[]){0xc862200, 65536, 0xb3b6200, 262144});
+  /*   404 backward  CONV_BWD_FILTER    layer2.2.3.conv/bwd_filter  live 189.1 MiB */
+  snrt_conv_bwd_filter(c, &P59, F(0xc862200), F(0xb3b6200), F(0xb3f6200), NULL);
+  snrt_reads(c, 405, 2, (const int64_t[]){0xb3b6200, 262144, 0x437f00, 262144});
+  /*   405 backward  CONV_BWD_DATA      layer2.2.3.conv/bwd_data  live 189.1 MiB */
+  snrt_conv_bwd_data(c, &P59, F(0xb3b6200), F(0x437f00), F(0xb4d6200), NULL);
   snrt_dead(c, 0xb3b6200, 262144);
-  snrt_reads(c, 433, 3, (const int64_t[]){0x437f00, 262144, 0xb3f6200, 262144, 0xaf45900, 262144});
-  /*   433 update    SGD                layer2.2.3.conv.weight/sgd  live 188.9 MiB */
-  snrt_sgd(c, &P279, F(0x437f00), F(0xb3f6200), F(0xaf45900));
+  snrt_reads(c, 406, 3, (const int64_t[]){0x437f00, 262144, 0xb3f6200, 262144, 0xaf45900, 262144});
+  /*   406 update    SGD                layer2.2.3.conv.weight/sgd  live 188.9 MiB */
+  snrt_sgd(c, &P274, F(0x437f00), F(0xb3f6200), F(0xaf45900));
   snrt_dead(c, 0xb3f6200, 262144);
-  snrt_reads(c, 434, 2, (const int64_t[]){0xc862200, 65536, 0xb4d6200, 65536});
-  /*   434 backward  UNARY_BWD          layer2.2.2.relu/bwd  live 188.6 MiB */
-  snrt_unary_bwd(c, &P63, NULL, F(0xc862200), F(0xb4d6200), F(0xb4d6200));
+  snrt_reads(c, 407, 2, (const int64_t[]){0xc862200, 65536, 0xb4d6200, 65536});
+  /*   407 backward  UNARY_BWD          layer2.2.2.relu/bwd  live 188.6 MiB */
+  snrt_unary_bwd(c, &P58, NULL, F(0xc862200), F(0xb4d6200), F(0xb4d6200));
   snrt_dead(c, 0xc862200, 65536);
-  snrt_reads(c, 435, 5, (const int64_t[]){0xc852200, 65536, 0xb4d6200, 65536, 0x437700, 512, 0xca17600, 512, 0xca17800, 512});
-  /*   435 backward  BN_BWD             layer2.2.2.bn/bwd  live 188.6 MiB */
-  snrt_bn_bwd(c, &P62, F(0xc852200), F(0xb4d6200), F(0x437700), F(0xca17600), F(0xca17800), F(0xb4d6200), F(0xb3b6200), F(0xb3b6400));
+  snrt_reads(c, 408, 5, (const int64_t[]){0xc852200, 65536, 0xb4d6200, 65536, 0x437700, 512, 0xca17600, 512, 0xca17800, 512});
+  /*   408 backward  BN_BWD             layer2.2.2.bn/bwd  live 188.6 MiB */
+  snrt_bn_bwd(c, &P57, F(0xc852200), F(0xb4d6200), F(0x437700), F(0xca17600), F(0xca17800), F(0xb4d6200), F(0xb3b6200), F(0xb3b6400));
   snrt_dead(c, 0xc852200, 65536);
   snrt_dead(c, 0xca17600, 512);
   snrt_dead(c, 0xca17800, 512);
-  snrt_reads(c, 436, 3, (const int64_t[]){0x437700, 512, 0xb3b6200, 512, 0xaf85900, 512});
-  /*   436 update    SGD                layer2.2.2.bn.weight/sgd  live 188.5 MiB */
-  snrt_sgd(c, &P280, F(0x437700), F(0xb3b6200), F(0xaf85900));
+  snrt_reads(c, 409, 3, (const int64_t[]){0x437700, 512, 0xb3b6200, 512, 0xaf85900, 512});
+  /*   409 update    SGD                layer2.2.2.bn.weight/sgd  live 188.5 MiB */
+  snrt_sgd(c, &P275, F(0x437700), F(0xb3b6200), F(0xaf85900));
   snrt_dead(c, 0xb3b6200, 512);
-  snrt_reads(c, 437, 3, (const int64_t[]){0x437900, 512, 0xb3b6400, 512, 0xaf85b00, 512});
-  /*   437 update    SGD                layer2.2.2.bn.bias/sgd  live 188.5 MiB */
-  snrt_sgd(c, &P281, F(0x437900), F(0xb3b6400), F(0xaf85b00));
+  snrt_reads(c, 410, 3, (const int64_t[]){0x437900, 512, 0xb3b6400, 512, 0xaf85b00, 512});
+  /*   410 update    SGD                layer2.2.2.bn.bias/sgd  live 188.5 MiB */
+  snrt_sgd(c, &P276, F(0x437900), F(0xb3b6400), F(0xaf85b00));
   snrt_dead(c, 0xb3b6400, 512);
-  snrt_reads(c, 438, 2, (const int64_t[]){0xc842200, 65536, 0xb4d6200, 65536});
-  /*   438 backward  CONV_BWD_FILTER    layer2.2.2.conv/bwd_filter  live 189.6 MiB */
-  snrt_conv_bwd_filter(c, &P61, F(0xc842200), F(0xb4d6200), F(0xb3b6200), F(0xb446200));
+  snrt_reads(c, 411, 2, (const int64_t[]){0xc842200, 65536, 0xb4d6200, 65536});
+  /*   411 backward  CONV_BWD_FILTER    layer2.2.2.conv/bwd_filter  live 189.6 MiB */
+  snrt_conv_bwd_filter(c, &P56, F(0xc842200), F(0xb4d6200), F(0xb3b6200), F(0xb446200));
   snrt_dead(c, 0xb446200, 589824);
-  snrt_reads(c, 439, 2, (const int64_t[]){0xb4d6200, 65536, 0x3a7700, 589824});
-  /*   439 backward  CONV_BWD_DATA      layer2.2.2.conv/bwd_data  live 189.7 MiB */
-  snrt_conv_bwd_data(c, &P61, F(0xb4d6200), F(0x3a7700), F(0xb4e6200), F(0xb446200));
+  snrt_reads(c, 412, 2, (const int64_t[]){0xb4d6200, 65536, 0x3a7700, 589824});
+  /*   412 backward  CONV_BWD_DATA      layer2.2.2.conv/bwd_data  live 189.7 MiB */
+  snrt_conv_bwd_data(c, &P56, F(0xb4d6200), F(0x3a7700), F(0xb4e6200), F(0xb446200));
   snrt_dead(c, 0xb4d6200, 65536);
   snrt_dead(c, 0xb446200, 589824);
-  snrt_reads(c, 440, 3, (const int64_t[]){0x3a7700, 589824, 0xb3b6200, 589824, 0xaf85d00, 589824});
-  /*   440 update    SGD                layer2.2.2.conv.weight/sgd  live 189.1 MiB */
-  snrt_sgd(c, &P282, F(0x3a7700), F(0xb3b6200), F(0xaf85d00));
+  snrt_reads(c, 413, 3, (const int64_t[]){0x3a7700, 589824, 0xb3b6200, 589824, 0xaf85d00, 589824});
+  /*   413 update    SGD                layer2.2.2.conv.weight/sgd  live 189.1 MiB */
+  snrt_sgd(c, &P277, F(0x3a7700), F(0xb3b6200), F(0xaf85d00));
   snrt_dead(c, 0xb3b6200, 589824);
-  snrt_reads(c, 441, 2, (const int64_t[]){0xc842200, 65536, 0xb4e6200, 65536});
-  /*   441 backward  UNARY_BWD          layer2.2.1.relu/bwd  live 188.5 MiB */
-  snrt_unary_bwd(c, &P60, NULL, F(0xc842200), F(0xb4e6200), F(0xb4e6200));
+  snrt_reads(c, 414, 2, (const int64_t[]){0xc842200, 65536, 0xb4e6200, 65536});
+  /*   414 backward  UNARY_BWD          layer2.2.1.relu/bwd  live 188.5 MiB */
+  snrt_unary_bwd(c, &P55, NULL, F(0xc842200), F(0xb4e6200), F(0xb4e6200));
   snrt_dead(c, 0xc842200, 65536);
-  snrt_reads(c, 442, 5, (const int64_t[]){0xc832200, 65536, 0xb4e6200, 65536, 0x3a6f00, 512, 0xca17200, 512, 0xca17400, 512});
-  /*   442 backward  BN_BWD             layer2.2.1.bn/bwd  live 188.5 MiB */
-  snrt_bn_bwd(c, &P59, F(0xc832200), F(0xb4e6200), F(0x3a6f00), F(0xca17200), F(0xca17400), F(0xb4e6200), F(0xb3b6200), F(0xb3b6400));
+  snrt_reads(c, 415, 5, (const int64_t[]){0xc832200, 65536, 0xb4e6200, 65536, 0x3a6f00, 512, 0xca17200, 512, 0xca17400, 512});
+  /*   415 backward  BN_BWD             layer2.2.1.bn/bwd  live 188.5 MiB */
+  snrt_bn_bwd(c, &P54, F(0xc832200), F(0xb4e6200), F(0x3a6f00), F(0xca17200), F(0xca17400), F(0xb4e6200), F(0xb3b6200), F(0xb3b6400));
   snrt_dead(c, 0xc832200, 65536);
   snrt_dead(c, 0xca17200, 512);
   snrt_dead(c, 0xca17400, 512);
-  snrt_reads(c, 443, 3, (const int64_t[]){0x3a6f00, 512, 0xb3b6200, 512, 0xb015d00, 512});
-  /*   443 update    SGD                layer2.2.1.bn.weight/sgd  live 188.4 MiB */
-  snrt_sgd(c, &P283, F(0x3a6f00), F(0xb3b6200), F(0xb015d00));
+  snrt_reads(c, 416, 3, (const int64_t[]){0x3a6f00, 512, 0xb3b6200, 512, 0xb015d00, 512});
+  /*   416 update    SGD                layer2.2.1.bn.weight/sgd  live 188.4 MiB */
+  snrt_sgd(c, &P278, F(0x3a6f00), F(0xb3b6200), F(0xb015d00));
   snrt_dead(c, 0xb3b6200, 512);
-  snrt_reads(c, 444, 3, (const int64_t[]){0x3a7100, 512, 0xb3b6400, 512, 0xb015f00, 512});
-  /*   444 update    SGD                layer2.2.1.bn.bias/sgd  live 188.4 MiB */
-  snrt_sgd(c, &P284, F(0x3a7100), F(0xb3b6400), F(0xb015f00));
+  snrt_reads(c, 417, 3, (const int64_t[]){0x3a7100, 512, 0xb3b6400, 512, 0xb015f00, 512});
+  /*   417 update    SGD                layer2.2.1.bn.bias/sgd  live 188.4 MiB */
+  snrt_sgd(c, &P279, F(0x3a7100), F(0xb3b6400), F(0xb015f00));
   snrt_dead(c, 0xb3b6400, 512);
-  snrt_reads(c, 445, 2, (const int64_t[]){0xc2b6200, 262144, 0xb4e6200, 65536});
-  /*   445 backward  CONV_BWD_FILTER    layer2.2.1.conv/bwd_filter  live 188.6 MiB */
-  snrt_conv_bwd_filter(c, &P58, F(0xc2b6200), F(0xb4e6200), F(0xb3b6200), NULL);
-  snrt_reads(c, 446, 2, (const int64_t[]){0xb4e6200, 65536, 0x366f00, 262144});
-  /*   446 backward  CONV_BWD_DATA      layer2.2.1.conv/bwd_data  live 188.9 MiB */
-  snrt_conv_bwd_data(c, &P58, F(0xb4e6200), F(0x366f00), F(0xb3f6200), NULL);
+  snrt_reads(c, 418, 2, (const int64_t[]){0xc2b6200, 262144, 0xb4e6200, 65536});
+  /*   418 backward  CONV_BWD_FILTER    layer2.2.1.conv/bwd_filter  live 188.6 MiB */
+  snrt_conv_bwd_filter(c, &P53, F(0xc2b6200), F(0xb4e6200), F(0xb3b6200), NULL);
+  snrt_reads(c, 419, 2, (const int64_t[]){0xb4e6200, 65536, 0x366f00, 262144});
+  /*   419 backward  CONV_BWD_DATA      layer2.2.1.conv/bwd_data  live 188.9 MiB */
+  snrt_conv_bwd_data(c, &P53, F(0xb4e6200), F(0x366f00), F(0xb3f6200), NULL);
   snrt_dead(c, 0xb4e6200, 65536);
-  snrt_reads(c, 447, 2, (const int64_t[]){0xb516200, 262144, 0xb3f6200, 262144});
-  /*   447 backward  ACCUMULATE         layer2.2.1.conv/accumulate  live 188.8 MiB */
+  snrt_reads(c, 420, 2, (const int64_t[]){0xb516200, 262144, 0xb3f6200, 262144});
+  /*   420 backward  ACCUMULATE         layer2.2.1.conv/accumulate  live 188.8 MiB */
   snrt_add(c, 65536, F(0xb516200), F(0xb3f6200), F(0xb516200));
   snrt_dead(c, 0xb3f6200, 262144);
-  snrt_reads(c, 448, 3, (const int64_t[]){0x366f00, 262144, 0xb3b6200, 262144, 0xb016100, 262144});
-  /*   448 update    SGD                layer2.2.1.conv.weight/sgd  live 188.6 MiB */
-  snrt_sgd(c, &P285, F(0x366f00), F(0xb3b6200), F(0xb016100));
+  snrt_reads(c, 421, 3, (const int64_t[]){0x366f00, 262144, 0xb3b6200, 262144, 0xb016100, 262144});
+  /*   421 update    SGD                layer2.2.1.conv.weight/sgd  live 188.6 MiB */
+  snrt_sgd(c, &P280, F(0x366f00), F(0xb3b6200), F(0xb016100));
   snrt_dead(c, 0xb3b6200, 262144);
-  snrt_reads(c, 449, 2, (const int64_t[]){0xc2b6200, 262144, 0xb516200, 262144});
-  /*   449 backward  UNARY_BWD          layer2.1.out/bwd  live 188.3 MiB */
-  snrt_unary_bwd(c, &P57, NULL, F(0xc2b6200), F(0xb516200), F(0xb516200));
+  snrt_reads(c, 422, 2, (const int64_t[]){0xc2b6200, 262144, 0xb516200, 262144});
+  /*   422 backward  FUSED_BWD          layer2.1.out/fused2/bwd  live 188.8 MiB */
+  snrt_fused_bwd(c, &P281, (const float *const[]){NULL, NULL}, F(0xc2b6200), F(0xb516200), (float *const[]){F(0xb3b6200), F(0xb4d6200)});
   snrt_dead(c, 0xc2b6200, 262144);
-  snrt_reads(c, 450, 1, (const int64_t[]){0xb516200, 262144});
-  /*   450 backward  BINARY_BWD         layer2.1.add/bwd  live 188.6 MiB */
-  snrt_binary_bwd(c, &P56, NULL, NULL, F(0xb516200), F(0xb3b6200), F(0xb4d6200));
   snrt_dead(c, 0xb516200, 262144);
-  snrt_reads(c, 451, 5, (const int64_t[]){0xc276200, 262144, 0xb3b6200, 262144, 0x364f00, 2048, 0xca06200, 2048, 0xca06a00, 2048});
-  /*   451 backward  BN_BWD             layer2.1.3.bn/bwd  live 188.3 MiB */
-  snrt_bn_bwd(c, &P55, F(0xc276200), F(0xb3b6200), F(0x364f00), F(0xca06200), F(0xca06a00), F(0xb3b6200), F(0xb3f6200), F(0xb3f6a00));
+  snrt_reads(c, 423, 5, (const int64_t[]){0xc276200, 262144, 0xb3b6200, 262144, 0x364f00, 2048, 0xca06200, 2048, 0xca06a00, 2048});
+  /*   423 backward  BN_BWD             layer2.1.3.bn/bwd  live 188.3 MiB */
+  snrt_bn_bwd(c, &P51, F(0xc276200), F(0xb3b6200), F(0x364f00), F(0xca06200), F(0xca06a00), F(0xb3b6200), F(0xb3f6200), F(0xb3f6a00));
   snrt_dead(c, 0xc276200, 262144);
   snrt_dead(c, 0xca06200, 2048);
   snrt_dead(c, 0xca06a00, 2048);
-  snrt_reads(c, 452, 3, (const int64_t[]){0x364f00, 2048, 0xb3f6200, 2048, 0xb056100, 2048});
-  /*   452 update    SGD                layer2.1.3.bn.weight/sgd  live 188.1 MiB */
-  snrt_sgd(c, &P286, F(0x364f00), F(0xb3f6200), F(0xb056100));
+  snrt_reads(c, 424, 3, (const int64_t[]){0x364f00, 2048, 0xb3f6200, 2048, 0xb056100, 2048});
+  /*   424 update    SGD                layer2.1.3.bn.weight/sgd  live 188.1 MiB */
+  snrt_sgd(c, &P282, F(0x364f00), F(0xb3f6200), F(0xb056100));
   snrt_dead(c, 0xb3f6200, 2048);
-  snrt_reads(c, 453, 3, (const int64_t[]){0x365700, 2048, 0xb3f6a00, 2048, 0xb056900, 2048});
-  /*   453 update    SGD                layer2.1.3.bn.bias/sgd  live 188.1 MiB */
-  snrt_sgd(c, &P287, F(0x365700), F(0xb3f6a00), F(0xb056900));
+  snrt_reads(c, 425, 3, (const int64_t[]){0x365700, 2048, 0xb3f6a00, 2048, 0xb056900, 2048});
+  /*   425 update    SGD                layer2.1.3.bn.bias/sgd  live 188.1 MiB */
+  snrt_sgd(c, &P283, F(0x365700), F(0xb3f6a00), F(0xb056900));
   snrt_dead(c, 0xb3f6a00, 2048);
-  snrt_reads(c, 454, 2, (const int64_t[]){0xc822200, 65536, 0xb3b6200, 262144});
-  /*   454 backward  CONV_BWD_FILTER    layer2.1.3.conv/bwd_filter  live 188.3 MiB */
-  snrt_conv_bwd_filter(c, &P54, F(0xc822200), F(0xb3b6200), F(0xb3f6200), NULL);
-  snrt_reads(c, 455, 2, (const int64_t[]){0xb3b6200, 262144, 0x324f00, 262144});
-  /*   455 backward  CONV_BWD_DATA      layer2.1.3.conv/bwd_data  live 188.4 MiB */
-  snrt_conv_bwd_data(c, &P54, F(0xb3b6200), F(0x324f00), F(0xb516200), NULL);
+  snrt_reads(c, 426, 2, (const int64_t[]){0xc822200, 65536, 0xb3b6200, 262144});
+  /*   426 backward  CONV_BWD_FILTER    layer2.1.3.conv/bwd_filter  live 188.3 MiB */
+  snrt_conv_bwd_filter(c, &P50, F(0xc822200), F(0xb3b6200), F(0xb3f6200), NULL);
+  snrt_reads(c, 427, 2, (const int64_t[]){0xb3b6200, 262144, 0x324f00, 262144});
+  /*   427 backward  CONV_BWD_DATA      layer2.1.3.conv/bwd_data  live 188.4 MiB */
+  snrt_conv_bwd_data(c, &P50, F(0xb3b6200), F(0x324f00), F(0xb516200), NULL);
   snrt_dead(c, 0xb3b6200, 262144);
-  snrt_reads(c, 456, 3, (const int64_t[]){0x324f00, 262144, 0xb3f6200, 262144, 0xb057100, 262144});
-  /*   456 update    SGD                layer2.1.3.conv.weight/sgd  live 188.1 MiB */
-  snrt_sgd(c, &P288, F(0x324f00), F(0xb3f6200), F(0xb057100));
+  snrt_reads(c, 428, 3, (const int64_t[]){0x324f00, 262144, 0xb3f6200, 262144, 0xb057100, 262144});
+  /*   428 update    SGD                layer2.1.3.conv.weight/sgd  live 188.1 MiB */
+  snrt_sgd(c, &P284, F(0x324f00), F(0xb3f6200), F(0xb057100));
   snrt_dead(c, 0xb3f6200, 262144);
-  snrt_reads(c, 457, 2, (const int64_t[]){0xc822200, 65536, 0xb516200, 65536});
-  /*   457 backward  UNARY_BWD          layer2.1.2.relu/bwd  live 187.9 MiB */
-  snrt_unary_bwd(c, &P53, NULL, F(0xc822200), F(0xb516200), F(0xb516200));
+  snrt_reads(c, 429, 2, (const int64_t[]){0xc822200, 65536, 0xb516200, 65536});
+  /*   429 backward  UNARY_BWD          layer2.1.2.relu/bwd  live 187.9 MiB */
+  snrt_unary_bwd(c, &P49, NULL, F(0xc822200), F(0xb516200), F(0xb516200));
   snrt_dead(c, 0xc822200, 65536);
-  snrt_reads(c, 458, 5, (const int64_t[]){0xc812200, 65536, 0xb516200, 65536, 0x324700, 512, 0xca16e00, 512, 0xca17000, 512});
-  /*   458 backward  BN_BWD             layer2.1.2.bn/bwd  live 187.8 MiB */
-  snrt_bn_bwd(c, &P52, F(0xc812200), F(0xb516200), F(0x324700), F(0xca16e00), F(0xca17000), F(0xb516200), F(0xb3b6200), F(0xb3b6400));
+  snrt_reads(c, 430, 5, (const int64_t[]){0xc812200, 65536, 0xb516200, 65536, 0x324700, 512, 0xca16e00, 512, 0xca17000, 512});
+  /*   430 backward  BN_BWD             layer2.1.2.bn/bwd  live 187.8 MiB */
+  snrt_bn_bwd(c, &P48, F(0xc812200), F(0xb516200), F(0x324700), F(0xca16e00), F(0xca17000), F(0xb516200), F(0xb3b6200), F(0xb3b6400));
   snrt_dead(c, 0xc812200, 65536);
   snrt_dead(c, 0xca16e00, 512);
   snrt_dead(c, 0xca17000, 512);
-  snrt_reads(c, 459, 3, (const int64_t[]){0x324700, 512, 0xb3b6200, 512, 0xb097100, 512});
-  /*   459 update    SGD                layer2.1.2.bn.weight/sgd  live 187.8 MiB */
-  snrt_sgd(c, &P289, F(0x324700), F(0xb3b6200), F(0xb097100));
+  snrt_reads(c, 431, 3, (const int64_t[]){0x324700, 512, 0xb3b6200, 512, 0xb097100, 512});
+  /*   431 update    SGD                layer2.1.2.bn.weight/sgd  live 187.8 MiB */
+  snrt_sgd(c, &P285, F(0x324700), F(0xb3b6200), F(0xb097100));
   snrt_dead(c, 0xb3b6200, 512);
-  snrt_reads(c, 460, 3, (const int64_t[]){0x324900, 512, 0xb3b6400, 512, 0xb097300, 512});
-  /*   460 update    SGD                layer2.1.2.bn.bias/sgd  live 187.8 MiB */
-  snrt_sgd(c, &P290, F(0x324900), F(0xb3b6400), F(0xb097300));
+  snrt_reads(c, 432, 3, (const int64_t[]){0x324900, 512, 0xb3b6400, 512, 0xb097300, 512});
+  /*   432 update    SGD                layer2.1.2.bn.bias/sgd  live 187.8 MiB */
+  snrt_sgd(c, &P286, F(0x324900), F(0xb3b6400), F(0xb097300));
   snrt_dead(c, 0xb3b6400, 512);
-  snrt_reads(c, 461, 2, (const int64_t[]){0xc802200, 65536, 0xb516200, 65536});
-  /*   461 backward  CONV_BWD_FILTER    layer2.1.2.conv/bwd_filter  live 188.9 MiB */
-  snrt_conv_bwd_filter(c, &P51, F(0xc802200), F(0xb516200), F(0xb3b6200), F(0xb446200));
+  snrt_reads(c, 433, 2, (const int64_t[]){0xc802200, 65536, 0xb516200, 65536});
+  /*   433 backward  CONV_BWD_FILTER    layer2.1.2.conv/bwd_filter  live 188.9 MiB */
+  snrt_conv_bwd_filter(c, &P47, F(0xc802200), F(0xb516200), F(0xb3b6200), F(0xb446200));
   snrt_dead(c, 0xb446200, 589824);
-  snrt_reads(c, 462, 2, (const int64_t[]){0xb516200, 65536, 0x294700, 589824});
-  /*   462 backward  CONV_BWD_DATA      layer2.1.2.conv/bwd_data  live 189.0 MiB */
-  snrt_conv_bwd_data(c, &P51, F(0xb516200), F(0x294700), F(0xb526200), F(0xb446200));
+  snrt_reads(c, 434, 2, (const int64_t[]){0xb516200, 65536, 0x294700, 589824});
+  /*   434 backward  CONV_BWD_DATA      layer2.1.2.conv/bwd_data  live 189.0 MiB */
+  snrt_conv_bwd_data(c, &P47, F(0xb516200), F(0x294700), F(0xb526200), F(0xb446200));
   snrt_dead(c, 0xb516200, 65536);
   snrt_dead(c, 0xb446200, 589824);
-  snrt_reads(c, 463, 3, (const int64_t[]){0x294700, 589824, 0xb3b6200, 589824, 0xb097500, 589824});
-  /*   463 update    SGD                layer2.1.2.conv.weight/sgd  live 188.3 MiB */
-  snrt_sgd(c, &P291, F(0x294700), F(0xb3b6200), F(0xb097500));
+  snrt_reads(c, 435, 3, (const int64_t[]){0x294700, 589824, 0xb3b6200, 589824, 0xb097500, 589824});
+  /*   435 update    SGD                layer2.1.2.conv.weight/sgd  live 188.3 MiB */
+  snrt_sgd(c, &P287, F(0x294700), F(0xb3b6200), F(0xb097500));
   snrt_dead(c, 0xb3b6200, 589824);
-  snrt_reads(c, 464, 2, (const int64_t[]){0xc802200, 65536, 0xb526200, 65536});
-  /*   464 backward  UNARY_BWD          layer2.1.1.relu/bwd  live 187.8 MiB */
-  snrt_unary_bwd(c, &P50, NULL, F(0xc802200), F(0xb526200), F(0xb526200));
+  snrt_reads(c, 436, 2, (const int64_t[]){0xc802200, 65536, 0xb526200, 65536});
+  /*   436 backward  UNARY_BWD          layer2.1.1.relu/bwd  live 187.8 MiB */
+  snrt_unary_bwd(c, &P46, NULL, F(0xc802200), F(0xb526200), F(0xb526200));
   snrt_dead(c, 0xc802200, 65536);
-  snrt_reads(c, 465, 5, (const int64_t[]){0xc7f2200, 65536, 0xb526200, 65536, 0x293f00, 512, 0xca16a00, 512, 0xca16c00, 512});
-  /*   465 backward  BN_BWD             layer2.1.1.bn/bwd  live 187.7 MiB */
-  snrt_bn_bwd(c, &P49, F(0xc7f2200), F(0xb526200), F(0x293f00), F(0xca16a00), F(0xca16c00), F(0xb526200), F(0xb3b6200), F(0xb3b6400));
+  snrt_reads(c, 437, 5, (const int64_t[]){0xc7f2200, 65536, 0xb526200, 65536, 0x293f00, 512, 0xca16a00, 512, 0xca16c00, 512});
+  /*   437 backward  BN_BWD             layer2.1.1.bn/bwd  live 187.7 MiB */
+  snrt_bn_bwd(c, &P45, F(0xc7f2200), F(0xb526200), F(0x293f00), F(0xca16a00), F(0xca16c00), F(0xb526200), F(0xb3b6200), F(0xb3b6400));
   snrt_dead(c, 0xc7f2200, 65536);
   snrt_dead(c, 0xca16a00, 512);
   snrt_dead(c, 0xca16c00, 512);
-  snrt_reads(c, 466, 3, (const int64_t[]){0x293f00, 512, 0xb3b6200, 512, 0xb127500, 512});
-  /*   466 update    SGD                layer2.1.1.bn.weight/sgd  live 187.6 MiB */
-  snrt_sgd(c, &P292, F(0x293f00), F(0xb3b6200), F(0xb127500));
+  snrt_reads(c, 438, 3, (const int64_t[]){0x293f00, 512, 0xb3b6200, 512, 0xb127500, 512});
+  /*   438 update    SGD                layer2.1.1.bn.weight/sgd  live 187.6 MiB */
+  snrt_sgd(c, &P288, F(0x293f00), F(0xb3b6200), F(0xb127500));
   snrt_dead(c, 0xb3b6200, 512);
-  snrt_reads(c, 467, 3, (const int64_t[]){0x294100, 512, 0xb3b6400, 512, 0xb127700, 512});
-  /*   467 update    SGD                layer2.1.1.bn.bias/sgd  live 187.6 MiB */
-  snrt_sgd(c, &P293, F(0x294100), F(0xb3b6400), F(0xb127700));
+  snrt_reads(c, 439, 3, (const int64_t[]){0x294100, 512, 0xb3b6400, 512, 0xb127700, 512});
+  /*   439 update    SGD                layer2.1.1.bn.bias/sgd  live 187.6 MiB */
+  snrt_sgd(c, &P289, F(0x294100), F(0xb3b6400), F(0xb127700));
   snrt_dead(c, 0xb3b6400, 512);
-  snrt_reads(c, 468, 2, (const int64_t[]){0xc236200, 262144, 0xb526200, 65536});
-  /*   468 backward  CONV_BWD_FILTER    layer2.1.1.conv/bwd_filter  live 187.9 MiB */
-  snrt_conv_bwd_filter(c, &P48, F(0xc236200), F(0xb526200), F(0xb3b6200), NULL);
-  snrt_reads(c, 469, 2, (const int64_t[]){0xb526200, 65536, 0x253f00, 262144});
-  /*   469 backward  CONV_BWD_DATA      layer2.1.1.conv/bwd_data  live 188.1 MiB */
-  snrt_conv_bwd_data(c, &P48, F(0xb526200), F(0x253f00), F(0xb3f6200), NULL);
+  snrt_reads(c, 440, 2, (const int64_t[]){0xc236200, 262144, 0xb526200, 65536});
+  /*   440 backward  CONV_BWD_FILTER    layer2.1.1.conv/bwd_filter  live 187.9 MiB */
+  snrt_conv_bwd_filter(c, &P44, F(0xc236200), F(0xb526200), F(0xb3b6200), NULL);
+  snrt_reads(c, 441, 2, (const int64_t[]){0xb526200, 65536, 0x253f00, 262144});
+  /*   441 backward  CONV_BWD_DATA      layer2.1.1.conv/bwd_data  live 188.1 MiB */
+  snrt_conv_bwd_data(c, &P44, F(0xb526200), F(0x253f00), F(0xb3f6200), NULL);
   snrt_dead(c, 0xb526200, 65536);
-  snrt_reads(c, 470, 2, (const int64_t[]){0xb4d6200, 262144, 0xb3f6200, 262144});
-  /*   470 backward  ACCUMULATE         layer2.1.1.conv/accumulate  live 188.1 MiB */
+  snrt_reads(c, 442, 2, (const int64_t[]){0xb4d6200, 262144, 0xb3f6200, 262144});
+  /*   442 backward  ACCUMULATE         layer2.1.1.conv/accumulate  live 188.1 MiB */
   snrt_add(c, 65536, F(0xb4d6200), F(0xb3f6200), F(0xb4d6200));
   snrt_dead(c, 0xb3f6200, 262144);
-  snrt_reads(c, 471, 3, (const int64_t[]){0x253f00, 262144, 0xb3b6200, 262144, 0xb127900, 262144});
-  /*   471 update    SGD                layer2.1.1.conv.weight/sgd  live 187.8 MiB */
-  snrt_sgd(c, &P294, F(0x253f00), F(0xb3b6200), F(0xb127900));
+  snrt_reads(c, 443, 3, (const int64_t[]){0x253f00, 262144, 0xb3b6200, 262144, 0xb127900, 262144});
+  /*   443 update    SGD                layer2.1.1.conv.weight/sgd  live 187.8 MiB */
+  snrt_sgd(c, &P290, F(0x253f00), F(0xb3b6200), F(0xb127900));
   snrt_dead(c, 0xb3b6200, 262144);
-  snrt_reads(c, 472, 2, (const int64_t[]){0xc236200, 262144, 0xb4d6200, 262144});
-  /*   472 backward  UNARY_BWD          layer2.0.out/bwd  live 187.6 MiB */
-  snrt_unary_bwd(c, &P47, NULL, F(0xc236200), F(0xb4d6200), F(0xb4d6200));
+  snrt_reads(c, 444, 2, (const int64_t[]){0xc236200, 262144, 0xb4d6200, 262144});
+  /*   444 backward  FUSED_BWD          layer2.0.out/fused2/bwd  live 188.1 MiB */
+  snrt_fused_bwd(c, &P291, (const float *const[]){NULL, NULL}, F(0xc236200), F(0xb4d6200), (float *const[]){F(0xb436200), F(0xb476200)});
   snrt_dead(c, 0xc236200, 262144);
-  snrt_reads(c, 473, 1, (const int64_t[]){0xb4d6200, 262144});
-  /*   473 backward  BINARY_BWD         layer2.0.add/bwd  live 187.8 MiB */
-  snrt_binary_bwd(c, &P46, NULL, NULL, F(0xb4d6200), F(0xb436200), F(0xb476200));
   snrt_dead(c, 0xb4d6200, 262144);
-  snrt_reads(c, 474, 5, (const int64_t[]){0xc1f6200, 262144, 0xb476200, 262144, 0x251f00, 2048, 0xca05200, 2048, 0xca05a00, 2048});
-  /*   474 backward  BN_BWD             layer2.0.down.bn/bwd  live 187.6 MiB */
-  snrt_bn_bwd(c, &P45, F(0xc1f6200), F(0xb476200), F(0x251f00), F(0xca05200), F(0xca05a00), F(0xb476200), F(0xb3b6200), F(0xb3b6a00));
+  snrt_reads(c, 445, 5, (const int64_t[]){0xc1f6200, 262144, 0xb476200, 262144, 0x251f00, 2048, 0xca05200, 2048, 0xca05a00, 2048});
+  /*   445 backward  BN_BWD             layer2.0.down.bn/bwd  live 187.6 MiB */
+  snrt_bn_bwd(c, &P42, F(0xc1f6200), F(0xb476200), F(0x251f00), F(0xca05200), F(0xca05a00), F(0xb476200), F(0xb3b6200), F(0xb3b6a00));
   snrt_dead(c, 0xc1f6200, 262144);
   snrt_dead(c, 0xca05200, 2048);
   snrt_dead(c, 0xca05a00, 2048);
-  snrt_reads(c, 475, 3, (const int64_t[]){0x251f00, 2048, 0xb3b6200, 2048, 0xb167900, 2048});
-  /*   475 update    SGD                layer2.0.down.bn.weight/sgd  live 187.3 MiB */
-  snrt_sgd(c, &P295, F(0x251f00), F(0xb3b6200), F(0xb167900));
+  snrt_reads(c, 446, 3, (const int64_t[]){0x251f00, 2048, 0xb3b6200, 2048, 0xb167900, 2048});
+  /*   446 update    SGD                layer2.0.down.bn.weight/sgd  live 187.3 MiB */
+  snrt_sgd(c, &P292, F(0x251f00), F(0xb3b6200), F(0xb167900));
   snrt_dead(c, 0xb3b6200, 2048);
-  snrt_reads(c, 476, 3, (const int64_t[]){0x252700, 2048, 0xb3b6a00, 2048, 0xb168100, 2048});
-  /*   476 update    SGD                layer2.0.down.bn.bias/sgd  live 187.3 MiB */
-  snrt_sgd(c, &P296, F(0x252700), F(0xb3b6a00), F(0xb168100));
+  snrt_reads(c, 447, 3, (const int64_t[]){0x252700, 2048, 0xb3b6a00, 2048, 0xb168100, 2048});
+  /*   447 update    SGD                layer2.0.down.bn.bias/sgd  live 187.3 MiB */
+  snrt_sgd(c, &P293, F(0x252700), F(0xb3b6a00), F(0xb168100));
   snrt_dead(c, 0xb3b6a00, 2048);
-  snrt_reads(c, 477, 2, (const int64_t[]){0xc0b6200, 524288, 0xb476200, 262144});
-  /*   477 backward  CONV_BWD_FILTER    layer2.0.down.conv/bwd_filter  live 187.9 MiB */
-  snrt_conv_bwd_filter(c, &P44, F(0xc0b6200), F(0xb476200), F(0xb3b6200), F(0xb4b6200));
+  snrt_reads(c, 448, 2, (const int64_t[]){0xc0b6200, 524288, 0xb476200, 262144});
+  /*   448 backward  CONV_BWD_FILTER    layer2.0.down.conv/bwd_filter  live 187.9 MiB */
+  snrt_conv_bwd_filter(c, &P41, F(0xc0b6200), F(0xb476200), F(0xb3b6200), F(0xb4b6200));
   snrt_dead(c, 0xb4b6200, 131072);
-  snrt_reads(c, 478, 2, (const int64_t[]){0xb476200, 262144, 0x1d1f00, 524288});
-  /*   478 backward  CONV_BWD_DATA      layer2.0.down.conv/bwd_data  live 188.4 MiB */
-  snrt_conv_bwd_data(c, &P44, F(0xb476200), F(0x1d1f00), F(0xb4d6200), F(0xb4b6200));
+  snrt_reads(c, 449, 2, (const int64_t[]){0xb476200, 262144, 0x1d1f00, 524288});
+  /*   449 backward  CONV_BWD_DATA      layer2.0.down.conv/bwd_data  live 188.4 MiB */
+  snrt_conv_bwd_data(c, &P41, F(0xb476200), F(0x1d1f00), F(0xb4d6200), F(0xb4b6200));
   snrt_dead(c, 0xb476200, 262144);
   snrt_dead(c, 0xb4b6200, 131072);
-  snrt_reads(c, 479, 3, (const int64_t[]){0x1d1f00, 524288, 0xb3b6200, 524288, 0xb168900, 524288});
-  /*   479 update    SGD                layer2.0.down.conv.weight/sgd  live 188.1 MiB */
-  snrt_sgd(c, &P297, F(0x1d1f00), F(0xb3b6200), F(0xb168900));
+  snrt_reads(c, 450, 3, (const int64_t[]){0x1d1f00, 524288, 0xb3b6200, 524288, 0xb168900, 524288});
+  /*   450 update    SGD                layer2.0.down.conv.weight/sgd  live 188.1 MiB */
+  snrt_sgd(c, &P294, F(0x1d1f00), F(0xb3b6200), F(0xb168900));
   snrt_dead(c, 0xb3b6200, 524288);
-  snrt_reads(c, 480, 5, (const int64_t[]){0xc1b6200, 262144, 0xb436200, 262144, 0x1cff00, 2048, 0xca04200, 2048, 0xca04a00, 2048});
-  /*   480 backward  BN_BWD             layer2.0.3.bn/bwd  live 187.6 MiB */
-  snrt_bn_bwd(c, &P43, F(0xc1b6200), F(0xb436200), F(0x1cff00), F(0xca04200), F(0xca04a00), F(0xb436200), F(0xb3b6200), F(0xb3b6a00));
+  snrt_reads(c, 451, 5, (const int64_t[]){0xc1b6200, 262144, 0xb436200, 262144, 0x1cff00, 2048, 0xca04200, 2048, 0xca04a00, 2048});
+  /*   451 backward  BN_BWD             layer2.0.3.bn/bwd  live 187.6 MiB */
+  snrt_bn_bwd(c, &P40, F(0xc1b6200), F(0xb436200), F(0x1cff00), F(0xca04200), F(0xca04a00), F(0xb436200), F(0xb3b6200), F(0xb3b6a00));
   snrt_dead(c, 0xc1b6200, 262144);
   snrt_dead(c, 0xca04200, 2048);
   snrt_dead(c, 0xca04a00, 2048);
-  snrt_reads(c, 481, 3, (const int64_t[]){0x1cff00, 2048, 0xb3b6200, 2048, 0xb1e8900, 2048});
-  /*   481 update    SGD                layer2.0.3.bn.weight/sgd  live 187.3 MiB */
-  snrt_sgd(c, &P298, F(0x1cff00), F(0xb3b6200), F(0xb1e8900));
+  snrt_reads(c, 452, 3, (const int64_t[]){0x1cff00, 2048, 0xb3b6200, 2048, 0xb1e8900, 2048});
+  /*   452 update    SGD                layer2.0.3.bn.weight/sgd  live 187.3 MiB */
+  snrt_sgd(c, &P295, F(0x1cff00), F(0xb3b6200), F(0xb1e8900));
   snrt_dead(c, 0xb3b6200, 2048);
-  snrt_reads(c, 482, 3, (const int64_t[]){0x1d0700, 2048, 0xb3b6a00, 2048, 0xb1e9100, 2048});
-  /*   482 update    SGD                layer2.0.3.bn.bias/sgd  live 187.3 MiB */
-  snrt_sgd(c, &P299, F(0x1d0700), F(0xb3b6a00), F(0xb1e9100));
+  snrt_reads(c, 453, 3, (const int64_t[]){0x1d0700, 2048, 0xb3b6a00, 2048, 0xb1e9100, 2048});
+  /*   453 update    SGD                layer2.0.3.bn.bias/sgd  live 187.3 MiB */
+  snrt_sgd(c, &P296, F(0x1d0700), F(0xb3b6a00), F(0xb1e9100));
   snrt_dead(c, 0xb3b6a00, 2048);
-  snrt_reads(c, 483, 2, (const int64_t[]){0xc7e2200, 65536, 0xb436200, 262144});
-  /*   483 backward  CONV_BWD_FILTER    layer2.0.3.conv/bwd_filter  live 187.6 MiB */
-  snrt_conv_bwd_filter(c, &P42, F(0xc7e2200), F(0xb436200), F(0xb3b6200), NULL);
-  snrt_reads(c, 484, 2, (const int64_t[]){0xb436200, 262144, 0x18ff00, 262144});
-  /*   484 backward  CONV_BWD_DATA      layer2.0.3.conv/bwd_data  live 187.6 MiB */
-  snrt_conv_bwd_data(c, &P42, F(0xb436200), F(0x18ff00), F(0xb596200), NULL);
+  snrt_reads(c, 454, 2, (const int64_t[]){0xc7e2200, 65536, 0xb436200, 262144});
+  /*   454 backward  CONV_BWD_FILTER    layer2.0.3.conv/bwd_filter  live 187.6 MiB */
+  snrt_conv_bwd_filter(c, &P39, F(0xc7e2200), F(0xb436200), F(0xb3b6200), NULL);
+  snrt_reads(c, 455, 2, (const int64_t[]){0xb436200, 262144, 0x18ff00, 262144});
+  /*   455 backward  CONV_BWD_DATA      layer2.0.3.conv/bwd_data  live 187.6 MiB */
+  snrt_conv_bwd_data(c, &P39, F(0xb436200), F(0x18ff00), F(0xb596200), NULL);
   snrt_dead(c, 0xb436200, 262144);
-  snrt_reads(c, 485, 3, (const int64_t[]){0x18ff00, 262144, 0xb3b6200, 262144, 0xb1e9900, 262144});
-  /*   485 update    SGD                layer2.0.3.conv.weight/sgd  live 187.4 MiB */
-  snrt_sgd(c, &P300, F(0x18ff00), F(0xb3b6200), F(0xb1e9900));
+  snrt_reads(c, 456, 3, (const int64_t[]){0x18ff00, 262144, 0xb3b6200, 262144, 0xb1e9900, 262144});
+  /*   456 update    SGD                layer2.0.3.conv.weight/sgd  live 187.4 MiB */
+  snrt_sgd(c, &P297, F(0x18ff00), F(0xb3b6200), F(0xb1e9900));
   snrt_dead(c, 0xb3b6200, 262144);
-  snrt_reads(c, 486, 2, (const int64_t[]){0xc7e2200, 65536, 0xb596200, 65536});
-  /*   486 backward  UNARY_BWD          layer2.0.2.relu/bwd  live 187.1 MiB */
-  snrt_unary_bwd(c, &P41, NULL, F(0xc7e2200), F(0xb596200), F(0xb596200));
+  snrt_reads(c, 457, 2, (const int64_t[]){0xc7e2200, 65536, 0xb596200, 65536});
+  /*   457 backward  UNARY_BWD          layer2.0.2.relu/bwd  live 187.1 MiB */
+  snrt_unary_bwd(c, &P38, NULL, F(0xc7e2200), F(0xb596200), F(0xb596200));
   snrt_dead(c, 0xc7e2200, 65536);
-  snrt_reads(c, 487, 5, (const int64_t[]){0xc7d2200, 65536, 0xb596200, 65536, 0x18f700, 512, 0xca16600, 512, 0xca16800, 512});
-  /*   487 backward  BN_BWD             layer2.0.2.bn/bwd  live 187.1 MiB */
-  snrt_bn_bwd(c, &P40, F(0xc7d2200), F(0xb596200), F(0x18f700), F(0xca16600), F(0xca16800), F(0xb596200), F(0xb3b6200), F(0xb3b6400));
+  snrt_reads(c, 458, 5, (const int64_t[]){0xc7d2200, 65536, 0xb596200, 65536, 0x18f700, 512, 0xca16600, 512, 0xca16800, 512});
+  /*   458 backward  BN_BWD             layer2.0.2.bn/bwd  live 187.1 MiB */
+  snrt_bn_bwd(c, &P37, F(0xc7d2200), F(0xb596200), F(0x18f700), F(0xca16600), F(0xca16800), F(0xb596200), F(0xb3b6200), F(0xb3b6400));
   snrt_dead(c, 0xc7d2200, 65536);
   snrt_dead(c, 0xca16600, 512);
   snrt_dead(c, 0xca16800, 512);
-  snrt_reads(c, 488, 3, (const int64_t[]){0x18f700, 512, 0xb3b6200, 512, 0xb229900, 512});
-  /*   488 update    SGD                layer2.0.2.bn.weight/sgd  live 187.0 MiB */
-  snrt_sgd(c, &P301, F(0x18f700), F(0xb3b6200), F(0xb229900));
+  snrt_reads(c, 459, 3, (const int64_t[]){0x18f700, 512, 0xb3b6200, 512, 0xb229900, 512});
+  /*   459 update    SGD                layer2.0.2.bn.weight/sgd  live 187.0 MiB */
+  snrt_sgd(c, &P298, F(0x18f700), F(0xb3b6200), F(0xb229900));
   snrt_dead(c, 0xb3b6200, 512);
-  snrt_reads(c, 489, 3, (const int64_t[]){0x18f900, 512, 0xb3b6400, 512, 0xb229b00, 512});
-  /*   489 update    SGD                layer2.0.2.bn.bias/sgd  live 187.0 MiB */
-  snrt_sgd(c, &P302, F(0x18f900), F(0xb3b6400), F(0xb229b00));
+  snrt_reads(c, 460, 3, (const int64_t[]){0x18f900, 512, 0xb3b6400, 512, 0xb229b00, 512});
+  /*   460 update    SGD                layer2.0.2.bn.bias/sgd  live 187.0 MiB */
+  snrt_sgd(c, &P299, F(0x18f900), F(0xb3b6400), F(0xb229b00));
   snrt_dead(c, 0xb3b6400, 512);
-  snrt_reads(c, 490, 2, (const int64_t[]){0xc176200, 262144, 0xb596200, 65536});
-  /*   490 backward  CONV_BWD_FILTER    layer2.0.2.conv/bwd_filter  live 188.1 MiB */
-  snrt_conv_bwd_filter(c, &P39, F(0xc176200), F(0xb596200), F(0xb3b6200), F(0xb446200));
+  snrt_reads(c, 461, 2, (const int64_t[]){0xc176200, 262144, 0xb596200, 65536});
+  /*   461 backward  CONV_BWD_FILTER    layer2.0.2.conv/bwd_filter  live 188.1 MiB */
+  snrt_conv_bwd_filter(c, &P36, F(0xc176200), F(0xb596200), F(0xb3b6200), F(0xb446200));
   snrt_dead(c, 0xb446200, 589824);
-  snrt_reads(c, 491, 2, (const int64_t[]){0xb596200, 65536, 0xff700, 589824});
-  /*   491 backward  CONV_BWD_DATA      layer2.0.2.conv/bwd_data  live 188.4 MiB */
-  snrt_conv_bwd_data(c, &P39, F(0xb596200), F(0xff700), F(0xb556200), F(0xb446200));
+  snrt_reads(c, 462, 2, (const int64_t[]){0xb596200, 65536, 0xff700, 589824});
+  /*   462 backward  CONV_BWD_DATA      layer2.0.2.conv/bwd_data  live 188.4 MiB */
+  snrt_conv_bwd_data(c, &P36, F(0xb596200), F(0xff700), F(0xb556200), F(0xb446200));
   snrt_dead(c, 0xb596200, 65536);
   snrt_dead(c, 0xb446200, 589824);
-  snrt_reads(c, 492, 3, (const int64_t[]){0xff700, 589824, 0xb3b6200, 589824, 0xb229d00, 589824});
-  /*   492 update    SGD                layer2.0.2.conv.weight/sgd  live 187.8 MiB */
-  snrt_sgd(c, &P303, F(0xff700), F(0xb3b6200), F(0xb229d00));
+  snrt_reads(c, 463, 3, (const int64_t[]){0xff700, 589824, 0xb3b6200, 589824, 0xb229d00, 589824});
+  /*   463 update    SGD                layer2.0.2.conv.weight/sgd  live 187.8 MiB */
+  snrt_sgd(c, &P300, F(0xff700), F(0xb3b6200), F(0xb229d00));
   snrt_dead(c, 0xb3b6200, 589824);
-  snrt_reads(c, 493, 2, (const int64_t[]){0xc176200, 262144, 0xb556200, 262144});
-  /*   493 backward  UNARY_BWD          layer2.0.1.relu/bwd  live 187.2 MiB */
-  snrt_unary_bwd(c, &P38, NULL, F(0xc176200), F(0xb556200), F(0xb556200));
+  snrt_reads(c, 464, 2, (const int64_t[]){0xc176200, 262144, 0xb556200, 262144});
+  /*   464 backward  UNARY_BWD          layer2.0.1.relu/bwd  live 187.2 MiB */
+  snrt_unary_bwd(c, &P35, NULL, F(0xc176200), F(0xb556200), F(0xb556200));
   snrt_dead(c, 0xc176200, 262144);
-  snrt_reads(c, 494, 5, (const int64_t[]){0xc136200, 262144, 0xb556200, 262144, 0xfef00, 512, 0xca16200, 512, 0xca16400, 512});
-  /*   494 backward  BN_BWD             layer2.0.1.bn/bwd  live 186.9 MiB */
-  snrt_bn_bwd(c, &P37, F(0xc136200), F(0xb556200), F(0xfef00), F(0xca16200), F(0xca16400), F(0xb556200), F(0xb3b6200), F(0xb3b6400));
+  snrt_reads(c, 465, 5, (const int64_t[]){0xc136200, 262144, 0xb556200, 262144, 0xfef00, 512, 0xca16200, 512, 0xca16400, 512});
+  /*   465 backward  BN_BWD             layer2.0.1.bn/bwd  live 186.9 MiB */
+  snrt_bn_bwd(c, &P34, F(0xc136200), F(0xb556200), F(0xfef00), F(0xca16200), F(0xca16400), F(0xb556200), F(0xb3b6200), F(0xb3b6400));
   snrt_dead(c, 0xc136200, 262144);
   snrt_dead(c, 0xca16200, 512);
   snrt_dead(c, 0xca16400, 512);
-  snrt_reads(c, 495, 3, (const int64_t[]){0xfef00, 512, 0xb3b6200, 512, 0xb2b9d00, 512});
-  /*   495 update    SGD                layer2.0.1.bn.weight/sgd  live 186.7 MiB */
-  snrt_sgd(c, &P304, F(0xfef00), F(0xb3b6200), F(0xb2b9d00));
+  snrt_reads(c, 466, 3, (const int64_t[]){0xfef00, 512, 0xb3b6200, 512, 0xb2b9d00, 512});
+  /*   466 update    SGD                layer2.0.1.bn.weight/sgd  live 186.7 MiB */
+  snrt_sgd(c, &P301, F(0xfef00), F(0xb3b6200), F(0xb2b9d00));
   snrt_dead(c, 0xb3b6200, 512);
-  snrt_reads(c, 496, 3, (const int64_t[]){0xff100, 512, 0xb3b6400, 512, 0xb2b9f00, 512});
-  /*   496 update    SGD                layer2.0.1.bn.bias/sgd  live 186.7 MiB */
-  snrt_sgd(c, &P305, F(0xff100), F(0xb3b6400), F(0xb2b9f00));
+  snrt_reads(c, 467, 3, (const int64_t[]){0xff100, 512, 0xb3b6400, 512, 0xb2b9f00, 512});
+  /*   467 update    SGD                layer2.0.1.bn.bias/sgd  live 186.7 MiB */
+  snrt_sgd(c, &P302, F(0xff100), F(0xb3b6400), F(0xb2b9f00));
   snrt_dead(c, 0xb3b6400, 512);
-  snrt_reads(c, 497, 2, (const int64_t[]){0xc0b6200, 524288, 0xb556200, 262144});
-  /*   497 backward  CONV_BWD_FILTER    layer2.0.1.conv/bwd_filter  live 186.8 MiB */
-  snrt_conv_bwd_filter(c, &P36, F(0xc0b6200), F(0xb556200), F(0xb436200), NULL);
-  snrt_reads(c, 498, 2, (const int64_t[]){0xb556200, 262144, 0xdef00, 131072});
-  /*   498 backward  CONV_BWD_DATA      layer2.0.1.conv/bwd_data  live 187.3 MiB */
-  snrt_conv_bwd_data(c, &P36, F(0xb556200), F(0xdef00), F(0xb3b6200), NULL);
+  snrt_reads(c, 468, 2, (const int64_t[]){0xc0b6200, 524288, 0xb556200, 262144});
+  /*   468 backward  CONV_BWD_FILTER    layer2.0.1.conv/bwd_filter  live 186.8 MiB */
+  snrt_conv_bwd_filter(c, &P33, F(0xc0b6200), F(0xb556200), F(0xb436200), NULL);
+  snrt_reads(c, 469, 2, (const int64_t[]){0xb556200, 262144, 0xdef00, 131072});
+  /*   469 backward  CONV_BWD_DATA      layer2.0.1.conv/bwd_data  live 187.3 MiB */
+  snrt_conv_bwd_data(c, &P33, F(0xb556200), F(0xdef00), F(0xb3b6200), NULL);
   snrt_dead(c, 0xb556200, 262144);
-  snrt_reads(c, 499, 2, (const int64_t[]){0xb4d6200, 524288, 0xb3b6200, 524288});
-  /*   499 backward  ACCUMULATE         layer2.0.1.conv/accumulate  live 187.1 MiB */
+  snrt_reads(c, 470, 2, (const int64_t[]){0xb4d6200, 524288, 0xb3b6200, 524288});
+  /*   470 backward  ACCUMULATE         layer2.0.1.conv/accumulate  live 187.1 MiB */
   snrt_add(c, 131072, F(0xb4d6200), F(0xb3b6200), F(0xb4d6200));
   snrt_dead(c, 0xb3b6200, 524288);
-  snrt_reads(c, 500, 3, (const int64_t[]){0xdef00, 131072, 0xb436200, 131072, 0xb2ba100, 131072});
-  /*   500 update    SGD                layer2.0.1.conv.weight/sgd  live 186.6 MiB */
-  snrt_sgd(c, &P306, F(0xdef00), F(0xb436200), F(0xb2ba100));
+  snrt_reads(c, 471, 3, (const int64_t[]){0xdef00, 131072, 0xb436200, 131072, 0xb2ba100, 131072});
+  /*   471 update    SGD                layer2.0.1.conv.weight/sgd  live 186.6 MiB */
+  snrt_sgd(c, &P303, F(0xdef00), F(0xb436200), F(0xb2ba100));
   snrt_dead(c, 0xb436200, 131072);
-  snrt_reads(c, 501, 2, (const int64_t[]){0xc0b6200, 524288, 0xb4d6200, 524288});
-  /*   501 backward  UNARY_BWD          layer1.2.out/bwd  live 186.4 MiB */
-  snrt_unary_bwd(c, &P35, NULL, F(0xc0b6200), F(0xb4d6200), F(0xb4d6200));
+  snrt_reads(c, 472, 2, (const int64_t[]){0xc0b6200, 524288, 0xb4d6200, 524288});
+  /*   472 backward  FUSED_BWD          layer1.2.out/fused2/bwd  live 187.4 MiB */
+  snrt_fused_bwd(c, &P304, (const float *const[]){NULL, NULL}, F(0xc0b6200), F(0xb4d6200), (float *const[]){F(0xb3b6200), F(0xb556200)});
   snrt_dead(c, 0xc0b6200, 524288);
-  snrt_reads(c, 502, 1, (const int64_t[]){0xb4d6200, 524288});
-  /*   502 backward  BINARY_BWD         layer1.2.add/bwd  live 186.9 MiB */
-  snrt_binary_bwd(c, &P34, NULL, NULL, F(0xb4d6200), F(0xb3b6200), F(0xb556200));
   snrt_dead(c, 0xb4d6200, 524288);
-  snrt_reads(c, 503, 5, (const int64_t[]){0xc036200, 524288, 0xb3b6200, 524288, 0xddf00, 1024, 0xca0fa00, 1024, 0xca0fe00, 1024});
-  /*   503 backward  BN_BWD             layer1.2.3.bn/bwd  live 186.4 MiB */
-  snrt_bn_bwd(c, &P33, F(0xc036200), F(0xb3b6200), F(0xddf00), F(0xca0fa00), F(0xca0fe00), F(0xb3b6200), F(0xb436200), F(0xb436600));
+  snrt_reads(c, 473, 5, (const int64_t[]){0xc036200, 524288, 0xb3b6200, 524288, 0xddf00, 1024, 0xca0fa00, 1024, 0xca0fe00, 1024});
+  /*   473 backward  BN_BWD             layer1.2.3.bn/bwd  live 186.4 MiB */
+  snrt_bn_bwd(c, &P31, F(0xc036200), F(0xb3b6200), F(0xddf00), F(0xca0fa00), F(0xca0fe00), F(0xb3b6200), F(0xb436200), F(0xb436600));
   snrt_dead(c, 0xc036200, 524288);
   snrt_dead(c, 0xca0fa00, 1024);
   snrt_dead(c, 0xca0fe00, 1024);
-  snrt_reads(c, 504, 3, (const int64_t[]){0xddf00, 1024, 0xb436200, 1024, 0xb2da100, 1024});
-  /*   504 update    SGD                layer1.2.3.bn.weight/sgd  live 185.9 MiB */
-  snrt_sgd(c, &P307, F(0xddf00), F(0xb436200), F(0xb2da100));
+  snrt_reads(c, 474, 3, (const int64_t[]){0xddf00, 1024, 0xb436200, 1024, 0xb2da100, 1024});
+  /*   474 update    SGD                layer1.2.3.bn.weight/sgd  live 185.9 MiB */
+  snrt_sgd(c, &P305, F(0xddf00), F(0xb436200), F(0xb2da100));
   snrt_dead(c, 0xb436200, 1024);
-  snrt_reads(c, 505, 3, (const int64_t[]){0xde300, 1024, 0xb436600, 1024, 0xb2da500, 1024});
-  /*   505 update    SGD                layer1.2.3.bn.bias/sgd  live 185.9 MiB */
-  snrt_sgd(c, &P308, F(0xde300), F(0xb436600), F(0xb2da500));
+  snrt_reads(c, 475, 3, (const int64_t[]){0xde300, 1024, 0xb436600, 1024, 0xb2da500, 1024});
+  /*   475 update    SGD                layer1.2.3.bn.bias/sgd  live 185.9 MiB */
+  snrt_sgd(c, &P306, F(0xde300), F(0xb436600), F(0xb2da500));
   snrt_dead(c, 0xb436600, 1024);
-  snrt_reads(c, 506, 2, (const int64_t[]){0xc59a200, 131072, 0xb3b6200, 524288});
-  /*   506 backward  CONV_BWD_FILTER    layer1.2.3.conv/bwd_filter  live 186.0 MiB */
-  snrt_conv_bwd_filter(c, &P32, F(0xc59a200), F(0xb3b6200), F(0xb436200), NULL);
-  snrt_reads(c, 507, 2, (const int64_t[]){0xb3b6200, 524288, 0xcdf00, 65536});
-  /*   507 backward  CONV_BWD_DATA      layer1.2.3.conv/bwd_data  live 186.1 MiB */
-  snrt_conv_bwd_data(c, &P32, F(0xb3b6200), F(0xcdf00), F(0xb4fa200), NULL);
+  snrt_reads(c, 476, 2, (const int64_t[]){0xc59a200, 131072, 0xb3b6200, 524288});
+  /*   476 backward  CONV_BWD_FILTER    layer1.2.3.conv/bwd_filter  live 186.0 MiB */
+  snrt_conv_bwd_filter(c, &P30, F(0xc59a200), F(0xb3b6200), F(0xb436200), NULL);
+  snrt_reads(c, 477, 2, (const int64_t[]){0xb3b6200, 524288, 0xcdf00, 65536});
+  /*   477 backward  CONV_BWD_DATA      layer1.2.3.conv/bwd_data  live 186.1 MiB */
+  snrt_conv_bwd_data(c, &P30, F(0xb3b6200), F(0xcdf00), F(0xb4fa200), NULL);
   snrt_dead(c, 0xb3b6200, 524288);
-  snrt_reads(c, 508, 3, (const int64_t[]){0xcdf00, 65536, 0xb436200, 65536, 0xb2da900, 65536});
-  /*   508 update    SGD                layer1.2.3.conv.weight/sgd  live 185.6 MiB */
-  snrt_sgd(c, &P309, F(0xcdf00), F(0xb436200), F(0xb2da900));
+  snrt_reads(c, 478, 3, (const int64_t[]){0xcdf00, 65536, 0xb436200, 65536, 0xb2da900, 65536});
+  /*   478 update    SGD                layer1.2.3.conv.weight/sgd  live 185.6 MiB */
+  snrt_sgd(c, &P307, F(0xcdf00), F(0xb436200), F(0xb2da900));
   snrt_dead(c, 0xb436200, 65536);
-  snrt_reads(c, 509, 2, (const int64_t[]){0xc59a200, 131072, 0xb4fa200, 131072});
-  /*   509 backward  UNARY_BWD          layer1.2.2.relu/bwd  live 185.6 MiB */
-  snrt_unary_bwd(c, &P31, NULL, F(0xc59a200), F(0xb4fa200), F(0xb4fa200));
+  snrt_reads(c, 479, 2, (const int64_t[]){0xc59a200, 131072, 0xb4fa200, 131072});
+  /*   479 backward  UNARY_BWD          layer1.2.2.relu/bwd  live 185.6 MiB */
+  snrt_unary_bwd(c, &P29, NULL, F(0xc59a200), F(0xb4fa200), F(0xb4fa200));
   snrt_dead(c, 0xc59a200, 131072);
-  snrt_reads(c, 510, 5, (const int64_t[]){0xc57a200, 131072, 0xb4fa200, 131072, 0xcdb00, 256, 0xca18e00, 256, 0xca18f00, 256});
-  /*   510 backward  BN_BWD             layer1.2.2.bn/bwd  live 185.4 MiB */
-  snrt_bn_bwd(c, &P30, F(0xc57a200), F(0xb4fa200), F(0xcdb00), F(0xca18e00), F(0xca18f00), F(0xb4fa200), F(0xb3b6200), F(0xb3b6300));
+  snrt_reads(c, 480, 5, (const int64_t[]){0xc57a200, 131072, 0xb4fa200, 131072, 0xcdb00, 256, 0xca18e00, 256, 0xca18f00, 256});
+  /*   480 backward  BN_BWD             layer1.2.2.bn/bwd  live 185.4 MiB */
+  snrt_bn_bwd(c, &P28, F(0xc57a200), F(0xb4fa200), F(0xcdb00), F(0xca18e00), F(0xca18f00), F(0xb4fa200), F(0xb3b6200), F(0xb3b6300));
   snrt_dead(c, 0xc57a200, 131072);
   snrt_dead(c, 0xca18e00, 256);
   snrt_dead(c, 0xca18f00, 256);
-  snrt_reads(c, 511, 3, (const int64_t[]){0xcdb00, 256, 0xb3b6200, 256, 0xb2ea900, 256});
-  /*   511 update    SGD                layer1.2.2.bn.weight/sgd  live 185.3 MiB */
-  snrt_sgd(c, &P310, F(0xcdb00), F(0xb3b6200), F(0xb2ea900));
+  snrt_reads(c, 481, 3, (const int64_t[]){0xcdb00, 256, 0xb3b6200, 256, 0xb2ea900, 256});
+  /*   481 update    SGD                layer1.2.2.bn.weight/sgd  live 185.3 MiB */
+  snrt_sgd(c, &P308, F(0xcdb00), F(0xb3b6200), F(0xb2ea900));
   snrt_dead(c, 0xb3b6200, 256);
-  snrt_reads(c, 512, 3, (const int64_t[]){0xcdc00, 256, 0xb3b6300, 256, 0xb2eaa00, 256});
-  /*   512 update    SGD                layer1.2.2.bn.bias/sgd  live 185.3 MiB */
-  snrt_sgd(c, &P311, F(0xcdc00), F(0xb3b6300), F(0xb2eaa00));
+  snrt_reads(c, 482, 3, (const int64_t[]){0xcdc00, 256, 0xb3b6300, 256, 0xb2eaa00, 256});
+  /*   482 update    SGD                layer1.2.2.bn.bias/sgd  live 185.3 MiB */
+  snrt_sgd(c, &P309, F(0xcdc00), F(0xb3b6300), F(0xb2eaa00));
   snrt_dead(c, 0xb3b6300, 256);
-  snrt_reads(c, 513, 2, (const int64_t[]){0xc55a200, 131072, 0xb4fa200, 131072});
-  /*   513 backward  CONV_BWD_FILTER    layer1.2.2.conv/bwd_filter  live 186.6 MiB */
-  snrt_conv_bwd_filter(c, &P29, F(0xc55a200), F(0xb4fa200), F(0xb4d6200), F(0xb3b6200));
+  snrt_reads(c, 483, 2, (const int64_t[]){0xc55a200, 131072, 0xb4fa200, 131072});
+  /*   483 backward  CONV_BWD_FILTER    layer1.2.2.conv/bwd_filter  live 186.6 MiB */
+  snrt_conv_bwd_filter(c, &P27, F(0xc55a200), F(0xb4fa200), F(0xb4d6200), F(0xb3b6200));
   snrt_dead(c, 0xb3b6200, 1179648);
-  snrt_reads(c, 514, 2, (const int64_t[]){0xb4fa200, 131072, 0xa9b00, 147456});
-  /*   514 backward  CONV_BWD_DATA      layer1.2.2.conv/bwd_data  live 186.7 MiB */
-  snrt_conv_bwd_data(c, &P29, F(0xb4fa200), F(0xa9b00), F(0xb51a200), F(0xb3b6200));
+  snrt_reads(c, 484, 2, (const int64_t[]){0xb4fa200, 131072, 0xa9b00, 147456});
+  /*   484 backward  CONV_BWD_DATA      layer1.2.2.conv/bwd_data  live 186.7 MiB */
+  snrt_conv_bwd_data(c, &P27, F(0xb4fa200), F(0xa9b00), F(0xb51a200), F(0xb3b6200));
   snrt_dead(c, 0xb4fa200, 131072);
   snrt_dead(c, 0xb3b6200, 1179648);
-  snrt_reads(c, 515, 3, (const int64_t[]){0xa9b00, 147456, 0xb4d6200, 147456, 0xb2eab00, 147456});
-  /*   515 update    SGD                layer1.2.2.conv.weight/sgd  live 185.5 MiB */
-  snrt_sgd(c, &P312, F(0xa9b00), F(0xb4d6200), F(0xb2eab00));
+  snrt_reads(c, 485, 3, (const int64_t[]){0xa9b00, 147456, 0xb4d6200, 147456, 0xb2eab00, 147456});
+  /*   485 update    SGD                layer1.2.2.conv.weight/sgd  live 185.5 MiB */
+  snrt_sgd(c, &P310, F(0xa9b00), F(0xb4d6200), F(0xb2eab00));
   snrt_dead(c, 0xb4d6200, 147456);
-  snrt_reads(c, 516, 2, (const int64_t[]){0xc55a200, 131072, 0xb51a200, 131072});
-  /*   516 backward  UNARY_BWD          layer1.2.1.relu/bwd  live 185.3 MiB */
-  snrt_unary_bwd(c, &P28, NULL, F(0xc55a200), F(0xb51a200), F(0xb51a200));
+  snrt_reads(c, 486, 2, (const int64_t[]){0xc55a200, 131072, 0xb51a200, 131072});
+  /*   486 backward  UNARY_BWD          layer1.2.1.relu/bwd  live 185.3 MiB */
+  snrt_unary_bwd(c, &P26, NULL, F(0xc55a200), F(0xb51a200), F(0xb51a200));
   snrt_dead(c, 0xc55a200, 131072);
-  snrt_reads(c, 517, 5, (const int64_t[]){0xc53a200, 131072, 0xb51a200, 131072, 0xa9700, 256, 0xca18c00, 256, 0xca18d00, 256});
-  /*   517 backward  BN_BWD             layer1.2.1.bn/bwd  live 185.2 MiB */
-  snrt_bn_bwd(c, &P27, F(0xc53a200), F(0xb51a200), F(0xa9700), F(0xca18c00), F(0xca18d00), F(0xb51a200), F(0xb3b6200), F(0xb3b6300));
+  snrt_reads(c, 487, 5, (const int64_t[]){0xc53a200, 131072, 0xb51a200, 131072, 0xa9700, 256, 0xca18c00, 256, 0xca18d00, 256});
+  /*   487 backward  BN_BWD             layer1.2.1.bn/bwd  live 185.2 MiB */
+  snrt_bn_bwd(c, &P25, F(0xc53a200), F(0xb51a200), F(0xa9700), F(0xca18c00), F(0xca18d00), F(0xb51a200), F(0xb3b6200), F(0xb3b6300));
   snrt_dead(c, 0xc53a200, 131072);
   snrt_dead(c, 0xca18c00, 256);
   snrt_dead(c, 0xca18d00, 256);
-  snrt_reads(c, 518, 3, (const int64_t[]){0xa9700, 256, 0xb3b6200, 256, 0xb30eb00, 256});
-  /*   518 update    SGD                layer1.2.1.bn.weight/sgd  live 185.1 MiB */
-  snrt_sgd(c, &P313, F(0xa9700), F(0xb3b6200), F(0xb30eb00));
+  snrt_reads(c, 488, 3, (const int64_t[]){0xa9700, 256, 0xb3b6200, 256, 0xb30eb00, 256});
+  /*   488 update    SGD                layer1.2.1.bn.weight/sgd  live 185.1 MiB */
+  snrt_sgd(c, &P311, F(0xa9700), F(0xb3b6200), F(0xb30eb00));
   snrt_dead(c, 0xb3b6200, 256);
-  snrt_reads(c, 519, 3, (const int64_t[]){0xa9800, 256, 0xb3b6300, 256, 0xb30ec00, 256});
-  /*   519 update    SGD                layer1.2.1.bn.bias/sgd  live 185.1 MiB */
-  snrt_sgd(c, &P314, F(0xa9800), F(0xb3b6300), F(0xb30ec00));
+  snrt_reads(c, 489, 3, (const int64_t[]){0xa9800, 256, 0xb3b6300, 256, 0xb30ec00, 256});
+  /*   489 update    SGD                layer1.2.1.bn.bias/sgd  live 185.1 MiB */
+  snrt_sgd(c, &P312, F(0xa9800), F(0xb3b6300), F(0xb30ec00));
   snrt_dead(c, 0xb3b6300, 256);
-  snrt_reads(c, 520, 2, (const int64_t[]){0xbfb6200, 524288, 0xb51a200, 131072});
-  /*   520 backward  CONV_BWD_FILTER    layer1.2.1.conv/bwd_filter  live 185.1 MiB */
-  snrt_conv_bwd_filter(c, &P26, F(0xbfb6200), F(0xb51a200), F(0xb436200), NULL);
-  snrt_reads(c, 521, 2, (const int64_t[]){0xb51a200, 131072, 0x99700, 65536});
-  /*   521 backward  CONV_BWD_DATA      layer1.2.1.conv/bwd_data  live 185.6 MiB */
-  snrt_conv_bwd_data(c, &P26, F(0xb51a200), F(0x99700), F(0xb3b6200), NULL);
+  snrt_reads(c, 490, 2, (const int64_t[]){0xbfb6200, 524288, 0xb51a200, 131072});
+  /*   490 backward  CONV_BWD_FILTER    layer1.2.1.conv/bwd_filter  live 185.1 MiB */
+  snrt_conv_bwd_filter(c, &P24, F(0xbfb6200), F(0xb51a200), F(0xb436200), NULL);
+  snrt_reads(c, 491, 2, (const int64_t[]){0xb51a200, 131072, 0x99700, 65536});
+  /*   491 backward  CONV_BWD_DATA      layer1.2.1.conv/bwd_data  live 185.6 MiB */
+  snrt_conv_bwd_data(c, &P24, F(0xb51a200), F(0x99700), F(0xb3b6200), NULL);
   snrt_dead(c, 0xb51a200, 131072);
-  snrt_reads(c, 522, 2, (const int64_t[]){0xb556200, 524288, 0xb3b6200, 524288});
-  /*   522 backward  ACCUMULATE         layer1.2.1.conv/accumulate  live 185.5 MiB */
+  snrt_reads(c, 492, 2, (const int64_t[]){0xb556200, 524288, 0xb3b6200, 524288});
+  /*   492 backward  ACCUMULATE         layer1.2.1.conv/accumulate  live 185.5 MiB */
   snrt_add(c, 131072, F(0xb556200), F(0xb3b6200), F(0xb556200));
   snrt_dead(c, 0xb3b6200, 524288);
-  snrt_reads(c, 523, 3, (const int64_t[]){0x99700, 65536, 0xb436200, 65536, 0xb30ed00, 65536});
-  /*   523 update    SGD                layer1.2.1.conv.weight/sgd  live 185.0 MiB */
-  snrt_sgd(c, &P315, F(0x99700), F(0xb436200), F(0xb30ed00));
+  snrt_reads(c, 493, 3, (const int64_t[]){0x99700, 65536, 0xb436200, 65536, 0xb30ed00, 65536});
+  /*   493 update    SGD                layer1.2.1.conv.weight/sgd  live 185.0 MiB */
+  snrt_sgd(c, &P313, F(0x99700), F(0xb436200), F(0xb30ed00));
   snrt_dead(c, 0xb436200, 65536);
-  snrt_reads(c, 524, 2, (const int64_t[]){0xbfb6200, 524288, 0xb556200, 524288});
-  /*   524 backward  UNARY_BWD          layer1.1.out/bwd  live 184.9 MiB */
-  snrt_unary_bwd(c, &P25, NULL, F(0xbfb6200), F(0xb556200), F(0xb556200));
+  snrt_reads(c, 494, 2, (const int64_t[]){0xbfb6200, 524288, 0xb556200, 524288});
+  /*   494 backward  FUSED_BWD          layer1.1.out/fused2/bwd  live 185.9 MiB */
+  snrt_fused_bwd(c, &P314, (const float *const[]){NULL, NULL}, F(0xbfb6200), F(0xb556200), (float *const[]){F(0xb3b6200), F(0xb4d6200)});
   snrt_dead(c, 0xbfb6200, 524288);
-  snrt_reads(c, 525, 1, (const int64_t[]){0xb556200, 524288});
-  /*   525 backward  BINARY_BWD         layer1.1.add/bwd  live 185.4 MiB */
-  snrt_binary_bwd(c, &P24, NULL, NULL, F(0xb556200), F(0xb3b6200), F(0xb4d6200));
   snrt_dead(c, 0xb556200, 524288);
-  snrt_reads(c, 526, 5, (const int64_t[]){0xbf36200, 524288, 0xb3b6200, 524288, 0x98700, 1024, 0xca0f200, 1024, 0xca0f600, 1024});
-  /*   526 backward  BN_BWD             layer1.1.3.bn/bwd  live 184.9 MiB */
-  snrt_bn_bwd(c, &P23, F(0xbf36200), F(0xb3b6200), F(0x98700), F(0xca0f200), F(0xca0f600), F(0xb3b6200), F(0xb436200), F(0xb436600));
+  snrt_reads(c, 495, 5, (const int64_t[]){0xbf36200, 524288, 0xb3b6200, 524288, 0x98700, 1024, 0xca0f200, 1024, 0xca0f600, 1024});
+  /*   495 backward  BN_BWD             layer1.1.3.bn/bwd  live 184.9 MiB */
+  snrt_bn_bwd(c, &P22, F(0xbf36200), F(0xb3b6200), F(0x98700), F(0xca0f200), F(0xca0f600), F(0xb3b6200), F(0xb436200), F(0xb436600));
   snrt_dead(c, 0xbf36200, 524288);
   snrt_dead(c, 0xca0f200, 1024);
   snrt_dead(c, 0xca0f600, 1024);
-  snrt_reads(c, 527, 3, (const int64_t[]){0x98700, 1024, 0xb436200, 1024, 0xb31ed00, 1024});
-  /*   527 update    SGD                layer1.1.3.bn.weight/sgd  live 184.4 MiB */
-  snrt_sgd(c, &P316, F(0x98700), F(0xb436200), F(0xb31ed00));
+  snrt_reads(c, 496, 3, (const int64_t[]){0x98700, 1024, 0xb436200, 1024, 0xb31ed00, 1024});
+  /*   496 update    SGD                layer1.1.3.bn.weight/sgd  live 184.4 MiB */
+  snrt_sgd(c, &P315, F(0x98700), F(0xb436200), F(0xb31ed00));
   snrt_dead(c, 0xb436200, 1024);
-  snrt_reads(c, 528, 3, (const int64_t[]){0x98b00, 1024, 0xb436600, 1024, 0xb31f100, 1024});
-  /*   528 update    SGD                layer1.1.3.bn.bias/sgd  live 184.4 MiB */
-  snrt_sgd(c, &P317, F(0x98b00), F(0xb436600), F(0xb31f100));
+  snrt_reads(c, 497, 3, (const int64_t[]){0x98b00, 1024, 0xb436600, 1024, 0xb31f100, 1024});
+  /*   497 update    SGD                layer1.1.3.bn.bias/sgd  live 184.4 MiB */
+  snrt_sgd(c, &P316, F(0x98b00), F(0xb436600), F(0xb31f100));
   snrt_dead(c, 0xb436600, 1024);
-  snrt_reads(c, 529, 2, (const int64_t[]){0xc51a200, 131072, 0xb3b6200, 524288});
-  /*   529 backward  CONV_BWD_FILTER    layer1.1.3.conv/bwd_filter  live 184.5 MiB */
-  snrt_conv_bwd_filter(c, &P22, F(0xc51a200), F(0xb3b6200), F(0xb436200), NULL);
-  snrt_reads(c, 530, 2, (const int64_t[]){0xb3b6200, 524288, 0x88700, 65536});
-  /*   530 backward  CONV_BWD_DATA      layer1.1.3.conv/bwd_data  live 184.6 MiB */
-  snrt_conv_bwd_data(c, &P22, F(0xb3b6200), F(0x88700), F(0xb57a200), NULL);
+  snrt_reads(c, 498, 2, (const int64_t[]){0xc51a200, 131072, 0xb3b6200, 524288});
+  /*   498 backward  CONV_BWD_FILTER    layer1.1.3.conv/bwd_filter  live 184.5 MiB */
+  snrt_conv_bwd_filter(c, &P21, F(0xc51a200), F(0xb3b6200), F(0xb436200), NULL);
+  snrt_reads(c, 499, 2, (const int64_t[]){0xb3b6200, 524288, 0x88700, 65536});
+  /*   499 backward  CONV_BWD_DATA      layer1.1.3.conv/bwd_data  live 184.6 MiB */
+  snrt_conv_bwd_data(c, &P21, F(0xb3b6200), F(0x88700), F(0xb57a200), NULL);
   snrt_dead(c, 0xb3b6200, 524288);
-  snrt_reads(c, 531, 3, (const int64_t[]){0x88700, 65536, 0xb436200, 65536, 0xb31f500, 65536});
-  /*   531 update    SGD                layer1.1.3.conv.weight/sgd  live 184.1 MiB */
-  snrt_sgd(c, &P318, F(0x88700), F(0xb436200), F(0xb31f500));
+  snrt_reads(c, 500, 3, (const int64_t[]){0x88700, 65536, 0xb436200, 65536, 0xb31f500, 65536});
+  /*   500 update    SGD                layer1.1.3.conv.weight/sgd  live 184.1 MiB */
+  snrt_sgd(c, &P317, F(0x88700), F(0xb436200), F(0xb31f500));
   snrt_dead(c, 0xb436200, 65536);
-  snrt_reads(c, 532, 2, (const int64_t[]){0xc51a200, 131072, 0xb57a200, 131072});
-  /*   532 backward  UNARY_BWD          layer1.1.2.relu/bwd  live 184.1 MiB */
-  snrt_unary_bwd(c, &P21, NULL, F(0xc51a200), F(0xb57a200), F(0xb57a200));
+  snrt_reads(c, 501, 2, (const int64_t[]){0xc51a200, 131072, 0xb57a200, 131072});
+  /*   501 backward  UNARY_BWD          layer1.1.2.relu/bwd  live 184.1 MiB */
+  snrt_unary_bwd(c, &P20, NULL, F(0xc51a200), F(0xb57a200), F(0xb57a200));
   snrt_dead(c, 0xc51a200, 131072);
-  snrt_reads(c, 533, 5, (const int64_t[]){0xc4fa200, 131072, 0xb57a200, 131072, 0x88300, 256, 0xca18a00, 256, 0xca18b00, 256});
-  /*   533 backward  BN_BWD             layer1.1.2.bn/bwd  live 183.9 MiB */
-  snrt_bn_bwd(c, &P20, F(0xc4fa200), F(0xb57a200), F(0x88300), F(0xca18a00), F(0xca18b00), F(0xb57a200), F(0xb3b6200), F(0xb3b6300));
+  snrt_reads(c, 502, 5, (const int64_t[]){0xc4fa200, 131072, 0xb57a200, 131072, 0x88300, 256, 0xca18a00, 256, 0xca18b00, 256});
+  /*   502 backward  BN_BWD             layer1.1.2.bn/bwd  live 183.9 MiB */
+  snrt_bn_bwd(c, &P19, F(0xc4fa200), F(0xb57a200), F(0x88300), F(0xca18a00), F(0xca18b00), F(0xb57a200), F(0xb3b6200), F(0xb3b6300));
   snrt_dead(c, 0xc4fa200, 131072);
   snrt_dead(c, 0xca18a00, 256);
   snrt_dead(c, 0xca18b00, 256);
-  snrt_reads(c, 534, 3, (const int64_t[]){0x88300, 256, 0xb3b6200, 256, 0xb32f500, 256});
-  /*   534 update    SGD                layer1.1.2.bn.weight/sgd  live 183.8 MiB */
-  snrt_sgd(c, &P319, F(0x88300), F(0xb3b6200), F(0xb32f500));
+  snrt_reads(c, 503, 3, (const int64_t[]){0x88300, 256, 0xb3b6200, 256, 0xb32f500, 256});
+  /*   503 update    SGD                layer1.1.2.bn.weight/sgd  live 183.8 MiB */
+  snrt_sgd(c, &P318, F(0x88300), F(0xb3b6200), F(0xb32f500));
   snrt_dead(c, 0xb3b6200, 256);
-  snrt_reads(c, 535, 3, (const int64_t[]){0x88400, 256, 0xb3b6300, 256, 0xb32f600, 256});
-  /*   535 update    SGD                layer1.1.2.bn.bias/sgd  live 183.8 MiB */
-  snrt_sgd(c, &P320, F(0x88400), F(0xb3b6300), F(0xb32f600));
+  snrt_reads(c, 504, 3, (const int64_t[]){0x88400, 256, 0xb3b6300, 256, 0xb32f600, 256});
+  /*   504 update    SGD                layer1.1.2.bn.bias/sgd  live 183.8 MiB */
+  snrt_sgd(c, &P319, F(0x88400), F(0xb3b6300), F(0xb32f600));
   snrt_dead(c, 0xb3b6300, 256);
-  snrt_reads(c, 536, 2, (const int64_t[]){0xc4da200, 131072, 0xb57a200, 131072});
-  /*   536 backward  CONV_BWD_FILTER    layer1.1.2.conv/bwd_filter  live 185.1 MiB */
-  snrt_conv_bwd_filter(c, &P19, F(0xc4da200), F(0xb57a200), F(0xb556200), F(0xb3b6200));
+  snrt_reads(c, 505, 2, (const int64_t[]){0xc4da200, 131072, 0xb57a200, 131072});
+  /*   505 backward  CONV_BWD_FILTER    layer1.1.2.conv/bwd_filter  live 185.1 MiB */
+  snrt_conv_bwd_filter(c, &P18, F(0xc4da200), F(0xb57a200), F(0xb556200), F(0xb3b6200));
   snrt_dead(c, 0xb3b6200, 1179648);
-  snrt_reads(c, 537, 2, (const int64_t[]){0xb57a200, 131072, 0x64300, 147456});
-  /*   537 backward  CONV_BWD_DATA      layer1.1.2.conv/bwd_data  live 185.2 MiB */
-  snrt_conv_bwd_data(c, &P19, F(0xb57a200), F(0x64300), F(0xb59a200), F(0xb3b6200));
+  snrt_reads(c, 506, 2, (const int64_t[]){0xb57a200, 131072, 0x64300, 147456});
+  /*   506 backward  CONV_BWD_DATA      layer1.1.2.conv/bwd_data  live 185.2 MiB */
+  snrt_conv_bwd_data(c, &P18, F(0xb57a200), F(0x64300), F(0xb59a200), F(0xb3b6200));
   snrt_dead(c, 0xb57a200, 131072);
   snrt_dead(c, 0xb3b6200, 1179648);
-  snrt_reads(c, 538, 3, (const int64_t[]){0x64300, 147456, 0xb556200, 147456, 0xb32f700, 147456});
-  /*   538 update    SGD                layer1.1.2.conv.weight/sgd  live 184.0 MiB */
-  snrt_sgd(c, &P321, F(0x64300), F(0xb556200), F(0xb32f700));
+  snrt_reads(c, 507, 3, (const int64_t[]){0x64300, 147456, 0xb556200, 147456, 0xb32f700, 147456});
+  /*   507 update    SGD                layer1.1.2.conv.weight/sgd  live 184.0 MiB */
+  snrt_sgd(c, &P320, F(0x64300), F(0xb556200), F(0xb32f700));
   snrt_dead(c, 0xb556200, 147456);
-  snrt_reads(c, 539, 2, (const int64_t[]){0xc4da200, 131072, 0xb59a200, 131072});
-  /*   539 backward  UNARY_BWD          layer1.1.1.relu/bwd  live 183.8 MiB */
-  snrt_unary_bwd(c, &P18, NULL, F(0xc4da200), F(0xb59a200), F(0xb59a200));
+  snrt_reads(c, 508, 2, (const int64_t[]){0xc4da200, 131072, 0xb59a200, 131072});
+  /*   508 backward  UNARY_BWD          layer1.1.1.relu/bwd  live 183.8 MiB */
+  snrt_unary_bwd(c, &P17, NULL, F(0xc4da200), F(0xb59a200), F(0xb59a200));
   snrt_dead(c, 0xc4da200, 131072);
-  snrt_reads(c, 540, 5, (const int64_t[]){0xc4ba200, 131072, 0xb59a200, 131072, 0x63f00, 256, 0xca18800, 256, 0xca18900, 256});
-  /*   540 backward  BN_BWD             layer1.1.1.bn/bwd  live 183.7 MiB */
-  snrt_bn_bwd(c, &P17, F(0xc4ba200), F(0xb59a200), F(0x63f00), F(0xca18800), F(0xca18900), F(0xb59a200), F(0xb3b6200), F(0xb3b6300));
+  snrt_reads(c, 509, 5, (const int64_t[]){0xc4ba200, 131072, 0xb59a200, 131072, 0x63f00, 256, 0xca18800, 256, 0xca18900, 256});
+  /*   509 backward  BN_BWD             layer1.1.1.bn/bwd  live 183.7 MiB */
+  snrt_bn_bwd(c, &P16, F(0xc4ba200), F(0xb59a200), F(0x63f00), F(0xca18800), F(0xca18900), F(0xb59a200), F(0xb3b6200), F(0xb3b6300));
   snrt_dead(c, 0xc4ba200, 131072);
   snrt_dead(c, 0xca18800, 256);
   snrt_dead(c, 0xca18900, 256);
-  snrt_reads(c, 541, 3, (const int64_t[]){0x63f00, 256, 0xb3b6200, 256, 0xb353700, 256});
-  /*   541 update    SGD                layer1.1.1.bn.weight/sgd  live 183.6 MiB */
-  snrt_sgd(c, &P322, F(0x63f00), F(0xb3b6200), F(0xb353700));
+  snrt_reads(c, 510, 3, (const int64_t[]){0x63f00, 256, 0xb3b6200, 256, 0xb353700, 256});
+  /*   510 update    SGD                layer1.1.1.bn.weight/sgd  live 183.6 MiB */
+  snrt_sgd(c, &P321, F(0x63f00), F(0xb3b6200), F(0xb353700));
   snrt_dead(c, 0xb3b6200, 256);
-  snrt_reads(c, 542, 3, (const int64_t[]){0x64000, 256, 0xb3b6300, 256, 0xb353800, 256});
-  /*   542 update    SGD                layer1.1.1.bn.bias/sgd  live 183.6 MiB */
-  snrt_sgd(c, &P323, F(0x64000), F(0xb3b6300), F(0xb353800));
+  snrt_reads(c, 511, 3, (const int64_t[]){0x64000, 256, 0xb3b6300, 256, 0xb353800, 256});
+  /*   511 update    SGD                layer1.1.1.bn.bias/sgd  live 183.6 MiB */
+  snrt_sgd(c, &P322, F(0x64000), F(0xb3b6300), F(0xb353800));
   snrt_dead(c, 0xb3b6300, 256);
-  snrt_reads(c, 543, 2, (const int64_t[]){0xbeb6200, 524288, 0xb59a200, 131072});
-  /*   543 backward  CONV_BWD_FILTER    layer1.1.1.conv/bwd_filter  live 183.6 MiB */
-  snrt_conv_bwd_filter(c, &P16, F(0xbeb6200), F(0xb59a200), F(0xb436200), NULL);
-  snrt_reads(c, 544, 2, (const int64_t[]){0xb59a200, 131072, 0x53f00, 65536});
-  /*   544 backward  CONV_BWD_DATA      layer1.1.1.conv/bwd_data  live 184.1 MiB */
-  snrt_conv_bwd_data(c, &P16, F(0xb59a200), F(0x53f00), F(0xb3b6200), NULL);
+  snrt_reads(c, 512, 2, (const int64_t[]){0xbeb6200, 524288, 0xb59a200, 131072});
+  /*   512 backward  CONV_BWD_FILTER    layer1.1.1.conv/bwd_filter  live 183.6 MiB */
+  snrt_conv_bwd_filter(c, &P15, F(0xbeb6200), F(0xb59a200), F(0xb436200), NULL);
+  snrt_reads(c, 513, 2, (const int64_t[]){0xb59a200, 131072, 0x53f00, 65536});
+  /*   513 backward  CONV_BWD_DATA      layer1.1.1.conv/bwd_data  live 184.1 MiB */
+  snrt_conv_bwd_data(c, &P15, F(0xb59a200), F(0x53f00), F(0xb3b6200), NULL);
   snrt_dead(c, 0xb59a200, 131072);
-  snrt_reads(c, 545, 2, (const int64_t[]){0xb4d6200, 524288, 0xb3b6200, 524288});
-  /*   545 backward  ACCUMULATE         layer1.1.1.conv/accumulate  live 184.0 MiB */
+  snrt_reads(c, 514, 2, (const int64_t[]){0xb4d6200, 524288, 0xb3b6200, 524288});
+  /*   514 backward  ACCUMULATE         layer1.1.1.conv/accumulate  live 184.0 MiB */
   snrt_add(c, 131072, F(0xb4d6200), F(0xb3b6200), F(0xb4d6200));
   snrt_dead(c, 0xb3b6200, 524288);
-  snrt_reads(c, 546, 3, (const int64_t[]){0x53f00, 65536, 0xb436200, 65536, 0xb353900, 65536});
-  /*   546 update    SGD                layer1.1.1.conv.weight/sgd  live 183.5 MiB */
-  snrt_sgd(c, &P324, F(0x53f00), F(0xb436200), F(0xb353900));
+  snrt_reads(c, 515, 3, (const int64_t[]){0x53f00, 65536, 0xb436200, 65536, 0xb353900, 65536});
+  /*   515 update    SGD                layer1.1.1.conv.weight/sgd  live 183.5 MiB */
+  snrt_sgd(c, &P323, F(0x53f00), F(0xb436200), F(0xb353900));
   snrt_dead(c, 0xb436200, 65536);
-  snrt_reads(c, 547, 2, (const int64_t[]){0xbeb6200, 524288, 0xb4d6200, 524288});
-  /*   547 backward  UNARY_BWD          layer1.0.out/bwd  live 183.4 MiB */
-  snrt_unary_bwd(c, &P15, NULL, F(0xbeb6200), F(0xb4d6200), F(0xb4d6200));
+  snrt_reads(c, 516, 2, (const int64_t[]){0xbeb6200, 524288, 0xb4d6200, 524288});
+  /*   516 backward  FUSED_BWD          layer1.0.out/fused2/bwd  live 184.4 MiB */
+  snrt_fused_bwd(c, &P324, (const float *const[]){NULL, NULL}, F(0xbeb6200), F(0xb4d6200), (float *const[]){F(0xb3b6200), F(0xb436200)});
   snrt_dead(c, 0xbeb6200, 524288);
-  snrt_reads(c, 548, 1, (const int64_t[]){0xb4d6200, 524288});
-  /*   548 backward  BINARY_BWD         layer1.0.add/bwd  live 183.9 MiB */
-  snrt_binary_bwd(c, &P14, NULL, NULL, F(0xb4d6200), F(0xb3b6200), F(0xb436200));
   snrt_dead(c, 0xb4d6200, 524288);
-  snrt_reads(c, 549, 5, (const int64_t[]){0xbe36200, 524288, 0xb436200, 524288, 0x52f00, 1024, 0xca0ea00, 1024, 0xca0ee00, 1024});
-  /*   549 backward  BN_BWD             layer1.0.down.bn/bwd  live 183.4 MiB */
+  snrt_reads(c, 517, 5, (const int64_t[]){0xbe36200, 524288, 0xb436200, 524288, 0x52f00, 1024, 0xca0ea00, 1024, 0xca0ee00, 1024});
+  /*   517 backward  BN_BWD             layer1.0.down.bn/bwd  live 183.4 MiB */
   snrt_bn_bwd(c, &P13, F(0xbe36200), F(0xb436200), F(0x52f00), F(0xca0ea00), F(0xca0ee00), F(0xb436200), F(0xb4b6200), F(0xb4b6600));
   snrt_dead(c, 0xbe36200, 524288);
   snrt_dead(c, 0xca0ea00, 1024);
   snrt_dead(c, 0xca0ee00, 1024);
-  snrt_reads(c, 550, 3, (const int64_t[]){0x52f00, 1024, 0xb4b6200, 1024, 0xb363900, 1024});
-  /*   550 update    SGD                layer1.0.down.bn.weight/sgd  live 182.9 MiB */
+  snrt_reads(c, 518, 3, (const int64_t[]){0x52f00, 1024, 0xb4b6200, 1024, 0xb363900, 1024});
+  /*   518 update    SGD                layer1.0.down.bn.weight/sgd  live 182.9 MiB */
   snrt_sgd(c, &P325, F(0x52f00), F(0xb4b6200), F(0xb363900));
   snrt_dead(c, 0xb4b6200, 1024);
-  snrt_reads(c, 551, 3, (const int64_t[]){0x53300, 1024, 0xb4b6600, 1024, 0xb363d00, 1024});
-  /*   551 update    SGD                layer1.0.down.bn.bias/sgd  live 182.9 MiB */
+  snrt_reads(c, 519, 3, (const int64_t[]){0x53300, 1024, 0xb4b6600, 1024, 0xb363d00, 1024});
+  /*   519 update    SGD                layer1.0.down.bn.bias/sgd  live 182.9 MiB */
   snrt_sgd(c, &P326, F(0x53300), F(0xb4b6600), F(0xb363d00));
   snrt_dead(c, 0xb4b6600, 1024);
-  snrt_reads(c, 552, 2, (const int64_t[]){0xc41a200, 131072, 0xb436200, 524288});
-  /*   552 backward  CONV_BWD_FILTER    layer1.0.down.conv/bwd_filter  live 183.0 MiB */
+  snrt_reads(c, 520, 2, (const int64_t[]){0xc41a200, 131072, 0xb436200, 524288});
+  /*   520 backward  CONV_BWD_FILTER    layer1.0.down.conv/bwd_filter  live 183.0 MiB */
   snrt_conv_bwd_filter(c, &P12, F(0xc41a200), F(0xb436200), F(0xb4b6200), NULL);
-  snrt_reads(c, 553, 2, (const int64_t[]){0xb436200, 524288, 0x42f00, 65536});
-  /*   553 backward  CONV_BWD_DATA      layer1.0.down.conv/bwd_data  live 183.1 MiB */
+  snrt_reads(c, 521, 2, (const int64_t[]){0xb436200, 524288, 0x42f00, 65536});
+  /*   521 backward  CONV_BWD_DATA      layer1.0.down.conv/bwd_data  live 183.1 MiB */
   snrt_conv_bwd_data(c, &P12, F(0xb436200), F(0x42f00), F(0xb55c200), NULL);
   snrt_dead(c, 0xb436200, 524288);
-  snrt_reads(c, 554, 3, (const int64_t[]){0x42f00, 65536, 0xb4b6200, 65536, 0xb364100, 65536});
-  /*   554 update    SGD                layer1.0.down.conv.weight/sgd  live 182.6 MiB */
+  snrt_reads(c, 522, 3, (const int64_t[]){0x42f00, 65536, 0xb4b6200, 65536, 0xb364100, 65536});
+  /*   522 update    SGD                layer1.0.down.conv.weight/sgd  live 182.6 MiB */
   snrt_sgd(c, &P327, F(0x42f00), F(0xb4b6200), F(0xb364100));
   snrt_dead(c, 0xb4b6200, 65536);
-  snrt_reads(c, 555, 5, (const int64_t[]){0xbdb6200, 524288, 0xb3b6200, 524288, 0x41f00, 1024, 0xca0e200, 1024, 0xca0e600, 1024});
-  /*   555 backward  BN_BWD             layer1.0.3.bn/bwd  live 182.6 MiB */
+  snrt_reads(c, 523, 5, (const int64_t[]){0xbdb6200, 524288, 0xb3b6200, 524288, 0x41f00, 1024, 0xca0e200, 1024, 0xca0e600, 1024});
+  /*   523 backward  BN_BWD             layer1.0.3.bn/bwd  live 182.6 MiB */
   snrt_bn_bwd(c, &P11, F(0xbdb6200), F(0xb3b6200), F(0x41f00), F(0xca0e200), F(0xca0e600), F(0xb3b6200), F(0xb436200), F(0xb436600));
   snrt_dead(c, 0xbdb6200, 524288);
   snrt_dead(c, 0xca0e200, 1024);
   snrt_dead(c, 0xca0e600, 1024);
-  snrt_reads(c, 556, 3, (const int64_t[]){0x41f00, 1024, 0xb436200, 1024, 0xb374100, 1024});
-  /*   556 update    SGD                layer1.0.3.bn.weight/sgd  live 182.1 MiB */
+  snrt_reads(c, 524, 3, (const int64_t[]){0x41f00, 1024, 0xb436200, 1024, 0xb374100, 1024});
+  /*   524 update    SGD                layer1.0.3.bn.weight/sgd  live 182.1 MiB */
   snrt_sgd(c, &P328, F(0x41f00), F(0xb436200), F(0xb374100));
   snrt_dead(c, 0xb436200, 1024);
-  snrt_reads(c, 557, 3, (const int64_t[]){0x42300, 1024, 0xb436600, 1024, 0xb374500, 1024});
-  /*   557 update    SGD                layer1.0.3.bn.bias/sgd  live 182.1 MiB */
+  snrt_reads(c, 525, 3, (const int64_t[]){0x42300, 1024, 0xb436600, 1024, 0xb374500, 1024});
+  /*   525 update    SGD                layer1.0.3.bn.bias/sgd  live 182.1 MiB */
   snrt_sgd(c, &P329, F(0x42300), F(0xb436600), F(0xb374500));
   snrt_dead(c, 0xb436600, 1024);
-  snrt_reads(c, 558, 2, (const int64_t[]){0xc49a200, 131072, 0xb3b6200, 524288});
-  /*   558 backward  CONV_BWD_FILTER    layer1.0.3.conv/bwd_filter  live 182.1 MiB */
+  snrt_reads(c, 526, 2, (const int64_t[]){0xc49a200, 131072, 0xb3b6200, 524288});
+  /*   526 backward  CONV_BWD_FILTER    layer1.0.3.conv/bwd_filter  live 182.1 MiB */
   snrt_conv_bwd_filter(c, &P10, F(0xc49a200), F(0xb3b6200), F(0xb436200), NULL);
-  snrt_reads(c, 559, 2, (const int64_t[]){0xb3b6200, 524288, 0x31f00, 65536});
-  /*   559 backward  CONV_BWD_DATA      layer1.0.3.conv/bwd_data  live 182.2 MiB */
+  snrt_reads(c, 527, 2, (const int64_t[]){0xb3b6200, 524288, 0x31f00, 65536});
+  /*   527 backward  CONV_BWD_DATA      layer1.0.3.conv/bwd_data  live 182.2 MiB */
   snrt_conv_bwd_data(c, &P10, F(0xb3b6200), F(0x31f00), F(0xb4fa200), NULL);
   snrt_dead(c, 0xb3b6200, 524288);
-  snrt_reads(c, 560, 3, (const int64_t[]){0x31f00, 65536, 0xb436200, 65536, 0xb374900, 65536});
-  /*   560 update    SGD                layer1.0.3.conv.weight/sgd  live 181.7 MiB */
+  snrt_reads(c, 528, 3, (const int64_t[]){0x31f00, 65536, 0xb436200, 65536, 0xb374900, 65536});
+  /*   528 update    SGD                layer1.0.3.conv.weight/sgd  live 181.7 MiB */
   snrt_sgd(c, &P330, F(0x31f00), F(0xb436200), F(0xb374900));
   snrt_dead(c, 0xb436200, 65536);
-  snrt_reads(c, 561, 2, (const int64_t[]){0xc49a200, 131072, 0xb4fa200, 131072});
-  /*   561 backward  UNARY_BWD          layer1.0.2.relu/bwd  live 181.7 MiB */
+  snrt_reads(c, 529, 2, (const int64_t[]){0xc49a200, 131072, 0xb4fa200, 131072});
+  /*   529 backward  UNARY_BWD          layer1.0.2.relu/bwd  live 181.7 MiB */
   snrt_unary_bwd(c, &P9, NULL, F(0xc49a200), F(0xb4fa200), F(0xb4fa200));
   snrt_dead(c, 0xc49a200, 131072);
-  snrt_reads(c, 562, 5, (const int64_t[]){0xc47a200, 131072, 0xb4fa200, 131072, 0x31b00, 256, 0xca18600, 256, 0xca18700, 256});
-  /*   562 backward  BN_BWD             layer1.0.2.bn/bwd  live 181.6 MiB */
+  snrt_reads(c, 530, 5, (const int64_t[]){0xc47a200, 131072, 0xb4fa200, 131072, 0x31b00, 256, 0xca18600, 256, 0xca18700, 256});
+  /*   530 backward  BN_BWD             layer1.0.2.bn/bwd  live 181.6 MiB */
   snrt_bn_bwd(c, &P8, F(0xc47a200), F(0xb4fa200), F(0x31b00), F(0xca18600), F(0xca18700), F(0xb4fa200), F(0xb3b6200), F(0xb3b6300));
   snrt_dead(c, 0xc47a200, 131072);
   snrt_dead(c, 0xca18600, 256);
   snrt_dead(c, 0xca18700, 256);
-  snrt_reads(c, 563, 3, (const int64_t[]){0x31b00, 256, 0xb3b6200, 256, 0xb384900, 256});
-  /*   563 update    SGD                layer1.0.2.bn.weight/sgd  live 181.4 MiB */
+  snrt_reads(c, 531, 3, (const int64_t[]){0x31b00, 256, 0xb3b6200, 256, 0xb384900, 256});
+  /*   531 update    SGD                layer1.0.2.bn.weight/sgd  live 181.4 MiB */
   snrt_sgd(c, &P331, F(0x31b00), F(0xb3b6200), F(0xb384900));
   snrt_dead(c, 0xb3b6200, 256);
-  snrt_reads(c, 564, 3, (const int64_t[]){0x31c00, 256, 0xb3b6300, 256, 0xb384a00, 256});
-  /*   564 update    SGD                layer1.0.2.bn.bias/sgd  live 181.4 MiB */
+  snrt_reads(c, 532, 3, (const int64_t[]){0x31c00, 256, 0xb3b6300, 256, 0xb384a00, 256});
+  /*   532 update    SGD                layer1.0.2.bn.bias/sgd  live 181.4 MiB */
   snrt_sgd(c, &P332, F(0x31c00), F(0xb3b6300), F(0xb384a00));
   snrt_dead(c, 0xb3b6300, 256);
-  snrt_reads(c, 565, 2, (const int64_t[]){0xc45a200, 131072, 0xb4fa200, 131072});
-  /*   565 backward  CONV_BWD_FILTER    layer1.0.2.conv/bwd_filter  live 182.7 MiB */
+  snrt_reads(c, 533, 2, (const int64_t[]){0xc45a200, 131072, 0xb4fa200, 131072});
+  /*   533 backward  CONV_BWD_FILTER    layer1.0.2.conv/bwd_filter  live 182.7 MiB */
   snrt_conv_bwd_filter(c, &P7, F(0xc45a200), F(0xb4fa200), F(0xb4d6200), F(0xb3b6200));
   snrt_dead(c, 0xb3b6200, 1179648);
-  snrt_reads(c, 566, 2, (const int64_t[]){0xb4fa200, 131072, 0xdb00, 147456});
-  /*   566 backward  CONV_BWD_DATA      layer1.0.2.conv/bwd_data  live 182.8 MiB */
+  snrt_reads(c, 534, 2, (const int64_t[]){0xb4fa200, 131072, 0xdb00, 147456});
+  /*   534 backward  CONV_BWD_DATA      layer1.0.2.conv/bwd_data  live 182.8 MiB */
   snrt_conv_bwd_data(c, &P7, F(0xb4fa200), F(0xdb00), F(0xb51a200), F(0xb3b6200));
   snrt_dead(c, 0xb4fa200, 131072);
   snrt_dead(c, 0xb3b6200, 1179648);
-  snrt_reads(c, 567, 3, (const int64_t[]){0xdb00, 147456, 0xb4d6200, 147456, 0xb384b00, 147456});
-  /*   567 update    SGD                layer1.0.2.conv.weight/sgd  live 181.6 MiB */
+  snrt_reads(c, 535, 3, (const int64_t[]){0xdb00, 147456, 0xb4d6200, 147456, 0xb384b00, 147456});
+  /*   535 update    SGD                layer1.0.2.conv.weight/sgd  live 181.6 MiB */
   snrt_sgd(c, &P333, F(0xdb00), F(0xb4d6200), F(0xb384b00));
   snrt_dead(c, 0xb4d6200, 147456);
-  snrt_reads(c, 568, 2, (const int64_t[]){0xc45a200, 131072, 0xb51a200, 131072});
-  /*   568 backward  UNARY_BWD          layer1.0.1.relu/bwd  live 181.4 MiB */
+  snrt_reads(c, 536, 2, (const int64_t[]){0xc45a200, 131072, 0xb51a200, 131072});
+  /*   536 backward  UNARY_BWD          layer1.0.1.relu/bwd  live 181.4 MiB */
   snrt_unary_bwd(c, &P6, NULL, F(0xc45a200), F(0xb51a200), F(0xb51a200));
   snrt_dead(c, 0xc45a200, 131072);
-  snrt_reads(c, 569, 5, (const int64_t[]){0xc43a200, 131072, 0xb51a200, 131072, 0xd700, 256, 0xca18400, 256, 0xca18500, 256});
-  /*   569 backward  BN_BWD             layer1.0.1.bn/bwd  live 181.3 MiB */
+  snrt_reads(c, 537, 5, (const int64_t[]){0xc43a200, 131072, 0xb51a200, 131072, 0xd700, 256, 0xca18400, 256, 0xca18500, 256});
+  /*   537 backward  BN_BWD             layer1.0.1.bn/bwd  live 181.3 MiB */
   snrt_bn_bwd(c, &P5, F(0xc43a200), F(0xb51a200), F(0xd700), F(0xca18400), F(0xca18500), F(0xb51a200), F(0xb3b6200), F(0xb3b6300));
   snrt_dead(c, 0xc43a200, 131072);
   snrt_dead(c, 0xca18400, 256);
   snrt_dead(c, 0xca18500, 256);
-  snrt_reads(c, 570, 3, (const int64_t[]){0xd700, 256, 0xb3b6200, 256, 0xb3a8b00, 256});
-  /*   570 update    SGD                layer1.0.1.bn.weight/sgd  live 181.2 MiB */
+  snrt_reads(c, 538, 3, (const int64_t[]){0xd700, 256, 0xb3b6200, 256, 0xb3a8b00, 256});
+  /*   538 update    SGD                layer1.0.1.bn.weight/sgd  live 181.2 MiB */
   snrt_sgd(c, &P334, F(0xd700), F(0xb3b6200), F(0xb3a8b00));
   snrt_dead(c, 0xb3b6200, 256);
-  snrt_reads(c, 571, 3, (const int64_t[]){0xd800, 256, 0xb3b6300, 256, 0xb3a8c00, 256});
-  /*   571 update    SGD                layer1.0.1.bn.bias/sgd  live 181.2 MiB */
+  snrt_reads(c, 539, 3, (const int64_t[]){0xd800, 256, 0xb3b6300, 256, 0xb3a8c00, 256});
+  /*   539 update    SGD                layer1.0.1.bn.bias/sgd  live 181.2 MiB */
   snrt_sgd(c, &P335, F(0xd800), F(0xb3b6300), F(0xb3a8c00));
   snrt_dead(c, 0xb3b6300, 256);
-  snrt_reads(c, 572, 2, (const int64_t[]){0xc41a200, 131072, 0xb51a200, 131072});
-  /*   572 backward  CONV_BWD_FILTER    layer1.0.1.conv/bwd_filter  live 181.2 MiB */
+  snrt_reads(c, 540, 2, (const int64_t[]){0xc41a200, 131072, 0xb51a200, 131072});
+  /*   540 backward  CONV_BWD_FILTER    layer1.0.1.conv/bwd_filter  live 181.2 MiB */
   snrt_conv_bwd_filter(c, &P4, F(0xc41a200), F(0xb51a200), F(0xb3d6200), NULL);
   snrt_dead(c, 0xc41a200, 131072);
-  snrt_reads(c, 573, 2, (const int64_t[]){0xb51a200, 131072, 0x9700, 16384});
-  /*   573 backward  CONV_BWD_DATA      layer1.0.1.conv/bwd_data  live 181.2 MiB */
+  snrt_reads(c, 541, 2, (const int64_t[]){0xb51a200, 131072, 0x9700, 16384});
+  /*   541 backward  CONV_BWD_DATA      layer1.0.1.conv/bwd_data  live 181.2 MiB */
   snrt_conv_bwd_data(c, &P4, F(0xb51a200), F(0x9700), F(0xb3b6200), NULL);
   snrt_dead(c, 0xb51a200, 131072);
-  snrt_reads(c, 574, 2, (const int64_t[]){0xb55c200, 131072, 0xb3b6200, 131072});
-  /*   574 backward  ACCUMULATE         layer1.0.1.conv/accumulate  live 181.1 MiB */
+  snrt_reads(c, 542, 2, (const int64_t[]){0xb55c200, 131072, 0xb3b6200, 131072});
+  /*   542 backward  ACCUMULATE         layer1.0.1.conv/accumulate  live 181.1 MiB */
   snrt_add(c, 32768, F(0xb55c200), F(0xb3b6200), F(0xb55c200));
   snrt_dead(c, 0xb3b6200, 131072);
-  snrt_reads(c, 575, 3, (const int64_t[]){0x9700, 16384, 0xb3d6200, 16384, 0xb3a8d00, 16384});
-  /*   575 update    SGD                layer1.0.1.conv.weight/sgd  live 180.9 MiB */
+  snrt_reads(c, 543, 3, (const int64_t[]){0x9700, 16384, 0xb3d6200, 16384, 0xb3a8d00, 16384});
+  /*   543 update    SGD                layer1.0.1.conv.weight/sgd  live 180.9 MiB */
   snrt_sgd(c, &P336, F(0x9700), F(0xb3d6200), F(0xb3a8d00));
   snrt_dead(c, 0xb3d6200, 16384);
-  snrt_reads(c, 576, 2, (const int64_t[]){0xbd36200, 524288, 0xb55c200, 131072});
-  /*   576 backward  MAXPOOL_BWD        stem.pool/bwd  live 181.4 MiB */
+  snrt_reads(c, 544, 2, (const int64_t[]){0xbd36200, 524288, 0xb55c200, 131072});
+  /*   544 backward  MAXPOOL_BWD        stem.pool/bwd  live 181.4 MiB */
   snrt_maxpool_bwd(c, &P3, F(0xbd36200), F(0xb55c200), F(0xb4dc200));
   snrt_dead(c, 0xb55c200, 131072);
-  snrt_reads(c, 577, 2, (const int64_t[]){0xbd36200, 524288, 0xb4dc200, 524288});
-  /*   577 backward  UNARY_BWD          stem.relu/bwd  live 181.3 MiB */
+  snrt_reads(c, 545, 2, (const int64_t[]){0xbd36200, 524288, 0xb4dc200, 524288});
+  /*   545 backward  UNARY_BWD          stem.relu/bwd  live 181.3 MiB */
   snrt_unary_bwd(c, &P2, NULL, F(0xbd36200), F(0xb4dc200), F(0xb4dc200));
   snrt_dead(c, 0xbd36200, 524288);
-  snrt_reads(c, 578, 5, (const int64_t[]){0xbcb6200, 524288, 0xb4dc200, 524288, 0x9300, 256, 0xca18200, 256, 0xca18300, 256});
-  /*   578 backward  BN_BWD             stem.bn/bwd  live 180.8 MiB */
+  snrt_reads(c, 546, 5, (const int64_t[]){0xbcb6200, 524288, 0xb4dc200, 524288, 0x9300, 256, 0xca18200, 256, 0xca18300, 256});
+  /*   546 backward  BN_BWD             stem.bn/bwd  live 180.8 MiB */
   snrt_bn_bwd(c, &P1, F(0xbcb6200), F(0xb4dc200), F(0x9300), F(0xca18200), F(0xca18300), F(0xb4dc200), F(0xb3b6200), F(0xb3b6300));
   snrt_dead(c, 0xbcb6200, 524288);
   snrt_dead(c, 0xca18200, 256);
   snrt_dead(c, 0xca18300, 256);
-  snrt_reads(c, 579, 3, (const int64_t[]){0x9300, 256, 0xb3b6200, 256, 0xb3acd00, 256});
-  /*   579 update    SGD                stem.bn.weight/sgd  live 180.3 MiB */
+  snrt_reads(c, 547, 3, (const int64_t[]){0x9300, 256, 0xb3b6200, 256, 0xb3acd00, 256});
+  /*   547 update    SGD                stem.bn.weight/sgd  live 180.3 MiB */
   snrt_sgd(c, &P337, F(0x9300), F(0xb3b6200), F(0xb3acd00));
   snrt_dead(c, 0xb3b6200, 256);
-  snrt_reads(c, 580, 3, (const int64_t[]){0x9400, 256, 0xb3b6300, 256, 0xb3ace00, 256});
-  /*   580 update    SGD                stem.bn.bias/sgd  live 180.3 MiB */
+  snrt_reads(c, 548, 3, (const int64_t[]){0x9400, 256, 0xb3b6300, 256, 0xb3ace00, 256});
+  /*   548 update    SGD                stem.bn.bias/sgd  live 180.3 MiB */
   snrt_sgd(c, &P338, F(0x9400), F(0xb3b6300), F(0xb3ace00));
   snrt_dead(c, 0xb3b6300, 256);
-  snrt_reads(c, 581, 2, (const int64_t[]){0xc7ba200, 98304, 0xb4dc200, 524288});
-  /*   581 backward  CONV_BWD_FILTER    stem.conv/bwd_filter  live 181.5 MiB */
+  snrt_reads(c, 549, 2, (const int64_t[]){0xc7ba200, 98304, 0xb4dc200, 524288});
+  /*   549 backward  CONV_BWD_FILTER    stem.conv/bwd_filter  live 181.5 MiB */
   snrt_conv_bwd_filter(c, &P0, F(0xc7ba200), F(0xb4dc200), F(0xb55c200), F(0xb3b6200));
   snrt_dead(c, 0xb4dc200, 524288);
   snrt_dead(c, 0xb3b6200, 1204224);
-  snrt_reads(c, 582, 3, (const int64_t[]){0x0, 37632, 0xb55c200, 37632, 0xb3acf00, 37632});
-  /*   582 update    SGD                stem.conv.weight/sgd  live 179.8 MiB */
+  snrt_reads(c, 550, 3, (const int64_t[]){0x0, 37632, 0xb55c200, 37632, 0xb3acf00, 37632});
+  /*   550 update    SGD                stem.conv.weight/sgd  live 179.8 MiB */
   snrt_sgd(c, &P339, F(0x0), F(0xb55c200), F(0xb3acf00));
   snrt_dead(c, 0xb55c200, 37632);
 }
@@ -2706,726 +2594,662 @@ static void train_step(snrt_ctx *c) {
 
 static void eval_step_0(snrt_ctx *c) {
   char *const A = snrt_arena(c);
-  snrt_reads(c, 583, 2, (const int64_t[]){0xc7ba200, 98304, 0x0, 37632});
-  /*   583 eval      Conv               stem.conv/eval  live 181.5 MiB */
+  snrt_reads(c, 551, 2, (const int64_t[]){0xc7ba200, 98304, 0x0, 37632});
+  /*   551 eval      Conv               stem.conv/eval  live 181.5 MiB */
   snrt_conv_fwd(c, &P0, F(0xc7ba200), F(0x0), NULL, F(0xb4dc200), F(0xb3b6200));
   snrt_dead(c, 0xb3b6200, 1204224);
-  snrt_reads(c, 584, 5, (const int64_t[]){0xb4dc200, 524288, 0x9300, 256, 0x9400, 256, 0x9500, 256, 0x9600, 256});
-  /*   584 eval      BN_INFER           stem.bn/eval  live 180.7 MiB */
+  snrt_reads(c, 552, 5, (const int64_t[]){0xb4dc200, 524288, 0x9300, 256, 0x9400, 256, 0x9500, 256, 0x9600, 256});
+  /*   552 eval      BN_INFER           stem.bn/eval  live 180.7 MiB */
   snrt_bn_fwd_infer(c, &P1, F(0xb4dc200), F(0x9300), F(0x9400), F(0x9500), F(0x9600), F(0xb3b6200));
   snrt_dead(c, 0xb4dc200, 524288);
-  snrt_reads(c, 585, 1, (const int64_t[]){0xb3b6200, 524288});
-  /*   585 eval      Relu               stem.relu/eval  live 180.7 MiB */
+  snrt_reads(c, 553, 1, (const int64_t[]){0xb3b6200, 524288});
+  /*   553 eval      Relu               stem.relu/eval  live 180.7 MiB */
   snrt_unary_fwd(c, &P2, F(0xb3b6200), F(0xb436200));
   snrt_dead(c, 0xb3b6200, 524288);
-  snrt_reads(c, 586, 1, (const int64_t[]){0xb436200, 524288});
-  /*   586 eval      MaxPool            stem.pool/eval  live 180.3 MiB */
+  snrt_reads(c, 554, 1, (const int64_t[]){0xb436200, 524288});
+  /*   554 eval      MaxPool            stem.pool/eval  live 180.3 MiB */
   snrt_maxpool_fwd(c, &P3, F(0xb436200), F(0xb4d6200));
   snrt_dead(c, 0xb436200, 524288);
-  snrt_reads(c, 587, 2, (const int64_t[]){0xb4d6200, 131072, 0x9700, 16384});
-  /*   587 eval      Conv               layer1.0.1.conv/eval  live 180.0 MiB */
+  snrt_reads(c, 555, 2, (const int64_t[]){0xb4d6200, 131072, 0x9700, 16384});
+  /*   555 eval      Conv               layer1.0.1.conv/eval  live 180.0 MiB */
   snrt_conv_fwd(c, &P4, F(0xb4d6200), F(0x9700), NULL, F(0xb3b6200), NULL);
-  snrt_reads(c, 588, 5, (const int64_t[]){0xb3b6200, 131072, 0xd700, 256, 0xd800, 256, 0xd900, 256, 0xda00, 256});
-  /*   588 eval      BN_INFER           layer1.0.1.bn/eval  live 180.1 MiB */
+  snrt_reads(c, 556, 5, (const int64_t[]){0xb3b6200, 131072, 0xd700, 256, 0xd800, 256, 0xd900, 256, 0xda00, 256});
+  /*   556 eval      BN_INFER           layer1.0.1.bn/eval  live 180.1 MiB */
   snrt_bn_fwd_infer(c, &P5, F(0xb3b6200), F(0xd700), F(0xd800), F(0xd900), F(0xda00), F(0xb3d6200));
   snrt_dead(c, 0xb3b6200, 131072);
-  snrt_reads(c, 589, 1, (const int64_t[]){0xb3d6200, 131072});
-  /*   589 eval      Relu               layer1.0.1.relu/eval  live 180.1 MiB */
+  snrt_reads(c, 557, 1, (const int64_t[]){0xb3d6200, 131072});
+  /*   557 eval      Relu               layer1.0.1.relu/eval  live 180.1 MiB */
   snrt_unary_fwd(c, &P6, F(0xb3d6200), F(0xb4f6200));
   snrt_dead(c, 0xb3d6200, 131072);
-  snrt_reads(c, 590, 2, (const int64_t[]){0xb4f6200, 131072, 0xdb00, 147456});
-  /*   590 eval      Conv               layer1.0.2.conv/eval  live 181.2 MiB */
+  snrt_reads(c, 558, 2, (const int64_t[]){0xb4f6200, 131072, 0xdb00, 147456});
+  /*   558 eval      Conv               layer1.0.2.conv/eval  live 181.2 MiB */
   snrt_conv_fwd(c, &P7, F(0xb4f6200), F(0xdb00), NULL, F(0xb516200), F(0xb3b6200));
   snrt_dead(c, 0xb4f6200, 131072);
   snrt_dead(c, 0xb3b6200, 1179648);
-  snrt_reads(c, 591, 5, (const int64_t[]){0xb516200, 131072, 0x31b00, 256, 0x31c00, 256, 0x31d00, 256, 0x31e00, 256});
-  /*   591 eval      BN_INFER           layer1.0.2.bn/eval  live 180.1 MiB */
+  snrt_reads(c, 559, 5, (const int64_t[]){0xb516200, 131072, 0x31b00, 256, 0x31c00, 256, 0x31d00, 256, 0x31e00, 256});
+  /*   559 eval      BN_INFER           layer1.0.2.bn/eval  live 180.1 MiB */
   snrt_bn_fwd_infer(c, &P8, F(0xb516200), F(0x31b00), F(0x31c00), F(0x31d00), F(0x31e00), F(0xb3b6200));
   snrt_dead(c, 0xb516200, 131072);
-  snrt_reads(c, 592, 1, (const int64_t[]){0xb3b6200, 131072});
-  /*   592 eval      Relu               layer1.0.2.relu/eval  live 180.1 MiB */
+  snrt_reads(c, 560, 1, (const int64_t[]){0xb3b6200, 131072});
+  /*   560 eval      Relu               layer1.0.2.relu/eval  live 180.1 MiB */
   snrt_unary_fwd(c, &P9, F(0xb3b6200), F(0xb436200));
   snrt_dead(c, 0xb3b6200, 131072);
-  snrt_reads(c, 593, 2, (const int64_t[]){0xb436200, 131072, 0x31f00, 65536});
-  /*   593 eval      Conv               layer1.0.3.conv/eval  live 180.5 MiB */
+  snrt_reads(c, 561, 2, (const int64_t[]){0xb436200, 131072, 0x31f00, 65536});
+  /*   561 eval      Conv               layer1.0.3.conv/eval  live 180.5 MiB */
   snrt_conv_fwd(c, &P10, F(0xb436200), F(0x31f00), NULL, F(0xb3b6200), NULL);
   snrt_dead(c, 0xb436200, 131072);
-  snrt_reads(c, 594, 5, (const int64_t[]){0xb3b6200, 524288, 0x41f00, 1024, 0x42300, 1024, 0x42700, 1024, 0x42b00, 1024});
-  /*   594 eval      BN_INFER           layer1.0.3.bn/eval  live 180.8 MiB */
+  snrt_reads(c, 562, 5, (const int64_t[]){0xb3b6200, 524288, 0x41f00, 1024, 0x42300, 1024, 0x42700, 1024, 0x42b00, 1024});
+  /*   562 eval      BN_INFER           layer1.0.3.bn/eval  live 180.8 MiB */
   snrt_bn_fwd_infer(c, &P11, F(0xb3b6200), F(0x41f00), F(0x42300), F(0x42700), F(0x42b00), F(0xb436200));
   snrt_dead(c, 0xb3b6200, 524288);
-  snrt_reads(c, 595, 2, (const int64_t[]){0xb4d6200, 131072, 0x42f00, 65536});
-  /*   595 eval      Conv               layer1.0.down.conv/eval  live 180.8 MiB */
+  snrt_reads(c, 563, 2, (const int64_t[]){0xb4d6200, 131072, 0x42f00, 65536});
+  /*   563 eval      Conv               layer1.0.down.conv/eval  live 180.8 MiB */
   snrt_conv_fwd(c, &P12, F(0xb4d6200), F(0x42f00), NULL, F(0xb3b6200), NULL);
   snrt_dead(c, 0xb4d6200, 131072);
-  snrt_reads(c, 596, 5, (const int64_t[]){0xb3b6200, 524288, 0x52f00, 1024, 0x53300, 1024, 0x53700, 1024, 0x53b00, 1024});
-  /*   596 eval      BN_INFER           layer1.0.down.bn/eval  live 181.2 MiB */
+  snrt_reads(c, 564, 5, (const int64_t[]){0xb3b6200, 524288, 0x52f00, 1024, 0x53300, 1024, 0x53700, 1024, 0x53b00, 1024});
+  /*   564 eval      BN_INFER           layer1.0.down.bn/eval  live 181.2 MiB */
   snrt_bn_fwd_infer(c, &P13, F(0xb3b6200), F(0x52f00), F(0x53300), F(0x53700), F(0x53b00), F(0xb4b6200));
   snrt_dead(c, 0xb3b6200, 524288);
-  snrt_reads(c, 597, 2, (const int64_t[]){0xb436200, 524288, 0xb4b6200, 524288});
-  /*   597 eval      Add                layer1.0.add/eval  live 181.2 MiB */
-  snrt_binary_fwd(c, &P14, F(0xb436200), F(0xb4b6200), F(0xb3b6200));
+  snrt_reads(c, 565, 2, (const int64_t[]){0xb436200, 524288, 0xb4b6200, 524288});
+  /*   565 eval      FUSED              layer1.0.out/fused2/eval  live 181.2 MiB */
+  snrt_fused_fwd(c, &P14, (const float *const[]){F(0xb436200), F(0xb4b6200)}, F(0xb536200));
   snrt_dead(c, 0xb436200, 524288);
   snrt_dead(c, 0xb4b6200, 524288);
-  snrt_reads(c, 598, 1, (const int64_t[]){0xb3b6200, 524288});
-  /*   598 eval      Relu               layer1.0.out/eval  live 180.7 MiB */
-  snrt_unary_fwd(c, &P15, F(0xb3b6200), F(0xb4d6200));
-  snrt_dead(c, 0xb3b6200, 524288);
-  snrt_reads(c, 599, 2, (const int64_t[]){0xb4d6200, 524288, 0x53f00, 65536});
-  /*   599 eval      Conv               layer1.1.1.conv/eval  live 180.3 MiB */
-  snrt_conv_fwd(c, &P16, F(0xb4d6200), F(0x53f00), NULL, F(0xb3b6200), NULL);
-  snrt_reads(c, 600, 5, (const int64_t[]){0xb3b6200, 131072, 0x63f00, 256, 0x64000, 256, 0x64100, 256, 0x64200, 256});
-  /*   600 eval      BN_INFER           layer1.1.1.bn/eval  live 180.5 MiB */
-  snrt_bn_fwd_infer(c, &P17, F(0xb3b6200), F(0x63f00), F(0x64000), F(0x64100), F(0x64200), F(0xb3d6200));
+  snrt_reads(c, 566, 2, (const int64_t[]){0xb536200, 524288, 0x53f00, 65536});
+  /*   566 eval      Conv               layer1.1.1.conv/eval  live 180.3 MiB */
+  snrt_conv_fwd(c, &P15, F(0xb536200), F(0x53f00), NULL, F(0xb3b6200), NULL);
+  snrt_reads(c, 567, 5, (const int64_t[]){0xb3b6200, 131072, 0x63f00, 256, 0x64000, 256, 0x64100, 256, 0x64200, 256});
+  /*   567 eval      BN_INFER           layer1.1.1.bn/eval  live 180.5 MiB */
+  snrt_bn_fwd_infer(c, &P16, F(0xb3b6200), F(0x63f00), F(0x64000), F(0x64100), F(0x64200), F(0xb3d6200));
   snrt_dead(c, 0xb3b6200, 131072);
-  snrt_reads(c, 601, 1, (const int64_t[]){0xb3d6200, 131072});
-  /*   601 eval      Relu               layer1.1.1.relu/eval  live 180.5 MiB */
-  snrt_unary_fwd(c, &P18, F(0xb3d6200), F(0xb556200));
+  snrt_reads(c, 568, 1, (const int64_t[]){0xb3d6200, 131072});
+  /*   568 eval      Relu               layer1.1.1.relu/eval  live 180.5 MiB */
+  snrt_unary_fwd(c, &P17, F(0xb3d6200), F(0xb4d6200));
   snrt_dead(c, 0xb3d6200, 131072);
-  snrt_reads(c, 602, 2, (const int64_t[]){0xb556200, 131072, 0x64300, 147456});
-  /*   602 eval      Conv               layer1.1.2.conv/eval  live 181.6 MiB */
-  snrt_conv_fwd(c, &P19, F(0xb556200), F(0x64300), NULL, F(0xb576200), F(0xb3b6200));
-  snrt_dead(c, 0xb556200, 131072);
+  snrt_reads(c, 569, 2, (const int64_t[]){0xb4d6200, 131072, 0x64300, 147456});
+  /*   569 eval      Conv               layer1.1.2.conv/eval  live 181.6 MiB */
+  snrt_conv_fwd(c, &P18, F(0xb4d6200), F(0x64300), NULL, F(0xb4f6200), F(0xb3b6200));
+  snrt_dead(c, 0xb4d6200, 131072);
   snrt_dead(c, 0xb3b6200, 1179648);
-  snrt_reads(c, 603, 5, (const int64_t[]){0xb576200, 131072, 0x88300, 256, 0x88400, 256, 0x88500, 256, 0x88600, 256});
-  /*   603 eval      BN_INFER           layer1.1.2.bn/eval  live 180.5 MiB */
-  snrt_bn_fwd_infer(c, &P20, F(0xb576200), F(0x88300), F(0x88400), F(0x88500), F(0x88600), F(0xb3b6200));
-  snrt_dead(c, 0xb576200, 131072);
-  snrt_reads(c, 604, 1, (const int64_t[]){0xb3b6200, 131072});
-  /*   604 eval      Relu               layer1.1.2.relu/eval  live 180.5 MiB */
-  snrt_unary_fwd(c, &P21, F(0xb3b6200), F(0xb436200));
+  snrt_reads(c, 570, 5, (const int64_t[]){0xb4f6200, 131072, 0x88300, 256, 0x88400, 256, 0x88500, 256, 0x88600, 256});
+  /*   570 eval      BN_INFER           layer1.1.2.bn/eval  live 180.5 MiB */
+  snrt_bn_fwd_infer(c, &P19, F(0xb4f6200), F(0x88300), F(0x88400), F(0x88500), F(0x88600), F(0xb3b6200));
+  snrt_dead(c, 0xb4f6200, 131072);
+  snrt_reads(c, 571, 1, (const int64_t[]){0xb3b6200, 131072});
+  /*   571 eval      Relu               layer1.1.2.relu/eval  live 180.5 MiB */
+  snrt_unary_fwd(c, &P20, F(0xb3b6200), F(0xb436200));
   snrt_dead(c, 0xb3b6200, 131072);
-  snrt_reads(c, 605, 2, (const int64_t[]){0xb436200, 131072, 0x88700, 65536});
-  /*   605 eval      Conv               layer1.1.3.conv/eval  live 180.8 MiB */
-  snrt_conv_fwd(c, &P22, F(0xb436200), F(0x88700), NULL, F(0xb3b6200), NULL);
+  snrt_reads(c, 572, 2, (const int64_t[]){0xb436200, 131072, 0x88700, 65536});
+  /*   572 eval      Conv               layer1.1.3.conv/eval  live 180.8 MiB */
+  snrt_conv_fwd(c, &P21, F(0xb436200), F(0x88700), NULL, F(0xb3b6200), NULL);
   snrt_dead(c, 0xb436200, 131072);
-  snrt_reads(c, 606, 5, (const int64_t[]){0xb3b6200, 524288, 0x98700, 1024, 0x98b00, 1024, 0x98f00, 1024, 0x99300, 1024});
-  /*   606 eval      BN_INFER           layer1.1.3.bn/eval  live 181.2 MiB */
-  snrt_bn_fwd_infer(c, &P23, F(0xb3b6200), F(0x98700), F(0x98b00), F(0x98f00), F(0x99300), F(0xb436200));
+  snrt_reads(c, 573, 5, (const int64_t[]){0xb3b6200, 524288, 0x98700, 1024, 0x98b00, 1024, 0x98f00, 1024, 0x99300, 1024});
+  /*   573 eval      BN_INFER           layer1.1.3.bn/eval  live 181.2 MiB */
+  snrt_bn_fwd_infer(c, &P22, F(0xb3b6200), F(0x98700), F(0x98b00), F(0x98f00), F(0x99300), F(0xb436200));
   snrt_dead(c, 0xb3b6200, 524288);
-  snrt_reads(c, 607, 2, (const int64_t[]){0xb436200, 524288, 0xb4d6200, 524288});
-  /*   607 eval      Add                layer1.1.add/eval  live 181.2 MiB */
-  snrt_binary_fwd(c, &P24, F(0xb436200), F(0xb4d6200), F(0xb3b6200));
-  snrt_dead(c, 0xb4d6200, 524288);
+  snrt_reads(c, 574, 2, (const int64_t[]){0xb436200, 524288, 0xb536200, 524288});
+  /*   574 eval      FUSED              layer1.1.out/fused2/eval  live 181.2 MiB */
+  snrt_fused_fwd(c, &P23, (const float *const[]){F(0xb436200), F(0xb536200)}, F(0xb5b6200));
+  snrt_dead(c, 0xb536200, 524288);
   snrt_dead(c, 0xb436200, 524288);
-  snrt_reads(c, 608, 1, (const int64_t[]){0xb3b6200, 524288});
-  /*   608 eval      Relu               layer1.1.out/eval  live 180.7 MiB */
-  snrt_unary_fwd(c, &P25, F(0xb3b6200), F(0xb4d6200));
-  snrt_dead(c, 0xb3b6200, 524288);
-  snrt_reads(c, 609, 2, (const int64_t[]){0xb4d6200, 524288, 0x99700, 65536});
-  /*   609 eval      Conv               layer1.2.1.conv/eval  live 180.3 MiB */
-  snrt_conv_fwd(c, &P26, F(0xb4d6200), F(0x99700), NULL, F(0xb3b6200), NULL);
-  snrt_reads(c, 610, 5, (const int64_t[]){0xb3b6200, 131072, 0xa9700, 256, 0xa9800, 256, 0xa9900, 256, 0xa9a00, 256});
-  /*   610 eval      BN_INFER           layer1.2.1.bn/eval  live 180.5 MiB */
-  snrt_bn_fwd_infer(c, &P27, F(0xb3b6200), F(0xa9700), F(0xa9800), F(0xa9900), F(0xa9a00), F(0xb3d6200));
+  snrt_reads(c, 575, 2, (const int64_t[]){0xb5b6200, 524288, 0x99700, 65536});
+  /*   575 eval      Conv               layer1.2.1.conv/eval  live 180.3 MiB */
+  snrt_conv_fwd(c, &P24, F(0xb5b6200), F(0x99700), NULL, F(0xb3b6200), NULL);
+  snrt_reads(c, 576, 5, (const int64_t[]){0xb3b6200, 131072, 0xa9700, 256, 0xa9800, 256, 0xa9900, 256, 0xa9a00, 256});
+  /*   576 eval      BN_INFER           layer1.2.1.bn/eval  live 180.5 MiB */
+  snrt_bn_fwd_infer(c, &P25, F(0xb3b6200), F(0xa9700), F(0xa9800), F(0xa9900), F(0xa9a00), F(0xb3d6200));
   snrt_dead(c, 0xb3b6200, 131072);
-  snrt_reads(c, 611, 1, (const int64_t[]){0xb3d6200, 131072});
-  /*   611 eval      Relu               layer1.2.1.relu/eval  live 180.5 MiB */
-  snrt_unary_fwd(c, &P28, F(0xb3d6200), F(0xb556200));
+  snrt_reads(c, 577, 1, (const int64_t[]){0xb3d6200, 131072});
+  /*   577 eval      Relu               layer1.2.1.relu/eval  live 180.5 MiB */
+  snrt_unary_fwd(c, &P26, F(0xb3d6200), F(0xb4d6200));
   snrt_dead(c, 0xb3d6200, 131072);
-  snrt_reads(c, 612, 2, (const int64_t[]){0xb556200, 131072, 0xa9b00, 147456});
-  /*   612 eval      Conv               layer1.2.2.conv/eval  live 181.6 MiB */
-  snrt_conv_fwd(c, &P29, F(0xb556200), F(0xa9b00), NULL, F(0xb576200), F(0xb3b6200));
-  snrt_dead(c, 0xb556200, 131072);
+  snrt_reads(c, 578, 2, (const int64_t[]){0xb4d6200, 131072, 0xa9b00, 147456});
+  /*   578 eval      Conv               layer1.2.2.conv/eval  live 181.6 MiB */
+  snrt_conv_fwd(c, &P27, F(0xb4d6200), F(0xa9b00), NULL, F(0xb4f6200), F(0xb3b6200));
+  snrt_dead(c, 0xb4d6200, 131072);
   snrt_dead(c, 0xb3b6200, 1179648);
-  snrt_reads(c, 613, 5, (const int64_t[]){0xb576200, 131072, 0xcdb00, 256, 0xcdc00, 256, 0xcdd00, 256, 0xcde00, 256});
-  /*   613 eval      BN_INFER           layer1.2.2.bn/eval  live 180.5 MiB */
-  snrt_bn_fwd_infer(c, &P30, F(0xb576200), F(0xcdb00), F(0xcdc00), F(0xcdd00), F(0xcde00), F(0xb3b6200));
-  snrt_dead(c, 0xb576200, 131072);
-  snrt_reads(c, 614, 1, (const int64_t[]){0xb3b6200, 131072});
-  /*   614 eval      Relu               layer1.2.2.relu/eval  live 180.5 MiB */
-  snrt_unary_fwd(c, &P31, F(0xb3b6200), F(0xb436200));
+  snrt_reads(c, 579, 5, (const int64_t[]){0xb4f6200, 131072, 0xcdb00, 256, 0xcdc00, 256, 0xcdd00, 256, 0xcde00, 256});
+  /*   579 eval      BN_INFER           layer1.2.2.bn/eval  live 180.5 MiB */
+  snrt_bn_fwd_infer(c, &P28, F(0xb4f6200), F(0xcdb00), F(0xcdc00), F(0xcdd00), F(0xcde00), F(0xb3b6200));
+  snrt_dead(c, 0xb4f6200, 131072);
+  snrt_reads(c, 580, 1, (const int64_t[]){0xb3b6200, 131072});
+  /*   580 eval      Relu               layer1.2.2.relu/eval  live 180.5 MiB */
+  snrt_unary_fwd(c, &P29, F(0xb3b6200), F(0xb436200));
   snrt_dead(c, 0xb3b6200, 131072);
-  snrt_reads(c, 615, 2, (const int64_t[]){0xb436200, 131072, 0xcdf00, 65536});
-  /*   615 eval      Conv               layer1.2.3.conv/eval  live 180.8 MiB */
-  snrt_conv_fwd(c, &P32, F(0xb436200), F(0xcdf00), NULL, F(0xb3b6200), NULL);
+  snrt_reads(c, 581, 2, (const int64_t[]){0xb436200, 131072, 0xcdf00, 65536});
+  /*   581 eval      Conv               layer1.2.3.conv/eval  live 180.8 MiB */
+  snrt_conv_fwd(c, &P30, F(0xb436200), F(0xcdf00), NULL, F(0xb3b6200), NULL);
   snrt_dead(c, 0xb436200, 131072);
-  snrt_reads(c, 616, 5, (const int64_t[]){0xb3b6200, 524288, 0xddf00, 1024, 0xde300, 1024, 0xde700, 1024, 0xdeb00, 1024});
-  /*   616 eval      BN_INFER           layer1.2.3.bn/eval  live 181.2 MiB */
-  snrt_bn_fwd_infer(c, &P33, F(0xb3b6200), F(0xddf00), F(0xde300), F(0xde700), F(0xdeb00), F(0xb436200));
+  snrt_reads(c, 582, 5, (const int64_t[]){0xb3b6200, 524288, 0xddf00, 1024, 0xde300, 1024, 0xde700, 1024, 0xdeb00, 1024});
+  /*   582 eval      BN_INFER           layer1.2.3.bn/eval  live 181.2 MiB */
+  snrt_bn_fwd_infer(c, &P31, F(0xb3b6200), F(0xddf00), F(0xde300), F(0xde700), F(0xdeb00), F(0xb436200));
   snrt_dead(c, 0xb3b6200, 524288);
-  snrt_reads(c, 617, 2, (const int64_t[]){0xb436200, 524288, 0xb4d6200, 524288});
-  /*   617 eval      Add                layer1.2.add/eval  live 181.2 MiB */
-  snrt_binary_fwd(c, &P34, F(0xb436200), F(0xb4d6200), F(0xb3b6200));
-  snrt_dead(c, 0xb4d6200, 524288);
+  snrt_reads(c, 583, 2, (const int64_t[]){0xb436200, 524288, 0xb5b6200, 524288});
+  /*   583 eval      FUSED              layer1.2.out/fused2/eval  live 181.2 MiB */
+  snrt_fused_fwd(c, &P32, (const float *const[]){F(0xb436200), F(0xb5b6200)}, F(0xb4b6200));
+  snrt_dead(c, 0xb5b6200, 524288);
   snrt_dead(c, 0xb436200, 524288);
-  snrt_reads(c, 618, 1, (const int64_t[]){0xb3b6200, 524288});
-  /*   618 eval      Relu               layer1.2.out/eval  live 180.7 MiB */
-  snrt_unary_fwd(c, &P35, F(0xb3b6200), F(0xb446200));
-  snrt_dead(c, 0xb3b6200, 524288);
-  snrt_reads(c, 619, 2, (const int64_t[]){0xb446200, 524288, 0xdef00, 131072});
-  /*   619 eval      Conv               layer2.0.1.conv/eval  live 180.5 MiB */
-  snrt_conv_fwd(c, &P36, F(0xb446200), F(0xdef00), NULL, F(0xb3b6200), NULL);
-  snrt_reads(c, 620, 5, (const int64_t[]){0xb3b6200, 262144, 0xfef00, 512, 0xff100, 512, 0xff300, 512, 0xff500, 512});
-  /*   620 eval      BN_INFER           layer2.0.1.bn/eval  live 180.7 MiB */
-  snrt_bn_fwd_infer(c, &P37, F(0xb3b6200), F(0xfef00), F(0xff100), F(0xff300), F(0xff500), F(0xb3f6200));
+  snrt_reads(c, 584, 2, (const int64_t[]){0xb4b6200, 524288, 0xdef00, 131072});
+  /*   584 eval      Conv               layer2.0.1.conv/eval  live 180.5 MiB */
+  snrt_conv_fwd(c, &P33, F(0xb4b6200), F(0xdef00), NULL, F(0xb3b6200), NULL);
+  snrt_reads(c, 585, 5, (const int64_t[]){0xb3b6200, 262144, 0xfef00, 512, 0xff100, 512, 0xff300, 512, 0xff500, 512});
+  /*   585 eval      BN_INFER           layer2.0.1.bn/eval  live 180.7 MiB */
+  snrt_bn_fwd_infer(c, &P34, F(0xb3b6200), F(0xfef00), F(0xff100), F(0xff300), F(0xff500), F(0xb3f6200));
   snrt_dead(c, 0xb3b6200, 262144);
-  snrt_reads(c, 621, 1, (const int64_t[]){0xb3f6200, 262144});
-  /*   621 eval      Relu               layer2.0.1.relu/eval  live 180.7 MiB */
-  snrt_unary_fwd(c, &P38, F(0xb3f6200), F(0xb4c6200));
+  snrt_reads(c, 586, 1, (const int64_t[]){0xb3f6200, 262144});
+  /*   586 eval      Relu               layer2.0.1.relu/eval  live 180.7 MiB */
+  snrt_unary_fwd(c, &P35, F(0xb3f6200), F(0xb446200));
   snrt_dead(c, 0xb3f6200, 262144);
-  snrt_reads(c, 622, 2, (const int64_t[]){0xb4c6200, 262144, 0xff700, 589824});
-  /*   622 eval      Conv               layer2.0.2.conv/eval  live 181.1 MiB */
-  snrt_conv_fwd(c, &P39, F(0xb4c6200), F(0xff700), NULL, F(0xb506200), F(0xb3b6200));
-  snrt_dead(c, 0xb4c6200, 262144);
+  snrt_reads(c, 587, 2, (const int64_t[]){0xb446200, 262144, 0xff700, 589824});
+  /*   587 eval      Conv               layer2.0.2.conv/eval  live 181.1 MiB */
+  snrt_conv_fwd(c, &P36, F(0xb446200), F(0xff700), NULL, F(0xb486200), F(0xb3b6200));
+  snrt_dead(c, 0xb446200, 262144);
   snrt_dead(c, 0xb3b6200, 589824);
-  snrt_reads(c, 623, 5, (const int64_t[]){0xb506200, 65536, 0x18f700, 512, 0x18f900, 512, 0x18fb00, 512, 0x18fd00, 512});
-  /*   623 eval      BN_INFER           layer2.0.2.bn/eval  live 180.3 MiB */
-  snrt_bn_fwd_infer(c, &P40, F(0xb506200), F(0x18f700), F(0x18f900), F(0x18fb00), F(0x18fd00), F(0xb3b6200));
-  snrt_dead(c, 0xb506200, 65536);
-  snrt_reads(c, 624, 1, (const int64_t[]){0xb3b6200, 65536});
-  /*   624 eval      Relu               layer2.0.2.relu/eval  live 180.3 MiB */
-  snrt_unary_fwd(c, &P41, F(0xb3b6200), F(0xb3f6200));
+  snrt_reads(c, 588, 5, (const int64_t[]){0xb486200, 65536, 0x18f700, 512, 0x18f900, 512, 0x18fb00, 512, 0x18fd00, 512});
+  /*   588 eval      BN_INFER           layer2.0.2.bn/eval  live 180.3 MiB */
+  snrt_bn_fwd_infer(c, &P37, F(0xb486200), F(0x18f700), F(0x18f900), F(0x18fb00), F(0x18fd00), F(0xb3b6200));
+  snrt_dead(c, 0xb486200, 65536);
+  snrt_reads(c, 589, 1, (const int64_t[]){0xb3b6200, 65536});
+  /*   589 eval      Relu               layer2.0.2.relu/eval  live 180.3 MiB */
+  snrt_unary_fwd(c, &P38, F(0xb3b6200), F(0xb3f6200));
   snrt_dead(c, 0xb3b6200, 65536);
-  snrt_reads(c, 625, 2, (const int64_t[]){0xb3f6200, 65536, 0x18ff00, 262144});
-  /*   625 eval      Conv               layer2.0.3.conv/eval  live 180.5 MiB */
-  snrt_conv_fwd(c, &P42, F(0xb3f6200), F(0x18ff00), NULL, F(0xb3b6200), NULL);
+  snrt_reads(c, 590, 2, (const int64_t[]){0xb3f6200, 65536, 0x18ff00, 262144});
+  /*   590 eval      Conv               layer2.0.3.conv/eval  live 180.5 MiB */
+  snrt_conv_fwd(c, &P39, F(0xb3f6200), F(0x18ff00), NULL, F(0xb3b6200), NULL);
   snrt_dead(c, 0xb3f6200, 65536);
-  snrt_reads(c, 626, 5, (const int64_t[]){0xb3b6200, 262144, 0x1cff00, 2048, 0x1d0700, 2048, 0x1d0f00, 2048, 0x1d1700, 2048});
-  /*   626 eval      BN_INFER           layer2.0.3.bn/eval  live 180.7 MiB */
-  snrt_bn_fwd_infer(c, &P43, F(0xb3b6200), F(0x1cff00), F(0x1d0700), F(0x1d0f00), F(0x1d1700), F(0xb3f6200));
+  snrt_reads(c, 591, 5, (const int64_t[]){0xb3b6200, 262144, 0x1cff00, 2048, 0x1d0700, 2048, 0x1d0f00, 2048, 0x1d1700, 2048});
+  /*   591 eval      BN_INFER           layer2.0.3.bn/eval  live 180.7 MiB */
+  snrt_bn_fwd_infer(c, &P40, F(0xb3b6200), F(0x1cff00), F(0x1d0700), F(0x1d0f00), F(0x1d1700), F(0xb3f6200));
   snrt_dead(c, 0xb3b6200, 262144);
-  snrt_reads(c, 627, 2, (const int64_t[]){0xb446200, 524288, 0x1d1f00, 524288});
-  /*   627 eval      Conv               layer2.0.down.conv/eval  live 180.8 MiB */
-  snrt_conv_fwd(c, &P44, F(0xb446200), F(0x1d1f00), NULL, F(0xb3b6200), F(0xb4c6200));
-  snrt_dead(c, 0xb446200, 524288);
-  snrt_dead(c, 0xb4c6200, 131072);
-  snrt_reads(c, 628, 5, (const int64_t[]){0xb3b6200, 262144, 0x251f00, 2048, 0x252700, 2048, 0x252f00, 2048, 0x253700, 2048});
-  /*   628 eval      BN_INFER           layer2.0.down.bn/eval  live 180.5 MiB */
-  snrt_bn_fwd_infer(c, &P45, F(0xb3b6200), F(0x251f00), F(0x252700), F(0x252f00), F(0x253700), F(0xb436200));
+  snrt_reads(c, 592, 2, (const int64_t[]){0xb4b6200, 524288, 0x1d1f00, 524288});
+  /*   592 eval      Conv               layer2.0.down.conv/eval  live 180.8 MiB */
+  snrt_conv_fwd(c, &P41, F(0xb4b6200), F(0x1d1f00), NULL, F(0xb3b6200), F(0xb436200));
+  snrt_dead(c, 0xb4b6200, 524288);
+  snrt_dead(c, 0xb436200, 131072);
+  snrt_reads(c, 593, 5, (const int64_t[]){0xb3b6200, 262144, 0x251f00, 2048, 0x252700, 2048, 0x252f00, 2048, 0x253700, 2048});
+  /*   593 eval      BN_INFER           layer2.0.down.bn/eval  live 180.5 MiB */
+  snrt_bn_fwd_infer(c, &P42, F(0xb3b6200), F(0x251f00), F(0x252700), F(0x252f00), F(0x253700), F(0xb436200));
   snrt_dead(c, 0xb3b6200, 262144);
-  snrt_reads(c, 629, 2, (const int64_t[]){0xb3f6200, 262144, 0xb436200, 262144});
-  /*   629 eval      Add                layer2.0.add/eval  live 180.5 MiB */
-  snrt_binary_fwd(c, &P46, F(0xb3f6200), F(0xb436200), F(0xb3b6200));
+  snrt_reads(c, 594, 2, (const int64_t[]){0xb3f6200, 262144, 0xb436200, 262144});
+  /*   594 eval      FUSED              layer2.0.out/fused2/eval  live 180.5 MiB */
+  snrt_fused_fwd(c, &P43, (const float *const[]){F(0xb3f6200), F(0xb436200)}, F(0xb476200));
   snrt_dead(c, 0xb3f6200, 262144);
   snrt_dead(c, 0xb436200, 262144);
-  snrt_reads(c, 630, 1, (const int64_t[]){0xb3b6200, 262144});
-  /*   630 eval      Relu               layer2.0.out/eval  live 180.2 MiB */
-  snrt_unary_fwd(c, &P47, F(0xb3b6200), F(0xb446200));
-  snrt_dead(c, 0xb3b6200, 262144);
-  snrt_reads(c, 631, 2, (const int64_t[]){0xb446200, 262144, 0x253f00, 262144});
-  /*   631 eval      Conv               layer2.1.1.conv/eval  live 180.0 MiB */
-  snrt_conv_fwd(c, &P48, F(0xb446200), F(0x253f00), NULL, F(0xb3b6200), NULL);
-  snrt_reads(c, 632, 5, (const int64_t[]){0xb3b6200, 65536, 0x293f00, 512, 0x294100, 512, 0x294300, 512, 0x294500, 512});
-  /*   632 eval      BN_INFER           layer2.1.1.bn/eval  live 180.1 MiB */
-  snrt_bn_fwd_infer(c, &P49, F(0xb3b6200), F(0x293f00), F(0x294100), F(0x294300), F(0x294500), F(0xb3c6200));
+  snrt_reads(c, 595, 2, (const int64_t[]){0xb476200, 262144, 0x253f00, 262144});
+  /*   595 eval      Conv               layer2.1.1.conv/eval  live 180.0 MiB */
+  snrt_conv_fwd(c, &P44, F(0xb476200), F(0x253f00), NULL, F(0xb3b6200), NULL);
+  snrt_reads(c, 596, 5, (const int64_t[]){0xb3b6200, 65536, 0x293f00, 512, 0x294100, 512, 0x294300, 512, 0x294500, 512});
+  /*   596 eval      BN_INFER           layer2.1.1.bn/eval  live 180.1 MiB */
+  snrt_bn_fwd_infer(c, &P45, F(0xb3b6200), F(0x293f00), F(0x294100), F(0x294300), F(0x294500), F(0xb3c6200));
   snrt_dead(c, 0xb3b6200, 65536);
-  snrt_reads(c, 633, 1, (const int64_t[]){0xb3c6200, 65536});
-  /*   633 eval      Relu               layer2.1.1.relu/eval  live 180.1 MiB */
-  snrt_unary_fwd(c, &P50, F(0xb3c6200), F(0xb486200));
+  snrt_reads(c, 597, 1, (const int64_t[]){0xb3c6200, 65536});
+  /*   597 eval      Relu               layer2.1.1.relu/eval  live 180.1 MiB */
+  snrt_unary_fwd(c, &P46, F(0xb3c6200), F(0xb446200));
   snrt_dead(c, 0xb3c6200, 65536);
-  snrt_reads(c, 634, 2, (const int64_t[]){0xb486200, 65536, 0x294700, 589824});
-  /*   634 eval      Conv               layer2.1.2.conv/eval  live 180.6 MiB */
-  snrt_conv_fwd(c, &P51, F(0xb486200), F(0x294700), NULL, F(0xb496200), F(0xb3b6200));
+  snrt_reads(c, 598, 2, (const int64_t[]){0xb446200, 65536, 0x294700, 589824});
+  /*   598 eval      Conv               layer2.1.2.conv/eval  live 180.6 MiB */
+  snrt_conv_fwd(c, &P47, F(0xb446200), F(0x294700), NULL, F(0xb456200), F(0xb3b6200));
+  snrt_dead(c, 0xb446200, 65536);
+  snrt_dead(c, 0xb3b6200, 589824);
+  snrt_reads(c, 599, 5, (const int64_t[]){0xb456200, 65536, 0x324700, 512, 0x324900, 512, 0x324b00, 512, 0x324d00, 512});
+  /*   599 eval      BN_INFER           layer2.1.2.bn/eval  live 180.1 MiB */
+  snrt_bn_fwd_infer(c, &P48, F(0xb456200), F(0x324700), F(0x324900), F(0x324b00), F(0x324d00), F(0xb3b6200));
+  snrt_dead(c, 0xb456200, 65536);
+  snrt_reads(c, 600, 1, (const int64_t[]){0xb3b6200, 65536});
+  /*   600 eval      Relu               layer2.1.2.relu/eval  live 180.1 MiB */
+  snrt_unary_fwd(c, &P49, F(0xb3b6200), F(0xb3f6200));
+  snrt_dead(c, 0xb3b6200, 65536);
+  snrt_reads(c, 601, 2, (const int64_t[]){0xb3f6200, 65536, 0x324f00, 262144});
+  /*   601 eval      Conv               layer2.1.3.conv/eval  live 180.3 MiB */
+  snrt_conv_fwd(c, &P50, F(0xb3f6200), F(0x324f00), NULL, F(0xb3b6200), NULL);
+  snrt_dead(c, 0xb3f6200, 65536);
+  snrt_reads(c, 602, 5, (const int64_t[]){0xb3b6200, 262144, 0x364f00, 2048, 0x365700, 2048, 0x365f00, 2048, 0x366700, 2048});
+  /*   602 eval      BN_INFER           layer2.1.3.bn/eval  live 180.5 MiB */
+  snrt_bn_fwd_infer(c, &P51, F(0xb3b6200), F(0x364f00), F(0x365700), F(0x365f00), F(0x366700), F(0xb3f6200));
+  snrt_dead(c, 0xb3b6200, 262144);
+  snrt_reads(c, 603, 2, (const int64_t[]){0xb3f6200, 262144, 0xb476200, 262144});
+  /*   603 eval      FUSED              layer2.1.out/fused2/eval  live 180.5 MiB */
+  snrt_fused_fwd(c, &P52, (const float *const[]){F(0xb3f6200), F(0xb476200)}, F(0xb4b6200));
+  snrt_dead(c, 0xb476200, 262144);
+  snrt_dead(c, 0xb3f6200, 262144);
+  snrt_reads(c, 604, 2, (const int64_t[]){0xb4b6200, 262144, 0x366f00, 262144});
+  /*   604 eval      Conv               layer2.2.1.conv/eval  live 180.0 MiB */
+  snrt_conv_fwd(c, &P53, F(0xb4b6200), F(0x366f00), NULL, F(0xb3b6200), NULL);
+  snrt_reads(c, 605, 5, (const int64_t[]){0xb3b6200, 65536, 0x3a6f00, 512, 0x3a7100, 512, 0x3a7300, 512, 0x3a7500, 512});
+  /*   605 eval      BN_INFER           layer2.2.1.bn/eval  live 180.1 MiB */
+  snrt_bn_fwd_infer(c, &P54, F(0xb3b6200), F(0x3a6f00), F(0x3a7100), F(0x3a7300), F(0x3a7500), F(0xb3c6200));
+  snrt_dead(c, 0xb3b6200, 65536);
+  snrt_reads(c, 606, 1, (const int64_t[]){0xb3c6200, 65536});
+  /*   606 eval      Relu               layer2.2.1.relu/eval  live 180.1 MiB */
+  snrt_unary_fwd(c, &P55, F(0xb3c6200), F(0xb446200));
+  snrt_dead(c, 0xb3c6200, 65536);
+  snrt_reads(c, 607, 2, (const int64_t[]){0xb446200, 65536, 0x3a7700, 589824});
+  /*   607 eval      Conv               layer2.2.2.conv/eval  live 180.6 MiB */
+  snrt_conv_fwd(c, &P56, F(0xb446200), F(0x3a7700), NULL, F(0xb456200), F(0xb3b6200));
+  snrt_dead(c, 0xb446200, 65536);
+  snrt_dead(c, 0xb3b6200, 589824);
+  snrt_reads(c, 608, 5, (const int64_t[]){0xb456200, 65536, 0x437700, 512, 0x437900, 512, 0x437b00, 512, 0x437d00, 512});
+  /*   608 eval      BN_INFER           layer2.2.2.bn/eval  live 180.1 MiB */
+  snrt_bn_fwd_infer(c, &P57, F(0xb456200), F(0x437700), F(0x437900), F(0x437b00), F(0x437d00), F(0xb3b6200));
+  snrt_dead(c, 0xb456200, 65536);
+  snrt_reads(c, 609, 1, (const int64_t[]){0xb3b6200, 65536});
+  /*   609 eval      Relu               layer2.2.2.relu/eval  live 180.1 MiB */
+  snrt_unary_fwd(c, &P58, F(0xb3b6200), F(0xb3f6200));
+  snrt_dead(c, 0xb3b6200, 65536);
+  snrt_reads(c, 610, 2, (const int64_t[]){0xb3f6200, 65536, 0x437f00, 262144});
+  /*   610 eval      Conv               layer2.2.3.conv/eval  live 180.3 MiB */
+  snrt_conv_fwd(c, &P59, F(0xb3f6200), F(0x437f00), NULL, F(0xb3b6200), NULL);
+  snrt_dead(c, 0xb3f6200, 65536);
+  snrt_reads(c, 611, 5, (const int64_t[]){0xb3b6200, 262144, 0x477f00, 2048, 0x478700, 2048, 0x478f00, 2048, 0x479700, 2048});
+  /*   611 eval      BN_INFER           layer2.2.3.bn/eval  live 180.5 MiB */
+  snrt_bn_fwd_infer(c, &P60, F(0xb3b6200), F(0x477f00), F(0x478700), F(0x478f00), F(0x479700), F(0xb3f6200));
+  snrt_dead(c, 0xb3b6200, 262144);
+  snrt_reads(c, 612, 2, (const int64_t[]){0xb3f6200, 262144, 0xb4b6200, 262144});
+  /*   612 eval      FUSED              layer2.2.out/fused2/eval  live 180.5 MiB */
+  snrt_fused_fwd(c, &P61, (const float *const[]){F(0xb3f6200), F(0xb4b6200)}, F(0xb446200));
+  snrt_dead(c, 0xb4b6200, 262144);
+  snrt_dead(c, 0xb3f6200, 262144);
+  snrt_reads(c, 613, 2, (const int64_t[]){0xb446200, 262144, 0x479f00, 262144});
+  /*   613 eval      Conv               layer2.3.1.conv/eval  live 180.0 MiB */
+  snrt_conv_fwd(c, &P62, F(0xb446200), F(0x479f00), NULL, F(0xb3b6200), NULL);
+  snrt_reads(c, 614, 5, (const int64_t[]){0xb3b6200, 65536, 0x4b9f00, 512, 0x4ba100, 512, 0x4ba300, 512, 0x4ba500, 512});
+  /*   614 eval      BN_INFER           layer2.3.1.bn/eval  live 180.1 MiB */
+  snrt_bn_fwd_infer(c, &P63, F(0xb3b6200), F(0x4b9f00), F(0x4ba100), F(0x4ba300), F(0x4ba500), F(0xb3c6200));
+  snrt_dead(c, 0xb3b6200, 65536);
+  snrt_reads(c, 615, 1, (const int64_t[]){0xb3c6200, 65536});
+  /*   615 eval      Relu               layer2.3.1.relu/eval  live 180.1 MiB */
+  snrt_unary_fwd(c, &P64, F(0xb3c6200), F(0xb486200));
+  snrt_dead(c, 0xb3c6200, 65536);
+  snrt_reads(c, 616, 2, (const int64_t[]){0xb486200, 65536, 0x4ba700, 589824});
+  /*   616 eval      Conv               layer2.3.2.conv/eval  live 180.6 MiB */
+  snrt_conv_fwd(c, &P65, F(0xb486200), F(0x4ba700), NULL, F(0xb496200), F(0xb3b6200));
   snrt_dead(c, 0xb486200, 65536);
   snrt_dead(c, 0xb3b6200, 589824);
-  snrt_reads(c, 635, 5, (const int64_t[]){0xb496200, 65536, 0x324700, 512, 0x324900, 512, 0x324b00, 512, 0x324d00, 512});
-  /*   635 eval      BN_INFER           layer2.1.2.bn/eval  live 180.1 MiB */
-  snrt_bn_fwd_infer(c, &P52, F(0xb496200), F(0x324700), F(0x324900), F(0x324b00), F(0x324d00), F(0xb3b6200));
+  snrt_reads(c, 617, 5, (const int64_t[]){0xb496200, 65536, 0x54a700, 512, 0x54a900, 512, 0x54ab00, 512, 0x54ad00, 512});
+  /*   617 eval      BN_INFER           layer2.3.2.bn/eval  live 180.1 MiB */
+  snrt_bn_fwd_infer(c, &P66, F(0xb496200), F(0x54a700), F(0x54a900), F(0x54ab00), F(0x54ad00), F(0xb3b6200));
   snrt_dead(c, 0xb496200, 65536);
-  snrt_reads(c, 636, 1, (const int64_t[]){0xb3b6200, 65536});
-  /*   636 eval      Relu               layer2.1.2.relu/eval  live 180.1 MiB */
-  snrt_unary_fwd(c, &P53, F(0xb3b6200), F(0xb3f6200));
+  snrt_reads(c, 618, 1, (const int64_t[]){0xb3b6200, 65536});
+  /*   618 eval      Relu               layer2.3.2.relu/eval  live 180.1 MiB */
+  snrt_unary_fwd(c, &P67, F(0xb3b6200), F(0xb3f6200));
   snrt_dead(c, 0xb3b6200, 65536);
-  snrt_reads(c, 637, 2, (const int64_t[]){0xb3f6200, 65536, 0x324f00, 262144});
-  /*   637 eval      Conv               layer2.1.3.conv/eval  live 180.3 MiB */
-  snrt_conv_fwd(c, &P54, F(0xb3f6200), F(0x324f00), NULL, F(0xb3b6200), NULL);
+  snrt_reads(c, 619, 2, (const int64_t[]){0xb3f6200, 65536, 0x54af00, 262144});
+  /*   619 eval      Conv               layer2.3.3.conv/eval  live 180.3 MiB */
+  snrt_conv_fwd(c, &P68, F(0xb3f6200), F(0x54af00), NULL, F(0xb3b6200), NULL);
   snrt_dead(c, 0xb3f6200, 65536);
-  snrt_reads(c, 638, 5, (const int64_t[]){0xb3b6200, 262144, 0x364f00, 2048, 0x365700, 2048, 0x365f00, 2048, 0x366700, 2048});
-  /*   638 eval      BN_INFER           layer2.1.3.bn/eval  live 180.5 MiB */
-  snrt_bn_fwd_infer(c, &P55, F(0xb3b6200), F(0x364f00), F(0x365700), F(0x365f00), F(0x366700), F(0xb3f6200));
+  snrt_reads(c, 620, 5, (const int64_t[]){0xb3b6200, 262144, 0x58af00, 2048, 0x58b700, 2048, 0x58bf00, 2048, 0x58c700, 2048});
+  /*   620 eval      BN_INFER           layer2.3.3.bn/eval  live 180.5 MiB */
+  snrt_bn_fwd_infer(c, &P69, F(0xb3b6200), F(0x58af00), F(0x58b700), F(0x58bf00), F(0x58c700), F(0xb3f6200));
   snrt_dead(c, 0xb3b6200, 262144);
-  snrt_reads(c, 639, 2, (const int64_t[]){0xb3f6200, 262144, 0xb446200, 262144});
-  /*   639 eval      Add                layer2.1.add/eval  live 180.5 MiB */
-  snrt_binary_fwd(c, &P56, F(0xb3f6200), F(0xb446200), F(0xb3b6200));
+  snrt_reads(c, 621, 2, (const int64_t[]){0xb3f6200, 262144, 0xb446200, 262144});
+  /*   621 eval      FUSED              layer2.3.out/fused2/eval  live 180.5 MiB */
+  snrt_fused_fwd(c, &P70, (const float *const[]){F(0xb3f6200), F(0xb446200)}, F(0xb486200));
   snrt_dead(c, 0xb446200, 262144);
   snrt_dead(c, 0xb3f6200, 262144);
-  snrt_reads(c, 640, 1, (const int64_t[]){0xb3b6200, 262144});
-  /*   640 eval      Relu               layer2.1.out/eval  live 180.2 MiB */
-  snrt_unary_fwd(c, &P57, F(0xb3b6200), F(0xb446200));
-  snrt_dead(c, 0xb3b6200, 262144);
-  snrt_reads(c, 641, 2, (const int64_t[]){0xb446200, 262144, 0x366f00, 262144});
-  /*   641 eval      Conv               layer2.2.1.conv/eval  live 180.0 MiB */
-  snrt_conv_fwd(c, &P58, F(0xb446200), F(0x366f00), NULL, F(0xb3b6200), NULL);
-  snrt_reads(c, 642, 5, (const int64_t[]){0xb3b6200, 65536, 0x3a6f00, 512, 0x3a7100, 512, 0x3a7300, 512, 0x3a7500, 512});
-  /*   642 eval      BN_INFER           layer2.2.1.bn/eval  live 180.1 MiB */
-  snrt_bn_fwd_infer(c, &P59, F(0xb3b6200), F(0x3a6f00), F(0x3a7100), F(0x3a7300), F(0x3a7500), F(0xb3c6200));
-  snrt_dead(c, 0xb3b6200, 65536);
-  snrt_reads(c, 643, 1, (const int64_t[]){0xb3c6200, 65536});
-  /*   643 eval      Relu               layer2.2.1.relu/eval  live 180.1 MiB */
-  snrt_unary_fwd(c, &P60, F(0xb3c6200), F(0xb486200));
-  snrt_dead(c, 0xb3c6200, 65536);
-  snrt_reads(c, 644, 2, (const int64_t[]){0xb486200, 65536, 0x3a7700, 589824});
-  /*   644 eval      Conv               layer2.2.2.conv/eval  live 180.6 MiB */
-  snrt_conv_fwd(c, &P61, F(0xb486200), F(0x3a7700), NULL, F(0xb496200), F(0xb3b6200));
-  snrt_dead(c, 0xb486200, 65536);
-  snrt_dead(c, 0xb3b6200, 589824);
-  snrt_reads(c, 645, 5, (const int64_t[]){0xb496200, 65536, 0x437700, 512, 0x437900, 512, 0x437b00, 512, 0x437d00, 512});
-  /*   645 eval      BN_INFER           layer2.2.2.bn/eval  live 180.1 MiB */
-  snrt_bn_fwd_infer(c, &P62, F(0xb496200), F(0x437700), F(0x437900), F(0x437b00), F(0x437d00), F(0xb3b6200));
-  snrt_dead(c, 0xb496200, 65536);
-  snrt_reads(c, 646, 1, (const int64_t[]){0xb3b6200, 65536});
-  /*   646 eval      Relu               layer2.2.2.relu/eval  live 180.1 MiB */
-  snrt_unary_fwd(c, &P63, F(0xb3b6200), F(0xb3f6200));
-  snrt_dead(c, 0xb3b6200, 65536);
-  snrt_reads(c, 647, 2, (const int64_t[]){0xb3f6200, 65536, 0x437f00, 262144});
-  /*   647 eval      Conv               layer2.2.3.conv/eval  live 180.3 MiB */
-  snrt_conv_fwd(c, &P64, F(0xb3f6200), F(0x437f00), NULL, F(0xb3b6200), NULL);
-  snrt_dead(c, 0xb3f6200, 65536);
-  snrt_reads(c, 648, 5, (const int64_t[]){0xb3b6200, 262144, 0x477f00, 2048, 0x478700, 2048, 0x478f00, 2048, 0x479700, 2048});
-  /*   648 eval      BN_INFER           layer2.2.3.bn/eval  live 180.5 MiB */
-  snrt_bn_fwd_infer(c, &P65, F(0xb3b6200), F(0x477f00), F(0x478700), F(0x478f00), F(0x479700), F(0xb3f6200));
-  snrt_dead(c, 0xb3b6200, 262144);
-  snrt_reads(c, 649, 2, (const int64_t[]){0xb3f6200, 262144, 0xb446200, 262144});
-  /*   649 eval      Add                layer2.2.add/eval  live 180.5 MiB */
-  snrt_binary_fwd(c, &P66, F(0xb3f6200), F(0xb446200), F(0xb3b6200));
-  snrt_dead(c, 0xb446200, 262144);
-  snrt_dead(c, 0xb3f6200, 262144);
-  snrt_reads(c, 650, 1, (const int64_t[]){0xb3b6200, 262144});
-  /*   650 eval      Relu               layer2.2.out/eval  live 180.2 MiB */
-  snrt_unary_fwd(c, &P67, F(0xb3b6200), F(0xb446200));
-  snrt_dead(c, 0xb3b6200, 262144);
-  snrt_reads(c, 651, 2, (const int64_t[]){0xb446200, 262144, 0x479f00, 262144});
-  /*   651 eval      Conv               layer2.3.1.conv/eval  live 180.0 MiB */
-  snrt_conv_fwd(c, &P68, F(0xb446200), F(0x479f00), NULL, F(0xb3b6200), NULL);
-  snrt_reads(c, 652, 5, (const int64_t[]){0xb3b6200, 65536, 0x4b9f00, 512, 0x4ba100, 512, 0x4ba300, 512, 0x4ba500, 512});
-  /*   652 eval      BN_INFER           layer2.3.1.bn/eval  live 180.1 MiB */
-  snrt_bn_fwd_infer(c, &P69, F(0xb3b6200), F(0x4b9f00), F(0x4ba100), F(0x4ba300), F(0x4ba500), F(0xb3c6200));
-  snrt_dead(c, 0xb3b6200, 65536);
-  snrt_reads(c, 653, 1, (const int64_t[]){0xb3c6200, 65536});
-  /*   653 eval      Relu               layer2.3.1.relu/eval  live 180.1 MiB */
-  snrt_unary_fwd(c, &P70, F(0xb3c6200), F(0xb486200));
-  snrt_dead(c, 0xb3c6200, 65536);
-  snrt_reads(c, 654, 2, (const int64_t[]){0xb486200, 65536, 0x4ba700, 589824});
-  /*   654 eval      Conv               layer2.3.2.conv/eval  live 180.6 MiB */
-  snrt_conv_fwd(c, &P71, F(0xb486200), F(0x4ba700), NULL, F(0xb496200), F(0xb3b6200));
-  snrt_dead(c, 0xb486200, 65536);
-  snrt_dead(c, 0xb3b6200, 589824);
-  snrt_reads(c, 655, 5, (const int64_t[]){0xb496200, 65536, 0x54a700, 512, 0x54a900, 512, 0x54ab00, 512, 0x54ad00, 512});
-  /*   655 eval      BN_INFER           layer2.3.2.bn/eval  live 180.1 MiB */
-  snrt_bn_fwd_infer(c, &P72, F(0xb496200), F(0x54a700), F(0x54a900), F(0x54ab00), F(0x54ad00), F(0xb3b6200));
-  snrt_dead(c, 0xb496200, 65536);
-  snrt_reads(c, 656, 1, (const int64_t[]){0xb3b6200, 65536});
-  /*   656 eval      Relu               layer2.3.2.relu/eval  live 180.1 MiB */
-  snrt_unary_fwd(c, &P73, F(0xb3b6200), F(0xb3f6200));
-  snrt_dead(c, 0xb3b6200, 65536);
-  snrt_reads(c, 657, 2, (const int64_t[]){0xb3f6200, 65536, 0x54af00, 262144});
-  /*   657 eval      Conv               layer2.3.3.conv/eval  live 180.3 MiB */
-  snrt_conv_fwd(c, &P74, F(0xb3f6200), F(0x54af00), NULL, F(0xb3b6200), NULL);
-  snrt_dead(c, 0xb3f6200, 65536);
-  snrt_reads(c, 658, 5, (const int64_t[]){0xb3b6200, 262144, 0x58af00, 2048, 0x58b700, 2048, 0x58bf00, 2048, 0x58c700, 2048});
-  /*   658 eval      BN_INFER           layer2.3.3.bn/eval  live 180.5 MiB */
-  snrt_bn_fwd_infer(c, &P75, F(0xb3b6200), F(0x58af00), F(0x58b700), F(0x58bf00), F(0x58c700), F(0xb3f6200));
-  snrt_dead(c, 0xb3b6200, 262144);
-  snrt_reads(c, 659, 2, (const int64_t[]){0xb3f6200, 262144, 0xb446200, 262144});
-  /*   659 eval      Add                layer2.3.add/eval  live 180.5 MiB */
-  snrt_binary_fwd(c, &P76, F(0xb3f6200), F(0xb446200), F(0xb3b6200));
-  snrt_dead(c, 0xb446200, 262144);
-  snrt_dead(c, 0xb3f6200, 262144);
-  snrt_reads(c, 660, 1, (const int64_t[]){0xb3b6200, 262144});
-  /*   660 eval      Relu               layer2.3.out/eval  live 180.2 MiB */
-  snrt_unary_fwd(c, &P77, F(0xb3b6200), F(0xb3fe200));
-  snrt_dead(c, 0xb3b6200, 262144);
-  snrt_reads(c, 661, 2, (const int64_t[]){0xb3fe200, 262144, 0x58cf00, 524288});
-  /*   661 eval      Conv               layer3.0.1.conv/eval  live 180.1 MiB */
-  snrt_conv_fwd(c, &P78, F(0xb3fe200), F(0x58cf00), NULL, F(0xb3b6200), NULL);
-  snrt_reads(c, 662, 5, (const int64_t[]){0xb3b6200, 131072, 0x60cf00, 1024, 0x60d300, 1024, 0x60d700, 1024, 0x60db00, 1024});
-  /*   662 eval      BN_INFER           layer3.0.1.bn/eval  live 180.2 MiB */
-  snrt_bn_fwd_infer(c, &P79, F(0xb3b6200), F(0x60cf00), F(0x60d300), F(0x60d700), F(0x60db00), F(0xb3d6200));
+  snrt_reads(c, 622, 2, (const int64_t[]){0xb486200, 262144, 0x58cf00, 524288});
+  /*   622 eval      Conv               layer3.0.1.conv/eval  live 180.1 MiB */
+  snrt_conv_fwd(c, &P71, F(0xb486200), F(0x58cf00), NULL, F(0xb3b6200), NULL);
+  snrt_reads(c, 623, 5, (const int64_t[]){0xb3b6200, 131072, 0x60cf00, 1024, 0x60d300, 1024, 0x60d700, 1024, 0x60db00, 1024});
+  /*   623 eval      BN_INFER           layer3.0.1.bn/eval  live 180.2 MiB */
+  snrt_bn_fwd_infer(c, &P72, F(0xb3b6200), F(0x60cf00), F(0x60d300), F(0x60d700), F(0x60db00), F(0xb3d6200));
   snrt_dead(c, 0xb3b6200, 131072);
-  snrt_reads(c, 663, 1, (const int64_t[]){0xb3d6200, 131072});
-  /*   663 eval      Relu               layer3.0.1.relu/eval  live 180.2 MiB */
-  snrt_unary_fwd(c, &P80, F(0xb3d6200), F(0xb43e200));
+  snrt_reads(c, 624, 1, (const int64_t[]){0xb3d6200, 131072});
+  /*   624 eval      Relu               layer3.0.1.relu/eval  live 180.2 MiB */
+  snrt_unary_fwd(c, &P73, F(0xb3d6200), F(0xb3fe200));
   snrt_dead(c, 0xb3d6200, 131072);
-  snrt_reads(c, 664, 2, (const int64_t[]){0xb43e200, 131072, 0x60df00, 2359296});
-  /*   664 eval      Conv               layer3.0.2.conv/eval  live 180.4 MiB */
-  snrt_conv_fwd(c, &P81, F(0xb43e200), F(0x60df00), NULL, F(0xb45e200), F(0xb3b6200));
-  snrt_dead(c, 0xb43e200, 131072);
+  snrt_reads(c, 625, 2, (const int64_t[]){0xb3fe200, 131072, 0x60df00, 2359296});
+  /*   625 eval      Conv               layer3.0.2.conv/eval  live 180.4 MiB */
+  snrt_conv_fwd(c, &P74, F(0xb3fe200), F(0x60df00), NULL, F(0xb41e200), F(0xb3b6200));
+  snrt_dead(c, 0xb3fe200, 131072);
   snrt_dead(c, 0xb3b6200, 294912);
-  snrt_reads(c, 665, 5, (const int64_t[]){0xb45e200, 32768, 0x84df00, 1024, 0x84e300, 1024, 0x84e700, 1024, 0x84eb00, 1024});
-  /*   665 eval      BN_INFER           layer3.0.2.bn/eval  live 180.0 MiB */
-  snrt_bn_fwd_infer(c, &P82, F(0xb45e200), F(0x84df00), F(0x84e300), F(0x84e700), F(0x84eb00), F(0xb3b6200));
-  snrt_dead(c, 0xb45e200, 32768);
-  snrt_reads(c, 666, 1, (const int64_t[]){0xb3b6200, 32768});
-  /*   666 eval      Relu               layer3.0.2.relu/eval  live 180.0 MiB */
-  snrt_unary_fwd(c, &P83, F(0xb3b6200), F(0xb3d6200));
+  snrt_reads(c, 626, 5, (const int64_t[]){0xb41e200, 32768, 0x84df00, 1024, 0x84e300, 1024, 0x84e700, 1024, 0x84eb00, 1024});
+  /*   626 eval      BN_INFER           layer3.0.2.bn/eval  live 180.0 MiB */
+  snrt_bn_fwd_infer(c, &P75, F(0xb41e200), F(0x84df00), F(0x84e300), F(0x84e700), F(0x84eb00), F(0xb3b6200));
+  snrt_dead(c, 0xb41e200, 32768);
+  snrt_reads(c, 627, 1, (const int64_t[]){0xb3b6200, 32768});
+  /*   627 eval      Relu               layer3.0.2.relu/eval  live 180.0 MiB */
+  snrt_unary_fwd(c, &P76, F(0xb3b6200), F(0xb3d6200));
   snrt_dead(c, 0xb3b6200, 32768);
-  snrt_reads(c, 667, 2, (const int64_t[]){0xb3d6200, 32768, 0x84ef00, 1048576});
-  /*   667 eval      Conv               layer3.0.3.conv/eval  live 180.1 MiB */
-  snrt_conv_fwd(c, &P84, F(0xb3d6200), F(0x84ef00), NULL, F(0xb3b6200), NULL);
+  snrt_reads(c, 628, 2, (const int64_t[]){0xb3d6200, 32768, 0x84ef00, 1048576});
+  /*   628 eval      Conv               layer3.0.3.conv/eval  live 180.1 MiB */
+  snrt_conv_fwd(c, &P77, F(0xb3d6200), F(0x84ef00), NULL, F(0xb3b6200), NULL);
   snrt_dead(c, 0xb3d6200, 32768);
-  snrt_reads(c, 668, 5, (const int64_t[]){0xb3b6200, 131072, 0x94ef00, 4096, 0x94ff00, 4096, 0x950f00, 4096, 0x951f00, 4096});
-  /*   668 eval      BN_INFER           layer3.0.3.bn/eval  live 180.2 MiB */
-  snrt_bn_fwd_infer(c, &P85, F(0xb3b6200), F(0x94ef00), F(0x94ff00), F(0x950f00), F(0x951f00), F(0xb3d6200));
+  snrt_reads(c, 629, 5, (const int64_t[]){0xb3b6200, 131072, 0x94ef00, 4096, 0x94ff00, 4096, 0x950f00, 4096, 0x951f00, 4096});
+  /*   629 eval      BN_INFER           layer3.0.3.bn/eval  live 180.2 MiB */
+  snrt_bn_fwd_infer(c, &P78, F(0xb3b6200), F(0x94ef00), F(0x94ff00), F(0x950f00), F(0x951f00), F(0xb3d6200));
   snrt_dead(c, 0xb3b6200, 131072);
-  snrt_reads(c, 669, 2, (const int64_t[]){0xb3fe200, 262144, 0x952f00, 2097152});
-  /*   669 eval      Conv               layer3.0.down.conv/eval  live 180.3 MiB */
-  snrt_conv_fwd(c, &P86, F(0xb3fe200), F(0x952f00), NULL, F(0xb3b6200), F(0xb43e200));
-  snrt_dead(c, 0xb3fe200, 262144);
-  snrt_dead(c, 0xb43e200, 65536);
-  snrt_reads(c, 670, 5, (const int64_t[]){0xb3b6200, 131072, 0xb52f00, 4096, 0xb53f00, 4096, 0xb54f00, 4096, 0xb55f00, 4096});
-  /*   670 eval      BN_INFER           layer3.0.down.bn/eval  live 180.1 MiB */
-  snrt_bn_fwd_infer(c, &P87, F(0xb3b6200), F(0xb52f00), F(0xb53f00), F(0xb54f00), F(0xb55f00), F(0xb3f6200));
+  snrt_reads(c, 630, 2, (const int64_t[]){0xb486200, 262144, 0x952f00, 2097152});
+  /*   630 eval      Conv               layer3.0.down.conv/eval  live 180.3 MiB */
+  snrt_conv_fwd(c, &P79, F(0xb486200), F(0x952f00), NULL, F(0xb3b6200), F(0xb3f6200));
+  snrt_dead(c, 0xb486200, 262144);
+  snrt_dead(c, 0xb3f6200, 65536);
+  snrt_reads(c, 631, 5, (const int64_t[]){0xb3b6200, 131072, 0xb52f00, 4096, 0xb53f00, 4096, 0xb54f00, 4096, 0xb55f00, 4096});
+  /*   631 eval      BN_INFER           layer3.0.down.bn/eval  live 180.1 MiB */
+  snrt_bn_fwd_infer(c, &P80, F(0xb3b6200), F(0xb52f00), F(0xb53f00), F(0xb54f00), F(0xb55f00), F(0xb3f6200));
   snrt_dead(c, 0xb3b6200, 131072);
-  snrt_reads(c, 671, 2, (const int64_t[]){0xb3d6200, 131072, 0xb3f6200, 131072});
-  /*   671 eval      Add                layer3.0.add/eval  live 180.1 MiB */
-  snrt_binary_fwd(c, &P88, F(0xb3d6200), F(0xb3f6200), F(0xb3b6200));
+  snrt_reads(c, 632, 2, (const int64_t[]){0xb3d6200, 131072, 0xb3f6200, 131072});
+  /*   632 eval      FUSED              layer3.0.out/fused2/eval  live 180.1 MiB */
+  snrt_fused_fwd(c, &P81, (const float *const[]){F(0xb3d6200), F(0xb3f6200)}, F(0xb416200));
   snrt_dead(c, 0xb3d6200, 131072);
   snrt_dead(c, 0xb3f6200, 131072);
-  snrt_reads(c, 672, 1, (const int64_t[]){0xb3b6200, 131072});
-  /*   672 eval      Relu               layer3.0.out/eval  live 180.0 MiB */
-  snrt_unary_fwd(c, &P89, F(0xb3b6200), F(0xb3fe200));
-  snrt_dead(c, 0xb3b6200, 131072);
-  snrt_reads(c, 673, 2, (const int64_t[]){0xb3fe200, 131072, 0xb56f00, 1048576});
-  /*   673 eval      Conv               layer3.1.1.conv/eval  live 179.9 MiB */
-  snrt_conv_fwd(c, &P90, F(0xb3fe200), F(0xb56f00), NULL, F(0xb3b6200), NULL);
-  snrt_reads(c, 674, 5, (const int64_t[]){0xb3b6200, 32768, 0xc56f00, 1024, 0xc57300, 1024, 0xc57700, 1024, 0xc57b00, 1024});
-  /*   674 eval      BN_INFER           layer3.1.1.bn/eval  live 179.9 MiB */
-  snrt_bn_fwd_infer(c, &P91, F(0xb3b6200), F(0xc56f00), F(0xc57300), F(0xc57700), F(0xc57b00), F(0xb3be200));
+  snrt_reads(c, 633, 2, (const int64_t[]){0xb416200, 131072, 0xb56f00, 1048576});
+  /*   633 eval      Conv               layer3.1.1.conv/eval  live 179.9 MiB */
+  snrt_conv_fwd(c, &P82, F(0xb416200), F(0xb56f00), NULL, F(0xb3b6200), NULL);
+  snrt_reads(c, 634, 5, (const int64_t[]){0xb3b6200, 32768, 0xc56f00, 1024, 0xc57300, 1024, 0xc57700, 1024, 0xc57b00, 1024});
+  /*   634 eval      BN_INFER           layer3.1.1.bn/eval  live 179.9 MiB */
+  snrt_bn_fwd_infer(c, &P83, F(0xb3b6200), F(0xc56f00), F(0xc57300), F(0xc57700), F(0xc57b00), F(0xb3be200));
   snrt_dead(c, 0xb3b6200, 32768);
-  snrt_reads(c, 675, 1, (const int64_t[]){0xb3be200, 32768});
-  /*   675 eval      Relu               layer3.1.1.relu/eval  live 179.9 MiB */
-  snrt_unary_fwd(c, &P92, F(0xb3be200), F(0xb41e200));
+  snrt_reads(c, 635, 1, (const int64_t[]){0xb3be200, 32768});
+  /*   635 eval      Relu               layer3.1.1.relu/eval  live 179.9 MiB */
+  snrt_unary_fwd(c, &P84, F(0xb3be200), F(0xb3fe200));
   snrt_dead(c, 0xb3be200, 32768);
-  snrt_reads(c, 676, 2, (const int64_t[]){0xb41e200, 32768, 0xc57f00, 2359296});
-  /*   676 eval      Conv               layer3.1.2.conv/eval  live 180.2 MiB */
-  snrt_conv_fwd(c, &P93, F(0xb41e200), F(0xc57f00), NULL, F(0xb426200), F(0xb3b6200));
-  snrt_dead(c, 0xb41e200, 32768);
+  snrt_reads(c, 636, 2, (const int64_t[]){0xb3fe200, 32768, 0xc57f00, 2359296});
+  /*   636 eval      Conv               layer3.1.2.conv/eval  live 180.2 MiB */
+  snrt_conv_fwd(c, &P85, F(0xb3fe200), F(0xc57f00), NULL, F(0xb406200), F(0xb3b6200));
+  snrt_dead(c, 0xb3fe200, 32768);
   snrt_dead(c, 0xb3b6200, 294912);
-  snrt_reads(c, 677, 5, (const int64_t[]){0xb426200, 32768, 0xe97f00, 1024, 0xe98300, 1024, 0xe98700, 1024, 0xe98b00, 1024});
-  /*   677 eval      BN_INFER           layer3.1.2.bn/eval  live 179.9 MiB */
-  snrt_bn_fwd_infer(c, &P94, F(0xb426200), F(0xe97f00), F(0xe98300), F(0xe98700), F(0xe98b00), F(0xb3b6200));
-  snrt_dead(c, 0xb426200, 32768);
-  snrt_reads(c, 678, 1, (const int64_t[]){0xb3b6200, 32768});
-  /*   678 eval      Relu               layer3.1.2.relu/eval  live 179.9 MiB */
-  snrt_unary_fwd(c, &P95, F(0xb3b6200), F(0xb3d6200));
+  snrt_reads(c, 637, 5, (const int64_t[]){0xb406200, 32768, 0xe97f00, 1024, 0xe98300, 1024, 0xe98700, 1024, 0xe98b00, 1024});
+  /*   637 eval      BN_INFER           layer3.1.2.bn/eval  live 179.9 MiB */
+  snrt_bn_fwd_infer(c, &P86, F(0xb406200), F(0xe97f00), F(0xe98300), F(0xe98700), F(0xe98b00), F(0xb3b6200));
+  snrt_dead(c, 0xb406200, 32768);
+  snrt_reads(c, 638, 1, (const int64_t[]){0xb3b6200, 32768});
+  /*   638 eval      Relu               layer3.1.2.relu/eval  live 179.9 MiB */
+  snrt_unary_fwd(c, &P87, F(0xb3b6200), F(0xb3d6200));
   snrt_dead(c, 0xb3b6200, 32768);
-  snrt_reads(c, 679, 2, (const int64_t[]){0xb3d6200, 32768, 0xe98f00, 1048576});
-  /*   679 eval      Conv               layer3.1.3.conv/eval  live 180.0 MiB */
-  snrt_conv_fwd(c, &P96, F(0xb3d6200), F(0xe98f00), NULL, F(0xb3b6200), NULL);
+  snrt_reads(c, 639, 2, (const int64_t[]){0xb3d6200, 32768, 0xe98f00, 1048576});
+  /*   639 eval      Conv               layer3.1.3.conv/eval  live 180.0 MiB */
+  snrt_conv_fwd(c, &P88, F(0xb3d6200), F(0xe98f00), NULL, F(0xb3b6200), NULL);
   snrt_dead(c, 0xb3d6200, 32768);
-  snrt_reads(c, 680, 5, (const int64_t[]){0xb3b6200, 131072, 0xf98f00, 4096, 0xf99f00, 4096, 0xf9af00, 4096, 0xf9bf00, 4096});
-  /*   680 eval      BN_INFER           layer3.1.3.bn/eval  live 180.1 MiB */
-  snrt_bn_fwd_infer(c, &P97, F(0xb3b6200), F(0xf98f00), F(0xf99f00), F(0xf9af00), F(0xf9bf00), F(0xb3d6200));
+  snrt_reads(c, 640, 5, (const int64_t[]){0xb3b6200, 131072, 0xf98f00, 4096, 0xf99f00, 4096, 0xf9af00, 4096, 0xf9bf00, 4096});
+  /*   640 eval      BN_INFER           layer3.1.3.bn/eval  live 180.1 MiB */
+  snrt_bn_fwd_infer(c, &P89, F(0xb3b6200), F(0xf98f00), F(0xf99f00), F(0xf9af00), F(0xf9bf00), F(0xb3d6200));
   snrt_dead(c, 0xb3b6200, 131072);
-  snrt_reads(c, 681, 2, (const int64_t[]){0xb3d6200, 131072, 0xb3fe200, 131072});
-  /*   681 eval      Add                layer3.1.add/eval  live 180.1 MiB */
-  snrt_binary_fwd(c, &P98, F(0xb3d6200), F(0xb3fe200), F(0xb3b6200));
-  snrt_dead(c, 0xb3fe200, 131072);
+  snrt_reads(c, 641, 2, (const int64_t[]){0xb3d6200, 131072, 0xb416200, 131072});
+  /*   641 eval      FUSED              layer3.1.out/fused2/eval  live 180.1 MiB */
+  snrt_fused_fwd(c, &P90, (const float *const[]){F(0xb3d6200), F(0xb416200)}, F(0xb436200));
+  snrt_dead(c, 0xb416200, 131072);
   snrt_dead(c, 0xb3d6200, 131072);
-  snrt_reads(c, 682, 1, (const int64_t[]){0xb3b6200, 131072});
-  /*   682 eval      Relu               layer3.1.out/eval  live 180.0 MiB */
-  snrt_unary_fwd(c, &P99, F(0xb3b6200), F(0xb3fe200));
-  snrt_dead(c, 0xb3b6200, 131072);
-  snrt_reads(c, 683, 2, (const int64_t[]){0xb3fe200, 131072, 0xf9cf00, 1048576});
-  /*   683 eval      Conv               layer3.2.1.conv/eval  live 179.9 MiB */
-  snrt_conv_fwd(c, &P100, F(0xb3fe200), F(0xf9cf00), NULL, F(0xb3b6200), NULL);
-  snrt_reads(c, 684, 5, (const int64_t[]){0xb3b6200, 32768, 0x109cf00, 1024, 0x109d300, 1024, 0x109d700, 1024, 0x109db00, 1024});
-  /*   684 eval      BN_INFER           layer3.2.1.bn/eval  live 179.9 MiB */
-  snrt_bn_fwd_infer(c, &P101, F(0xb3b6200), F(0x109cf00), F(0x109d300), F(0x109d700), F(0x109db00), F(0xb3be200));
+  snrt_reads(c, 642, 2, (const int64_t[]){0xb436200, 131072, 0xf9cf00, 1048576});
+  /*   642 eval      Conv               layer3.2.1.conv/eval  live 179.9 MiB */
+  snrt_conv_fwd(c, &P91, F(0xb436200), F(0xf9cf00), NULL, F(0xb3b6200), NULL);
+  snrt_reads(c, 643, 5, (const int64_t[]){0xb3b6200, 32768, 0x109cf00, 1024, 0x109d300, 1024, 0x109d700, 1024, 0x109db00, 1024});
+  /*   643 eval      BN_INFER           layer3.2.1.bn/eval  live 179.9 MiB */
+  snrt_bn_fwd_infer(c, &P92, F(0xb3b6200), F(0x109cf00), F(0x109d300), F(0x109d700), F(0x109db00), F(0xb3be200));
   snrt_dead(c, 0xb3b6200, 32768);
-  snrt_reads(c, 685, 1, (const int64_t[]){0xb3be200, 32768});
-  /*   685 eval      Relu               layer3.2.1.relu/eval  live 179.9 MiB */
+  snrt_reads(c, 644, 1, (const int64_t[]){0xb3be200, 32768});
+  /*   644 eval      Relu               layer3.2.1.relu/eval  live 179.9 MiB */
+  snrt_unary_fwd(c, &P93, F(0xb3be200), F(0xb3fe200));
+  snrt_dead(c, 0xb3be200, 32768);
+  snrt_reads(c, 645, 2, (const int64_t[]){0xb3fe200, 32768, 0x109df00, 2359296});
+  /*   645 eval      Conv               layer3.2.2.conv/eval  live 180.2 MiB */
+  snrt_conv_fwd(c, &P94, F(0xb3fe200), F(0x109df00), NULL, F(0xb406200), F(0xb3b6200));
+  snrt_dead(c, 0xb3fe200, 32768);
+  snrt_dead(c, 0xb3b6200, 294912);
+  snrt_reads(c, 646, 5, (const int64_t[]){0xb406200, 32768, 0x12ddf00, 1024, 0x12de300, 1024, 0x12de700, 1024, 0x12deb00, 1024});
+  /*   646 eval      BN_INFER           layer3.2.2.bn/eval  live 179.9 MiB */
+  snrt_bn_fwd_infer(c, &P95, F(0xb406200), F(0x12ddf00), F(0x12de300), F(0x12de700), F(0x12deb00), F(0xb3b6200));
+  snrt_dead(c, 0xb406200, 32768);
+  snrt_reads(c, 647, 1, (const int64_t[]){0xb3b6200, 32768});
+  /*   647 eval      Relu               layer3.2.2.relu/eval  live 179.9 MiB */
+  snrt_unary_fwd(c, &P96, F(0xb3b6200), F(0xb3d6200));
+  snrt_dead(c, 0xb3b6200, 32768);
+  snrt_reads(c, 648, 2, (const int64_t[]){0xb3d6200, 32768, 0x12def00, 1048576});
+  /*   648 eval      Conv               layer3.2.3.conv/eval  live 180.0 MiB */
+  snrt_conv_fwd(c, &P97, F(0xb3d6200), F(0x12def00), NULL, F(0xb3b6200), NULL);
+  snrt_dead(c, 0xb3d6200, 32768);
+  snrt_reads(c, 649, 5, (const int64_t[]){0xb3b6200, 131072, 0x13def00, 4096, 0x13dff00, 4096, 0x13e0f00, 4096, 0x13e1f00, 4096});
+  /*   649 eval      BN_INFER           layer3.2.3.bn/eval  live 180.1 MiB */
+  snrt_bn_fwd_infer(c, &P98, F(0xb3b6200), F(0x13def00), F(0x13dff00), F(0x13e0f00), F(0x13e1f00), F(0xb3d6200));
+  snrt_dead(c, 0xb3b6200, 131072);
+  snrt_reads(c, 650, 2, (const int64_t[]){0xb3d6200, 131072, 0xb436200, 131072});
+  /*   650 eval      FUSED              layer3.2.out/fused2/eval  live 180.1 MiB */
+  snrt_fused_fwd(c, &P99, (const float *const[]){F(0xb3d6200), F(0xb436200)}, F(0xb3fe200));
+  snrt_dead(c, 0xb436200, 131072);
+  snrt_dead(c, 0xb3d6200, 131072);
+  snrt_reads(c, 651, 2, (const int64_t[]){0xb3fe200, 131072, 0x13e2f00, 1048576});
+  /*   651 eval      Conv               layer3.3.1.conv/eval  live 179.9 MiB */
+  snrt_conv_fwd(c, &P100, F(0xb3fe200), F(0x13e2f00), NULL, F(0xb3b6200), NULL);
+  snrt_reads(c, 652, 5, (const int64_t[]){0xb3b6200, 32768, 0x14e2f00, 1024, 0x14e3300, 1024, 0x14e3700, 1024, 0x14e3b00, 1024});
+  /*   652 eval      BN_INFER           layer3.3.1.bn/eval  live 179.9 MiB */
+  snrt_bn_fwd_infer(c, &P101, F(0xb3b6200), F(0x14e2f00), F(0x14e3300), F(0x14e3700), F(0x14e3b00), F(0xb3be200));
+  snrt_dead(c, 0xb3b6200, 32768);
+  snrt_reads(c, 653, 1, (const int64_t[]){0xb3be200, 32768});
+  /*   653 eval      Relu               layer3.3.1.relu/eval  live 179.9 MiB */
   snrt_unary_fwd(c, &P102, F(0xb3be200), F(0xb41e200));
   snrt_dead(c, 0xb3be200, 32768);
-  snrt_reads(c, 686, 2, (const int64_t[]){0xb41e200, 32768, 0x109df00, 2359296});
-  /*   686 eval      Conv               layer3.2.2.conv/eval  live 180.2 MiB */
-  snrt_conv_fwd(c, &P103, F(0xb41e200), F(0x109df00), NULL, F(0xb426200), F(0xb3b6200));
+  snrt_reads(c, 654, 2, (const int64_t[]){0xb41e200, 32768, 0x14e3f00, 2359296});
+  /*   654 eval      Conv               layer3.3.2.conv/eval  live 180.2 MiB */
+  snrt_conv_fwd(c, &P103, F(0xb41e200), F(0x14e3f00), NULL, F(0xb426200), F(0xb3b6200));
   snrt_dead(c, 0xb41e200, 32768);
   snrt_dead(c, 0xb3b6200, 294912);
-  snrt_reads(c, 687, 5, (const int64_t[]){0xb426200, 32768, 0x12ddf00, 1024, 0x12de300, 1024, 0x12de700, 1024, 0x12deb00, 1024});
-  /*   687 eval      BN_INFER           layer3.2.2.bn/eval  live 179.9 MiB */
-  snrt_bn_fwd_infer(c, &P104, F(0xb426200), F(0x12ddf00), F(0x12de300), F(0x12de700), F(0x12deb00), F(0xb3b6200));
+  snrt_reads(c, 655, 5, (const int64_t[]){0xb426200, 32768, 0x1723f00, 1024, 0x1724300, 1024, 0x1724700, 1024, 0x1724b00, 1024});
+  /*   655 eval      BN_INFER           layer3.3.2.bn/eval  live 179.9 MiB */
+  snrt_bn_fwd_infer(c, &P104, F(0xb426200), F(0x1723f00), F(0x1724300), F(0x1724700), F(0x1724b00), F(0xb3b6200));
   snrt_dead(c, 0xb426200, 32768);
-  snrt_reads(c, 688, 1, (const int64_t[]){0xb3b6200, 32768});
-  /*   688 eval      Relu               layer3.2.2.relu/eval  live 179.9 MiB */
+  snrt_reads(c, 656, 1, (const int64_t[]){0xb3b6200, 32768});
+  /*   656 eval      Relu               layer3.3.2.relu/eval  live 179.9 MiB */
   snrt_unary_fwd(c, &P105, F(0xb3b6200), F(0xb3d6200));
   snrt_dead(c, 0xb3b6200, 32768);
-  snrt_reads(c, 689, 2, (const int64_t[]){0xb3d6200, 32768, 0x12def00, 1048576});
-  /*   689 eval      Conv               layer3.2.3.conv/eval  live 180.0 MiB */
-  snrt_conv_fwd(c, &P106, F(0xb3d6200), F(0x12def00), NULL, F(0xb3b6200), NULL);
+  snrt_reads(c, 657, 2, (const int64_t[]){0xb3d6200, 32768, 0x1724f00, 1048576});
+  /*   657 eval      Conv               layer3.3.3.conv/eval  live 180.0 MiB */
+  snrt_conv_fwd(c, &P106, F(0xb3d6200), F(0x1724f00), NULL, F(0xb3b6200), NULL);
   snrt_dead(c, 0xb3d6200, 32768);
-  snrt_reads(c, 690, 5, (const int64_t[]){0xb3b6200, 131072, 0x13def00, 4096, 0x13dff00, 4096, 0x13e0f00, 4096, 0x13e1f00, 4096});
-  /*   690 eval      BN_INFER           layer3.2.3.bn/eval  live 180.1 MiB */
-  snrt_bn_fwd_infer(c, &P107, F(0xb3b6200), F(0x13def00), F(0x13dff00), F(0x13e0f00), F(0x13e1f00), F(0xb3d6200));
+  snrt_reads(c, 658, 5, (const int64_t[]){0xb3b6200, 131072, 0x1824f00, 4096, 0x1825f00, 4096, 0x1826f00, 4096, 0x1827f00, 4096});
+  /*   658 eval      BN_INFER           layer3.3.3.bn/eval  live 180.1 MiB */
+  snrt_bn_fwd_infer(c, &P107, F(0xb3b6200), F(0x1824f00), F(0x1825f00), F(0x1826f00), F(0x1827f00), F(0xb3d6200));
   snrt_dead(c, 0xb3b6200, 131072);
-  snrt_reads(c, 691, 2, (const int64_t[]){0xb3d6200, 131072, 0xb3fe200, 131072});
-  /*   691 eval      Add                layer3.2.add/eval  live 180.1 MiB */
-  snrt_binary_fwd(c, &P108, F(0xb3d6200), F(0xb3fe200), F(0xb3b6200));
+  snrt_reads(c, 659, 2, (const int64_t[]){0xb3d6200, 131072, 0xb3fe200, 131072});
+  /*   659 eval      FUSED              layer3.3.out/fused2/eval  live 180.1 MiB */
+  snrt_fused_fwd(c, &P108, (const float *const[]){F(0xb3d6200), F(0xb3fe200)}, F(0xb41e200));
   snrt_dead(c, 0xb3fe200, 131072);
   snrt_dead(c, 0xb3d6200, 131072);
-  snrt_reads(c, 692, 1, (const int64_t[]){0xb3b6200, 131072});
-  /*   692 eval      Relu               layer3.2.out/eval  live 180.0 MiB */
-  snrt_unary_fwd(c, &P109, F(0xb3b6200), F(0xb3fe200));
-  snrt_dead(c, 0xb3b6200, 131072);
-  snrt_reads(c, 693, 2, (const int64_t[]){0xb3fe200, 131072, 0x13e2f00, 1048576});
-  /*   693 eval      Conv               layer3.3.1.conv/eval  live 179.9 MiB */
-  snrt_conv_fwd(c, &P110, F(0xb3fe200), F(0x13e2f00), NULL, F(0xb3b6200), NULL);
-  snrt_reads(c, 694, 5, (const int64_t[]){0xb3b6200, 32768, 0x14e2f00, 1024, 0x14e3300, 1024, 0x14e3700, 1024, 0x14e3b00, 1024});
-  /*   694 eval      BN_INFER           layer3.3.1.bn/eval  live 179.9 MiB */
-  snrt_bn_fwd_infer(c, &P111, F(0xb3b6200), F(0x14e2f00), F(0x14e3300), F(0x14e3700), F(0x14e3b00), F(0xb3be200));
+  snrt_reads(c, 660, 2, (const int64_t[]){0xb41e200, 131072, 0x1828f00, 1048576});
+  /*   660 eval      Conv               layer3.4.1.conv/eval  live 179.9 MiB */
+  snrt_conv_fwd(c, &P109, F(0xb41e200), F(0x1828f00), NULL, F(0xb3b6200), NULL);
+  snrt_reads(c, 661, 5, (const int64_t[]){0xb3b6200, 32768, 0x1928f00, 1024, 0x1929300, 1024, 0x1929700, 1024, 0x1929b00, 1024});
+  /*   661 eval      BN_INFER           layer3.4.1.bn/eval  live 179.9 MiB */
+  snrt_bn_fwd_infer(c, &P110, F(0xb3b6200), F(0x1928f00), F(0x1929300), F(0x1929700), F(0x1929b00), F(0xb3be200));
   snrt_dead(c, 0xb3b6200, 32768);
-  snrt_reads(c, 695, 1, (const int64_t[]){0xb3be200, 32768});
-  /*   695 eval      Relu               layer3.3.1.relu/eval  live 179.9 MiB */
-  snrt_unary_fwd(c, &P112, F(0xb3be200), F(0xb41e200));
+  snrt_reads(c, 662, 1, (const int64_t[]){0xb3be200, 32768});
+  /*   662 eval      Relu               layer3.4.1.relu/eval  live 179.9 MiB */
+  snrt_unary_fwd(c, &P111, F(0xb3be200), F(0xb3fe200));
   snrt_dead(c, 0xb3be200, 32768);
-  snrt_reads(c, 696, 2, (const int64_t[]){0xb41e200, 32768, 0x14e3f00, 2359296});
-  /*   696 eval      Conv               layer3.3.2.conv/eval  live 180.2 MiB */
-  snrt_conv_fwd(c, &P113, F(0xb41e200), F(0x14e3f00), NULL, F(0xb426200), F(0xb3b6200));
+  snrt_reads(c, 663, 2, (const int64_t[]){0xb3fe200, 32768, 0x1929f00, 2359296});
+  /*   663 eval      Conv               layer3.4.2.conv/eval  live 180.2 MiB */
+  snrt_conv_fwd(c, &P112, F(0xb3fe200), F(0x1929f00), NULL, F(0xb406200), F(0xb3b6200));
+  snrt_dead(c, 0xb3fe200, 32768);
+  snrt_dead(c, 0xb3b6200, 294912);
+  snrt_reads(c, 664, 5, (const int64_t[]){0xb406200, 32768, 0x1b69f00, 1024, 0x1b6a300, 1024, 0x1b6a700, 1024, 0x1b6ab00, 1024});
+  /*   664 eval      BN_INFER           layer3.4.2.bn/eval  live 179.9 MiB */
+  snrt_bn_fwd_infer(c, &P113, F(0xb406200), F(0x1b69f00), F(0x1b6a300), F(0x1b6a700), F(0x1b6ab00), F(0xb3b6200));
+  snrt_dead(c, 0xb406200, 32768);
+  snrt_reads(c, 665, 1, (const int64_t[]){0xb3b6200, 32768});
+  /*   665 eval      Relu               layer3.4.2.relu/eval  live 179.9 MiB */
+  snrt_unary_fwd(c, &P114, F(0xb3b6200), F(0xb3d6200));
+  snrt_dead(c, 0xb3b6200, 32768);
+  snrt_reads(c, 666, 2, (const int64_t[]){0xb3d6200, 32768, 0x1b6af00, 1048576});
+  /*   666 eval      Conv               layer3.4.3.conv/eval  live 180.0 MiB */
+  snrt_conv_fwd(c, &P115, F(0xb3d6200), F(0x1b6af00), NULL, F(0xb3b6200), NULL);
+  snrt_dead(c, 0xb3d6200, 32768);
+  snrt_reads(c, 667, 5, (const int64_t[]){0xb3b6200, 131072, 0x1c6af00, 4096, 0x1c6bf00, 4096, 0x1c6cf00, 4096, 0x1c6df00, 4096});
+  /*   667 eval      BN_INFER           layer3.4.3.bn/eval  live 180.1 MiB */
+  snrt_bn_fwd_infer(c, &P116, F(0xb3b6200), F(0x1c6af00), F(0x1c6bf00), F(0x1c6cf00), F(0x1c6df00), F(0xb3d6200));
+  snrt_dead(c, 0xb3b6200, 131072);
+  snrt_reads(c, 668, 2, (const int64_t[]){0xb3d6200, 131072, 0xb41e200, 131072});
+  /*   668 eval      FUSED              layer3.4.out/fused2/eval  live 180.1 MiB */
+  snrt_fused_fwd(c, &P117, (const float *const[]){F(0xb3d6200), F(0xb41e200)}, F(0xb3fe200));
+  snrt_dead(c, 0xb41e200, 131072);
+  snrt_dead(c, 0xb3d6200, 131072);
+  snrt_reads(c, 669, 2, (const int64_t[]){0xb3fe200, 131072, 0x1c6ef00, 1048576});
+  /*   669 eval      Conv               layer3.5.1.conv/eval  live 179.9 MiB */
+  snrt_conv_fwd(c, &P118, F(0xb3fe200), F(0x1c6ef00), NULL, F(0xb3b6200), NULL);
+  snrt_reads(c, 670, 5, (const int64_t[]){0xb3b6200, 32768, 0x1d6ef00, 1024, 0x1d6f300, 1024, 0x1d6f700, 1024, 0x1d6fb00, 1024});
+  /*   670 eval      BN_INFER           layer3.5.1.bn/eval  live 179.9 MiB */
+  snrt_bn_fwd_infer(c, &P119, F(0xb3b6200), F(0x1d6ef00), F(0x1d6f300), F(0x1d6f700), F(0x1d6fb00), F(0xb3be200));
+  snrt_dead(c, 0xb3b6200, 32768);
+  snrt_reads(c, 671, 1, (const int64_t[]){0xb3be200, 32768});
+  /*   671 eval      Relu               layer3.5.1.relu/eval  live 179.9 MiB */
+  snrt_unary_fwd(c, &P120, F(0xb3be200), F(0xb41e200));
+  snrt_dead(c, 0xb3be200, 32768);
+  snrt_reads(c, 672, 2, (const int64_t[]){0xb41e200, 32768, 0x1d6ff00, 2359296});
+  /*   672 eval      Conv               layer3.5.2.conv/eval  live 180.2 MiB */
+  snrt_conv_fwd(c, &P121, F(0xb41e200), F(0x1d6ff00), NULL, F(0xb426200), F(0xb3b6200));
   snrt_dead(c, 0xb41e200, 32768);
   snrt_dead(c, 0xb3b6200, 294912);
-  snrt_reads(c, 697, 5, (const int64_t[]){0xb426200, 32768, 0x1723f00, 1024, 0x1724300, 1024, 0x1724700, 1024, 0x1724b00, 1024});
-  /*   697 eval      BN_INFER           layer3.3.2.bn/eval  live 179.9 MiB */
-  snrt_bn_fwd_infer(c, &P114, F(0xb426200), F(0x1723f00), F(0x1724300), F(0x1724700), F(0x1724b00), F(0xb3b6200));
+  snrt_reads(c, 673, 5, (const int64_t[]){0xb426200, 32768, 0x1faff00, 1024, 0x1fb0300, 1024, 0x1fb0700, 1024, 0x1fb0b00, 1024});
+  /*   673 eval      BN_INFER           layer3.5.2.bn/eval  live 179.9 MiB */
+  snrt_bn_fwd_infer(c, &P122, F(0xb426200), F(0x1faff00), F(0x1fb0300), F(0x1fb0700), F(0x1fb0b00), F(0xb3b6200));
   snrt_dead(c, 0xb426200, 32768);
-  snrt_reads(c, 698, 1, (const int64_t[]){0xb3b6200, 32768});
-  /*   698 eval      Relu               layer3.3.2.relu/eval  live 179.9 MiB */
-  snrt_unary_fwd(c, &P115, F(0xb3b6200), F(0xb3d6200));
+  snrt_reads(c, 674, 1, (const int64_t[]){0xb3b6200, 32768});
+  /*   674 eval      Relu               layer3.5.2.relu/eval  live 179.9 MiB */
+  snrt_unary_fwd(c, &P123, F(0xb3b6200), F(0xb3d6200));
   snrt_dead(c, 0xb3b6200, 32768);
-  snrt_reads(c, 699, 2, (const int64_t[]){0xb3d6200, 32768, 0x1724f00, 1048576});
-  /*   699 eval      Conv               layer3.3.3.conv/eval  live 180.0 MiB */
-  snrt_conv_fwd(c, &P116, F(0xb3d6200), F(0x1724f00), NULL, F(0xb3b6200), NULL);
+  snrt_reads(c, 675, 2, (const int64_t[]){0xb3d6200, 32768, 0x1fb0f00, 1048576});
+  /*   675 eval      Conv               layer3.5.3.conv/eval  live 180.0 MiB */
+  snrt_conv_fwd(c, &P124, F(0xb3d6200), F(0x1fb0f00), NULL, F(0xb3b6200), NULL);
   snrt_dead(c, 0xb3d6200, 32768);
-  snrt_reads(c, 700, 5, (const int64_t[]){0xb3b6200, 131072, 0x1824f00, 4096, 0x1825f00, 4096, 0x1826f00, 4096, 0x1827f00, 4096});
-  /*   700 eval      BN_INFER           layer3.3.3.bn/eval  live 180.1 MiB */
-  snrt_bn_fwd_infer(c, &P117, F(0xb3b6200), F(0x1824f00), F(0x1825f00), F(0x1826f00), F(0x1827f00), F(0xb3d6200));
+  snrt_reads(c, 676, 5, (const int64_t[]){0xb3b6200, 131072, 0x20b0f00, 4096, 0x20b1f00, 4096, 0x20b2f00, 4096, 0x20b3f00, 4096});
+  /*   676 eval      BN_INFER           layer3.5.3.bn/eval  live 180.1 MiB */
+  snrt_bn_fwd_infer(c, &P125, F(0xb3b6200), F(0x20b0f00), F(0x20b1f00), F(0x20b2f00), F(0x20b3f00), F(0xb3d6200));
   snrt_dead(c, 0xb3b6200, 131072);
-  snrt_reads(c, 701, 2, (const int64_t[]){0xb3d6200, 131072, 0xb3fe200, 131072});
-  /*   701 eval      Add                layer3.3.add/eval  live 180.1 MiB */
-  snrt_binary_fwd(c, &P118, F(0xb3d6200), F(0xb3fe200), F(0xb3b6200));
+  snrt_reads(c, 677, 2, (const int64_t[]){0xb3d6200, 131072, 0xb3fe200, 131072});
+  /*   677 eval      FUSED              layer3.5.out/fused2/eval  live 180.1 MiB */
+  snrt_fused_fwd(c, &P126, (const float *const[]){F(0xb3d6200), F(0xb3fe200)}, F(0xb41e200));
   snrt_dead(c, 0xb3fe200, 131072);
   snrt_dead(c, 0xb3d6200, 131072);
-  snrt_reads(c, 702, 1, (const int64_t[]){0xb3b6200, 131072});
-  /*   702 eval      Relu               layer3.3.out/eval  live 180.0 MiB */
-  snrt_unary_fwd(c, &P119, F(0xb3b6200), F(0xb3fe200));
-  snrt_dead(c, 0xb3b6200, 131072);
-  snrt_reads(c, 703, 2, (const int64_t[]){0xb3fe200, 131072, 0x1828f00, 1048576});
-  /*   703 eval      Conv               layer3.4.1.conv/eval  live 179.9 MiB */
-  snrt_conv_fwd(c, &P120, F(0xb3fe200), F(0x1828f00), NULL, F(0xb3b6200), NULL);
-  snrt_reads(c, 704, 5, (const int64_t[]){0xb3b6200, 32768, 0x1928f00, 1024, 0x1929300, 1024, 0x1929700, 1024, 0x1929b00, 1024});
-  /*   704 eval      BN_INFER           layer3.4.1.bn/eval  live 179.9 MiB */
-  snrt_bn_fwd_infer(c, &P121, F(0xb3b6200), F(0x1928f00), F(0x1929300), F(0x1929700), F(0x1929b00), F(0xb3be200));
-  snrt_dead(c, 0xb3b6200, 32768);
-  snrt_reads(c, 705, 1, (const int64_t[]){0xb3be200, 32768});
-  /*   705 eval      Relu               layer3.4.1.relu/eval  live 179.9 MiB */
-  snrt_unary_fwd(c, &P122, F(0xb3be200), F(0xb41e200));
-  snrt_dead(c, 0xb3be200, 32768);
-  snrt_reads(c, 706, 2, (const int64_t[]){0xb41e200, 32768, 0x1929f00, 2359296});
-  /*   706 eval      Conv               layer3.4.2.conv/eval  live 180.2 MiB */
-  snrt_conv_fwd(c, &P123, F(0xb41e200), F(0x1929f00), NULL, F(0xb426200), F(0xb3b6200));
-  snrt_dead(c, 0xb41e200, 32768);
-  snrt_dead(c, 0xb3b6200, 294912);
-  snrt_reads(c, 707, 5, (const int64_t[]){0xb426200, 32768, 0x1b69f00, 1024, 0x1b6a300, 1024, 0x1b6a700, 1024, 0x1b6ab00, 1024});
-  /*   707 eval      BN_INFER           layer3.4.2.bn/eval  live 179.9 MiB */
-  snrt_bn_fwd_infer(c, &P124, F(0xb426200), F(0x1b69f00), F(0x1b6a300), F(0x1b6a700), F(0x1b6ab00), F(0xb3b6200));
-  snrt_dead(c, 0xb426200, 32768);
-  snrt_reads(c, 708, 1, (const int64_t[]){0xb3b6200, 32768});
-  /*   708 eval      Relu               layer3.4.2.relu/eval  live 179.9 MiB */
-  snrt_unary_fwd(c, &P125, F(0xb3b6200), F(0xb3d6200));
-  snrt_dead(c, 0xb3b6200, 32768);
-  snrt_reads(c, 709, 2, (const int64_t[]){0xb3d6200, 32768, 0x1b6af00, 1048576});
-  /*   709 eval      Conv               layer3.4.3.conv/eval  live 180.0 MiB */
-  snrt_conv_fwd(c, &P126, F(0xb3d6200), F(0x1b6af00), NULL, F(0xb3b6200), NULL);
-  snrt_dead(c, 0xb3d6200, 32768);
-  snrt_reads(c, 710, 5, (const int64_t[]){0xb3b6200, 131072, 0x1c6af00, 4096, 0x1c6bf00, 4096, 0x1c6cf00, 4096, 0x1c6df00, 4096});
-  /*   710 eval      BN_INFER           layer3.4.3.bn/eval  live 180.1 MiB */
-  snrt_bn_fwd_infer(c, &P127, F(0xb3b6200), F(0x1c6af00), F(0x1c6bf00), F(0x1c6cf00), F(0x1c6df00), F(0xb3d6200));
-  snrt_dead(c, 0xb3b6200, 131072);
-  snrt_reads(c, 711, 2, (const int64_t[]){0xb3d6200, 131072, 0xb3fe200, 131072});
-  /*   711 eval      Add                layer3.4.add/eval  live 180.1 MiB */
-  snrt_binary_fwd(c, &P128, F(0xb3d6200), F(0xb3fe200), F(0xb3b6200));
-  snrt_dead(c, 0xb3fe200, 131072);
-  snrt_dead(c, 0xb3d6200, 131072);
-  snrt_reads(c, 712, 1, (const int64_t[]){0xb3b6200, 131072});
-  /*   712 eval      Relu               layer3.4.out/eval  live 180.0 MiB */
-  snrt_unary_fwd(c, &P129, F(0xb3b6200), F(0xb3fe200));
-  snrt_dead(c, 0xb3b6200, 131072);
-  snrt_reads(c, 713, 2, (const int64_t[]){0xb3fe200, 131072, 0x1c6ef00, 1048576});
-  /*   713 eval      Conv               layer3.5.1.conv/eval  live 179.9 MiB */
-  snrt_conv_fwd(c, &P130, F(0xb3fe200), F(0x1c6ef00), NULL, F(0xb3b6200), NULL);
-  snrt_reads(c, 714, 5, (const int64_t[]){0xb3b6200, 32768, 0x1d6ef00, 1024, 0x1d6f300, 1024, 0x1d6f700, 1024, 0x1d6fb00, 1024});
-  /*   714 eval      BN_INFER           layer3.5.1.bn/eval  live 179.9 MiB */
-  snrt_bn_fwd_infer(c, &P131, F(0xb3b6200), F(0x1d6ef00), F(0x1d6f300), F(0x1d6f700), F(0x1d6fb00), F(0xb3be200));
-  snrt_dead(c, 0xb3b6200, 32768);
-  snrt_reads(c, 715, 1, (const int64_t[]){0xb3be200, 32768});
-  /*   715 eval      Relu               layer3.5.1.relu/eval  live 179.9 MiB */
-  snrt_unary_fwd(c, &P132, F(0xb3be200), F(0xb41e200));
-  snrt_dead(c, 0xb3be200, 32768);
-  snrt_reads(c, 716, 2, (const int64_t[]){0xb41e200, 32768, 0x1d6ff00, 2359296});
-  /*   716 eval      Conv               layer3.5.2.conv/eval  live 180.2 MiB */
-  snrt_conv_fwd(c, &P133, F(0xb41e200), F(0x1d6ff00), NULL, F(0xb426200), F(0xb3b6200));
-  snrt_dead(c, 0xb41e200, 32768);
-  snrt_dead(c, 0xb3b6200, 294912);
-  snrt_reads(c, 717, 5, (const int64_t[]){0xb426200, 32768, 0x1faff00, 1024, 0x1fb0300, 1024, 0x1fb0700, 1024, 0x1fb0b00, 1024});
-  /*   717 eval      BN_INFER           layer3.5.2.bn/eval  live 179.9 MiB */
-  snrt_bn_fwd_infer(c, &P134, F(0xb426200), F(0x1faff00), F(0x1fb0300), F(0x1fb0700), F(0x1fb0b00), F(0xb3b6200));
-  snrt_dead(c, 0xb426200, 32768);
-  snrt_reads(c, 718, 1, (const int64_t[]){0xb3b6200, 32768});
-  /*   718 eval      Relu               layer3.5.2.relu/eval  live 179.9 MiB */
-  snrt_unary_fwd(c, &P135, F(0xb3b6200), F(0xb3d6200));
-  snrt_dead(c, 0xb3b6200, 32768);
-  snrt_reads(c, 719, 2, (const int64_t[]){0xb3d6200, 32768, 0x1fb0f00, 1048576});
-  /*   719 eval      Conv               layer3.5.3.conv/eval  live 180.0 MiB */
-  snrt_conv_fwd(c, &P136, F(0xb3d6200), F(0x1fb0f00), NULL, F(0xb3b6200), NULL);
-  snrt_dead(c, 0xb3d6200, 32768);
-  snrt_reads(c, 720, 5, (const int64_t[]){0xb3b6200, 131072, 0x20b0f00, 4096, 0x20b1f00, 4096, 0x20b2f00, 4096, 0x20b3f00, 4096});
-  /*   720 eval      BN_INFER           layer3.5.3.bn/eval  live 180.1 MiB */
-  snrt_bn_fwd_infer(c, &P137, F(0xb3b6200), F(0x20b0f00), F(0x20b1f00), F(0x20b2f00), F(0x20b3f00), F(0xb3d6200));
-  snrt_dead(c, 0xb3b6200, 131072);
-  snrt_reads(c, 721, 2, (const int64_t[]){0xb3d6200, 131072, 0xb3fe200, 131072});
-  /*   721 eval      Add                layer3.5.add/eval  live 180.1 MiB */
-  snrt_binary_fwd(c, &P138, F(0xb3d6200), F(0xb3fe200), F(0xb3b6200));
-  snrt_dead(c, 0xb3fe200, 131072);
-  snrt_dead(c, 0xb3d6200, 131072);
-  snrt_reads(c, 722, 1, (const int64_t[]){0xb3b6200, 131072});
-  /*   722 eval      Relu               layer3.5.out/eval  live 180.0 MiB */
-  snrt_unary_fwd(c, &P139, F(0xb3b6200), F(0xb3da200));
-  snrt_dead(c, 0xb3b6200, 131072);
-  snrt_reads(c, 723, 2, (const int64_t[]){0xb3da200, 131072, 0x20b4f00, 2097152});
-  /*   723 eval      Conv               layer4.0.1.conv/eval  live 179.9 MiB */
-  snrt_conv_fwd(c, &P140, F(0xb3da200), F(0x20b4f00), NULL, F(0xb3b6200), NULL);
-  snrt_reads(c, 724, 5, (const int64_t[]){0xb3b6200, 65536, 0x22b4f00, 2048, 0x22b5700, 2048, 0x22b5f00, 2048, 0x22b6700, 2048});
-  /*   724 eval      BN_INFER           layer4.0.1.bn/eval  live 180.0 MiB */
-  snrt_bn_fwd_infer(c, &P141, F(0xb3b6200), F(0x22b4f00), F(0x22b5700), F(0x22b5f00), F(0x22b6700), F(0xb3c6200));
+  snrt_reads(c, 678, 2, (const int64_t[]){0xb41e200, 131072, 0x20b4f00, 2097152});
+  /*   678 eval      Conv               layer4.0.1.conv/eval  live 179.9 MiB */
+  snrt_conv_fwd(c, &P127, F(0xb41e200), F(0x20b4f00), NULL, F(0xb3b6200), NULL);
+  snrt_reads(c, 679, 5, (const int64_t[]){0xb3b6200, 65536, 0x22b4f00, 2048, 0x22b5700, 2048, 0x22b5f00, 2048, 0x22b6700, 2048});
+  /*   679 eval      BN_INFER           layer4.0.1.bn/eval  live 180.0 MiB */
+  snrt_bn_fwd_infer(c, &P128, F(0xb3b6200), F(0x22b4f00), F(0x22b5700), F(0x22b5f00), F(0x22b6700), F(0xb3c6200));
   snrt_dead(c, 0xb3b6200, 65536);
-  snrt_reads(c, 725, 1, (const int64_t[]){0xb3c6200, 65536});
-  /*   725 eval      Relu               layer4.0.1.relu/eval  live 180.0 MiB */
-  snrt_unary_fwd(c, &P142, F(0xb3c6200), F(0xb3fa200));
+  snrt_reads(c, 680, 1, (const int64_t[]){0xb3c6200, 65536});
+  /*   680 eval      Relu               layer4.0.1.relu/eval  live 180.0 MiB */
+  snrt_unary_fwd(c, &P129, F(0xb3c6200), F(0xb3da200));
   snrt_dead(c, 0xb3c6200, 65536);
-  snrt_reads(c, 726, 2, (const int64_t[]){0xb3fa200, 65536, 0x22b6f00, 9437184});
-  /*   726 eval      Conv               layer4.0.2.conv/eval  live 180.1 MiB */
-  snrt_conv_fwd(c, &P143, F(0xb3fa200), F(0x22b6f00), NULL, F(0xb40a200), F(0xb3b6200));
-  snrt_dead(c, 0xb3fa200, 65536);
+  snrt_reads(c, 681, 2, (const int64_t[]){0xb3da200, 65536, 0x22b6f00, 9437184});
+  /*   681 eval      Conv               layer4.0.2.conv/eval  live 180.1 MiB */
+  snrt_conv_fwd(c, &P130, F(0xb3da200), F(0x22b6f00), NULL, F(0xb3ea200), F(0xb3b6200));
+  snrt_dead(c, 0xb3da200, 65536);
   snrt_dead(c, 0xb3b6200, 147456);
-  snrt_reads(c, 727, 5, (const int64_t[]){0xb40a200, 16384, 0x2bb6f00, 2048, 0x2bb7700, 2048, 0x2bb7f00, 2048, 0x2bb8700, 2048});
-  /*   727 eval      BN_INFER           layer4.0.2.bn/eval  live 179.9 MiB */
-  snrt_bn_fwd_infer(c, &P144, F(0xb40a200), F(0x2bb6f00), F(0x2bb7700), F(0x2bb7f00), F(0x2bb8700), F(0xb3b6200));
-  snrt_dead(c, 0xb40a200, 16384);
-  snrt_reads(c, 728, 1, (const int64_t[]){0xb3b6200, 16384});
-  /*   728 eval      Relu               layer4.0.2.relu/eval  live 179.9 MiB */
-  snrt_unary_fwd(c, &P145, F(0xb3b6200), F(0xb3c6200));
+  snrt_reads(c, 682, 5, (const int64_t[]){0xb3ea200, 16384, 0x2bb6f00, 2048, 0x2bb7700, 2048, 0x2bb7f00, 2048, 0x2bb8700, 2048});
+  /*   682 eval      BN_INFER           layer4.0.2.bn/eval  live 179.9 MiB */
+  snrt_bn_fwd_infer(c, &P131, F(0xb3ea200), F(0x2bb6f00), F(0x2bb7700), F(0x2bb7f00), F(0x2bb8700), F(0xb3b6200));
+  snrt_dead(c, 0xb3ea200, 16384);
+  snrt_reads(c, 683, 1, (const int64_t[]){0xb3b6200, 16384});
+  /*   683 eval      Relu               layer4.0.2.relu/eval  live 179.9 MiB */
+  snrt_unary_fwd(c, &P132, F(0xb3b6200), F(0xb3c6200));
   snrt_dead(c, 0xb3b6200, 16384);
-  snrt_reads(c, 729, 2, (const int64_t[]){0xb3c6200, 16384, 0x2bb8f00, 4194304});
-  /*   729 eval      Conv               layer4.0.3.conv/eval  live 179.9 MiB */
-  snrt_conv_fwd(c, &P146, F(0xb3c6200), F(0x2bb8f00), NULL, F(0xb3b6200), NULL);
+  snrt_reads(c, 684, 2, (const int64_t[]){0xb3c6200, 16384, 0x2bb8f00, 4194304});
+  /*   684 eval      Conv               layer4.0.3.conv/eval  live 179.9 MiB */
+  snrt_conv_fwd(c, &P133, F(0xb3c6200), F(0x2bb8f00), NULL, F(0xb3b6200), NULL);
   snrt_dead(c, 0xb3c6200, 16384);
-  snrt_reads(c, 730, 5, (const int64_t[]){0xb3b6200, 65536, 0x2fb8f00, 8192, 0x2fbaf00, 8192, 0x2fbcf00, 8192, 0x2fbef00, 8192});
-  /*   730 eval      BN_INFER           layer4.0.3.bn/eval  live 180.0 MiB */
-  snrt_bn_fwd_infer(c, &P147, F(0xb3b6200), F(0x2fb8f00), F(0x2fbaf00), F(0x2fbcf00), F(0x2fbef00), F(0xb3c6200));
+  snrt_reads(c, 685, 5, (const int64_t[]){0xb3b6200, 65536, 0x2fb8f00, 8192, 0x2fbaf00, 8192, 0x2fbcf00, 8192, 0x2fbef00, 8192});
+  /*   685 eval      BN_INFER           layer4.0.3.bn/eval  live 180.0 MiB */
+  snrt_bn_fwd_infer(c, &P134, F(0xb3b6200), F(0x2fb8f00), F(0x2fbaf00), F(0x2fbcf00), F(0x2fbef00), F(0xb3c6200));
   snrt_dead(c, 0xb3b6200, 65536);
-  snrt_reads(c, 731, 2, (const int64_t[]){0xb3da200, 131072, 0x2fc0f00, 8388608});
-  /*   731 eval      Conv               layer4.0.down.conv/eval  live 180.0 MiB */
-  snrt_conv_fwd(c, &P148, F(0xb3da200), F(0x2fc0f00), NULL, F(0xb3b6200), F(0xb3fa200));
-  snrt_dead(c, 0xb3da200, 131072);
-  snrt_dead(c, 0xb3fa200, 32768);
-  snrt_reads(c, 732, 5, (const int64_t[]){0xb3b6200, 65536, 0x37c0f00, 8192, 0x37c2f00, 8192, 0x37c4f00, 8192, 0x37c6f00, 8192});
-  /*   732 eval      BN_INFER           layer4.0.down.bn/eval  live 179.9 MiB */
-  snrt_bn_fwd_infer(c, &P149, F(0xb3b6200), F(0x37c0f00), F(0x37c2f00), F(0x37c4f00), F(0x37c6f00), F(0xb3d6200));
+  snrt_reads(c, 686, 2, (const int64_t[]){0xb41e200, 131072, 0x2fc0f00, 8388608});
+  /*   686 eval      Conv               layer4.0.down.conv/eval  live 180.0 MiB */
+  snrt_conv_fwd(c, &P135, F(0xb41e200), F(0x2fc0f00), NULL, F(0xb3b6200), F(0xb3d6200));
+  snrt_dead(c, 0xb41e200, 131072);
+  snrt_dead(c, 0xb3d6200, 32768);
+  snrt_reads(c, 687, 5, (const int64_t[]){0xb3b6200, 65536, 0x37c0f00, 8192, 0x37c2f00, 8192, 0x37c4f00, 8192, 0x37c6f00, 8192});
+  /*   687 eval      BN_INFER           layer4.0.down.bn/eval  live 179.9 MiB */
+  snrt_bn_fwd_infer(c, &P136, F(0xb3b6200), F(0x37c0f00), F(0x37c2f00), F(0x37c4f00), F(0x37c6f00), F(0xb3d6200));
   snrt_dead(c, 0xb3b6200, 65536);
-  snrt_reads(c, 733, 2, (const int64_t[]){0xb3c6200, 65536, 0xb3d6200, 65536});
-  /*   733 eval      Add                layer4.0.add/eval  live 179.9 MiB */
-  snrt_binary_fwd(c, &P150, F(0xb3c6200), F(0xb3d6200), F(0xb3b6200));
+  snrt_reads(c, 688, 2, (const int64_t[]){0xb3c6200, 65536, 0xb3d6200, 65536});
+  /*   688 eval      FUSED              layer4.0.out/fused2/eval  live 179.9 MiB */
+  snrt_fused_fwd(c, &P137, (const float *const[]){F(0xb3c6200), F(0xb3d6200)}, F(0xb3e6200));
   snrt_dead(c, 0xb3c6200, 65536);
   snrt_dead(c, 0xb3d6200, 65536);
-  snrt_reads(c, 734, 1, (const int64_t[]){0xb3b6200, 65536});
-  /*   734 eval      Relu               layer4.0.out/eval  live 179.8 MiB */
-  snrt_unary_fwd(c, &P151, F(0xb3b6200), F(0xb3da200));
-  snrt_dead(c, 0xb3b6200, 65536);
-  snrt_reads(c, 735, 2, (const int64_t[]){0xb3da200, 65536, 0x37c8f00, 4194304});
-  /*   735 eval      Conv               layer4.1.1.conv/eval  live 179.8 MiB */
-  snrt_conv_fwd(c, &P152, F(0xb3da200), F(0x37c8f00), NULL, F(0xb3b6200), NULL);
-  snrt_reads(c, 736, 5, (const int64_t[]){0xb3b6200, 16384, 0x3bc8f00, 2048, 0x3bc9700, 2048, 0x3bc9f00, 2048, 0x3bca700, 2048});
-  /*   736 eval      BN_INFER           layer4.1.1.bn/eval  live 179.8 MiB */
-  snrt_bn_fwd_infer(c, &P153, F(0xb3b6200), F(0x3bc8f00), F(0x3bc9700), F(0x3bc9f00), F(0x3bca700), F(0xb3ba200));
+  snrt_reads(c, 689, 2, (const int64_t[]){0xb3e6200, 65536, 0x37c8f00, 4194304});
+  /*   689 eval      Conv               layer4.1.1.conv/eval  live 179.8 MiB */
+  snrt_conv_fwd(c, &P138, F(0xb3e6200), F(0x37c8f00), NULL, F(0xb3b6200), NULL);
+  snrt_reads(c, 690, 5, (const int64_t[]){0xb3b6200, 16384, 0x3bc8f00, 2048, 0x3bc9700, 2048, 0x3bc9f00, 2048, 0x3bca700, 2048});
+  /*   690 eval      BN_INFER           layer4.1.1.bn/eval  live 179.8 MiB */
+  snrt_bn_fwd_infer(c, &P139, F(0xb3b6200), F(0x3bc8f00), F(0x3bc9700), F(0x3bc9f00), F(0x3bca700), F(0xb3ba200));
   snrt_dead(c, 0xb3b6200, 16384);
-  snrt_reads(c, 737, 1, (const int64_t[]){0xb3ba200, 16384});
-  /*   737 eval      Relu               layer4.1.1.relu/eval  live 179.8 MiB */
-  snrt_unary_fwd(c, &P154, F(0xb3ba200), F(0xb3ea200));
+  snrt_reads(c, 691, 1, (const int64_t[]){0xb3ba200, 16384});
+  /*   691 eval      Relu               layer4.1.1.relu/eval  live 179.8 MiB */
+  snrt_unary_fwd(c, &P140, F(0xb3ba200), F(0xb3da200));
   snrt_dead(c, 0xb3ba200, 16384);
-  snrt_reads(c, 738, 2, (const int64_t[]){0xb3ea200, 16384, 0x3bcaf00, 9437184});
-  /*   738 eval      Conv               layer4.1.2.conv/eval  live 179.9 MiB */
-  snrt_conv_fwd(c, &P155, F(0xb3ea200), F(0x3bcaf00), NULL, F(0xb3ee200), F(0xb3b6200));
-  snrt_dead(c, 0xb3ea200, 16384);
+  snrt_reads(c, 692, 2, (const int64_t[]){0xb3da200, 16384, 0x3bcaf00, 9437184});
+  /*   692 eval      Conv               layer4.1.2.conv/eval  live 179.9 MiB */
+  snrt_conv_fwd(c, &P141, F(0xb3da200), F(0x3bcaf00), NULL, F(0xb3de200), F(0xb3b6200));
+  snrt_dead(c, 0xb3da200, 16384);
   snrt_dead(c, 0xb3b6200, 147456);
-  snrt_reads(c, 739, 5, (const int64_t[]){0xb3ee200, 16384, 0x44caf00, 2048, 0x44cb700, 2048, 0x44cbf00, 2048, 0x44cc700, 2048});
-  /*   739 eval      BN_INFER           layer4.1.2.bn/eval  live 179.8 MiB */
-  snrt_bn_fwd_infer(c, &P156, F(0xb3ee200), F(0x44caf00), F(0x44cb700), F(0x44cbf00), F(0x44cc700), F(0xb3b6200));
-  snrt_dead(c, 0xb3ee200, 16384);
-  snrt_reads(c, 740, 1, (const int64_t[]){0xb3b6200, 16384});
-  /*   740 eval      Relu               layer4.1.2.relu/eval  live 179.8 MiB */
-  snrt_unary_fwd(c, &P157, F(0xb3b6200), F(0xb3c6200));
+  snrt_reads(c, 693, 5, (const int64_t[]){0xb3de200, 16384, 0x44caf00, 2048, 0x44cb700, 2048, 0x44cbf00, 2048, 0x44cc700, 2048});
+  /*   693 eval      BN_INFER           layer4.1.2.bn/eval  live 179.8 MiB */
+  snrt_bn_fwd_infer(c, &P142, F(0xb3de200), F(0x44caf00), F(0x44cb700), F(0x44cbf00), F(0x44cc700), F(0xb3b6200));
+  snrt_dead(c, 0xb3de200, 16384);
+  snrt_reads(c, 694, 1, (const int64_t[]){0xb3b6200, 16384});
+  /*   694 eval      Relu               layer4.1.2.relu/eval  live 179.8 MiB */
+  snrt_unary_fwd(c, &P143, F(0xb3b6200), F(0xb3c6200));
   snrt_dead(c, 0xb3b6200, 16384);
-  snrt_reads(c, 741, 2, (const int64_t[]){0xb3c6200, 16384, 0x44ccf00, 4194304});
-  /*   741 eval      Conv               layer4.1.3.conv/eval  live 179.9 MiB */
-  snrt_conv_fwd(c, &P158, F(0xb3c6200), F(0x44ccf00), NULL, F(0xb3b6200), NULL);
+  snrt_reads(c, 695, 2, (const int64_t[]){0xb3c6200, 16384, 0x44ccf00, 4194304});
+  /*   695 eval      Conv               layer4.1.3.conv/eval  live 179.9 MiB */
+  snrt_conv_fwd(c, &P144, F(0xb3c6200), F(0x44ccf00), NULL, F(0xb3b6200), NULL);
   snrt_dead(c, 0xb3c6200, 16384);
-  snrt_reads(c, 742, 5, (const int64_t[]){0xb3b6200, 65536, 0x48ccf00, 8192, 0x48cef00, 8192, 0x48d0f00, 8192, 0x48d2f00, 8192});
-  /*   742 eval      BN_INFER           layer4.1.3.bn/eval  live 179.9 MiB */
-  snrt_bn_fwd_infer(c, &P159, F(0xb3b6200), F(0x48ccf00), F(0x48cef00), F(0x48d0f00), F(0x48d2f00), F(0xb3c6200));
+  snrt_reads(c, 696, 5, (const int64_t[]){0xb3b6200, 65536, 0x48ccf00, 8192, 0x48cef00, 8192, 0x48d0f00, 8192, 0x48d2f00, 8192});
+  /*   696 eval      BN_INFER           layer4.1.3.bn/eval  live 179.9 MiB */
+  snrt_bn_fwd_infer(c, &P145, F(0xb3b6200), F(0x48ccf00), F(0x48cef00), F(0x48d0f00), F(0x48d2f00), F(0xb3c6200));
   snrt_dead(c, 0xb3b6200, 65536);
-  snrt_reads(c, 743, 2, (const int64_t[]){0xb3c6200, 65536, 0xb3da200, 65536});
-  /*   743 eval      Add                layer4.1.add/eval  live 179.9 MiB */
-  snrt_binary_fwd(c, &P160, F(0xb3c6200), F(0xb3da200), F(0xb3b6200));
-  snrt_dead(c, 0xb3da200, 65536);
+  snrt_reads(c, 697, 2, (const int64_t[]){0xb3c6200, 65536, 0xb3e6200, 65536});
+  /*   697 eval      FUSED              layer4.1.out/fused2/eval  live 179.9 MiB */
+  snrt_fused_fwd(c, &P146, (const float *const[]){F(0xb3c6200), F(0xb3e6200)}, F(0xb3f6200));
+  snrt_dead(c, 0xb3e6200, 65536);
   snrt_dead(c, 0xb3c6200, 65536);
-  snrt_reads(c, 744, 1, (const int64_t[]){0xb3b6200, 65536});
-  /*   744 eval      Relu               layer4.1.out/eval  live 179.8 MiB */
-  snrt_unary_fwd(c, &P161, F(0xb3b6200), F(0xb3da200));
-  snrt_dead(c, 0xb3b6200, 65536);
-  snrt_reads(c, 745, 2, (const int64_t[]){0xb3da200, 65536, 0x48d4f00, 4194304});
-  /*   745 eval      Conv               layer4.2.1.conv/eval  live 179.8 MiB */
-  snrt_conv_fwd(c, &P162, F(0xb3da200), F(0x48d4f00), NULL, F(0xb3b6200), NULL);
-  snrt_reads(c, 746, 5, (const int64_t[]){0xb3b6200, 16384, 0x4cd4f00, 2048, 0x4cd5700, 2048, 0x4cd5f00, 2048, 0x4cd6700, 2048});
-  /*   746 eval      BN_INFER           layer4.2.1.bn/eval  live 179.8 MiB */
-  snrt_bn_fwd_infer(c, &P163, F(0xb3b6200), F(0x4cd4f00), F(0x4cd5700), F(0x4cd5f00), F(0x4cd6700), F(0xb3ba200));
+  snrt_reads(c, 698, 2, (const int64_t[]){0xb3f6200, 65536, 0x48d4f00, 4194304});
+  /*   698 eval      Conv               layer4.2.1.conv/eval  live 179.8 MiB */
+  snrt_conv_fwd(c, &P147, F(0xb3f6200), F(0x48d4f00), NULL, F(0xb3b6200), NULL);
+  snrt_reads(c, 699, 5, (const int64_t[]){0xb3b6200, 16384, 0x4cd4f00, 2048, 0x4cd5700, 2048, 0x4cd5f00, 2048, 0x4cd6700, 2048});
+  /*   699 eval      BN_INFER           layer4.2.1.bn/eval  live 179.8 MiB */
+  snrt_bn_fwd_infer(c, &P148, F(0xb3b6200), F(0x4cd4f00), F(0x4cd5700), F(0x4cd5f00), F(0x4cd6700), F(0xb3ba200));
   snrt_dead(c, 0xb3b6200, 16384);
-  snrt_reads(c, 747, 1, (const int64_t[]){0xb3ba200, 16384});
-  /*   747 eval      Relu               layer4.2.1.relu/eval  live 179.8 MiB */
-  snrt_unary_fwd(c, &P164, F(0xb3ba200), F(0xb3ea200));
+  snrt_reads(c, 700, 1, (const int64_t[]){0xb3ba200, 16384});
+  /*   700 eval      Relu               layer4.2.1.relu/eval  live 179.8 MiB */
+  snrt_unary_fwd(c, &P149, F(0xb3ba200), F(0xb3da200));
   snrt_dead(c, 0xb3ba200, 16384);
-  snrt_reads(c, 748, 2, (const int64_t[]){0xb3ea200, 16384, 0x4cd6f00, 9437184});
-  /*   748 eval      Conv               layer4.2.2.conv/eval  live 179.9 MiB */
-  snrt_conv_fwd(c, &P165, F(0xb3ea200), F(0x4cd6f00), NULL, F(0xb3ee200), F(0xb3b6200));
-  snrt_dead(c, 0xb3ea200, 16384);
+  snrt_reads(c, 701, 2, (const int64_t[]){0xb3da200, 16384, 0x4cd6f00, 9437184});
+  /*   701 eval      Conv               layer4.2.2.conv/eval  live 179.9 MiB */
+  snrt_conv_fwd(c, &P150, F(0xb3da200), F(0x4cd6f00), NULL, F(0xb3de200), F(0xb3b6200));
+  snrt_dead(c, 0xb3da200, 16384);
   snrt_dead(c, 0xb3b6200, 147456);
-  snrt_reads(c, 749, 5, (const int64_t[]){0xb3ee200, 16384, 0x55d6f00, 2048, 0x55d7700, 2048, 0x55d7f00, 2048, 0x55d8700, 2048});
-  /*   749 eval      BN_INFER           layer4.2.2.bn/eval  live 179.8 MiB */
-  snrt_bn_fwd_infer(c, &P166, F(0xb3ee200), F(0x55d6f00), F(0x55d7700), F(0x55d7f00), F(0x55d8700), F(0xb3b6200));
-  snrt_dead(c, 0xb3ee200, 16384);
-  snrt_reads(c, 750, 1, (const int64_t[]){0xb3b6200, 16384});
-  /*   750 eval      Relu               layer4.2.2.relu/eval  live 179.8 MiB */
-  snrt_unary_fwd(c, &P167, F(0xb3b6200), F(0xb3c6200));
+  snrt_reads(c, 702, 5, (const int64_t[]){0xb3de200, 16384, 0x55d6f00, 2048, 0x55d7700, 2048, 0x55d7f00, 2048, 0x55d8700, 2048});
+  /*   702 eval      BN_INFER           layer4.2.2.bn/eval  live 179.8 MiB */
+  snrt_bn_fwd_infer(c, &P151, F(0xb3de200), F(0x55d6f00), F(0x55d7700), F(0x55d7f00), F(0x55d8700), F(0xb3b6200));
+  snrt_dead(c, 0xb3de200, 16384);
+  snrt_reads(c, 703, 1, (const int64_t[]){0xb3b6200, 16384});
+  /*   703 eval      Relu               layer4.2.2.relu/eval  live 179.8 MiB */
+  snrt_unary_fwd(c, &P152, F(0xb3b6200), F(0xb3c6200));
   snrt_dead(c, 0xb3b6200, 16384);
-  snrt_reads(c, 751, 2, (const int64_t[]){0xb3c6200, 16384, 0x55d8f00, 4194304});
-  /*   751 eval      Conv               layer4.2.3.conv/eval  live 179.9 MiB */
-  snrt_conv_fwd(c, &P168, F(0xb3c6200), F(0x55d8f00), NULL, F(0xb3b6200), NULL);
+  snrt_reads(c, 704, 2, (const int64_t[]){0xb3c6200, 16384, 0x55d8f00, 4194304});
+  /*   704 eval      Conv               layer4.2.3.conv/eval  live 179.9 MiB */
+  snrt_conv_fwd(c, &P153, F(0xb3c6200), F(0x55d8f00), NULL, F(0xb3b6200), NULL);
   snrt_dead(c, 0xb3c6200, 16384);
-  snrt_reads(c, 752, 5, (const int64_t[]){0xb3b6200, 65536, 0x59d8f00, 8192, 0x59daf00, 8192, 0x59dcf00, 8192, 0x59def00, 8192});
-  /*   752 eval      BN_INFER           layer4.2.3.bn/eval  live 179.9 MiB */
-  snrt_bn_fwd_infer(c, &P169, F(0xb3b6200), F(0x59d8f00), F(0x59daf00), F(0x59dcf00), F(0x59def00), F(0xb3c6200));
+  snrt_reads(c, 705, 5, (const int64_t[]){0xb3b6200, 65536, 0x59d8f00, 8192, 0x59daf00, 8192, 0x59dcf00, 8192, 0x59def00, 8192});
+  /*   705 eval      BN_INFER           layer4.2.3.bn/eval  live 179.9 MiB */
+  snrt_bn_fwd_infer(c, &P154, F(0xb3b6200), F(0x59d8f00), F(0x59daf00), F(0x59dcf00), F(0x59def00), F(0xb3c6200));
   snrt_dead(c, 0xb3b6200, 65536);
-  snrt_reads(c, 753, 2, (const int64_t[]){0xb3c6200, 65536, 0xb3da200, 65536});
-  /*   753 eval      Add                layer4.2.add/eval  live 179.9 MiB */
-  snrt_binary_fwd(c, &P170, F(0xb3c6200), F(0xb3da200), F(0xb3b6200));
-  snrt_dead(c, 0xb3da200, 65536);
+  snrt_reads(c, 706, 2, (const int64_t[]){0xb3c6200, 65536, 0xb3f6200, 65536});
+  /*   706 eval      FUSED              layer4.2.out/fused2/eval  live 179.9 MiB */
+  snrt_fused_fwd(c, &P155, (const float *const[]){F(0xb3c6200), F(0xb3f6200)}, F(0xb3b6200));
+  snrt_dead(c, 0xb3f6200, 65536);
   snrt_dead(c, 0xb3c6200, 65536);
-  snrt_reads(c, 754, 1, (const int64_t[]){0xb3b6200, 65536});
-  /*   754 eval      Relu               layer4.2.out/eval  live 179.8 MiB */
-  snrt_unary_fwd(c, &P171, F(0xb3b6200), F(0xb3c6200));
+  snrt_reads(c, 707, 1, (const int64_t[]){0xb3b6200, 65536});
+  /*   707 eval      GlobalAveragePool  pool/eval  live 179.8 MiB */
+  snrt_avgpool_fwd(c, &P156, F(0xb3b6200), F(0xb3c6200));
   snrt_dead(c, 0xb3b6200, 65536);
-  snrt_reads(c, 755, 1, (const int64_t[]){0xb3c6200, 65536});
-  /*   755 eval      GlobalAveragePool  pool/eval  live 179.8 MiB */
-  snrt_avgpool_fwd(c, &P172, F(0xb3c6200), F(0xb3b6200));
+  snrt_reads(c, 708, 1, (const int64_t[]){0xb3c6200, 65536});
+  /*   708 eval      Flatten            flat/eval  live 179.8 MiB */
+  snrt_copy(c, 65536, F(0xb3c6200), F(0xb3b6200));
   snrt_dead(c, 0xb3c6200, 65536);
-  snrt_reads(c, 756, 1, (const int64_t[]){0xb3b6200, 65536});
-  /*   756 eval      Flatten            flat/eval  live 179.8 MiB */
-  snrt_copy(c, 65536, F(0xb3b6200), F(0xb3c6200));
+  snrt_reads(c, 709, 3, (const int64_t[]){0xb3b6200, 65536, 0x59e0f00, 81920, 0x59f4f00, 40});
+  /*   709 eval      Gemm               fc/eval  live 179.8 MiB */
+  snrt_matmul(c, &P157, F(0xb3b6200), F(0x59e0f00), F(0xb3c6200));
+  snrt_bias_fwd(c, &P158, F(0x59f4f00), F(0xb3c6200));
   snrt_dead(c, 0xb3b6200, 65536);
-  snrt_reads(c, 757, 3, (const int64_t[]){0xb3c6200, 65536, 0x59e0f00, 81920, 0x59f4f00, 40});
-  /*   757 eval      Gemm               fc/eval  live 179.8 MiB */
-  snrt_matmul(c, &P173, F(0xb3c6200), F(0x59e0f00), F(0xb3b6200));
-  snrt_bias_fwd(c, &P174, F(0x59f4f00), F(0xb3b6200));
-  snrt_dead(c, 0xb3c6200, 65536);
 }
 
 static void eval_step(snrt_ctx *c) {
@@ -3434,9 +3258,9 @@ static void eval_step(snrt_ctx *c) {
 
 static const snrt_tensor tensors[] = {
   {"input", SNRT_T_INPUT, SNRT_F32, 4, {8, 3, 32, 32}, 98304, 209428992, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
-  {"labels", SNRT_T_LABEL, SNRT_I32, 1, {8}, 32, 190013952, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"labels", SNRT_T_LABEL, SNRT_I32, 1, {8}, 32, 189645312, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"loss", SNRT_T_LOSS, SNRT_F32, 1, {1}, 4, 211914752, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
-  {"logits@eval", SNRT_T_LOGITS, SNRT_F32, 2, {8, 10}, 320, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"logits@eval", SNRT_T_LOGITS, SNRT_F32, 2, {8, 10}, 320, 188506624, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"stem.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {64, 3, 7, 7}, 37632, 0, -1, SNRT_INIT_KAIMING, 147, -1, 5, {6, -1}},
   {"stem.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {64, 3, 7, 7}, 37632, 190169600, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"stem.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {64, 3, 7, 7}, 37632, 188403456, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
@@ -3918,7 +3742,7 @@ static const snrt_tensor tensors[] = {
   {"fc.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {10, 2048}, 81920, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"fc.weight.momentum", SNRT_T_OPT, SNRT_F32, 2, {10, 2048}, 81920, 94326784, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"fc.bias", SNRT_T_PARAM, SNRT_F32, 1, {10}, 40, 94326528, -1, SNRT_INIT_BIAS, 2048, -1, 485, {486, -1}},
-  {"fc.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {10}, 40, 188588544, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"fc.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {10}, 40, 188654080, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"fc.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {10}, 40, 94408704, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"stem.bn.running_mean", SNRT_T_STATE, SNRT_F32, 1, {64}, 256, 38144, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"stem.bn.running_var", SNRT_T_STATE, SNRT_F32, 1, {64}, 256, 38400, -1, SNRT_INIT_ONE, 0, -1, -1, {-1, -1}},
@@ -4044,8 +3868,7 @@ static const snrt_step_info step_info[] = {
   {"forward", "norm", 5.2736e-05},
   {"forward", "conv_1x1", 0.000167772},
   {"forward", "norm", 5.2736e-05},
-  {"forward", "strided", 7.86432e-05},
-  {"forward", "elementwise", 5.24288e-05},
+  {"forward", "elementwise", 7.86432e-05},
   {"forward", "conv_1x1", 0.000167772},
   {"forward", "norm", 1.3184e-05},
   {"forward", "elementwise", 1.31072e-05},
@@ -4054,8 +3877,7 @@ static const snrt_step_info step_info[] = {
   {"forward", "elementwise", 1.31072e-05},
   {"forward", "conv_1x1", 0.000167772},
   {"forward", "norm", 5.2736e-05},
-  {"forward", "strided", 7.86432e-05},
-  {"forward", "elementwise", 5.24288e-05},
+  {"forward", "elementwise", 7.86432e-05},
   {"forward", "conv_1x1", 0.000167772},
   {"forward", "norm", 1.3184e-05},
   {"forward", "elementwise", 1.31072e-05},
@@ -4064,8 +3886,7 @@ static const snrt_step_info step_info[] = {
   {"forward", "elementwise", 1.31072e-05},
   {"forward", "conv_1x1", 0.000167772},
   {"forward", "norm", 5.2736e-05},
-  {"forward", "strided", 7.86432e-05},
-  {"forward", "elementwise", 5.24288e-05},
+  {"forward", "elementwise", 7.86432e-05},
   {"forward", "conv_1x1", 0.000335544},
   {"forward", "norm", 2.6368e-05},
   {"forward", "elementwise", 2.62144e-05},
@@ -4076,8 +3897,7 @@ static const snrt_step_info step_info[] = {
   {"forward", "norm", 2.68288e-05},
   {"forward", "conv_1x1", 0.000335544},
   {"forward", "norm", 2.68288e-05},
-  {"forward", "strided", 3.93216e-05},
-  {"forward", "elementwise", 2.62144e-05},
+  {"forward", "elementwise", 3.93216e-05},
   {"forward", "conv_1x1", 0.000167772},
   {"forward", "norm", 6.7072e-06},
   {"forward", "elementwise", 6.5536e-06},
@@ -4086,8 +3906,7 @@ static const snrt_step_info step_info[] = {
   {"forward", "elementwise", 6.5536e-06},
   {"forward", "conv_1x1", 0.000167772},
   {"forward", "norm", 2.68288e-05},
-  {"forward", "strided", 3.93216e-05},
-  {"forward", "elementwise", 2.62144e-05},
+  {"forward", "elementwise", 3.93216e-05},
   {"forward", "conv_1x1", 0.000167772},
   {"forward", "norm", 6.7072e-06},
   {"forward", "elementwise", 6.5536e-06},
@@ -4096,8 +3915,7 @@ static const snrt_step_info step_info[] = {
   {"forward", "elementwise", 6.5536e-06},
   {"forward", "conv_1x1", 0.000167772},
   {"forward", "norm", 2.68288e-05},
-  {"forward", "strided", 3.93216e-05},
-  {"forward", "elementwise", 2.62144e-05},
+  {"forward", "elementwise", 3.93216e-05},
   {"forward", "conv_1x1", 0.000167772},
   {"forward", "norm", 6.7072e-06},
   {"forward", "elementwise", 6.5536e-06},
@@ -4106,8 +3924,7 @@ static const snrt_step_info step_info[] = {
   {"forward", "elementwise", 6.5536e-06},
   {"forward", "conv_1x1", 0.000167772},
   {"forward", "norm", 2.68288e-05},
-  {"forward", "strided", 3.93216e-05},
-  {"forward", "elementwise", 2.62144e-05},
+  {"forward", "elementwise", 3.93216e-05},
   {"forward", "conv_1x1", 0.000335544},
   {"forward", "norm", 1.34144e-05},
   {"forward", "elementwise", 1.31072e-05},
@@ -4118,8 +3935,7 @@ static const snrt_step_info step_info[] = {
   {"forward", "norm", 1.4336e-05},
   {"forward", "conv_1x1", 0.000335544},
   {"forward", "norm", 1.4336e-05},
-  {"forward", "strided", 1.96608e-05},
-  {"forward", "elementwise", 1.31072e-05},
+  {"forward", "elementwise", 1.96608e-05},
   {"forward", "conv_1x1", 0.000167772},
   {"forward", "norm", 3.584e-06},
   {"forward", "elementwise", 3.2768e-06},
@@ -4128,8 +3944,7 @@ static const snrt_step_info step_info[] = {
   {"forward", "elementwise", 3.2768e-06},
   {"forward", "conv_1x1", 0.000167772},
   {"forward", "norm", 1.4336e-05},
-  {"forward", "strided", 1.96608e-05},
-  {"forward", "elementwise", 1.31072e-05},
+  {"forward", "elementwise", 1.96608e-05},
   {"forward", "conv_1x1", 0.000167772},
   {"forward", "norm", 3.584e-06},
   {"forward", "elementwise", 3.2768e-06},
@@ -4138,8 +3953,7 @@ static const snrt_step_info step_info[] = {
   {"forward", "elementwise", 3.2768e-06},
   {"forward", "conv_1x1", 0.000167772},
   {"forward", "norm", 1.4336e-05},
-  {"forward", "strided", 1.96608e-05},
-  {"forward", "elementwise", 1.31072e-05},
+  {"forward", "elementwise", 1.96608e-05},
   {"forward", "conv_1x1", 0.000167772},
   {"forward", "norm", 3.584e-06},
   {"forward", "elementwise", 3.2768e-06},
@@ -4148,8 +3962,7 @@ static const snrt_step_info step_info[] = {
   {"forward", "elementwise", 3.2768e-06},
   {"forward", "conv_1x1", 0.000167772},
   {"forward", "norm", 1.4336e-05},
-  {"forward", "strided", 1.96608e-05},
-  {"forward", "elementwise", 1.31072e-05},
+  {"forward", "elementwise", 1.96608e-05},
   {"forward", "conv_1x1", 0.000167772},
   {"forward", "norm", 3.584e-06},
   {"forward", "elementwise", 3.2768e-06},
@@ -4158,8 +3971,7 @@ static const snrt_step_info step_info[] = {
   {"forward", "elementwise", 3.2768e-06},
   {"forward", "conv_1x1", 0.000167772},
   {"forward", "norm", 1.4336e-05},
-  {"forward", "strided", 1.96608e-05},
-  {"forward", "elementwise", 1.31072e-05},
+  {"forward", "elementwise", 1.96608e-05},
   {"forward", "conv_1x1", 0.000167772},
   {"forward", "norm", 3.584e-06},
   {"forward", "elementwise", 3.2768e-06},
@@ -4168,8 +3980,7 @@ static const snrt_step_info step_info[] = {
   {"forward", "elementwise", 3.2768e-06},
   {"forward", "conv_1x1", 0.000167772},
   {"forward", "norm", 1.4336e-05},
-  {"forward", "strided", 1.96608e-05},
-  {"forward", "elementwise", 1.31072e-05},
+  {"forward", "elementwise", 1.96608e-05},
   {"forward", "conv_1x1", 0.000335544},
   {"forward", "norm", 7.168e-06},
   {"forward", "elementwise", 6.5536e-06},
@@ -4180,8 +3991,7 @@ static const snrt_step_info step_info[] = {
   {"forward", "norm", 9.0112e-06},
   {"forward", "conv_1x1", 0.000430899},
   {"forward", "norm", 9.0112e-06},
-  {"forward", "strided", 9.8304e-06},
-  {"forward", "elementwise", 6.5536e-06},
+  {"forward", "elementwise", 9.8304e-06},
   {"forward", "conv_1x1", 0.000213811},
   {"forward", "norm", 2.2528e-06},
   {"forward", "elementwise", 1.6384e-06},
@@ -4190,8 +4000,7 @@ static const snrt_step_info step_info[] = {
   {"forward", "elementwise", 1.6384e-06},
   {"forward", "conv_1x1", 0.000213811},
   {"forward", "norm", 9.0112e-06},
-  {"forward", "strided", 9.8304e-06},
-  {"forward", "elementwise", 6.5536e-06},
+  {"forward", "elementwise", 9.8304e-06},
   {"forward", "conv_1x1", 0.000213811},
   {"forward", "norm", 2.2528e-06},
   {"forward", "elementwise", 1.6384e-06},
@@ -4200,8 +4009,7 @@ static const snrt_step_info step_info[] = {
   {"forward", "elementwise", 1.6384e-06},
   {"forward", "conv_1x1", 0.000213811},
   {"forward", "norm", 9.0112e-06},
-  {"forward", "strided", 9.8304e-06},
-  {"forward", "elementwise", 6.5536e-06},
+  {"forward", "elementwise", 9.8304e-06},
   {"forward", "pool", 6.5536e-06},
   {"forward", "elementwise", 6.5536e-06},
   {"forward", "gemm", 7.4112e-06},
@@ -4214,8 +4022,7 @@ static const snrt_step_info step_info[] = {
   {"update", "update", 6.4e-08},
   {"backward", "elementwise", 6.5536e-06},
   {"backward", "pool", 6.5536e-06},
-  {"backward", "elementwise", 9.8304e-06},
-  {"backward", "strided", 9.8304e-06},
+  {"backward", "elementwise", 1.31072e-05},
   {"backward", "norm", 1.18784e-05},
   {"update", "update", 2.048e-06},
   {"update", "update", 2.048e-06},
@@ -4237,8 +4044,7 @@ static const snrt_step_info step_info[] = {
   {"backward", "conv_bwd_1x1", 0.000213811},
   {"backward", "elementwise", 9.8304e-06},
   {"update", "update", 0.00104858},
-  {"backward", "elementwise", 9.8304e-06},
-  {"backward", "strided", 9.8304e-06},
+  {"backward", "elementwise", 1.31072e-05},
   {"backward", "norm", 1.18784e-05},
   {"update", "update", 2.048e-06},
   {"update", "update", 2.048e-06},
@@ -4260,8 +4066,7 @@ static const snrt_step_info step_info[] = {
   {"backward", "conv_bwd_1x1", 0.000213811},
   {"backward", "elementwise", 9.8304e-06},
   {"update", "update", 0.00104858},
-  {"backward", "elementwise", 9.8304e-06},
-  {"backward", "strided", 9.8304e-06},
+  {"backward", "elementwise", 1.31072e-05},
   {"backward", "norm", 1.18784e-05},
   {"update", "update", 2.048e-06},
   {"update", "update", 2.048e-06},
@@ -4289,8 +4094,7 @@ static const snrt_step_info step_info[] = {
   {"backward", "conv_bwd_1x1", 0.000335544},
   {"backward", "elementwise", 1.96608e-05},
   {"update", "update", 0.000524288},
-  {"backward", "elementwise", 1.96608e-05},
-  {"backward", "strided", 1.96608e-05},
+  {"backward", "elementwise", 2.62144e-05},
   {"backward", "norm", 2.06848e-05},
   {"update", "update", 1.024e-06},
   {"update", "update", 1.024e-06},
@@ -4312,8 +4116,7 @@ static const snrt_step_info step_info[] = {
   {"backward", "conv_bwd_1x1", 0.000167772},
   {"backward", "elementwise", 1.96608e-05},
   {"update", "update", 0.000262144},
-  {"backward", "elementwise", 1.96608e-05},
-  {"backward", "strided", 1.96608e-05},
+  {"backward", "elementwise", 2.62144e-05},
   {"backward", "norm", 2.06848e-05},
   {"update", "update", 1.024e-06},
   {"update", "update", 1.024e-06},
@@ -4335,8 +4138,7 @@ static const snrt_step_info step_info[] = {
   {"backward", "conv_bwd_1x1", 0.000167772},
   {"backward", "elementwise", 1.96608e-05},
   {"update", "update", 0.000262144},
-  {"backward", "elementwise", 1.96608e-05},
-  {"backward", "strided", 1.96608e-05},
+  {"backward", "elementwise", 2.62144e-05},
   {"backward", "norm", 2.06848e-05},
   {"update", "update", 1.024e-06},
   {"update", "update", 1.024e-06},
@@ -4358,8 +4160,7 @@ static const snrt_step_info step_info[] = {
   {"backward", "conv_bwd_1x1", 0.000167772},
   {"backward", "elementwise", 1.96608e-05},
   {"update", "update", 0.000262144},
-  {"backward", "elementwise", 1.96608e-05},
-  {"backward", "strided", 1.96608e-05},
+  {"backward", "elementwise", 2.62144e-05},
   {"backward", "norm", 2.06848e-05},
   {"update", "update", 1.024e-06},
   {"update", "update", 1.024e-06},
@@ -4381,8 +4182,7 @@ static const snrt_step_info step_info[] = {
   {"backward", "conv_bwd_1x1", 0.000167772},
   {"backward", "elementwise", 1.96608e-05},
   {"update", "update", 0.000262144},
-  {"backward", "elementwise", 1.96608e-05},
-  {"backward", "strided", 1.96608e-05},
+  {"backward", "elementwise", 2.62144e-05},
   {"backward", "norm", 2.06848e-05},
   {"update", "update", 1.024e-06},
   {"update", "update", 1.024e-06},
@@ -4404,8 +4204,7 @@ static const snrt_step_info step_info[] = {
   {"backward", "conv_bwd_1x1", 0.000167772},
   {"backward", "elementwise", 1.96608e-05},
   {"update", "update", 0.000262144},
-  {"backward", "elementwise", 1.96608e-05},
-  {"backward", "strided", 1.96608e-05},
+  {"backward", "elementwise", 2.62144e-05},
   {"backward", "norm", 2.06848e-05},
   {"update", "update", 1.024e-06},
   {"update", "update", 1.024e-06},
@@ -4433,8 +4232,7 @@ static const snrt_step_info step_info[] = {
   {"backward", "conv_bwd_1x1", 0.000335544},
   {"backward", "elementwise", 3.93216e-05},
   {"update", "update", 0.000131072},
-  {"backward", "elementwise", 3.93216e-05},
-  {"backward", "strided", 3.93216e-05},
+  {"backward", "elementwise", 5.24288e-05},
   {"backward", "norm", 3.98336e-05},
   {"update", "update", 5.12e-07},
   {"update", "update", 5.12e-07},
@@ -4456,8 +4254,7 @@ static const snrt_step_info step_info[] = {
   {"backward", "conv_bwd_1x1", 0.000167772},
   {"backward", "elementwise", 3.93216e-05},
   {"update", "update", 6.5536e-05},
-  {"backward", "elementwise", 3.93216e-05},
-  {"backward", "strided", 3.93216e-05},
+  {"backward", "elementwise", 5.24288e-05},
   {"backward", "norm", 3.98336e-05},
   {"update", "update", 5.12e-07},
   {"update", "update", 5.12e-07},
@@ -4479,8 +4276,7 @@ static const snrt_step_info step_info[] = {
   {"backward", "conv_bwd_1x1", 0.000167772},
   {"backward", "elementwise", 3.93216e-05},
   {"update", "update", 6.5536e-05},
-  {"backward", "elementwise", 3.93216e-05},
-  {"backward", "strided", 3.93216e-05},
+  {"backward", "elementwise", 5.24288e-05},
   {"backward", "norm", 3.98336e-05},
   {"update", "update", 5.12e-07},
   {"update", "update", 5.12e-07},
@@ -4502,8 +4298,7 @@ static const snrt_step_info step_info[] = {
   {"backward", "conv_bwd_1x1", 0.000167772},
   {"backward", "elementwise", 3.93216e-05},
   {"update", "update", 6.5536e-05},
-  {"backward", "elementwise", 3.93216e-05},
-  {"backward", "strided", 3.93216e-05},
+  {"backward", "elementwise", 5.24288e-05},
   {"backward", "norm", 3.98336e-05},
   {"update", "update", 5.12e-07},
   {"update", "update", 5.12e-07},
@@ -4531,8 +4326,7 @@ static const snrt_step_info step_info[] = {
   {"backward", "conv_bwd_1x1", 0.000335544},
   {"backward", "elementwise", 7.86432e-05},
   {"update", "update", 3.2768e-05},
-  {"backward", "elementwise", 7.86432e-05},
-  {"backward", "strided", 7.86432e-05},
+  {"backward", "elementwise", 0.000104858},
   {"backward", "norm", 7.88992e-05},
   {"update", "update", 2.56e-07},
   {"update", "update", 2.56e-07},
@@ -4554,8 +4348,7 @@ static const snrt_step_info step_info[] = {
   {"backward", "conv_bwd_1x1", 0.000167772},
   {"backward", "elementwise", 7.86432e-05},
   {"update", "update", 1.6384e-05},
-  {"backward", "elementwise", 7.86432e-05},
-  {"backward", "strided", 7.86432e-05},
+  {"backward", "elementwise", 0.000104858},
   {"backward", "norm", 7.88992e-05},
   {"update", "update", 2.56e-07},
   {"update", "update", 2.56e-07},
@@ -4577,8 +4370,7 @@ static const snrt_step_info step_info[] = {
   {"backward", "conv_bwd_1x1", 0.000167772},
   {"backward", "elementwise", 7.86432e-05},
   {"update", "update", 1.6384e-05},
-  {"backward", "elementwise", 7.86432e-05},
-  {"backward", "strided", 7.86432e-05},
+  {"backward", "elementwise", 0.000104858},
   {"backward", "norm", 7.88992e-05},
   {"update", "update", 2.56e-07},
   {"update", "update", 2.56e-07},
@@ -4631,8 +4423,8 @@ const snrt_model snrt_the_model = {
   .policy = "liveness",
   .train_step = train_step,
   .eval_step = eval_step,
-  .nsteps = 583,
+  .nsteps = 551,
   .steps = step_info,
-  .est_step_s = 0.0703088,
+  .est_step_s = 0.069588,
   .est_device = "cpu",
 };

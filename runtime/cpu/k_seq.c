@@ -11,14 +11,6 @@
 
 /* ---- math ------------------------------------------------------------------- */
 
-static inline float pow_k(float x, float e) {
-  /* The exponents exporters write, computed as torch does (x*x for 2). */
-  if (e == 2.0f) return x * x;
-  if (e == 1.0f) return x;
-  if (e == 3.0f) return x * x * x;
-  if (e == 0.5f) return sqrtf(x);
-  return powf(x, e);
-}
 
 void snrt_math_fwd(snrt_ctx *c, const snrt_math_t *p, const float *x, float *y) {
   (void)c;
@@ -43,7 +35,7 @@ void snrt_math_fwd(snrt_ctx *c, const snrt_math_t *p, const float *x, float *y) 
     break;
   case SNRT_POW:
 #pragma omp parallel for schedule(static) if (n > KERN_PAR_MIN / 8)
-    for (int64_t i = 0; i < n; i++) y[i] = pow_k(x[i], e);
+    for (int64_t i = 0; i < n; i++) y[i] = kern_pow(x[i], e);
     break;
   default:
 #pragma omp parallel for schedule(static) if (n > KERN_PAR_MIN / 8)
@@ -77,7 +69,7 @@ void snrt_math_bwd(snrt_ctx *c, const snrt_math_t *p, const float *x, const floa
   case SNRT_POW:    /* e x^(e-1) */
 #pragma omp parallel for schedule(static) if (n > KERN_PAR_MIN / 8)
     for (int64_t i = 0; i < n; i++)
-      dx[i] = e == 2.0f ? dy[i] * 2.0f * x[i] : dy[i] * e * pow_k(x[i], e - 1.0f);
+      dx[i] = e == 2.0f ? dy[i] * 2.0f * x[i] : dy[i] * e * kern_pow(x[i], e - 1.0f);
     break;
   default:
 #pragma omp parallel for schedule(static) if (n > KERN_PAR_MIN / 8)

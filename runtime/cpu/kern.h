@@ -97,6 +97,16 @@ static inline float kern_tanhf(float x) {
   return y;
 }
 
+/* x^e: the exponents exporters write computed as torch does (x*x for 2);
+ * powf otherwise (Pow and the fused chains, k_seq.c and k_fused.c). */
+static inline float kern_pow(float x, float e) {
+  if (e == 2.0f) return x * x;
+  if (e == 1.0f) return x;
+  if (e == 3.0f) return x * x * x;
+  if (e == 0.5f) return sqrtf(x);
+  return powf(x, e);
+}
+
 static inline int64_t kern_cdiv(int64_t a, int64_t b) {
   return a >= 0 ? (a + b - 1) / b : -((-a) / b);
 }

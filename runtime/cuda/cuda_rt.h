@@ -146,6 +146,15 @@ static inline const int *snrt_cu_skip(snrt_ctx *c) {
 void snrt_cu_fill(snrt_ctx *c, float *y, int64_t n, float v);
 
 #ifdef __CUDACC__
+/* x^e as the CPU's kern_pow: x*x for 2 (Pow and the fused chains). */
+__device__ __forceinline__ float snrt_cu_pow(float x, float e) {
+  if (e == 2.0f) return x * x;
+  if (e == 1.0f) return x;
+  if (e == 3.0f) return x * x * x;
+  if (e == 0.5f) return sqrtf(x);
+  return powf(x, e);
+}
+
 /* a / b and a % b for a >= 0, b > 0: 32-bit where both fit (a 64-bit
  * division is many times slower on the GPU: index arithmetic per element). */
 __device__ __forceinline__ int64_t snrt_div(int64_t a, int64_t b) {

@@ -38,14 +38,6 @@ static const void *seq_device_copy(snrt_ctx *c, const void *host, size_t bytes) 
 
 /* ---- math --------------------------------------------------------------------- */
 
-__device__ __forceinline__ float pow_k(float x, float e) {
-  if (e == 2.0f) return x * x;
-  if (e == 1.0f) return x;
-  if (e == 3.0f) return x * x * x;
-  if (e == 0.5f) return sqrtf(x);
-  return powf(x, e);
-}
-
 __global__ void k_math_fwd(snrt_math_t p, const float *x, float *y) {
   SNRT_FOR(i, p.n) {
     float v = x[i];
@@ -54,7 +46,7 @@ __global__ void k_math_fwd(snrt_math_t p, const float *x, float *y) {
     case SNRT_ERF: v = erff(v); break;
     case SNRT_NEG: v = -v; break;
     case SNRT_RECIPROCAL: v = 1.0f / v; break;
-    case SNRT_POW: v = pow_k(v, p.exponent); break;
+    case SNRT_POW: v = snrt_cu_pow(v, p.exponent); break;
     default: v = snrt_math_more(&p, v); break;
     }
     y[i] = v;
@@ -71,7 +63,7 @@ __global__ void k_math_bwd(snrt_math_t p, const float *x, const float *y, const 
     case SNRT_NEG: r = -g; break;
     case SNRT_RECIPROCAL: r = -g * y[i] * y[i]; break;
     case SNRT_POW:
-      r = p.exponent == 2.0f ? g * 2.0f * x[i] : g * p.exponent * pow_k(x[i], p.exponent - 1.0f);
+      r = p.exponent == 2.0f ? g * 2.0f * x[i] : g * p.exponent * snrt_cu_pow(x[i], p.exponent - 1.0f);
       break;
     default: r = g * snrt_math_more_d(&p, x ? x[i] : 0.0f, y ? y[i] : 0.0f); break;
     }

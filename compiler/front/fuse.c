@@ -1,0 +1,351 @@
+/* fuse.c — elementwise fusion: a chain of elementwise ops becomes one FUSED
+ * step, whose intermediates are never stored.
+ *
+ * Requires: a shape-inferred forward graph (nodes [0, nfwd) topologically
+ * sorted, node->p set), before autodiff. Provides: the same graph with each
+ * group of two or more fusable nodes replaced by one OP_FUSED node (params
+ * snrt_fused_t) at the place of the group's last node, named after it
+ * ("<last>/fusedN", N ops); the group's intermediate tensors lose their
+ * producer and every reader (no step writes or reads them). Autodiff gives a
+ * FUSED node one FUSED_BWD node (grad_fused); the planner, the cost model
+ * and the emitter see the fused steps only.
+ *
+ * Fusable: Add, Sub, Mul, Div whose two operands are each either of the
+ * output's shape or a float constant scalar (it becomes the op's immediate);
+ * Relu, Sigmoid, Tanh, Neg, Reciprocal, Exp, Log, Sqrt, Erf, Pow (constant
+ * exponent) on a float input of the output's shape. Not here: broadcast
+ * operands other than constant scalars (a bias add, LayerNorm's mean), so
+ * no fused step reduces anything; Min/Max, Clip, LeakyRelu, Where, Dropout,
+ * the reductions, the optimizer updates.
+ *
+ * Groups grow backward from a sink (a fusable node whose output leaves the
+ * group: read by a non-fusable node or by two groups, a graph output, or
+ * unread): a fusable producer joins the group of its output's readers when
+ * all of them are in that one group, its output is no graph output, and the
+ * group stays within SNRT_FUSED_MAX_OPS ops and SNRT_FUSED_MAX_IN inputs.
+ * So each group has one output, and no path leaves a group and comes back
+ * (a member's output is read inside the group only): the fused node may
+ * stand at the sink's place.
+ *
+ * --no-fuse (or --fuse none) skips the pass. --dump fuse (snc plan) prints
+ * every group: its members, inputs and program.
+ */
+#include "front.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* The fused op code of a node, or -1 when it is not fusable. */
+static int fused_kind(const Graph *g, const Node *n) {
+  if (n->nout != 1 || !n->p || g->t[n->out[0]].dtype != DT_FLOAT) return -1;
+  switch (n->op) {
+  case OP_ADD: return SNRT_F_ADD;
+  case OP_SUB: return SNRT_F_SUB;
+  case OP_MUL: return SNRT_F_MUL;
+  case OP_DIV: return SNRT_F_DIV;
+  case OP_RELU: case OP_SIGMOID: case OP_TANH: {
+    const snrt_unary_t *p = n->p;
+    return p->kind == SNRT_RELU ? SNRT_F_RELU : p->kind == SNRT_SIGMOID ? SNRT_F_SIGMOID
+         : p->kind == SNRT_TANH ? SNRT_F_TANH : -1;
+  }
+  case OP_NEG: return SNRT_F_NEG;
+  case OP_RECIPROCAL: return SNRT_F_RECIPROCAL;
+  case OP_EXP: return SNRT_F_EXP;
+  case OP_LOG: return SNRT_F_LOG;
+  case OP_SQRT: return SNRT_F_SQRT;
+  case OP_ERF: return SNRT_F_ERF;
+  case OP_POW: return SNRT_F_POW;
+  default: return -1;
+  }
+}
+
+static bool same_shape(const Tensor *a, const Tensor *b) {
+  if (a->rank != b->rank) return false;
+  for (int d = 0; d < a->rank; d++)
+    if (a->dims[d] != b->dims[d]) return false;
+  return true;
+}
+
+/* A float constant scalar (becomes an immediate). */
+static bool const_scalar(const Tensor *t) {
+  return t->kind == TK_CONST && t->data && t->dtype == DT_FLOAT && tensor_numel(t) == 1;
+}
+
+/* The node's data operands: 2 for the binary ops, 1 for the others (Pow's
+ * exponent is in its params). */
+static int operands(const Node *n) {
+  return n->op == OP_ADD || n->op == OP_SUB || n->op == OP_MUL || n->op == OP_DIV ? 2 : 1;
+}
+
+/* Fusable, with every operand of the output's shape or a constant scalar
+ * (the unary ops: of the output's shape). */
+static bool fusable(const Graph *g, const Node *n) {
+  if (fused_kind(g, n) < 0) return false;
+  const Tensor *y = &g->t[n->out[0]];
+  int no = operands(n);
+  if (n->nin < no) return false;
+  int scalars = 0;
+  for (int k = 0; k < no; k++) {
+    const Tensor *x = &g->t[n->in[k]];
+    if (no == 2 && const_scalar(x)) scalars++;
+    else if (x->dtype != DT_FLOAT || !same_shape(x, y)) return false;
+  }
+  return scalars < no;
+}
+
+typedef struct {
+  int sink;                   /* the node whose output leaves the group */
+  int nops;
+  int nin, in[SNRT_FUSED_MAX_IN];   /* external inputs (tensors) */
+} Group;
+
+/* Whether tensor t is among the group's inputs. */
+static bool has_input(const Group *gr, int t) {
+  for (int k = 0; k < gr->nin; k++)
+    if (gr->in[k] == t) return true;
+  return false;
+}
+
+/* The inputs the group would have if node n (producing one of its inputs)
+ * joined: n's non-constant operands replace its output. False when they
+ * would exceed SNRT_FUSED_MAX_IN. */
+static bool join_inputs(const Graph *g, const Group *gr, const Node *n, Group *out) {
+  *out = *gr;
+  int k = 0;
+  for (int i = 0; i < out->nin; i++)
+    if (out->in[i] != n->out[0]) out->in[k++] = out->in[i];
+  out->nin = k;
+  for (int s = 0; s < operands(n); s++) {
+    int t = n->in[s];
+    if (const_scalar(&g->t[t]) || has_input(out, t)) continue;
+    if (out->nin == SNRT_FUSED_MAX_IN) return false;
+    out->in[out->nin++] = t;
+  }
+  out->nops++;
+  return out->nops <= SNRT_FUSED_MAX_OPS;
+}
+
+/* Bit mask of the inputs register r is computed from. */
+static unsigned reg_inputs(const snrt_fused_t *p, int r) {
+  if (r < 0) return 0;
+  if (r < p->nin) return 1u << r;
+  const snrt_fused_op_t *o = &p->ops[r - p->nin];
+  return reg_inputs(p, o->a) | reg_inputs(p, o->b);
+}
+
+static int popcount(unsigned m) { return __builtin_popcount(m); }
+
+void fuse_backward_reads(snrt_fused_t *p) {
+  enum { NREG = SNRT_FUSED_MAX_IN + SNRT_FUSED_MAX_OPS };
+  bool dep[NREG] = {0}, read[NREG] = {0};
+  for (int k = 0; k < p->nin; k++) dep[k] = p->need >> k & 1;
+  for (int j = 0; j < p->nops; j++) {
+    const snrt_fused_op_t *o = &p->ops[j];
+    int y = p->nin + j;
+    dep[y] = (o->a >= 0 && dep[o->a]) || (o->b >= 0 && dep[o->b]);
+    if (!dep[y]) continue;
+    bool na = o->a >= 0 && dep[o->a], nb = o->b >= 0 && dep[o->b];
+    switch (o->op) {
+    case SNRT_F_ADD: case SNRT_F_SUB: case SNRT_F_NEG:
+      break;
+    case SNRT_F_MUL:
+      if (na && o->b >= 0) read[o->b] = true;
+      if (nb && o->a >= 0) read[o->a] = true;
+      break;
+    case SNRT_F_DIV:   /* 1/b; -y/b */
+      if ((na || nb) && o->b >= 0) read[o->b] = true;
+      if (nb) read[y] = true;
+      break;
+    case SNRT_F_LOG: case SNRT_F_ERF: case SNRT_F_POW:
+      read[o->a] = true;
+      break;
+    default:   /* Relu, Sigmoid, Tanh, Exp, Sqrt, Reciprocal: from their output */
+      read[y] = true;
+      break;
+    }
+  }
+  int last = p->nin + p->nops - 1;
+  unsigned all = 0, rest = 0;
+  for (int r = 0; r < NREG; r++)
+    if (read[r]) {
+      all |= reg_inputs(p, r);
+      if (r != last) rest |= reg_inputs(p, r);
+    }
+  bool y = read[last] && popcount(rest) + 1 < popcount(all);
+  p->have = (int)(y ? rest : all);
+  p->use_y = y;
+}
+
+static const char *fused_names[] = {"add", "sub", "mul", "div", "neg", "relu", "sigmoid", "tanh",
+                                    "exp", "log", "sqrt", "reciprocal", "erf", "pow"};
+
+const char *fuse_op_name(int op) {
+  return op >= 0 && op < (int)(sizeof fused_names / sizeof *fused_names) ? fused_names[op] : "?";
+}
+
+/* The program of a group: members in graph order, inputs numbered as in
+ * gr->in. reg[t] maps a member's output tensor to its register. */
+static snrt_fused_t *build_program(const Graph *g, const Group *gr, const int *members, int nm) {
+  snrt_fused_t *p = xcalloc(1, sizeof *p);
+  p->n = tensor_numel(&g->t[g->n[gr->sink].out[0]]);
+  p->nin = gr->nin;
+  p->nops = nm;
+  for (int j = 0; j < nm; j++) {
+    const Node *n = &g->n[members[j]];
+    snrt_fused_op_t *o = &p->ops[j];
+    o->op = (int8_t)fused_kind(g, n);
+    o->a = o->b = -1;
+    for (int s = 0; s < operands(n); s++) {
+      int t = n->in[s], r = -1;
+      for (int k = 0; k < gr->nin && r < 0; k++)
+        if (gr->in[k] == t) r = k;
+      for (int q = 0; q < j && r < 0; q++)
+        if (g->n[members[q]].out[0] == t) r = gr->nin + q;
+      if (r < 0) {
+        snc_assert(const_scalar(&g->t[t]));
+        o->imm = *(const float *)g->t[t].data;
+      }
+      if (s == 0) o->a = (int8_t)r;
+      else o->b = (int8_t)r;
+    }
+    if (n->op == OP_POW) o->imm = ((const snrt_math_t *)n->p)->exponent;
+  }
+  return p;
+}
+
+static void dump_group(const Graph *g, const Node *f, const int *members, int nm, FILE *out) {
+  const snrt_fused_t *p = f->p;
+  fprintf(out, "fused %s: %d ops, %d input%s, %lld elements\n", f->name, p->nops, p->nin,
+          p->nin == 1 ? "" : "s", (long long)p->n);
+  for (int k = 0; k < p->nin; k++) fprintf(out, "  r%d = %s\n", k, g->t[f->in[k]].name);
+  for (int j = 0; j < p->nops; j++) {
+    const snrt_fused_op_t *o = &p->ops[j];
+    char a[32], b[32];
+    if (o->a >= 0) snprintf(a, sizeof a, "r%d", o->a);
+    else snprintf(a, sizeof a, "%.9g", (double)o->imm);
+    if (o->b >= 0) snprintf(b, sizeof b, "r%d", o->b);
+    else snprintf(b, sizeof b, "%.9g", (double)o->imm);
+    /* Binary ops and Pow (its exponent) have a second operand. */
+    if (o->op <= SNRT_F_DIV || o->op == SNRT_F_POW)
+      fprintf(out, "  r%d = %s(%s, %s)    <- %s\n", p->nin + j, fuse_op_name(o->op), a, b,
+              g->n[members[j]].name);
+    else
+      fprintf(out, "  r%d = %s(%s)    <- %s\n", p->nin + j, fuse_op_name(o->op), a, g->n[members[j]].name);
+  }
+  fprintf(out, "  out = r%d -> %s\n", p->nin + p->nops - 1, g->t[f->out[0]].name);
+}
+
+void fuse_elementwise(Graph *g, bool on, FILE *dump) {
+  int nf = g->nfwd ? g->nfwd : g->nn;
+  if (!on || nf == 0) {
+    if (dump) fprintf(dump, "fuse: %s\n", on ? "no nodes" : "off (--no-fuse)");
+    return;
+  }
+  /* Readers of each tensor (forward nodes, data slots), as CSR. */
+  int *cnt = xcalloc((size_t)g->nt + 1, sizeof *cnt);
+  for (int i = 0; i < nf; i++)
+    for (int k = 0; k < g->n[i].nin; k++)
+      if (g->n[i].in[k] >= 0) cnt[g->n[i].in[k] + 1]++;
+  for (int t = 0; t < g->nt; t++) cnt[t + 1] += cnt[t];
+  int *rd = xmalloc(sizeof(int) * (size_t)(cnt[g->nt] ? cnt[g->nt] : 1));
+  int *fill = xmalloc(sizeof(int) * (size_t)(g->nt ? g->nt : 1));
+  memcpy(fill, cnt, sizeof(int) * (size_t)g->nt);
+  for (int i = 0; i < nf; i++)
+    for (int k = 0; k < g->n[i].nin; k++)
+      if (g->n[i].in[k] >= 0) rd[fill[g->n[i].in[k]]++] = i;
+  free(fill);
+
+  /* Backward over the nodes: each fusable node starts a group or joins the
+   * one group all its readers are in. */
+  int *grp = xmalloc(sizeof(int) * (size_t)nf);
+  Group *gs = NULL;
+  int ng = 0, capg = 0;
+  for (int i = nf - 1; i >= 0; i--) {
+    grp[i] = -1;
+    const Node *n = &g->n[i];
+    if (!fusable(g, n)) continue;
+    int y = n->out[0], G = -1;
+    bool joins = !g->t[y].is_output && y != g->output && cnt[y + 1] > cnt[y];
+    for (int r = cnt[y]; joins && r < cnt[y + 1]; r++) {
+      int c = rd[r];
+      if (grp[c] < 0 || (G >= 0 && grp[c] != G)) joins = false;
+      else G = grp[c];
+    }
+    Group next;
+    if (joins && join_inputs(g, &gs[G], n, &next)) {
+      gs[G] = next;
+      grp[i] = G;
+      continue;
+    }
+    xgrow((void **)&gs, &capg, ng + 1, sizeof *gs);
+    Group *ngp = &gs[ng];
+    memset(ngp, 0, sizeof *ngp);
+    ngp->sink = i;
+    ngp->nops = 1;
+    for (int s = 0; s < operands(n); s++)
+      if (!const_scalar(&g->t[n->in[s]]) && !has_input(ngp, n->in[s])) ngp->in[ngp->nin++] = n->in[s];
+    grp[i] = ng++;
+  }
+
+  /* Each group of two or more: its sink becomes the FUSED node. */
+  bool *gone = xcalloc((size_t)nf, sizeof *gone);
+  int *members = xmalloc(sizeof(int) * SNRT_FUSED_MAX_OPS);
+  int nfused = 0, nremoved = 0;
+  for (int G = ng - 1; G >= 0; G--) {   /* made last to first: graph order */
+    Group *gr = &gs[G];
+    if (gr->nops < 2) continue;
+    int nm = 0;
+    for (int i = 0; i <= gr->sink; i++)
+      if (grp[i] == G) members[nm++] = i;
+    snc_assert(nm == gr->nops);
+    snrt_fused_t *p = build_program(g, gr, members, nm);
+    Node *s = &g->n[gr->sink];
+    char *name = xasprintf("%s/fused%d", s->name, nm);
+    Node f = *s;
+    f.name = name;
+    f.op = OP_FUSED;
+    f.nin = gr->nin;
+    f.in = xmalloc(sizeof(int) * (size_t)gr->nin);
+    memcpy(f.in, gr->in, sizeof(int) * (size_t)gr->nin);
+    f.nattr = 0;
+    f.attrs = NULL;
+    f.p = p;
+    f.aux = 0;
+    f.onnx_op = NULL;
+    if (dump) dump_group(g, &f, members, nm, dump);
+    for (int j = 0; j < nm - 1; j++) {
+      int m = members[j];
+      g->t[g->n[m].out[0]].producer = -1;
+      free(g->n[m].name);
+      free(g->n[m].in);
+      free(g->n[m].out);
+      gone[m] = true;
+      nremoved++;
+    }
+    free(s->in);
+    free(s->name);
+    *s = f;
+    nfused++;
+  }
+  /* Close the gaps; producers follow their nodes. */
+  if (nremoved) {
+    int w = 0;
+    for (int i = 0; i < g->nn; i++) {
+      if (i < nf && gone[i]) continue;
+      if (w != i) g->n[w] = g->n[i];
+      for (int k = 0; k < g->n[w].nout; k++)
+        if (g->n[w].out[k] >= 0) g->t[g->n[w].out[k]].producer = w;
+      w++;
+    }
+    g->nn = w;
+    if (g->nfwd) g->nfwd -= nremoved;
+  }
+  if (dump) fprintf(dump, "fuse: %d group%s, %d nodes into %d steps\n", nfused, nfused == 1 ? "" : "s",
+                    nremoved + nfused, nfused);
+  free(gone);
+  free(members);
+  free(gs);
+  free(grp);
+  free(rd);
+  free(cnt);
+}
