@@ -52,6 +52,7 @@ OUTSIDE_FILES = {
     "train.c",            # the emitted program (DIR/train.c)
     "onnx.pb-c.c", "onnx.pb-c.h",   # protoc-c's output (build/gen)
     "llm.c",              # Karpathy's llm.c: its token file layout
+    "train_gpt2.c",       # llm.c's CPU trainer (bench/gpt_speed --llmc compiles the user's copy)
     "loss.npy",           # --dump-grads's output
     "cudnn.h", "nccl.h", "mpi.h", "cublas_v2.h", "cuda_runtime.h",   # libraries' headers
     "stdio.h", "stdlib.h", "string.h", "stddef.h", "stdint.h", "math.h",

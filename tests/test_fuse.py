@@ -13,8 +13,11 @@ become one FUSED step forward and one FUSED_BWD step backward.
   (the backward sums a register's contributions in another order than the
   unfused ACCUMULATE steps: not bit-identical, 1e-6 relative).
 - The GPT example: its GELU tanh chain is one FUSED step per layer forward
-  and one FUSED_BWD step backward in plan.txt, and the liveness arena is
-  smaller than --no-fuse's by at least the chain's stored intermediates.
+  and one FUSED_BWD step backward in plan.txt, its decomposed LayerNorms
+  (opset 13) are LAYERNORM steps, and the liveness arena is smaller than
+  --no-fuse's by at least the chain's stored intermediates. (That the
+  LayerNorm steps train as PyTorch does: test_gpt.py's opset-13 gradient
+  tests, which fuse by default.)
 (The policies' bit-identity under --poison on fused programs:
 test_gpt.py's test_gpt_policies_bit_identical, whose GPT fuses by default.)
 """
@@ -103,7 +106,7 @@ def test_chain_is_one_step_with_exact_gradients(tmp_path):
     assert fwd == [str(NOPS)], fwd
     assert len(bwd) == 1, plan
     dump = run([SNC, "plan", os.path.join(tmp, "model.onnx"), "--batch", "3", "--dump", "fuse"]).stdout
-    assert "fuse: 1 group, %d nodes into 1 steps" % NOPS in dump, dump
+    assert "; 1 group, %d nodes into 1 steps" % NOPS in dump, dump
     assert "%d ops, 2 inputs" % NOPS in dump, dump
 
 
@@ -141,6 +144,15 @@ def test_gpt_gelu_is_one_step_and_the_arena_shrinks(tmp_path):
     gelu_bwd = re.findall(r"backward\s+FUSED_BWD\s+\S+\s+\S+\s+(/blocks\.\d+/Mul_6/fused9/bwd)", text)
     assert len(gelu_fwd) == 2 and len(gelu_bwd) == 2, text
     assert "Tanh" not in text and "Tanh" in plain_text
+    # Its LayerNorms, exported at opset 13 as nine nodes each (ReduceMean,
+    # Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add), are LAYERNORM steps:
+    # two blocks of two and the final one.
+    assert len(re.findall(r"forward\s+LayerNormalization\s", text)) == 5, text
+    assert "ReduceMean" not in text and "ReduceMean" in plain_text
+    # The Linear weights' transposes are the MatMuls' trans flags: no
+    # Transpose step forward or backward for them (attention's stay).
+    for w in ("qkv", "proj", "fc", "fc2"):
+        assert "/%s/Transpose" % w in plain_text and "/%s/Transpose" % w not in text, w
     # The chain's intermediates kept for backward in the unfused plan: at
     # least the Tanh output and the tanh argument, per layer (B x T x 4C floats).
     chain_bytes = 4 * 32 * 4 * 64 * 4

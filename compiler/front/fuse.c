@@ -1,5 +1,20 @@
-/* fuse.c — elementwise fusion: a chain of elementwise ops becomes one FUSED
- * step, whose intermediates are never stored.
+/* fuse.c — fusion: a decomposed LayerNorm becomes one LAYERNORM node, and a
+ * chain of elementwise ops one FUSED step, whose intermediates are never
+ * stored.
+ *
+ * First, LayerNorm: PyTorch exports nn.LayerNorm below opset 17 as nine
+ * nodes (ReduceMean, Sub, Pow 2, ReduceMean, Add eps, Sqrt, Div, Mul scale,
+ * Add shift, over the last axis; fuse_layernorms has the exact pattern).
+ * Where nothing else reads their intermediates they become one LAYERNORM
+ * node (x, scale, shift; epsilon from the Add), named "<last>/layernorm":
+ * the op an opset-17 export has, with its two kernels instead of nine steps
+ * forward and a dozen backward. It computes the statistics in double
+ * (runtime/cpu/k_seq.c), so its values differ from the nine float32 steps'
+ * in rounding. Second, transposes: a Transpose swapping the last two axes
+ * whose only reader is a MatMul (a Linear layer's weight as PyTorch
+ * exports it) becomes the MatMul's trans flag (fold_transposes): no copy
+ * forward, and autodiff writes the weight's gradient in its own layout, so
+ * the transposed gradient's copy goes too. Then the elementwise chains:
  *
  * Requires: a shape-inferred forward graph (nodes [0, nfwd) topologically
  * sorted, node->p set), before autodiff. Provides: the same graph with each
@@ -34,6 +49,60 @@
 
 #include <stdlib.h>
 #include <string.h>
+
+/* The readers of each tensor among nodes [0, nf), as CSR: rd[cnt[t]] to
+ * rd[cnt[t + 1] - 1] are the nodes reading t (a node once per slot). */
+typedef struct {
+  int *cnt, *rd;
+} Readers;
+
+static Readers readers(const Graph *g, int nf) {
+  Readers R;
+  R.cnt = xcalloc((size_t)g->nt + 1, sizeof *R.cnt);
+  for (int i = 0; i < nf; i++)
+    for (int k = 0; k < g->n[i].nin; k++)
+      if (g->n[i].in[k] >= 0) R.cnt[g->n[i].in[k] + 1]++;
+  for (int t = 0; t < g->nt; t++) R.cnt[t + 1] += R.cnt[t];
+  R.rd = xmalloc(sizeof(int) * (size_t)(R.cnt[g->nt] ? R.cnt[g->nt] : 1));
+  int *fill = xmalloc(sizeof(int) * (size_t)(g->nt ? g->nt : 1));
+  memcpy(fill, R.cnt, sizeof(int) * (size_t)g->nt);
+  for (int i = 0; i < nf; i++)
+    for (int k = 0; k < g->n[i].nin; k++)
+      if (g->n[i].in[k] >= 0) R.rd[fill[g->n[i].in[k]]++] = i;
+  free(fill);
+  return R;
+}
+
+static void readers_free(Readers *R) {
+  free(R->cnt);
+  free(R->rd);
+}
+
+/* Drops the nodes marked gone (their arrays freed by the caller) and closes
+ * the gaps; producers follow their nodes. */
+static void remove_nodes(Graph *g, int nf, const bool *gone, int nremoved) {
+  if (!nremoved) return;
+  int w = 0;
+  for (int i = 0; i < g->nn; i++) {
+    if (i < nf && gone[i]) continue;
+    if (w != i) g->n[w] = g->n[i];
+    for (int k = 0; k < g->n[w].nout; k++)
+      if (g->n[w].out[k] >= 0) g->t[g->n[w].out[k]].producer = w;
+    w++;
+  }
+  g->nn = w;
+  if (g->nfwd) g->nfwd -= nremoved;
+}
+
+/* Forgets node i: its output tensors lose their producer. */
+static void drop_node(Graph *g, int i, bool *gone) {
+  for (int k = 0; k < g->n[i].nout; k++)
+    if (g->n[i].out[k] >= 0) g->t[g->n[i].out[k]].producer = -1;
+  free(g->n[i].name);
+  free(g->n[i].in);
+  free(g->n[i].out);
+  gone[i] = true;
+}
 
 /* The fused op code of a node, or -1 when it is not fusable. */
 static int fused_kind(const Graph *g, const Node *n) {
@@ -235,25 +304,187 @@ static void dump_group(const Graph *g, const Node *f, const int *members, int nm
   fprintf(out, "  out = r%d -> %s\n", p->nin + p->nops - 1, g->t[f->out[0]].name);
 }
 
+/* ---- decomposed LayerNormalization -------------------------------------- */
+
+/* The only reader of tensor t (an intermediate: no graph output), or -1. */
+static int sole_reader(const Graph *g, const Readers *R, int t) {
+  if (t < 0 || g->t[t].is_output || t == g->output || R->cnt[t + 1] - R->cnt[t] != 1) return -1;
+  return R->rd[R->cnt[t]];
+}
+
+/* A ReduceMean of x over its last axis alone, keeping it (x's shape, last 1). */
+static bool mean_last_axis(const Graph *g, const Node *n, int x) {
+  if (n->op != OP_REDUCEMEAN || n->in[0] != x || !n->p) return false;
+  const snrt_reduce_t *p = n->p;
+  const Tensor *X = &g->t[x], *M = &g->t[n->out[0]];
+  if (p->kind != SNRT_RED_SUM || X->rank < 1 || M->rank != X->rank || X->dims[X->rank - 1] < 2)
+    return false;
+  for (int d = 0; d < X->rank; d++)
+    if (M->dims[d] != (d == X->rank - 1 ? 1 : X->dims[d])) return false;
+  return p->rank >= 1 && p->ss[p->rank - 1] == 0 && p->n_small * X->dims[X->rank - 1] == p->n_big;
+}
+
+/* The binary op n with operand `t` on one side: the other operand, or -1. */
+static int other_operand(const Node *n, OpKind op, int t, bool commutes) {
+  if (n->op != op || n->nin != 2) return -1;
+  if (n->in[0] == t) return n->in[1];
+  if (commutes && n->in[1] == t) return n->in[0];
+  return -1;
+}
+
+/* A float vector of C values (the affine scale or shift). */
+static bool vector_of(const Graph *g, int t, int64_t c) {
+  const Tensor *v = &g->t[t];
+  return t >= 0 && v->dtype == DT_FLOAT && v->rank == 1 && v->dims[0] == c;
+}
+
+/* PyTorch exports nn.LayerNorm below opset 17 as
+ *   m = ReduceMean(x), d = x - m, v = ReduceMean(d ^ 2), s = Sqrt(v + eps),
+ *   y = d / s * scale + shift     (ReduceMean over the last axis)
+ * Each such chain whose intermediates nothing else reads becomes one
+ * LAYERNORM node (x, scale, shift): two steps of work forward, one backward,
+ * where the chain takes nine and twelve. Returns how many. */
+static int fuse_layernorms(Graph *g, int nf, FILE *dump) {
+  Readers R = readers(g, nf);
+  bool *gone = xcalloc((size_t)nf, sizeof *gone);
+  int found = 0, nremoved = 0;
+  for (int i = 0; i < nf; i++) {
+    Node *sub = &g->n[i];
+    if (gone[i] || sub->op != OP_SUB || sub->nin != 2) continue;
+    int x = sub->in[0], mt = sub->in[1], d = sub->out[0];
+    const Tensor *X = &g->t[x];
+    int mi = g->t[mt].producer;
+    if (mi < 0 || mi >= nf || gone[mi] || !mean_last_axis(g, &g->n[mi], x) || sole_reader(g, &R, mt) != i)
+      continue;
+    /* d's two readers: Pow(d, 2) and Div(d, s). */
+    if (d == g->output || g->t[d].is_output || R.cnt[d + 1] - R.cnt[d] != 2) continue;
+    int pw = -1, dv = -1;
+    for (int r = R.cnt[d]; r < R.cnt[d + 1]; r++) {
+      const Node *c = &g->n[R.rd[r]];
+      if (c->op == OP_POW && c->in[0] == d && ((const snrt_math_t *)c->p)->exponent == 2.0f) pw = R.rd[r];
+      else if (c->op == OP_DIV && c->in[0] == d) dv = R.rd[r];
+    }
+    if (pw < 0 || dv < 0) continue;
+    int vm = sole_reader(g, &R, g->n[pw].out[0]);
+    if (vm < 0 || !mean_last_axis(g, &g->n[vm], g->n[pw].out[0])) continue;
+    int ad = sole_reader(g, &R, g->n[vm].out[0]);
+    int eps_t = ad >= 0 ? other_operand(&g->n[ad], OP_ADD, g->n[vm].out[0], true) : -1;
+    if (eps_t < 0 || !const_scalar(&g->t[eps_t])) continue;
+    int sq = sole_reader(g, &R, g->n[ad].out[0]);
+    if (sq < 0 || g->n[sq].op != OP_SQRT || sole_reader(g, &R, g->n[sq].out[0]) != dv ||
+        g->n[dv].in[1] != g->n[sq].out[0])
+      continue;
+    /* The affine part: * scale, then + shift (either may be absent after
+     * the scale; a LayerNorm without a scale stays as it is). */
+    int64_t C = X->dims[X->rank - 1];
+    int mu = sole_reader(g, &R, g->n[dv].out[0]);
+    int scale = mu >= 0 ? other_operand(&g->n[mu], OP_MUL, g->n[dv].out[0], true) : -1;
+    if (!vector_of(g, scale, C)) continue;
+    int last = mu, shift = -1;
+    int ab = sole_reader(g, &R, g->n[mu].out[0]);
+    int sh = ab >= 0 ? other_operand(&g->n[ab], OP_ADD, g->n[mu].out[0], true) : -1;
+    if (vector_of(g, sh, C)) last = ab, shift = sh;
+    int members[] = {mi, i, pw, vm, ad, sq, dv, mu, ab};
+    int nm = last == ab ? 9 : 8;
+    snrt_ln_t *p = xcalloc(1, sizeof *p);
+    p->cols = C;
+    p->rows = tensor_numel(X) / C;
+    p->eps = *(const float *)g->t[eps_t].data;
+    Node *L = &g->n[last];
+    if (dump)
+      fprintf(dump, "layernorm %s: %d nodes (%s .. %s) over the last %lld of %s, eps %g\n", L->name, nm,
+              g->n[mi].name, L->name, (long long)C, shape_str(X), (double)p->eps);
+    int y = L->out[0];
+    for (int j = 0; j < nm; j++)
+      if (members[j] != last) drop_node(g, members[j], gone), nremoved++;
+    L = &g->n[last];
+    char *name = xasprintf("%s/layernorm", L->name);
+    free(L->name);
+    free(L->in);
+    L->name = name;
+    L->op = OP_LAYERNORM;
+    L->nin = shift >= 0 ? 3 : 2;
+    L->in = xmalloc(sizeof(int) * 3);
+    L->in[0] = x, L->in[1] = scale, L->in[2] = shift;
+    L->nout = 1;
+    L->out[0] = y;
+    L->nattr = 0;
+    L->attrs = NULL;
+    L->p = p;
+    L->aux = 0;
+    L->onnx_op = NULL;
+    found++;
+  }
+  remove_nodes(g, nf, gone, nremoved);
+  free(gone);
+  readers_free(&R);
+  return found;
+}
+
+/* ---- transposes into the matrix product ------------------------------- */
+
+/* A Transpose that swaps the last two axes and keeps the others. */
+static bool swaps_last_two(const Node *n) {
+  if (n->op != OP_TRANSPOSE || !n->p) return false;
+  const snrt_transpose_t *p = n->p;
+  int r = p->rank;
+  if (r < 2) return false;
+  for (int d = 0; d < r - 2; d++)
+    if (p->perm[d] != d) return false;
+  return p->perm[r - 2] == r - 1 && p->perm[r - 1] == r - 2;
+}
+
+/* MatMul(a, Transpose(w)) with the Transpose swapping the last two axes
+ * (a Linear layer's weight as PyTorch exports it, k^T of attention) reads w
+ * with trans_b set, and likewise for a: no copy forward, none for the
+ * gradient backward (autodiff's grad_matmul writes the gradient of w in w's
+ * layout). Only where the MatMul is the transposed tensor's sole reader.
+ * Returns how many. */
+static int fold_transposes(Graph *g, int nf, FILE *dump) {
+  Readers R = readers(g, nf);
+  bool *gone = xcalloc((size_t)nf, sizeof *gone);
+  int folded = 0;
+  for (int i = 0; i < nf; i++) {
+    Node *n = &g->n[i];
+    if (n->op != OP_MATMUL || !n->p || n->nin != 2) continue;
+    snrt_mm_t *p = n->p;
+    for (int s = 0; s < 2; s++) {
+      int t = n->in[s], tp = t >= 0 ? g->t[t].producer : -1;
+      int *trans = s == 0 ? &p->trans_a : &p->trans_b;
+      if (*trans || tp < 0 || tp >= nf || gone[tp] || !swaps_last_two(&g->n[tp]) ||
+          sole_reader(g, &R, t) != i)
+        continue;
+      /* (grad_matmul sums a shared B's gradient over the batch as one
+       * product of A's rows: A must not be transposed there.) */
+      if (s == 0 && p->stride_b == 0 && p->batch > 1) continue;
+      if (dump)
+        fprintf(dump, "transpose %s: into %s as trans_%c\n", g->n[tp].name, n->name, s ? 'b' : 'a');
+      n->in[s] = g->n[tp].in[0];
+      *trans = 1;
+      drop_node(g, tp, gone);
+      folded++;
+    }
+  }
+  remove_nodes(g, nf, gone, folded);
+  free(gone);
+  readers_free(&R);
+  return folded;
+}
+
+/* ---- elementwise chains ------------------------------------------------- */
+
 void fuse_elementwise(Graph *g, bool on, FILE *dump) {
   int nf = g->nfwd ? g->nfwd : g->nn;
   if (!on || nf == 0) {
     if (dump) fprintf(dump, "fuse: %s\n", on ? "no nodes" : "off (--no-fuse)");
     return;
   }
-  /* Readers of each tensor (forward nodes, data slots), as CSR. */
-  int *cnt = xcalloc((size_t)g->nt + 1, sizeof *cnt);
-  for (int i = 0; i < nf; i++)
-    for (int k = 0; k < g->n[i].nin; k++)
-      if (g->n[i].in[k] >= 0) cnt[g->n[i].in[k] + 1]++;
-  for (int t = 0; t < g->nt; t++) cnt[t + 1] += cnt[t];
-  int *rd = xmalloc(sizeof(int) * (size_t)(cnt[g->nt] ? cnt[g->nt] : 1));
-  int *fill = xmalloc(sizeof(int) * (size_t)(g->nt ? g->nt : 1));
-  memcpy(fill, cnt, sizeof(int) * (size_t)g->nt);
-  for (int i = 0; i < nf; i++)
-    for (int k = 0; k < g->n[i].nin; k++)
-      if (g->n[i].in[k] >= 0) rd[fill[g->n[i].in[k]]++] = i;
-  free(fill);
+  int nln = fuse_layernorms(g, nf, dump);
+  nf = g->nfwd ? g->nfwd : g->nn;
+  int ntr = fold_transposes(g, nf, dump);
+  nf = g->nfwd ? g->nfwd : g->nn;
+  Readers R = readers(g, nf);
+  const int *cnt = R.cnt, *rd = R.rd;
 
   /* Backward over the nodes: each fusable node starts a group or joins the
    * one group all its readers are in. */
@@ -313,39 +544,20 @@ void fuse_elementwise(Graph *g, bool on, FILE *dump) {
     f.aux = 0;
     f.onnx_op = NULL;
     if (dump) dump_group(g, &f, members, nm, dump);
-    for (int j = 0; j < nm - 1; j++) {
-      int m = members[j];
-      g->t[g->n[m].out[0]].producer = -1;
-      free(g->n[m].name);
-      free(g->n[m].in);
-      free(g->n[m].out);
-      gone[m] = true;
-      nremoved++;
-    }
+    for (int j = 0; j < nm - 1; j++) drop_node(g, members[j], gone), nremoved++;
     free(s->in);
     free(s->name);
     *s = f;
     nfused++;
   }
-  /* Close the gaps; producers follow their nodes. */
-  if (nremoved) {
-    int w = 0;
-    for (int i = 0; i < g->nn; i++) {
-      if (i < nf && gone[i]) continue;
-      if (w != i) g->n[w] = g->n[i];
-      for (int k = 0; k < g->n[w].nout; k++)
-        if (g->n[w].out[k] >= 0) g->t[g->n[w].out[k]].producer = w;
-      w++;
-    }
-    g->nn = w;
-    if (g->nfwd) g->nfwd -= nremoved;
-  }
-  if (dump) fprintf(dump, "fuse: %d group%s, %d nodes into %d steps\n", nfused, nfused == 1 ? "" : "s",
-                    nremoved + nfused, nfused);
+  remove_nodes(g, nf, gone, nremoved);
+  if (dump)
+    fprintf(dump, "fuse: %d decomposed LayerNorm%s into LAYERNORM; %d Transpose%s into MatMul; "
+            "%d group%s, %d nodes into %d steps\n", nln, nln == 1 ? "" : "s", ntr, ntr == 1 ? "" : "s",
+            nfused, nfused == 1 ? "" : "s", nremoved + nfused, nfused);
   free(gone);
   free(members);
   free(gs);
   free(grp);
-  free(rd);
-  free(cnt);
+  readers_free(&R);
 }

@@ -244,26 +244,45 @@ void grad_gemm(Graph *g, int node) {
 
 /* Batched Y[b] = A[b] B[b]: A (b, M, K), B (b, K, N) with batch stride 0 on a
  * broadcast operand. */
+/* Y = op(A) op(B), op(A) (M, K), op(B) (K, N); an operand is stored
+ * transposed where its trans flag is set (fuse.c folds a Transpose so). Each
+ * gradient is written in its operand's stored layout:
+ *   dA = dY op(B)^T, or stored (K, M): op(B) dY^T;
+ *   dB = op(A)^T dY, or stored (N, K): dY^T op(A);
+ * a B shared by the batch (stride 0, a weight) gets one product over all
+ * rows of the batch (fuse.c folds no transposed A into such a product). */
 void grad_matmul(Graph *g, int node) {
   Node n = g->n[node];
   const snrt_mm_t *p = n.p;
   int d = dy(g, &n, 0);
   int64_t M = p->m, N = p->n, K = p->k, B = p->batch;
+  int ta = p->trans_a, tb = p->trans_b;
   if (need(&n, 0)) {
     if (p->stride_a == 0 && B > 1)
       node_error(&n, "the gradient of a MatMul whose first operand is broadcast over the batch is not supported");
-    snrt_mm_t mm = {.batch = B, .m = M, .n = K, .k = N, .trans_b = 1, .alpha = 1,
-                    .stride_a = M * N, .stride_b = p->stride_b, .stride_y = M * K};
-    mm_node(g, node, "bwd_a", n.in[0], d, n.in[1], mm);
+    if (!ta)
+      mm_node(g, node, "bwd_a", n.in[0], d, n.in[1],
+              (snrt_mm_t){.batch = B, .m = M, .n = K, .k = N, .trans_b = !tb, .alpha = 1,
+                          .stride_a = M * N, .stride_b = p->stride_b, .stride_y = M * K});
+    else
+      mm_node(g, node, "bwd_a", n.in[0], n.in[1], d,
+              (snrt_mm_t){.batch = B, .m = K, .n = M, .k = N, .trans_a = tb, .trans_b = 1, .alpha = 1,
+                          .stride_a = p->stride_b, .stride_b = M * N, .stride_y = M * K});
   }
   if (need(&n, 1)) {
     snrt_mm_t mm;
-    if (p->stride_b == 0) /* B shared by the batch: one product over all rows */
-      mm = (snrt_mm_t){.batch = 1, .m = K, .n = N, .k = B * M, .trans_a = 1, .alpha = 1};
-    else
-      mm = (snrt_mm_t){.batch = B, .m = K, .n = N, .k = M, .trans_a = 1, .alpha = 1,
-                       .stride_a = M * K, .stride_b = M * N, .stride_y = K * N};
-    mm_node(g, node, "bwd_b", n.in[1], n.in[0], d, mm);
+    if (p->stride_b == 0) {   /* B shared by the batch: one product over all rows */
+      snc_assert(!ta || B == 1);
+      mm = !tb ? (snrt_mm_t){.batch = 1, .m = K, .n = N, .k = B * M, .trans_a = !ta, .alpha = 1}
+               : (snrt_mm_t){.batch = 1, .m = N, .n = K, .k = B * M, .trans_a = 1, .trans_b = ta, .alpha = 1};
+    } else {
+      mm = !tb ? (snrt_mm_t){.batch = B, .m = K, .n = N, .k = M, .trans_a = !ta, .alpha = 1,
+                             .stride_a = M * K, .stride_b = M * N, .stride_y = K * N}
+               : (snrt_mm_t){.batch = B, .m = N, .n = K, .k = M, .trans_a = 1, .trans_b = ta, .alpha = 1,
+                             .stride_a = M * N, .stride_b = M * K, .stride_y = N * K};
+    }
+    if (!tb) mm_node(g, node, "bwd_b", n.in[1], n.in[0], d, mm);
+    else mm_node(g, node, "bwd_b", n.in[1], d, n.in[0], mm);
   }
 }
 
