@@ -66,12 +66,17 @@ typedef struct snrt_conv_t {
 
 /* Workspace of a CPU conv step (forward, backward-data or backward-filter):
  * an im2col buffer for ws_images images at a time (none for a 1x1, stride-1,
- * unpadded conv, whose input already is its column matrix), then with
+ * unpadded conv on planes of at least SNRT_CONV_1X1_PLANE pixels, whose
+ * input already is its column matrix: one GEMM per image), then with
  * round_w a block of rounded weights. The compiler plans exactly this many
- * bytes; the CPU kernels use no other scratch memory. */
+ * bytes; the CPU kernels use no other scratch memory. A 1x1 conv on a
+ * smaller plane (a ResNet's deep layers: 2x2 to 8x8) takes the batched path
+ * like any other conv, its im2col a copy: one GEMM over many images, where
+ * per-image GEMMs of 4 to 64 columns ran at a fraction of the rate. */
+#define SNRT_CONV_1X1_PLANE 256
 static inline int snrt_conv_is_1x1(const snrt_conv_t *p) {
   return p->kh == 1 && p->kw == 1 && p->sh == 1 && p->sw == 1 && p->pt == 0 && p->pl == 0 &&
-         p->oh == p->h && p->ow == p->w;
+         p->oh == p->h && p->ow == p->w && (int64_t)p->oh * p->ow >= SNRT_CONV_1X1_PLANE;
 }
 
 /* The im2col part: columns for ws_images images. */

@@ -32,10 +32,11 @@ def snc(*args):
 
 @pytest.fixture(scope="module")
 def resnet(tmp_path_factory):
-    """A ResNet-50 at 32x32: bottlenecks, so 1x1 stride-1 convs (no CPU workspace)."""
+    """A ResNet-50 at 64x64: bottlenecks, so 1x1 stride-1 convs, those of the
+    16x16 stage without a CPU workspace (runtime/snrt.h, SNRT_CONV_1X1_PLANE)."""
     path = str(tmp_path_factory.mktemp("ws") / "resnet50.onnx")
     subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "examples", "make_resnet.py"),
-                    "--depth", "50", "--size", "32", "--classes", "10", "-o", path], check=True,
+                    "--depth", "50", "--size", "64", "--classes", "10", "-o", path], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return path
 

@@ -156,6 +156,7 @@ static bool fusable(const Graph *g, const Node *n) {
   int scalars = 0;
   for (int k = 0; k < no; k++) {
     const Tensor *x = &g->t[n->in[k]];
+    if (no == 1 && const_scalar(x)) return false;   /* (folded at compile time anyway) */
     if (no == 2 && const_scalar(x)) scalars++;
     else if (x->dtype != DT_FLOAT || !same_shape(x, y)) return false;
   }
@@ -194,12 +195,13 @@ static bool join_inputs(const Graph *g, const Group *gr, const Node *n, Group *o
   return out->nops <= SNRT_FUSED_MAX_OPS;
 }
 
-/* Bit mask of the inputs register r is computed from. */
-static unsigned reg_inputs(const snrt_fused_t *p, int r) {
-  if (r < 0) return 0;
-  if (r < p->nin) return 1u << r;
-  const snrt_fused_op_t *o = &p->ops[r - p->nin];
-  return reg_inputs(p, o->a) | reg_inputs(p, o->b);
+/* Per register, the bit mask of the inputs it is computed from. */
+static void reg_inputs(const snrt_fused_t *p, unsigned *m) {
+  for (int k = 0; k < p->nin; k++) m[k] = 1u << k;
+  for (int j = 0; j < p->nops; j++) {
+    const snrt_fused_op_t *o = &p->ops[j];
+    m[p->nin + j] = (o->a >= 0 ? m[o->a] : 0) | (o->b >= 0 ? m[o->b] : 0);
+  }
 }
 
 static int popcount(unsigned m) { return __builtin_popcount(m); }
@@ -234,11 +236,12 @@ void fuse_backward_reads(snrt_fused_t *p) {
     }
   }
   int last = p->nin + p->nops - 1;
-  unsigned all = 0, rest = 0;
+  unsigned all = 0, rest = 0, from[NREG] = {0};
+  reg_inputs(p, from);
   for (int r = 0; r < NREG; r++)
     if (read[r]) {
-      all |= reg_inputs(p, r);
-      if (r != last) rest |= reg_inputs(p, r);
+      all |= from[r];
+      if (r != last) rest |= from[r];
     }
   bool y = read[last] && popcount(rest) + 1 < popcount(all);
   p->have = (int)(y ? rest : all);
@@ -306,10 +309,13 @@ static void dump_group(const Graph *g, const Node *f, const int *members, int nm
 
 /* ---- decomposed LayerNormalization -------------------------------------- */
 
-/* The only reader of tensor t (an intermediate: no graph output), or -1. */
-static int sole_reader(const Graph *g, const Readers *R, int t) {
+/* The only reader of tensor t (an intermediate: no graph output), or -1;
+ * -1 too where that reader is gone (the table R predates the pass's
+ * changes: a node it names may have been dropped). */
+static int sole_reader(const Graph *g, const Readers *R, const bool *gone, int t) {
   if (t < 0 || g->t[t].is_output || t == g->output || R->cnt[t + 1] - R->cnt[t] != 1) return -1;
-  return R->rd[R->cnt[t]];
+  int r = R->rd[R->cnt[t]];
+  return gone[r] ? -1 : r;
 }
 
 /* A ReduceMean of x over its last axis alone, keeping it (x's shape, last 1). */
@@ -354,34 +360,35 @@ static int fuse_layernorms(Graph *g, int nf, FILE *dump) {
     int x = sub->in[0], mt = sub->in[1], d = sub->out[0];
     const Tensor *X = &g->t[x];
     int mi = g->t[mt].producer;
-    if (mi < 0 || mi >= nf || gone[mi] || !mean_last_axis(g, &g->n[mi], x) || sole_reader(g, &R, mt) != i)
+    if (mi < 0 || mi >= nf || gone[mi] || !mean_last_axis(g, &g->n[mi], x) || sole_reader(g, &R, gone, mt) != i)
       continue;
     /* d's two readers: Pow(d, 2) and Div(d, s). */
     if (d == g->output || g->t[d].is_output || R.cnt[d + 1] - R.cnt[d] != 2) continue;
     int pw = -1, dv = -1;
     for (int r = R.cnt[d]; r < R.cnt[d + 1]; r++) {
+      if (gone[R.rd[r]]) continue;
       const Node *c = &g->n[R.rd[r]];
       if (c->op == OP_POW && c->in[0] == d && ((const snrt_math_t *)c->p)->exponent == 2.0f) pw = R.rd[r];
       else if (c->op == OP_DIV && c->in[0] == d) dv = R.rd[r];
     }
     if (pw < 0 || dv < 0) continue;
-    int vm = sole_reader(g, &R, g->n[pw].out[0]);
+    int vm = sole_reader(g, &R, gone, g->n[pw].out[0]);
     if (vm < 0 || !mean_last_axis(g, &g->n[vm], g->n[pw].out[0])) continue;
-    int ad = sole_reader(g, &R, g->n[vm].out[0]);
+    int ad = sole_reader(g, &R, gone, g->n[vm].out[0]);
     int eps_t = ad >= 0 ? other_operand(&g->n[ad], OP_ADD, g->n[vm].out[0], true) : -1;
     if (eps_t < 0 || !const_scalar(&g->t[eps_t])) continue;
-    int sq = sole_reader(g, &R, g->n[ad].out[0]);
-    if (sq < 0 || g->n[sq].op != OP_SQRT || sole_reader(g, &R, g->n[sq].out[0]) != dv ||
+    int sq = sole_reader(g, &R, gone, g->n[ad].out[0]);
+    if (sq < 0 || g->n[sq].op != OP_SQRT || sole_reader(g, &R, gone, g->n[sq].out[0]) != dv ||
         g->n[dv].in[1] != g->n[sq].out[0])
       continue;
     /* The affine part: * scale, then + shift (either may be absent after
      * the scale; a LayerNorm without a scale stays as it is). */
     int64_t C = X->dims[X->rank - 1];
-    int mu = sole_reader(g, &R, g->n[dv].out[0]);
+    int mu = sole_reader(g, &R, gone, g->n[dv].out[0]);   /* dv: not gone (a reader of d) */
     int scale = mu >= 0 ? other_operand(&g->n[mu], OP_MUL, g->n[dv].out[0], true) : -1;
     if (!vector_of(g, scale, C)) continue;
     int last = mu, shift = -1;
-    int ab = sole_reader(g, &R, g->n[mu].out[0]);
+    int ab = sole_reader(g, &R, gone, g->n[mu].out[0]);
     int sh = ab >= 0 ? other_operand(&g->n[ab], OP_ADD, g->n[mu].out[0], true) : -1;
     if (vector_of(g, sh, C)) last = ab, shift = sh;
     int members[] = {mi, i, pw, vm, ad, sq, dv, mu, ab};
@@ -452,7 +459,7 @@ static int fold_transposes(Graph *g, int nf, FILE *dump) {
       int t = n->in[s], tp = t >= 0 ? g->t[t].producer : -1;
       int *trans = s == 0 ? &p->trans_a : &p->trans_b;
       if (*trans || tp < 0 || tp >= nf || gone[tp] || !swaps_last_two(&g->n[tp]) ||
-          sole_reader(g, &R, t) != i)
+          sole_reader(g, &R, gone, t) != i)
         continue;
       /* (grad_matmul sums a shared B's gradient over the batch as one
        * product of A's rows: A must not be transposed there.) */

@@ -276,10 +276,11 @@ void grad_matmul(Graph *g, int node) {
       mm = !tb ? (snrt_mm_t){.batch = 1, .m = K, .n = N, .k = B * M, .trans_a = !ta, .alpha = 1}
                : (snrt_mm_t){.batch = 1, .m = N, .n = K, .k = B * M, .trans_a = 1, .trans_b = ta, .alpha = 1};
     } else {
+      /* (A's own batch stride: 0 where a constant A is shared by the batch) */
       mm = !tb ? (snrt_mm_t){.batch = B, .m = K, .n = N, .k = M, .trans_a = !ta, .alpha = 1,
-                             .stride_a = M * K, .stride_b = M * N, .stride_y = K * N}
+                             .stride_a = p->stride_a, .stride_b = M * N, .stride_y = K * N}
                : (snrt_mm_t){.batch = B, .m = N, .n = K, .k = M, .trans_a = 1, .trans_b = ta, .alpha = 1,
-                             .stride_a = M * N, .stride_b = M * K, .stride_y = N * K};
+                             .stride_a = M * N, .stride_b = p->stride_a, .stride_y = N * K};
     }
     if (!tb) mm_node(g, node, "bwd_b", n.in[1], n.in[0], d, mm);
     else mm_node(g, node, "bwd_b", n.in[1], d, n.in[0], mm);

@@ -14,156 +14,156 @@ static const snrt_conv_t P0 = {.n = 8, .c = 3, .h = 32, .w = 32, .k = 64, .oh = 
 static const snrt_bn_t P1 = {.n = 8, .c = 64, .hw = 256, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_unary_t P2 = {.n = 131072, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
 static const snrt_pool_t P3 = {.n = 8, .c = 64, .h = 16, .w = 16, .oh = 8, .ow = 8, .kh = 3, .kw = 3, .sh = 2, .sw = 2, .pt = 1, .pl = 1, .pb = 1, .pr = 1, .dh = 1, .dw = 1, .count_include_pad = 0};
-static const snrt_conv_t P4 = {.n = 8, .c = 64, .h = 8, .w = 8, .k = 64, .oh = 8, .ow = 8, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_conv_t P4 = {.n = 8, .c = 64, .h = 8, .w = 8, .k = 64, .oh = 8, .ow = 8, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 131072};
 static const snrt_bn_t P5 = {.n = 8, .c = 64, .hw = 64, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_unary_t P6 = {.n = 32768, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
 static const snrt_conv_t P7 = {.n = 8, .c = 64, .h = 8, .w = 8, .k = 64, .oh = 8, .ow = 8, .kh = 3, .kw = 3, .sh = 1, .sw = 1, .pt = 1, .pl = 1, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 1179648};
 static const snrt_bn_t P8 = {.n = 8, .c = 64, .hw = 64, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_unary_t P9 = {.n = 32768, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P10 = {.n = 8, .c = 64, .h = 8, .w = 8, .k = 256, .oh = 8, .ow = 8, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_conv_t P10 = {.n = 8, .c = 64, .h = 8, .w = 8, .k = 256, .oh = 8, .ow = 8, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 131072};
 static const snrt_bn_t P11 = {.n = 8, .c = 256, .hw = 64, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
-static const snrt_conv_t P12 = {.n = 8, .c = 64, .h = 8, .w = 8, .k = 256, .oh = 8, .ow = 8, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_conv_t P12 = {.n = 8, .c = 64, .h = 8, .w = 8, .k = 256, .oh = 8, .ow = 8, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 131072};
 static const snrt_bn_t P13 = {.n = 8, .c = 256, .hw = 64, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_fused_t P14 = {.n = 131072, .nin = 2, .nops = 2, .need = 0, .have = 0, .use_y = 0, .ops = {{0, 0, 1, 0.f}, {5, 2, -1, 0.f}}};
-static const snrt_conv_t P15 = {.n = 8, .c = 256, .h = 8, .w = 8, .k = 64, .oh = 8, .ow = 8, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_conv_t P15 = {.n = 8, .c = 256, .h = 8, .w = 8, .k = 64, .oh = 8, .ow = 8, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 524288};
 static const snrt_bn_t P16 = {.n = 8, .c = 64, .hw = 64, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_unary_t P17 = {.n = 32768, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
 static const snrt_conv_t P18 = {.n = 8, .c = 64, .h = 8, .w = 8, .k = 64, .oh = 8, .ow = 8, .kh = 3, .kw = 3, .sh = 1, .sw = 1, .pt = 1, .pl = 1, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 1179648};
 static const snrt_bn_t P19 = {.n = 8, .c = 64, .hw = 64, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_unary_t P20 = {.n = 32768, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P21 = {.n = 8, .c = 64, .h = 8, .w = 8, .k = 256, .oh = 8, .ow = 8, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_conv_t P21 = {.n = 8, .c = 64, .h = 8, .w = 8, .k = 256, .oh = 8, .ow = 8, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 131072};
 static const snrt_bn_t P22 = {.n = 8, .c = 256, .hw = 64, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_fused_t P23 = {.n = 131072, .nin = 2, .nops = 2, .need = 0, .have = 0, .use_y = 0, .ops = {{0, 0, 1, 0.f}, {5, 2, -1, 0.f}}};
-static const snrt_conv_t P24 = {.n = 8, .c = 256, .h = 8, .w = 8, .k = 64, .oh = 8, .ow = 8, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_conv_t P24 = {.n = 8, .c = 256, .h = 8, .w = 8, .k = 64, .oh = 8, .ow = 8, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 524288};
 static const snrt_bn_t P25 = {.n = 8, .c = 64, .hw = 64, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_unary_t P26 = {.n = 32768, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
 static const snrt_conv_t P27 = {.n = 8, .c = 64, .h = 8, .w = 8, .k = 64, .oh = 8, .ow = 8, .kh = 3, .kw = 3, .sh = 1, .sw = 1, .pt = 1, .pl = 1, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 1179648};
 static const snrt_bn_t P28 = {.n = 8, .c = 64, .hw = 64, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_unary_t P29 = {.n = 32768, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P30 = {.n = 8, .c = 64, .h = 8, .w = 8, .k = 256, .oh = 8, .ow = 8, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_conv_t P30 = {.n = 8, .c = 64, .h = 8, .w = 8, .k = 256, .oh = 8, .ow = 8, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 131072};
 static const snrt_bn_t P31 = {.n = 8, .c = 256, .hw = 64, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_fused_t P32 = {.n = 131072, .nin = 2, .nops = 2, .need = 0, .have = 0, .use_y = 0, .ops = {{0, 0, 1, 0.f}, {5, 2, -1, 0.f}}};
-static const snrt_conv_t P33 = {.n = 8, .c = 256, .h = 8, .w = 8, .k = 128, .oh = 8, .ow = 8, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_conv_t P33 = {.n = 8, .c = 256, .h = 8, .w = 8, .k = 128, .oh = 8, .ow = 8, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 524288};
 static const snrt_bn_t P34 = {.n = 8, .c = 128, .hw = 64, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_unary_t P35 = {.n = 65536, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
 static const snrt_conv_t P36 = {.n = 8, .c = 128, .h = 8, .w = 8, .k = 128, .oh = 4, .ow = 4, .kh = 3, .kw = 3, .sh = 2, .sw = 2, .pt = 1, .pl = 1, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 589824};
 static const snrt_bn_t P37 = {.n = 8, .c = 128, .hw = 16, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_unary_t P38 = {.n = 16384, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P39 = {.n = 8, .c = 128, .h = 4, .w = 4, .k = 512, .oh = 4, .ow = 4, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_conv_t P39 = {.n = 8, .c = 128, .h = 4, .w = 4, .k = 512, .oh = 4, .ow = 4, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 65536};
 static const snrt_bn_t P40 = {.n = 8, .c = 512, .hw = 16, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_conv_t P41 = {.n = 8, .c = 256, .h = 8, .w = 8, .k = 512, .oh = 4, .ow = 4, .kh = 1, .kw = 1, .sh = 2, .sw = 2, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 131072};
 static const snrt_bn_t P42 = {.n = 8, .c = 512, .hw = 16, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_fused_t P43 = {.n = 65536, .nin = 2, .nops = 2, .need = 0, .have = 0, .use_y = 0, .ops = {{0, 0, 1, 0.f}, {5, 2, -1, 0.f}}};
-static const snrt_conv_t P44 = {.n = 8, .c = 512, .h = 4, .w = 4, .k = 128, .oh = 4, .ow = 4, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_conv_t P44 = {.n = 8, .c = 512, .h = 4, .w = 4, .k = 128, .oh = 4, .ow = 4, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 262144};
 static const snrt_bn_t P45 = {.n = 8, .c = 128, .hw = 16, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_unary_t P46 = {.n = 16384, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
 static const snrt_conv_t P47 = {.n = 8, .c = 128, .h = 4, .w = 4, .k = 128, .oh = 4, .ow = 4, .kh = 3, .kw = 3, .sh = 1, .sw = 1, .pt = 1, .pl = 1, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 589824};
 static const snrt_bn_t P48 = {.n = 8, .c = 128, .hw = 16, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_unary_t P49 = {.n = 16384, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P50 = {.n = 8, .c = 128, .h = 4, .w = 4, .k = 512, .oh = 4, .ow = 4, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_conv_t P50 = {.n = 8, .c = 128, .h = 4, .w = 4, .k = 512, .oh = 4, .ow = 4, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 65536};
 static const snrt_bn_t P51 = {.n = 8, .c = 512, .hw = 16, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_fused_t P52 = {.n = 65536, .nin = 2, .nops = 2, .need = 0, .have = 0, .use_y = 0, .ops = {{0, 0, 1, 0.f}, {5, 2, -1, 0.f}}};
-static const snrt_conv_t P53 = {.n = 8, .c = 512, .h = 4, .w = 4, .k = 128, .oh = 4, .ow = 4, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_conv_t P53 = {.n = 8, .c = 512, .h = 4, .w = 4, .k = 128, .oh = 4, .ow = 4, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 262144};
 static const snrt_bn_t P54 = {.n = 8, .c = 128, .hw = 16, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_unary_t P55 = {.n = 16384, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
 static const snrt_conv_t P56 = {.n = 8, .c = 128, .h = 4, .w = 4, .k = 128, .oh = 4, .ow = 4, .kh = 3, .kw = 3, .sh = 1, .sw = 1, .pt = 1, .pl = 1, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 589824};
 static const snrt_bn_t P57 = {.n = 8, .c = 128, .hw = 16, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_unary_t P58 = {.n = 16384, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P59 = {.n = 8, .c = 128, .h = 4, .w = 4, .k = 512, .oh = 4, .ow = 4, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_conv_t P59 = {.n = 8, .c = 128, .h = 4, .w = 4, .k = 512, .oh = 4, .ow = 4, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 65536};
 static const snrt_bn_t P60 = {.n = 8, .c = 512, .hw = 16, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_fused_t P61 = {.n = 65536, .nin = 2, .nops = 2, .need = 0, .have = 0, .use_y = 0, .ops = {{0, 0, 1, 0.f}, {5, 2, -1, 0.f}}};
-static const snrt_conv_t P62 = {.n = 8, .c = 512, .h = 4, .w = 4, .k = 128, .oh = 4, .ow = 4, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_conv_t P62 = {.n = 8, .c = 512, .h = 4, .w = 4, .k = 128, .oh = 4, .ow = 4, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 262144};
 static const snrt_bn_t P63 = {.n = 8, .c = 128, .hw = 16, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_unary_t P64 = {.n = 16384, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
 static const snrt_conv_t P65 = {.n = 8, .c = 128, .h = 4, .w = 4, .k = 128, .oh = 4, .ow = 4, .kh = 3, .kw = 3, .sh = 1, .sw = 1, .pt = 1, .pl = 1, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 589824};
 static const snrt_bn_t P66 = {.n = 8, .c = 128, .hw = 16, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_unary_t P67 = {.n = 16384, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P68 = {.n = 8, .c = 128, .h = 4, .w = 4, .k = 512, .oh = 4, .ow = 4, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_conv_t P68 = {.n = 8, .c = 128, .h = 4, .w = 4, .k = 512, .oh = 4, .ow = 4, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 65536};
 static const snrt_bn_t P69 = {.n = 8, .c = 512, .hw = 16, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_fused_t P70 = {.n = 65536, .nin = 2, .nops = 2, .need = 0, .have = 0, .use_y = 0, .ops = {{0, 0, 1, 0.f}, {5, 2, -1, 0.f}}};
-static const snrt_conv_t P71 = {.n = 8, .c = 512, .h = 4, .w = 4, .k = 256, .oh = 4, .ow = 4, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_conv_t P71 = {.n = 8, .c = 512, .h = 4, .w = 4, .k = 256, .oh = 4, .ow = 4, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 262144};
 static const snrt_bn_t P72 = {.n = 8, .c = 256, .hw = 16, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_unary_t P73 = {.n = 32768, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
 static const snrt_conv_t P74 = {.n = 8, .c = 256, .h = 4, .w = 4, .k = 256, .oh = 2, .ow = 2, .kh = 3, .kw = 3, .sh = 2, .sw = 2, .pt = 1, .pl = 1, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 294912};
 static const snrt_bn_t P75 = {.n = 8, .c = 256, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_unary_t P76 = {.n = 8192, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P77 = {.n = 8, .c = 256, .h = 2, .w = 2, .k = 1024, .oh = 2, .ow = 2, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_conv_t P77 = {.n = 8, .c = 256, .h = 2, .w = 2, .k = 1024, .oh = 2, .ow = 2, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 32768};
 static const snrt_bn_t P78 = {.n = 8, .c = 1024, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_conv_t P79 = {.n = 8, .c = 512, .h = 4, .w = 4, .k = 1024, .oh = 2, .ow = 2, .kh = 1, .kw = 1, .sh = 2, .sw = 2, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 65536};
 static const snrt_bn_t P80 = {.n = 8, .c = 1024, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_fused_t P81 = {.n = 32768, .nin = 2, .nops = 2, .need = 0, .have = 0, .use_y = 0, .ops = {{0, 0, 1, 0.f}, {5, 2, -1, 0.f}}};
-static const snrt_conv_t P82 = {.n = 8, .c = 1024, .h = 2, .w = 2, .k = 256, .oh = 2, .ow = 2, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_conv_t P82 = {.n = 8, .c = 1024, .h = 2, .w = 2, .k = 256, .oh = 2, .ow = 2, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 131072};
 static const snrt_bn_t P83 = {.n = 8, .c = 256, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_unary_t P84 = {.n = 8192, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
 static const snrt_conv_t P85 = {.n = 8, .c = 256, .h = 2, .w = 2, .k = 256, .oh = 2, .ow = 2, .kh = 3, .kw = 3, .sh = 1, .sw = 1, .pt = 1, .pl = 1, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 294912};
 static const snrt_bn_t P86 = {.n = 8, .c = 256, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_unary_t P87 = {.n = 8192, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P88 = {.n = 8, .c = 256, .h = 2, .w = 2, .k = 1024, .oh = 2, .ow = 2, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_conv_t P88 = {.n = 8, .c = 256, .h = 2, .w = 2, .k = 1024, .oh = 2, .ow = 2, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 32768};
 static const snrt_bn_t P89 = {.n = 8, .c = 1024, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_fused_t P90 = {.n = 32768, .nin = 2, .nops = 2, .need = 0, .have = 0, .use_y = 0, .ops = {{0, 0, 1, 0.f}, {5, 2, -1, 0.f}}};
-static const snrt_conv_t P91 = {.n = 8, .c = 1024, .h = 2, .w = 2, .k = 256, .oh = 2, .ow = 2, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_conv_t P91 = {.n = 8, .c = 1024, .h = 2, .w = 2, .k = 256, .oh = 2, .ow = 2, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 131072};
 static const snrt_bn_t P92 = {.n = 8, .c = 256, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_unary_t P93 = {.n = 8192, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
 static const snrt_conv_t P94 = {.n = 8, .c = 256, .h = 2, .w = 2, .k = 256, .oh = 2, .ow = 2, .kh = 3, .kw = 3, .sh = 1, .sw = 1, .pt = 1, .pl = 1, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 294912};
 static const snrt_bn_t P95 = {.n = 8, .c = 256, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_unary_t P96 = {.n = 8192, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P97 = {.n = 8, .c = 256, .h = 2, .w = 2, .k = 1024, .oh = 2, .ow = 2, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_conv_t P97 = {.n = 8, .c = 256, .h = 2, .w = 2, .k = 1024, .oh = 2, .ow = 2, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 32768};
 static const snrt_bn_t P98 = {.n = 8, .c = 1024, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_fused_t P99 = {.n = 32768, .nin = 2, .nops = 2, .need = 0, .have = 0, .use_y = 0, .ops = {{0, 0, 1, 0.f}, {5, 2, -1, 0.f}}};
-static const snrt_conv_t P100 = {.n = 8, .c = 1024, .h = 2, .w = 2, .k = 256, .oh = 2, .ow = 2, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_conv_t P100 = {.n = 8, .c = 1024, .h = 2, .w = 2, .k = 256, .oh = 2, .ow = 2, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 131072};
 static const snrt_bn_t P101 = {.n = 8, .c = 256, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_unary_t P102 = {.n = 8192, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
 static const snrt_conv_t P103 = {.n = 8, .c = 256, .h = 2, .w = 2, .k = 256, .oh = 2, .ow = 2, .kh = 3, .kw = 3, .sh = 1, .sw = 1, .pt = 1, .pl = 1, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 294912};
 static const snrt_bn_t P104 = {.n = 8, .c = 256, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_unary_t P105 = {.n = 8192, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P106 = {.n = 8, .c = 256, .h = 2, .w = 2, .k = 1024, .oh = 2, .ow = 2, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_conv_t P106 = {.n = 8, .c = 256, .h = 2, .w = 2, .k = 1024, .oh = 2, .ow = 2, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 32768};
 static const snrt_bn_t P107 = {.n = 8, .c = 1024, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_fused_t P108 = {.n = 32768, .nin = 2, .nops = 2, .need = 0, .have = 0, .use_y = 0, .ops = {{0, 0, 1, 0.f}, {5, 2, -1, 0.f}}};
-static const snrt_conv_t P109 = {.n = 8, .c = 1024, .h = 2, .w = 2, .k = 256, .oh = 2, .ow = 2, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_conv_t P109 = {.n = 8, .c = 1024, .h = 2, .w = 2, .k = 256, .oh = 2, .ow = 2, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 131072};
 static const snrt_bn_t P110 = {.n = 8, .c = 256, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_unary_t P111 = {.n = 8192, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
 static const snrt_conv_t P112 = {.n = 8, .c = 256, .h = 2, .w = 2, .k = 256, .oh = 2, .ow = 2, .kh = 3, .kw = 3, .sh = 1, .sw = 1, .pt = 1, .pl = 1, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 294912};
 static const snrt_bn_t P113 = {.n = 8, .c = 256, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_unary_t P114 = {.n = 8192, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P115 = {.n = 8, .c = 256, .h = 2, .w = 2, .k = 1024, .oh = 2, .ow = 2, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_conv_t P115 = {.n = 8, .c = 256, .h = 2, .w = 2, .k = 1024, .oh = 2, .ow = 2, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 32768};
 static const snrt_bn_t P116 = {.n = 8, .c = 1024, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_fused_t P117 = {.n = 32768, .nin = 2, .nops = 2, .need = 0, .have = 0, .use_y = 0, .ops = {{0, 0, 1, 0.f}, {5, 2, -1, 0.f}}};
-static const snrt_conv_t P118 = {.n = 8, .c = 1024, .h = 2, .w = 2, .k = 256, .oh = 2, .ow = 2, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_conv_t P118 = {.n = 8, .c = 1024, .h = 2, .w = 2, .k = 256, .oh = 2, .ow = 2, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 131072};
 static const snrt_bn_t P119 = {.n = 8, .c = 256, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_unary_t P120 = {.n = 8192, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
 static const snrt_conv_t P121 = {.n = 8, .c = 256, .h = 2, .w = 2, .k = 256, .oh = 2, .ow = 2, .kh = 3, .kw = 3, .sh = 1, .sw = 1, .pt = 1, .pl = 1, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 294912};
 static const snrt_bn_t P122 = {.n = 8, .c = 256, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_unary_t P123 = {.n = 8192, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P124 = {.n = 8, .c = 256, .h = 2, .w = 2, .k = 1024, .oh = 2, .ow = 2, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_conv_t P124 = {.n = 8, .c = 256, .h = 2, .w = 2, .k = 1024, .oh = 2, .ow = 2, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 32768};
 static const snrt_bn_t P125 = {.n = 8, .c = 1024, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_fused_t P126 = {.n = 32768, .nin = 2, .nops = 2, .need = 0, .have = 0, .use_y = 0, .ops = {{0, 0, 1, 0.f}, {5, 2, -1, 0.f}}};
-static const snrt_conv_t P127 = {.n = 8, .c = 1024, .h = 2, .w = 2, .k = 512, .oh = 2, .ow = 2, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_conv_t P127 = {.n = 8, .c = 1024, .h = 2, .w = 2, .k = 512, .oh = 2, .ow = 2, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 131072};
 static const snrt_bn_t P128 = {.n = 8, .c = 512, .hw = 4, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_unary_t P129 = {.n = 16384, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
 static const snrt_conv_t P130 = {.n = 8, .c = 512, .h = 2, .w = 2, .k = 512, .oh = 1, .ow = 1, .kh = 3, .kw = 3, .sh = 2, .sw = 2, .pt = 1, .pl = 1, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 147456};
 static const snrt_bn_t P131 = {.n = 8, .c = 512, .hw = 1, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_unary_t P132 = {.n = 4096, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P133 = {.n = 8, .c = 512, .h = 1, .w = 1, .k = 2048, .oh = 1, .ow = 1, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_conv_t P133 = {.n = 8, .c = 512, .h = 1, .w = 1, .k = 2048, .oh = 1, .ow = 1, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 16384};
 static const snrt_bn_t P134 = {.n = 8, .c = 2048, .hw = 1, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_conv_t P135 = {.n = 8, .c = 1024, .h = 2, .w = 2, .k = 2048, .oh = 1, .ow = 1, .kh = 1, .kw = 1, .sh = 2, .sw = 2, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 32768};
 static const snrt_bn_t P136 = {.n = 8, .c = 2048, .hw = 1, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_fused_t P137 = {.n = 16384, .nin = 2, .nops = 2, .need = 0, .have = 0, .use_y = 0, .ops = {{0, 0, 1, 0.f}, {5, 2, -1, 0.f}}};
-static const snrt_conv_t P138 = {.n = 8, .c = 2048, .h = 1, .w = 1, .k = 512, .oh = 1, .ow = 1, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_conv_t P138 = {.n = 8, .c = 2048, .h = 1, .w = 1, .k = 512, .oh = 1, .ow = 1, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 65536};
 static const snrt_bn_t P139 = {.n = 8, .c = 512, .hw = 1, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_unary_t P140 = {.n = 4096, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
 static const snrt_conv_t P141 = {.n = 8, .c = 512, .h = 1, .w = 1, .k = 512, .oh = 1, .ow = 1, .kh = 3, .kw = 3, .sh = 1, .sw = 1, .pt = 1, .pl = 1, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 147456};
 static const snrt_bn_t P142 = {.n = 8, .c = 512, .hw = 1, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_unary_t P143 = {.n = 4096, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P144 = {.n = 8, .c = 512, .h = 1, .w = 1, .k = 2048, .oh = 1, .ow = 1, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_conv_t P144 = {.n = 8, .c = 512, .h = 1, .w = 1, .k = 2048, .oh = 1, .ow = 1, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 16384};
 static const snrt_bn_t P145 = {.n = 8, .c = 2048, .hw = 1, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_fused_t P146 = {.n = 16384, .nin = 2, .nops = 2, .need = 0, .have = 0, .use_y = 0, .ops = {{0, 0, 1, 0.f}, {5, 2, -1, 0.f}}};
-static const snrt_conv_t P147 = {.n = 8, .c = 2048, .h = 1, .w = 1, .k = 512, .oh = 1, .ow = 1, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_conv_t P147 = {.n = 8, .c = 2048, .h = 1, .w = 1, .k = 512, .oh = 1, .ow = 1, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 65536};
 static const snrt_bn_t P148 = {.n = 8, .c = 512, .hw = 1, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_unary_t P149 = {.n = 4096, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
 static const snrt_conv_t P150 = {.n = 8, .c = 512, .h = 1, .w = 1, .k = 512, .oh = 1, .ow = 1, .kh = 3, .kw = 3, .sh = 1, .sw = 1, .pt = 1, .pl = 1, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 147456};
 static const snrt_bn_t P151 = {.n = 8, .c = 512, .hw = 1, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_unary_t P152 = {.n = 4096, .kind = SNRT_RELU, .alpha = 0.f, .lo = -3.40282347e+38f, .hi = 3.40282347e+38f};
-static const snrt_conv_t P153 = {.n = 8, .c = 512, .h = 1, .w = 1, .k = 2048, .oh = 1, .ow = 1, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 0};
+static const snrt_conv_t P153 = {.n = 8, .c = 512, .h = 1, .w = 1, .k = 2048, .oh = 1, .ow = 1, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .dh = 1, .dw = 1, .group = 1, .ws_images = 8, .ws_bytes = 16384};
 static const snrt_bn_t P154 = {.n = 8, .c = 2048, .hw = 1, .eps = 9.99999975e-06f, .momentum = 0.899999976f};
 static const snrt_fused_t P155 = {.n = 16384, .nin = 2, .nops = 2, .need = 0, .have = 0, .use_y = 0, .ops = {{0, 0, 1, 0.f}, {5, 2, -1, 0.f}}};
 static const snrt_pool_t P156 = {.n = 8, .c = 2048, .h = 1, .w = 1, .oh = 1, .ow = 1, .kh = 1, .kw = 1, .sh = 1, .sw = 1, .pt = 0, .pl = 0, .pb = 0, .pr = 0, .dh = 1, .dw = 1, .count_include_pad = 0};
@@ -368,8 +368,9 @@ static void train_step_0(snrt_ctx *c) {
   /*     3 forward   MaxPool            stem.pool  live 180.9 MiB */
   snrt_maxpool_fwd(c, &P3, F(0xbd36200), F(0xc41a200));
   snrt_reads(c, 4, 2, (const int64_t[]){0xc41a200, 131072, 0x9700, 16384});
-  /*     4 forward   Conv               layer1.0.1.conv  live 181.1 MiB */
-  snrt_conv_fwd(c, &P4, F(0xc41a200), F(0x9700), NULL, F(0xc43a200), NULL);
+  /*     4 forward   Conv               layer1.0.1.conv  live 181.2 MiB */
+  snrt_conv_fwd(c, &P4, F(0xc41a200), F(0x9700), NULL, F(0xc43a200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 131072);
   snrt_reads(c, 5, 5, (const int64_t[]){0xc43a200, 131072, 0xd700, 256, 0xd800, 256, 0xd900, 256, 0xda00, 256});
   /*     5 forward   BatchNormalization layer1.0.1.bn  live 181.2 MiB */
   snrt_bn_fwd_train(c, &P5, F(0xc43a200), F(0xd700), F(0xd800), F(0xd900), F(0xda00), F(0xb3b6200), F(0xca18400), F(0xca18500));
@@ -389,14 +390,16 @@ static void train_step_0(snrt_ctx *c) {
   snrt_unary_fwd(c, &P9, F(0xb3b6200), F(0xc49a200));
   snrt_dead(c, 0xb3b6200, 131072);
   snrt_reads(c, 10, 2, (const int64_t[]){0xc49a200, 131072, 0x31f00, 65536});
-  /*    10 forward   Conv               layer1.0.3.conv  live 181.9 MiB */
-  snrt_conv_fwd(c, &P10, F(0xc49a200), F(0x31f00), NULL, F(0xbdb6200), NULL);
+  /*    10 forward   Conv               layer1.0.3.conv  live 182.1 MiB */
+  snrt_conv_fwd(c, &P10, F(0xc49a200), F(0x31f00), NULL, F(0xbdb6200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 131072);
   snrt_reads(c, 11, 5, (const int64_t[]){0xbdb6200, 524288, 0x41f00, 1024, 0x42300, 1024, 0x42700, 1024, 0x42b00, 1024});
   /*    11 forward   BatchNormalization layer1.0.3.bn  live 182.4 MiB */
   snrt_bn_fwd_train(c, &P11, F(0xbdb6200), F(0x41f00), F(0x42300), F(0x42700), F(0x42b00), F(0xb3b6200), F(0xca0e200), F(0xca0e600));
   snrt_reads(c, 12, 2, (const int64_t[]){0xc41a200, 131072, 0x42f00, 65536});
-  /*    12 forward   Conv               layer1.0.down.conv  live 182.9 MiB */
-  snrt_conv_fwd(c, &P12, F(0xc41a200), F(0x42f00), NULL, F(0xbe36200), NULL);
+  /*    12 forward   Conv               layer1.0.down.conv  live 183.1 MiB */
+  snrt_conv_fwd(c, &P12, F(0xc41a200), F(0x42f00), NULL, F(0xbe36200), F(0xb436200));
+  snrt_dead(c, 0xb436200, 131072);
   snrt_reads(c, 13, 5, (const int64_t[]){0xbe36200, 524288, 0x52f00, 1024, 0x53300, 1024, 0x53700, 1024, 0x53b00, 1024});
   /*    13 forward   BatchNormalization layer1.0.down.bn  live 183.4 MiB */
   snrt_bn_fwd_train(c, &P13, F(0xbe36200), F(0x52f00), F(0x53300), F(0x53700), F(0x53b00), F(0xb436200), F(0xca0ea00), F(0xca0ee00));
@@ -406,8 +409,9 @@ static void train_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xb3b6200, 524288);
   snrt_dead(c, 0xb436200, 524288);
   snrt_reads(c, 15, 2, (const int64_t[]){0xbeb6200, 524288, 0x53f00, 65536});
-  /*    15 forward   Conv               layer1.1.1.conv  live 183.1 MiB */
-  snrt_conv_fwd(c, &P15, F(0xbeb6200), F(0x53f00), NULL, F(0xc4ba200), NULL);
+  /*    15 forward   Conv               layer1.1.1.conv  live 183.6 MiB */
+  snrt_conv_fwd(c, &P15, F(0xbeb6200), F(0x53f00), NULL, F(0xc4ba200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 524288);
   snrt_reads(c, 16, 5, (const int64_t[]){0xc4ba200, 131072, 0x63f00, 256, 0x64000, 256, 0x64100, 256, 0x64200, 256});
   /*    16 forward   BatchNormalization layer1.1.1.bn  live 183.2 MiB */
   snrt_bn_fwd_train(c, &P16, F(0xc4ba200), F(0x63f00), F(0x64000), F(0x64100), F(0x64200), F(0xb3b6200), F(0xca18800), F(0xca18900));
@@ -427,8 +431,9 @@ static void train_step_0(snrt_ctx *c) {
   snrt_unary_fwd(c, &P20, F(0xb3b6200), F(0xc51a200));
   snrt_dead(c, 0xb3b6200, 131072);
   snrt_reads(c, 21, 2, (const int64_t[]){0xc51a200, 131072, 0x88700, 65536});
-  /*    21 forward   Conv               layer1.1.3.conv  live 183.9 MiB */
-  snrt_conv_fwd(c, &P21, F(0xc51a200), F(0x88700), NULL, F(0xbf36200), NULL);
+  /*    21 forward   Conv               layer1.1.3.conv  live 184.1 MiB */
+  snrt_conv_fwd(c, &P21, F(0xc51a200), F(0x88700), NULL, F(0xbf36200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 131072);
   snrt_reads(c, 22, 5, (const int64_t[]){0xbf36200, 524288, 0x98700, 1024, 0x98b00, 1024, 0x98f00, 1024, 0x99300, 1024});
   /*    22 forward   BatchNormalization layer1.1.3.bn  live 184.4 MiB */
   snrt_bn_fwd_train(c, &P22, F(0xbf36200), F(0x98700), F(0x98b00), F(0x98f00), F(0x99300), F(0xb3b6200), F(0xca0f200), F(0xca0f600));
@@ -437,8 +442,9 @@ static void train_step_0(snrt_ctx *c) {
   snrt_fused_fwd(c, &P23, (const float *const[]){F(0xb3b6200), F(0xbeb6200)}, F(0xbfb6200));
   snrt_dead(c, 0xb3b6200, 524288);
   snrt_reads(c, 24, 2, (const int64_t[]){0xbfb6200, 524288, 0x99700, 65536});
-  /*    24 forward   Conv               layer1.2.1.conv  live 184.6 MiB */
-  snrt_conv_fwd(c, &P24, F(0xbfb6200), F(0x99700), NULL, F(0xc53a200), NULL);
+  /*    24 forward   Conv               layer1.2.1.conv  live 185.1 MiB */
+  snrt_conv_fwd(c, &P24, F(0xbfb6200), F(0x99700), NULL, F(0xc53a200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 524288);
   snrt_reads(c, 25, 5, (const int64_t[]){0xc53a200, 131072, 0xa9700, 256, 0xa9800, 256, 0xa9900, 256, 0xa9a00, 256});
   /*    25 forward   BatchNormalization layer1.2.1.bn  live 184.7 MiB */
   snrt_bn_fwd_train(c, &P25, F(0xc53a200), F(0xa9700), F(0xa9800), F(0xa9900), F(0xa9a00), F(0xb3b6200), F(0xca18c00), F(0xca18d00));
@@ -458,8 +464,9 @@ static void train_step_0(snrt_ctx *c) {
   snrt_unary_fwd(c, &P29, F(0xb3b6200), F(0xc59a200));
   snrt_dead(c, 0xb3b6200, 131072);
   snrt_reads(c, 30, 2, (const int64_t[]){0xc59a200, 131072, 0xcdf00, 65536});
-  /*    30 forward   Conv               layer1.2.3.conv  live 185.4 MiB */
-  snrt_conv_fwd(c, &P30, F(0xc59a200), F(0xcdf00), NULL, F(0xc036200), NULL);
+  /*    30 forward   Conv               layer1.2.3.conv  live 185.6 MiB */
+  snrt_conv_fwd(c, &P30, F(0xc59a200), F(0xcdf00), NULL, F(0xc036200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 131072);
   snrt_reads(c, 31, 5, (const int64_t[]){0xc036200, 524288, 0xddf00, 1024, 0xde300, 1024, 0xde700, 1024, 0xdeb00, 1024});
   /*    31 forward   BatchNormalization layer1.2.3.bn  live 185.9 MiB */
   snrt_bn_fwd_train(c, &P31, F(0xc036200), F(0xddf00), F(0xde300), F(0xde700), F(0xdeb00), F(0xb3b6200), F(0xca0fa00), F(0xca0fe00));
@@ -468,8 +475,9 @@ static void train_step_0(snrt_ctx *c) {
   snrt_fused_fwd(c, &P32, (const float *const[]){F(0xb3b6200), F(0xbfb6200)}, F(0xc0b6200));
   snrt_dead(c, 0xb3b6200, 524288);
   snrt_reads(c, 33, 2, (const int64_t[]){0xc0b6200, 524288, 0xdef00, 131072});
-  /*    33 forward   Conv               layer2.0.1.conv  live 186.2 MiB */
-  snrt_conv_fwd(c, &P33, F(0xc0b6200), F(0xdef00), NULL, F(0xc136200), NULL);
+  /*    33 forward   Conv               layer2.0.1.conv  live 186.7 MiB */
+  snrt_conv_fwd(c, &P33, F(0xc0b6200), F(0xdef00), NULL, F(0xc136200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 524288);
   snrt_reads(c, 34, 5, (const int64_t[]){0xc136200, 262144, 0xfef00, 512, 0xff100, 512, 0xff300, 512, 0xff500, 512});
   /*    34 forward   BatchNormalization layer2.0.1.bn  live 186.4 MiB */
   snrt_bn_fwd_train(c, &P34, F(0xc136200), F(0xfef00), F(0xff100), F(0xff300), F(0xff500), F(0xb3b6200), F(0xca16200), F(0xca16400));
@@ -489,8 +497,9 @@ static void train_step_0(snrt_ctx *c) {
   snrt_unary_fwd(c, &P38, F(0xb3b6200), F(0xc7e2200));
   snrt_dead(c, 0xb3b6200, 65536);
   snrt_reads(c, 39, 2, (const int64_t[]){0xc7e2200, 65536, 0x18ff00, 262144});
-  /*    39 forward   Conv               layer2.0.3.conv  live 186.8 MiB */
-  snrt_conv_fwd(c, &P39, F(0xc7e2200), F(0x18ff00), NULL, F(0xc1b6200), NULL);
+  /*    39 forward   Conv               layer2.0.3.conv  live 186.9 MiB */
+  snrt_conv_fwd(c, &P39, F(0xc7e2200), F(0x18ff00), NULL, F(0xc1b6200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 65536);
   snrt_reads(c, 40, 5, (const int64_t[]){0xc1b6200, 262144, 0x1cff00, 2048, 0x1d0700, 2048, 0x1d0f00, 2048, 0x1d1700, 2048});
   /*    40 forward   BatchNormalization layer2.0.3.bn  live 187.1 MiB */
   snrt_bn_fwd_train(c, &P40, F(0xc1b6200), F(0x1cff00), F(0x1d0700), F(0x1d0f00), F(0x1d1700), F(0xb3b6200), F(0xca04200), F(0xca04a00));
@@ -507,8 +516,9 @@ static void train_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xb3b6200, 262144);
   snrt_dead(c, 0xb3f6200, 262144);
   snrt_reads(c, 44, 2, (const int64_t[]){0xc236200, 262144, 0x253f00, 262144});
-  /*    44 forward   Conv               layer2.1.1.conv  live 187.4 MiB */
-  snrt_conv_fwd(c, &P44, F(0xc236200), F(0x253f00), NULL, F(0xc7f2200), NULL);
+  /*    44 forward   Conv               layer2.1.1.conv  live 187.6 MiB */
+  snrt_conv_fwd(c, &P44, F(0xc236200), F(0x253f00), NULL, F(0xc7f2200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 262144);
   snrt_reads(c, 45, 5, (const int64_t[]){0xc7f2200, 65536, 0x293f00, 512, 0x294100, 512, 0x294300, 512, 0x294500, 512});
   /*    45 forward   BatchNormalization layer2.1.1.bn  live 187.5 MiB */
   snrt_bn_fwd_train(c, &P45, F(0xc7f2200), F(0x293f00), F(0x294100), F(0x294300), F(0x294500), F(0xb3b6200), F(0xca16a00), F(0xca16c00));
@@ -528,8 +538,9 @@ static void train_step_0(snrt_ctx *c) {
   snrt_unary_fwd(c, &P49, F(0xb3b6200), F(0xc822200));
   snrt_dead(c, 0xb3b6200, 65536);
   snrt_reads(c, 50, 2, (const int64_t[]){0xc822200, 65536, 0x324f00, 262144});
-  /*    50 forward   Conv               layer2.1.3.conv  live 187.8 MiB */
-  snrt_conv_fwd(c, &P50, F(0xc822200), F(0x324f00), NULL, F(0xc276200), NULL);
+  /*    50 forward   Conv               layer2.1.3.conv  live 187.9 MiB */
+  snrt_conv_fwd(c, &P50, F(0xc822200), F(0x324f00), NULL, F(0xc276200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 65536);
   snrt_reads(c, 51, 5, (const int64_t[]){0xc276200, 262144, 0x364f00, 2048, 0x365700, 2048, 0x365f00, 2048, 0x366700, 2048});
   /*    51 forward   BatchNormalization layer2.1.3.bn  live 188.1 MiB */
   snrt_bn_fwd_train(c, &P51, F(0xc276200), F(0x364f00), F(0x365700), F(0x365f00), F(0x366700), F(0xb3b6200), F(0xca06200), F(0xca06a00));
@@ -538,8 +549,9 @@ static void train_step_0(snrt_ctx *c) {
   snrt_fused_fwd(c, &P52, (const float *const[]){F(0xb3b6200), F(0xc236200)}, F(0xc2b6200));
   snrt_dead(c, 0xb3b6200, 262144);
   snrt_reads(c, 53, 2, (const int64_t[]){0xc2b6200, 262144, 0x366f00, 262144});
-  /*    53 forward   Conv               layer2.2.1.conv  live 188.1 MiB */
-  snrt_conv_fwd(c, &P53, F(0xc2b6200), F(0x366f00), NULL, F(0xc832200), NULL);
+  /*    53 forward   Conv               layer2.2.1.conv  live 188.4 MiB */
+  snrt_conv_fwd(c, &P53, F(0xc2b6200), F(0x366f00), NULL, F(0xc832200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 262144);
   snrt_reads(c, 54, 5, (const int64_t[]){0xc832200, 65536, 0x3a6f00, 512, 0x3a7100, 512, 0x3a7300, 512, 0x3a7500, 512});
   /*    54 forward   BatchNormalization layer2.2.1.bn  live 188.2 MiB */
   snrt_bn_fwd_train(c, &P54, F(0xc832200), F(0x3a6f00), F(0x3a7100), F(0x3a7300), F(0x3a7500), F(0xb3b6200), F(0xca17200), F(0xca17400));
@@ -560,7 +572,8 @@ static void train_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xb3b6200, 65536);
   snrt_reads(c, 59, 2, (const int64_t[]){0xc862200, 65536, 0x437f00, 262144});
   /*    59 forward   Conv               layer2.2.3.conv  live 188.6 MiB */
-  snrt_conv_fwd(c, &P59, F(0xc862200), F(0x437f00), NULL, F(0xc2f6200), NULL);
+  snrt_conv_fwd(c, &P59, F(0xc862200), F(0x437f00), NULL, F(0xc2f6200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 65536);
   snrt_reads(c, 60, 5, (const int64_t[]){0xc2f6200, 262144, 0x477f00, 2048, 0x478700, 2048, 0x478f00, 2048, 0x479700, 2048});
   /*    60 forward   BatchNormalization layer2.2.3.bn  live 188.8 MiB */
   snrt_bn_fwd_train(c, &P60, F(0xc2f6200), F(0x477f00), F(0x478700), F(0x478f00), F(0x479700), F(0xb3b6200), F(0xca07200), F(0xca07a00));
@@ -569,8 +582,9 @@ static void train_step_0(snrt_ctx *c) {
   snrt_fused_fwd(c, &P61, (const float *const[]){F(0xb3b6200), F(0xc2b6200)}, F(0xc336200));
   snrt_dead(c, 0xb3b6200, 262144);
   snrt_reads(c, 62, 2, (const int64_t[]){0xc336200, 262144, 0x479f00, 262144});
-  /*    62 forward   Conv               layer2.3.1.conv  live 188.9 MiB */
-  snrt_conv_fwd(c, &P62, F(0xc336200), F(0x479f00), NULL, F(0xc872200), NULL);
+  /*    62 forward   Conv               layer2.3.1.conv  live 189.2 MiB */
+  snrt_conv_fwd(c, &P62, F(0xc336200), F(0x479f00), NULL, F(0xc872200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 262144);
   snrt_reads(c, 63, 5, (const int64_t[]){0xc872200, 65536, 0x4b9f00, 512, 0x4ba100, 512, 0x4ba300, 512, 0x4ba500, 512});
   /*    63 forward   BatchNormalization layer2.3.1.bn  live 189.0 MiB */
   snrt_bn_fwd_train(c, &P63, F(0xc872200), F(0x4b9f00), F(0x4ba100), F(0x4ba300), F(0x4ba500), F(0xb3b6200), F(0xca17a00), F(0xca17c00));
@@ -590,8 +604,9 @@ static void train_step_0(snrt_ctx *c) {
   snrt_unary_fwd(c, &P67, F(0xb3b6200), F(0xc8a2200));
   snrt_dead(c, 0xb3b6200, 65536);
   snrt_reads(c, 68, 2, (const int64_t[]){0xc8a2200, 65536, 0x54af00, 262144});
-  /*    68 forward   Conv               layer2.3.3.conv  live 189.3 MiB */
-  snrt_conv_fwd(c, &P68, F(0xc8a2200), F(0x54af00), NULL, F(0xc376200), NULL);
+  /*    68 forward   Conv               layer2.3.3.conv  live 189.4 MiB */
+  snrt_conv_fwd(c, &P68, F(0xc8a2200), F(0x54af00), NULL, F(0xc376200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 65536);
   snrt_reads(c, 69, 5, (const int64_t[]){0xc376200, 262144, 0x58af00, 2048, 0x58b700, 2048, 0x58bf00, 2048, 0x58c700, 2048});
   /*    69 forward   BatchNormalization layer2.3.3.bn  live 189.6 MiB */
   snrt_bn_fwd_train(c, &P69, F(0xc376200), F(0x58af00), F(0x58b700), F(0x58bf00), F(0x58c700), F(0xb3b6200), F(0xca08200), F(0xca08a00));
@@ -600,8 +615,9 @@ static void train_step_0(snrt_ctx *c) {
   snrt_fused_fwd(c, &P70, (const float *const[]){F(0xb3b6200), F(0xc336200)}, F(0xc3b6200));
   snrt_dead(c, 0xb3b6200, 262144);
   snrt_reads(c, 71, 2, (const int64_t[]){0xc3b6200, 262144, 0x58cf00, 524288});
-  /*    71 forward   Conv               layer3.0.1.conv  live 189.7 MiB */
-  snrt_conv_fwd(c, &P71, F(0xc3b6200), F(0x58cf00), NULL, F(0xc5ba200), NULL);
+  /*    71 forward   Conv               layer3.0.1.conv  live 190.0 MiB */
+  snrt_conv_fwd(c, &P71, F(0xc3b6200), F(0x58cf00), NULL, F(0xc5ba200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 262144);
   snrt_reads(c, 72, 5, (const int64_t[]){0xc5ba200, 131072, 0x60cf00, 1024, 0x60d300, 1024, 0x60d700, 1024, 0x60db00, 1024});
   /*    72 forward   BatchNormalization layer3.0.1.bn  live 189.8 MiB */
   snrt_bn_fwd_train(c, &P72, F(0xc5ba200), F(0x60cf00), F(0x60d300), F(0x60d700), F(0x60db00), F(0xb3b6200), F(0xca10200), F(0xca10600));
@@ -621,8 +637,9 @@ static void train_step_0(snrt_ctx *c) {
   snrt_unary_fwd(c, &P76, F(0xb3b6200), F(0xc92a200));
   snrt_dead(c, 0xb3b6200, 32768);
   snrt_reads(c, 77, 2, (const int64_t[]){0xc92a200, 32768, 0x84ef00, 1048576});
-  /*    77 forward   Conv               layer3.0.3.conv  live 190.0 MiB */
-  snrt_conv_fwd(c, &P77, F(0xc92a200), F(0x84ef00), NULL, F(0xc5fa200), NULL);
+  /*    77 forward   Conv               layer3.0.3.conv  live 190.1 MiB */
+  snrt_conv_fwd(c, &P77, F(0xc92a200), F(0x84ef00), NULL, F(0xc5fa200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 32768);
   snrt_reads(c, 78, 5, (const int64_t[]){0xc5fa200, 131072, 0x94ef00, 4096, 0x94ff00, 4096, 0x950f00, 4096, 0x951f00, 4096});
   /*    78 forward   BatchNormalization layer3.0.3.bn  live 190.2 MiB */
   snrt_bn_fwd_train(c, &P78, F(0xc5fa200), F(0x94ef00), F(0x94ff00), F(0x950f00), F(0x951f00), F(0xb3b6200), F(0xc9f6200), F(0xc9f7200));
@@ -639,8 +656,9 @@ static void train_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xb3b6200, 131072);
   snrt_dead(c, 0xb3d6200, 131072);
   snrt_reads(c, 82, 2, (const int64_t[]){0xc63a200, 131072, 0xb56f00, 1048576});
-  /*    82 forward   Conv               layer3.1.1.conv  live 190.3 MiB */
-  snrt_conv_fwd(c, &P82, F(0xc63a200), F(0xb56f00), NULL, F(0xc932200), NULL);
+  /*    82 forward   Conv               layer3.1.1.conv  live 190.5 MiB */
+  snrt_conv_fwd(c, &P82, F(0xc63a200), F(0xb56f00), NULL, F(0xc932200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 131072);
   snrt_reads(c, 83, 5, (const int64_t[]){0xc932200, 32768, 0xc56f00, 1024, 0xc57300, 1024, 0xc57700, 1024, 0xc57b00, 1024});
   /*    83 forward   BatchNormalization layer3.1.1.bn  live 190.4 MiB */
   snrt_bn_fwd_train(c, &P83, F(0xc932200), F(0xc56f00), F(0xc57300), F(0xc57700), F(0xc57b00), F(0xb3b6200), F(0xca11200), F(0xca11600));
@@ -661,7 +679,8 @@ static void train_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xb3b6200, 32768);
   snrt_reads(c, 88, 2, (const int64_t[]){0xc94a200, 32768, 0xe98f00, 1048576});
   /*    88 forward   Conv               layer3.1.3.conv  live 190.6 MiB */
-  snrt_conv_fwd(c, &P88, F(0xc94a200), F(0xe98f00), NULL, F(0xc65a200), NULL);
+  snrt_conv_fwd(c, &P88, F(0xc94a200), F(0xe98f00), NULL, F(0xc65a200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 32768);
   snrt_reads(c, 89, 5, (const int64_t[]){0xc65a200, 131072, 0xf98f00, 4096, 0xf99f00, 4096, 0xf9af00, 4096, 0xf9bf00, 4096});
   /*    89 forward   BatchNormalization layer3.1.3.bn  live 190.7 MiB */
   snrt_bn_fwd_train(c, &P89, F(0xc65a200), F(0xf98f00), F(0xf99f00), F(0xf9af00), F(0xf9bf00), F(0xb3b6200), F(0xc9fa200), F(0xc9fb200));
@@ -670,8 +689,9 @@ static void train_step_0(snrt_ctx *c) {
   snrt_fused_fwd(c, &P90, (const float *const[]){F(0xb3b6200), F(0xc63a200)}, F(0xc67a200));
   snrt_dead(c, 0xb3b6200, 131072);
   snrt_reads(c, 91, 2, (const int64_t[]){0xc67a200, 131072, 0xf9cf00, 1048576});
-  /*    91 forward   Conv               layer3.2.1.conv  live 190.7 MiB */
-  snrt_conv_fwd(c, &P91, F(0xc67a200), F(0xf9cf00), NULL, F(0xc952200), NULL);
+  /*    91 forward   Conv               layer3.2.1.conv  live 190.8 MiB */
+  snrt_conv_fwd(c, &P91, F(0xc67a200), F(0xf9cf00), NULL, F(0xc952200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 131072);
   snrt_reads(c, 92, 5, (const int64_t[]){0xc952200, 32768, 0x109cf00, 1024, 0x109d300, 1024, 0x109d700, 1024, 0x109db00, 1024});
   /*    92 forward   BatchNormalization layer3.2.1.bn  live 190.8 MiB */
   snrt_bn_fwd_train(c, &P92, F(0xc952200), F(0x109cf00), F(0x109d300), F(0x109d700), F(0x109db00), F(0xb3b6200), F(0xca12200), F(0xca12600));
@@ -691,8 +711,9 @@ static void train_step_0(snrt_ctx *c) {
   snrt_unary_fwd(c, &P96, F(0xb3b6200), F(0xc96a200));
   snrt_dead(c, 0xb3b6200, 32768);
   snrt_reads(c, 97, 2, (const int64_t[]){0xc96a200, 32768, 0x12def00, 1048576});
-  /*    97 forward   Conv               layer3.2.3.conv  live 190.9 MiB */
-  snrt_conv_fwd(c, &P97, F(0xc96a200), F(0x12def00), NULL, F(0xc69a200), NULL);
+  /*    97 forward   Conv               layer3.2.3.conv  live 191.0 MiB */
+  snrt_conv_fwd(c, &P97, F(0xc96a200), F(0x12def00), NULL, F(0xc69a200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 32768);
   snrt_reads(c, 98, 5, (const int64_t[]){0xc69a200, 131072, 0x13def00, 4096, 0x13dff00, 4096, 0x13e0f00, 4096, 0x13e1f00, 4096});
   /*    98 forward   BatchNormalization layer3.2.3.bn  live 191.1 MiB */
   snrt_bn_fwd_train(c, &P98, F(0xc69a200), F(0x13def00), F(0x13dff00), F(0x13e0f00), F(0x13e1f00), F(0xb3b6200), F(0xc9fc200), F(0xc9fd200));
@@ -701,8 +722,9 @@ static void train_step_0(snrt_ctx *c) {
   snrt_fused_fwd(c, &P99, (const float *const[]){F(0xb3b6200), F(0xc67a200)}, F(0xc6ba200));
   snrt_dead(c, 0xb3b6200, 131072);
   snrt_reads(c, 100, 2, (const int64_t[]){0xc6ba200, 131072, 0x13e2f00, 1048576});
-  /*   100 forward   Conv               layer3.3.1.conv  live 191.1 MiB */
-  snrt_conv_fwd(c, &P100, F(0xc6ba200), F(0x13e2f00), NULL, F(0xc972200), NULL);
+  /*   100 forward   Conv               layer3.3.1.conv  live 191.2 MiB */
+  snrt_conv_fwd(c, &P100, F(0xc6ba200), F(0x13e2f00), NULL, F(0xc972200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 131072);
   snrt_reads(c, 101, 5, (const int64_t[]){0xc972200, 32768, 0x14e2f00, 1024, 0x14e3300, 1024, 0x14e3700, 1024, 0x14e3b00, 1024});
   /*   101 forward   BatchNormalization layer3.3.1.bn  live 191.1 MiB */
   snrt_bn_fwd_train(c, &P101, F(0xc972200), F(0x14e2f00), F(0x14e3300), F(0x14e3700), F(0x14e3b00), F(0xb3b6200), F(0xca13200), F(0xca13600));
@@ -722,8 +744,9 @@ static void train_step_0(snrt_ctx *c) {
   snrt_unary_fwd(c, &P105, F(0xb3b6200), F(0xc98a200));
   snrt_dead(c, 0xb3b6200, 32768);
   snrt_reads(c, 106, 2, (const int64_t[]){0xc98a200, 32768, 0x1724f00, 1048576});
-  /*   106 forward   Conv               layer3.3.3.conv  live 191.3 MiB */
-  snrt_conv_fwd(c, &P106, F(0xc98a200), F(0x1724f00), NULL, F(0xc6da200), NULL);
+  /*   106 forward   Conv               layer3.3.3.conv  live 191.4 MiB */
+  snrt_conv_fwd(c, &P106, F(0xc98a200), F(0x1724f00), NULL, F(0xc6da200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 32768);
   snrt_reads(c, 107, 5, (const int64_t[]){0xc6da200, 131072, 0x1824f00, 4096, 0x1825f00, 4096, 0x1826f00, 4096, 0x1827f00, 4096});
   /*   107 forward   BatchNormalization layer3.3.3.bn  live 191.5 MiB */
   snrt_bn_fwd_train(c, &P107, F(0xc6da200), F(0x1824f00), F(0x1825f00), F(0x1826f00), F(0x1827f00), F(0xb3b6200), F(0xc9fe200), F(0xc9ff200));
@@ -732,8 +755,9 @@ static void train_step_0(snrt_ctx *c) {
   snrt_fused_fwd(c, &P108, (const float *const[]){F(0xb3b6200), F(0xc6ba200)}, F(0xc6fa200));
   snrt_dead(c, 0xb3b6200, 131072);
   snrt_reads(c, 109, 2, (const int64_t[]){0xc6fa200, 131072, 0x1828f00, 1048576});
-  /*   109 forward   Conv               layer3.4.1.conv  live 191.5 MiB */
-  snrt_conv_fwd(c, &P109, F(0xc6fa200), F(0x1828f00), NULL, F(0xc992200), NULL);
+  /*   109 forward   Conv               layer3.4.1.conv  live 191.6 MiB */
+  snrt_conv_fwd(c, &P109, F(0xc6fa200), F(0x1828f00), NULL, F(0xc992200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 131072);
   snrt_reads(c, 110, 5, (const int64_t[]){0xc992200, 32768, 0x1928f00, 1024, 0x1929300, 1024, 0x1929700, 1024, 0x1929b00, 1024});
   /*   110 forward   BatchNormalization layer3.4.1.bn  live 191.5 MiB */
   snrt_bn_fwd_train(c, &P110, F(0xc992200), F(0x1928f00), F(0x1929300), F(0x1929700), F(0x1929b00), F(0xb3b6200), F(0xca14200), F(0xca14600));
@@ -754,7 +778,8 @@ static void train_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xb3b6200, 32768);
   snrt_reads(c, 115, 2, (const int64_t[]){0xc9aa200, 32768, 0x1b6af00, 1048576});
   /*   115 forward   Conv               layer3.4.3.conv  live 191.7 MiB */
-  snrt_conv_fwd(c, &P115, F(0xc9aa200), F(0x1b6af00), NULL, F(0xc71a200), NULL);
+  snrt_conv_fwd(c, &P115, F(0xc9aa200), F(0x1b6af00), NULL, F(0xc71a200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 32768);
   snrt_reads(c, 116, 5, (const int64_t[]){0xc71a200, 131072, 0x1c6af00, 4096, 0x1c6bf00, 4096, 0x1c6cf00, 4096, 0x1c6df00, 4096});
   /*   116 forward   BatchNormalization layer3.4.3.bn  live 191.8 MiB */
   snrt_bn_fwd_train(c, &P116, F(0xc71a200), F(0x1c6af00), F(0x1c6bf00), F(0x1c6cf00), F(0x1c6df00), F(0xb3b6200), F(0xca00200), F(0xca01200));
@@ -763,8 +788,9 @@ static void train_step_0(snrt_ctx *c) {
   snrt_fused_fwd(c, &P117, (const float *const[]){F(0xb3b6200), F(0xc6fa200)}, F(0xc73a200));
   snrt_dead(c, 0xb3b6200, 131072);
   snrt_reads(c, 118, 2, (const int64_t[]){0xc73a200, 131072, 0x1c6ef00, 1048576});
-  /*   118 forward   Conv               layer3.5.1.conv  live 191.9 MiB */
-  snrt_conv_fwd(c, &P118, F(0xc73a200), F(0x1c6ef00), NULL, F(0xc9b2200), NULL);
+  /*   118 forward   Conv               layer3.5.1.conv  live 192.0 MiB */
+  snrt_conv_fwd(c, &P118, F(0xc73a200), F(0x1c6ef00), NULL, F(0xc9b2200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 131072);
   snrt_reads(c, 119, 5, (const int64_t[]){0xc9b2200, 32768, 0x1d6ef00, 1024, 0x1d6f300, 1024, 0x1d6f700, 1024, 0x1d6fb00, 1024});
   /*   119 forward   BatchNormalization layer3.5.1.bn  live 191.9 MiB */
   snrt_bn_fwd_train(c, &P119, F(0xc9b2200), F(0x1d6ef00), F(0x1d6f300), F(0x1d6f700), F(0x1d6fb00), F(0xb3b6200), F(0xca15200), F(0xca15600));
@@ -785,7 +811,8 @@ static void train_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xb3b6200, 32768);
   snrt_reads(c, 124, 2, (const int64_t[]){0xc9ca200, 32768, 0x1fb0f00, 1048576});
   /*   124 forward   Conv               layer3.5.3.conv  live 192.1 MiB */
-  snrt_conv_fwd(c, &P124, F(0xc9ca200), F(0x1fb0f00), NULL, F(0xc75a200), NULL);
+  snrt_conv_fwd(c, &P124, F(0xc9ca200), F(0x1fb0f00), NULL, F(0xc75a200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 32768);
   snrt_reads(c, 125, 5, (const int64_t[]){0xc75a200, 131072, 0x20b0f00, 4096, 0x20b1f00, 4096, 0x20b2f00, 4096, 0x20b3f00, 4096});
   /*   125 forward   BatchNormalization layer3.5.3.bn  live 192.2 MiB */
   snrt_bn_fwd_train(c, &P125, F(0xc75a200), F(0x20b0f00), F(0x20b1f00), F(0x20b2f00), F(0x20b3f00), F(0xb3b6200), F(0xca02200), F(0xca03200));
@@ -794,8 +821,9 @@ static void train_step_0(snrt_ctx *c) {
   snrt_fused_fwd(c, &P126, (const float *const[]){F(0xb3b6200), F(0xc73a200)}, F(0xc77a200));
   snrt_dead(c, 0xb3b6200, 131072);
   snrt_reads(c, 127, 2, (const int64_t[]){0xc77a200, 131072, 0x20b4f00, 2097152});
-  /*   127 forward   Conv               layer4.0.1.conv  live 192.3 MiB */
-  snrt_conv_fwd(c, &P127, F(0xc77a200), F(0x20b4f00), NULL, F(0xc8b2200), NULL);
+  /*   127 forward   Conv               layer4.0.1.conv  live 192.4 MiB */
+  snrt_conv_fwd(c, &P127, F(0xc77a200), F(0x20b4f00), NULL, F(0xc8b2200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 131072);
   snrt_reads(c, 128, 5, (const int64_t[]){0xc8b2200, 65536, 0x22b4f00, 2048, 0x22b5700, 2048, 0x22b5f00, 2048, 0x22b6700, 2048});
   /*   128 forward   BatchNormalization layer4.0.1.bn  live 192.4 MiB */
   snrt_bn_fwd_train(c, &P128, F(0xc8b2200), F(0x22b4f00), F(0x22b5700), F(0x22b5f00), F(0x22b6700), F(0xb3b6200), F(0xca09200), F(0xca09a00));
@@ -816,7 +844,8 @@ static void train_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xb3b6200, 16384);
   snrt_reads(c, 133, 2, (const int64_t[]){0xc9d6200, 16384, 0x2bb8f00, 4194304});
   /*   133 forward   Conv               layer4.0.3.conv  live 192.5 MiB */
-  snrt_conv_fwd(c, &P133, F(0xc9d6200), F(0x2bb8f00), NULL, F(0xc8d2200), NULL);
+  snrt_conv_fwd(c, &P133, F(0xc9d6200), F(0x2bb8f00), NULL, F(0xc8d2200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 16384);
   snrt_reads(c, 134, 5, (const int64_t[]){0xc8d2200, 65536, 0x2fb8f00, 8192, 0x2fbaf00, 8192, 0x2fbcf00, 8192, 0x2fbef00, 8192});
   /*   134 forward   BatchNormalization layer4.0.3.bn  live 192.5 MiB */
   snrt_bn_fwd_train(c, &P134, F(0xc8d2200), F(0x2fb8f00), F(0x2fbaf00), F(0x2fbcf00), F(0x2fbef00), F(0xb3b6200), F(0xc9ea200), F(0xc9ec200));
@@ -833,8 +862,9 @@ static void train_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xb3b6200, 65536);
   snrt_dead(c, 0xb3c6200, 65536);
   snrt_reads(c, 138, 2, (const int64_t[]){0xc7aa200, 65536, 0x37c8f00, 4194304});
-  /*   138 forward   Conv               layer4.1.1.conv  live 192.6 MiB */
-  snrt_conv_fwd(c, &P138, F(0xc7aa200), F(0x37c8f00), NULL, F(0xc9da200), NULL);
+  /*   138 forward   Conv               layer4.1.1.conv  live 192.7 MiB */
+  snrt_conv_fwd(c, &P138, F(0xc7aa200), F(0x37c8f00), NULL, F(0xc9da200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 65536);
   snrt_reads(c, 139, 5, (const int64_t[]){0xc9da200, 16384, 0x3bc8f00, 2048, 0x3bc9700, 2048, 0x3bc9f00, 2048, 0x3bca700, 2048});
   /*   139 forward   BatchNormalization layer4.1.1.bn  live 192.7 MiB */
   snrt_bn_fwd_train(c, &P139, F(0xc9da200), F(0x3bc8f00), F(0x3bc9700), F(0x3bc9f00), F(0x3bca700), F(0xb3b6200), F(0xca0b200), F(0xca0ba00));
@@ -855,7 +885,8 @@ static void train_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xb3b6200, 16384);
   snrt_reads(c, 144, 2, (const int64_t[]){0xc9e6200, 16384, 0x44ccf00, 4194304});
   /*   144 forward   Conv               layer4.1.3.conv  live 192.8 MiB */
-  snrt_conv_fwd(c, &P144, F(0xc9e6200), F(0x44ccf00), NULL, F(0xc8e2200), NULL);
+  snrt_conv_fwd(c, &P144, F(0xc9e6200), F(0x44ccf00), NULL, F(0xc8e2200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 16384);
   snrt_reads(c, 145, 5, (const int64_t[]){0xc8e2200, 65536, 0x48ccf00, 8192, 0x48cef00, 8192, 0x48d0f00, 8192, 0x48d2f00, 8192});
   /*   145 forward   BatchNormalization layer4.1.3.bn  live 192.8 MiB */
   snrt_bn_fwd_train(c, &P145, F(0xc8e2200), F(0x48ccf00), F(0x48cef00), F(0x48d0f00), F(0x48d2f00), F(0xb3b6200), F(0xc9f2200), F(0xc9f4200));
@@ -864,8 +895,9 @@ static void train_step_0(snrt_ctx *c) {
   snrt_fused_fwd(c, &P146, (const float *const[]){F(0xb3b6200), F(0xc7aa200)}, F(0xc8f2200));
   snrt_dead(c, 0xb3b6200, 65536);
   snrt_reads(c, 147, 2, (const int64_t[]){0xc8f2200, 65536, 0x48d4f00, 4194304});
-  /*   147 forward   Conv               layer4.2.1.conv  live 192.8 MiB */
-  snrt_conv_fwd(c, &P147, F(0xc8f2200), F(0x48d4f00), NULL, F(0xc912200), NULL);
+  /*   147 forward   Conv               layer4.2.1.conv  live 192.9 MiB */
+  snrt_conv_fwd(c, &P147, F(0xc8f2200), F(0x48d4f00), NULL, F(0xc912200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 65536);
   snrt_reads(c, 148, 5, (const int64_t[]){0xc912200, 16384, 0x4cd4f00, 2048, 0x4cd5700, 2048, 0x4cd5f00, 2048, 0x4cd6700, 2048});
   /*   148 forward   BatchNormalization layer4.2.1.bn  live 192.9 MiB */
   snrt_bn_fwd_train(c, &P148, F(0xc912200), F(0x4cd4f00), F(0x4cd5700), F(0x4cd5f00), F(0x4cd6700), F(0xb3b6200), F(0xca0d200), F(0xca0da00));
@@ -879,14 +911,15 @@ static void train_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xb3b6200, 147456);
   snrt_reads(c, 151, 5, (const int64_t[]){0xb7c6200, 16384, 0x55d6f00, 2048, 0x55d7700, 2048, 0x55d7f00, 2048, 0x55d8700, 2048});
   /*   151 forward   BatchNormalization layer4.2.2.bn  live 192.9 MiB */
-  snrt_bn_fwd_train(c, &P151, F(0xb7c6200), F(0x55d6f00), F(0x55d7700), F(0x55d7f00), F(0x55d8700), F(0xb3b6200), F(0xb7ce200), F(0xb7cea00));
+  snrt_bn_fwd_train(c, &P151, F(0xb7c6200), F(0x55d6f00), F(0x55d7700), F(0x55d7f00), F(0x55d8700), F(0xb3b6200), F(0xb7d2200), F(0xb7d2a00));
   snrt_reads(c, 152, 1, (const int64_t[]){0xb3b6200, 16384});
   /*   152 forward   Relu               layer4.2.2.relu  live 192.9 MiB */
   snrt_unary_fwd(c, &P152, F(0xb3b6200), F(0xb7ca200));
   snrt_dead(c, 0xb3b6200, 16384);
   snrt_reads(c, 153, 2, (const int64_t[]){0xb7ca200, 16384, 0x55d8f00, 4194304});
   /*   153 forward   Conv               layer4.2.3.conv  live 193.0 MiB */
-  snrt_conv_fwd(c, &P153, F(0xb7ca200), F(0x55d8f00), NULL, F(0xb3ca200), NULL);
+  snrt_conv_fwd(c, &P153, F(0xb7ca200), F(0x55d8f00), NULL, F(0xb3ca200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 16384);
   snrt_reads(c, 154, 5, (const int64_t[]){0xb3ca200, 65536, 0x59d8f00, 8192, 0x59daf00, 8192, 0x59dcf00, 8192, 0x59def00, 8192});
   /*   154 forward   BatchNormalization layer4.2.3.bn  live 193.0 MiB */
   snrt_bn_fwd_train(c, &P154, F(0xb3ca200), F(0x59d8f00), F(0x59daf00), F(0x59dcf00), F(0x59def00), F(0xb3b6200), F(0xb40a200), F(0xb40c200));
@@ -960,11 +993,13 @@ static void train_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xb3b8200, 8192);
   snrt_reads(c, 172, 2, (const int64_t[]){0xb7ca200, 16384, 0xb7b6200, 65536});
   /*   172 backward  CONV_BWD_FILTER    layer4.2.3.conv/bwd_filter  live 197.0 MiB */
-  snrt_conv_bwd_filter(c, &P153, F(0xb7ca200), F(0xb7b6200), F(0xb3b6200), NULL);
+  snrt_conv_bwd_filter(c, &P153, F(0xb7ca200), F(0xb7b6200), F(0xb3b6200), F(0xb7ce200));
+  snrt_dead(c, 0xb7ce200, 16384);
   snrt_reads(c, 173, 2, (const int64_t[]){0xb7b6200, 65536, 0x55d8f00, 4194304});
-  /*   173 backward  CONV_BWD_DATA      layer4.2.3.conv/bwd_data  live 197.0 MiB */
-  snrt_conv_bwd_data(c, &P153, F(0xb7b6200), F(0x55d8f00), F(0xc91a200), NULL);
+  /*   173 backward  CONV_BWD_DATA      layer4.2.3.conv/bwd_data  live 197.1 MiB */
+  snrt_conv_bwd_data(c, &P153, F(0xb7b6200), F(0x55d8f00), F(0xc91a200), F(0xb7ce200));
   snrt_dead(c, 0xb7b6200, 65536);
+  snrt_dead(c, 0xb7ce200, 16384);
   snrt_reads(c, 174, 3, (const int64_t[]){0x55d8f00, 4194304, 0xb3b6200, 4194304, 0x5a0d100, 4194304});
   /*   174 update    SGD                layer4.2.3.conv.weight/sgd  live 197.0 MiB */
   snrt_sgd(c, &P168, F(0x55d8f00), F(0xb3b6200), F(0x5a0d100));
@@ -973,12 +1008,12 @@ static void train_step_0(snrt_ctx *c) {
   /*   175 backward  UNARY_BWD          layer4.2.2.relu/bwd  live 193.0 MiB */
   snrt_unary_bwd(c, &P152, NULL, F(0xb7ca200), F(0xc91a200), F(0xc91a200));
   snrt_dead(c, 0xb7ca200, 16384);
-  snrt_reads(c, 176, 5, (const int64_t[]){0xb7c6200, 16384, 0xc91a200, 16384, 0x55d6f00, 2048, 0xb7ce200, 2048, 0xb7cea00, 2048});
+  snrt_reads(c, 176, 5, (const int64_t[]){0xb7c6200, 16384, 0xc91a200, 16384, 0x55d6f00, 2048, 0xb7d2200, 2048, 0xb7d2a00, 2048});
   /*   176 backward  BN_BWD             layer4.2.2.bn/bwd  live 193.0 MiB */
-  snrt_bn_bwd(c, &P151, F(0xb7c6200), F(0xc91a200), F(0x55d6f00), F(0xb7ce200), F(0xb7cea00), F(0xc91a200), F(0xb3b6200), F(0xb3b6a00));
+  snrt_bn_bwd(c, &P151, F(0xb7c6200), F(0xc91a200), F(0x55d6f00), F(0xb7d2200), F(0xb7d2a00), F(0xc91a200), F(0xb3b6200), F(0xb3b6a00));
   snrt_dead(c, 0xb7c6200, 16384);
-  snrt_dead(c, 0xb7ce200, 2048);
-  snrt_dead(c, 0xb7cea00, 2048);
+  snrt_dead(c, 0xb7d2200, 2048);
+  snrt_dead(c, 0xb7d2a00, 2048);
   snrt_reads(c, 177, 3, (const int64_t[]){0x55d6f00, 2048, 0xb3b6200, 2048, 0x5e0d100, 2048});
   /*   177 update    SGD                layer4.2.2.bn.weight/sgd  live 192.9 MiB */
   snrt_sgd(c, &P169, F(0x55d6f00), F(0xb3b6200), F(0x5e0d100));
@@ -1019,12 +1054,14 @@ static void train_step_0(snrt_ctx *c) {
   snrt_sgd(c, &P173, F(0x4cd5700), F(0xb3b6a00), F(0x670e900));
   snrt_dead(c, 0xb3b6a00, 2048);
   snrt_reads(c, 186, 2, (const int64_t[]){0xc8f2200, 65536, 0xc91e200, 16384});
-  /*   186 backward  CONV_BWD_FILTER    layer4.2.1.conv/bwd_filter  live 196.9 MiB */
-  snrt_conv_bwd_filter(c, &P147, F(0xc8f2200), F(0xc91e200), F(0xb3b6200), NULL);
+  /*   186 backward  CONV_BWD_FILTER    layer4.2.1.conv/bwd_filter  live 197.0 MiB */
+  snrt_conv_bwd_filter(c, &P147, F(0xc8f2200), F(0xc91e200), F(0xb3b6200), F(0xb7b6200));
+  snrt_dead(c, 0xb7b6200, 65536);
   snrt_reads(c, 187, 2, (const int64_t[]){0xc91e200, 16384, 0x48d4f00, 4194304});
   /*   187 backward  CONV_BWD_DATA      layer4.2.1.conv/bwd_data  live 197.0 MiB */
-  snrt_conv_bwd_data(c, &P147, F(0xc91e200), F(0x48d4f00), F(0xb7b6200), NULL);
+  snrt_conv_bwd_data(c, &P147, F(0xc91e200), F(0x48d4f00), F(0xb7b6200), F(0xb7c6200));
   snrt_dead(c, 0xc91e200, 16384);
+  snrt_dead(c, 0xb7c6200, 65536);
   snrt_reads(c, 188, 2, (const int64_t[]){0xc902200, 65536, 0xb7b6200, 65536});
   /*   188 backward  ACCUMULATE         layer4.2.1.conv/accumulate  live 197.0 MiB */
   snrt_add(c, 16384, F(0xc902200), F(0xb7b6200), F(0xc902200));
@@ -1054,11 +1091,13 @@ static void train_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xb3b8200, 8192);
   snrt_reads(c, 194, 2, (const int64_t[]){0xc9e6200, 16384, 0xb7b6200, 65536});
   /*   194 backward  CONV_BWD_FILTER    layer4.1.3.conv/bwd_filter  live 196.8 MiB */
-  snrt_conv_bwd_filter(c, &P144, F(0xc9e6200), F(0xb7b6200), F(0xb3b6200), NULL);
+  snrt_conv_bwd_filter(c, &P144, F(0xc9e6200), F(0xb7b6200), F(0xb3b6200), F(0xb7c6200));
+  snrt_dead(c, 0xb7c6200, 16384);
   snrt_reads(c, 195, 2, (const int64_t[]){0xb7b6200, 65536, 0x44ccf00, 4194304});
   /*   195 backward  CONV_BWD_DATA      layer4.1.3.conv/bwd_data  live 196.8 MiB */
-  snrt_conv_bwd_data(c, &P144, F(0xb7b6200), F(0x44ccf00), F(0xc8e2200), NULL);
+  snrt_conv_bwd_data(c, &P144, F(0xb7b6200), F(0x44ccf00), F(0xc8e2200), F(0xb7c6200));
   snrt_dead(c, 0xb7b6200, 65536);
+  snrt_dead(c, 0xb7c6200, 16384);
   snrt_reads(c, 196, 3, (const int64_t[]){0x44ccf00, 4194304, 0xb3b6200, 4194304, 0x6b13100, 4194304});
   /*   196 update    SGD                layer4.1.3.conv.weight/sgd  live 196.8 MiB */
   snrt_sgd(c, &P178, F(0x44ccf00), F(0xb3b6200), F(0x6b13100));
@@ -1113,12 +1152,14 @@ static void train_step_0(snrt_ctx *c) {
   snrt_sgd(c, &P183, F(0x3bc9700), F(0xb3b6a00), F(0x7814900));
   snrt_dead(c, 0xb3b6a00, 2048);
   snrt_reads(c, 208, 2, (const int64_t[]){0xc7aa200, 65536, 0xc8e6200, 16384});
-  /*   208 backward  CONV_BWD_FILTER    layer4.1.1.conv/bwd_filter  live 196.7 MiB */
-  snrt_conv_bwd_filter(c, &P138, F(0xc7aa200), F(0xc8e6200), F(0xb3b6200), NULL);
+  /*   208 backward  CONV_BWD_FILTER    layer4.1.1.conv/bwd_filter  live 196.8 MiB */
+  snrt_conv_bwd_filter(c, &P138, F(0xc7aa200), F(0xc8e6200), F(0xb3b6200), F(0xb7b6200));
+  snrt_dead(c, 0xb7b6200, 65536);
   snrt_reads(c, 209, 2, (const int64_t[]){0xc8e6200, 16384, 0x37c8f00, 4194304});
   /*   209 backward  CONV_BWD_DATA      layer4.1.1.conv/bwd_data  live 196.8 MiB */
-  snrt_conv_bwd_data(c, &P138, F(0xc8e6200), F(0x37c8f00), F(0xb7b6200), NULL);
+  snrt_conv_bwd_data(c, &P138, F(0xc8e6200), F(0x37c8f00), F(0xb7b6200), F(0xb7c6200));
   snrt_dead(c, 0xc8e6200, 16384);
+  snrt_dead(c, 0xb7c6200, 65536);
   snrt_reads(c, 210, 2, (const int64_t[]){0xc912200, 65536, 0xb7b6200, 65536});
   /*   210 backward  ACCUMULATE         layer4.1.1.conv/accumulate  live 196.7 MiB */
   snrt_add(c, 16384, F(0xc912200), F(0xb7b6200), F(0xc912200));
@@ -1175,11 +1216,13 @@ static void train_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xb3b8200, 8192);
   snrt_reads(c, 222, 2, (const int64_t[]){0xc9d6200, 16384, 0xbbb6200, 65536});
   /*   222 backward  CONV_BWD_FILTER    layer4.0.3.conv/bwd_filter  live 196.6 MiB */
-  snrt_conv_bwd_filter(c, &P133, F(0xc9d6200), F(0xbbb6200), F(0xb3b6200), NULL);
+  snrt_conv_bwd_filter(c, &P133, F(0xc9d6200), F(0xbbb6200), F(0xb3b6200), F(0xb7b6200));
+  snrt_dead(c, 0xb7b6200, 16384);
   snrt_reads(c, 223, 2, (const int64_t[]){0xbbb6200, 65536, 0x2bb8f00, 4194304});
   /*   223 backward  CONV_BWD_DATA      layer4.0.3.conv/bwd_data  live 196.6 MiB */
-  snrt_conv_bwd_data(c, &P133, F(0xbbb6200), F(0x2bb8f00), F(0xc8e2200), NULL);
+  snrt_conv_bwd_data(c, &P133, F(0xbbb6200), F(0x2bb8f00), F(0xc8e2200), F(0xb7b6200));
   snrt_dead(c, 0xbbb6200, 65536);
+  snrt_dead(c, 0xb7b6200, 16384);
   snrt_reads(c, 224, 3, (const int64_t[]){0x2bb8f00, 4194304, 0xb3b6200, 4194304, 0x841d100, 4194304});
   /*   224 update    SGD                layer4.0.3.conv.weight/sgd  live 196.5 MiB */
   snrt_sgd(c, &P191, F(0x2bb8f00), F(0xb3b6200), F(0x841d100));
@@ -1234,12 +1277,14 @@ static void train_step_0(snrt_ctx *c) {
   snrt_sgd(c, &P196, F(0x22b5700), F(0xb3b6a00), F(0x911e900));
   snrt_dead(c, 0xb3b6a00, 2048);
   snrt_reads(c, 236, 2, (const int64_t[]){0xc77a200, 131072, 0xc8d2200, 65536});
-  /*   236 backward  CONV_BWD_FILTER    layer4.0.1.conv/bwd_filter  live 194.4 MiB */
-  snrt_conv_bwd_filter(c, &P127, F(0xc77a200), F(0xc8d2200), F(0xb3b6200), NULL);
+  /*   236 backward  CONV_BWD_FILTER    layer4.0.1.conv/bwd_filter  live 194.5 MiB */
+  snrt_conv_bwd_filter(c, &P127, F(0xc77a200), F(0xc8d2200), F(0xb3b6200), F(0xb5b6200));
+  snrt_dead(c, 0xb5b6200, 131072);
   snrt_reads(c, 237, 2, (const int64_t[]){0xc8d2200, 65536, 0x20b4f00, 2097152});
-  /*   237 backward  CONV_BWD_DATA      layer4.0.1.conv/bwd_data  live 194.5 MiB */
-  snrt_conv_bwd_data(c, &P127, F(0xc8d2200), F(0x20b4f00), F(0xb5b6200), NULL);
+  /*   237 backward  CONV_BWD_DATA      layer4.0.1.conv/bwd_data  live 194.7 MiB */
+  snrt_conv_bwd_data(c, &P127, F(0xc8d2200), F(0x20b4f00), F(0xb5b6200), F(0xb5d6200));
   snrt_dead(c, 0xc8d2200, 65536);
+  snrt_dead(c, 0xb5d6200, 131072);
   snrt_reads(c, 238, 2, (const int64_t[]){0xc79a200, 131072, 0xb5b6200, 131072});
   /*   238 backward  ACCUMULATE         layer4.0.1.conv/accumulate  live 194.5 MiB */
   snrt_add(c, 32768, F(0xc79a200), F(0xb5b6200), F(0xc79a200));
@@ -1268,12 +1313,14 @@ static void train_step_0(snrt_ctx *c) {
   snrt_sgd(c, &P200, F(0x20b1f00), F(0xb3b7200), F(0x9320100));
   snrt_dead(c, 0xb3b7200, 4096);
   snrt_reads(c, 244, 2, (const int64_t[]){0xc9ca200, 32768, 0xb4b6200, 131072});
-  /*   244 backward  CONV_BWD_FILTER    layer3.5.3.conv/bwd_filter  live 193.2 MiB */
-  snrt_conv_bwd_filter(c, &P124, F(0xc9ca200), F(0xb4b6200), F(0xb3b6200), NULL);
+  /*   244 backward  CONV_BWD_FILTER    layer3.5.3.conv/bwd_filter  live 193.3 MiB */
+  snrt_conv_bwd_filter(c, &P124, F(0xc9ca200), F(0xb4b6200), F(0xb3b6200), F(0xb4d6200));
+  snrt_dead(c, 0xb4d6200, 32768);
   snrt_reads(c, 245, 2, (const int64_t[]){0xb4b6200, 131072, 0x1fb0f00, 1048576});
   /*   245 backward  CONV_BWD_DATA      layer3.5.3.conv/bwd_data  live 193.3 MiB */
-  snrt_conv_bwd_data(c, &P124, F(0xb4b6200), F(0x1fb0f00), F(0xb65e200), NULL);
+  snrt_conv_bwd_data(c, &P124, F(0xb4b6200), F(0x1fb0f00), F(0xb65e200), F(0xb4d6200));
   snrt_dead(c, 0xb4b6200, 131072);
+  snrt_dead(c, 0xb4d6200, 32768);
   snrt_reads(c, 246, 3, (const int64_t[]){0x1fb0f00, 1048576, 0xb3b6200, 1048576, 0x9321100, 1048576});
   /*   246 update    SGD                layer3.5.3.conv.weight/sgd  live 193.1 MiB */
   snrt_sgd(c, &P201, F(0x1fb0f00), F(0xb3b6200), F(0x9321100));
@@ -1328,12 +1375,14 @@ static void train_step_0(snrt_ctx *c) {
   snrt_sgd(c, &P206, F(0x1d6f300), F(0xb3b6600), F(0x9661d00));
   snrt_dead(c, 0xb3b6600, 1024);
   snrt_reads(c, 258, 2, (const int64_t[]){0xc73a200, 131072, 0xb666200, 32768});
-  /*   258 backward  CONV_BWD_FILTER    layer3.5.1.conv/bwd_filter  live 193.0 MiB */
-  snrt_conv_bwd_filter(c, &P118, F(0xc73a200), F(0xb666200), F(0xb3b6200), NULL);
+  /*   258 backward  CONV_BWD_FILTER    layer3.5.1.conv/bwd_filter  live 193.1 MiB */
+  snrt_conv_bwd_filter(c, &P118, F(0xc73a200), F(0xb666200), F(0xb3b6200), F(0xb4b6200));
+  snrt_dead(c, 0xb4b6200, 131072);
   snrt_reads(c, 259, 2, (const int64_t[]){0xb666200, 32768, 0x1c6ef00, 1048576});
-  /*   259 backward  CONV_BWD_DATA      layer3.5.1.conv/bwd_data  live 193.1 MiB */
-  snrt_conv_bwd_data(c, &P118, F(0xb666200), F(0x1c6ef00), F(0xb4b6200), NULL);
+  /*   259 backward  CONV_BWD_DATA      layer3.5.1.conv/bwd_data  live 193.3 MiB */
+  snrt_conv_bwd_data(c, &P118, F(0xb666200), F(0x1c6ef00), F(0xb4b6200), F(0xb4d6200));
   snrt_dead(c, 0xb666200, 32768);
+  snrt_dead(c, 0xb4d6200, 131072);
   snrt_reads(c, 260, 2, (const int64_t[]){0xb63e200, 131072, 0xb4b6200, 131072});
   /*   260 backward  ACCUMULATE         layer3.5.1.conv/accumulate  live 193.1 MiB */
   snrt_add(c, 32768, F(0xb63e200), F(0xb4b6200), F(0xb63e200));
@@ -1362,12 +1411,14 @@ static void train_step_0(snrt_ctx *c) {
   snrt_sgd(c, &P210, F(0x1c6bf00), F(0xb3b7200), F(0x9763100));
   snrt_dead(c, 0xb3b7200, 4096);
   snrt_reads(c, 266, 2, (const int64_t[]){0xc9aa200, 32768, 0xb4b6200, 131072});
-  /*   266 backward  CONV_BWD_FILTER    layer3.4.3.conv/bwd_filter  live 192.8 MiB */
-  snrt_conv_bwd_filter(c, &P115, F(0xc9aa200), F(0xb4b6200), F(0xb3b6200), NULL);
+  /*   266 backward  CONV_BWD_FILTER    layer3.4.3.conv/bwd_filter  live 192.9 MiB */
+  snrt_conv_bwd_filter(c, &P115, F(0xc9aa200), F(0xb4b6200), F(0xb3b6200), F(0xb4d6200));
+  snrt_dead(c, 0xb4d6200, 32768);
   snrt_reads(c, 267, 2, (const int64_t[]){0xb4b6200, 131072, 0x1b6af00, 1048576});
   /*   267 backward  CONV_BWD_DATA      layer3.4.3.conv/bwd_data  live 192.9 MiB */
-  snrt_conv_bwd_data(c, &P115, F(0xb4b6200), F(0x1b6af00), F(0xb63e200), NULL);
+  snrt_conv_bwd_data(c, &P115, F(0xb4b6200), F(0x1b6af00), F(0xb63e200), F(0xb4d6200));
   snrt_dead(c, 0xb4b6200, 131072);
+  snrt_dead(c, 0xb4d6200, 32768);
   snrt_reads(c, 268, 3, (const int64_t[]){0x1b6af00, 1048576, 0xb3b6200, 1048576, 0x9764100, 1048576});
   /*   268 update    SGD                layer3.4.3.conv.weight/sgd  live 192.7 MiB */
   snrt_sgd(c, &P211, F(0x1b6af00), F(0xb3b6200), F(0x9764100));
@@ -1422,12 +1473,14 @@ static void train_step_0(snrt_ctx *c) {
   snrt_sgd(c, &P216, F(0x1929300), F(0xb3b6600), F(0x9aa4d00));
   snrt_dead(c, 0xb3b6600, 1024);
   snrt_reads(c, 280, 2, (const int64_t[]){0xc6fa200, 131072, 0xb646200, 32768});
-  /*   280 backward  CONV_BWD_FILTER    layer3.4.1.conv/bwd_filter  live 192.6 MiB */
-  snrt_conv_bwd_filter(c, &P109, F(0xc6fa200), F(0xb646200), F(0xb3b6200), NULL);
+  /*   280 backward  CONV_BWD_FILTER    layer3.4.1.conv/bwd_filter  live 192.7 MiB */
+  snrt_conv_bwd_filter(c, &P109, F(0xc6fa200), F(0xb646200), F(0xb3b6200), F(0xb4b6200));
+  snrt_dead(c, 0xb4b6200, 131072);
   snrt_reads(c, 281, 2, (const int64_t[]){0xb646200, 32768, 0x1828f00, 1048576});
-  /*   281 backward  CONV_BWD_DATA      layer3.4.1.conv/bwd_data  live 192.7 MiB */
-  snrt_conv_bwd_data(c, &P109, F(0xb646200), F(0x1828f00), F(0xb4b6200), NULL);
+  /*   281 backward  CONV_BWD_DATA      layer3.4.1.conv/bwd_data  live 192.9 MiB */
+  snrt_conv_bwd_data(c, &P109, F(0xb646200), F(0x1828f00), F(0xb4b6200), F(0xb4d6200));
   snrt_dead(c, 0xb646200, 32768);
+  snrt_dead(c, 0xb4d6200, 131072);
   snrt_reads(c, 282, 2, (const int64_t[]){0xb65e200, 131072, 0xb4b6200, 131072});
   /*   282 backward  ACCUMULATE         layer3.4.1.conv/accumulate  live 192.7 MiB */
   snrt_add(c, 32768, F(0xb65e200), F(0xb4b6200), F(0xb65e200));
@@ -1457,11 +1510,13 @@ static void train_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xb3b7200, 4096);
   snrt_reads(c, 288, 2, (const int64_t[]){0xc98a200, 32768, 0xb4b6200, 131072});
   /*   288 backward  CONV_BWD_FILTER    layer3.3.3.conv/bwd_filter  live 192.5 MiB */
-  snrt_conv_bwd_filter(c, &P106, F(0xc98a200), F(0xb4b6200), F(0xb3b6200), NULL);
+  snrt_conv_bwd_filter(c, &P106, F(0xc98a200), F(0xb4b6200), F(0xb3b6200), F(0xb4d6200));
+  snrt_dead(c, 0xb4d6200, 32768);
   snrt_reads(c, 289, 2, (const int64_t[]){0xb4b6200, 131072, 0x1724f00, 1048576});
   /*   289 backward  CONV_BWD_DATA      layer3.3.3.conv/bwd_data  live 192.5 MiB */
-  snrt_conv_bwd_data(c, &P106, F(0xb4b6200), F(0x1724f00), F(0xb65e200), NULL);
+  snrt_conv_bwd_data(c, &P106, F(0xb4b6200), F(0x1724f00), F(0xb65e200), F(0xb4d6200));
   snrt_dead(c, 0xb4b6200, 131072);
+  snrt_dead(c, 0xb4d6200, 32768);
   snrt_reads(c, 290, 3, (const int64_t[]){0x1724f00, 1048576, 0xb3b6200, 1048576, 0x9ba7100, 1048576});
   /*   290 update    SGD                layer3.3.3.conv.weight/sgd  live 192.4 MiB */
   snrt_sgd(c, &P221, F(0x1724f00), F(0xb3b6200), F(0x9ba7100));
@@ -1516,12 +1571,14 @@ static void train_step_0(snrt_ctx *c) {
   snrt_sgd(c, &P226, F(0x14e3300), F(0xb3b6600), F(0x9ee7d00));
   snrt_dead(c, 0xb3b6600, 1024);
   snrt_reads(c, 302, 2, (const int64_t[]){0xc6ba200, 131072, 0xb666200, 32768});
-  /*   302 backward  CONV_BWD_FILTER    layer3.3.1.conv/bwd_filter  live 192.2 MiB */
-  snrt_conv_bwd_filter(c, &P100, F(0xc6ba200), F(0xb666200), F(0xb3b6200), NULL);
+  /*   302 backward  CONV_BWD_FILTER    layer3.3.1.conv/bwd_filter  live 192.4 MiB */
+  snrt_conv_bwd_filter(c, &P100, F(0xc6ba200), F(0xb666200), F(0xb3b6200), F(0xb4b6200));
+  snrt_dead(c, 0xb4b6200, 131072);
   snrt_reads(c, 303, 2, (const int64_t[]){0xb666200, 32768, 0x13e2f00, 1048576});
-  /*   303 backward  CONV_BWD_DATA      layer3.3.1.conv/bwd_data  live 192.4 MiB */
-  snrt_conv_bwd_data(c, &P100, F(0xb666200), F(0x13e2f00), F(0xb4b6200), NULL);
+  /*   303 backward  CONV_BWD_DATA      layer3.3.1.conv/bwd_data  live 192.5 MiB */
+  snrt_conv_bwd_data(c, &P100, F(0xb666200), F(0x13e2f00), F(0xb4b6200), F(0xb4d6200));
   snrt_dead(c, 0xb666200, 32768);
+  snrt_dead(c, 0xb4d6200, 131072);
   snrt_reads(c, 304, 2, (const int64_t[]){0xb63e200, 131072, 0xb4b6200, 131072});
   /*   304 backward  ACCUMULATE         layer3.3.1.conv/accumulate  live 192.3 MiB */
   snrt_add(c, 32768, F(0xb63e200), F(0xb4b6200), F(0xb63e200));
@@ -1551,11 +1608,13 @@ static void train_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xb3b7200, 4096);
   snrt_reads(c, 310, 2, (const int64_t[]){0xc96a200, 32768, 0xb4b6200, 131072});
   /*   310 backward  CONV_BWD_FILTER    layer3.2.3.conv/bwd_filter  live 192.1 MiB */
-  snrt_conv_bwd_filter(c, &P97, F(0xc96a200), F(0xb4b6200), F(0xb3b6200), NULL);
+  snrt_conv_bwd_filter(c, &P97, F(0xc96a200), F(0xb4b6200), F(0xb3b6200), F(0xb4d6200));
+  snrt_dead(c, 0xb4d6200, 32768);
   snrt_reads(c, 311, 2, (const int64_t[]){0xb4b6200, 131072, 0x12def00, 1048576});
   /*   311 backward  CONV_BWD_DATA      layer3.2.3.conv/bwd_data  live 192.1 MiB */
-  snrt_conv_bwd_data(c, &P97, F(0xb4b6200), F(0x12def00), F(0xb63e200), NULL);
+  snrt_conv_bwd_data(c, &P97, F(0xb4b6200), F(0x12def00), F(0xb63e200), F(0xb4d6200));
   snrt_dead(c, 0xb4b6200, 131072);
+  snrt_dead(c, 0xb4d6200, 32768);
   snrt_reads(c, 312, 3, (const int64_t[]){0x12def00, 1048576, 0xb3b6200, 1048576, 0x9fea100, 1048576});
   /*   312 update    SGD                layer3.2.3.conv.weight/sgd  live 192.0 MiB */
   snrt_sgd(c, &P231, F(0x12def00), F(0xb3b6200), F(0x9fea100));
@@ -1610,12 +1669,14 @@ static void train_step_0(snrt_ctx *c) {
   snrt_sgd(c, &P236, F(0x109d300), F(0xb3b6600), F(0xa32ad00));
   snrt_dead(c, 0xb3b6600, 1024);
   snrt_reads(c, 324, 2, (const int64_t[]){0xc67a200, 131072, 0xb646200, 32768});
-  /*   324 backward  CONV_BWD_FILTER    layer3.2.1.conv/bwd_filter  live 191.8 MiB */
-  snrt_conv_bwd_filter(c, &P91, F(0xc67a200), F(0xb646200), F(0xb3b6200), NULL);
+  /*   324 backward  CONV_BWD_FILTER    layer3.2.1.conv/bwd_filter  live 192.0 MiB */
+  snrt_conv_bwd_filter(c, &P91, F(0xc67a200), F(0xb646200), F(0xb3b6200), F(0xb4b6200));
+  snrt_dead(c, 0xb4b6200, 131072);
   snrt_reads(c, 325, 2, (const int64_t[]){0xb646200, 32768, 0xf9cf00, 1048576});
-  /*   325 backward  CONV_BWD_DATA      layer3.2.1.conv/bwd_data  live 192.0 MiB */
-  snrt_conv_bwd_data(c, &P91, F(0xb646200), F(0xf9cf00), F(0xb4b6200), NULL);
+  /*   325 backward  CONV_BWD_DATA      layer3.2.1.conv/bwd_data  live 192.1 MiB */
+  snrt_conv_bwd_data(c, &P91, F(0xb646200), F(0xf9cf00), F(0xb4b6200), F(0xb4d6200));
   snrt_dead(c, 0xb646200, 32768);
+  snrt_dead(c, 0xb4d6200, 131072);
   snrt_reads(c, 326, 2, (const int64_t[]){0xb65e200, 131072, 0xb4b6200, 131072});
   /*   326 backward  ACCUMULATE         layer3.2.1.conv/accumulate  live 191.9 MiB */
   snrt_add(c, 32768, F(0xb65e200), F(0xb4b6200), F(0xb65e200));
@@ -1645,11 +1706,13 @@ static void train_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xb3b7200, 4096);
   snrt_reads(c, 332, 2, (const int64_t[]){0xc94a200, 32768, 0xb4b6200, 131072});
   /*   332 backward  CONV_BWD_FILTER    layer3.1.3.conv/bwd_filter  live 191.7 MiB */
-  snrt_conv_bwd_filter(c, &P88, F(0xc94a200), F(0xb4b6200), F(0xb3b6200), NULL);
+  snrt_conv_bwd_filter(c, &P88, F(0xc94a200), F(0xb4b6200), F(0xb3b6200), F(0xb4d6200));
+  snrt_dead(c, 0xb4d6200, 32768);
   snrt_reads(c, 333, 2, (const int64_t[]){0xb4b6200, 131072, 0xe98f00, 1048576});
   /*   333 backward  CONV_BWD_DATA      layer3.1.3.conv/bwd_data  live 191.7 MiB */
-  snrt_conv_bwd_data(c, &P88, F(0xb4b6200), F(0xe98f00), F(0xb65e200), NULL);
+  snrt_conv_bwd_data(c, &P88, F(0xb4b6200), F(0xe98f00), F(0xb65e200), F(0xb4d6200));
   snrt_dead(c, 0xb4b6200, 131072);
+  snrt_dead(c, 0xb4d6200, 32768);
   snrt_reads(c, 334, 3, (const int64_t[]){0xe98f00, 1048576, 0xb3b6200, 1048576, 0xa42d100, 1048576});
   /*   334 update    SGD                layer3.1.3.conv.weight/sgd  live 191.6 MiB */
   snrt_sgd(c, &P241, F(0xe98f00), F(0xb3b6200), F(0xa42d100));
@@ -1704,12 +1767,14 @@ static void train_step_0(snrt_ctx *c) {
   snrt_sgd(c, &P246, F(0xc57300), F(0xb3b6600), F(0xa76dd00));
   snrt_dead(c, 0xb3b6600, 1024);
   snrt_reads(c, 346, 2, (const int64_t[]){0xc63a200, 131072, 0xb666200, 32768});
-  /*   346 backward  CONV_BWD_FILTER    layer3.1.1.conv/bwd_filter  live 191.5 MiB */
-  snrt_conv_bwd_filter(c, &P82, F(0xc63a200), F(0xb666200), F(0xb3b6200), NULL);
+  /*   346 backward  CONV_BWD_FILTER    layer3.1.1.conv/bwd_filter  live 191.6 MiB */
+  snrt_conv_bwd_filter(c, &P82, F(0xc63a200), F(0xb666200), F(0xb3b6200), F(0xb4b6200));
+  snrt_dead(c, 0xb4b6200, 131072);
   snrt_reads(c, 347, 2, (const int64_t[]){0xb666200, 32768, 0xb56f00, 1048576});
-  /*   347 backward  CONV_BWD_DATA      layer3.1.1.conv/bwd_data  live 191.6 MiB */
-  snrt_conv_bwd_data(c, &P82, F(0xb666200), F(0xb56f00), F(0xb4b6200), NULL);
+  /*   347 backward  CONV_BWD_DATA      layer3.1.1.conv/bwd_data  live 191.7 MiB */
+  snrt_conv_bwd_data(c, &P82, F(0xb666200), F(0xb56f00), F(0xb4b6200), F(0xb4d6200));
   snrt_dead(c, 0xb666200, 32768);
+  snrt_dead(c, 0xb4d6200, 131072);
   snrt_reads(c, 348, 2, (const int64_t[]){0xb63e200, 131072, 0xb4b6200, 131072});
   /*   348 backward  ACCUMULATE         layer3.1.1.conv/accumulate  live 191.6 MiB */
   snrt_add(c, 32768, F(0xb63e200), F(0xb4b6200), F(0xb63e200));
@@ -1766,11 +1831,13 @@ static void train_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xb3b7200, 4096);
   snrt_reads(c, 360, 2, (const int64_t[]){0xc92a200, 32768, 0xb5b6200, 131072});
   /*   360 backward  CONV_BWD_FILTER    layer3.0.3.conv/bwd_filter  live 191.3 MiB */
-  snrt_conv_bwd_filter(c, &P77, F(0xc92a200), F(0xb5b6200), F(0xb3b6200), NULL);
+  snrt_conv_bwd_filter(c, &P77, F(0xc92a200), F(0xb5b6200), F(0xb3b6200), F(0xb4b6200));
+  snrt_dead(c, 0xb4b6200, 32768);
   snrt_reads(c, 361, 2, (const int64_t[]){0xb5b6200, 131072, 0x84ef00, 1048576});
   /*   361 backward  CONV_BWD_DATA      layer3.0.3.conv/bwd_data  live 191.3 MiB */
-  snrt_conv_bwd_data(c, &P77, F(0xb5b6200), F(0x84ef00), F(0xb69e200), NULL);
+  snrt_conv_bwd_data(c, &P77, F(0xb5b6200), F(0x84ef00), F(0xb69e200), F(0xb4b6200));
   snrt_dead(c, 0xb5b6200, 131072);
+  snrt_dead(c, 0xb4b6200, 32768);
   snrt_reads(c, 362, 3, (const int64_t[]){0x84ef00, 1048576, 0xb3b6200, 1048576, 0xaa72100, 1048576});
   /*   362 update    SGD                layer3.0.3.conv.weight/sgd  live 191.2 MiB */
   snrt_sgd(c, &P254, F(0x84ef00), F(0xb3b6200), F(0xaa72100));
@@ -1825,12 +1892,14 @@ static void train_step_0(snrt_ctx *c) {
   snrt_sgd(c, &P259, F(0x60d300), F(0xb3b6600), F(0xadb2d00));
   snrt_dead(c, 0xb3b6600, 1024);
   snrt_reads(c, 374, 2, (const int64_t[]){0xc3b6200, 262144, 0xb67e200, 131072});
-  /*   374 backward  CONV_BWD_FILTER    layer3.0.1.conv/bwd_filter  live 190.5 MiB */
-  snrt_conv_bwd_filter(c, &P71, F(0xc3b6200), F(0xb67e200), F(0xb3b6200), NULL);
+  /*   374 backward  CONV_BWD_FILTER    layer3.0.1.conv/bwd_filter  live 190.7 MiB */
+  snrt_conv_bwd_filter(c, &P71, F(0xc3b6200), F(0xb67e200), F(0xb3b6200), F(0xb436200));
+  snrt_dead(c, 0xb436200, 262144);
   snrt_reads(c, 375, 2, (const int64_t[]){0xb67e200, 131072, 0x58cf00, 524288});
-  /*   375 backward  CONV_BWD_DATA      layer3.0.1.conv/bwd_data  live 190.7 MiB */
-  snrt_conv_bwd_data(c, &P71, F(0xb67e200), F(0x58cf00), F(0xb436200), NULL);
+  /*   375 backward  CONV_BWD_DATA      layer3.0.1.conv/bwd_data  live 191.0 MiB */
+  snrt_conv_bwd_data(c, &P71, F(0xb67e200), F(0x58cf00), F(0xb436200), F(0xb476200));
   snrt_dead(c, 0xb67e200, 131072);
+  snrt_dead(c, 0xb476200, 262144);
   snrt_reads(c, 376, 2, (const int64_t[]){0xb63e200, 262144, 0xb436200, 262144});
   /*   376 backward  ACCUMULATE         layer3.0.1.conv/accumulate  live 190.6 MiB */
   snrt_add(c, 65536, F(0xb63e200), F(0xb436200), F(0xb63e200));
@@ -1859,12 +1928,14 @@ static void train_step_0(snrt_ctx *c) {
   snrt_sgd(c, &P263, F(0x58b700), F(0xb3f6a00), F(0xae33900));
   snrt_dead(c, 0xb3f6a00, 2048);
   snrt_reads(c, 382, 2, (const int64_t[]){0xc8a2200, 65536, 0xb3b6200, 262144});
-  /*   382 backward  CONV_BWD_FILTER    layer2.3.3.conv/bwd_filter  live 189.8 MiB */
-  snrt_conv_bwd_filter(c, &P68, F(0xc8a2200), F(0xb3b6200), F(0xb3f6200), NULL);
+  /*   382 backward  CONV_BWD_FILTER    layer2.3.3.conv/bwd_filter  live 189.9 MiB */
+  snrt_conv_bwd_filter(c, &P68, F(0xc8a2200), F(0xb3b6200), F(0xb3f6200), F(0xb436200));
+  snrt_dead(c, 0xb436200, 65536);
   snrt_reads(c, 383, 2, (const int64_t[]){0xb3b6200, 262144, 0x54af00, 262144});
-  /*   383 backward  CONV_BWD_DATA      layer2.3.3.conv/bwd_data  live 189.9 MiB */
-  snrt_conv_bwd_data(c, &P68, F(0xb3b6200), F(0x54af00), F(0xb516200), NULL);
+  /*   383 backward  CONV_BWD_DATA      layer2.3.3.conv/bwd_data  live 190.0 MiB */
+  snrt_conv_bwd_data(c, &P68, F(0xb3b6200), F(0x54af00), F(0xb516200), F(0xb436200));
   snrt_dead(c, 0xb3b6200, 262144);
+  snrt_dead(c, 0xb436200, 65536);
   snrt_reads(c, 384, 3, (const int64_t[]){0x54af00, 262144, 0xb3f6200, 262144, 0xae34100, 262144});
   /*   384 update    SGD                layer2.3.3.conv.weight/sgd  live 189.7 MiB */
   snrt_sgd(c, &P264, F(0x54af00), F(0xb3f6200), F(0xae34100));
@@ -1919,12 +1990,14 @@ static void train_step_0(snrt_ctx *c) {
   snrt_sgd(c, &P269, F(0x4ba100), F(0xb3b6400), F(0xaf04700));
   snrt_dead(c, 0xb3b6400, 512);
   snrt_reads(c, 396, 2, (const int64_t[]){0xc336200, 262144, 0xb526200, 65536});
-  /*   396 backward  CONV_BWD_FILTER    layer2.3.1.conv/bwd_filter  live 189.4 MiB */
-  snrt_conv_bwd_filter(c, &P62, F(0xc336200), F(0xb526200), F(0xb3b6200), NULL);
+  /*   396 backward  CONV_BWD_FILTER    layer2.3.1.conv/bwd_filter  live 189.7 MiB */
+  snrt_conv_bwd_filter(c, &P62, F(0xc336200), F(0xb526200), F(0xb3b6200), F(0xb3f6200));
+  snrt_dead(c, 0xb3f6200, 262144);
   snrt_reads(c, 397, 2, (const int64_t[]){0xb526200, 65536, 0x479f00, 262144});
-  /*   397 backward  CONV_BWD_DATA      layer2.3.1.conv/bwd_data  live 189.7 MiB */
-  snrt_conv_bwd_data(c, &P62, F(0xb526200), F(0x479f00), F(0xb3f6200), NULL);
+  /*   397 backward  CONV_BWD_DATA      layer2.3.1.conv/bwd_data  live 189.9 MiB */
+  snrt_conv_bwd_data(c, &P62, F(0xb526200), F(0x479f00), F(0xb3f6200), F(0xb436200));
   snrt_dead(c, 0xb526200, 65536);
+  snrt_dead(c, 0xb436200, 262144);
   snrt_reads(c, 398, 2, (const int64_t[]){0xb4d6200, 262144, 0xb3f6200, 262144});
   /*   398 backward  ACCUMULATE         layer2.3.1.conv/accumulate  live 189.6 MiB */
   snrt_add(c, 65536, F(0xb4d6200), F(0xb3f6200), F(0xb4d6200));
@@ -1958,11 +2031,13 @@ static void train_step_1(snrt_ctx *c) {
   snrt_dead(c, 0xb3f6a00, 2048);
   snrt_reads(c, 404, 2, (const int64_t[]){0xc862200, 65536, 0xb3b6200, 262144});
   /*   404 backward  CONV_BWD_FILTER    layer2.2.3.conv/bwd_filter  live 189.1 MiB */
-  snrt_conv_bwd_filter(c, &P59, F(0xc862200), F(0xb3b6200), F(0xb3f6200), NULL);
+  snrt_conv_bwd_filter(c, &P59, F(0xc862200), F(0xb3b6200), F(0xb3f6200), F(0xb436200));
+  snrt_dead(c, 0xb436200, 65536);
   snrt_reads(c, 405, 2, (const int64_t[]){0xb3b6200, 262144, 0x437f00, 262144});
-  /*   405 backward  CONV_BWD_DATA      layer2.2.3.conv/bwd_data  live 189.1 MiB */
-  snrt_conv_bwd_data(c, &P59, F(0xb3b6200), F(0x437f00), F(0xb4d6200), NULL);
+  /*   405 backward  CONV_BWD_DATA      layer2.2.3.conv/bwd_data  live 189.2 MiB */
+  snrt_conv_bwd_data(c, &P59, F(0xb3b6200), F(0x437f00), F(0xb4d6200), F(0xb436200));
   snrt_dead(c, 0xb3b6200, 262144);
+  snrt_dead(c, 0xb436200, 65536);
   snrt_reads(c, 406, 3, (const int64_t[]){0x437f00, 262144, 0xb3f6200, 262144, 0xaf45900, 262144});
   /*   406 update    SGD                layer2.2.3.conv.weight/sgd  live 188.9 MiB */
   snrt_sgd(c, &P274, F(0x437f00), F(0xb3f6200), F(0xaf45900));
@@ -2017,12 +2092,14 @@ static void train_step_1(snrt_ctx *c) {
   snrt_sgd(c, &P279, F(0x3a7100), F(0xb3b6400), F(0xb015f00));
   snrt_dead(c, 0xb3b6400, 512);
   snrt_reads(c, 418, 2, (const int64_t[]){0xc2b6200, 262144, 0xb4e6200, 65536});
-  /*   418 backward  CONV_BWD_FILTER    layer2.2.1.conv/bwd_filter  live 188.6 MiB */
-  snrt_conv_bwd_filter(c, &P53, F(0xc2b6200), F(0xb4e6200), F(0xb3b6200), NULL);
+  /*   418 backward  CONV_BWD_FILTER    layer2.2.1.conv/bwd_filter  live 188.9 MiB */
+  snrt_conv_bwd_filter(c, &P53, F(0xc2b6200), F(0xb4e6200), F(0xb3b6200), F(0xb3f6200));
+  snrt_dead(c, 0xb3f6200, 262144);
   snrt_reads(c, 419, 2, (const int64_t[]){0xb4e6200, 65536, 0x366f00, 262144});
-  /*   419 backward  CONV_BWD_DATA      layer2.2.1.conv/bwd_data  live 188.9 MiB */
-  snrt_conv_bwd_data(c, &P53, F(0xb4e6200), F(0x366f00), F(0xb3f6200), NULL);
+  /*   419 backward  CONV_BWD_DATA      layer2.2.1.conv/bwd_data  live 189.1 MiB */
+  snrt_conv_bwd_data(c, &P53, F(0xb4e6200), F(0x366f00), F(0xb3f6200), F(0xb436200));
   snrt_dead(c, 0xb4e6200, 65536);
+  snrt_dead(c, 0xb436200, 262144);
   snrt_reads(c, 420, 2, (const int64_t[]){0xb516200, 262144, 0xb3f6200, 262144});
   /*   420 backward  ACCUMULATE         layer2.2.1.conv/accumulate  live 188.8 MiB */
   snrt_add(c, 65536, F(0xb516200), F(0xb3f6200), F(0xb516200));
@@ -2051,12 +2128,14 @@ static void train_step_1(snrt_ctx *c) {
   snrt_sgd(c, &P283, F(0x365700), F(0xb3f6a00), F(0xb056900));
   snrt_dead(c, 0xb3f6a00, 2048);
   snrt_reads(c, 426, 2, (const int64_t[]){0xc822200, 65536, 0xb3b6200, 262144});
-  /*   426 backward  CONV_BWD_FILTER    layer2.1.3.conv/bwd_filter  live 188.3 MiB */
-  snrt_conv_bwd_filter(c, &P50, F(0xc822200), F(0xb3b6200), F(0xb3f6200), NULL);
+  /*   426 backward  CONV_BWD_FILTER    layer2.1.3.conv/bwd_filter  live 188.4 MiB */
+  snrt_conv_bwd_filter(c, &P50, F(0xc822200), F(0xb3b6200), F(0xb3f6200), F(0xb436200));
+  snrt_dead(c, 0xb436200, 65536);
   snrt_reads(c, 427, 2, (const int64_t[]){0xb3b6200, 262144, 0x324f00, 262144});
-  /*   427 backward  CONV_BWD_DATA      layer2.1.3.conv/bwd_data  live 188.4 MiB */
-  snrt_conv_bwd_data(c, &P50, F(0xb3b6200), F(0x324f00), F(0xb516200), NULL);
+  /*   427 backward  CONV_BWD_DATA      layer2.1.3.conv/bwd_data  live 188.5 MiB */
+  snrt_conv_bwd_data(c, &P50, F(0xb3b6200), F(0x324f00), F(0xb516200), F(0xb436200));
   snrt_dead(c, 0xb3b6200, 262144);
+  snrt_dead(c, 0xb436200, 65536);
   snrt_reads(c, 428, 3, (const int64_t[]){0x324f00, 262144, 0xb3f6200, 262144, 0xb057100, 262144});
   /*   428 update    SGD                layer2.1.3.conv.weight/sgd  live 188.1 MiB */
   snrt_sgd(c, &P284, F(0x324f00), F(0xb3f6200), F(0xb057100));
@@ -2111,12 +2190,14 @@ static void train_step_1(snrt_ctx *c) {
   snrt_sgd(c, &P289, F(0x294100), F(0xb3b6400), F(0xb127700));
   snrt_dead(c, 0xb3b6400, 512);
   snrt_reads(c, 440, 2, (const int64_t[]){0xc236200, 262144, 0xb526200, 65536});
-  /*   440 backward  CONV_BWD_FILTER    layer2.1.1.conv/bwd_filter  live 187.9 MiB */
-  snrt_conv_bwd_filter(c, &P44, F(0xc236200), F(0xb526200), F(0xb3b6200), NULL);
+  /*   440 backward  CONV_BWD_FILTER    layer2.1.1.conv/bwd_filter  live 188.1 MiB */
+  snrt_conv_bwd_filter(c, &P44, F(0xc236200), F(0xb526200), F(0xb3b6200), F(0xb3f6200));
+  snrt_dead(c, 0xb3f6200, 262144);
   snrt_reads(c, 441, 2, (const int64_t[]){0xb526200, 65536, 0x253f00, 262144});
-  /*   441 backward  CONV_BWD_DATA      layer2.1.1.conv/bwd_data  live 188.1 MiB */
-  snrt_conv_bwd_data(c, &P44, F(0xb526200), F(0x253f00), F(0xb3f6200), NULL);
+  /*   441 backward  CONV_BWD_DATA      layer2.1.1.conv/bwd_data  live 188.4 MiB */
+  snrt_conv_bwd_data(c, &P44, F(0xb526200), F(0x253f00), F(0xb3f6200), F(0xb436200));
   snrt_dead(c, 0xb526200, 65536);
+  snrt_dead(c, 0xb436200, 262144);
   snrt_reads(c, 442, 2, (const int64_t[]){0xb4d6200, 262144, 0xb3f6200, 262144});
   /*   442 backward  ACCUMULATE         layer2.1.1.conv/accumulate  live 188.1 MiB */
   snrt_add(c, 65536, F(0xb4d6200), F(0xb3f6200), F(0xb4d6200));
@@ -2173,11 +2254,13 @@ static void train_step_1(snrt_ctx *c) {
   snrt_dead(c, 0xb3b6a00, 2048);
   snrt_reads(c, 454, 2, (const int64_t[]){0xc7e2200, 65536, 0xb436200, 262144});
   /*   454 backward  CONV_BWD_FILTER    layer2.0.3.conv/bwd_filter  live 187.6 MiB */
-  snrt_conv_bwd_filter(c, &P39, F(0xc7e2200), F(0xb436200), F(0xb3b6200), NULL);
+  snrt_conv_bwd_filter(c, &P39, F(0xc7e2200), F(0xb436200), F(0xb3b6200), F(0xb3f6200));
+  snrt_dead(c, 0xb3f6200, 65536);
   snrt_reads(c, 455, 2, (const int64_t[]){0xb436200, 262144, 0x18ff00, 262144});
-  /*   455 backward  CONV_BWD_DATA      layer2.0.3.conv/bwd_data  live 187.6 MiB */
-  snrt_conv_bwd_data(c, &P39, F(0xb436200), F(0x18ff00), F(0xb596200), NULL);
+  /*   455 backward  CONV_BWD_DATA      layer2.0.3.conv/bwd_data  live 187.7 MiB */
+  snrt_conv_bwd_data(c, &P39, F(0xb436200), F(0x18ff00), F(0xb596200), F(0xb3f6200));
   snrt_dead(c, 0xb436200, 262144);
+  snrt_dead(c, 0xb3f6200, 65536);
   snrt_reads(c, 456, 3, (const int64_t[]){0x18ff00, 262144, 0xb3b6200, 262144, 0xb1e9900, 262144});
   /*   456 update    SGD                layer2.0.3.conv.weight/sgd  live 187.4 MiB */
   snrt_sgd(c, &P297, F(0x18ff00), F(0xb3b6200), F(0xb1e9900));
@@ -2232,20 +2315,22 @@ static void train_step_1(snrt_ctx *c) {
   snrt_sgd(c, &P302, F(0xff100), F(0xb3b6400), F(0xb2b9f00));
   snrt_dead(c, 0xb3b6400, 512);
   snrt_reads(c, 468, 2, (const int64_t[]){0xc0b6200, 524288, 0xb556200, 262144});
-  /*   468 backward  CONV_BWD_FILTER    layer2.0.1.conv/bwd_filter  live 186.8 MiB */
-  snrt_conv_bwd_filter(c, &P33, F(0xc0b6200), F(0xb556200), F(0xb436200), NULL);
+  /*   468 backward  CONV_BWD_FILTER    layer2.0.1.conv/bwd_filter  live 187.3 MiB */
+  snrt_conv_bwd_filter(c, &P33, F(0xc0b6200), F(0xb556200), F(0xb4b6200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 524288);
   snrt_reads(c, 469, 2, (const int64_t[]){0xb556200, 262144, 0xdef00, 131072});
-  /*   469 backward  CONV_BWD_DATA      layer2.0.1.conv/bwd_data  live 187.3 MiB */
-  snrt_conv_bwd_data(c, &P33, F(0xb556200), F(0xdef00), F(0xb3b6200), NULL);
+  /*   469 backward  CONV_BWD_DATA      layer2.0.1.conv/bwd_data  live 187.8 MiB */
+  snrt_conv_bwd_data(c, &P33, F(0xb556200), F(0xdef00), F(0xb3b6200), F(0xb436200));
   snrt_dead(c, 0xb556200, 262144);
+  snrt_dead(c, 0xb436200, 524288);
   snrt_reads(c, 470, 2, (const int64_t[]){0xb4d6200, 524288, 0xb3b6200, 524288});
   /*   470 backward  ACCUMULATE         layer2.0.1.conv/accumulate  live 187.1 MiB */
   snrt_add(c, 131072, F(0xb4d6200), F(0xb3b6200), F(0xb4d6200));
   snrt_dead(c, 0xb3b6200, 524288);
-  snrt_reads(c, 471, 3, (const int64_t[]){0xdef00, 131072, 0xb436200, 131072, 0xb2ba100, 131072});
+  snrt_reads(c, 471, 3, (const int64_t[]){0xdef00, 131072, 0xb4b6200, 131072, 0xb2ba100, 131072});
   /*   471 update    SGD                layer2.0.1.conv.weight/sgd  live 186.6 MiB */
-  snrt_sgd(c, &P303, F(0xdef00), F(0xb436200), F(0xb2ba100));
-  snrt_dead(c, 0xb436200, 131072);
+  snrt_sgd(c, &P303, F(0xdef00), F(0xb4b6200), F(0xb2ba100));
+  snrt_dead(c, 0xb4b6200, 131072);
   snrt_reads(c, 472, 2, (const int64_t[]){0xc0b6200, 524288, 0xb4d6200, 524288});
   /*   472 backward  FUSED_BWD          layer1.2.out/fused2/bwd  live 187.4 MiB */
   snrt_fused_bwd(c, &P304, (const float *const[]){NULL, NULL}, F(0xc0b6200), F(0xb4d6200), (float *const[]){F(0xb3b6200), F(0xb556200)});
@@ -2266,16 +2351,18 @@ static void train_step_1(snrt_ctx *c) {
   snrt_sgd(c, &P306, F(0xde300), F(0xb436600), F(0xb2da500));
   snrt_dead(c, 0xb436600, 1024);
   snrt_reads(c, 476, 2, (const int64_t[]){0xc59a200, 131072, 0xb3b6200, 524288});
-  /*   476 backward  CONV_BWD_FILTER    layer1.2.3.conv/bwd_filter  live 186.0 MiB */
-  snrt_conv_bwd_filter(c, &P30, F(0xc59a200), F(0xb3b6200), F(0xb436200), NULL);
+  /*   476 backward  CONV_BWD_FILTER    layer1.2.3.conv/bwd_filter  live 186.1 MiB */
+  snrt_conv_bwd_filter(c, &P30, F(0xc59a200), F(0xb3b6200), F(0xb456200), F(0xb436200));
+  snrt_dead(c, 0xb436200, 131072);
   snrt_reads(c, 477, 2, (const int64_t[]){0xb3b6200, 524288, 0xcdf00, 65536});
-  /*   477 backward  CONV_BWD_DATA      layer1.2.3.conv/bwd_data  live 186.1 MiB */
-  snrt_conv_bwd_data(c, &P30, F(0xb3b6200), F(0xcdf00), F(0xb4fa200), NULL);
+  /*   477 backward  CONV_BWD_DATA      layer1.2.3.conv/bwd_data  live 186.3 MiB */
+  snrt_conv_bwd_data(c, &P30, F(0xb3b6200), F(0xcdf00), F(0xb4fa200), F(0xb436200));
   snrt_dead(c, 0xb3b6200, 524288);
-  snrt_reads(c, 478, 3, (const int64_t[]){0xcdf00, 65536, 0xb436200, 65536, 0xb2da900, 65536});
+  snrt_dead(c, 0xb436200, 131072);
+  snrt_reads(c, 478, 3, (const int64_t[]){0xcdf00, 65536, 0xb456200, 65536, 0xb2da900, 65536});
   /*   478 update    SGD                layer1.2.3.conv.weight/sgd  live 185.6 MiB */
-  snrt_sgd(c, &P307, F(0xcdf00), F(0xb436200), F(0xb2da900));
-  snrt_dead(c, 0xb436200, 65536);
+  snrt_sgd(c, &P307, F(0xcdf00), F(0xb456200), F(0xb2da900));
+  snrt_dead(c, 0xb456200, 65536);
   snrt_reads(c, 479, 2, (const int64_t[]){0xc59a200, 131072, 0xb4fa200, 131072});
   /*   479 backward  UNARY_BWD          layer1.2.2.relu/bwd  live 185.6 MiB */
   snrt_unary_bwd(c, &P29, NULL, F(0xc59a200), F(0xb4fa200), F(0xb4fa200));
@@ -2326,20 +2413,22 @@ static void train_step_1(snrt_ctx *c) {
   snrt_sgd(c, &P312, F(0xa9800), F(0xb3b6300), F(0xb30ec00));
   snrt_dead(c, 0xb3b6300, 256);
   snrt_reads(c, 490, 2, (const int64_t[]){0xbfb6200, 524288, 0xb51a200, 131072});
-  /*   490 backward  CONV_BWD_FILTER    layer1.2.1.conv/bwd_filter  live 185.1 MiB */
-  snrt_conv_bwd_filter(c, &P24, F(0xbfb6200), F(0xb51a200), F(0xb436200), NULL);
+  /*   490 backward  CONV_BWD_FILTER    layer1.2.1.conv/bwd_filter  live 185.6 MiB */
+  snrt_conv_bwd_filter(c, &P24, F(0xbfb6200), F(0xb51a200), F(0xb4b6200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 524288);
   snrt_reads(c, 491, 2, (const int64_t[]){0xb51a200, 131072, 0x99700, 65536});
-  /*   491 backward  CONV_BWD_DATA      layer1.2.1.conv/bwd_data  live 185.6 MiB */
-  snrt_conv_bwd_data(c, &P24, F(0xb51a200), F(0x99700), F(0xb3b6200), NULL);
+  /*   491 backward  CONV_BWD_DATA      layer1.2.1.conv/bwd_data  live 186.1 MiB */
+  snrt_conv_bwd_data(c, &P24, F(0xb51a200), F(0x99700), F(0xb3b6200), F(0xb436200));
   snrt_dead(c, 0xb51a200, 131072);
+  snrt_dead(c, 0xb436200, 524288);
   snrt_reads(c, 492, 2, (const int64_t[]){0xb556200, 524288, 0xb3b6200, 524288});
   /*   492 backward  ACCUMULATE         layer1.2.1.conv/accumulate  live 185.5 MiB */
   snrt_add(c, 131072, F(0xb556200), F(0xb3b6200), F(0xb556200));
   snrt_dead(c, 0xb3b6200, 524288);
-  snrt_reads(c, 493, 3, (const int64_t[]){0x99700, 65536, 0xb436200, 65536, 0xb30ed00, 65536});
+  snrt_reads(c, 493, 3, (const int64_t[]){0x99700, 65536, 0xb4b6200, 65536, 0xb30ed00, 65536});
   /*   493 update    SGD                layer1.2.1.conv.weight/sgd  live 185.0 MiB */
-  snrt_sgd(c, &P313, F(0x99700), F(0xb436200), F(0xb30ed00));
-  snrt_dead(c, 0xb436200, 65536);
+  snrt_sgd(c, &P313, F(0x99700), F(0xb4b6200), F(0xb30ed00));
+  snrt_dead(c, 0xb4b6200, 65536);
   snrt_reads(c, 494, 2, (const int64_t[]){0xbfb6200, 524288, 0xb556200, 524288});
   /*   494 backward  FUSED_BWD          layer1.1.out/fused2/bwd  live 185.9 MiB */
   snrt_fused_bwd(c, &P314, (const float *const[]){NULL, NULL}, F(0xbfb6200), F(0xb556200), (float *const[]){F(0xb3b6200), F(0xb4d6200)});
@@ -2360,16 +2449,18 @@ static void train_step_1(snrt_ctx *c) {
   snrt_sgd(c, &P316, F(0x98b00), F(0xb436600), F(0xb31f100));
   snrt_dead(c, 0xb436600, 1024);
   snrt_reads(c, 498, 2, (const int64_t[]){0xc51a200, 131072, 0xb3b6200, 524288});
-  /*   498 backward  CONV_BWD_FILTER    layer1.1.3.conv/bwd_filter  live 184.5 MiB */
-  snrt_conv_bwd_filter(c, &P21, F(0xc51a200), F(0xb3b6200), F(0xb436200), NULL);
+  /*   498 backward  CONV_BWD_FILTER    layer1.1.3.conv/bwd_filter  live 184.6 MiB */
+  snrt_conv_bwd_filter(c, &P21, F(0xc51a200), F(0xb3b6200), F(0xb456200), F(0xb436200));
+  snrt_dead(c, 0xb436200, 131072);
   snrt_reads(c, 499, 2, (const int64_t[]){0xb3b6200, 524288, 0x88700, 65536});
-  /*   499 backward  CONV_BWD_DATA      layer1.1.3.conv/bwd_data  live 184.6 MiB */
-  snrt_conv_bwd_data(c, &P21, F(0xb3b6200), F(0x88700), F(0xb57a200), NULL);
+  /*   499 backward  CONV_BWD_DATA      layer1.1.3.conv/bwd_data  live 184.7 MiB */
+  snrt_conv_bwd_data(c, &P21, F(0xb3b6200), F(0x88700), F(0xb57a200), F(0xb436200));
   snrt_dead(c, 0xb3b6200, 524288);
-  snrt_reads(c, 500, 3, (const int64_t[]){0x88700, 65536, 0xb436200, 65536, 0xb31f500, 65536});
+  snrt_dead(c, 0xb436200, 131072);
+  snrt_reads(c, 500, 3, (const int64_t[]){0x88700, 65536, 0xb456200, 65536, 0xb31f500, 65536});
   /*   500 update    SGD                layer1.1.3.conv.weight/sgd  live 184.1 MiB */
-  snrt_sgd(c, &P317, F(0x88700), F(0xb436200), F(0xb31f500));
-  snrt_dead(c, 0xb436200, 65536);
+  snrt_sgd(c, &P317, F(0x88700), F(0xb456200), F(0xb31f500));
+  snrt_dead(c, 0xb456200, 65536);
   snrt_reads(c, 501, 2, (const int64_t[]){0xc51a200, 131072, 0xb57a200, 131072});
   /*   501 backward  UNARY_BWD          layer1.1.2.relu/bwd  live 184.1 MiB */
   snrt_unary_bwd(c, &P20, NULL, F(0xc51a200), F(0xb57a200), F(0xb57a200));
@@ -2420,20 +2511,22 @@ static void train_step_1(snrt_ctx *c) {
   snrt_sgd(c, &P322, F(0x64000), F(0xb3b6300), F(0xb353800));
   snrt_dead(c, 0xb3b6300, 256);
   snrt_reads(c, 512, 2, (const int64_t[]){0xbeb6200, 524288, 0xb59a200, 131072});
-  /*   512 backward  CONV_BWD_FILTER    layer1.1.1.conv/bwd_filter  live 183.6 MiB */
-  snrt_conv_bwd_filter(c, &P15, F(0xbeb6200), F(0xb59a200), F(0xb436200), NULL);
+  /*   512 backward  CONV_BWD_FILTER    layer1.1.1.conv/bwd_filter  live 184.1 MiB */
+  snrt_conv_bwd_filter(c, &P15, F(0xbeb6200), F(0xb59a200), F(0xb4b6200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 524288);
   snrt_reads(c, 513, 2, (const int64_t[]){0xb59a200, 131072, 0x53f00, 65536});
-  /*   513 backward  CONV_BWD_DATA      layer1.1.1.conv/bwd_data  live 184.1 MiB */
-  snrt_conv_bwd_data(c, &P15, F(0xb59a200), F(0x53f00), F(0xb3b6200), NULL);
+  /*   513 backward  CONV_BWD_DATA      layer1.1.1.conv/bwd_data  live 184.6 MiB */
+  snrt_conv_bwd_data(c, &P15, F(0xb59a200), F(0x53f00), F(0xb3b6200), F(0xb436200));
   snrt_dead(c, 0xb59a200, 131072);
+  snrt_dead(c, 0xb436200, 524288);
   snrt_reads(c, 514, 2, (const int64_t[]){0xb4d6200, 524288, 0xb3b6200, 524288});
   /*   514 backward  ACCUMULATE         layer1.1.1.conv/accumulate  live 184.0 MiB */
   snrt_add(c, 131072, F(0xb4d6200), F(0xb3b6200), F(0xb4d6200));
   snrt_dead(c, 0xb3b6200, 524288);
-  snrt_reads(c, 515, 3, (const int64_t[]){0x53f00, 65536, 0xb436200, 65536, 0xb353900, 65536});
+  snrt_reads(c, 515, 3, (const int64_t[]){0x53f00, 65536, 0xb4b6200, 65536, 0xb353900, 65536});
   /*   515 update    SGD                layer1.1.1.conv.weight/sgd  live 183.5 MiB */
-  snrt_sgd(c, &P323, F(0x53f00), F(0xb436200), F(0xb353900));
-  snrt_dead(c, 0xb436200, 65536);
+  snrt_sgd(c, &P323, F(0x53f00), F(0xb4b6200), F(0xb353900));
+  snrt_dead(c, 0xb4b6200, 65536);
   snrt_reads(c, 516, 2, (const int64_t[]){0xbeb6200, 524288, 0xb4d6200, 524288});
   /*   516 backward  FUSED_BWD          layer1.0.out/fused2/bwd  live 184.4 MiB */
   snrt_fused_bwd(c, &P324, (const float *const[]){NULL, NULL}, F(0xbeb6200), F(0xb4d6200), (float *const[]){F(0xb3b6200), F(0xb436200)});
@@ -2454,16 +2547,18 @@ static void train_step_1(snrt_ctx *c) {
   snrt_sgd(c, &P326, F(0x53300), F(0xb4b6600), F(0xb363d00));
   snrt_dead(c, 0xb4b6600, 1024);
   snrt_reads(c, 520, 2, (const int64_t[]){0xc41a200, 131072, 0xb436200, 524288});
-  /*   520 backward  CONV_BWD_FILTER    layer1.0.down.conv/bwd_filter  live 183.0 MiB */
-  snrt_conv_bwd_filter(c, &P12, F(0xc41a200), F(0xb436200), F(0xb4b6200), NULL);
+  /*   520 backward  CONV_BWD_FILTER    layer1.0.down.conv/bwd_filter  live 183.1 MiB */
+  snrt_conv_bwd_filter(c, &P12, F(0xc41a200), F(0xb436200), F(0xb4d6200), F(0xb4b6200));
+  snrt_dead(c, 0xb4b6200, 131072);
   snrt_reads(c, 521, 2, (const int64_t[]){0xb436200, 524288, 0x42f00, 65536});
-  /*   521 backward  CONV_BWD_DATA      layer1.0.down.conv/bwd_data  live 183.1 MiB */
-  snrt_conv_bwd_data(c, &P12, F(0xb436200), F(0x42f00), F(0xb55c200), NULL);
+  /*   521 backward  CONV_BWD_DATA      layer1.0.down.conv/bwd_data  live 183.2 MiB */
+  snrt_conv_bwd_data(c, &P12, F(0xb436200), F(0x42f00), F(0xb55c200), F(0xb4b6200));
   snrt_dead(c, 0xb436200, 524288);
-  snrt_reads(c, 522, 3, (const int64_t[]){0x42f00, 65536, 0xb4b6200, 65536, 0xb364100, 65536});
+  snrt_dead(c, 0xb4b6200, 131072);
+  snrt_reads(c, 522, 3, (const int64_t[]){0x42f00, 65536, 0xb4d6200, 65536, 0xb364100, 65536});
   /*   522 update    SGD                layer1.0.down.conv.weight/sgd  live 182.6 MiB */
-  snrt_sgd(c, &P327, F(0x42f00), F(0xb4b6200), F(0xb364100));
-  snrt_dead(c, 0xb4b6200, 65536);
+  snrt_sgd(c, &P327, F(0x42f00), F(0xb4d6200), F(0xb364100));
+  snrt_dead(c, 0xb4d6200, 65536);
   snrt_reads(c, 523, 5, (const int64_t[]){0xbdb6200, 524288, 0xb3b6200, 524288, 0x41f00, 1024, 0xca0e200, 1024, 0xca0e600, 1024});
   /*   523 backward  BN_BWD             layer1.0.3.bn/bwd  live 182.6 MiB */
   snrt_bn_bwd(c, &P11, F(0xbdb6200), F(0xb3b6200), F(0x41f00), F(0xca0e200), F(0xca0e600), F(0xb3b6200), F(0xb436200), F(0xb436600));
@@ -2479,16 +2574,18 @@ static void train_step_1(snrt_ctx *c) {
   snrt_sgd(c, &P329, F(0x42300), F(0xb436600), F(0xb374500));
   snrt_dead(c, 0xb436600, 1024);
   snrt_reads(c, 526, 2, (const int64_t[]){0xc49a200, 131072, 0xb3b6200, 524288});
-  /*   526 backward  CONV_BWD_FILTER    layer1.0.3.conv/bwd_filter  live 182.1 MiB */
-  snrt_conv_bwd_filter(c, &P10, F(0xc49a200), F(0xb3b6200), F(0xb436200), NULL);
+  /*   526 backward  CONV_BWD_FILTER    layer1.0.3.conv/bwd_filter  live 182.2 MiB */
+  snrt_conv_bwd_filter(c, &P10, F(0xc49a200), F(0xb3b6200), F(0xb456200), F(0xb436200));
+  snrt_dead(c, 0xb436200, 131072);
   snrt_reads(c, 527, 2, (const int64_t[]){0xb3b6200, 524288, 0x31f00, 65536});
-  /*   527 backward  CONV_BWD_DATA      layer1.0.3.conv/bwd_data  live 182.2 MiB */
-  snrt_conv_bwd_data(c, &P10, F(0xb3b6200), F(0x31f00), F(0xb4fa200), NULL);
+  /*   527 backward  CONV_BWD_DATA      layer1.0.3.conv/bwd_data  live 182.4 MiB */
+  snrt_conv_bwd_data(c, &P10, F(0xb3b6200), F(0x31f00), F(0xb4fa200), F(0xb436200));
   snrt_dead(c, 0xb3b6200, 524288);
-  snrt_reads(c, 528, 3, (const int64_t[]){0x31f00, 65536, 0xb436200, 65536, 0xb374900, 65536});
+  snrt_dead(c, 0xb436200, 131072);
+  snrt_reads(c, 528, 3, (const int64_t[]){0x31f00, 65536, 0xb456200, 65536, 0xb374900, 65536});
   /*   528 update    SGD                layer1.0.3.conv.weight/sgd  live 181.7 MiB */
-  snrt_sgd(c, &P330, F(0x31f00), F(0xb436200), F(0xb374900));
-  snrt_dead(c, 0xb436200, 65536);
+  snrt_sgd(c, &P330, F(0x31f00), F(0xb456200), F(0xb374900));
+  snrt_dead(c, 0xb456200, 65536);
   snrt_reads(c, 529, 2, (const int64_t[]){0xc49a200, 131072, 0xb4fa200, 131072});
   /*   529 backward  UNARY_BWD          layer1.0.2.relu/bwd  live 181.7 MiB */
   snrt_unary_bwd(c, &P9, NULL, F(0xc49a200), F(0xb4fa200), F(0xb4fa200));
@@ -2539,21 +2636,23 @@ static void train_step_1(snrt_ctx *c) {
   snrt_sgd(c, &P335, F(0xd800), F(0xb3b6300), F(0xb3a8c00));
   snrt_dead(c, 0xb3b6300, 256);
   snrt_reads(c, 540, 2, (const int64_t[]){0xc41a200, 131072, 0xb51a200, 131072});
-  /*   540 backward  CONV_BWD_FILTER    layer1.0.1.conv/bwd_filter  live 181.2 MiB */
-  snrt_conv_bwd_filter(c, &P4, F(0xc41a200), F(0xb51a200), F(0xb3d6200), NULL);
+  /*   540 backward  CONV_BWD_FILTER    layer1.0.1.conv/bwd_filter  live 181.3 MiB */
+  snrt_conv_bwd_filter(c, &P4, F(0xc41a200), F(0xb51a200), F(0xb3f6200), F(0xb3b6200));
   snrt_dead(c, 0xc41a200, 131072);
+  snrt_dead(c, 0xb3b6200, 131072);
   snrt_reads(c, 541, 2, (const int64_t[]){0xb51a200, 131072, 0x9700, 16384});
-  /*   541 backward  CONV_BWD_DATA      layer1.0.1.conv/bwd_data  live 181.2 MiB */
-  snrt_conv_bwd_data(c, &P4, F(0xb51a200), F(0x9700), F(0xb3b6200), NULL);
+  /*   541 backward  CONV_BWD_DATA      layer1.0.1.conv/bwd_data  live 181.3 MiB */
+  snrt_conv_bwd_data(c, &P4, F(0xb51a200), F(0x9700), F(0xb3b6200), F(0xb3d6200));
   snrt_dead(c, 0xb51a200, 131072);
+  snrt_dead(c, 0xb3d6200, 131072);
   snrt_reads(c, 542, 2, (const int64_t[]){0xb55c200, 131072, 0xb3b6200, 131072});
   /*   542 backward  ACCUMULATE         layer1.0.1.conv/accumulate  live 181.1 MiB */
   snrt_add(c, 32768, F(0xb55c200), F(0xb3b6200), F(0xb55c200));
   snrt_dead(c, 0xb3b6200, 131072);
-  snrt_reads(c, 543, 3, (const int64_t[]){0x9700, 16384, 0xb3d6200, 16384, 0xb3a8d00, 16384});
+  snrt_reads(c, 543, 3, (const int64_t[]){0x9700, 16384, 0xb3f6200, 16384, 0xb3a8d00, 16384});
   /*   543 update    SGD                layer1.0.1.conv.weight/sgd  live 180.9 MiB */
-  snrt_sgd(c, &P336, F(0x9700), F(0xb3d6200), F(0xb3a8d00));
-  snrt_dead(c, 0xb3d6200, 16384);
+  snrt_sgd(c, &P336, F(0x9700), F(0xb3f6200), F(0xb3a8d00));
+  snrt_dead(c, 0xb3f6200, 16384);
   snrt_reads(c, 544, 2, (const int64_t[]){0xbd36200, 524288, 0xb55c200, 131072});
   /*   544 backward  MAXPOOL_BWD        stem.pool/bwd  live 181.4 MiB */
   snrt_maxpool_bwd(c, &P3, F(0xbd36200), F(0xb55c200), F(0xb4dc200));
@@ -2611,8 +2710,9 @@ static void eval_step_0(snrt_ctx *c) {
   snrt_maxpool_fwd(c, &P3, F(0xb436200), F(0xb4d6200));
   snrt_dead(c, 0xb436200, 524288);
   snrt_reads(c, 555, 2, (const int64_t[]){0xb4d6200, 131072, 0x9700, 16384});
-  /*   555 eval      Conv               layer1.0.1.conv/eval  live 180.0 MiB */
-  snrt_conv_fwd(c, &P4, F(0xb4d6200), F(0x9700), NULL, F(0xb3b6200), NULL);
+  /*   555 eval      Conv               layer1.0.1.conv/eval  live 180.1 MiB */
+  snrt_conv_fwd(c, &P4, F(0xb4d6200), F(0x9700), NULL, F(0xb3b6200), F(0xb3d6200));
+  snrt_dead(c, 0xb3d6200, 131072);
   snrt_reads(c, 556, 5, (const int64_t[]){0xb3b6200, 131072, 0xd700, 256, 0xd800, 256, 0xd900, 256, 0xda00, 256});
   /*   556 eval      BN_INFER           layer1.0.1.bn/eval  live 180.1 MiB */
   snrt_bn_fwd_infer(c, &P5, F(0xb3b6200), F(0xd700), F(0xd800), F(0xd900), F(0xda00), F(0xb3d6200));
@@ -2635,17 +2735,19 @@ static void eval_step_0(snrt_ctx *c) {
   snrt_unary_fwd(c, &P9, F(0xb3b6200), F(0xb436200));
   snrt_dead(c, 0xb3b6200, 131072);
   snrt_reads(c, 561, 2, (const int64_t[]){0xb436200, 131072, 0x31f00, 65536});
-  /*   561 eval      Conv               layer1.0.3.conv/eval  live 180.5 MiB */
-  snrt_conv_fwd(c, &P10, F(0xb436200), F(0x31f00), NULL, F(0xb3b6200), NULL);
+  /*   561 eval      Conv               layer1.0.3.conv/eval  live 180.6 MiB */
+  snrt_conv_fwd(c, &P10, F(0xb436200), F(0x31f00), NULL, F(0xb3b6200), F(0xb456200));
   snrt_dead(c, 0xb436200, 131072);
+  snrt_dead(c, 0xb456200, 131072);
   snrt_reads(c, 562, 5, (const int64_t[]){0xb3b6200, 524288, 0x41f00, 1024, 0x42300, 1024, 0x42700, 1024, 0x42b00, 1024});
   /*   562 eval      BN_INFER           layer1.0.3.bn/eval  live 180.8 MiB */
   snrt_bn_fwd_infer(c, &P11, F(0xb3b6200), F(0x41f00), F(0x42300), F(0x42700), F(0x42b00), F(0xb436200));
   snrt_dead(c, 0xb3b6200, 524288);
   snrt_reads(c, 563, 2, (const int64_t[]){0xb4d6200, 131072, 0x42f00, 65536});
-  /*   563 eval      Conv               layer1.0.down.conv/eval  live 180.8 MiB */
-  snrt_conv_fwd(c, &P12, F(0xb4d6200), F(0x42f00), NULL, F(0xb3b6200), NULL);
+  /*   563 eval      Conv               layer1.0.down.conv/eval  live 181.0 MiB */
+  snrt_conv_fwd(c, &P12, F(0xb4d6200), F(0x42f00), NULL, F(0xb3b6200), F(0xb4b6200));
   snrt_dead(c, 0xb4d6200, 131072);
+  snrt_dead(c, 0xb4b6200, 131072);
   snrt_reads(c, 564, 5, (const int64_t[]){0xb3b6200, 524288, 0x52f00, 1024, 0x53300, 1024, 0x53700, 1024, 0x53b00, 1024});
   /*   564 eval      BN_INFER           layer1.0.down.bn/eval  live 181.2 MiB */
   snrt_bn_fwd_infer(c, &P13, F(0xb3b6200), F(0x52f00), F(0x53300), F(0x53700), F(0x53b00), F(0xb4b6200));
@@ -2656,16 +2758,17 @@ static void eval_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xb436200, 524288);
   snrt_dead(c, 0xb4b6200, 524288);
   snrt_reads(c, 566, 2, (const int64_t[]){0xb536200, 524288, 0x53f00, 65536});
-  /*   566 eval      Conv               layer1.1.1.conv/eval  live 180.3 MiB */
-  snrt_conv_fwd(c, &P15, F(0xb536200), F(0x53f00), NULL, F(0xb3b6200), NULL);
-  snrt_reads(c, 567, 5, (const int64_t[]){0xb3b6200, 131072, 0x63f00, 256, 0x64000, 256, 0x64100, 256, 0x64200, 256});
+  /*   566 eval      Conv               layer1.1.1.conv/eval  live 180.8 MiB */
+  snrt_conv_fwd(c, &P15, F(0xb536200), F(0x53f00), NULL, F(0xb436200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 524288);
+  snrt_reads(c, 567, 5, (const int64_t[]){0xb436200, 131072, 0x63f00, 256, 0x64000, 256, 0x64100, 256, 0x64200, 256});
   /*   567 eval      BN_INFER           layer1.1.1.bn/eval  live 180.5 MiB */
-  snrt_bn_fwd_infer(c, &P16, F(0xb3b6200), F(0x63f00), F(0x64000), F(0x64100), F(0x64200), F(0xb3d6200));
-  snrt_dead(c, 0xb3b6200, 131072);
-  snrt_reads(c, 568, 1, (const int64_t[]){0xb3d6200, 131072});
+  snrt_bn_fwd_infer(c, &P16, F(0xb436200), F(0x63f00), F(0x64000), F(0x64100), F(0x64200), F(0xb3b6200));
+  snrt_dead(c, 0xb436200, 131072);
+  snrt_reads(c, 568, 1, (const int64_t[]){0xb3b6200, 131072});
   /*   568 eval      Relu               layer1.1.1.relu/eval  live 180.5 MiB */
-  snrt_unary_fwd(c, &P17, F(0xb3d6200), F(0xb4d6200));
-  snrt_dead(c, 0xb3d6200, 131072);
+  snrt_unary_fwd(c, &P17, F(0xb3b6200), F(0xb4d6200));
+  snrt_dead(c, 0xb3b6200, 131072);
   snrt_reads(c, 569, 2, (const int64_t[]){0xb4d6200, 131072, 0x64300, 147456});
   /*   569 eval      Conv               layer1.1.2.conv/eval  live 181.6 MiB */
   snrt_conv_fwd(c, &P18, F(0xb4d6200), F(0x64300), NULL, F(0xb4f6200), F(0xb3b6200));
@@ -2680,9 +2783,10 @@ static void eval_step_0(snrt_ctx *c) {
   snrt_unary_fwd(c, &P20, F(0xb3b6200), F(0xb436200));
   snrt_dead(c, 0xb3b6200, 131072);
   snrt_reads(c, 572, 2, (const int64_t[]){0xb436200, 131072, 0x88700, 65536});
-  /*   572 eval      Conv               layer1.1.3.conv/eval  live 180.8 MiB */
-  snrt_conv_fwd(c, &P21, F(0xb436200), F(0x88700), NULL, F(0xb3b6200), NULL);
+  /*   572 eval      Conv               layer1.1.3.conv/eval  live 181.0 MiB */
+  snrt_conv_fwd(c, &P21, F(0xb436200), F(0x88700), NULL, F(0xb3b6200), F(0xb456200));
   snrt_dead(c, 0xb436200, 131072);
+  snrt_dead(c, 0xb456200, 131072);
   snrt_reads(c, 573, 5, (const int64_t[]){0xb3b6200, 524288, 0x98700, 1024, 0x98b00, 1024, 0x98f00, 1024, 0x99300, 1024});
   /*   573 eval      BN_INFER           layer1.1.3.bn/eval  live 181.2 MiB */
   snrt_bn_fwd_infer(c, &P22, F(0xb3b6200), F(0x98700), F(0x98b00), F(0x98f00), F(0x99300), F(0xb436200));
@@ -2693,16 +2797,17 @@ static void eval_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xb536200, 524288);
   snrt_dead(c, 0xb436200, 524288);
   snrt_reads(c, 575, 2, (const int64_t[]){0xb5b6200, 524288, 0x99700, 65536});
-  /*   575 eval      Conv               layer1.2.1.conv/eval  live 180.3 MiB */
-  snrt_conv_fwd(c, &P24, F(0xb5b6200), F(0x99700), NULL, F(0xb3b6200), NULL);
-  snrt_reads(c, 576, 5, (const int64_t[]){0xb3b6200, 131072, 0xa9700, 256, 0xa9800, 256, 0xa9900, 256, 0xa9a00, 256});
+  /*   575 eval      Conv               layer1.2.1.conv/eval  live 180.8 MiB */
+  snrt_conv_fwd(c, &P24, F(0xb5b6200), F(0x99700), NULL, F(0xb436200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 524288);
+  snrt_reads(c, 576, 5, (const int64_t[]){0xb436200, 131072, 0xa9700, 256, 0xa9800, 256, 0xa9900, 256, 0xa9a00, 256});
   /*   576 eval      BN_INFER           layer1.2.1.bn/eval  live 180.5 MiB */
-  snrt_bn_fwd_infer(c, &P25, F(0xb3b6200), F(0xa9700), F(0xa9800), F(0xa9900), F(0xa9a00), F(0xb3d6200));
-  snrt_dead(c, 0xb3b6200, 131072);
-  snrt_reads(c, 577, 1, (const int64_t[]){0xb3d6200, 131072});
+  snrt_bn_fwd_infer(c, &P25, F(0xb436200), F(0xa9700), F(0xa9800), F(0xa9900), F(0xa9a00), F(0xb3b6200));
+  snrt_dead(c, 0xb436200, 131072);
+  snrt_reads(c, 577, 1, (const int64_t[]){0xb3b6200, 131072});
   /*   577 eval      Relu               layer1.2.1.relu/eval  live 180.5 MiB */
-  snrt_unary_fwd(c, &P26, F(0xb3d6200), F(0xb4d6200));
-  snrt_dead(c, 0xb3d6200, 131072);
+  snrt_unary_fwd(c, &P26, F(0xb3b6200), F(0xb4d6200));
+  snrt_dead(c, 0xb3b6200, 131072);
   snrt_reads(c, 578, 2, (const int64_t[]){0xb4d6200, 131072, 0xa9b00, 147456});
   /*   578 eval      Conv               layer1.2.2.conv/eval  live 181.6 MiB */
   snrt_conv_fwd(c, &P27, F(0xb4d6200), F(0xa9b00), NULL, F(0xb4f6200), F(0xb3b6200));
@@ -2717,9 +2822,10 @@ static void eval_step_0(snrt_ctx *c) {
   snrt_unary_fwd(c, &P29, F(0xb3b6200), F(0xb436200));
   snrt_dead(c, 0xb3b6200, 131072);
   snrt_reads(c, 581, 2, (const int64_t[]){0xb436200, 131072, 0xcdf00, 65536});
-  /*   581 eval      Conv               layer1.2.3.conv/eval  live 180.8 MiB */
-  snrt_conv_fwd(c, &P30, F(0xb436200), F(0xcdf00), NULL, F(0xb3b6200), NULL);
+  /*   581 eval      Conv               layer1.2.3.conv/eval  live 181.0 MiB */
+  snrt_conv_fwd(c, &P30, F(0xb436200), F(0xcdf00), NULL, F(0xb3b6200), F(0xb456200));
   snrt_dead(c, 0xb436200, 131072);
+  snrt_dead(c, 0xb456200, 131072);
   snrt_reads(c, 582, 5, (const int64_t[]){0xb3b6200, 524288, 0xddf00, 1024, 0xde300, 1024, 0xde700, 1024, 0xdeb00, 1024});
   /*   582 eval      BN_INFER           layer1.2.3.bn/eval  live 181.2 MiB */
   snrt_bn_fwd_infer(c, &P31, F(0xb3b6200), F(0xddf00), F(0xde300), F(0xde700), F(0xdeb00), F(0xb436200));
@@ -2730,16 +2836,17 @@ static void eval_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xb5b6200, 524288);
   snrt_dead(c, 0xb436200, 524288);
   snrt_reads(c, 584, 2, (const int64_t[]){0xb4b6200, 524288, 0xdef00, 131072});
-  /*   584 eval      Conv               layer2.0.1.conv/eval  live 180.5 MiB */
-  snrt_conv_fwd(c, &P33, F(0xb4b6200), F(0xdef00), NULL, F(0xb3b6200), NULL);
-  snrt_reads(c, 585, 5, (const int64_t[]){0xb3b6200, 262144, 0xfef00, 512, 0xff100, 512, 0xff300, 512, 0xff500, 512});
+  /*   584 eval      Conv               layer2.0.1.conv/eval  live 181.0 MiB */
+  snrt_conv_fwd(c, &P33, F(0xb4b6200), F(0xdef00), NULL, F(0xb436200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 524288);
+  snrt_reads(c, 585, 5, (const int64_t[]){0xb436200, 262144, 0xfef00, 512, 0xff100, 512, 0xff300, 512, 0xff500, 512});
   /*   585 eval      BN_INFER           layer2.0.1.bn/eval  live 180.7 MiB */
-  snrt_bn_fwd_infer(c, &P34, F(0xb3b6200), F(0xfef00), F(0xff100), F(0xff300), F(0xff500), F(0xb3f6200));
-  snrt_dead(c, 0xb3b6200, 262144);
-  snrt_reads(c, 586, 1, (const int64_t[]){0xb3f6200, 262144});
+  snrt_bn_fwd_infer(c, &P34, F(0xb436200), F(0xfef00), F(0xff100), F(0xff300), F(0xff500), F(0xb3b6200));
+  snrt_dead(c, 0xb436200, 262144);
+  snrt_reads(c, 586, 1, (const int64_t[]){0xb3b6200, 262144});
   /*   586 eval      Relu               layer2.0.1.relu/eval  live 180.7 MiB */
-  snrt_unary_fwd(c, &P35, F(0xb3f6200), F(0xb446200));
-  snrt_dead(c, 0xb3f6200, 262144);
+  snrt_unary_fwd(c, &P35, F(0xb3b6200), F(0xb446200));
+  snrt_dead(c, 0xb3b6200, 262144);
   snrt_reads(c, 587, 2, (const int64_t[]){0xb446200, 262144, 0xff700, 589824});
   /*   587 eval      Conv               layer2.0.2.conv/eval  live 181.1 MiB */
   snrt_conv_fwd(c, &P36, F(0xb446200), F(0xff700), NULL, F(0xb486200), F(0xb3b6200));
@@ -2754,9 +2861,10 @@ static void eval_step_0(snrt_ctx *c) {
   snrt_unary_fwd(c, &P38, F(0xb3b6200), F(0xb3f6200));
   snrt_dead(c, 0xb3b6200, 65536);
   snrt_reads(c, 590, 2, (const int64_t[]){0xb3f6200, 65536, 0x18ff00, 262144});
-  /*   590 eval      Conv               layer2.0.3.conv/eval  live 180.5 MiB */
-  snrt_conv_fwd(c, &P39, F(0xb3f6200), F(0x18ff00), NULL, F(0xb3b6200), NULL);
+  /*   590 eval      Conv               layer2.0.3.conv/eval  live 180.6 MiB */
+  snrt_conv_fwd(c, &P39, F(0xb3f6200), F(0x18ff00), NULL, F(0xb3b6200), F(0xb406200));
   snrt_dead(c, 0xb3f6200, 65536);
+  snrt_dead(c, 0xb406200, 65536);
   snrt_reads(c, 591, 5, (const int64_t[]){0xb3b6200, 262144, 0x1cff00, 2048, 0x1d0700, 2048, 0x1d0f00, 2048, 0x1d1700, 2048});
   /*   591 eval      BN_INFER           layer2.0.3.bn/eval  live 180.7 MiB */
   snrt_bn_fwd_infer(c, &P40, F(0xb3b6200), F(0x1cff00), F(0x1d0700), F(0x1d0f00), F(0x1d1700), F(0xb3f6200));
@@ -2776,16 +2884,17 @@ static void eval_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xb3f6200, 262144);
   snrt_dead(c, 0xb436200, 262144);
   snrt_reads(c, 595, 2, (const int64_t[]){0xb476200, 262144, 0x253f00, 262144});
-  /*   595 eval      Conv               layer2.1.1.conv/eval  live 180.0 MiB */
-  snrt_conv_fwd(c, &P44, F(0xb476200), F(0x253f00), NULL, F(0xb3b6200), NULL);
-  snrt_reads(c, 596, 5, (const int64_t[]){0xb3b6200, 65536, 0x293f00, 512, 0x294100, 512, 0x294300, 512, 0x294500, 512});
+  /*   595 eval      Conv               layer2.1.1.conv/eval  live 180.3 MiB */
+  snrt_conv_fwd(c, &P44, F(0xb476200), F(0x253f00), NULL, F(0xb3f6200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 262144);
+  snrt_reads(c, 596, 5, (const int64_t[]){0xb3f6200, 65536, 0x293f00, 512, 0x294100, 512, 0x294300, 512, 0x294500, 512});
   /*   596 eval      BN_INFER           layer2.1.1.bn/eval  live 180.1 MiB */
-  snrt_bn_fwd_infer(c, &P45, F(0xb3b6200), F(0x293f00), F(0x294100), F(0x294300), F(0x294500), F(0xb3c6200));
-  snrt_dead(c, 0xb3b6200, 65536);
-  snrt_reads(c, 597, 1, (const int64_t[]){0xb3c6200, 65536});
+  snrt_bn_fwd_infer(c, &P45, F(0xb3f6200), F(0x293f00), F(0x294100), F(0x294300), F(0x294500), F(0xb3b6200));
+  snrt_dead(c, 0xb3f6200, 65536);
+  snrt_reads(c, 597, 1, (const int64_t[]){0xb3b6200, 65536});
   /*   597 eval      Relu               layer2.1.1.relu/eval  live 180.1 MiB */
-  snrt_unary_fwd(c, &P46, F(0xb3c6200), F(0xb446200));
-  snrt_dead(c, 0xb3c6200, 65536);
+  snrt_unary_fwd(c, &P46, F(0xb3b6200), F(0xb446200));
+  snrt_dead(c, 0xb3b6200, 65536);
   snrt_reads(c, 598, 2, (const int64_t[]){0xb446200, 65536, 0x294700, 589824});
   /*   598 eval      Conv               layer2.1.2.conv/eval  live 180.6 MiB */
   snrt_conv_fwd(c, &P47, F(0xb446200), F(0x294700), NULL, F(0xb456200), F(0xb3b6200));
@@ -2801,8 +2910,9 @@ static void eval_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xb3b6200, 65536);
   snrt_reads(c, 601, 2, (const int64_t[]){0xb3f6200, 65536, 0x324f00, 262144});
   /*   601 eval      Conv               layer2.1.3.conv/eval  live 180.3 MiB */
-  snrt_conv_fwd(c, &P50, F(0xb3f6200), F(0x324f00), NULL, F(0xb3b6200), NULL);
+  snrt_conv_fwd(c, &P50, F(0xb3f6200), F(0x324f00), NULL, F(0xb3b6200), F(0xb406200));
   snrt_dead(c, 0xb3f6200, 65536);
+  snrt_dead(c, 0xb406200, 65536);
   snrt_reads(c, 602, 5, (const int64_t[]){0xb3b6200, 262144, 0x364f00, 2048, 0x365700, 2048, 0x365f00, 2048, 0x366700, 2048});
   /*   602 eval      BN_INFER           layer2.1.3.bn/eval  live 180.5 MiB */
   snrt_bn_fwd_infer(c, &P51, F(0xb3b6200), F(0x364f00), F(0x365700), F(0x365f00), F(0x366700), F(0xb3f6200));
@@ -2813,16 +2923,17 @@ static void eval_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xb476200, 262144);
   snrt_dead(c, 0xb3f6200, 262144);
   snrt_reads(c, 604, 2, (const int64_t[]){0xb4b6200, 262144, 0x366f00, 262144});
-  /*   604 eval      Conv               layer2.2.1.conv/eval  live 180.0 MiB */
-  snrt_conv_fwd(c, &P53, F(0xb4b6200), F(0x366f00), NULL, F(0xb3b6200), NULL);
-  snrt_reads(c, 605, 5, (const int64_t[]){0xb3b6200, 65536, 0x3a6f00, 512, 0x3a7100, 512, 0x3a7300, 512, 0x3a7500, 512});
+  /*   604 eval      Conv               layer2.2.1.conv/eval  live 180.3 MiB */
+  snrt_conv_fwd(c, &P53, F(0xb4b6200), F(0x366f00), NULL, F(0xb3f6200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 262144);
+  snrt_reads(c, 605, 5, (const int64_t[]){0xb3f6200, 65536, 0x3a6f00, 512, 0x3a7100, 512, 0x3a7300, 512, 0x3a7500, 512});
   /*   605 eval      BN_INFER           layer2.2.1.bn/eval  live 180.1 MiB */
-  snrt_bn_fwd_infer(c, &P54, F(0xb3b6200), F(0x3a6f00), F(0x3a7100), F(0x3a7300), F(0x3a7500), F(0xb3c6200));
-  snrt_dead(c, 0xb3b6200, 65536);
-  snrt_reads(c, 606, 1, (const int64_t[]){0xb3c6200, 65536});
+  snrt_bn_fwd_infer(c, &P54, F(0xb3f6200), F(0x3a6f00), F(0x3a7100), F(0x3a7300), F(0x3a7500), F(0xb3b6200));
+  snrt_dead(c, 0xb3f6200, 65536);
+  snrt_reads(c, 606, 1, (const int64_t[]){0xb3b6200, 65536});
   /*   606 eval      Relu               layer2.2.1.relu/eval  live 180.1 MiB */
-  snrt_unary_fwd(c, &P55, F(0xb3c6200), F(0xb446200));
-  snrt_dead(c, 0xb3c6200, 65536);
+  snrt_unary_fwd(c, &P55, F(0xb3b6200), F(0xb446200));
+  snrt_dead(c, 0xb3b6200, 65536);
   snrt_reads(c, 607, 2, (const int64_t[]){0xb446200, 65536, 0x3a7700, 589824});
   /*   607 eval      Conv               layer2.2.2.conv/eval  live 180.6 MiB */
   snrt_conv_fwd(c, &P56, F(0xb446200), F(0x3a7700), NULL, F(0xb456200), F(0xb3b6200));
@@ -2838,8 +2949,9 @@ static void eval_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xb3b6200, 65536);
   snrt_reads(c, 610, 2, (const int64_t[]){0xb3f6200, 65536, 0x437f00, 262144});
   /*   610 eval      Conv               layer2.2.3.conv/eval  live 180.3 MiB */
-  snrt_conv_fwd(c, &P59, F(0xb3f6200), F(0x437f00), NULL, F(0xb3b6200), NULL);
+  snrt_conv_fwd(c, &P59, F(0xb3f6200), F(0x437f00), NULL, F(0xb3b6200), F(0xb406200));
   snrt_dead(c, 0xb3f6200, 65536);
+  snrt_dead(c, 0xb406200, 65536);
   snrt_reads(c, 611, 5, (const int64_t[]){0xb3b6200, 262144, 0x477f00, 2048, 0x478700, 2048, 0x478f00, 2048, 0x479700, 2048});
   /*   611 eval      BN_INFER           layer2.2.3.bn/eval  live 180.5 MiB */
   snrt_bn_fwd_infer(c, &P60, F(0xb3b6200), F(0x477f00), F(0x478700), F(0x478f00), F(0x479700), F(0xb3f6200));
@@ -2850,16 +2962,17 @@ static void eval_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xb4b6200, 262144);
   snrt_dead(c, 0xb3f6200, 262144);
   snrt_reads(c, 613, 2, (const int64_t[]){0xb446200, 262144, 0x479f00, 262144});
-  /*   613 eval      Conv               layer2.3.1.conv/eval  live 180.0 MiB */
-  snrt_conv_fwd(c, &P62, F(0xb446200), F(0x479f00), NULL, F(0xb3b6200), NULL);
-  snrt_reads(c, 614, 5, (const int64_t[]){0xb3b6200, 65536, 0x4b9f00, 512, 0x4ba100, 512, 0x4ba300, 512, 0x4ba500, 512});
+  /*   613 eval      Conv               layer2.3.1.conv/eval  live 180.3 MiB */
+  snrt_conv_fwd(c, &P62, F(0xb446200), F(0x479f00), NULL, F(0xb3f6200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 262144);
+  snrt_reads(c, 614, 5, (const int64_t[]){0xb3f6200, 65536, 0x4b9f00, 512, 0x4ba100, 512, 0x4ba300, 512, 0x4ba500, 512});
   /*   614 eval      BN_INFER           layer2.3.1.bn/eval  live 180.1 MiB */
-  snrt_bn_fwd_infer(c, &P63, F(0xb3b6200), F(0x4b9f00), F(0x4ba100), F(0x4ba300), F(0x4ba500), F(0xb3c6200));
-  snrt_dead(c, 0xb3b6200, 65536);
-  snrt_reads(c, 615, 1, (const int64_t[]){0xb3c6200, 65536});
+  snrt_bn_fwd_infer(c, &P63, F(0xb3f6200), F(0x4b9f00), F(0x4ba100), F(0x4ba300), F(0x4ba500), F(0xb3b6200));
+  snrt_dead(c, 0xb3f6200, 65536);
+  snrt_reads(c, 615, 1, (const int64_t[]){0xb3b6200, 65536});
   /*   615 eval      Relu               layer2.3.1.relu/eval  live 180.1 MiB */
-  snrt_unary_fwd(c, &P64, F(0xb3c6200), F(0xb486200));
-  snrt_dead(c, 0xb3c6200, 65536);
+  snrt_unary_fwd(c, &P64, F(0xb3b6200), F(0xb486200));
+  snrt_dead(c, 0xb3b6200, 65536);
   snrt_reads(c, 616, 2, (const int64_t[]){0xb486200, 65536, 0x4ba700, 589824});
   /*   616 eval      Conv               layer2.3.2.conv/eval  live 180.6 MiB */
   snrt_conv_fwd(c, &P65, F(0xb486200), F(0x4ba700), NULL, F(0xb496200), F(0xb3b6200));
@@ -2875,8 +2988,9 @@ static void eval_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xb3b6200, 65536);
   snrt_reads(c, 619, 2, (const int64_t[]){0xb3f6200, 65536, 0x54af00, 262144});
   /*   619 eval      Conv               layer2.3.3.conv/eval  live 180.3 MiB */
-  snrt_conv_fwd(c, &P68, F(0xb3f6200), F(0x54af00), NULL, F(0xb3b6200), NULL);
+  snrt_conv_fwd(c, &P68, F(0xb3f6200), F(0x54af00), NULL, F(0xb3b6200), F(0xb406200));
   snrt_dead(c, 0xb3f6200, 65536);
+  snrt_dead(c, 0xb406200, 65536);
   snrt_reads(c, 620, 5, (const int64_t[]){0xb3b6200, 262144, 0x58af00, 2048, 0x58b700, 2048, 0x58bf00, 2048, 0x58c700, 2048});
   /*   620 eval      BN_INFER           layer2.3.3.bn/eval  live 180.5 MiB */
   snrt_bn_fwd_infer(c, &P69, F(0xb3b6200), F(0x58af00), F(0x58b700), F(0x58bf00), F(0x58c700), F(0xb3f6200));
@@ -2887,16 +3001,17 @@ static void eval_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xb446200, 262144);
   snrt_dead(c, 0xb3f6200, 262144);
   snrt_reads(c, 622, 2, (const int64_t[]){0xb486200, 262144, 0x58cf00, 524288});
-  /*   622 eval      Conv               layer3.0.1.conv/eval  live 180.1 MiB */
-  snrt_conv_fwd(c, &P71, F(0xb486200), F(0x58cf00), NULL, F(0xb3b6200), NULL);
-  snrt_reads(c, 623, 5, (const int64_t[]){0xb3b6200, 131072, 0x60cf00, 1024, 0x60d300, 1024, 0x60d700, 1024, 0x60db00, 1024});
+  /*   622 eval      Conv               layer3.0.1.conv/eval  live 180.3 MiB */
+  snrt_conv_fwd(c, &P71, F(0xb486200), F(0x58cf00), NULL, F(0xb3f6200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 262144);
+  snrt_reads(c, 623, 5, (const int64_t[]){0xb3f6200, 131072, 0x60cf00, 1024, 0x60d300, 1024, 0x60d700, 1024, 0x60db00, 1024});
   /*   623 eval      BN_INFER           layer3.0.1.bn/eval  live 180.2 MiB */
-  snrt_bn_fwd_infer(c, &P72, F(0xb3b6200), F(0x60cf00), F(0x60d300), F(0x60d700), F(0x60db00), F(0xb3d6200));
-  snrt_dead(c, 0xb3b6200, 131072);
-  snrt_reads(c, 624, 1, (const int64_t[]){0xb3d6200, 131072});
+  snrt_bn_fwd_infer(c, &P72, F(0xb3f6200), F(0x60cf00), F(0x60d300), F(0x60d700), F(0x60db00), F(0xb3b6200));
+  snrt_dead(c, 0xb3f6200, 131072);
+  snrt_reads(c, 624, 1, (const int64_t[]){0xb3b6200, 131072});
   /*   624 eval      Relu               layer3.0.1.relu/eval  live 180.2 MiB */
-  snrt_unary_fwd(c, &P73, F(0xb3d6200), F(0xb3fe200));
-  snrt_dead(c, 0xb3d6200, 131072);
+  snrt_unary_fwd(c, &P73, F(0xb3b6200), F(0xb3fe200));
+  snrt_dead(c, 0xb3b6200, 131072);
   snrt_reads(c, 625, 2, (const int64_t[]){0xb3fe200, 131072, 0x60df00, 2359296});
   /*   625 eval      Conv               layer3.0.2.conv/eval  live 180.4 MiB */
   snrt_conv_fwd(c, &P74, F(0xb3fe200), F(0x60df00), NULL, F(0xb41e200), F(0xb3b6200));
@@ -2912,8 +3027,9 @@ static void eval_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xb3b6200, 32768);
   snrt_reads(c, 628, 2, (const int64_t[]){0xb3d6200, 32768, 0x84ef00, 1048576});
   /*   628 eval      Conv               layer3.0.3.conv/eval  live 180.1 MiB */
-  snrt_conv_fwd(c, &P77, F(0xb3d6200), F(0x84ef00), NULL, F(0xb3b6200), NULL);
+  snrt_conv_fwd(c, &P77, F(0xb3d6200), F(0x84ef00), NULL, F(0xb3b6200), F(0xb3de200));
   snrt_dead(c, 0xb3d6200, 32768);
+  snrt_dead(c, 0xb3de200, 32768);
   snrt_reads(c, 629, 5, (const int64_t[]){0xb3b6200, 131072, 0x94ef00, 4096, 0x94ff00, 4096, 0x950f00, 4096, 0x951f00, 4096});
   /*   629 eval      BN_INFER           layer3.0.3.bn/eval  live 180.2 MiB */
   snrt_bn_fwd_infer(c, &P78, F(0xb3b6200), F(0x94ef00), F(0x94ff00), F(0x950f00), F(0x951f00), F(0xb3d6200));
@@ -2933,16 +3049,17 @@ static void eval_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xb3d6200, 131072);
   snrt_dead(c, 0xb3f6200, 131072);
   snrt_reads(c, 633, 2, (const int64_t[]){0xb416200, 131072, 0xb56f00, 1048576});
-  /*   633 eval      Conv               layer3.1.1.conv/eval  live 179.9 MiB */
-  snrt_conv_fwd(c, &P82, F(0xb416200), F(0xb56f00), NULL, F(0xb3b6200), NULL);
-  snrt_reads(c, 634, 5, (const int64_t[]){0xb3b6200, 32768, 0xc56f00, 1024, 0xc57300, 1024, 0xc57700, 1024, 0xc57b00, 1024});
+  /*   633 eval      Conv               layer3.1.1.conv/eval  live 180.0 MiB */
+  snrt_conv_fwd(c, &P82, F(0xb416200), F(0xb56f00), NULL, F(0xb3d6200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 131072);
+  snrt_reads(c, 634, 5, (const int64_t[]){0xb3d6200, 32768, 0xc56f00, 1024, 0xc57300, 1024, 0xc57700, 1024, 0xc57b00, 1024});
   /*   634 eval      BN_INFER           layer3.1.1.bn/eval  live 179.9 MiB */
-  snrt_bn_fwd_infer(c, &P83, F(0xb3b6200), F(0xc56f00), F(0xc57300), F(0xc57700), F(0xc57b00), F(0xb3be200));
-  snrt_dead(c, 0xb3b6200, 32768);
-  snrt_reads(c, 635, 1, (const int64_t[]){0xb3be200, 32768});
+  snrt_bn_fwd_infer(c, &P83, F(0xb3d6200), F(0xc56f00), F(0xc57300), F(0xc57700), F(0xc57b00), F(0xb3b6200));
+  snrt_dead(c, 0xb3d6200, 32768);
+  snrt_reads(c, 635, 1, (const int64_t[]){0xb3b6200, 32768});
   /*   635 eval      Relu               layer3.1.1.relu/eval  live 179.9 MiB */
-  snrt_unary_fwd(c, &P84, F(0xb3be200), F(0xb3fe200));
-  snrt_dead(c, 0xb3be200, 32768);
+  snrt_unary_fwd(c, &P84, F(0xb3b6200), F(0xb3fe200));
+  snrt_dead(c, 0xb3b6200, 32768);
   snrt_reads(c, 636, 2, (const int64_t[]){0xb3fe200, 32768, 0xc57f00, 2359296});
   /*   636 eval      Conv               layer3.1.2.conv/eval  live 180.2 MiB */
   snrt_conv_fwd(c, &P85, F(0xb3fe200), F(0xc57f00), NULL, F(0xb406200), F(0xb3b6200));
@@ -2958,8 +3075,9 @@ static void eval_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xb3b6200, 32768);
   snrt_reads(c, 639, 2, (const int64_t[]){0xb3d6200, 32768, 0xe98f00, 1048576});
   /*   639 eval      Conv               layer3.1.3.conv/eval  live 180.0 MiB */
-  snrt_conv_fwd(c, &P88, F(0xb3d6200), F(0xe98f00), NULL, F(0xb3b6200), NULL);
+  snrt_conv_fwd(c, &P88, F(0xb3d6200), F(0xe98f00), NULL, F(0xb3b6200), F(0xb3de200));
   snrt_dead(c, 0xb3d6200, 32768);
+  snrt_dead(c, 0xb3de200, 32768);
   snrt_reads(c, 640, 5, (const int64_t[]){0xb3b6200, 131072, 0xf98f00, 4096, 0xf99f00, 4096, 0xf9af00, 4096, 0xf9bf00, 4096});
   /*   640 eval      BN_INFER           layer3.1.3.bn/eval  live 180.1 MiB */
   snrt_bn_fwd_infer(c, &P89, F(0xb3b6200), F(0xf98f00), F(0xf99f00), F(0xf9af00), F(0xf9bf00), F(0xb3d6200));
@@ -2970,16 +3088,17 @@ static void eval_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xb416200, 131072);
   snrt_dead(c, 0xb3d6200, 131072);
   snrt_reads(c, 642, 2, (const int64_t[]){0xb436200, 131072, 0xf9cf00, 1048576});
-  /*   642 eval      Conv               layer3.2.1.conv/eval  live 179.9 MiB */
-  snrt_conv_fwd(c, &P91, F(0xb436200), F(0xf9cf00), NULL, F(0xb3b6200), NULL);
-  snrt_reads(c, 643, 5, (const int64_t[]){0xb3b6200, 32768, 0x109cf00, 1024, 0x109d300, 1024, 0x109d700, 1024, 0x109db00, 1024});
+  /*   642 eval      Conv               layer3.2.1.conv/eval  live 180.0 MiB */
+  snrt_conv_fwd(c, &P91, F(0xb436200), F(0xf9cf00), NULL, F(0xb3d6200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 131072);
+  snrt_reads(c, 643, 5, (const int64_t[]){0xb3d6200, 32768, 0x109cf00, 1024, 0x109d300, 1024, 0x109d700, 1024, 0x109db00, 1024});
   /*   643 eval      BN_INFER           layer3.2.1.bn/eval  live 179.9 MiB */
-  snrt_bn_fwd_infer(c, &P92, F(0xb3b6200), F(0x109cf00), F(0x109d300), F(0x109d700), F(0x109db00), F(0xb3be200));
-  snrt_dead(c, 0xb3b6200, 32768);
-  snrt_reads(c, 644, 1, (const int64_t[]){0xb3be200, 32768});
+  snrt_bn_fwd_infer(c, &P92, F(0xb3d6200), F(0x109cf00), F(0x109d300), F(0x109d700), F(0x109db00), F(0xb3b6200));
+  snrt_dead(c, 0xb3d6200, 32768);
+  snrt_reads(c, 644, 1, (const int64_t[]){0xb3b6200, 32768});
   /*   644 eval      Relu               layer3.2.1.relu/eval  live 179.9 MiB */
-  snrt_unary_fwd(c, &P93, F(0xb3be200), F(0xb3fe200));
-  snrt_dead(c, 0xb3be200, 32768);
+  snrt_unary_fwd(c, &P93, F(0xb3b6200), F(0xb3fe200));
+  snrt_dead(c, 0xb3b6200, 32768);
   snrt_reads(c, 645, 2, (const int64_t[]){0xb3fe200, 32768, 0x109df00, 2359296});
   /*   645 eval      Conv               layer3.2.2.conv/eval  live 180.2 MiB */
   snrt_conv_fwd(c, &P94, F(0xb3fe200), F(0x109df00), NULL, F(0xb406200), F(0xb3b6200));
@@ -2995,8 +3114,9 @@ static void eval_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xb3b6200, 32768);
   snrt_reads(c, 648, 2, (const int64_t[]){0xb3d6200, 32768, 0x12def00, 1048576});
   /*   648 eval      Conv               layer3.2.3.conv/eval  live 180.0 MiB */
-  snrt_conv_fwd(c, &P97, F(0xb3d6200), F(0x12def00), NULL, F(0xb3b6200), NULL);
+  snrt_conv_fwd(c, &P97, F(0xb3d6200), F(0x12def00), NULL, F(0xb3b6200), F(0xb3de200));
   snrt_dead(c, 0xb3d6200, 32768);
+  snrt_dead(c, 0xb3de200, 32768);
   snrt_reads(c, 649, 5, (const int64_t[]){0xb3b6200, 131072, 0x13def00, 4096, 0x13dff00, 4096, 0x13e0f00, 4096, 0x13e1f00, 4096});
   /*   649 eval      BN_INFER           layer3.2.3.bn/eval  live 180.1 MiB */
   snrt_bn_fwd_infer(c, &P98, F(0xb3b6200), F(0x13def00), F(0x13dff00), F(0x13e0f00), F(0x13e1f00), F(0xb3d6200));
@@ -3007,16 +3127,17 @@ static void eval_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xb436200, 131072);
   snrt_dead(c, 0xb3d6200, 131072);
   snrt_reads(c, 651, 2, (const int64_t[]){0xb3fe200, 131072, 0x13e2f00, 1048576});
-  /*   651 eval      Conv               layer3.3.1.conv/eval  live 179.9 MiB */
-  snrt_conv_fwd(c, &P100, F(0xb3fe200), F(0x13e2f00), NULL, F(0xb3b6200), NULL);
-  snrt_reads(c, 652, 5, (const int64_t[]){0xb3b6200, 32768, 0x14e2f00, 1024, 0x14e3300, 1024, 0x14e3700, 1024, 0x14e3b00, 1024});
+  /*   651 eval      Conv               layer3.3.1.conv/eval  live 180.0 MiB */
+  snrt_conv_fwd(c, &P100, F(0xb3fe200), F(0x13e2f00), NULL, F(0xb3d6200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 131072);
+  snrt_reads(c, 652, 5, (const int64_t[]){0xb3d6200, 32768, 0x14e2f00, 1024, 0x14e3300, 1024, 0x14e3700, 1024, 0x14e3b00, 1024});
   /*   652 eval      BN_INFER           layer3.3.1.bn/eval  live 179.9 MiB */
-  snrt_bn_fwd_infer(c, &P101, F(0xb3b6200), F(0x14e2f00), F(0x14e3300), F(0x14e3700), F(0x14e3b00), F(0xb3be200));
-  snrt_dead(c, 0xb3b6200, 32768);
-  snrt_reads(c, 653, 1, (const int64_t[]){0xb3be200, 32768});
+  snrt_bn_fwd_infer(c, &P101, F(0xb3d6200), F(0x14e2f00), F(0x14e3300), F(0x14e3700), F(0x14e3b00), F(0xb3b6200));
+  snrt_dead(c, 0xb3d6200, 32768);
+  snrt_reads(c, 653, 1, (const int64_t[]){0xb3b6200, 32768});
   /*   653 eval      Relu               layer3.3.1.relu/eval  live 179.9 MiB */
-  snrt_unary_fwd(c, &P102, F(0xb3be200), F(0xb41e200));
-  snrt_dead(c, 0xb3be200, 32768);
+  snrt_unary_fwd(c, &P102, F(0xb3b6200), F(0xb41e200));
+  snrt_dead(c, 0xb3b6200, 32768);
   snrt_reads(c, 654, 2, (const int64_t[]){0xb41e200, 32768, 0x14e3f00, 2359296});
   /*   654 eval      Conv               layer3.3.2.conv/eval  live 180.2 MiB */
   snrt_conv_fwd(c, &P103, F(0xb41e200), F(0x14e3f00), NULL, F(0xb426200), F(0xb3b6200));
@@ -3032,8 +3153,9 @@ static void eval_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xb3b6200, 32768);
   snrt_reads(c, 657, 2, (const int64_t[]){0xb3d6200, 32768, 0x1724f00, 1048576});
   /*   657 eval      Conv               layer3.3.3.conv/eval  live 180.0 MiB */
-  snrt_conv_fwd(c, &P106, F(0xb3d6200), F(0x1724f00), NULL, F(0xb3b6200), NULL);
+  snrt_conv_fwd(c, &P106, F(0xb3d6200), F(0x1724f00), NULL, F(0xb3b6200), F(0xb3de200));
   snrt_dead(c, 0xb3d6200, 32768);
+  snrt_dead(c, 0xb3de200, 32768);
   snrt_reads(c, 658, 5, (const int64_t[]){0xb3b6200, 131072, 0x1824f00, 4096, 0x1825f00, 4096, 0x1826f00, 4096, 0x1827f00, 4096});
   /*   658 eval      BN_INFER           layer3.3.3.bn/eval  live 180.1 MiB */
   snrt_bn_fwd_infer(c, &P107, F(0xb3b6200), F(0x1824f00), F(0x1825f00), F(0x1826f00), F(0x1827f00), F(0xb3d6200));
@@ -3044,16 +3166,17 @@ static void eval_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xb3fe200, 131072);
   snrt_dead(c, 0xb3d6200, 131072);
   snrt_reads(c, 660, 2, (const int64_t[]){0xb41e200, 131072, 0x1828f00, 1048576});
-  /*   660 eval      Conv               layer3.4.1.conv/eval  live 179.9 MiB */
-  snrt_conv_fwd(c, &P109, F(0xb41e200), F(0x1828f00), NULL, F(0xb3b6200), NULL);
-  snrt_reads(c, 661, 5, (const int64_t[]){0xb3b6200, 32768, 0x1928f00, 1024, 0x1929300, 1024, 0x1929700, 1024, 0x1929b00, 1024});
+  /*   660 eval      Conv               layer3.4.1.conv/eval  live 180.0 MiB */
+  snrt_conv_fwd(c, &P109, F(0xb41e200), F(0x1828f00), NULL, F(0xb3d6200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 131072);
+  snrt_reads(c, 661, 5, (const int64_t[]){0xb3d6200, 32768, 0x1928f00, 1024, 0x1929300, 1024, 0x1929700, 1024, 0x1929b00, 1024});
   /*   661 eval      BN_INFER           layer3.4.1.bn/eval  live 179.9 MiB */
-  snrt_bn_fwd_infer(c, &P110, F(0xb3b6200), F(0x1928f00), F(0x1929300), F(0x1929700), F(0x1929b00), F(0xb3be200));
-  snrt_dead(c, 0xb3b6200, 32768);
-  snrt_reads(c, 662, 1, (const int64_t[]){0xb3be200, 32768});
+  snrt_bn_fwd_infer(c, &P110, F(0xb3d6200), F(0x1928f00), F(0x1929300), F(0x1929700), F(0x1929b00), F(0xb3b6200));
+  snrt_dead(c, 0xb3d6200, 32768);
+  snrt_reads(c, 662, 1, (const int64_t[]){0xb3b6200, 32768});
   /*   662 eval      Relu               layer3.4.1.relu/eval  live 179.9 MiB */
-  snrt_unary_fwd(c, &P111, F(0xb3be200), F(0xb3fe200));
-  snrt_dead(c, 0xb3be200, 32768);
+  snrt_unary_fwd(c, &P111, F(0xb3b6200), F(0xb3fe200));
+  snrt_dead(c, 0xb3b6200, 32768);
   snrt_reads(c, 663, 2, (const int64_t[]){0xb3fe200, 32768, 0x1929f00, 2359296});
   /*   663 eval      Conv               layer3.4.2.conv/eval  live 180.2 MiB */
   snrt_conv_fwd(c, &P112, F(0xb3fe200), F(0x1929f00), NULL, F(0xb406200), F(0xb3b6200));
@@ -3069,8 +3192,9 @@ static void eval_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xb3b6200, 32768);
   snrt_reads(c, 666, 2, (const int64_t[]){0xb3d6200, 32768, 0x1b6af00, 1048576});
   /*   666 eval      Conv               layer3.4.3.conv/eval  live 180.0 MiB */
-  snrt_conv_fwd(c, &P115, F(0xb3d6200), F(0x1b6af00), NULL, F(0xb3b6200), NULL);
+  snrt_conv_fwd(c, &P115, F(0xb3d6200), F(0x1b6af00), NULL, F(0xb3b6200), F(0xb3de200));
   snrt_dead(c, 0xb3d6200, 32768);
+  snrt_dead(c, 0xb3de200, 32768);
   snrt_reads(c, 667, 5, (const int64_t[]){0xb3b6200, 131072, 0x1c6af00, 4096, 0x1c6bf00, 4096, 0x1c6cf00, 4096, 0x1c6df00, 4096});
   /*   667 eval      BN_INFER           layer3.4.3.bn/eval  live 180.1 MiB */
   snrt_bn_fwd_infer(c, &P116, F(0xb3b6200), F(0x1c6af00), F(0x1c6bf00), F(0x1c6cf00), F(0x1c6df00), F(0xb3d6200));
@@ -3081,16 +3205,17 @@ static void eval_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xb41e200, 131072);
   snrt_dead(c, 0xb3d6200, 131072);
   snrt_reads(c, 669, 2, (const int64_t[]){0xb3fe200, 131072, 0x1c6ef00, 1048576});
-  /*   669 eval      Conv               layer3.5.1.conv/eval  live 179.9 MiB */
-  snrt_conv_fwd(c, &P118, F(0xb3fe200), F(0x1c6ef00), NULL, F(0xb3b6200), NULL);
-  snrt_reads(c, 670, 5, (const int64_t[]){0xb3b6200, 32768, 0x1d6ef00, 1024, 0x1d6f300, 1024, 0x1d6f700, 1024, 0x1d6fb00, 1024});
+  /*   669 eval      Conv               layer3.5.1.conv/eval  live 180.0 MiB */
+  snrt_conv_fwd(c, &P118, F(0xb3fe200), F(0x1c6ef00), NULL, F(0xb3d6200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 131072);
+  snrt_reads(c, 670, 5, (const int64_t[]){0xb3d6200, 32768, 0x1d6ef00, 1024, 0x1d6f300, 1024, 0x1d6f700, 1024, 0x1d6fb00, 1024});
   /*   670 eval      BN_INFER           layer3.5.1.bn/eval  live 179.9 MiB */
-  snrt_bn_fwd_infer(c, &P119, F(0xb3b6200), F(0x1d6ef00), F(0x1d6f300), F(0x1d6f700), F(0x1d6fb00), F(0xb3be200));
-  snrt_dead(c, 0xb3b6200, 32768);
-  snrt_reads(c, 671, 1, (const int64_t[]){0xb3be200, 32768});
+  snrt_bn_fwd_infer(c, &P119, F(0xb3d6200), F(0x1d6ef00), F(0x1d6f300), F(0x1d6f700), F(0x1d6fb00), F(0xb3b6200));
+  snrt_dead(c, 0xb3d6200, 32768);
+  snrt_reads(c, 671, 1, (const int64_t[]){0xb3b6200, 32768});
   /*   671 eval      Relu               layer3.5.1.relu/eval  live 179.9 MiB */
-  snrt_unary_fwd(c, &P120, F(0xb3be200), F(0xb41e200));
-  snrt_dead(c, 0xb3be200, 32768);
+  snrt_unary_fwd(c, &P120, F(0xb3b6200), F(0xb41e200));
+  snrt_dead(c, 0xb3b6200, 32768);
   snrt_reads(c, 672, 2, (const int64_t[]){0xb41e200, 32768, 0x1d6ff00, 2359296});
   /*   672 eval      Conv               layer3.5.2.conv/eval  live 180.2 MiB */
   snrt_conv_fwd(c, &P121, F(0xb41e200), F(0x1d6ff00), NULL, F(0xb426200), F(0xb3b6200));
@@ -3106,8 +3231,9 @@ static void eval_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xb3b6200, 32768);
   snrt_reads(c, 675, 2, (const int64_t[]){0xb3d6200, 32768, 0x1fb0f00, 1048576});
   /*   675 eval      Conv               layer3.5.3.conv/eval  live 180.0 MiB */
-  snrt_conv_fwd(c, &P124, F(0xb3d6200), F(0x1fb0f00), NULL, F(0xb3b6200), NULL);
+  snrt_conv_fwd(c, &P124, F(0xb3d6200), F(0x1fb0f00), NULL, F(0xb3b6200), F(0xb3de200));
   snrt_dead(c, 0xb3d6200, 32768);
+  snrt_dead(c, 0xb3de200, 32768);
   snrt_reads(c, 676, 5, (const int64_t[]){0xb3b6200, 131072, 0x20b0f00, 4096, 0x20b1f00, 4096, 0x20b2f00, 4096, 0x20b3f00, 4096});
   /*   676 eval      BN_INFER           layer3.5.3.bn/eval  live 180.1 MiB */
   snrt_bn_fwd_infer(c, &P125, F(0xb3b6200), F(0x20b0f00), F(0x20b1f00), F(0x20b2f00), F(0x20b3f00), F(0xb3d6200));
@@ -3118,16 +3244,17 @@ static void eval_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xb3fe200, 131072);
   snrt_dead(c, 0xb3d6200, 131072);
   snrt_reads(c, 678, 2, (const int64_t[]){0xb41e200, 131072, 0x20b4f00, 2097152});
-  /*   678 eval      Conv               layer4.0.1.conv/eval  live 179.9 MiB */
-  snrt_conv_fwd(c, &P127, F(0xb41e200), F(0x20b4f00), NULL, F(0xb3b6200), NULL);
-  snrt_reads(c, 679, 5, (const int64_t[]){0xb3b6200, 65536, 0x22b4f00, 2048, 0x22b5700, 2048, 0x22b5f00, 2048, 0x22b6700, 2048});
+  /*   678 eval      Conv               layer4.0.1.conv/eval  live 180.0 MiB */
+  snrt_conv_fwd(c, &P127, F(0xb41e200), F(0x20b4f00), NULL, F(0xb3d6200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 131072);
+  snrt_reads(c, 679, 5, (const int64_t[]){0xb3d6200, 65536, 0x22b4f00, 2048, 0x22b5700, 2048, 0x22b5f00, 2048, 0x22b6700, 2048});
   /*   679 eval      BN_INFER           layer4.0.1.bn/eval  live 180.0 MiB */
-  snrt_bn_fwd_infer(c, &P128, F(0xb3b6200), F(0x22b4f00), F(0x22b5700), F(0x22b5f00), F(0x22b6700), F(0xb3c6200));
-  snrt_dead(c, 0xb3b6200, 65536);
-  snrt_reads(c, 680, 1, (const int64_t[]){0xb3c6200, 65536});
+  snrt_bn_fwd_infer(c, &P128, F(0xb3d6200), F(0x22b4f00), F(0x22b5700), F(0x22b5f00), F(0x22b6700), F(0xb3b6200));
+  snrt_dead(c, 0xb3d6200, 65536);
+  snrt_reads(c, 680, 1, (const int64_t[]){0xb3b6200, 65536});
   /*   680 eval      Relu               layer4.0.1.relu/eval  live 180.0 MiB */
-  snrt_unary_fwd(c, &P129, F(0xb3c6200), F(0xb3da200));
-  snrt_dead(c, 0xb3c6200, 65536);
+  snrt_unary_fwd(c, &P129, F(0xb3b6200), F(0xb3da200));
+  snrt_dead(c, 0xb3b6200, 65536);
   snrt_reads(c, 681, 2, (const int64_t[]){0xb3da200, 65536, 0x22b6f00, 9437184});
   /*   681 eval      Conv               layer4.0.2.conv/eval  live 180.1 MiB */
   snrt_conv_fwd(c, &P130, F(0xb3da200), F(0x22b6f00), NULL, F(0xb3ea200), F(0xb3b6200));
@@ -3143,8 +3270,9 @@ static void eval_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xb3b6200, 16384);
   snrt_reads(c, 684, 2, (const int64_t[]){0xb3c6200, 16384, 0x2bb8f00, 4194304});
   /*   684 eval      Conv               layer4.0.3.conv/eval  live 179.9 MiB */
-  snrt_conv_fwd(c, &P133, F(0xb3c6200), F(0x2bb8f00), NULL, F(0xb3b6200), NULL);
+  snrt_conv_fwd(c, &P133, F(0xb3c6200), F(0x2bb8f00), NULL, F(0xb3b6200), F(0xb3ca200));
   snrt_dead(c, 0xb3c6200, 16384);
+  snrt_dead(c, 0xb3ca200, 16384);
   snrt_reads(c, 685, 5, (const int64_t[]){0xb3b6200, 65536, 0x2fb8f00, 8192, 0x2fbaf00, 8192, 0x2fbcf00, 8192, 0x2fbef00, 8192});
   /*   685 eval      BN_INFER           layer4.0.3.bn/eval  live 180.0 MiB */
   snrt_bn_fwd_infer(c, &P134, F(0xb3b6200), F(0x2fb8f00), F(0x2fbaf00), F(0x2fbcf00), F(0x2fbef00), F(0xb3c6200));
@@ -3164,16 +3292,17 @@ static void eval_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xb3c6200, 65536);
   snrt_dead(c, 0xb3d6200, 65536);
   snrt_reads(c, 689, 2, (const int64_t[]){0xb3e6200, 65536, 0x37c8f00, 4194304});
-  /*   689 eval      Conv               layer4.1.1.conv/eval  live 179.8 MiB */
-  snrt_conv_fwd(c, &P138, F(0xb3e6200), F(0x37c8f00), NULL, F(0xb3b6200), NULL);
-  snrt_reads(c, 690, 5, (const int64_t[]){0xb3b6200, 16384, 0x3bc8f00, 2048, 0x3bc9700, 2048, 0x3bc9f00, 2048, 0x3bca700, 2048});
+  /*   689 eval      Conv               layer4.1.1.conv/eval  live 179.9 MiB */
+  snrt_conv_fwd(c, &P138, F(0xb3e6200), F(0x37c8f00), NULL, F(0xb3c6200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 65536);
+  snrt_reads(c, 690, 5, (const int64_t[]){0xb3c6200, 16384, 0x3bc8f00, 2048, 0x3bc9700, 2048, 0x3bc9f00, 2048, 0x3bca700, 2048});
   /*   690 eval      BN_INFER           layer4.1.1.bn/eval  live 179.8 MiB */
-  snrt_bn_fwd_infer(c, &P139, F(0xb3b6200), F(0x3bc8f00), F(0x3bc9700), F(0x3bc9f00), F(0x3bca700), F(0xb3ba200));
-  snrt_dead(c, 0xb3b6200, 16384);
-  snrt_reads(c, 691, 1, (const int64_t[]){0xb3ba200, 16384});
+  snrt_bn_fwd_infer(c, &P139, F(0xb3c6200), F(0x3bc8f00), F(0x3bc9700), F(0x3bc9f00), F(0x3bca700), F(0xb3b6200));
+  snrt_dead(c, 0xb3c6200, 16384);
+  snrt_reads(c, 691, 1, (const int64_t[]){0xb3b6200, 16384});
   /*   691 eval      Relu               layer4.1.1.relu/eval  live 179.8 MiB */
-  snrt_unary_fwd(c, &P140, F(0xb3ba200), F(0xb3da200));
-  snrt_dead(c, 0xb3ba200, 16384);
+  snrt_unary_fwd(c, &P140, F(0xb3b6200), F(0xb3da200));
+  snrt_dead(c, 0xb3b6200, 16384);
   snrt_reads(c, 692, 2, (const int64_t[]){0xb3da200, 16384, 0x3bcaf00, 9437184});
   /*   692 eval      Conv               layer4.1.2.conv/eval  live 179.9 MiB */
   snrt_conv_fwd(c, &P141, F(0xb3da200), F(0x3bcaf00), NULL, F(0xb3de200), F(0xb3b6200));
@@ -3189,8 +3318,9 @@ static void eval_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xb3b6200, 16384);
   snrt_reads(c, 695, 2, (const int64_t[]){0xb3c6200, 16384, 0x44ccf00, 4194304});
   /*   695 eval      Conv               layer4.1.3.conv/eval  live 179.9 MiB */
-  snrt_conv_fwd(c, &P144, F(0xb3c6200), F(0x44ccf00), NULL, F(0xb3b6200), NULL);
+  snrt_conv_fwd(c, &P144, F(0xb3c6200), F(0x44ccf00), NULL, F(0xb3b6200), F(0xb3ca200));
   snrt_dead(c, 0xb3c6200, 16384);
+  snrt_dead(c, 0xb3ca200, 16384);
   snrt_reads(c, 696, 5, (const int64_t[]){0xb3b6200, 65536, 0x48ccf00, 8192, 0x48cef00, 8192, 0x48d0f00, 8192, 0x48d2f00, 8192});
   /*   696 eval      BN_INFER           layer4.1.3.bn/eval  live 179.9 MiB */
   snrt_bn_fwd_infer(c, &P145, F(0xb3b6200), F(0x48ccf00), F(0x48cef00), F(0x48d0f00), F(0x48d2f00), F(0xb3c6200));
@@ -3201,16 +3331,17 @@ static void eval_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xb3e6200, 65536);
   snrt_dead(c, 0xb3c6200, 65536);
   snrt_reads(c, 698, 2, (const int64_t[]){0xb3f6200, 65536, 0x48d4f00, 4194304});
-  /*   698 eval      Conv               layer4.2.1.conv/eval  live 179.8 MiB */
-  snrt_conv_fwd(c, &P147, F(0xb3f6200), F(0x48d4f00), NULL, F(0xb3b6200), NULL);
-  snrt_reads(c, 699, 5, (const int64_t[]){0xb3b6200, 16384, 0x4cd4f00, 2048, 0x4cd5700, 2048, 0x4cd5f00, 2048, 0x4cd6700, 2048});
+  /*   698 eval      Conv               layer4.2.1.conv/eval  live 179.9 MiB */
+  snrt_conv_fwd(c, &P147, F(0xb3f6200), F(0x48d4f00), NULL, F(0xb3c6200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 65536);
+  snrt_reads(c, 699, 5, (const int64_t[]){0xb3c6200, 16384, 0x4cd4f00, 2048, 0x4cd5700, 2048, 0x4cd5f00, 2048, 0x4cd6700, 2048});
   /*   699 eval      BN_INFER           layer4.2.1.bn/eval  live 179.8 MiB */
-  snrt_bn_fwd_infer(c, &P148, F(0xb3b6200), F(0x4cd4f00), F(0x4cd5700), F(0x4cd5f00), F(0x4cd6700), F(0xb3ba200));
-  snrt_dead(c, 0xb3b6200, 16384);
-  snrt_reads(c, 700, 1, (const int64_t[]){0xb3ba200, 16384});
+  snrt_bn_fwd_infer(c, &P148, F(0xb3c6200), F(0x4cd4f00), F(0x4cd5700), F(0x4cd5f00), F(0x4cd6700), F(0xb3b6200));
+  snrt_dead(c, 0xb3c6200, 16384);
+  snrt_reads(c, 700, 1, (const int64_t[]){0xb3b6200, 16384});
   /*   700 eval      Relu               layer4.2.1.relu/eval  live 179.8 MiB */
-  snrt_unary_fwd(c, &P149, F(0xb3ba200), F(0xb3da200));
-  snrt_dead(c, 0xb3ba200, 16384);
+  snrt_unary_fwd(c, &P149, F(0xb3b6200), F(0xb3da200));
+  snrt_dead(c, 0xb3b6200, 16384);
   snrt_reads(c, 701, 2, (const int64_t[]){0xb3da200, 16384, 0x4cd6f00, 9437184});
   /*   701 eval      Conv               layer4.2.2.conv/eval  live 179.9 MiB */
   snrt_conv_fwd(c, &P150, F(0xb3da200), F(0x4cd6f00), NULL, F(0xb3de200), F(0xb3b6200));
@@ -3226,8 +3357,9 @@ static void eval_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xb3b6200, 16384);
   snrt_reads(c, 704, 2, (const int64_t[]){0xb3c6200, 16384, 0x55d8f00, 4194304});
   /*   704 eval      Conv               layer4.2.3.conv/eval  live 179.9 MiB */
-  snrt_conv_fwd(c, &P153, F(0xb3c6200), F(0x55d8f00), NULL, F(0xb3b6200), NULL);
+  snrt_conv_fwd(c, &P153, F(0xb3c6200), F(0x55d8f00), NULL, F(0xb3b6200), F(0xb3ca200));
   snrt_dead(c, 0xb3c6200, 16384);
+  snrt_dead(c, 0xb3ca200, 16384);
   snrt_reads(c, 705, 5, (const int64_t[]){0xb3b6200, 65536, 0x59d8f00, 8192, 0x59daf00, 8192, 0x59dcf00, 8192, 0x59def00, 8192});
   /*   705 eval      BN_INFER           layer4.2.3.bn/eval  live 179.9 MiB */
   snrt_bn_fwd_infer(c, &P154, F(0xb3b6200), F(0x59d8f00), F(0x59daf00), F(0x59dcf00), F(0x59def00), F(0xb3c6200));
@@ -3271,7 +3403,7 @@ static const snrt_tensor tensors[] = {
   {"stem.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 188441344, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"stem.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 188403200, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.0.1.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {64, 64, 1, 1}, 16384, 38656, -1, SNRT_INIT_KAIMING, 64, -1, 14, {15, -1}},
-  {"layer1.0.1.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {64, 64, 1, 1}, 16384, 188572160, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer1.0.1.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {64, 64, 1, 1}, 16384, 188703232, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.0.1.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {64, 64, 1, 1}, 16384, 188386560, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.0.1.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 55040, -1, SNRT_INIT_ONE, 0, -1, 17, {18, -1}},
   {"layer1.0.1.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
@@ -3289,7 +3421,7 @@ static const snrt_tensor tensors[] = {
   {"layer1.0.2.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 188441344, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.0.2.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 188238336, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.0.3.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {256, 64, 1, 1}, 65536, 204544, -1, SNRT_INIT_KAIMING, 64, -1, 32, {33, -1}},
-  {"layer1.0.3.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {256, 64, 1, 1}, 65536, 188965376, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer1.0.3.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {256, 64, 1, 1}, 65536, 189096448, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.0.3.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {256, 64, 1, 1}, 65536, 188172544, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.0.3.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 270080, -1, SNRT_INIT_ONE, 0, -1, 35, {36, -1}},
   {"layer1.0.3.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188965376, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
@@ -3298,7 +3430,7 @@ static const snrt_tensor tensors[] = {
   {"layer1.0.3.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188966400, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.0.3.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 188171520, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.0.down.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {256, 64, 1, 1}, 65536, 274176, -1, SNRT_INIT_KAIMING, 64, -1, 41, {42, -1}},
-  {"layer1.0.down.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {256, 64, 1, 1}, 65536, 189489664, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer1.0.down.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {256, 64, 1, 1}, 65536, 189620736, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.0.down.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {256, 64, 1, 1}, 65536, 188104960, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.0.down.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 339712, -1, SNRT_INIT_ONE, 0, -1, 44, {45, -1}},
   {"layer1.0.down.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 189489664, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
@@ -3307,7 +3439,7 @@ static const snrt_tensor tensors[] = {
   {"layer1.0.down.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 189490688, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.0.down.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 188103936, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.1.1.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {64, 256, 1, 1}, 65536, 343808, -1, SNRT_INIT_KAIMING, 256, -1, 50, {51, -1}},
-  {"layer1.1.1.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {64, 256, 1, 1}, 65536, 188965376, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer1.1.1.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {64, 256, 1, 1}, 65536, 189489664, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.1.1.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {64, 256, 1, 1}, 65536, 188037376, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.1.1.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 409344, -1, SNRT_INIT_ONE, 0, -1, 53, {54, -1}},
   {"layer1.1.1.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
@@ -3325,7 +3457,7 @@ static const snrt_tensor tensors[] = {
   {"layer1.1.2.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 188441344, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.1.2.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 187889152, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.1.3.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {256, 64, 1, 1}, 65536, 558848, -1, SNRT_INIT_KAIMING, 64, -1, 68, {69, -1}},
-  {"layer1.1.3.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {256, 64, 1, 1}, 65536, 188965376, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer1.1.3.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {256, 64, 1, 1}, 65536, 189096448, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.1.3.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {256, 64, 1, 1}, 65536, 187823360, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.1.3.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 624384, -1, SNRT_INIT_ONE, 0, -1, 71, {72, -1}},
   {"layer1.1.3.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188965376, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
@@ -3334,7 +3466,7 @@ static const snrt_tensor tensors[] = {
   {"layer1.1.3.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188966400, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.1.3.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 187822336, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.2.1.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {64, 256, 1, 1}, 65536, 628480, -1, SNRT_INIT_KAIMING, 256, -1, 77, {78, -1}},
-  {"layer1.2.1.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {64, 256, 1, 1}, 65536, 188965376, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer1.2.1.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {64, 256, 1, 1}, 65536, 189489664, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.2.1.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {64, 256, 1, 1}, 65536, 187755776, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.2.1.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 694016, -1, SNRT_INIT_ONE, 0, -1, 80, {81, -1}},
   {"layer1.2.1.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
@@ -3352,7 +3484,7 @@ static const snrt_tensor tensors[] = {
   {"layer1.2.2.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 188441344, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.2.2.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 187607552, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.2.3.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {256, 64, 1, 1}, 65536, 843520, -1, SNRT_INIT_KAIMING, 64, -1, 95, {96, -1}},
-  {"layer1.2.3.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {256, 64, 1, 1}, 65536, 188965376, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer1.2.3.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {256, 64, 1, 1}, 65536, 189096448, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.2.3.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {256, 64, 1, 1}, 65536, 187541760, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.2.3.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 909056, -1, SNRT_INIT_ONE, 0, -1, 98, {99, -1}},
   {"layer1.2.3.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188965376, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
@@ -3361,7 +3493,7 @@ static const snrt_tensor tensors[] = {
   {"layer1.2.3.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188966400, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.2.3.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 187540736, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.0.1.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {128, 256, 1, 1}, 131072, 913152, -1, SNRT_INIT_KAIMING, 256, -1, 104, {105, -1}},
-  {"layer2.0.1.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {128, 256, 1, 1}, 131072, 188965376, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer2.0.1.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {128, 256, 1, 1}, 131072, 189489664, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer2.0.1.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {128, 256, 1, 1}, 131072, 187408640, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.0.1.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {128}, 512, 1044224, -1, SNRT_INIT_ONE, 0, -1, 107, {108, -1}},
   {"layer2.0.1.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {128}, 512, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
@@ -3987,27 +4119,27 @@ static const snrt_step_info step_info[] = {
   {"forward", "conv", 0.000483328},
   {"forward", "norm", 2.2528e-06},
   {"forward", "elementwise", 1.6384e-06},
-  {"forward", "conv_1x1", 0.000213811},
+  {"forward", "conv_1x1", 0.00021463},
   {"forward", "norm", 9.0112e-06},
   {"forward", "conv_1x1", 0.000430899},
   {"forward", "norm", 9.0112e-06},
   {"forward", "elementwise", 9.8304e-06},
-  {"forward", "conv_1x1", 0.000213811},
+  {"forward", "conv_1x1", 0.000217088},
   {"forward", "norm", 2.2528e-06},
   {"forward", "elementwise", 1.6384e-06},
   {"forward", "conv", 0.00048087},
   {"forward", "norm", 2.2528e-06},
   {"forward", "elementwise", 1.6384e-06},
-  {"forward", "conv_1x1", 0.000213811},
+  {"forward", "conv_1x1", 0.00021463},
   {"forward", "norm", 9.0112e-06},
   {"forward", "elementwise", 9.8304e-06},
-  {"forward", "conv_1x1", 0.000213811},
+  {"forward", "conv_1x1", 0.000217088},
   {"forward", "norm", 2.2528e-06},
   {"forward", "elementwise", 1.6384e-06},
   {"forward", "conv", 0.00048087},
   {"forward", "norm", 2.2528e-06},
   {"forward", "elementwise", 1.6384e-06},
-  {"forward", "conv_1x1", 0.000213811},
+  {"forward", "conv_1x1", 0.00021463},
   {"forward", "norm", 9.0112e-06},
   {"forward", "elementwise", 9.8304e-06},
   {"forward", "pool", 6.5536e-06},
@@ -4026,8 +4158,8 @@ static const snrt_step_info step_info[] = {
   {"backward", "norm", 1.18784e-05},
   {"update", "update", 2.048e-06},
   {"update", "update", 2.048e-06},
-  {"backward", "conv_bwd_1x1", 0.000213811},
-  {"backward", "conv_bwd_1x1", 0.000213811},
+  {"backward", "conv_bwd_1x1", 0.00021463},
+  {"backward", "conv_bwd_1x1", 0.00021463},
   {"update", "update", 0.00104858},
   {"backward", "elementwise", 2.4576e-06},
   {"backward", "norm", 2.9696e-06},
@@ -4040,16 +4172,16 @@ static const snrt_step_info step_info[] = {
   {"backward", "norm", 2.9696e-06},
   {"update", "update", 5.12e-07},
   {"update", "update", 5.12e-07},
-  {"backward", "conv_bwd_1x1", 0.000213811},
-  {"backward", "conv_bwd_1x1", 0.000213811},
+  {"backward", "conv_bwd_1x1", 0.000217088},
+  {"backward", "conv_bwd_1x1", 0.000217088},
   {"backward", "elementwise", 9.8304e-06},
   {"update", "update", 0.00104858},
   {"backward", "elementwise", 1.31072e-05},
   {"backward", "norm", 1.18784e-05},
   {"update", "update", 2.048e-06},
   {"update", "update", 2.048e-06},
-  {"backward", "conv_bwd_1x1", 0.000213811},
-  {"backward", "conv_bwd_1x1", 0.000213811},
+  {"backward", "conv_bwd_1x1", 0.00021463},
+  {"backward", "conv_bwd_1x1", 0.00021463},
   {"update", "update", 0.00104858},
   {"backward", "elementwise", 2.4576e-06},
   {"backward", "norm", 2.9696e-06},
@@ -4062,8 +4194,8 @@ static const snrt_step_info step_info[] = {
   {"backward", "norm", 2.9696e-06},
   {"update", "update", 5.12e-07},
   {"update", "update", 5.12e-07},
-  {"backward", "conv_bwd_1x1", 0.000213811},
-  {"backward", "conv_bwd_1x1", 0.000213811},
+  {"backward", "conv_bwd_1x1", 0.000217088},
+  {"backward", "conv_bwd_1x1", 0.000217088},
   {"backward", "elementwise", 9.8304e-06},
   {"update", "update", 0.00104858},
   {"backward", "elementwise", 1.31072e-05},
@@ -4076,8 +4208,8 @@ static const snrt_step_info step_info[] = {
   {"backward", "norm", 1.18784e-05},
   {"update", "update", 2.048e-06},
   {"update", "update", 2.048e-06},
-  {"backward", "conv_bwd_1x1", 0.000213811},
-  {"backward", "conv_bwd_1x1", 0.000213811},
+  {"backward", "conv_bwd_1x1", 0.00021463},
+  {"backward", "conv_bwd_1x1", 0.00021463},
   {"update", "update", 0.00104858},
   {"backward", "elementwise", 2.4576e-06},
   {"backward", "norm", 2.9696e-06},
@@ -4425,6 +4557,6 @@ const snrt_model snrt_the_model = {
   .eval_step = eval_step,
   .nsteps = 551,
   .steps = step_info,
-  .est_step_s = 0.069588,
+  .est_step_s = 0.069615,
   .est_device = "cpu",
 };

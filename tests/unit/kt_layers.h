@@ -85,8 +85,12 @@ static void test_conv(void) {
   conv_case("s2 d2 asym g2",   2, 4, 9, 8, 6, 3, 2, 2, 3, 2, 0, 1, 2, 2, 1, 2, 2);
   conv_case("depthwise",       2, 6, 7, 7, 6, 3, 3, 2, 1, 1, 1, 0, 1, 1, 1, 6, 2);
   conv_case("depthwise x2",    2, 3, 5, 6, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1, 2, 3, 2);
-  conv_case("1x1 s1 no ws",    2, 6, 4, 5, 4, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 2);
-  conv_case("1x1 s1 g2",       2, 6, 4, 5, 4, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 2, 2);
+  /* A 1x1 stride-1 conv on a plane of SNRT_CONV_1X1_PLANE pixels or more:
+   * no workspace, one GEMM per image; on a smaller plane: im2col (a copy). */
+  conv_case("1x1 s1 16x16 no ws", 2, 6, 16, 16, 4, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 2);
+  conv_case("1x1 s1 16x16 g2", 2, 6, 16, 16, 4, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 2, 2);
+  conv_case("1x1 s1 4x5 im2col", 2, 6, 4, 5, 4, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 2);
+  conv_case("1x1 s1 4x5 g2",   2, 6, 4, 5, 4, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 2, 2);
   conv_case("1x1 s2",          3, 6, 5, 5, 8, 1, 1, 2, 2, 0, 0, 0, 0, 1, 1, 1, 3);
   conv_case("c=1 first layer", 3, 1, 6, 6, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 3);
   conv_case("7x7 s2 p3",       2, 3, 9, 9, 4, 7, 7, 2, 2, 3, 3, 3, 3, 1, 1, 1, 2);
