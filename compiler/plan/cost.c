@@ -19,8 +19,9 @@
  * convolution's GEMM, K = c/group x kh x kw: below COST_SMALL_K the
  * runtime's kernels run far below their large-K rate (a first layer,
  * depthwise convolutions), so those get a class of their own ("_small"),
- * and so do 1x1 stride-1 convolutions on large planes ("_1x1": one GEMM
- * per image on the CPU, no im2col: snrt_conv_is_1x1); a
+ * and so do 1x1 convolutions ("_1x1": one GEMM per image and no im2col on
+ * a large plane, a copy and batched GEMMs on a small one: the nearest
+ * measured shape's rate); a
  * convolution also costs a fixed time per image of the batch (per_image_s);
  * where the profile lists the convolutions it measured (conv_shapes), a
  * convolution takes the FLOP rate of the nearest one of its kind instead
@@ -81,15 +82,16 @@ static const char *const class_names[CC_COUNT] = {
 
 const char *cost_class_name(CostClass c) { return c >= 0 && c < CC_COUNT ? class_names[c] : "?"; }
 
-/* 0: the large-K class, 1: small K, 2: a 1x1 convolution the runtime's
- * kernels run as one GEMM per image with no im2col (snrt_conv_is_1x1: stride
- * 1, a plane of SNRT_CONV_1X1_PLANE pixels or more; a smaller one takes the
- * batched im2col path of class 0). */
+/* 0: the large-K class, 1: small K, 2: a 1x1 convolution (snc-calibrate
+ * labels its measured shapes so: every 1x1 kernel, whichever path the
+ * runtime takes, one GEMM per image on a large plane or im2col's copy and
+ * one GEMM over many images on a small one: snrt_conv_is_1x1; the nearest
+ * measured shape's rate tells them apart). */
 static int conv_kind(const Node *n) {
   const snrt_conv_t *p = n->p;
   if (!p || p->group <= 0) return 0;
   if ((int64_t)(p->c / p->group) * p->kh * p->kw < COST_SMALL_K) return 1;
-  return snrt_conv_is_1x1(p) ? 2 : 0;
+  return p->kh == 1 && p->kw == 1 ? 2 : 0;
 }
 
 /* Pow by these exponents is a multiply (or a copy, or sqrtf) in the
