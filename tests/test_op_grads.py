@@ -382,6 +382,16 @@ def op_matmul_param_left(m, rng):
     return lambda t: m.op("MatMul", [w, t]), lambda t, P: P[w] @ t
 
 
+def op_matmul_const_left(m, rng):
+    """(5, 5) constant @ (B, 3, 5, 5): a constant first operand shared by the
+    batch (batch stride 0), as a registered buffer (nanoGPT's `wei @ x`); the
+    gradient of the second operand reads it at every batch item."""
+    from onnx import numpy_helper
+    c = m.op("Constant", [], value=numpy_helper.from_array(rnd(rng, 5, 5, scale=0.5)))
+    cval = numpy_helper.to_array(m.nodes[-1].attribute[0].t)
+    return lambda t: m.op("MatMul", [c, t]), lambda t, P: torch.tensor(cval, dtype=t.dtype) @ t
+
+
 def as_ncl(m, t):
     """(B, 3, 5, 5) -> (B, 3, 25): a 1-D signal per channel."""
     return m.op("Reshape", [t, m.const([0, 3, 25])])
@@ -534,6 +544,7 @@ OPS = {
     "MatMul_1d_left": (op_matmul_vec_left, 13),
     "MatMul_broadcast_both": (op_matmul_bcast_both, 13),
     "MatMul_param_left": (op_matmul_param_left, 13),
+    "MatMul_const_left": (op_matmul_const_left, 13),
     "Conv1d": (op_conv1d, 13),
     "Conv1d_group_same_bn": (op_conv1d_group_bn, 13),
     "MaxPool1d": (op_pool1d("MaxPool", lambda t: F.max_pool1d(t, 3, 2, 1, ceil_mode=True),
