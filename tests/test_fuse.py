@@ -153,6 +153,10 @@ def test_gpt_gelu_is_one_step_and_the_arena_shrinks(tmp_path):
     # Transpose step forward or backward for them (attention's stay).
     for w in ("qkv", "proj", "fc", "fc2"):
         assert "/%s/Transpose" % w in plain_text and "/%s/Transpose" % w not in text, w
+        # ... and their bias adds the GEMM's C: one Gemm step, no Add
+        assert re.search(r"forward\s+Gemm\s+\S+\s+\S+\s+/blocks\.0/%s/MatMul\+bias" % w, text), w
+        add = r"forward\s+Add\s.*/blocks\.0/%s/Add$" % w
+        assert re.search(add, plain_text, re.M) and not re.search(add, text, re.M), w
     # The chain's intermediates kept for backward in the unfused plan: at
     # least the Tanh output and the tanh argument, per layer (B x T x 4C floats).
     chain_bytes = 4 * 32 * 4 * 64 * 4

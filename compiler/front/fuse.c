@@ -14,7 +14,9 @@
  * whose only reader is a MatMul (a Linear layer's weight as PyTorch
  * exports it) becomes the MatMul's trans flag (fold_transposes): no copy
  * forward, and autodiff writes the weight's gradient in its own layout, so
- * the transposed gradient's copy goes too. Then the elementwise chains:
+ * the transposed gradient's copy goes too. Third, a bias add after such a
+ * product becomes the C of one GEMM node (fold_bias_adds). Then the
+ * elementwise chains:
  *
  * Requires: a shape-inferred forward graph (nodes [0, nfwd) topologically
  * sorted, node->p set), before autodiff. Provides: the same graph with each
@@ -478,6 +480,64 @@ static int fold_transposes(Graph *g, int nf, FILE *dump) {
   return folded;
 }
 
+/* ---- bias adds into the matrix product -------------------------------- */
+
+/* MatMul(x, w) + b, with w a matrix shared by the batch (stride 0: a
+ * Linear layer's weight, transposed or not), x's items contiguous, and b a
+ * float vector of the output's last dimension read by nothing but... the
+ * Add, whose other operand only it reads: one GEMM node (x, w, b), its
+ * batch flattened into the rows (y = x w + b over batch x m rows). The
+ * bias is added by the GEMM's step (snrt_bias_fwd) and its gradient is
+ * BIAS_BWD's reduction of dy: no separate Add step forward, and backward no
+ * copy of dy into the product's gradient. Returns how many. */
+static int fold_bias_adds(Graph *g, int nf, FILE *dump) {
+  Readers R = readers(g, nf);
+  bool *gone = xcalloc((size_t)nf, sizeof *gone);
+  int folded = 0;
+  for (int i = 0; i < nf; i++) {
+    Node *mmn = &g->n[i];
+    if (gone[i] || mmn->op != OP_MATMUL || !mmn->p || mmn->nin != 2) continue;
+    const snrt_mm_t *p = mmn->p;
+    if (p->stride_b != 0 || p->trans_a || (p->batch > 1 && (p->stride_a != p->m * p->k ||
+                                                            p->stride_y != p->m * p->n)))
+      continue;
+    int y = mmn->out[0], ai = sole_reader(g, &R, gone, y);
+    if (ai < 0 || g->n[ai].op != OP_ADD || g->n[ai].nin != 2) continue;
+    int b = other_operand(&g->n[ai], OP_ADD, y, true);
+    if (b < 0 || b == y || !vector_of(g, b, p->n) || !same_shape(&g->t[g->n[ai].out[0]], &g->t[y]))
+      continue;
+    GemmParams *gp = xcalloc(1, sizeof *gp);
+    gp->mm = *p;
+    gp->mm.m = p->batch * p->m;
+    gp->mm.batch = 1;
+    gp->mm.stride_a = gp->mm.m * p->k;
+    gp->mm.stride_b = p->k * p->n;
+    gp->mm.stride_y = gp->mm.m * p->n;
+    gp->bias = (snrt_bias_t){.rows = gp->mm.m, .cols = p->n, .kind = SNRT_BIAS_ROW, .scale = 1.0f};
+    gp->has_c = true;
+    Node *A = &g->n[ai];
+    if (dump) fprintf(dump, "bias %s: into %s as a GEMM with C\n", A->name, mmn->name);
+    int x = mmn->in[0], w = mmn->in[1];
+    free(A->in);
+    A->in = xmalloc(sizeof(int) * 3);
+    A->in[0] = x, A->in[1] = w, A->in[2] = b;
+    A->nin = 3;
+    A->op = OP_GEMM;
+    A->p = gp;
+    A->nattr = 0;
+    A->attrs = NULL;
+    char *name = xasprintf("%s+bias", mmn->name);
+    free(A->name);
+    A->name = name;
+    drop_node(g, i, gone);
+    folded++;
+  }
+  remove_nodes(g, nf, gone, folded);
+  free(gone);
+  readers_free(&R);
+  return folded;
+}
+
 /* ---- elementwise chains ------------------------------------------------- */
 
 void fuse_elementwise(Graph *g, bool on, FILE *dump) {
@@ -489,6 +549,8 @@ void fuse_elementwise(Graph *g, bool on, FILE *dump) {
   int nln = fuse_layernorms(g, nf, dump);
   nf = g->nfwd ? g->nfwd : g->nn;
   int ntr = fold_transposes(g, nf, dump);
+  nf = g->nfwd ? g->nfwd : g->nn;
+  int nbias = fold_bias_adds(g, nf, dump);
   nf = g->nfwd ? g->nfwd : g->nn;
   Readers R = readers(g, nf);
   const int *cnt = R.cnt, *rd = R.rd;
@@ -560,8 +622,9 @@ void fuse_elementwise(Graph *g, bool on, FILE *dump) {
   remove_nodes(g, nf, gone, nremoved);
   if (dump)
     fprintf(dump, "fuse: %d decomposed LayerNorm%s into LAYERNORM; %d Transpose%s into MatMul; "
-            "%d group%s, %d nodes into %d steps\n", nln, nln == 1 ? "" : "s", ntr, ntr == 1 ? "" : "s",
-            nfused, nfused == 1 ? "" : "s", nremoved + nfused, nfused);
+            "%d bias add%s into GEMM; %d group%s, %d nodes into %d steps\n", nln, nln == 1 ? "" : "s",
+            ntr, ntr == 1 ? "" : "s", nbias, nbias == 1 ? "" : "s", nfused, nfused == 1 ? "" : "s",
+            nremoved + nfused, nfused);
   free(gone);
   free(members);
   free(gs);

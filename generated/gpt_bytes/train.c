@@ -20,8 +20,8 @@ static const int32_t P1_idx[64] = {
 static const snrt_gather_t P1 = {.n_idx = 64, .rows = 64, .dim = 64, .idx = P1_idx};
 static const snrt_binary_t P2 = {.kind = SNRT_ADD, .rank = 3, .n = 65536, .dims = {16, 64, 64}, .sa = {4096, 64, 1}, .sb = {0, 64, 1}, .na = 65536, .nb = 4096};
 static const snrt_ln_t P3 = {.rows = 1024, .cols = 64, .eps = 9.99999975e-06f};
-static const snrt_mm_t P4 = {.batch = 16, .m = 64, .n = 192, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 0, .stride_y = 12288};
-static const snrt_binary_t P5 = {.kind = SNRT_ADD, .rank = 3, .n = 196608, .dims = {16, 64, 192}, .sa = {0, 0, 1}, .sb = {12288, 192, 1}, .na = 192, .nb = 196608};
+static const snrt_mm_t P4 = {.batch = 1, .m = 1024, .n = 192, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 65536, .stride_b = 12288, .stride_y = 196608};
+static const snrt_bias_t P5 = {.rows = 1024, .cols = 192, .kind = SNRT_BIAS_ROW, .scale = 1.f};
 static const int64_t P6_chunk[] = {64, 64, 64};
 static const snrt_concat_t P6 = {.parts = 3, .outer = 1024, .chunk = P6_chunk};
 static const snrt_transpose_t P7 = {.rank = 4, .n = 65536, .in_dims = {16, 64, 4, 16}, .perm = {0, 2, 1, 3}};
@@ -291,19 +291,19 @@ static const snrt_where_t P12 = {.n = 262144, .inner = 4096, .value = -INFINITY,
 static const snrt_softmax_t P13 = {.outer = 4096, .len = 64, .inner = 1};
 static const snrt_mm_t P14 = {.batch = 64, .m = 64, .n = 16, .k = 64, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 1024, .stride_y = 1024};
 static const snrt_transpose_t P15 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 64, 16}, .perm = {0, 2, 1, 3}};
-static const snrt_mm_t P16 = {.batch = 16, .m = 64, .n = 64, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 0, .stride_y = 4096};
-static const snrt_binary_t P17 = {.kind = SNRT_ADD, .rank = 3, .n = 65536, .dims = {16, 64, 64}, .sa = {0, 0, 1}, .sb = {4096, 64, 1}, .na = 64, .nb = 65536};
+static const snrt_mm_t P16 = {.batch = 1, .m = 1024, .n = 64, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 65536, .stride_b = 4096, .stride_y = 65536};
+static const snrt_bias_t P17 = {.rows = 1024, .cols = 64, .kind = SNRT_BIAS_ROW, .scale = 1.f};
 static const snrt_binary_t P18 = {.kind = SNRT_ADD, .rank = 3, .n = 65536, .dims = {16, 64, 64}, .sa = {4096, 64, 1}, .sb = {4096, 64, 1}, .na = 65536, .nb = 65536};
 static const snrt_ln_t P19 = {.rows = 1024, .cols = 64, .eps = 9.99999975e-06f};
-static const snrt_mm_t P20 = {.batch = 16, .m = 64, .n = 256, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 0, .stride_y = 16384};
-static const snrt_binary_t P21 = {.kind = SNRT_ADD, .rank = 3, .n = 262144, .dims = {16, 64, 256}, .sa = {0, 0, 1}, .sb = {16384, 256, 1}, .na = 256, .nb = 262144};
+static const snrt_mm_t P20 = {.batch = 1, .m = 1024, .n = 256, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 65536, .stride_b = 16384, .stride_y = 262144};
+static const snrt_bias_t P21 = {.rows = 1024, .cols = 256, .kind = SNRT_BIAS_ROW, .scale = 1.f};
 static const snrt_fused_t P22 = {.n = 262144, .nin = 1, .nops = 5, .need = 0, .have = 0, .use_y = 0, .ops = {{3, 0, -1, 1.41421354f}, {12, 1, -1, 0.f}, {0, 2, -1, 1.f}, {2, 0, 3, 0.f}, {2, 4, -1, 0.5f}}};
-static const snrt_mm_t P23 = {.batch = 16, .m = 64, .n = 64, .k = 256, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 16384, .stride_b = 0, .stride_y = 4096};
-static const snrt_binary_t P24 = {.kind = SNRT_ADD, .rank = 3, .n = 65536, .dims = {16, 64, 64}, .sa = {0, 0, 1}, .sb = {4096, 64, 1}, .na = 64, .nb = 65536};
+static const snrt_mm_t P23 = {.batch = 1, .m = 1024, .n = 64, .k = 256, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 262144, .stride_b = 16384, .stride_y = 65536};
+static const snrt_bias_t P24 = {.rows = 1024, .cols = 64, .kind = SNRT_BIAS_ROW, .scale = 1.f};
 static const snrt_binary_t P25 = {.kind = SNRT_ADD, .rank = 3, .n = 65536, .dims = {16, 64, 64}, .sa = {4096, 64, 1}, .sb = {4096, 64, 1}, .na = 65536, .nb = 65536};
 static const snrt_ln_t P26 = {.rows = 1024, .cols = 64, .eps = 9.99999975e-06f};
-static const snrt_mm_t P27 = {.batch = 16, .m = 64, .n = 192, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 0, .stride_y = 12288};
-static const snrt_binary_t P28 = {.kind = SNRT_ADD, .rank = 3, .n = 196608, .dims = {16, 64, 192}, .sa = {0, 0, 1}, .sb = {12288, 192, 1}, .na = 192, .nb = 196608};
+static const snrt_mm_t P27 = {.batch = 1, .m = 1024, .n = 192, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 65536, .stride_b = 12288, .stride_y = 196608};
+static const snrt_bias_t P28 = {.rows = 1024, .cols = 192, .kind = SNRT_BIAS_ROW, .scale = 1.f};
 static const int64_t P29_chunk[] = {64, 64, 64};
 static const snrt_concat_t P29 = {.parts = 3, .outer = 1024, .chunk = P29_chunk};
 static const snrt_transpose_t P30 = {.rank = 4, .n = 65536, .in_dims = {16, 64, 4, 16}, .perm = {0, 2, 1, 3}};
@@ -573,19 +573,19 @@ static const snrt_where_t P35 = {.n = 262144, .inner = 4096, .value = -INFINITY,
 static const snrt_softmax_t P36 = {.outer = 4096, .len = 64, .inner = 1};
 static const snrt_mm_t P37 = {.batch = 64, .m = 64, .n = 16, .k = 64, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 1024, .stride_y = 1024};
 static const snrt_transpose_t P38 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 64, 16}, .perm = {0, 2, 1, 3}};
-static const snrt_mm_t P39 = {.batch = 16, .m = 64, .n = 64, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 0, .stride_y = 4096};
-static const snrt_binary_t P40 = {.kind = SNRT_ADD, .rank = 3, .n = 65536, .dims = {16, 64, 64}, .sa = {0, 0, 1}, .sb = {4096, 64, 1}, .na = 64, .nb = 65536};
+static const snrt_mm_t P39 = {.batch = 1, .m = 1024, .n = 64, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 65536, .stride_b = 4096, .stride_y = 65536};
+static const snrt_bias_t P40 = {.rows = 1024, .cols = 64, .kind = SNRT_BIAS_ROW, .scale = 1.f};
 static const snrt_binary_t P41 = {.kind = SNRT_ADD, .rank = 3, .n = 65536, .dims = {16, 64, 64}, .sa = {4096, 64, 1}, .sb = {4096, 64, 1}, .na = 65536, .nb = 65536};
 static const snrt_ln_t P42 = {.rows = 1024, .cols = 64, .eps = 9.99999975e-06f};
-static const snrt_mm_t P43 = {.batch = 16, .m = 64, .n = 256, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 0, .stride_y = 16384};
-static const snrt_binary_t P44 = {.kind = SNRT_ADD, .rank = 3, .n = 262144, .dims = {16, 64, 256}, .sa = {0, 0, 1}, .sb = {16384, 256, 1}, .na = 256, .nb = 262144};
+static const snrt_mm_t P43 = {.batch = 1, .m = 1024, .n = 256, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 65536, .stride_b = 16384, .stride_y = 262144};
+static const snrt_bias_t P44 = {.rows = 1024, .cols = 256, .kind = SNRT_BIAS_ROW, .scale = 1.f};
 static const snrt_fused_t P45 = {.n = 262144, .nin = 1, .nops = 5, .need = 0, .have = 0, .use_y = 0, .ops = {{3, 0, -1, 1.41421354f}, {12, 1, -1, 0.f}, {0, 2, -1, 1.f}, {2, 0, 3, 0.f}, {2, 4, -1, 0.5f}}};
-static const snrt_mm_t P46 = {.batch = 16, .m = 64, .n = 64, .k = 256, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 16384, .stride_b = 0, .stride_y = 4096};
-static const snrt_binary_t P47 = {.kind = SNRT_ADD, .rank = 3, .n = 65536, .dims = {16, 64, 64}, .sa = {0, 0, 1}, .sb = {4096, 64, 1}, .na = 64, .nb = 65536};
+static const snrt_mm_t P46 = {.batch = 1, .m = 1024, .n = 64, .k = 256, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 262144, .stride_b = 16384, .stride_y = 65536};
+static const snrt_bias_t P47 = {.rows = 1024, .cols = 64, .kind = SNRT_BIAS_ROW, .scale = 1.f};
 static const snrt_binary_t P48 = {.kind = SNRT_ADD, .rank = 3, .n = 65536, .dims = {16, 64, 64}, .sa = {4096, 64, 1}, .sb = {4096, 64, 1}, .na = 65536, .nb = 65536};
 static const snrt_ln_t P49 = {.rows = 1024, .cols = 64, .eps = 9.99999975e-06f};
-static const snrt_mm_t P50 = {.batch = 16, .m = 64, .n = 192, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 0, .stride_y = 12288};
-static const snrt_binary_t P51 = {.kind = SNRT_ADD, .rank = 3, .n = 196608, .dims = {16, 64, 192}, .sa = {0, 0, 1}, .sb = {12288, 192, 1}, .na = 192, .nb = 196608};
+static const snrt_mm_t P50 = {.batch = 1, .m = 1024, .n = 192, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 65536, .stride_b = 12288, .stride_y = 196608};
+static const snrt_bias_t P51 = {.rows = 1024, .cols = 192, .kind = SNRT_BIAS_ROW, .scale = 1.f};
 static const int64_t P52_chunk[] = {64, 64, 64};
 static const snrt_concat_t P52 = {.parts = 3, .outer = 1024, .chunk = P52_chunk};
 static const snrt_transpose_t P53 = {.rank = 4, .n = 65536, .in_dims = {16, 64, 4, 16}, .perm = {0, 2, 1, 3}};
@@ -855,19 +855,19 @@ static const snrt_where_t P58 = {.n = 262144, .inner = 4096, .value = -INFINITY,
 static const snrt_softmax_t P59 = {.outer = 4096, .len = 64, .inner = 1};
 static const snrt_mm_t P60 = {.batch = 64, .m = 64, .n = 16, .k = 64, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 1024, .stride_y = 1024};
 static const snrt_transpose_t P61 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 64, 16}, .perm = {0, 2, 1, 3}};
-static const snrt_mm_t P62 = {.batch = 16, .m = 64, .n = 64, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 0, .stride_y = 4096};
-static const snrt_binary_t P63 = {.kind = SNRT_ADD, .rank = 3, .n = 65536, .dims = {16, 64, 64}, .sa = {0, 0, 1}, .sb = {4096, 64, 1}, .na = 64, .nb = 65536};
+static const snrt_mm_t P62 = {.batch = 1, .m = 1024, .n = 64, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 65536, .stride_b = 4096, .stride_y = 65536};
+static const snrt_bias_t P63 = {.rows = 1024, .cols = 64, .kind = SNRT_BIAS_ROW, .scale = 1.f};
 static const snrt_binary_t P64 = {.kind = SNRT_ADD, .rank = 3, .n = 65536, .dims = {16, 64, 64}, .sa = {4096, 64, 1}, .sb = {4096, 64, 1}, .na = 65536, .nb = 65536};
 static const snrt_ln_t P65 = {.rows = 1024, .cols = 64, .eps = 9.99999975e-06f};
-static const snrt_mm_t P66 = {.batch = 16, .m = 64, .n = 256, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 0, .stride_y = 16384};
-static const snrt_binary_t P67 = {.kind = SNRT_ADD, .rank = 3, .n = 262144, .dims = {16, 64, 256}, .sa = {0, 0, 1}, .sb = {16384, 256, 1}, .na = 256, .nb = 262144};
+static const snrt_mm_t P66 = {.batch = 1, .m = 1024, .n = 256, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 65536, .stride_b = 16384, .stride_y = 262144};
+static const snrt_bias_t P67 = {.rows = 1024, .cols = 256, .kind = SNRT_BIAS_ROW, .scale = 1.f};
 static const snrt_fused_t P68 = {.n = 262144, .nin = 1, .nops = 5, .need = 0, .have = 0, .use_y = 0, .ops = {{3, 0, -1, 1.41421354f}, {12, 1, -1, 0.f}, {0, 2, -1, 1.f}, {2, 0, 3, 0.f}, {2, 4, -1, 0.5f}}};
-static const snrt_mm_t P69 = {.batch = 16, .m = 64, .n = 64, .k = 256, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 16384, .stride_b = 0, .stride_y = 4096};
-static const snrt_binary_t P70 = {.kind = SNRT_ADD, .rank = 3, .n = 65536, .dims = {16, 64, 64}, .sa = {0, 0, 1}, .sb = {4096, 64, 1}, .na = 64, .nb = 65536};
+static const snrt_mm_t P69 = {.batch = 1, .m = 1024, .n = 64, .k = 256, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 262144, .stride_b = 16384, .stride_y = 65536};
+static const snrt_bias_t P70 = {.rows = 1024, .cols = 64, .kind = SNRT_BIAS_ROW, .scale = 1.f};
 static const snrt_binary_t P71 = {.kind = SNRT_ADD, .rank = 3, .n = 65536, .dims = {16, 64, 64}, .sa = {4096, 64, 1}, .sb = {4096, 64, 1}, .na = 65536, .nb = 65536};
 static const snrt_ln_t P72 = {.rows = 1024, .cols = 64, .eps = 9.99999975e-06f};
-static const snrt_mm_t P73 = {.batch = 16, .m = 64, .n = 192, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 0, .stride_y = 12288};
-static const snrt_binary_t P74 = {.kind = SNRT_ADD, .rank = 3, .n = 196608, .dims = {16, 64, 192}, .sa = {0, 0, 1}, .sb = {12288, 192, 1}, .na = 192, .nb = 196608};
+static const snrt_mm_t P73 = {.batch = 1, .m = 1024, .n = 192, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 65536, .stride_b = 12288, .stride_y = 196608};
+static const snrt_bias_t P74 = {.rows = 1024, .cols = 192, .kind = SNRT_BIAS_ROW, .scale = 1.f};
 static const int64_t P75_chunk[] = {64, 64, 64};
 static const snrt_concat_t P75 = {.parts = 3, .outer = 1024, .chunk = P75_chunk};
 static const snrt_transpose_t P76 = {.rank = 4, .n = 65536, .in_dims = {16, 64, 4, 16}, .perm = {0, 2, 1, 3}};
@@ -1137,15 +1137,15 @@ static const snrt_where_t P81 = {.n = 262144, .inner = 4096, .value = -INFINITY,
 static const snrt_softmax_t P82 = {.outer = 4096, .len = 64, .inner = 1};
 static const snrt_mm_t P83 = {.batch = 64, .m = 64, .n = 16, .k = 64, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 1024, .stride_y = 1024};
 static const snrt_transpose_t P84 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 64, 16}, .perm = {0, 2, 1, 3}};
-static const snrt_mm_t P85 = {.batch = 16, .m = 64, .n = 64, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 0, .stride_y = 4096};
-static const snrt_binary_t P86 = {.kind = SNRT_ADD, .rank = 3, .n = 65536, .dims = {16, 64, 64}, .sa = {0, 0, 1}, .sb = {4096, 64, 1}, .na = 64, .nb = 65536};
+static const snrt_mm_t P85 = {.batch = 1, .m = 1024, .n = 64, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 65536, .stride_b = 4096, .stride_y = 65536};
+static const snrt_bias_t P86 = {.rows = 1024, .cols = 64, .kind = SNRT_BIAS_ROW, .scale = 1.f};
 static const snrt_binary_t P87 = {.kind = SNRT_ADD, .rank = 3, .n = 65536, .dims = {16, 64, 64}, .sa = {4096, 64, 1}, .sb = {4096, 64, 1}, .na = 65536, .nb = 65536};
 static const snrt_ln_t P88 = {.rows = 1024, .cols = 64, .eps = 9.99999975e-06f};
-static const snrt_mm_t P89 = {.batch = 16, .m = 64, .n = 256, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 0, .stride_y = 16384};
-static const snrt_binary_t P90 = {.kind = SNRT_ADD, .rank = 3, .n = 262144, .dims = {16, 64, 256}, .sa = {0, 0, 1}, .sb = {16384, 256, 1}, .na = 256, .nb = 262144};
+static const snrt_mm_t P89 = {.batch = 1, .m = 1024, .n = 256, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 65536, .stride_b = 16384, .stride_y = 262144};
+static const snrt_bias_t P90 = {.rows = 1024, .cols = 256, .kind = SNRT_BIAS_ROW, .scale = 1.f};
 static const snrt_fused_t P91 = {.n = 262144, .nin = 1, .nops = 5, .need = 0, .have = 0, .use_y = 0, .ops = {{3, 0, -1, 1.41421354f}, {12, 1, -1, 0.f}, {0, 2, -1, 1.f}, {2, 0, 3, 0.f}, {2, 4, -1, 0.5f}}};
-static const snrt_mm_t P92 = {.batch = 16, .m = 64, .n = 64, .k = 256, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 16384, .stride_b = 0, .stride_y = 4096};
-static const snrt_binary_t P93 = {.kind = SNRT_ADD, .rank = 3, .n = 65536, .dims = {16, 64, 64}, .sa = {0, 0, 1}, .sb = {4096, 64, 1}, .na = 64, .nb = 65536};
+static const snrt_mm_t P92 = {.batch = 1, .m = 1024, .n = 64, .k = 256, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 262144, .stride_b = 16384, .stride_y = 65536};
+static const snrt_bias_t P93 = {.rows = 1024, .cols = 64, .kind = SNRT_BIAS_ROW, .scale = 1.f};
 static const snrt_binary_t P94 = {.kind = SNRT_ADD, .rank = 3, .n = 65536, .dims = {16, 64, 64}, .sa = {4096, 64, 1}, .sb = {4096, 64, 1}, .na = 65536, .nb = 65536};
 static const snrt_ln_t P95 = {.rows = 1024, .cols = 64, .eps = 9.99999975e-06f};
 static const snrt_mm_t P96 = {.batch = 16, .m = 64, .n = 256, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 0, .stride_y = 16384};
@@ -1154,25 +1154,28 @@ static const snrt_mm_t P98 = {.batch = 16, .m = 64, .n = 64, .k = 256, .trans_a 
 static const snrt_mm_t P99 = {.batch = 1, .m = 256, .n = 64, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
 static const snrt_sgd_t P100 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 154};
 static const snrt_sgd_t P101 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 157};
-static const snrt_sgd_t P102 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 151};
-static const snrt_mm_t P103 = {.batch = 16, .m = 64, .n = 256, .k = 64, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 0, .stride_y = 16384};
-static const snrt_mm_t P104 = {.batch = 1, .m = 64, .n = 256, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_mm_t P102 = {.batch = 1, .m = 1024, .n = 256, .k = 64, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_mm_t P103 = {.batch = 1, .m = 64, .n = 256, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_bias_t P104 = {.rows = 1024, .cols = 64, .kind = SNRT_BIAS_ROW, .scale = 1.f};
 static const snrt_sgd_t P105 = {.n = 16384, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 148};
-static const snrt_fused_t P106 = {.n = 262144, .nin = 1, .nops = 5, .need = 1, .have = 1, .use_y = 0, .ops = {{3, 0, -1, 1.41421354f}, {12, 1, -1, 0.f}, {0, 2, -1, 1.f}, {2, 0, 3, 0.f}, {2, 4, -1, 0.5f}}};
-static const snrt_sgd_t P107 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 145};
-static const snrt_mm_t P108 = {.batch = 16, .m = 64, .n = 64, .k = 256, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 16384, .stride_b = 0, .stride_y = 4096};
+static const snrt_sgd_t P106 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 151};
+static const snrt_fused_t P107 = {.n = 262144, .nin = 1, .nops = 5, .need = 1, .have = 1, .use_y = 0, .ops = {{3, 0, -1, 1.41421354f}, {12, 1, -1, 0.f}, {0, 2, -1, 1.f}, {2, 0, 3, 0.f}, {2, 4, -1, 0.5f}}};
+static const snrt_mm_t P108 = {.batch = 1, .m = 1024, .n = 64, .k = 256, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
 static const snrt_mm_t P109 = {.batch = 1, .m = 256, .n = 64, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_sgd_t P110 = {.n = 16384, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 142};
-static const snrt_sgd_t P111 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 124};
-static const snrt_sgd_t P112 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 127};
-static const snrt_sgd_t P113 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 139};
-static const snrt_mm_t P114 = {.batch = 16, .m = 64, .n = 64, .k = 64, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 0, .stride_y = 4096};
-static const snrt_mm_t P115 = {.batch = 1, .m = 64, .n = 64, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_sgd_t P116 = {.n = 4096, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 136};
-static const snrt_transpose_t P117 = {.rank = 4, .n = 65536, .in_dims = {16, 64, 4, 16}, .perm = {0, 2, 1, 3}};
-static const snrt_mm_t P118 = {.batch = 64, .m = 64, .n = 64, .k = 16, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 1024, .stride_b = 1024, .stride_y = 4096};
-static const snrt_mm_t P119 = {.batch = 64, .m = 64, .n = 16, .k = 64, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 1024, .stride_y = 1024};
-static const uint8_t P120_fill[4096] = {
+static const snrt_bias_t P110 = {.rows = 1024, .cols = 256, .kind = SNRT_BIAS_ROW, .scale = 1.f};
+static const snrt_sgd_t P111 = {.n = 16384, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 142};
+static const snrt_sgd_t P112 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 145};
+static const snrt_sgd_t P113 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 124};
+static const snrt_sgd_t P114 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 127};
+static const snrt_mm_t P115 = {.batch = 1, .m = 1024, .n = 64, .k = 64, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_mm_t P116 = {.batch = 1, .m = 64, .n = 64, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_bias_t P117 = {.rows = 1024, .cols = 64, .kind = SNRT_BIAS_ROW, .scale = 1.f};
+static const snrt_sgd_t P118 = {.n = 4096, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 136};
+static const snrt_sgd_t P119 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 139};
+static const snrt_transpose_t P120 = {.rank = 4, .n = 65536, .in_dims = {16, 64, 4, 16}, .perm = {0, 2, 1, 3}};
+static const snrt_mm_t P121 = {.batch = 64, .m = 64, .n = 64, .k = 16, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 1024, .stride_b = 1024, .stride_y = 4096};
+static const snrt_mm_t P122 = {.batch = 64, .m = 64, .n = 16, .k = 64, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 1024, .stride_y = 1024};
+static const uint8_t P123_fill[4096] = {
   0,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
   1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
   1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
@@ -1430,37 +1433,41 @@ static const uint8_t P120_fill[4096] = {
   0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
   0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0
 };
-static const snrt_where_t P120 = {.n = 262144, .inner = 4096, .value = 0.f, .fill = P120_fill};
-static const snrt_mm_t P121 = {.batch = 64, .m = 64, .n = 16, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 1024, .stride_y = 1024};
-static const snrt_mm_t P122 = {.batch = 64, .m = 16, .n = 64, .k = 64, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 1024, .stride_b = 4096, .stride_y = 1024};
-static const snrt_transpose_t P123 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 16, 64}, .perm = {0, 3, 1, 2}};
-static const snrt_transpose_t P124 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 64, 16}, .perm = {0, 2, 1, 3}};
-static const snrt_transpose_t P125 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 64, 16}, .perm = {0, 2, 1, 3}};
-static const snrt_sgd_t P126 = {.n = 192, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 133};
-static const snrt_mm_t P127 = {.batch = 16, .m = 64, .n = 64, .k = 192, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 12288, .stride_b = 0, .stride_y = 4096};
-static const snrt_mm_t P128 = {.batch = 1, .m = 192, .n = 64, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_sgd_t P129 = {.n = 12288, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 130};
-static const snrt_sgd_t P130 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 118};
-static const snrt_sgd_t P131 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 121};
-static const snrt_sgd_t P132 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 115};
-static const snrt_mm_t P133 = {.batch = 16, .m = 64, .n = 256, .k = 64, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 0, .stride_y = 16384};
-static const snrt_mm_t P134 = {.batch = 1, .m = 64, .n = 256, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_sgd_t P135 = {.n = 16384, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 112};
-static const snrt_fused_t P136 = {.n = 262144, .nin = 1, .nops = 5, .need = 1, .have = 1, .use_y = 0, .ops = {{3, 0, -1, 1.41421354f}, {12, 1, -1, 0.f}, {0, 2, -1, 1.f}, {2, 0, 3, 0.f}, {2, 4, -1, 0.5f}}};
-static const snrt_sgd_t P137 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 109};
-static const snrt_mm_t P138 = {.batch = 16, .m = 64, .n = 64, .k = 256, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 16384, .stride_b = 0, .stride_y = 4096};
-static const snrt_mm_t P139 = {.batch = 1, .m = 256, .n = 64, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_sgd_t P140 = {.n = 16384, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 106};
-static const snrt_sgd_t P141 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 88};
-static const snrt_sgd_t P142 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 91};
-static const snrt_sgd_t P143 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 103};
-static const snrt_mm_t P144 = {.batch = 16, .m = 64, .n = 64, .k = 64, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 0, .stride_y = 4096};
-static const snrt_mm_t P145 = {.batch = 1, .m = 64, .n = 64, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_sgd_t P146 = {.n = 4096, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 100};
-static const snrt_transpose_t P147 = {.rank = 4, .n = 65536, .in_dims = {16, 64, 4, 16}, .perm = {0, 2, 1, 3}};
-static const snrt_mm_t P148 = {.batch = 64, .m = 64, .n = 64, .k = 16, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 1024, .stride_b = 1024, .stride_y = 4096};
-static const snrt_mm_t P149 = {.batch = 64, .m = 64, .n = 16, .k = 64, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 1024, .stride_y = 1024};
-static const uint8_t P150_fill[4096] = {
+static const snrt_where_t P123 = {.n = 262144, .inner = 4096, .value = 0.f, .fill = P123_fill};
+static const snrt_mm_t P124 = {.batch = 64, .m = 64, .n = 16, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 1024, .stride_y = 1024};
+static const snrt_mm_t P125 = {.batch = 64, .m = 16, .n = 64, .k = 64, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 1024, .stride_b = 4096, .stride_y = 1024};
+static const snrt_transpose_t P126 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 16, 64}, .perm = {0, 3, 1, 2}};
+static const snrt_transpose_t P127 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 64, 16}, .perm = {0, 2, 1, 3}};
+static const snrt_transpose_t P128 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 64, 16}, .perm = {0, 2, 1, 3}};
+static const snrt_mm_t P129 = {.batch = 1, .m = 1024, .n = 64, .k = 192, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_mm_t P130 = {.batch = 1, .m = 192, .n = 64, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_bias_t P131 = {.rows = 1024, .cols = 192, .kind = SNRT_BIAS_ROW, .scale = 1.f};
+static const snrt_sgd_t P132 = {.n = 12288, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 130};
+static const snrt_sgd_t P133 = {.n = 192, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 133};
+static const snrt_sgd_t P134 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 118};
+static const snrt_sgd_t P135 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 121};
+static const snrt_mm_t P136 = {.batch = 1, .m = 1024, .n = 256, .k = 64, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_mm_t P137 = {.batch = 1, .m = 64, .n = 256, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_bias_t P138 = {.rows = 1024, .cols = 64, .kind = SNRT_BIAS_ROW, .scale = 1.f};
+static const snrt_sgd_t P139 = {.n = 16384, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 112};
+static const snrt_sgd_t P140 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 115};
+static const snrt_fused_t P141 = {.n = 262144, .nin = 1, .nops = 5, .need = 1, .have = 1, .use_y = 0, .ops = {{3, 0, -1, 1.41421354f}, {12, 1, -1, 0.f}, {0, 2, -1, 1.f}, {2, 0, 3, 0.f}, {2, 4, -1, 0.5f}}};
+static const snrt_mm_t P142 = {.batch = 1, .m = 1024, .n = 64, .k = 256, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_mm_t P143 = {.batch = 1, .m = 256, .n = 64, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_bias_t P144 = {.rows = 1024, .cols = 256, .kind = SNRT_BIAS_ROW, .scale = 1.f};
+static const snrt_sgd_t P145 = {.n = 16384, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 106};
+static const snrt_sgd_t P146 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 109};
+static const snrt_sgd_t P147 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 88};
+static const snrt_sgd_t P148 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 91};
+static const snrt_mm_t P149 = {.batch = 1, .m = 1024, .n = 64, .k = 64, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_mm_t P150 = {.batch = 1, .m = 64, .n = 64, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_bias_t P151 = {.rows = 1024, .cols = 64, .kind = SNRT_BIAS_ROW, .scale = 1.f};
+static const snrt_sgd_t P152 = {.n = 4096, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 100};
+static const snrt_sgd_t P153 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 103};
+static const snrt_transpose_t P154 = {.rank = 4, .n = 65536, .in_dims = {16, 64, 4, 16}, .perm = {0, 2, 1, 3}};
+static const snrt_mm_t P155 = {.batch = 64, .m = 64, .n = 64, .k = 16, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 1024, .stride_b = 1024, .stride_y = 4096};
+static const snrt_mm_t P156 = {.batch = 64, .m = 64, .n = 16, .k = 64, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 1024, .stride_y = 1024};
+static const uint8_t P157_fill[4096] = {
   0,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
   1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
   1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
@@ -1718,37 +1725,41 @@ static const uint8_t P150_fill[4096] = {
   0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
   0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0
 };
-static const snrt_where_t P150 = {.n = 262144, .inner = 4096, .value = 0.f, .fill = P150_fill};
-static const snrt_mm_t P151 = {.batch = 64, .m = 64, .n = 16, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 1024, .stride_y = 1024};
-static const snrt_mm_t P152 = {.batch = 64, .m = 16, .n = 64, .k = 64, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 1024, .stride_b = 4096, .stride_y = 1024};
-static const snrt_transpose_t P153 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 16, 64}, .perm = {0, 3, 1, 2}};
-static const snrt_transpose_t P154 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 64, 16}, .perm = {0, 2, 1, 3}};
-static const snrt_transpose_t P155 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 64, 16}, .perm = {0, 2, 1, 3}};
-static const snrt_sgd_t P156 = {.n = 192, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 97};
-static const snrt_mm_t P157 = {.batch = 16, .m = 64, .n = 64, .k = 192, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 12288, .stride_b = 0, .stride_y = 4096};
-static const snrt_mm_t P158 = {.batch = 1, .m = 192, .n = 64, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_sgd_t P159 = {.n = 12288, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 94};
-static const snrt_sgd_t P160 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 82};
-static const snrt_sgd_t P161 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 85};
-static const snrt_sgd_t P162 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 79};
-static const snrt_mm_t P163 = {.batch = 16, .m = 64, .n = 256, .k = 64, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 0, .stride_y = 16384};
-static const snrt_mm_t P164 = {.batch = 1, .m = 64, .n = 256, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_sgd_t P165 = {.n = 16384, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 76};
-static const snrt_fused_t P166 = {.n = 262144, .nin = 1, .nops = 5, .need = 1, .have = 1, .use_y = 0, .ops = {{3, 0, -1, 1.41421354f}, {12, 1, -1, 0.f}, {0, 2, -1, 1.f}, {2, 0, 3, 0.f}, {2, 4, -1, 0.5f}}};
-static const snrt_sgd_t P167 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 73};
-static const snrt_mm_t P168 = {.batch = 16, .m = 64, .n = 64, .k = 256, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 16384, .stride_b = 0, .stride_y = 4096};
-static const snrt_mm_t P169 = {.batch = 1, .m = 256, .n = 64, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_sgd_t P170 = {.n = 16384, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 70};
-static const snrt_sgd_t P171 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 52};
-static const snrt_sgd_t P172 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 55};
-static const snrt_sgd_t P173 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 67};
-static const snrt_mm_t P174 = {.batch = 16, .m = 64, .n = 64, .k = 64, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 0, .stride_y = 4096};
-static const snrt_mm_t P175 = {.batch = 1, .m = 64, .n = 64, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_sgd_t P176 = {.n = 4096, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 64};
-static const snrt_transpose_t P177 = {.rank = 4, .n = 65536, .in_dims = {16, 64, 4, 16}, .perm = {0, 2, 1, 3}};
-static const snrt_mm_t P178 = {.batch = 64, .m = 64, .n = 64, .k = 16, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 1024, .stride_b = 1024, .stride_y = 4096};
-static const snrt_mm_t P179 = {.batch = 64, .m = 64, .n = 16, .k = 64, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 1024, .stride_y = 1024};
-static const uint8_t P180_fill[4096] = {
+static const snrt_where_t P157 = {.n = 262144, .inner = 4096, .value = 0.f, .fill = P157_fill};
+static const snrt_mm_t P158 = {.batch = 64, .m = 64, .n = 16, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 1024, .stride_y = 1024};
+static const snrt_mm_t P159 = {.batch = 64, .m = 16, .n = 64, .k = 64, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 1024, .stride_b = 4096, .stride_y = 1024};
+static const snrt_transpose_t P160 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 16, 64}, .perm = {0, 3, 1, 2}};
+static const snrt_transpose_t P161 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 64, 16}, .perm = {0, 2, 1, 3}};
+static const snrt_transpose_t P162 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 64, 16}, .perm = {0, 2, 1, 3}};
+static const snrt_mm_t P163 = {.batch = 1, .m = 1024, .n = 64, .k = 192, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_mm_t P164 = {.batch = 1, .m = 192, .n = 64, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_bias_t P165 = {.rows = 1024, .cols = 192, .kind = SNRT_BIAS_ROW, .scale = 1.f};
+static const snrt_sgd_t P166 = {.n = 12288, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 94};
+static const snrt_sgd_t P167 = {.n = 192, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 97};
+static const snrt_sgd_t P168 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 82};
+static const snrt_sgd_t P169 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 85};
+static const snrt_mm_t P170 = {.batch = 1, .m = 1024, .n = 256, .k = 64, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_mm_t P171 = {.batch = 1, .m = 64, .n = 256, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_bias_t P172 = {.rows = 1024, .cols = 64, .kind = SNRT_BIAS_ROW, .scale = 1.f};
+static const snrt_sgd_t P173 = {.n = 16384, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 76};
+static const snrt_sgd_t P174 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 79};
+static const snrt_fused_t P175 = {.n = 262144, .nin = 1, .nops = 5, .need = 1, .have = 1, .use_y = 0, .ops = {{3, 0, -1, 1.41421354f}, {12, 1, -1, 0.f}, {0, 2, -1, 1.f}, {2, 0, 3, 0.f}, {2, 4, -1, 0.5f}}};
+static const snrt_mm_t P176 = {.batch = 1, .m = 1024, .n = 64, .k = 256, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_mm_t P177 = {.batch = 1, .m = 256, .n = 64, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_bias_t P178 = {.rows = 1024, .cols = 256, .kind = SNRT_BIAS_ROW, .scale = 1.f};
+static const snrt_sgd_t P179 = {.n = 16384, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 70};
+static const snrt_sgd_t P180 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 73};
+static const snrt_sgd_t P181 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 52};
+static const snrt_sgd_t P182 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 55};
+static const snrt_mm_t P183 = {.batch = 1, .m = 1024, .n = 64, .k = 64, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_mm_t P184 = {.batch = 1, .m = 64, .n = 64, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_bias_t P185 = {.rows = 1024, .cols = 64, .kind = SNRT_BIAS_ROW, .scale = 1.f};
+static const snrt_sgd_t P186 = {.n = 4096, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 64};
+static const snrt_sgd_t P187 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 67};
+static const snrt_transpose_t P188 = {.rank = 4, .n = 65536, .in_dims = {16, 64, 4, 16}, .perm = {0, 2, 1, 3}};
+static const snrt_mm_t P189 = {.batch = 64, .m = 64, .n = 64, .k = 16, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 1024, .stride_b = 1024, .stride_y = 4096};
+static const snrt_mm_t P190 = {.batch = 64, .m = 64, .n = 16, .k = 64, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 1024, .stride_y = 1024};
+static const uint8_t P191_fill[4096] = {
   0,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
   1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
   1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
@@ -2006,37 +2017,41 @@ static const uint8_t P180_fill[4096] = {
   0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
   0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0
 };
-static const snrt_where_t P180 = {.n = 262144, .inner = 4096, .value = 0.f, .fill = P180_fill};
-static const snrt_mm_t P181 = {.batch = 64, .m = 64, .n = 16, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 1024, .stride_y = 1024};
-static const snrt_mm_t P182 = {.batch = 64, .m = 16, .n = 64, .k = 64, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 1024, .stride_b = 4096, .stride_y = 1024};
-static const snrt_transpose_t P183 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 16, 64}, .perm = {0, 3, 1, 2}};
-static const snrt_transpose_t P184 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 64, 16}, .perm = {0, 2, 1, 3}};
-static const snrt_transpose_t P185 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 64, 16}, .perm = {0, 2, 1, 3}};
-static const snrt_sgd_t P186 = {.n = 192, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 61};
-static const snrt_mm_t P187 = {.batch = 16, .m = 64, .n = 64, .k = 192, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 12288, .stride_b = 0, .stride_y = 4096};
-static const snrt_mm_t P188 = {.batch = 1, .m = 192, .n = 64, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_sgd_t P189 = {.n = 12288, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 58};
-static const snrt_sgd_t P190 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 46};
-static const snrt_sgd_t P191 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 49};
-static const snrt_sgd_t P192 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 43};
-static const snrt_mm_t P193 = {.batch = 16, .m = 64, .n = 256, .k = 64, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 0, .stride_y = 16384};
-static const snrt_mm_t P194 = {.batch = 1, .m = 64, .n = 256, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_sgd_t P195 = {.n = 16384, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 40};
-static const snrt_fused_t P196 = {.n = 262144, .nin = 1, .nops = 5, .need = 1, .have = 1, .use_y = 0, .ops = {{3, 0, -1, 1.41421354f}, {12, 1, -1, 0.f}, {0, 2, -1, 1.f}, {2, 0, 3, 0.f}, {2, 4, -1, 0.5f}}};
-static const snrt_sgd_t P197 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 37};
-static const snrt_mm_t P198 = {.batch = 16, .m = 64, .n = 64, .k = 256, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 16384, .stride_b = 0, .stride_y = 4096};
-static const snrt_mm_t P199 = {.batch = 1, .m = 256, .n = 64, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_sgd_t P200 = {.n = 16384, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 34};
-static const snrt_sgd_t P201 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 16};
-static const snrt_sgd_t P202 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 19};
-static const snrt_sgd_t P203 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 31};
-static const snrt_mm_t P204 = {.batch = 16, .m = 64, .n = 64, .k = 64, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 0, .stride_y = 4096};
-static const snrt_mm_t P205 = {.batch = 1, .m = 64, .n = 64, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_sgd_t P206 = {.n = 4096, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 28};
-static const snrt_transpose_t P207 = {.rank = 4, .n = 65536, .in_dims = {16, 64, 4, 16}, .perm = {0, 2, 1, 3}};
-static const snrt_mm_t P208 = {.batch = 64, .m = 64, .n = 64, .k = 16, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 1024, .stride_b = 1024, .stride_y = 4096};
-static const snrt_mm_t P209 = {.batch = 64, .m = 64, .n = 16, .k = 64, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 1024, .stride_y = 1024};
-static const uint8_t P210_fill[4096] = {
+static const snrt_where_t P191 = {.n = 262144, .inner = 4096, .value = 0.f, .fill = P191_fill};
+static const snrt_mm_t P192 = {.batch = 64, .m = 64, .n = 16, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 1024, .stride_y = 1024};
+static const snrt_mm_t P193 = {.batch = 64, .m = 16, .n = 64, .k = 64, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 1024, .stride_b = 4096, .stride_y = 1024};
+static const snrt_transpose_t P194 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 16, 64}, .perm = {0, 3, 1, 2}};
+static const snrt_transpose_t P195 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 64, 16}, .perm = {0, 2, 1, 3}};
+static const snrt_transpose_t P196 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 64, 16}, .perm = {0, 2, 1, 3}};
+static const snrt_mm_t P197 = {.batch = 1, .m = 1024, .n = 64, .k = 192, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_mm_t P198 = {.batch = 1, .m = 192, .n = 64, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_bias_t P199 = {.rows = 1024, .cols = 192, .kind = SNRT_BIAS_ROW, .scale = 1.f};
+static const snrt_sgd_t P200 = {.n = 12288, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 58};
+static const snrt_sgd_t P201 = {.n = 192, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 61};
+static const snrt_sgd_t P202 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 46};
+static const snrt_sgd_t P203 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 49};
+static const snrt_mm_t P204 = {.batch = 1, .m = 1024, .n = 256, .k = 64, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_mm_t P205 = {.batch = 1, .m = 64, .n = 256, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_bias_t P206 = {.rows = 1024, .cols = 64, .kind = SNRT_BIAS_ROW, .scale = 1.f};
+static const snrt_sgd_t P207 = {.n = 16384, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 40};
+static const snrt_sgd_t P208 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 43};
+static const snrt_fused_t P209 = {.n = 262144, .nin = 1, .nops = 5, .need = 1, .have = 1, .use_y = 0, .ops = {{3, 0, -1, 1.41421354f}, {12, 1, -1, 0.f}, {0, 2, -1, 1.f}, {2, 0, 3, 0.f}, {2, 4, -1, 0.5f}}};
+static const snrt_mm_t P210 = {.batch = 1, .m = 1024, .n = 64, .k = 256, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_mm_t P211 = {.batch = 1, .m = 256, .n = 64, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_bias_t P212 = {.rows = 1024, .cols = 256, .kind = SNRT_BIAS_ROW, .scale = 1.f};
+static const snrt_sgd_t P213 = {.n = 16384, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 34};
+static const snrt_sgd_t P214 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 37};
+static const snrt_sgd_t P215 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 16};
+static const snrt_sgd_t P216 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 19};
+static const snrt_mm_t P217 = {.batch = 1, .m = 1024, .n = 64, .k = 64, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_mm_t P218 = {.batch = 1, .m = 64, .n = 64, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_bias_t P219 = {.rows = 1024, .cols = 64, .kind = SNRT_BIAS_ROW, .scale = 1.f};
+static const snrt_sgd_t P220 = {.n = 4096, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 28};
+static const snrt_sgd_t P221 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 31};
+static const snrt_transpose_t P222 = {.rank = 4, .n = 65536, .in_dims = {16, 64, 4, 16}, .perm = {0, 2, 1, 3}};
+static const snrt_mm_t P223 = {.batch = 64, .m = 64, .n = 64, .k = 16, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 1024, .stride_b = 1024, .stride_y = 4096};
+static const snrt_mm_t P224 = {.batch = 64, .m = 64, .n = 16, .k = 64, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 1024, .stride_y = 1024};
+static const uint8_t P225_fill[4096] = {
   0,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
   1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
   1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
@@ -2294,20 +2309,21 @@ static const uint8_t P210_fill[4096] = {
   0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
   0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0
 };
-static const snrt_where_t P210 = {.n = 262144, .inner = 4096, .value = 0.f, .fill = P210_fill};
-static const snrt_mm_t P211 = {.batch = 64, .m = 64, .n = 16, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 1024, .stride_y = 1024};
-static const snrt_mm_t P212 = {.batch = 64, .m = 16, .n = 64, .k = 64, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 1024, .stride_b = 4096, .stride_y = 1024};
-static const snrt_transpose_t P213 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 16, 64}, .perm = {0, 3, 1, 2}};
-static const snrt_transpose_t P214 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 64, 16}, .perm = {0, 2, 1, 3}};
-static const snrt_transpose_t P215 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 64, 16}, .perm = {0, 2, 1, 3}};
-static const snrt_sgd_t P216 = {.n = 192, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 25};
-static const snrt_mm_t P217 = {.batch = 16, .m = 64, .n = 64, .k = 192, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 12288, .stride_b = 0, .stride_y = 4096};
-static const snrt_mm_t P218 = {.batch = 1, .m = 192, .n = 64, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_sgd_t P219 = {.n = 12288, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 22};
-static const snrt_sgd_t P220 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 10};
-static const snrt_sgd_t P221 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 13};
-static const snrt_sgd_t P222 = {.n = 4096, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 7};
-static const snrt_sgd_t P223 = {.n = 16384, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 4};
+static const snrt_where_t P225 = {.n = 262144, .inner = 4096, .value = 0.f, .fill = P225_fill};
+static const snrt_mm_t P226 = {.batch = 64, .m = 64, .n = 16, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 1024, .stride_y = 1024};
+static const snrt_mm_t P227 = {.batch = 64, .m = 16, .n = 64, .k = 64, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 1024, .stride_b = 4096, .stride_y = 1024};
+static const snrt_transpose_t P228 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 16, 64}, .perm = {0, 3, 1, 2}};
+static const snrt_transpose_t P229 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 64, 16}, .perm = {0, 2, 1, 3}};
+static const snrt_transpose_t P230 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 64, 16}, .perm = {0, 2, 1, 3}};
+static const snrt_mm_t P231 = {.batch = 1, .m = 1024, .n = 64, .k = 192, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_mm_t P232 = {.batch = 1, .m = 192, .n = 64, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_bias_t P233 = {.rows = 1024, .cols = 192, .kind = SNRT_BIAS_ROW, .scale = 1.f};
+static const snrt_sgd_t P234 = {.n = 12288, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 22};
+static const snrt_sgd_t P235 = {.n = 192, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 25};
+static const snrt_sgd_t P236 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 10};
+static const snrt_sgd_t P237 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 13};
+static const snrt_sgd_t P238 = {.n = 4096, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 7};
+static const snrt_sgd_t P239 = {.n = 16384, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 4};
 
 static void train_step_0(snrt_ctx *c) {
   char *const A = snrt_arena(c);
@@ -2325,1254 +2341,1190 @@ static void train_step_0(snrt_ctx *c) {
   snrt_reads(c, 3, 3, (const int64_t[]){0xfaf000, 262144, 0x14000, 256, 0x14100, 256});
   /*     3 forward   LayerNormalization /blocks.0/ln1/Add_1/layernorm  live 2.2 MiB */
   snrt_ln_fwd(c, &P3, F(0xfaf000), F(0x14000), F(0x14100), F(0xfef000), F(0x1840000), F(0x1841000));
-  snrt_reads(c, 4, 2, (const int64_t[]){0xfef000, 262144, 0x14400, 49152});
-  /*     4 forward   MatMul             /blocks.0/qkv/MatMul  live 2.9 MiB */
+  snrt_reads(c, 4, 3, (const int64_t[]){0xfef000, 262144, 0x14400, 49152, 0x20400, 768});
+  /*     4 forward   Gemm               /blocks.0/qkv/MatMul+bias  live 2.9 MiB */
   snrt_matmul(c, &P4, F(0xfef000), F(0x14400), F(0x1af000));
-  snrt_reads(c, 5, 2, (const int64_t[]){0x20400, 768, 0x1af000, 786432});
-  /*     5 forward   Add                /blocks.0/qkv/Add  live 3.7 MiB */
-  snrt_binary_fwd(c, &P5, F(0x20400), F(0x1af000), F(0x26f000));
+  snrt_bias_fwd(c, &P5, F(0x20400), F(0x1af000));
+  snrt_reads(c, 5, 1, (const int64_t[]){0x1af000, 786432});
+  /*     5 forward   Split              /blocks.0/Split  live 3.7 MiB */
+  snrt_split(c, &P6, F(0x1af000), (float *const[]){F(0x26f000), F(0x2af000), F(0x2ef000)});
   snrt_dead(c, 0x1af000, 786432);
-  snrt_reads(c, 6, 1, (const int64_t[]){0x26f000, 786432});
-  /*     6 forward   Split              /blocks.0/Split  live 3.7 MiB */
-  snrt_split(c, &P6, F(0x26f000), (float *const[]){F(0x1af000), F(0x1ef000), F(0x22f000)});
-  snrt_dead(c, 0x26f000, 786432);
-  snrt_reads(c, 7, 1, (const int64_t[]){0x1af000, 262144});
-  /*     7 forward   Reshape            /blocks.0/Reshape  live 3.2 MiB */
-  snrt_copy(c, 262144, F(0x1af000), F(0x26f000));
-  snrt_dead(c, 0x1af000, 262144);
-  snrt_reads(c, 8, 1, (const int64_t[]){0x26f000, 262144});
-  /*     8 forward   Transpose          /blocks.0/Transpose  live 3.2 MiB */
-  snrt_transpose(c, &P7, F(0x26f000), F(0x102f000));
+  snrt_reads(c, 6, 1, (const int64_t[]){0x26f000, 262144});
+  /*     6 forward   Reshape            /blocks.0/Reshape  live 3.2 MiB */
+  snrt_copy(c, 262144, F(0x26f000), F(0x1af000));
   snrt_dead(c, 0x26f000, 262144);
-  snrt_reads(c, 9, 1, (const int64_t[]){0x1ef000, 262144});
-  /*     9 forward   Reshape            /blocks.0/Reshape_1  live 3.2 MiB */
-  snrt_copy(c, 262144, F(0x1ef000), F(0x1af000));
-  snrt_dead(c, 0x1ef000, 262144);
-  snrt_reads(c, 10, 1, (const int64_t[]){0x22f000, 262144});
-  /*    10 forward   Reshape            /blocks.0/Reshape_2  live 3.2 MiB */
-  snrt_copy(c, 262144, F(0x22f000), F(0x1ef000));
-  snrt_dead(c, 0x22f000, 262144);
-  snrt_reads(c, 11, 1, (const int64_t[]){0x1ef000, 262144});
-  /*    11 forward   Transpose          /blocks.0/Transpose_1  live 3.2 MiB */
+  snrt_reads(c, 7, 1, (const int64_t[]){0x1af000, 262144});
+  /*     7 forward   Transpose          /blocks.0/Transpose  live 3.2 MiB */
+  snrt_transpose(c, &P7, F(0x1af000), F(0x102f000));
+  snrt_dead(c, 0x1af000, 262144);
+  snrt_reads(c, 8, 1, (const int64_t[]){0x2af000, 262144});
+  /*     8 forward   Reshape            /blocks.0/Reshape_1  live 3.2 MiB */
+  snrt_copy(c, 262144, F(0x2af000), F(0x1af000));
+  snrt_dead(c, 0x2af000, 262144);
+  snrt_reads(c, 9, 1, (const int64_t[]){0x2ef000, 262144});
+  /*     9 forward   Reshape            /blocks.0/Reshape_2  live 3.2 MiB */
+  snrt_copy(c, 262144, F(0x2ef000), F(0x1ef000));
+  snrt_dead(c, 0x2ef000, 262144);
+  snrt_reads(c, 10, 1, (const int64_t[]){0x1ef000, 262144});
+  /*    10 forward   Transpose          /blocks.0/Transpose_1  live 3.2 MiB */
   snrt_transpose(c, &P8, F(0x1ef000), F(0x106f000));
   snrt_dead(c, 0x1ef000, 262144);
-  snrt_reads(c, 12, 1, (const int64_t[]){0x1af000, 262144});
-  /*    12 forward   Transpose          /blocks.0/Transpose_2  live 3.2 MiB */
+  snrt_reads(c, 11, 1, (const int64_t[]){0x1af000, 262144});
+  /*    11 forward   Transpose          /blocks.0/Transpose_2  live 3.2 MiB */
   snrt_transpose(c, &P9, F(0x1af000), F(0x10af000));
   snrt_dead(c, 0x1af000, 262144);
-  snrt_reads(c, 13, 2, (const int64_t[]){0x102f000, 262144, 0x10af000, 262144});
-  /*    13 forward   MatMul             /blocks.0/MatMul  live 3.9 MiB */
+  snrt_reads(c, 12, 2, (const int64_t[]){0x102f000, 262144, 0x10af000, 262144});
+  /*    12 forward   MatMul             /blocks.0/MatMul  live 3.9 MiB */
   snrt_matmul(c, &P10, F(0x102f000), F(0x10af000), F(0x1af000));
-  snrt_reads(c, 14, 2, (const int64_t[]){0x1af000, 1048576, 0xd7600, 4});
-  /*    14 forward   Mul                /blocks.0/Mul  live 4.9 MiB */
+  snrt_reads(c, 13, 2, (const int64_t[]){0x1af000, 1048576, 0xd7600, 4});
+  /*    13 forward   Mul                /blocks.0/Mul  live 4.9 MiB */
   snrt_binary_fwd(c, &P11, F(0x1af000), F(0xd7600), F(0x2af000));
   snrt_dead(c, 0x1af000, 1048576);
-  snrt_reads(c, 15, 1, (const int64_t[]){0x2af000, 1048576});
-  /*    15 forward   Where              /blocks.0/Where  live 4.9 MiB */
+  snrt_reads(c, 14, 1, (const int64_t[]){0x2af000, 1048576});
+  /*    14 forward   Where              /blocks.0/Where  live 4.9 MiB */
   snrt_where(c, &P12, F(0x2af000), F(0x1af000));
   snrt_dead(c, 0x2af000, 1048576);
-  snrt_reads(c, 16, 1, (const int64_t[]){0x1af000, 1048576});
-  /*    16 forward   Softmax            /blocks.0/Softmax  live 4.9 MiB */
+  snrt_reads(c, 15, 1, (const int64_t[]){0x1af000, 1048576});
+  /*    15 forward   Softmax            /blocks.0/Softmax  live 4.9 MiB */
   snrt_softmax_fwd(c, &P13, F(0x1af000), F(0x2af000));
   snrt_dead(c, 0x1af000, 1048576);
-  snrt_reads(c, 17, 2, (const int64_t[]){0x2af000, 1048576, 0x106f000, 262144});
-  /*    17 forward   MatMul             /blocks.0/MatMul_1  live 4.2 MiB */
+  snrt_reads(c, 16, 2, (const int64_t[]){0x2af000, 1048576, 0x106f000, 262144});
+  /*    16 forward   MatMul             /blocks.0/MatMul_1  live 4.2 MiB */
   snrt_matmul(c, &P14, F(0x2af000), F(0x106f000), F(0x1af000));
-  snrt_reads(c, 18, 1, (const int64_t[]){0x1af000, 262144});
-  /*    18 forward   Transpose          /blocks.0/Transpose_3  live 4.4 MiB */
+  snrt_reads(c, 17, 1, (const int64_t[]){0x1af000, 262144});
+  /*    17 forward   Transpose          /blocks.0/Transpose_3  live 4.4 MiB */
   snrt_transpose(c, &P15, F(0x1af000), F(0x1ef000));
   snrt_dead(c, 0x1af000, 262144);
-  snrt_reads(c, 19, 1, (const int64_t[]){0x1ef000, 262144});
-  /*    19 forward   Reshape            /blocks.0/Reshape_3  live 4.4 MiB */
+  snrt_reads(c, 18, 1, (const int64_t[]){0x1ef000, 262144});
+  /*    18 forward   Reshape            /blocks.0/Reshape_3  live 4.4 MiB */
   snrt_copy(c, 262144, F(0x1ef000), F(0x10ef000));
   snrt_dead(c, 0x1ef000, 262144);
-  snrt_reads(c, 20, 2, (const int64_t[]){0x10ef000, 262144, 0x20700, 16384});
-  /*    20 forward   MatMul             /blocks.0/proj/MatMul  live 4.4 MiB */
+  snrt_reads(c, 19, 3, (const int64_t[]){0x10ef000, 262144, 0x20700, 16384, 0x24700, 256});
+  /*    19 forward   Gemm               /blocks.0/proj/MatMul+bias  live 4.4 MiB */
   snrt_matmul(c, &P16, F(0x10ef000), F(0x20700), F(0x1af000));
-  snrt_reads(c, 21, 2, (const int64_t[]){0x24700, 256, 0x1af000, 262144});
-  /*    21 forward   Add                /blocks.0/proj/Add  live 4.7 MiB */
-  snrt_binary_fwd(c, &P17, F(0x24700), F(0x1af000), F(0x1ef000));
+  snrt_bias_fwd(c, &P17, F(0x24700), F(0x1af000));
+  snrt_reads(c, 20, 2, (const int64_t[]){0xfaf000, 262144, 0x1af000, 262144});
+  /*    20 forward   Add                /blocks.0/Add  live 4.7 MiB */
+  snrt_binary_fwd(c, &P18, F(0xfaf000), F(0x1af000), F(0x112f000));
   snrt_dead(c, 0x1af000, 262144);
-  snrt_reads(c, 22, 2, (const int64_t[]){0xfaf000, 262144, 0x1ef000, 262144});
-  /*    22 forward   Add                /blocks.0/Add  live 4.7 MiB */
-  snrt_binary_fwd(c, &P18, F(0xfaf000), F(0x1ef000), F(0x112f000));
-  snrt_dead(c, 0x1ef000, 262144);
-  snrt_reads(c, 23, 3, (const int64_t[]){0x112f000, 262144, 0x14200, 256, 0x14300, 256});
-  /*    23 forward   LayerNormalization /blocks.0/ln2/Add_1/layernorm  live 4.7 MiB */
+  snrt_reads(c, 21, 3, (const int64_t[]){0x112f000, 262144, 0x14200, 256, 0x14300, 256});
+  /*    21 forward   LayerNormalization /blocks.0/ln2/Add_1/layernorm  live 4.7 MiB */
   snrt_ln_fwd(c, &P19, F(0x112f000), F(0x14200), F(0x14300), F(0x116f000), F(0x1842000), F(0x1843000));
-  snrt_reads(c, 24, 2, (const int64_t[]){0x116f000, 262144, 0x24800, 65536});
-  /*    24 forward   MatMul             /blocks.0/fc/MatMul  live 5.7 MiB */
+  snrt_reads(c, 22, 3, (const int64_t[]){0x116f000, 262144, 0x24800, 65536, 0x34800, 1024});
+  /*    22 forward   Gemm               /blocks.0/fc/MatMul+bias  live 5.7 MiB */
   snrt_matmul(c, &P20, F(0x116f000), F(0x24800), F(0x1af000));
-  snrt_reads(c, 25, 2, (const int64_t[]){0x34800, 1024, 0x1af000, 1048576});
-  /*    25 forward   Add                /blocks.0/fc/Add  live 6.7 MiB */
-  snrt_binary_fwd(c, &P21, F(0x34800), F(0x1af000), F(0x3af000));
-  snrt_dead(c, 0x1af000, 1048576);
-  snrt_reads(c, 26, 1, (const int64_t[]){0x3af000, 1048576});
-  /*    26 forward   FUSED              /blocks.0/Mul_2/fused5  live 6.7 MiB */
-  snrt_fused_fwd(c, &P22, (const float *const[]){F(0x3af000)}, F(0x1af000));
-  snrt_reads(c, 27, 2, (const int64_t[]){0x1af000, 1048576, 0x34c00, 65536});
-  /*    27 forward   MatMul             /blocks.0/fc2/MatMul  live 7.0 MiB */
-  snrt_matmul(c, &P23, F(0x1af000), F(0x34c00), F(0x4af000));
-  snrt_reads(c, 28, 2, (const int64_t[]){0x44c00, 256, 0x4af000, 262144});
-  /*    28 forward   Add                /blocks.0/fc2/Add  live 7.2 MiB */
-  snrt_binary_fwd(c, &P24, F(0x44c00), F(0x4af000), F(0x4ef000));
+  snrt_bias_fwd(c, &P21, F(0x34800), F(0x1af000));
+  snrt_reads(c, 23, 1, (const int64_t[]){0x1af000, 1048576});
+  /*    23 forward   FUSED              /blocks.0/Mul_2/fused5  live 6.7 MiB */
+  snrt_fused_fwd(c, &P22, (const float *const[]){F(0x1af000)}, F(0x3af000));
+  snrt_reads(c, 24, 3, (const int64_t[]){0x3af000, 1048576, 0x34c00, 65536, 0x44c00, 256});
+  /*    24 forward   Gemm               /blocks.0/fc2/MatMul+bias  live 7.0 MiB */
+  snrt_matmul(c, &P23, F(0x3af000), F(0x34c00), F(0x4af000));
+  snrt_bias_fwd(c, &P24, F(0x44c00), F(0x4af000));
+  snrt_reads(c, 25, 2, (const int64_t[]){0x112f000, 262144, 0x4af000, 262144});
+  /*    25 forward   Add                /blocks.0/Add_2  live 7.2 MiB */
+  snrt_binary_fwd(c, &P25, F(0x112f000), F(0x4af000), F(0x11af000));
   snrt_dead(c, 0x4af000, 262144);
-  snrt_reads(c, 29, 2, (const int64_t[]){0x112f000, 262144, 0x4ef000, 262144});
-  /*    29 forward   Add                /blocks.0/Add_2  live 7.2 MiB */
-  snrt_binary_fwd(c, &P25, F(0x112f000), F(0x4ef000), F(0x11af000));
-  snrt_dead(c, 0x4ef000, 262144);
-  snrt_reads(c, 30, 3, (const int64_t[]){0x11af000, 262144, 0x44d00, 256, 0x44e00, 256});
-  /*    30 forward   LayerNormalization /blocks.1/ln1/Add_1/layernorm  live 7.2 MiB */
+  snrt_reads(c, 26, 3, (const int64_t[]){0x11af000, 262144, 0x44d00, 256, 0x44e00, 256});
+  /*    26 forward   LayerNormalization /blocks.1/ln1/Add_1/layernorm  live 7.2 MiB */
   snrt_ln_fwd(c, &P26, F(0x11af000), F(0x44d00), F(0x44e00), F(0x11ef000), F(0x1844000), F(0x1845000));
-  snrt_reads(c, 31, 2, (const int64_t[]){0x11ef000, 262144, 0x45100, 49152});
-  /*    31 forward   MatMul             /blocks.1/qkv/MatMul  live 8.0 MiB */
+  snrt_reads(c, 27, 3, (const int64_t[]){0x11ef000, 262144, 0x45100, 49152, 0x51100, 768});
+  /*    27 forward   Gemm               /blocks.1/qkv/MatMul+bias  live 8.0 MiB */
   snrt_matmul(c, &P27, F(0x11ef000), F(0x45100), F(0x4af000));
-  snrt_reads(c, 32, 2, (const int64_t[]){0x51100, 768, 0x4af000, 786432});
-  /*    32 forward   Add                /blocks.1/qkv/Add  live 8.7 MiB */
-  snrt_binary_fwd(c, &P28, F(0x51100), F(0x4af000), F(0x56f000));
+  snrt_bias_fwd(c, &P28, F(0x51100), F(0x4af000));
+  snrt_reads(c, 28, 1, (const int64_t[]){0x4af000, 786432});
+  /*    28 forward   Split              /blocks.1/Split  live 8.7 MiB */
+  snrt_split(c, &P29, F(0x4af000), (float *const[]){F(0x56f000), F(0x5af000), F(0x5ef000)});
   snrt_dead(c, 0x4af000, 786432);
-  snrt_reads(c, 33, 1, (const int64_t[]){0x56f000, 786432});
-  /*    33 forward   Split              /blocks.1/Split  live 8.7 MiB */
-  snrt_split(c, &P29, F(0x56f000), (float *const[]){F(0x4af000), F(0x4ef000), F(0x52f000)});
-  snrt_dead(c, 0x56f000, 786432);
-  snrt_reads(c, 34, 1, (const int64_t[]){0x4af000, 262144});
-  /*    34 forward   Reshape            /blocks.1/Reshape  live 8.2 MiB */
-  snrt_copy(c, 262144, F(0x4af000), F(0x56f000));
-  snrt_dead(c, 0x4af000, 262144);
-  snrt_reads(c, 35, 1, (const int64_t[]){0x56f000, 262144});
-  /*    35 forward   Transpose          /blocks.1/Transpose  live 8.2 MiB */
-  snrt_transpose(c, &P30, F(0x56f000), F(0x122f000));
+  snrt_reads(c, 29, 1, (const int64_t[]){0x56f000, 262144});
+  /*    29 forward   Reshape            /blocks.1/Reshape  live 8.2 MiB */
+  snrt_copy(c, 262144, F(0x56f000), F(0x4af000));
   snrt_dead(c, 0x56f000, 262144);
-  snrt_reads(c, 36, 1, (const int64_t[]){0x4ef000, 262144});
-  /*    36 forward   Reshape            /blocks.1/Reshape_1  live 8.2 MiB */
-  snrt_copy(c, 262144, F(0x4ef000), F(0x4af000));
-  snrt_dead(c, 0x4ef000, 262144);
-  snrt_reads(c, 37, 1, (const int64_t[]){0x52f000, 262144});
-  /*    37 forward   Reshape            /blocks.1/Reshape_2  live 8.2 MiB */
-  snrt_copy(c, 262144, F(0x52f000), F(0x4ef000));
-  snrt_dead(c, 0x52f000, 262144);
-  snrt_reads(c, 38, 1, (const int64_t[]){0x4ef000, 262144});
-  /*    38 forward   Transpose          /blocks.1/Transpose_1  live 8.2 MiB */
+  snrt_reads(c, 30, 1, (const int64_t[]){0x4af000, 262144});
+  /*    30 forward   Transpose          /blocks.1/Transpose  live 8.2 MiB */
+  snrt_transpose(c, &P30, F(0x4af000), F(0x122f000));
+  snrt_dead(c, 0x4af000, 262144);
+  snrt_reads(c, 31, 1, (const int64_t[]){0x5af000, 262144});
+  /*    31 forward   Reshape            /blocks.1/Reshape_1  live 8.2 MiB */
+  snrt_copy(c, 262144, F(0x5af000), F(0x4af000));
+  snrt_dead(c, 0x5af000, 262144);
+  snrt_reads(c, 32, 1, (const int64_t[]){0x5ef000, 262144});
+  /*    32 forward   Reshape            /blocks.1/Reshape_2  live 8.2 MiB */
+  snrt_copy(c, 262144, F(0x5ef000), F(0x4ef000));
+  snrt_dead(c, 0x5ef000, 262144);
+  snrt_reads(c, 33, 1, (const int64_t[]){0x4ef000, 262144});
+  /*    33 forward   Transpose          /blocks.1/Transpose_1  live 8.2 MiB */
   snrt_transpose(c, &P31, F(0x4ef000), F(0x126f000));
   snrt_dead(c, 0x4ef000, 262144);
-  snrt_reads(c, 39, 1, (const int64_t[]){0x4af000, 262144});
-  /*    39 forward   Transpose          /blocks.1/Transpose_2  live 8.2 MiB */
+  snrt_reads(c, 34, 1, (const int64_t[]){0x4af000, 262144});
+  /*    34 forward   Transpose          /blocks.1/Transpose_2  live 8.2 MiB */
   snrt_transpose(c, &P32, F(0x4af000), F(0x12af000));
   snrt_dead(c, 0x4af000, 262144);
-  snrt_reads(c, 40, 2, (const int64_t[]){0x122f000, 262144, 0x12af000, 262144});
-  /*    40 forward   MatMul             /blocks.1/MatMul  live 9.0 MiB */
+  snrt_reads(c, 35, 2, (const int64_t[]){0x122f000, 262144, 0x12af000, 262144});
+  /*    35 forward   MatMul             /blocks.1/MatMul  live 9.0 MiB */
   snrt_matmul(c, &P33, F(0x122f000), F(0x12af000), F(0x4af000));
-  snrt_reads(c, 41, 2, (const int64_t[]){0x4af000, 1048576, 0xd7700, 4});
-  /*    41 forward   Mul                /blocks.1/Mul  live 10.0 MiB */
+  snrt_reads(c, 36, 2, (const int64_t[]){0x4af000, 1048576, 0xd7700, 4});
+  /*    36 forward   Mul                /blocks.1/Mul  live 10.0 MiB */
   snrt_binary_fwd(c, &P34, F(0x4af000), F(0xd7700), F(0x5af000));
   snrt_dead(c, 0x4af000, 1048576);
-  snrt_reads(c, 42, 1, (const int64_t[]){0x5af000, 1048576});
-  /*    42 forward   Where              /blocks.1/Where  live 10.0 MiB */
+  snrt_reads(c, 37, 1, (const int64_t[]){0x5af000, 1048576});
+  /*    37 forward   Where              /blocks.1/Where  live 10.0 MiB */
   snrt_where(c, &P35, F(0x5af000), F(0x4af000));
   snrt_dead(c, 0x5af000, 1048576);
-  snrt_reads(c, 43, 1, (const int64_t[]){0x4af000, 1048576});
-  /*    43 forward   Softmax            /blocks.1/Softmax  live 10.0 MiB */
+  snrt_reads(c, 38, 1, (const int64_t[]){0x4af000, 1048576});
+  /*    38 forward   Softmax            /blocks.1/Softmax  live 10.0 MiB */
   snrt_softmax_fwd(c, &P36, F(0x4af000), F(0x5af000));
   snrt_dead(c, 0x4af000, 1048576);
-  snrt_reads(c, 44, 2, (const int64_t[]){0x5af000, 1048576, 0x126f000, 262144});
-  /*    44 forward   MatMul             /blocks.1/MatMul_1  live 9.2 MiB */
+  snrt_reads(c, 39, 2, (const int64_t[]){0x5af000, 1048576, 0x126f000, 262144});
+  /*    39 forward   MatMul             /blocks.1/MatMul_1  live 9.2 MiB */
   snrt_matmul(c, &P37, F(0x5af000), F(0x126f000), F(0x4af000));
-  snrt_reads(c, 45, 1, (const int64_t[]){0x4af000, 262144});
-  /*    45 forward   Transpose          /blocks.1/Transpose_3  live 9.5 MiB */
+  snrt_reads(c, 40, 1, (const int64_t[]){0x4af000, 262144});
+  /*    40 forward   Transpose          /blocks.1/Transpose_3  live 9.5 MiB */
   snrt_transpose(c, &P38, F(0x4af000), F(0x4ef000));
   snrt_dead(c, 0x4af000, 262144);
-  snrt_reads(c, 46, 1, (const int64_t[]){0x4ef000, 262144});
-  /*    46 forward   Reshape            /blocks.1/Reshape_3  live 9.5 MiB */
+  snrt_reads(c, 41, 1, (const int64_t[]){0x4ef000, 262144});
+  /*    41 forward   Reshape            /blocks.1/Reshape_3  live 9.5 MiB */
   snrt_copy(c, 262144, F(0x4ef000), F(0x12ef000));
   snrt_dead(c, 0x4ef000, 262144);
-  snrt_reads(c, 47, 2, (const int64_t[]){0x12ef000, 262144, 0x51400, 16384});
-  /*    47 forward   MatMul             /blocks.1/proj/MatMul  live 9.5 MiB */
+  snrt_reads(c, 42, 3, (const int64_t[]){0x12ef000, 262144, 0x51400, 16384, 0x55400, 256});
+  /*    42 forward   Gemm               /blocks.1/proj/MatMul+bias  live 9.5 MiB */
   snrt_matmul(c, &P39, F(0x12ef000), F(0x51400), F(0x4af000));
-  snrt_reads(c, 48, 2, (const int64_t[]){0x55400, 256, 0x4af000, 262144});
-  /*    48 forward   Add                /blocks.1/proj/Add  live 9.7 MiB */
-  snrt_binary_fwd(c, &P40, F(0x55400), F(0x4af000), F(0x4ef000));
+  snrt_bias_fwd(c, &P40, F(0x55400), F(0x4af000));
+  snrt_reads(c, 43, 2, (const int64_t[]){0x11af000, 262144, 0x4af000, 262144});
+  /*    43 forward   Add                /blocks.1/Add  live 9.7 MiB */
+  snrt_binary_fwd(c, &P41, F(0x11af000), F(0x4af000), F(0x132f000));
   snrt_dead(c, 0x4af000, 262144);
-  snrt_reads(c, 49, 2, (const int64_t[]){0x11af000, 262144, 0x4ef000, 262144});
-  /*    49 forward   Add                /blocks.1/Add  live 9.7 MiB */
-  snrt_binary_fwd(c, &P41, F(0x11af000), F(0x4ef000), F(0x132f000));
-  snrt_dead(c, 0x4ef000, 262144);
-  snrt_reads(c, 50, 3, (const int64_t[]){0x132f000, 262144, 0x44f00, 256, 0x45000, 256});
-  /*    50 forward   LayerNormalization /blocks.1/ln2/Add_1/layernorm  live 9.7 MiB */
+  snrt_reads(c, 44, 3, (const int64_t[]){0x132f000, 262144, 0x44f00, 256, 0x45000, 256});
+  /*    44 forward   LayerNormalization /blocks.1/ln2/Add_1/layernorm  live 9.7 MiB */
   snrt_ln_fwd(c, &P42, F(0x132f000), F(0x44f00), F(0x45000), F(0x136f000), F(0x1846000), F(0x1847000));
-  snrt_reads(c, 51, 2, (const int64_t[]){0x136f000, 262144, 0x55500, 65536});
-  /*    51 forward   MatMul             /blocks.1/fc/MatMul  live 10.7 MiB */
+  snrt_reads(c, 45, 3, (const int64_t[]){0x136f000, 262144, 0x55500, 65536, 0x65500, 1024});
+  /*    45 forward   Gemm               /blocks.1/fc/MatMul+bias  live 10.7 MiB */
   snrt_matmul(c, &P43, F(0x136f000), F(0x55500), F(0x4af000));
-  snrt_reads(c, 52, 2, (const int64_t[]){0x65500, 1024, 0x4af000, 1048576});
-  /*    52 forward   Add                /blocks.1/fc/Add  live 11.7 MiB */
-  snrt_binary_fwd(c, &P44, F(0x65500), F(0x4af000), F(0x6af000));
-  snrt_dead(c, 0x4af000, 1048576);
-  snrt_reads(c, 53, 1, (const int64_t[]){0x6af000, 1048576});
-  /*    53 forward   FUSED              /blocks.1/Mul_2/fused5  live 11.7 MiB */
-  snrt_fused_fwd(c, &P45, (const float *const[]){F(0x6af000)}, F(0x4af000));
-  snrt_reads(c, 54, 2, (const int64_t[]){0x4af000, 1048576, 0x65900, 65536});
-  /*    54 forward   MatMul             /blocks.1/fc2/MatMul  live 12.0 MiB */
-  snrt_matmul(c, &P46, F(0x4af000), F(0x65900), F(0x7af000));
-  snrt_reads(c, 55, 2, (const int64_t[]){0x75900, 256, 0x7af000, 262144});
-  /*    55 forward   Add                /blocks.1/fc2/Add  live 12.2 MiB */
-  snrt_binary_fwd(c, &P47, F(0x75900), F(0x7af000), F(0x7ef000));
+  snrt_bias_fwd(c, &P44, F(0x65500), F(0x4af000));
+  snrt_reads(c, 46, 1, (const int64_t[]){0x4af000, 1048576});
+  /*    46 forward   FUSED              /blocks.1/Mul_2/fused5  live 11.7 MiB */
+  snrt_fused_fwd(c, &P45, (const float *const[]){F(0x4af000)}, F(0x6af000));
+  snrt_reads(c, 47, 3, (const int64_t[]){0x6af000, 1048576, 0x65900, 65536, 0x75900, 256});
+  /*    47 forward   Gemm               /blocks.1/fc2/MatMul+bias  live 12.0 MiB */
+  snrt_matmul(c, &P46, F(0x6af000), F(0x65900), F(0x7af000));
+  snrt_bias_fwd(c, &P47, F(0x75900), F(0x7af000));
+  snrt_reads(c, 48, 2, (const int64_t[]){0x132f000, 262144, 0x7af000, 262144});
+  /*    48 forward   Add                /blocks.1/Add_2  live 12.2 MiB */
+  snrt_binary_fwd(c, &P48, F(0x132f000), F(0x7af000), F(0x13af000));
   snrt_dead(c, 0x7af000, 262144);
-  snrt_reads(c, 56, 2, (const int64_t[]){0x132f000, 262144, 0x7ef000, 262144});
-  /*    56 forward   Add                /blocks.1/Add_2  live 12.2 MiB */
-  snrt_binary_fwd(c, &P48, F(0x132f000), F(0x7ef000), F(0x13af000));
-  snrt_dead(c, 0x7ef000, 262144);
-  snrt_reads(c, 57, 3, (const int64_t[]){0x13af000, 262144, 0x75a00, 256, 0x75b00, 256});
-  /*    57 forward   LayerNormalization /blocks.2/ln1/Add_1/layernorm  live 12.2 MiB */
+  snrt_reads(c, 49, 3, (const int64_t[]){0x13af000, 262144, 0x75a00, 256, 0x75b00, 256});
+  /*    49 forward   LayerNormalization /blocks.2/ln1/Add_1/layernorm  live 12.2 MiB */
   snrt_ln_fwd(c, &P49, F(0x13af000), F(0x75a00), F(0x75b00), F(0x13ef000), F(0x1848000), F(0x1849000));
-  snrt_reads(c, 58, 2, (const int64_t[]){0x13ef000, 262144, 0x75e00, 49152});
-  /*    58 forward   MatMul             /blocks.2/qkv/MatMul  live 13.0 MiB */
+  snrt_reads(c, 50, 3, (const int64_t[]){0x13ef000, 262144, 0x75e00, 49152, 0x81e00, 768});
+  /*    50 forward   Gemm               /blocks.2/qkv/MatMul+bias  live 13.0 MiB */
   snrt_matmul(c, &P50, F(0x13ef000), F(0x75e00), F(0x7af000));
-  snrt_reads(c, 59, 2, (const int64_t[]){0x81e00, 768, 0x7af000, 786432});
-  /*    59 forward   Add                /blocks.2/qkv/Add  live 13.7 MiB */
-  snrt_binary_fwd(c, &P51, F(0x81e00), F(0x7af000), F(0x86f000));
+  snrt_bias_fwd(c, &P51, F(0x81e00), F(0x7af000));
+  snrt_reads(c, 51, 1, (const int64_t[]){0x7af000, 786432});
+  /*    51 forward   Split              /blocks.2/Split  live 13.7 MiB */
+  snrt_split(c, &P52, F(0x7af000), (float *const[]){F(0x86f000), F(0x8af000), F(0x8ef000)});
   snrt_dead(c, 0x7af000, 786432);
-  snrt_reads(c, 60, 1, (const int64_t[]){0x86f000, 786432});
-  /*    60 forward   Split              /blocks.2/Split  live 13.7 MiB */
-  snrt_split(c, &P52, F(0x86f000), (float *const[]){F(0x7af000), F(0x7ef000), F(0x82f000)});
-  snrt_dead(c, 0x86f000, 786432);
-  snrt_reads(c, 61, 1, (const int64_t[]){0x7af000, 262144});
-  /*    61 forward   Reshape            /blocks.2/Reshape  live 13.2 MiB */
-  snrt_copy(c, 262144, F(0x7af000), F(0x86f000));
-  snrt_dead(c, 0x7af000, 262144);
-  snrt_reads(c, 62, 1, (const int64_t[]){0x86f000, 262144});
-  /*    62 forward   Transpose          /blocks.2/Transpose  live 13.2 MiB */
-  snrt_transpose(c, &P53, F(0x86f000), F(0x142f000));
+  snrt_reads(c, 52, 1, (const int64_t[]){0x86f000, 262144});
+  /*    52 forward   Reshape            /blocks.2/Reshape  live 13.2 MiB */
+  snrt_copy(c, 262144, F(0x86f000), F(0x7af000));
   snrt_dead(c, 0x86f000, 262144);
-  snrt_reads(c, 63, 1, (const int64_t[]){0x7ef000, 262144});
-  /*    63 forward   Reshape            /blocks.2/Reshape_1  live 13.2 MiB */
-  snrt_copy(c, 262144, F(0x7ef000), F(0x7af000));
-  snrt_dead(c, 0x7ef000, 262144);
-  snrt_reads(c, 64, 1, (const int64_t[]){0x82f000, 262144});
-  /*    64 forward   Reshape            /blocks.2/Reshape_2  live 13.2 MiB */
-  snrt_copy(c, 262144, F(0x82f000), F(0x7ef000));
-  snrt_dead(c, 0x82f000, 262144);
-  snrt_reads(c, 65, 1, (const int64_t[]){0x7ef000, 262144});
-  /*    65 forward   Transpose          /blocks.2/Transpose_1  live 13.2 MiB */
+  snrt_reads(c, 53, 1, (const int64_t[]){0x7af000, 262144});
+  /*    53 forward   Transpose          /blocks.2/Transpose  live 13.2 MiB */
+  snrt_transpose(c, &P53, F(0x7af000), F(0x142f000));
+  snrt_dead(c, 0x7af000, 262144);
+  snrt_reads(c, 54, 1, (const int64_t[]){0x8af000, 262144});
+  /*    54 forward   Reshape            /blocks.2/Reshape_1  live 13.2 MiB */
+  snrt_copy(c, 262144, F(0x8af000), F(0x7af000));
+  snrt_dead(c, 0x8af000, 262144);
+  snrt_reads(c, 55, 1, (const int64_t[]){0x8ef000, 262144});
+  /*    55 forward   Reshape            /blocks.2/Reshape_2  live 13.2 MiB */
+  snrt_copy(c, 262144, F(0x8ef000), F(0x7ef000));
+  snrt_dead(c, 0x8ef000, 262144);
+  snrt_reads(c, 56, 1, (const int64_t[]){0x7ef000, 262144});
+  /*    56 forward   Transpose          /blocks.2/Transpose_1  live 13.2 MiB */
   snrt_transpose(c, &P54, F(0x7ef000), F(0x146f000));
   snrt_dead(c, 0x7ef000, 262144);
-  snrt_reads(c, 66, 1, (const int64_t[]){0x7af000, 262144});
-  /*    66 forward   Transpose          /blocks.2/Transpose_2  live 13.2 MiB */
+  snrt_reads(c, 57, 1, (const int64_t[]){0x7af000, 262144});
+  /*    57 forward   Transpose          /blocks.2/Transpose_2  live 13.2 MiB */
   snrt_transpose(c, &P55, F(0x7af000), F(0x14af000));
   snrt_dead(c, 0x7af000, 262144);
-  snrt_reads(c, 67, 2, (const int64_t[]){0x142f000, 262144, 0x14af000, 262144});
-  /*    67 forward   MatMul             /blocks.2/MatMul  live 14.0 MiB */
+  snrt_reads(c, 58, 2, (const int64_t[]){0x142f000, 262144, 0x14af000, 262144});
+  /*    58 forward   MatMul             /blocks.2/MatMul  live 14.0 MiB */
   snrt_matmul(c, &P56, F(0x142f000), F(0x14af000), F(0x7af000));
-  snrt_reads(c, 68, 2, (const int64_t[]){0x7af000, 1048576, 0xd7800, 4});
-  /*    68 forward   Mul                /blocks.2/Mul  live 15.0 MiB */
+  snrt_reads(c, 59, 2, (const int64_t[]){0x7af000, 1048576, 0xd7800, 4});
+  /*    59 forward   Mul                /blocks.2/Mul  live 15.0 MiB */
   snrt_binary_fwd(c, &P57, F(0x7af000), F(0xd7800), F(0x8af000));
   snrt_dead(c, 0x7af000, 1048576);
-  snrt_reads(c, 69, 1, (const int64_t[]){0x8af000, 1048576});
-  /*    69 forward   Where              /blocks.2/Where  live 15.0 MiB */
+  snrt_reads(c, 60, 1, (const int64_t[]){0x8af000, 1048576});
+  /*    60 forward   Where              /blocks.2/Where  live 15.0 MiB */
   snrt_where(c, &P58, F(0x8af000), F(0x7af000));
   snrt_dead(c, 0x8af000, 1048576);
-  snrt_reads(c, 70, 1, (const int64_t[]){0x7af000, 1048576});
-  /*    70 forward   Softmax            /blocks.2/Softmax  live 15.0 MiB */
+  snrt_reads(c, 61, 1, (const int64_t[]){0x7af000, 1048576});
+  /*    61 forward   Softmax            /blocks.2/Softmax  live 15.0 MiB */
   snrt_softmax_fwd(c, &P59, F(0x7af000), F(0x8af000));
   snrt_dead(c, 0x7af000, 1048576);
-  snrt_reads(c, 71, 2, (const int64_t[]){0x8af000, 1048576, 0x146f000, 262144});
-  /*    71 forward   MatMul             /blocks.2/MatMul_1  live 14.2 MiB */
+  snrt_reads(c, 62, 2, (const int64_t[]){0x8af000, 1048576, 0x146f000, 262144});
+  /*    62 forward   MatMul             /blocks.2/MatMul_1  live 14.2 MiB */
   snrt_matmul(c, &P60, F(0x8af000), F(0x146f000), F(0x7af000));
-  snrt_reads(c, 72, 1, (const int64_t[]){0x7af000, 262144});
-  /*    72 forward   Transpose          /blocks.2/Transpose_3  live 14.5 MiB */
+  snrt_reads(c, 63, 1, (const int64_t[]){0x7af000, 262144});
+  /*    63 forward   Transpose          /blocks.2/Transpose_3  live 14.5 MiB */
   snrt_transpose(c, &P61, F(0x7af000), F(0x7ef000));
   snrt_dead(c, 0x7af000, 262144);
-  snrt_reads(c, 73, 1, (const int64_t[]){0x7ef000, 262144});
-  /*    73 forward   Reshape            /blocks.2/Reshape_3  live 14.5 MiB */
+  snrt_reads(c, 64, 1, (const int64_t[]){0x7ef000, 262144});
+  /*    64 forward   Reshape            /blocks.2/Reshape_3  live 14.5 MiB */
   snrt_copy(c, 262144, F(0x7ef000), F(0x14ef000));
   snrt_dead(c, 0x7ef000, 262144);
-  snrt_reads(c, 74, 2, (const int64_t[]){0x14ef000, 262144, 0x82100, 16384});
-  /*    74 forward   MatMul             /blocks.2/proj/MatMul  live 14.5 MiB */
+  snrt_reads(c, 65, 3, (const int64_t[]){0x14ef000, 262144, 0x82100, 16384, 0x86100, 256});
+  /*    65 forward   Gemm               /blocks.2/proj/MatMul+bias  live 14.5 MiB */
   snrt_matmul(c, &P62, F(0x14ef000), F(0x82100), F(0x7af000));
-  snrt_reads(c, 75, 2, (const int64_t[]){0x86100, 256, 0x7af000, 262144});
-  /*    75 forward   Add                /blocks.2/proj/Add  live 14.7 MiB */
-  snrt_binary_fwd(c, &P63, F(0x86100), F(0x7af000), F(0x7ef000));
+  snrt_bias_fwd(c, &P63, F(0x86100), F(0x7af000));
+  snrt_reads(c, 66, 2, (const int64_t[]){0x13af000, 262144, 0x7af000, 262144});
+  /*    66 forward   Add                /blocks.2/Add  live 14.7 MiB */
+  snrt_binary_fwd(c, &P64, F(0x13af000), F(0x7af000), F(0x152f000));
   snrt_dead(c, 0x7af000, 262144);
-  snrt_reads(c, 76, 2, (const int64_t[]){0x13af000, 262144, 0x7ef000, 262144});
-  /*    76 forward   Add                /blocks.2/Add  live 14.7 MiB */
-  snrt_binary_fwd(c, &P64, F(0x13af000), F(0x7ef000), F(0x152f000));
-  snrt_dead(c, 0x7ef000, 262144);
-  snrt_reads(c, 77, 3, (const int64_t[]){0x152f000, 262144, 0x75c00, 256, 0x75d00, 256});
-  /*    77 forward   LayerNormalization /blocks.2/ln2/Add_1/layernorm  live 14.7 MiB */
+  snrt_reads(c, 67, 3, (const int64_t[]){0x152f000, 262144, 0x75c00, 256, 0x75d00, 256});
+  /*    67 forward   LayerNormalization /blocks.2/ln2/Add_1/layernorm  live 14.7 MiB */
   snrt_ln_fwd(c, &P65, F(0x152f000), F(0x75c00), F(0x75d00), F(0x156f000), F(0x184a000), F(0x184b000));
-  snrt_reads(c, 78, 2, (const int64_t[]){0x156f000, 262144, 0x86200, 65536});
-  /*    78 forward   MatMul             /blocks.2/fc/MatMul  live 15.7 MiB */
+  snrt_reads(c, 68, 3, (const int64_t[]){0x156f000, 262144, 0x86200, 65536, 0x96200, 1024});
+  /*    68 forward   Gemm               /blocks.2/fc/MatMul+bias  live 15.7 MiB */
   snrt_matmul(c, &P66, F(0x156f000), F(0x86200), F(0x7af000));
-  snrt_reads(c, 79, 2, (const int64_t[]){0x96200, 1024, 0x7af000, 1048576});
-  /*    79 forward   Add                /blocks.2/fc/Add  live 16.7 MiB */
-  snrt_binary_fwd(c, &P67, F(0x96200), F(0x7af000), F(0x9af000));
-  snrt_dead(c, 0x7af000, 1048576);
-  snrt_reads(c, 80, 1, (const int64_t[]){0x9af000, 1048576});
-  /*    80 forward   FUSED              /blocks.2/Mul_2/fused5  live 16.7 MiB */
-  snrt_fused_fwd(c, &P68, (const float *const[]){F(0x9af000)}, F(0x7af000));
-  snrt_reads(c, 81, 2, (const int64_t[]){0x7af000, 1048576, 0x96600, 65536});
-  /*    81 forward   MatMul             /blocks.2/fc2/MatMul  live 17.0 MiB */
-  snrt_matmul(c, &P69, F(0x7af000), F(0x96600), F(0xaaf000));
-  snrt_reads(c, 82, 2, (const int64_t[]){0xa6600, 256, 0xaaf000, 262144});
-  /*    82 forward   Add                /blocks.2/fc2/Add  live 17.2 MiB */
-  snrt_binary_fwd(c, &P70, F(0xa6600), F(0xaaf000), F(0xaef000));
+  snrt_bias_fwd(c, &P67, F(0x96200), F(0x7af000));
+  snrt_reads(c, 69, 1, (const int64_t[]){0x7af000, 1048576});
+  /*    69 forward   FUSED              /blocks.2/Mul_2/fused5  live 16.7 MiB */
+  snrt_fused_fwd(c, &P68, (const float *const[]){F(0x7af000)}, F(0x9af000));
+  snrt_reads(c, 70, 3, (const int64_t[]){0x9af000, 1048576, 0x96600, 65536, 0xa6600, 256});
+  /*    70 forward   Gemm               /blocks.2/fc2/MatMul+bias  live 17.0 MiB */
+  snrt_matmul(c, &P69, F(0x9af000), F(0x96600), F(0xaaf000));
+  snrt_bias_fwd(c, &P70, F(0xa6600), F(0xaaf000));
+  snrt_reads(c, 71, 2, (const int64_t[]){0x152f000, 262144, 0xaaf000, 262144});
+  /*    71 forward   Add                /blocks.2/Add_2  live 17.2 MiB */
+  snrt_binary_fwd(c, &P71, F(0x152f000), F(0xaaf000), F(0x15af000));
   snrt_dead(c, 0xaaf000, 262144);
-  snrt_reads(c, 83, 2, (const int64_t[]){0x152f000, 262144, 0xaef000, 262144});
-  /*    83 forward   Add                /blocks.2/Add_2  live 17.2 MiB */
-  snrt_binary_fwd(c, &P71, F(0x152f000), F(0xaef000), F(0x15af000));
-  snrt_dead(c, 0xaef000, 262144);
-  snrt_reads(c, 84, 3, (const int64_t[]){0x15af000, 262144, 0xa6700, 256, 0xa6800, 256});
-  /*    84 forward   LayerNormalization /blocks.3/ln1/Add_1/layernorm  live 17.2 MiB */
+  snrt_reads(c, 72, 3, (const int64_t[]){0x15af000, 262144, 0xa6700, 256, 0xa6800, 256});
+  /*    72 forward   LayerNormalization /blocks.3/ln1/Add_1/layernorm  live 17.2 MiB */
   snrt_ln_fwd(c, &P72, F(0x15af000), F(0xa6700), F(0xa6800), F(0x15ef000), F(0x184c000), F(0x184d000));
-  snrt_reads(c, 85, 2, (const int64_t[]){0x15ef000, 262144, 0xa6b00, 49152});
-  /*    85 forward   MatMul             /blocks.3/qkv/MatMul  live 18.0 MiB */
+  snrt_reads(c, 73, 3, (const int64_t[]){0x15ef000, 262144, 0xa6b00, 49152, 0xb2b00, 768});
+  /*    73 forward   Gemm               /blocks.3/qkv/MatMul+bias  live 18.0 MiB */
   snrt_matmul(c, &P73, F(0x15ef000), F(0xa6b00), F(0xaaf000));
-  snrt_reads(c, 86, 2, (const int64_t[]){0xb2b00, 768, 0xaaf000, 786432});
-  /*    86 forward   Add                /blocks.3/qkv/Add  live 18.7 MiB */
-  snrt_binary_fwd(c, &P74, F(0xb2b00), F(0xaaf000), F(0xb6f000));
+  snrt_bias_fwd(c, &P74, F(0xb2b00), F(0xaaf000));
+  snrt_reads(c, 74, 1, (const int64_t[]){0xaaf000, 786432});
+  /*    74 forward   Split              /blocks.3/Split  live 18.7 MiB */
+  snrt_split(c, &P75, F(0xaaf000), (float *const[]){F(0xb6f000), F(0xbaf000), F(0xbef000)});
   snrt_dead(c, 0xaaf000, 786432);
-  snrt_reads(c, 87, 1, (const int64_t[]){0xb6f000, 786432});
-  /*    87 forward   Split              /blocks.3/Split  live 18.7 MiB */
-  snrt_split(c, &P75, F(0xb6f000), (float *const[]){F(0xaaf000), F(0xaef000), F(0xb2f000)});
-  snrt_dead(c, 0xb6f000, 786432);
-  snrt_reads(c, 88, 1, (const int64_t[]){0xaaf000, 262144});
-  /*    88 forward   Reshape            /blocks.3/Reshape  live 18.2 MiB */
-  snrt_copy(c, 262144, F(0xaaf000), F(0xb6f000));
-  snrt_dead(c, 0xaaf000, 262144);
-  snrt_reads(c, 89, 1, (const int64_t[]){0xb6f000, 262144});
-  /*    89 forward   Transpose          /blocks.3/Transpose  live 18.2 MiB */
-  snrt_transpose(c, &P76, F(0xb6f000), F(0x162f000));
+  snrt_reads(c, 75, 1, (const int64_t[]){0xb6f000, 262144});
+  /*    75 forward   Reshape            /blocks.3/Reshape  live 18.2 MiB */
+  snrt_copy(c, 262144, F(0xb6f000), F(0xaaf000));
   snrt_dead(c, 0xb6f000, 262144);
-  snrt_reads(c, 90, 1, (const int64_t[]){0xaef000, 262144});
-  /*    90 forward   Reshape            /blocks.3/Reshape_1  live 18.2 MiB */
-  snrt_copy(c, 262144, F(0xaef000), F(0xaaf000));
-  snrt_dead(c, 0xaef000, 262144);
-  snrt_reads(c, 91, 1, (const int64_t[]){0xb2f000, 262144});
-  /*    91 forward   Reshape            /blocks.3/Reshape_2  live 18.2 MiB */
-  snrt_copy(c, 262144, F(0xb2f000), F(0xaef000));
-  snrt_dead(c, 0xb2f000, 262144);
-  snrt_reads(c, 92, 1, (const int64_t[]){0xaef000, 262144});
-  /*    92 forward   Transpose          /blocks.3/Transpose_1  live 18.2 MiB */
+  snrt_reads(c, 76, 1, (const int64_t[]){0xaaf000, 262144});
+  /*    76 forward   Transpose          /blocks.3/Transpose  live 18.2 MiB */
+  snrt_transpose(c, &P76, F(0xaaf000), F(0x162f000));
+  snrt_dead(c, 0xaaf000, 262144);
+  snrt_reads(c, 77, 1, (const int64_t[]){0xbaf000, 262144});
+  /*    77 forward   Reshape            /blocks.3/Reshape_1  live 18.2 MiB */
+  snrt_copy(c, 262144, F(0xbaf000), F(0xaaf000));
+  snrt_dead(c, 0xbaf000, 262144);
+  snrt_reads(c, 78, 1, (const int64_t[]){0xbef000, 262144});
+  /*    78 forward   Reshape            /blocks.3/Reshape_2  live 18.2 MiB */
+  snrt_copy(c, 262144, F(0xbef000), F(0xaef000));
+  snrt_dead(c, 0xbef000, 262144);
+  snrt_reads(c, 79, 1, (const int64_t[]){0xaef000, 262144});
+  /*    79 forward   Transpose          /blocks.3/Transpose_1  live 18.2 MiB */
   snrt_transpose(c, &P77, F(0xaef000), F(0x166f000));
   snrt_dead(c, 0xaef000, 262144);
-  snrt_reads(c, 93, 1, (const int64_t[]){0xaaf000, 262144});
-  /*    93 forward   Transpose          /blocks.3/Transpose_2  live 18.2 MiB */
+  snrt_reads(c, 80, 1, (const int64_t[]){0xaaf000, 262144});
+  /*    80 forward   Transpose          /blocks.3/Transpose_2  live 18.2 MiB */
   snrt_transpose(c, &P78, F(0xaaf000), F(0x16af000));
   snrt_dead(c, 0xaaf000, 262144);
-  snrt_reads(c, 94, 2, (const int64_t[]){0x162f000, 262144, 0x16af000, 262144});
-  /*    94 forward   MatMul             /blocks.3/MatMul  live 19.0 MiB */
+  snrt_reads(c, 81, 2, (const int64_t[]){0x162f000, 262144, 0x16af000, 262144});
+  /*    81 forward   MatMul             /blocks.3/MatMul  live 19.0 MiB */
   snrt_matmul(c, &P79, F(0x162f000), F(0x16af000), F(0xaaf000));
-  snrt_reads(c, 95, 2, (const int64_t[]){0xaaf000, 1048576, 0xd7900, 4});
-  /*    95 forward   Mul                /blocks.3/Mul  live 20.0 MiB */
+  snrt_reads(c, 82, 2, (const int64_t[]){0xaaf000, 1048576, 0xd7900, 4});
+  /*    82 forward   Mul                /blocks.3/Mul  live 20.0 MiB */
   snrt_binary_fwd(c, &P80, F(0xaaf000), F(0xd7900), F(0xbaf000));
   snrt_dead(c, 0xaaf000, 1048576);
-  snrt_reads(c, 96, 1, (const int64_t[]){0xbaf000, 1048576});
-  /*    96 forward   Where              /blocks.3/Where  live 20.0 MiB */
+  snrt_reads(c, 83, 1, (const int64_t[]){0xbaf000, 1048576});
+  /*    83 forward   Where              /blocks.3/Where  live 20.0 MiB */
   snrt_where(c, &P81, F(0xbaf000), F(0xaaf000));
   snrt_dead(c, 0xbaf000, 1048576);
-  snrt_reads(c, 97, 1, (const int64_t[]){0xaaf000, 1048576});
-  /*    97 forward   Softmax            /blocks.3/Softmax  live 20.0 MiB */
+  snrt_reads(c, 84, 1, (const int64_t[]){0xaaf000, 1048576});
+  /*    84 forward   Softmax            /blocks.3/Softmax  live 20.0 MiB */
   snrt_softmax_fwd(c, &P82, F(0xaaf000), F(0xbaf000));
   snrt_dead(c, 0xaaf000, 1048576);
-  snrt_reads(c, 98, 2, (const int64_t[]){0xbaf000, 1048576, 0x166f000, 262144});
-  /*    98 forward   MatMul             /blocks.3/MatMul_1  live 19.2 MiB */
+  snrt_reads(c, 85, 2, (const int64_t[]){0xbaf000, 1048576, 0x166f000, 262144});
+  /*    85 forward   MatMul             /blocks.3/MatMul_1  live 19.2 MiB */
   snrt_matmul(c, &P83, F(0xbaf000), F(0x166f000), F(0xaaf000));
-  snrt_reads(c, 99, 1, (const int64_t[]){0xaaf000, 262144});
-  /*    99 forward   Transpose          /blocks.3/Transpose_3  live 19.5 MiB */
+  snrt_reads(c, 86, 1, (const int64_t[]){0xaaf000, 262144});
+  /*    86 forward   Transpose          /blocks.3/Transpose_3  live 19.5 MiB */
   snrt_transpose(c, &P84, F(0xaaf000), F(0xaef000));
   snrt_dead(c, 0xaaf000, 262144);
-  snrt_reads(c, 100, 1, (const int64_t[]){0xaef000, 262144});
-  /*   100 forward   Reshape            /blocks.3/Reshape_3  live 19.5 MiB */
+  snrt_reads(c, 87, 1, (const int64_t[]){0xaef000, 262144});
+  /*    87 forward   Reshape            /blocks.3/Reshape_3  live 19.5 MiB */
   snrt_copy(c, 262144, F(0xaef000), F(0x16ef000));
   snrt_dead(c, 0xaef000, 262144);
-  snrt_reads(c, 101, 2, (const int64_t[]){0x16ef000, 262144, 0xb2e00, 16384});
-  /*   101 forward   MatMul             /blocks.3/proj/MatMul  live 19.5 MiB */
+  snrt_reads(c, 88, 3, (const int64_t[]){0x16ef000, 262144, 0xb2e00, 16384, 0xb6e00, 256});
+  /*    88 forward   Gemm               /blocks.3/proj/MatMul+bias  live 19.5 MiB */
   snrt_matmul(c, &P85, F(0x16ef000), F(0xb2e00), F(0xaaf000));
-  snrt_reads(c, 102, 2, (const int64_t[]){0xb6e00, 256, 0xaaf000, 262144});
-  /*   102 forward   Add                /blocks.3/proj/Add  live 19.7 MiB */
-  snrt_binary_fwd(c, &P86, F(0xb6e00), F(0xaaf000), F(0xaef000));
+  snrt_bias_fwd(c, &P86, F(0xb6e00), F(0xaaf000));
+  snrt_reads(c, 89, 2, (const int64_t[]){0x15af000, 262144, 0xaaf000, 262144});
+  /*    89 forward   Add                /blocks.3/Add  live 19.7 MiB */
+  snrt_binary_fwd(c, &P87, F(0x15af000), F(0xaaf000), F(0x172f000));
   snrt_dead(c, 0xaaf000, 262144);
-  snrt_reads(c, 103, 2, (const int64_t[]){0x15af000, 262144, 0xaef000, 262144});
-  /*   103 forward   Add                /blocks.3/Add  live 19.7 MiB */
-  snrt_binary_fwd(c, &P87, F(0x15af000), F(0xaef000), F(0x172f000));
-  snrt_dead(c, 0xaef000, 262144);
-  snrt_reads(c, 104, 3, (const int64_t[]){0x172f000, 262144, 0xa6900, 256, 0xa6a00, 256});
-  /*   104 forward   LayerNormalization /blocks.3/ln2/Add_1/layernorm  live 19.8 MiB */
+  snrt_reads(c, 90, 3, (const int64_t[]){0x172f000, 262144, 0xa6900, 256, 0xa6a00, 256});
+  /*    90 forward   LayerNormalization /blocks.3/ln2/Add_1/layernorm  live 19.8 MiB */
   snrt_ln_fwd(c, &P88, F(0x172f000), F(0xa6900), F(0xa6a00), F(0x176f000), F(0x184e000), F(0x184f000));
-  snrt_reads(c, 105, 2, (const int64_t[]){0x176f000, 262144, 0xb6f00, 65536});
-  /*   105 forward   MatMul             /blocks.3/fc/MatMul  live 20.8 MiB */
+  snrt_reads(c, 91, 3, (const int64_t[]){0x176f000, 262144, 0xb6f00, 65536, 0xc6f00, 1024});
+  /*    91 forward   Gemm               /blocks.3/fc/MatMul+bias  live 20.8 MiB */
   snrt_matmul(c, &P89, F(0x176f000), F(0xb6f00), F(0xaaf000));
-  snrt_reads(c, 106, 2, (const int64_t[]){0xc6f00, 1024, 0xaaf000, 1048576});
-  /*   106 forward   Add                /blocks.3/fc/Add  live 21.8 MiB */
-  snrt_binary_fwd(c, &P90, F(0xc6f00), F(0xaaf000), F(0xcaf000));
-  snrt_dead(c, 0xaaf000, 1048576);
-  snrt_reads(c, 107, 1, (const int64_t[]){0xcaf000, 1048576});
-  /*   107 forward   FUSED              /blocks.3/Mul_2/fused5  live 21.8 MiB */
-  snrt_fused_fwd(c, &P91, (const float *const[]){F(0xcaf000)}, F(0xaaf000));
-  snrt_reads(c, 108, 2, (const int64_t[]){0xaaf000, 1048576, 0xc7300, 65536});
-  /*   108 forward   MatMul             /blocks.3/fc2/MatMul  live 22.0 MiB */
-  snrt_matmul(c, &P92, F(0xaaf000), F(0xc7300), F(0xdaf000));
-  snrt_reads(c, 109, 2, (const int64_t[]){0xd7300, 256, 0xdaf000, 262144});
-  /*   109 forward   Add                /blocks.3/fc2/Add  live 22.3 MiB */
-  snrt_binary_fwd(c, &P93, F(0xd7300), F(0xdaf000), F(0xdef000));
+  snrt_bias_fwd(c, &P90, F(0xc6f00), F(0xaaf000));
+  snrt_reads(c, 92, 1, (const int64_t[]){0xaaf000, 1048576});
+  /*    92 forward   FUSED              /blocks.3/Mul_2/fused5  live 21.8 MiB */
+  snrt_fused_fwd(c, &P91, (const float *const[]){F(0xaaf000)}, F(0xcaf000));
+  snrt_reads(c, 93, 3, (const int64_t[]){0xcaf000, 1048576, 0xc7300, 65536, 0xd7300, 256});
+  /*    93 forward   Gemm               /blocks.3/fc2/MatMul+bias  live 22.0 MiB */
+  snrt_matmul(c, &P92, F(0xcaf000), F(0xc7300), F(0xdaf000));
+  snrt_bias_fwd(c, &P93, F(0xd7300), F(0xdaf000));
+  snrt_reads(c, 94, 2, (const int64_t[]){0x172f000, 262144, 0xdaf000, 262144});
+  /*    94 forward   Add                /blocks.3/Add_2  live 22.3 MiB */
+  snrt_binary_fwd(c, &P94, F(0x172f000), F(0xdaf000), F(0x17af000));
   snrt_dead(c, 0xdaf000, 262144);
-  snrt_reads(c, 110, 2, (const int64_t[]){0x172f000, 262144, 0xdef000, 262144});
-  /*   110 forward   Add                /blocks.3/Add_2  live 22.3 MiB */
-  snrt_binary_fwd(c, &P94, F(0x172f000), F(0xdef000), F(0x17af000));
-  snrt_dead(c, 0xdef000, 262144);
-  snrt_reads(c, 111, 3, (const int64_t[]){0x17af000, 262144, 0xd7400, 256, 0xd7500, 256});
-  /*   111 forward   LayerNormalization /lnf/Add_1/layernorm  live 22.3 MiB */
+  snrt_reads(c, 95, 3, (const int64_t[]){0x17af000, 262144, 0xd7400, 256, 0xd7500, 256});
+  /*    95 forward   LayerNormalization /lnf/Add_1/layernorm  live 22.3 MiB */
   snrt_ln_fwd(c, &P95, F(0x17af000), F(0xd7400), F(0xd7500), F(0x17ef000), F(0x1850000), F(0x1851000));
-  snrt_reads(c, 112, 2, (const int64_t[]){0x17ef000, 262144, 0x0, 65536});
-  /*   112 forward   MatMul             /head/MatMul  live 23.3 MiB */
+  snrt_reads(c, 96, 2, (const int64_t[]){0x17ef000, 262144, 0x0, 65536});
+  /*    96 forward   MatMul             /head/MatMul  live 23.3 MiB */
   snrt_matmul(c, &P96, F(0x17ef000), F(0x0), F(0xdaf000));
-  snrt_reads(c, 113, 1, (const int64_t[]){0xdaf000, 1048576});
-  /*   113 loss      SOFTMAX_CE         loss  live 23.3 MiB */
+  snrt_reads(c, 97, 1, (const int64_t[]){0xdaf000, 1048576});
+  /*    97 loss      SOFTMAX_CE         loss  live 23.3 MiB */
   snrt_softmax_ce_fwd(c, &P97, F(0xdaf000), I(0x182f000), F(0x1852000));
-  snrt_reads(c, 114, 1, (const int64_t[]){0xdaf000, 1048576});
-  /*   114 backward  SOFTMAX_CE_BWD     loss/bwd  live 24.3 MiB */
+  snrt_reads(c, 98, 1, (const int64_t[]){0xdaf000, 1048576});
+  /*    98 backward  SOFTMAX_CE_BWD     loss/bwd  live 24.3 MiB */
   snrt_softmax_ce_bwd(c, &P97, F(0xdaf000), I(0x182f000), F(0xeaf000));
   snrt_dead(c, 0xdaf000, 1048576);
-  snrt_reads(c, 115, 2, (const int64_t[]){0xeaf000, 1048576, 0x0, 65536});
-  /*   115 backward  MATMUL_RAW         /head/MatMul/bwd_a  live 23.5 MiB */
+  snrt_reads(c, 99, 2, (const int64_t[]){0xeaf000, 1048576, 0x0, 65536});
+  /*    99 backward  MATMUL_RAW         /head/MatMul/bwd_a  live 23.5 MiB */
   snrt_matmul(c, &P98, F(0xeaf000), F(0x0), F(0xdaf000));
-  snrt_reads(c, 116, 2, (const int64_t[]){0xeaf000, 1048576, 0x17ef000, 262144});
-  /*   116 backward  MATMUL_RAW         /head/MatMul/bwd_b  live 23.6 MiB */
+  snrt_reads(c, 100, 2, (const int64_t[]){0xeaf000, 1048576, 0x17ef000, 262144});
+  /*   100 backward  MATMUL_RAW         /head/MatMul/bwd_b  live 23.6 MiB */
   snrt_matmul(c, &P99, F(0xeaf000), F(0x17ef000), F(0x182f000));
   snrt_dead(c, 0x17ef000, 262144);
   snrt_dead(c, 0xeaf000, 1048576);
-  snrt_reads(c, 117, 5, (const int64_t[]){0x17af000, 262144, 0xdaf000, 262144, 0xd7400, 256, 0x1850000, 4096, 0x1851000, 4096});
-  /*   117 backward  LN_BWD             /lnf/Add_1/layernorm/bwd  live 22.6 MiB */
+  snrt_reads(c, 101, 5, (const int64_t[]){0x17af000, 262144, 0xdaf000, 262144, 0xd7400, 256, 0x1850000, 4096, 0x1851000, 4096});
+  /*   101 backward  LN_BWD             /lnf/Add_1/layernorm/bwd  live 22.6 MiB */
   snrt_ln_bwd(c, &P95, F(0x17af000), F(0xdaf000), F(0xd7400), F(0x1850000), F(0x1851000), F(0xdef000), F(0xe2f000), F(0xe2f100));
   snrt_dead(c, 0x17af000, 262144);
   snrt_dead(c, 0x1850000, 4096);
   snrt_dead(c, 0x1851000, 4096);
   snrt_dead(c, 0xdaf000, 262144);
-  snrt_reads(c, 118, 3, (const int64_t[]){0xd7400, 256, 0xe2f000, 256, 0xd7a00, 256});
-  /*   118 update    SGD                lnf.weight/sgd  live 22.1 MiB */
+  snrt_reads(c, 102, 3, (const int64_t[]){0xd7400, 256, 0xe2f000, 256, 0xd7a00, 256});
+  /*   102 update    SGD                lnf.weight/sgd  live 22.1 MiB */
   snrt_sgd(c, &P100, F(0xd7400), F(0xe2f000), F(0xd7a00));
   snrt_dead(c, 0xe2f000, 256);
-  snrt_reads(c, 119, 3, (const int64_t[]){0xd7500, 256, 0xe2f100, 256, 0xd7b00, 256});
-  /*   119 update    SGD                lnf.bias/sgd  live 22.1 MiB */
+  snrt_reads(c, 103, 3, (const int64_t[]){0xd7500, 256, 0xe2f100, 256, 0xd7b00, 256});
+  /*   103 update    SGD                lnf.bias/sgd  live 22.1 MiB */
   snrt_sgd(c, &P101, F(0xd7500), F(0xe2f100), F(0xd7b00));
   snrt_dead(c, 0xe2f100, 256);
-  snrt_reads(c, 120, 1, (const int64_t[]){0xdef000, 262144});
-  /*   120 backward  BINARY_BWD         /blocks.3/Add_2/bwd  live 22.6 MiB */
-  snrt_binary_bwd(c, &P94, NULL, NULL, F(0xdef000), F(0xeaf000), F(0xdaf000));
+  snrt_reads(c, 104, 1, (const int64_t[]){0xdef000, 262144});
+  /*   104 backward  BINARY_BWD         /blocks.3/Add_2/bwd  live 22.6 MiB */
+  snrt_binary_bwd(c, &P94, NULL, NULL, F(0xdef000), F(0xeaf000), F(0xeef000));
   snrt_dead(c, 0xdef000, 262144);
-  snrt_reads(c, 121, 1, (const int64_t[]){0xdaf000, 262144});
-  /*   121 backward  BINARY_BWD         /blocks.3/fc2/Add/bwd  live 22.6 MiB */
-  snrt_binary_bwd(c, &P93, NULL, NULL, F(0xdaf000), F(0xdef000), F(0xeef000));
-  snrt_dead(c, 0xdaf000, 262144);
-  snrt_reads(c, 122, 3, (const int64_t[]){0xd7300, 256, 0xdef000, 256, 0xd7c00, 256});
-  /*   122 update    SGD                blocks.3.fc2.bias/sgd  live 22.3 MiB */
-  snrt_sgd(c, &P102, F(0xd7300), F(0xdef000), F(0xd7c00));
-  snrt_dead(c, 0xdef000, 256);
-  snrt_reads(c, 123, 2, (const int64_t[]){0xeef000, 262144, 0xc7300, 65536});
-  /*   123 backward  MATMUL_RAW         /blocks.3/fc2/MatMul/bwd_a  live 23.3 MiB */
-  snrt_matmul(c, &P103, F(0xeef000), F(0xc7300), F(0xdaf000));
-  snrt_reads(c, 124, 2, (const int64_t[]){0xeef000, 262144, 0xaaf000, 1048576});
-  /*   124 backward  MATMUL_RAW         /blocks.3/fc2/MatMul/bwd_b  live 23.4 MiB */
-  snrt_matmul(c, &P104, F(0xeef000), F(0xaaf000), F(0xf2f000));
-  snrt_dead(c, 0xaaf000, 1048576);
-  snrt_dead(c, 0xeef000, 262144);
-  snrt_reads(c, 125, 3, (const int64_t[]){0xc7300, 65536, 0xf2f000, 65536, 0xd7d00, 65536});
-  /*   125 update    SGD                blocks.3.fc2.weight/sgd  live 22.1 MiB */
-  snrt_sgd(c, &P105, F(0xc7300), F(0xf2f000), F(0xd7d00));
-  snrt_dead(c, 0xf2f000, 65536);
-  snrt_reads(c, 126, 2, (const int64_t[]){0xcaf000, 1048576, 0xdaf000, 1048576});
-  /*   126 backward  FUSED_BWD          /blocks.3/Mul_2/fused5/bwd  live 23.1 MiB */
-  snrt_fused_bwd(c, &P106, (const float *const[]){F(0xcaf000)}, NULL, F(0xdaf000), (float *const[]){F(0xaaf000)});
+  snrt_reads(c, 105, 2, (const int64_t[]){0xeef000, 262144, 0xc7300, 65536});
+  /*   105 backward  MATMUL_RAW         /blocks.3/fc2/MatMul+bias/bwd_a  live 23.3 MiB */
+  snrt_matmul(c, &P102, F(0xeef000), F(0xc7300), F(0xdaf000));
+  snrt_reads(c, 106, 2, (const int64_t[]){0xeef000, 262144, 0xcaf000, 1048576});
+  /*   106 backward  MATMUL_RAW         /blocks.3/fc2/MatMul+bias/bwd_b  live 23.4 MiB */
+  snrt_matmul(c, &P103, F(0xeef000), F(0xcaf000), F(0xf2f000));
   snrt_dead(c, 0xcaf000, 1048576);
-  snrt_dead(c, 0xdaf000, 1048576);
-  snrt_reads(c, 127, 1, (const int64_t[]){0xaaf000, 1048576});
-  /*   127 backward  BINARY_BWD         /blocks.3/fc/Add/bwd  live 22.1 MiB */
-  snrt_binary_bwd(c, &P90, NULL, NULL, F(0xaaf000), F(0xdaf000), F(0xcaf000));
+  snrt_reads(c, 107, 1, (const int64_t[]){0xeef000, 262144});
+  /*   107 backward  BIAS_BWD           /blocks.3/fc2/MatMul+bias/bwd_c  live 22.4 MiB */
+  snrt_bias_bwd(c, &P104, F(0xeef000), F(0xcaf000));
+  snrt_dead(c, 0xeef000, 262144);
+  snrt_reads(c, 108, 3, (const int64_t[]){0xc7300, 65536, 0xf2f000, 65536, 0xd7c00, 65536});
+  /*   108 update    SGD                blocks.3.fc2.weight/sgd  live 22.1 MiB */
+  snrt_sgd(c, &P105, F(0xc7300), F(0xf2f000), F(0xd7c00));
+  snrt_dead(c, 0xf2f000, 65536);
+  snrt_reads(c, 109, 3, (const int64_t[]){0xd7300, 256, 0xcaf000, 256, 0xe7c00, 256});
+  /*   109 update    SGD                blocks.3.fc2.bias/sgd  live 22.1 MiB */
+  snrt_sgd(c, &P106, F(0xd7300), F(0xcaf000), F(0xe7c00));
+  snrt_dead(c, 0xcaf000, 256);
+  snrt_reads(c, 110, 2, (const int64_t[]){0xaaf000, 1048576, 0xdaf000, 1048576});
+  /*   110 backward  FUSED_BWD          /blocks.3/Mul_2/fused5/bwd  live 23.1 MiB */
+  snrt_fused_bwd(c, &P107, (const float *const[]){F(0xaaf000)}, NULL, F(0xdaf000), (float *const[]){F(0xcaf000)});
   snrt_dead(c, 0xaaf000, 1048576);
-  snrt_reads(c, 128, 3, (const int64_t[]){0xc6f00, 1024, 0xdaf000, 1024, 0xe7d00, 1024});
-  /*   128 update    SGD                blocks.3.fc.bias/sgd  live 21.1 MiB */
-  snrt_sgd(c, &P107, F(0xc6f00), F(0xdaf000), F(0xe7d00));
-  snrt_dead(c, 0xdaf000, 1024);
-  snrt_reads(c, 129, 2, (const int64_t[]){0xcaf000, 1048576, 0xb6f00, 65536});
-  /*   129 backward  MATMUL_RAW         /blocks.3/fc/MatMul/bwd_a  live 21.3 MiB */
+  snrt_dead(c, 0xdaf000, 1048576);
+  snrt_reads(c, 111, 2, (const int64_t[]){0xcaf000, 1048576, 0xb6f00, 65536});
+  /*   111 backward  MATMUL_RAW         /blocks.3/fc/MatMul+bias/bwd_a  live 21.3 MiB */
   snrt_matmul(c, &P108, F(0xcaf000), F(0xb6f00), F(0xaaf000));
-  snrt_reads(c, 130, 2, (const int64_t[]){0xcaf000, 1048576, 0x176f000, 262144});
-  /*   130 backward  MATMUL_RAW         /blocks.3/fc/MatMul/bwd_b  live 21.4 MiB */
+  snrt_reads(c, 112, 2, (const int64_t[]){0xcaf000, 1048576, 0x176f000, 262144});
+  /*   112 backward  MATMUL_RAW         /blocks.3/fc/MatMul+bias/bwd_b  live 21.4 MiB */
   snrt_matmul(c, &P109, F(0xcaf000), F(0x176f000), F(0xaef000));
   snrt_dead(c, 0x176f000, 262144);
+  snrt_reads(c, 113, 1, (const int64_t[]){0xcaf000, 1048576});
+  /*   113 backward  BIAS_BWD           /blocks.3/fc/MatMul+bias/bwd_c  live 21.1 MiB */
+  snrt_bias_bwd(c, &P110, F(0xcaf000), F(0xaff000));
   snrt_dead(c, 0xcaf000, 1048576);
-  snrt_reads(c, 131, 3, (const int64_t[]){0xb6f00, 65536, 0xaef000, 65536, 0xe8100, 65536});
-  /*   131 update    SGD                blocks.3.fc.weight/sgd  live 20.1 MiB */
-  snrt_sgd(c, &P110, F(0xb6f00), F(0xaef000), F(0xe8100));
+  snrt_reads(c, 114, 3, (const int64_t[]){0xb6f00, 65536, 0xaef000, 65536, 0xe7d00, 65536});
+  /*   114 update    SGD                blocks.3.fc.weight/sgd  live 20.1 MiB */
+  snrt_sgd(c, &P111, F(0xb6f00), F(0xaef000), F(0xe7d00));
   snrt_dead(c, 0xaef000, 65536);
-  snrt_reads(c, 132, 5, (const int64_t[]){0x172f000, 262144, 0xaaf000, 262144, 0xa6900, 256, 0x184e000, 4096, 0x184f000, 4096});
-  /*   132 backward  LN_BWD             /blocks.3/ln2/Add_1/layernorm/bwd  live 20.3 MiB */
+  snrt_reads(c, 115, 3, (const int64_t[]){0xc6f00, 1024, 0xaff000, 1024, 0xf7d00, 1024});
+  /*   115 update    SGD                blocks.3.fc.bias/sgd  live 20.1 MiB */
+  snrt_sgd(c, &P112, F(0xc6f00), F(0xaff000), F(0xf7d00));
+  snrt_dead(c, 0xaff000, 1024);
+  snrt_reads(c, 116, 5, (const int64_t[]){0x172f000, 262144, 0xaaf000, 262144, 0xa6900, 256, 0x184e000, 4096, 0x184f000, 4096});
+  /*   116 backward  LN_BWD             /blocks.3/ln2/Add_1/layernorm/bwd  live 20.3 MiB */
   snrt_ln_bwd(c, &P88, F(0x172f000), F(0xaaf000), F(0xa6900), F(0x184e000), F(0x184f000), F(0xaef000), F(0xb2f000), F(0xb2f100));
   snrt_dead(c, 0x172f000, 262144);
   snrt_dead(c, 0x184e000, 4096);
   snrt_dead(c, 0x184f000, 4096);
   snrt_dead(c, 0xaaf000, 262144);
-  snrt_reads(c, 133, 2, (const int64_t[]){0xeaf000, 262144, 0xaef000, 262144});
-  /*   133 backward  ACCUMULATE         /blocks.3/ln2/Add_1/layernorm/accumulate  live 19.8 MiB */
+  snrt_reads(c, 117, 2, (const int64_t[]){0xeaf000, 262144, 0xaef000, 262144});
+  /*   117 backward  ACCUMULATE         /blocks.3/ln2/Add_1/layernorm/accumulate  live 19.8 MiB */
   snrt_add(c, 65536, F(0xeaf000), F(0xaef000), F(0xeaf000));
   snrt_dead(c, 0xaef000, 262144);
-  snrt_reads(c, 134, 3, (const int64_t[]){0xa6900, 256, 0xb2f000, 256, 0xf8100, 256});
-  /*   134 update    SGD                blocks.3.ln2.weight/sgd  live 19.6 MiB */
-  snrt_sgd(c, &P111, F(0xa6900), F(0xb2f000), F(0xf8100));
+  snrt_reads(c, 118, 3, (const int64_t[]){0xa6900, 256, 0xb2f000, 256, 0xf8100, 256});
+  /*   118 update    SGD                blocks.3.ln2.weight/sgd  live 19.6 MiB */
+  snrt_sgd(c, &P113, F(0xa6900), F(0xb2f000), F(0xf8100));
   snrt_dead(c, 0xb2f000, 256);
-  snrt_reads(c, 135, 3, (const int64_t[]){0xa6a00, 256, 0xb2f100, 256, 0xf8200, 256});
-  /*   135 update    SGD                blocks.3.ln2.bias/sgd  live 19.6 MiB */
-  snrt_sgd(c, &P112, F(0xa6a00), F(0xb2f100), F(0xf8200));
+  snrt_reads(c, 119, 3, (const int64_t[]){0xa6a00, 256, 0xb2f100, 256, 0xf8200, 256});
+  /*   119 update    SGD                blocks.3.ln2.bias/sgd  live 19.6 MiB */
+  snrt_sgd(c, &P114, F(0xa6a00), F(0xb2f100), F(0xf8200));
   snrt_dead(c, 0xb2f100, 256);
-  snrt_reads(c, 136, 1, (const int64_t[]){0xeaf000, 262144});
-  /*   136 backward  BINARY_BWD         /blocks.3/Add/bwd  live 20.1 MiB */
+  snrt_reads(c, 120, 1, (const int64_t[]){0xeaf000, 262144});
+  /*   120 backward  BINARY_BWD         /blocks.3/Add/bwd  live 20.1 MiB */
   snrt_binary_bwd(c, &P87, NULL, NULL, F(0xeaf000), F(0xdaf000), F(0xaaf000));
   snrt_dead(c, 0xeaf000, 262144);
-  snrt_reads(c, 137, 1, (const int64_t[]){0xaaf000, 262144});
-  /*   137 backward  BINARY_BWD         /blocks.3/proj/Add/bwd  live 20.1 MiB */
-  snrt_binary_bwd(c, &P86, NULL, NULL, F(0xaaf000), F(0xb2f000), F(0xaef000));
-  snrt_dead(c, 0xaaf000, 262144);
-  snrt_reads(c, 138, 3, (const int64_t[]){0xb6e00, 256, 0xb2f000, 256, 0xf8300, 256});
-  /*   138 update    SGD                blocks.3.proj.bias/sgd  live 19.8 MiB */
-  snrt_sgd(c, &P113, F(0xb6e00), F(0xb2f000), F(0xf8300));
-  snrt_dead(c, 0xb2f000, 256);
-  snrt_reads(c, 139, 2, (const int64_t[]){0xaef000, 262144, 0xb2e00, 16384});
-  /*   139 backward  MATMUL_RAW         /blocks.3/proj/MatMul/bwd_a  live 20.1 MiB */
-  snrt_matmul(c, &P114, F(0xaef000), F(0xb2e00), F(0xaaf000));
-  snrt_reads(c, 140, 2, (const int64_t[]){0xaef000, 262144, 0x16ef000, 262144});
-  /*   140 backward  MATMUL_RAW         /blocks.3/proj/MatMul/bwd_b  live 20.1 MiB */
-  snrt_matmul(c, &P115, F(0xaef000), F(0x16ef000), F(0xb2f000));
+  snrt_reads(c, 121, 2, (const int64_t[]){0xaaf000, 262144, 0xb2e00, 16384});
+  /*   121 backward  MATMUL_RAW         /blocks.3/proj/MatMul+bias/bwd_a  live 20.1 MiB */
+  snrt_matmul(c, &P115, F(0xaaf000), F(0xb2e00), F(0xaef000));
+  snrt_reads(c, 122, 2, (const int64_t[]){0xaaf000, 262144, 0x16ef000, 262144});
+  /*   122 backward  MATMUL_RAW         /blocks.3/proj/MatMul+bias/bwd_b  live 20.1 MiB */
+  snrt_matmul(c, &P116, F(0xaaf000), F(0x16ef000), F(0xb2f000));
   snrt_dead(c, 0x16ef000, 262144);
-  snrt_dead(c, 0xaef000, 262144);
-  snrt_reads(c, 141, 3, (const int64_t[]){0xb2e00, 16384, 0xb2f000, 16384, 0xf8400, 16384});
-  /*   141 update    SGD                blocks.3.proj.weight/sgd  live 19.6 MiB */
-  snrt_sgd(c, &P116, F(0xb2e00), F(0xb2f000), F(0xf8400));
-  snrt_dead(c, 0xb2f000, 16384);
-  snrt_reads(c, 142, 1, (const int64_t[]){0xaaf000, 262144});
-  /*   142 backward  Identity           /blocks.3/Reshape_3/bwd  live 19.8 MiB */
-  snrt_copy(c, 262144, F(0xaaf000), F(0xaef000));
+  snrt_reads(c, 123, 1, (const int64_t[]){0xaaf000, 262144});
+  /*   123 backward  BIAS_BWD           /blocks.3/proj/MatMul+bias/bwd_c  live 19.8 MiB */
+  snrt_bias_bwd(c, &P117, F(0xaaf000), F(0xb33000));
   snrt_dead(c, 0xaaf000, 262144);
-  snrt_reads(c, 143, 1, (const int64_t[]){0xaef000, 262144});
-  /*   143 backward  Transpose          /blocks.3/Transpose_3/bwd  live 19.8 MiB */
-  snrt_transpose(c, &P117, F(0xaef000), F(0xcaf000));
+  snrt_reads(c, 124, 3, (const int64_t[]){0xb2e00, 16384, 0xb2f000, 16384, 0xf8300, 16384});
+  /*   124 update    SGD                blocks.3.proj.weight/sgd  live 19.6 MiB */
+  snrt_sgd(c, &P118, F(0xb2e00), F(0xb2f000), F(0xf8300));
+  snrt_dead(c, 0xb2f000, 16384);
+  snrt_reads(c, 125, 3, (const int64_t[]){0xb6e00, 256, 0xb33000, 256, 0xfc300, 256});
+  /*   125 update    SGD                blocks.3.proj.bias/sgd  live 19.6 MiB */
+  snrt_sgd(c, &P119, F(0xb6e00), F(0xb33000), F(0xfc300));
+  snrt_dead(c, 0xb33000, 256);
+  snrt_reads(c, 126, 1, (const int64_t[]){0xaef000, 262144});
+  /*   126 backward  Identity           /blocks.3/Reshape_3/bwd  live 19.8 MiB */
+  snrt_copy(c, 262144, F(0xaef000), F(0xaaf000));
   snrt_dead(c, 0xaef000, 262144);
-  snrt_reads(c, 144, 2, (const int64_t[]){0xcaf000, 262144, 0x166f000, 262144});
-  /*   144 backward  MATMUL_RAW         /blocks.3/MatMul_1/bwd_a  live 20.6 MiB */
-  snrt_matmul(c, &P118, F(0xcaf000), F(0x166f000), F(0xaaf000));
+  snrt_reads(c, 127, 1, (const int64_t[]){0xaaf000, 262144});
+  /*   127 backward  Transpose          /blocks.3/Transpose_3/bwd  live 19.8 MiB */
+  snrt_transpose(c, &P120, F(0xaaf000), F(0xcaf000));
+  snrt_dead(c, 0xaaf000, 262144);
+  snrt_reads(c, 128, 2, (const int64_t[]){0xcaf000, 262144, 0x166f000, 262144});
+  /*   128 backward  MATMUL_RAW         /blocks.3/MatMul_1/bwd_a  live 20.6 MiB */
+  snrt_matmul(c, &P121, F(0xcaf000), F(0x166f000), F(0xaaf000));
   snrt_dead(c, 0x166f000, 262144);
-  snrt_reads(c, 145, 2, (const int64_t[]){0xbaf000, 1048576, 0xcaf000, 262144});
-  /*   145 backward  MATMUL_RAW         /blocks.3/MatMul_1/bwd_b  live 20.6 MiB */
-  snrt_matmul(c, &P119, F(0xbaf000), F(0xcaf000), F(0xdef000));
+  snrt_reads(c, 129, 2, (const int64_t[]){0xbaf000, 1048576, 0xcaf000, 262144});
+  /*   129 backward  MATMUL_RAW         /blocks.3/MatMul_1/bwd_b  live 20.6 MiB */
+  snrt_matmul(c, &P122, F(0xbaf000), F(0xcaf000), F(0xdef000));
   snrt_dead(c, 0xcaf000, 262144);
-  snrt_reads(c, 146, 2, (const int64_t[]){0xbaf000, 1048576, 0xaaf000, 1048576});
-  /*   146 backward  SOFTMAX_BWD        /blocks.3/Softmax/bwd  live 21.3 MiB */
+  snrt_reads(c, 130, 2, (const int64_t[]){0xbaf000, 1048576, 0xaaf000, 1048576});
+  /*   130 backward  SOFTMAX_BWD        /blocks.3/Softmax/bwd  live 21.3 MiB */
   snrt_softmax_bwd(c, &P82, F(0xbaf000), F(0xaaf000), F(0xcaf000));
   snrt_dead(c, 0xbaf000, 1048576);
   snrt_dead(c, 0xaaf000, 1048576);
-  snrt_reads(c, 147, 1, (const int64_t[]){0xcaf000, 1048576});
-  /*   147 backward  Where              /blocks.3/Where/bwd  live 20.3 MiB */
-  snrt_where(c, &P120, F(0xcaf000), F(0xaaf000));
+  snrt_reads(c, 131, 1, (const int64_t[]){0xcaf000, 1048576});
+  /*   131 backward  Where              /blocks.3/Where/bwd  live 20.3 MiB */
+  snrt_where(c, &P123, F(0xcaf000), F(0xaaf000));
   snrt_dead(c, 0xcaf000, 1048576);
-  snrt_reads(c, 148, 2, (const int64_t[]){0xd7900, 4, 0xaaf000, 1048576});
-  /*   148 backward  BINARY_BWD         /blocks.3/Mul/bwd  live 20.3 MiB */
+  snrt_reads(c, 132, 2, (const int64_t[]){0xd7900, 4, 0xaaf000, 1048576});
+  /*   132 backward  BINARY_BWD         /blocks.3/Mul/bwd  live 20.3 MiB */
   snrt_binary_bwd(c, &P80, NULL, F(0xd7900), F(0xaaf000), F(0xbaf000), NULL);
   snrt_dead(c, 0xaaf000, 1048576);
-  snrt_reads(c, 149, 2, (const int64_t[]){0xbaf000, 1048576, 0x16af000, 262144});
-  /*   149 backward  MATMUL_RAW         /blocks.3/MatMul/bwd_a  live 19.6 MiB */
-  snrt_matmul(c, &P121, F(0xbaf000), F(0x16af000), F(0xaaf000));
+  snrt_reads(c, 133, 2, (const int64_t[]){0xbaf000, 1048576, 0x16af000, 262144});
+  /*   133 backward  MATMUL_RAW         /blocks.3/MatMul/bwd_a  live 19.6 MiB */
+  snrt_matmul(c, &P124, F(0xbaf000), F(0x16af000), F(0xaaf000));
   snrt_dead(c, 0x16af000, 262144);
-  snrt_reads(c, 150, 2, (const int64_t[]){0x162f000, 262144, 0xbaf000, 1048576});
-  /*   150 backward  MATMUL_RAW         /blocks.3/MatMul/bwd_b  live 19.6 MiB */
-  snrt_matmul(c, &P122, F(0x162f000), F(0xbaf000), F(0xaef000));
+  snrt_reads(c, 134, 2, (const int64_t[]){0x162f000, 262144, 0xbaf000, 1048576});
+  /*   134 backward  MATMUL_RAW         /blocks.3/MatMul/bwd_b  live 19.6 MiB */
+  snrt_matmul(c, &P125, F(0x162f000), F(0xbaf000), F(0xaef000));
   snrt_dead(c, 0x162f000, 262144);
   snrt_dead(c, 0xbaf000, 1048576);
-  snrt_reads(c, 151, 1, (const int64_t[]){0xaef000, 262144});
-  /*   151 backward  Transpose          /blocks.3/Transpose_2/bwd  live 18.6 MiB */
-  snrt_transpose(c, &P123, F(0xaef000), F(0xb2f000));
+  snrt_reads(c, 135, 1, (const int64_t[]){0xaef000, 262144});
+  /*   135 backward  Transpose          /blocks.3/Transpose_2/bwd  live 18.6 MiB */
+  snrt_transpose(c, &P126, F(0xaef000), F(0xb2f000));
   snrt_dead(c, 0xaef000, 262144);
-  snrt_reads(c, 152, 1, (const int64_t[]){0xdef000, 262144});
-  /*   152 backward  Transpose          /blocks.3/Transpose_1/bwd  live 18.6 MiB */
-  snrt_transpose(c, &P124, F(0xdef000), F(0xaef000));
+  snrt_reads(c, 136, 1, (const int64_t[]){0xdef000, 262144});
+  /*   136 backward  Transpose          /blocks.3/Transpose_1/bwd  live 18.6 MiB */
+  snrt_transpose(c, &P127, F(0xdef000), F(0xaef000));
   snrt_dead(c, 0xdef000, 262144);
-  snrt_reads(c, 153, 1, (const int64_t[]){0xaef000, 262144});
-  /*   153 backward  Identity           /blocks.3/Reshape_2/bwd  live 18.6 MiB */
+  snrt_reads(c, 137, 1, (const int64_t[]){0xaef000, 262144});
+  /*   137 backward  Identity           /blocks.3/Reshape_2/bwd  live 18.6 MiB */
   snrt_copy(c, 262144, F(0xaef000), F(0xb6f000));
   snrt_dead(c, 0xaef000, 262144);
-  snrt_reads(c, 154, 1, (const int64_t[]){0xb2f000, 262144});
-  /*   154 backward  Identity           /blocks.3/Reshape_1/bwd  live 18.6 MiB */
+  snrt_reads(c, 138, 1, (const int64_t[]){0xb2f000, 262144});
+  /*   138 backward  Identity           /blocks.3/Reshape_1/bwd  live 18.6 MiB */
   snrt_copy(c, 262144, F(0xb2f000), F(0xbaf000));
   snrt_dead(c, 0xb2f000, 262144);
-  snrt_reads(c, 155, 1, (const int64_t[]){0xaaf000, 262144});
-  /*   155 backward  Transpose          /blocks.3/Transpose/bwd  live 18.6 MiB */
-  snrt_transpose(c, &P125, F(0xaaf000), F(0xaef000));
+  snrt_reads(c, 139, 1, (const int64_t[]){0xaaf000, 262144});
+  /*   139 backward  Transpose          /blocks.3/Transpose/bwd  live 18.6 MiB */
+  snrt_transpose(c, &P128, F(0xaaf000), F(0xaef000));
   snrt_dead(c, 0xaaf000, 262144);
-  snrt_reads(c, 156, 1, (const int64_t[]){0xaef000, 262144});
-  /*   156 backward  Identity           /blocks.3/Reshape/bwd  live 18.6 MiB */
+  snrt_reads(c, 140, 1, (const int64_t[]){0xaef000, 262144});
+  /*   140 backward  Identity           /blocks.3/Reshape/bwd  live 18.6 MiB */
   snrt_copy(c, 262144, F(0xaef000), F(0xbef000));
   snrt_dead(c, 0xaef000, 262144);
-  snrt_reads(c, 157, 3, (const int64_t[]){0xbef000, 262144, 0xbaf000, 262144, 0xb6f000, 262144});
-  /*   157 backward  Concat             /blocks.3/Split/bwd  live 19.1 MiB */
+  snrt_reads(c, 141, 3, (const int64_t[]){0xbef000, 262144, 0xbaf000, 262144, 0xb6f000, 262144});
+  /*   141 backward  Concat             /blocks.3/Split/bwd  live 19.1 MiB */
   snrt_concat(c, &P75, (const float *const[]){F(0xbef000), F(0xbaf000), F(0xb6f000)}, F(0xaaf000));
   snrt_dead(c, 0xb6f000, 262144);
   snrt_dead(c, 0xbaf000, 262144);
   snrt_dead(c, 0xbef000, 262144);
-  snrt_reads(c, 158, 1, (const int64_t[]){0xaaf000, 786432});
-  /*   158 backward  BINARY_BWD         /blocks.3/qkv/Add/bwd  live 19.1 MiB */
-  snrt_binary_bwd(c, &P74, NULL, NULL, F(0xaaf000), F(0xc2f000), F(0xb6f000));
-  snrt_dead(c, 0xaaf000, 786432);
-  snrt_reads(c, 159, 3, (const int64_t[]){0xb2b00, 768, 0xc2f000, 768, 0xfc400, 768});
-  /*   159 update    SGD                blocks.3.qkv.bias/sgd  live 18.3 MiB */
-  snrt_sgd(c, &P126, F(0xb2b00), F(0xc2f000), F(0xfc400));
-  snrt_dead(c, 0xc2f000, 768);
-  snrt_reads(c, 160, 2, (const int64_t[]){0xb6f000, 786432, 0xa6b00, 49152});
-  /*   160 backward  MATMUL_RAW         /blocks.3/qkv/MatMul/bwd_a  live 18.6 MiB */
-  snrt_matmul(c, &P127, F(0xb6f000), F(0xa6b00), F(0xaaf000));
-  snrt_reads(c, 161, 2, (const int64_t[]){0xb6f000, 786432, 0x15ef000, 262144});
-  /*   161 backward  MATMUL_RAW         /blocks.3/qkv/MatMul/bwd_b  live 18.6 MiB */
-  snrt_matmul(c, &P128, F(0xb6f000), F(0x15ef000), F(0xaef000));
+  snrt_reads(c, 142, 2, (const int64_t[]){0xaaf000, 786432, 0xa6b00, 49152});
+  /*   142 backward  MATMUL_RAW         /blocks.3/qkv/MatMul+bias/bwd_a  live 18.6 MiB */
+  snrt_matmul(c, &P129, F(0xaaf000), F(0xa6b00), F(0xb6f000));
+  snrt_reads(c, 143, 2, (const int64_t[]){0xaaf000, 786432, 0x15ef000, 262144});
+  /*   143 backward  MATMUL_RAW         /blocks.3/qkv/MatMul+bias/bwd_b  live 18.6 MiB */
+  snrt_matmul(c, &P130, F(0xaaf000), F(0x15ef000), F(0xbaf000));
   snrt_dead(c, 0x15ef000, 262144);
-  snrt_dead(c, 0xb6f000, 786432);
-  snrt_reads(c, 162, 3, (const int64_t[]){0xa6b00, 49152, 0xaef000, 49152, 0xfc700, 49152});
-  /*   162 update    SGD                blocks.3.qkv.weight/sgd  live 17.6 MiB */
-  snrt_sgd(c, &P129, F(0xa6b00), F(0xaef000), F(0xfc700));
-  snrt_dead(c, 0xaef000, 49152);
-  snrt_reads(c, 163, 5, (const int64_t[]){0x15af000, 262144, 0xaaf000, 262144, 0xa6700, 256, 0x184c000, 4096, 0x184d000, 4096});
-  /*   163 backward  LN_BWD             /blocks.3/ln1/Add_1/layernorm/bwd  live 17.8 MiB */
-  snrt_ln_bwd(c, &P72, F(0x15af000), F(0xaaf000), F(0xa6700), F(0x184c000), F(0x184d000), F(0xaef000), F(0xb2f000), F(0xb2f100));
+  snrt_reads(c, 144, 1, (const int64_t[]){0xaaf000, 786432});
+  /*   144 backward  BIAS_BWD           /blocks.3/qkv/MatMul+bias/bwd_c  live 18.4 MiB */
+  snrt_bias_bwd(c, &P131, F(0xaaf000), F(0xbbb000));
+  snrt_dead(c, 0xaaf000, 786432);
+  snrt_reads(c, 145, 3, (const int64_t[]){0xa6b00, 49152, 0xbaf000, 49152, 0xfc400, 49152});
+  /*   145 update    SGD                blocks.3.qkv.weight/sgd  live 17.6 MiB */
+  snrt_sgd(c, &P132, F(0xa6b00), F(0xbaf000), F(0xfc400));
+  snrt_dead(c, 0xbaf000, 49152);
+  snrt_reads(c, 146, 3, (const int64_t[]){0xb2b00, 768, 0xbbb000, 768, 0x108400, 768});
+  /*   146 update    SGD                blocks.3.qkv.bias/sgd  live 17.6 MiB */
+  snrt_sgd(c, &P133, F(0xb2b00), F(0xbbb000), F(0x108400));
+  snrt_dead(c, 0xbbb000, 768);
+  snrt_reads(c, 147, 5, (const int64_t[]){0x15af000, 262144, 0xb6f000, 262144, 0xa6700, 256, 0x184c000, 4096, 0x184d000, 4096});
+  /*   147 backward  LN_BWD             /blocks.3/ln1/Add_1/layernorm/bwd  live 17.8 MiB */
+  snrt_ln_bwd(c, &P72, F(0x15af000), F(0xb6f000), F(0xa6700), F(0x184c000), F(0x184d000), F(0xaaf000), F(0xaef000), F(0xaef100));
   snrt_dead(c, 0x15af000, 262144);
   snrt_dead(c, 0x184c000, 4096);
   snrt_dead(c, 0x184d000, 4096);
+  snrt_dead(c, 0xb6f000, 262144);
+  snrt_reads(c, 148, 2, (const int64_t[]){0xdaf000, 262144, 0xaaf000, 262144});
+  /*   148 backward  ACCUMULATE         /blocks.3/ln1/Add_1/layernorm/accumulate  live 17.3 MiB */
+  snrt_add(c, 65536, F(0xdaf000), F(0xaaf000), F(0xdaf000));
   snrt_dead(c, 0xaaf000, 262144);
-  snrt_reads(c, 164, 2, (const int64_t[]){0xdaf000, 262144, 0xaef000, 262144});
-  /*   164 backward  ACCUMULATE         /blocks.3/ln1/Add_1/layernorm/accumulate  live 17.3 MiB */
-  snrt_add(c, 65536, F(0xdaf000), F(0xaef000), F(0xdaf000));
-  snrt_dead(c, 0xaef000, 262144);
-  snrt_reads(c, 165, 3, (const int64_t[]){0xa6700, 256, 0xb2f000, 256, 0x108700, 256});
-  /*   165 update    SGD                blocks.3.ln1.weight/sgd  live 17.0 MiB */
-  snrt_sgd(c, &P130, F(0xa6700), F(0xb2f000), F(0x108700));
-  snrt_dead(c, 0xb2f000, 256);
-  snrt_reads(c, 166, 3, (const int64_t[]){0xa6800, 256, 0xb2f100, 256, 0x108800, 256});
-  /*   166 update    SGD                blocks.3.ln1.bias/sgd  live 17.0 MiB */
-  snrt_sgd(c, &P131, F(0xa6800), F(0xb2f100), F(0x108800));
-  snrt_dead(c, 0xb2f100, 256);
-  snrt_reads(c, 167, 1, (const int64_t[]){0xdaf000, 262144});
-  /*   167 backward  BINARY_BWD         /blocks.2/Add_2/bwd  live 17.5 MiB */
-  snrt_binary_bwd(c, &P71, NULL, NULL, F(0xdaf000), F(0xbaf000), F(0xaaf000));
-  snrt_dead(c, 0xdaf000, 262144);
-  snrt_reads(c, 168, 1, (const int64_t[]){0xaaf000, 262144});
-  /*   168 backward  BINARY_BWD         /blocks.2/fc2/Add/bwd  live 17.5 MiB */
-  snrt_binary_bwd(c, &P70, NULL, NULL, F(0xaaf000), F(0xaef000), F(0xbef000));
-  snrt_dead(c, 0xaaf000, 262144);
-  snrt_reads(c, 169, 3, (const int64_t[]){0xa6600, 256, 0xaef000, 256, 0x108900, 256});
-  /*   169 update    SGD                blocks.2.fc2.bias/sgd  live 17.3 MiB */
-  snrt_sgd(c, &P132, F(0xa6600), F(0xaef000), F(0x108900));
+  snrt_reads(c, 149, 3, (const int64_t[]){0xa6700, 256, 0xaef000, 256, 0x108700, 256});
+  /*   149 update    SGD                blocks.3.ln1.weight/sgd  live 17.0 MiB */
+  snrt_sgd(c, &P134, F(0xa6700), F(0xaef000), F(0x108700));
   snrt_dead(c, 0xaef000, 256);
-  snrt_reads(c, 170, 2, (const int64_t[]){0xbef000, 262144, 0x96600, 65536});
-  /*   170 backward  MATMUL_RAW         /blocks.2/fc2/MatMul/bwd_a  live 18.3 MiB */
-  snrt_matmul(c, &P133, F(0xbef000), F(0x96600), F(0xaaf000));
-  snrt_reads(c, 171, 2, (const int64_t[]){0xbef000, 262144, 0x7af000, 1048576});
-  /*   171 backward  MATMUL_RAW         /blocks.2/fc2/MatMul/bwd_b  live 18.4 MiB */
-  snrt_matmul(c, &P134, F(0xbef000), F(0x7af000), F(0xc2f000));
-  snrt_dead(c, 0x7af000, 1048576);
+  snrt_reads(c, 150, 3, (const int64_t[]){0xa6800, 256, 0xaef100, 256, 0x108800, 256});
+  /*   150 update    SGD                blocks.3.ln1.bias/sgd  live 17.0 MiB */
+  snrt_sgd(c, &P135, F(0xa6800), F(0xaef100), F(0x108800));
+  snrt_dead(c, 0xaef100, 256);
+  snrt_reads(c, 151, 1, (const int64_t[]){0xdaf000, 262144});
+  /*   151 backward  BINARY_BWD         /blocks.2/Add_2/bwd  live 17.5 MiB */
+  snrt_binary_bwd(c, &P71, NULL, NULL, F(0xdaf000), F(0xbaf000), F(0xbef000));
+  snrt_dead(c, 0xdaf000, 262144);
+  snrt_reads(c, 152, 2, (const int64_t[]){0xbef000, 262144, 0x96600, 65536});
+  /*   152 backward  MATMUL_RAW         /blocks.2/fc2/MatMul+bias/bwd_a  live 18.3 MiB */
+  snrt_matmul(c, &P136, F(0xbef000), F(0x96600), F(0xaaf000));
+  snrt_reads(c, 153, 2, (const int64_t[]){0xbef000, 262144, 0x9af000, 1048576});
+  /*   153 backward  MATMUL_RAW         /blocks.2/fc2/MatMul+bias/bwd_b  live 18.4 MiB */
+  snrt_matmul(c, &P137, F(0xbef000), F(0x9af000), F(0xc2f000));
+  snrt_dead(c, 0x9af000, 1048576);
+  snrt_reads(c, 154, 1, (const int64_t[]){0xbef000, 262144});
+  /*   154 backward  BIAS_BWD           /blocks.2/fc2/MatMul+bias/bwd_c  live 17.4 MiB */
+  snrt_bias_bwd(c, &P138, F(0xbef000), F(0x9af000));
   snrt_dead(c, 0xbef000, 262144);
-  snrt_reads(c, 172, 3, (const int64_t[]){0x96600, 65536, 0xc2f000, 65536, 0x108a00, 65536});
-  /*   172 update    SGD                blocks.2.fc2.weight/sgd  live 17.1 MiB */
-  snrt_sgd(c, &P135, F(0x96600), F(0xc2f000), F(0x108a00));
+  snrt_reads(c, 155, 3, (const int64_t[]){0x96600, 65536, 0xc2f000, 65536, 0x108900, 65536});
+  /*   155 update    SGD                blocks.2.fc2.weight/sgd  live 17.1 MiB */
+  snrt_sgd(c, &P139, F(0x96600), F(0xc2f000), F(0x108900));
   snrt_dead(c, 0xc2f000, 65536);
-  snrt_reads(c, 173, 2, (const int64_t[]){0x9af000, 1048576, 0xaaf000, 1048576});
-  /*   173 backward  FUSED_BWD          /blocks.2/Mul_2/fused5/bwd  live 18.0 MiB */
-  snrt_fused_bwd(c, &P136, (const float *const[]){F(0x9af000)}, NULL, F(0xaaf000), (float *const[]){F(0x7af000)});
-  snrt_dead(c, 0x9af000, 1048576);
-  snrt_dead(c, 0xaaf000, 1048576);
-  snrt_reads(c, 174, 1, (const int64_t[]){0x7af000, 1048576});
-  /*   174 backward  BINARY_BWD         /blocks.2/fc/Add/bwd  live 17.0 MiB */
-  snrt_binary_bwd(c, &P67, NULL, NULL, F(0x7af000), F(0xaaf000), F(0x9af000));
+  snrt_reads(c, 156, 3, (const int64_t[]){0xa6600, 256, 0x9af000, 256, 0x118900, 256});
+  /*   156 update    SGD                blocks.2.fc2.bias/sgd  live 17.0 MiB */
+  snrt_sgd(c, &P140, F(0xa6600), F(0x9af000), F(0x118900));
+  snrt_dead(c, 0x9af000, 256);
+  snrt_reads(c, 157, 2, (const int64_t[]){0x7af000, 1048576, 0xaaf000, 1048576});
+  /*   157 backward  FUSED_BWD          /blocks.2/Mul_2/fused5/bwd  live 18.0 MiB */
+  snrt_fused_bwd(c, &P141, (const float *const[]){F(0x7af000)}, NULL, F(0xaaf000), (float *const[]){F(0x9af000)});
   snrt_dead(c, 0x7af000, 1048576);
-  snrt_reads(c, 175, 3, (const int64_t[]){0x96200, 1024, 0xaaf000, 1024, 0x118a00, 1024});
-  /*   175 update    SGD                blocks.2.fc.bias/sgd  live 16.0 MiB */
-  snrt_sgd(c, &P137, F(0x96200), F(0xaaf000), F(0x118a00));
-  snrt_dead(c, 0xaaf000, 1024);
-  snrt_reads(c, 176, 2, (const int64_t[]){0x9af000, 1048576, 0x86200, 65536});
-  /*   176 backward  MATMUL_RAW         /blocks.2/fc/MatMul/bwd_a  live 16.3 MiB */
-  snrt_matmul(c, &P138, F(0x9af000), F(0x86200), F(0x7af000));
-  snrt_reads(c, 177, 2, (const int64_t[]){0x9af000, 1048576, 0x156f000, 262144});
-  /*   177 backward  MATMUL_RAW         /blocks.2/fc/MatMul/bwd_b  live 16.4 MiB */
-  snrt_matmul(c, &P139, F(0x9af000), F(0x156f000), F(0x7ef000));
+  snrt_dead(c, 0xaaf000, 1048576);
+  snrt_reads(c, 158, 2, (const int64_t[]){0x9af000, 1048576, 0x86200, 65536});
+  /*   158 backward  MATMUL_RAW         /blocks.2/fc/MatMul+bias/bwd_a  live 16.3 MiB */
+  snrt_matmul(c, &P142, F(0x9af000), F(0x86200), F(0x7af000));
+  snrt_reads(c, 159, 2, (const int64_t[]){0x9af000, 1048576, 0x156f000, 262144});
+  /*   159 backward  MATMUL_RAW         /blocks.2/fc/MatMul+bias/bwd_b  live 16.4 MiB */
+  snrt_matmul(c, &P143, F(0x9af000), F(0x156f000), F(0x7ef000));
   snrt_dead(c, 0x156f000, 262144);
+  snrt_reads(c, 160, 1, (const int64_t[]){0x9af000, 1048576});
+  /*   160 backward  BIAS_BWD           /blocks.2/fc/MatMul+bias/bwd_c  live 16.1 MiB */
+  snrt_bias_bwd(c, &P144, F(0x9af000), F(0x7ff000));
   snrt_dead(c, 0x9af000, 1048576);
-  snrt_reads(c, 178, 3, (const int64_t[]){0x86200, 65536, 0x7ef000, 65536, 0x118e00, 65536});
-  /*   178 update    SGD                blocks.2.fc.weight/sgd  live 15.1 MiB */
-  snrt_sgd(c, &P140, F(0x86200), F(0x7ef000), F(0x118e00));
+  snrt_reads(c, 161, 3, (const int64_t[]){0x86200, 65536, 0x7ef000, 65536, 0x118a00, 65536});
+  /*   161 update    SGD                blocks.2.fc.weight/sgd  live 15.1 MiB */
+  snrt_sgd(c, &P145, F(0x86200), F(0x7ef000), F(0x118a00));
   snrt_dead(c, 0x7ef000, 65536);
-  snrt_reads(c, 179, 5, (const int64_t[]){0x152f000, 262144, 0x7af000, 262144, 0x75c00, 256, 0x184a000, 4096, 0x184b000, 4096});
-  /*   179 backward  LN_BWD             /blocks.2/ln2/Add_1/layernorm/bwd  live 15.3 MiB */
+  snrt_reads(c, 162, 3, (const int64_t[]){0x96200, 1024, 0x7ff000, 1024, 0x128a00, 1024});
+  /*   162 update    SGD                blocks.2.fc.bias/sgd  live 15.0 MiB */
+  snrt_sgd(c, &P146, F(0x96200), F(0x7ff000), F(0x128a00));
+  snrt_dead(c, 0x7ff000, 1024);
+  snrt_reads(c, 163, 5, (const int64_t[]){0x152f000, 262144, 0x7af000, 262144, 0x75c00, 256, 0x184a000, 4096, 0x184b000, 4096});
+  /*   163 backward  LN_BWD             /blocks.2/ln2/Add_1/layernorm/bwd  live 15.3 MiB */
   snrt_ln_bwd(c, &P65, F(0x152f000), F(0x7af000), F(0x75c00), F(0x184a000), F(0x184b000), F(0x7ef000), F(0x82f000), F(0x82f100));
   snrt_dead(c, 0x152f000, 262144);
   snrt_dead(c, 0x184a000, 4096);
   snrt_dead(c, 0x184b000, 4096);
   snrt_dead(c, 0x7af000, 262144);
-  snrt_reads(c, 180, 2, (const int64_t[]){0xbaf000, 262144, 0x7ef000, 262144});
-  /*   180 backward  ACCUMULATE         /blocks.2/ln2/Add_1/layernorm/accumulate  live 14.8 MiB */
+  snrt_reads(c, 164, 2, (const int64_t[]){0xbaf000, 262144, 0x7ef000, 262144});
+  /*   164 backward  ACCUMULATE         /blocks.2/ln2/Add_1/layernorm/accumulate  live 14.8 MiB */
   snrt_add(c, 65536, F(0xbaf000), F(0x7ef000), F(0xbaf000));
   snrt_dead(c, 0x7ef000, 262144);
-  snrt_reads(c, 181, 3, (const int64_t[]){0x75c00, 256, 0x82f000, 256, 0x128e00, 256});
-  /*   181 update    SGD                blocks.2.ln2.weight/sgd  live 14.5 MiB */
-  snrt_sgd(c, &P141, F(0x75c00), F(0x82f000), F(0x128e00));
+  snrt_reads(c, 165, 3, (const int64_t[]){0x75c00, 256, 0x82f000, 256, 0x128e00, 256});
+  /*   165 update    SGD                blocks.2.ln2.weight/sgd  live 14.5 MiB */
+  snrt_sgd(c, &P147, F(0x75c00), F(0x82f000), F(0x128e00));
   snrt_dead(c, 0x82f000, 256);
-  snrt_reads(c, 182, 3, (const int64_t[]){0x75d00, 256, 0x82f100, 256, 0x128f00, 256});
-  /*   182 update    SGD                blocks.2.ln2.bias/sgd  live 14.5 MiB */
-  snrt_sgd(c, &P142, F(0x75d00), F(0x82f100), F(0x128f00));
+  snrt_reads(c, 166, 3, (const int64_t[]){0x75d00, 256, 0x82f100, 256, 0x128f00, 256});
+  /*   166 update    SGD                blocks.2.ln2.bias/sgd  live 14.5 MiB */
+  snrt_sgd(c, &P148, F(0x75d00), F(0x82f100), F(0x128f00));
   snrt_dead(c, 0x82f100, 256);
-  snrt_reads(c, 183, 1, (const int64_t[]){0xbaf000, 262144});
-  /*   183 backward  BINARY_BWD         /blocks.2/Add/bwd  live 15.0 MiB */
+  snrt_reads(c, 167, 1, (const int64_t[]){0xbaf000, 262144});
+  /*   167 backward  BINARY_BWD         /blocks.2/Add/bwd  live 15.0 MiB */
   snrt_binary_bwd(c, &P64, NULL, NULL, F(0xbaf000), F(0xaaf000), F(0x7af000));
   snrt_dead(c, 0xbaf000, 262144);
-  snrt_reads(c, 184, 1, (const int64_t[]){0x7af000, 262144});
-  /*   184 backward  BINARY_BWD         /blocks.2/proj/Add/bwd  live 15.0 MiB */
-  snrt_binary_bwd(c, &P63, NULL, NULL, F(0x7af000), F(0x82f000), F(0x7ef000));
-  snrt_dead(c, 0x7af000, 262144);
-  snrt_reads(c, 185, 3, (const int64_t[]){0x86100, 256, 0x82f000, 256, 0x129000, 256});
-  /*   185 update    SGD                blocks.2.proj.bias/sgd  live 14.8 MiB */
-  snrt_sgd(c, &P143, F(0x86100), F(0x82f000), F(0x129000));
-  snrt_dead(c, 0x82f000, 256);
-  snrt_reads(c, 186, 2, (const int64_t[]){0x7ef000, 262144, 0x82100, 16384});
-  /*   186 backward  MATMUL_RAW         /blocks.2/proj/MatMul/bwd_a  live 15.0 MiB */
-  snrt_matmul(c, &P144, F(0x7ef000), F(0x82100), F(0x7af000));
-  snrt_reads(c, 187, 2, (const int64_t[]){0x7ef000, 262144, 0x14ef000, 262144});
-  /*   187 backward  MATMUL_RAW         /blocks.2/proj/MatMul/bwd_b  live 15.1 MiB */
-  snrt_matmul(c, &P145, F(0x7ef000), F(0x14ef000), F(0x82f000));
+  snrt_reads(c, 168, 2, (const int64_t[]){0x7af000, 262144, 0x82100, 16384});
+  /*   168 backward  MATMUL_RAW         /blocks.2/proj/MatMul+bias/bwd_a  live 15.0 MiB */
+  snrt_matmul(c, &P149, F(0x7af000), F(0x82100), F(0x7ef000));
+  snrt_reads(c, 169, 2, (const int64_t[]){0x7af000, 262144, 0x14ef000, 262144});
+  /*   169 backward  MATMUL_RAW         /blocks.2/proj/MatMul+bias/bwd_b  live 15.1 MiB */
+  snrt_matmul(c, &P150, F(0x7af000), F(0x14ef000), F(0x82f000));
   snrt_dead(c, 0x14ef000, 262144);
-  snrt_dead(c, 0x7ef000, 262144);
-  snrt_reads(c, 188, 3, (const int64_t[]){0x82100, 16384, 0x82f000, 16384, 0x129100, 16384});
-  /*   188 update    SGD                blocks.2.proj.weight/sgd  live 14.6 MiB */
-  snrt_sgd(c, &P146, F(0x82100), F(0x82f000), F(0x129100));
-  snrt_dead(c, 0x82f000, 16384);
-  snrt_reads(c, 189, 1, (const int64_t[]){0x7af000, 262144});
-  /*   189 backward  Identity           /blocks.2/Reshape_3/bwd  live 14.8 MiB */
-  snrt_copy(c, 262144, F(0x7af000), F(0x7ef000));
+  snrt_reads(c, 170, 1, (const int64_t[]){0x7af000, 262144});
+  /*   170 backward  BIAS_BWD           /blocks.2/proj/MatMul+bias/bwd_c  live 14.8 MiB */
+  snrt_bias_bwd(c, &P151, F(0x7af000), F(0x833000));
   snrt_dead(c, 0x7af000, 262144);
-  snrt_reads(c, 190, 1, (const int64_t[]){0x7ef000, 262144});
-  /*   190 backward  Transpose          /blocks.2/Transpose_3/bwd  live 14.8 MiB */
-  snrt_transpose(c, &P147, F(0x7ef000), F(0x9af000));
+  snrt_reads(c, 171, 3, (const int64_t[]){0x82100, 16384, 0x82f000, 16384, 0x129000, 16384});
+  /*   171 update    SGD                blocks.2.proj.weight/sgd  live 14.6 MiB */
+  snrt_sgd(c, &P152, F(0x82100), F(0x82f000), F(0x129000));
+  snrt_dead(c, 0x82f000, 16384);
+  snrt_reads(c, 172, 3, (const int64_t[]){0x86100, 256, 0x833000, 256, 0x12d000, 256});
+  /*   172 update    SGD                blocks.2.proj.bias/sgd  live 14.5 MiB */
+  snrt_sgd(c, &P153, F(0x86100), F(0x833000), F(0x12d000));
+  snrt_dead(c, 0x833000, 256);
+  snrt_reads(c, 173, 1, (const int64_t[]){0x7ef000, 262144});
+  /*   173 backward  Identity           /blocks.2/Reshape_3/bwd  live 14.8 MiB */
+  snrt_copy(c, 262144, F(0x7ef000), F(0x7af000));
   snrt_dead(c, 0x7ef000, 262144);
-  snrt_reads(c, 191, 2, (const int64_t[]){0x9af000, 262144, 0x146f000, 262144});
-  /*   191 backward  MATMUL_RAW         /blocks.2/MatMul_1/bwd_a  live 15.5 MiB */
-  snrt_matmul(c, &P148, F(0x9af000), F(0x146f000), F(0x7af000));
+  snrt_reads(c, 174, 1, (const int64_t[]){0x7af000, 262144});
+  /*   174 backward  Transpose          /blocks.2/Transpose_3/bwd  live 14.8 MiB */
+  snrt_transpose(c, &P154, F(0x7af000), F(0x9af000));
+  snrt_dead(c, 0x7af000, 262144);
+  snrt_reads(c, 175, 2, (const int64_t[]){0x9af000, 262144, 0x146f000, 262144});
+  /*   175 backward  MATMUL_RAW         /blocks.2/MatMul_1/bwd_a  live 15.5 MiB */
+  snrt_matmul(c, &P155, F(0x9af000), F(0x146f000), F(0x7af000));
   snrt_dead(c, 0x146f000, 262144);
-  snrt_reads(c, 192, 2, (const int64_t[]){0x8af000, 1048576, 0x9af000, 262144});
-  /*   192 backward  MATMUL_RAW         /blocks.2/MatMul_1/bwd_b  live 15.5 MiB */
-  snrt_matmul(c, &P149, F(0x8af000), F(0x9af000), F(0xaef000));
+  snrt_reads(c, 176, 2, (const int64_t[]){0x8af000, 1048576, 0x9af000, 262144});
+  /*   176 backward  MATMUL_RAW         /blocks.2/MatMul_1/bwd_b  live 15.5 MiB */
+  snrt_matmul(c, &P156, F(0x8af000), F(0x9af000), F(0xaef000));
   snrt_dead(c, 0x9af000, 262144);
-  snrt_reads(c, 193, 2, (const int64_t[]){0x8af000, 1048576, 0x7af000, 1048576});
-  /*   193 backward  SOFTMAX_BWD        /blocks.2/Softmax/bwd  live 16.3 MiB */
+  snrt_reads(c, 177, 2, (const int64_t[]){0x8af000, 1048576, 0x7af000, 1048576});
+  /*   177 backward  SOFTMAX_BWD        /blocks.2/Softmax/bwd  live 16.3 MiB */
   snrt_softmax_bwd(c, &P59, F(0x8af000), F(0x7af000), F(0x9af000));
   snrt_dead(c, 0x8af000, 1048576);
   snrt_dead(c, 0x7af000, 1048576);
-  snrt_reads(c, 194, 1, (const int64_t[]){0x9af000, 1048576});
-  /*   194 backward  Where              /blocks.2/Where/bwd  live 15.3 MiB */
-  snrt_where(c, &P150, F(0x9af000), F(0x7af000));
+  snrt_reads(c, 178, 1, (const int64_t[]){0x9af000, 1048576});
+  /*   178 backward  Where              /blocks.2/Where/bwd  live 15.3 MiB */
+  snrt_where(c, &P157, F(0x9af000), F(0x7af000));
   snrt_dead(c, 0x9af000, 1048576);
-  snrt_reads(c, 195, 2, (const int64_t[]){0xd7800, 4, 0x7af000, 1048576});
-  /*   195 backward  BINARY_BWD         /blocks.2/Mul/bwd  live 15.3 MiB */
+  snrt_reads(c, 179, 2, (const int64_t[]){0xd7800, 4, 0x7af000, 1048576});
+  /*   179 backward  BINARY_BWD         /blocks.2/Mul/bwd  live 15.3 MiB */
   snrt_binary_bwd(c, &P57, NULL, F(0xd7800), F(0x7af000), F(0x8af000), NULL);
   snrt_dead(c, 0x7af000, 1048576);
-  snrt_reads(c, 196, 2, (const int64_t[]){0x8af000, 1048576, 0x14af000, 262144});
-  /*   196 backward  MATMUL_RAW         /blocks.2/MatMul/bwd_a  live 14.5 MiB */
-  snrt_matmul(c, &P151, F(0x8af000), F(0x14af000), F(0x7af000));
+  snrt_reads(c, 180, 2, (const int64_t[]){0x8af000, 1048576, 0x14af000, 262144});
+  /*   180 backward  MATMUL_RAW         /blocks.2/MatMul/bwd_a  live 14.5 MiB */
+  snrt_matmul(c, &P158, F(0x8af000), F(0x14af000), F(0x7af000));
   snrt_dead(c, 0x14af000, 262144);
-  snrt_reads(c, 197, 2, (const int64_t[]){0x142f000, 262144, 0x8af000, 1048576});
-  /*   197 backward  MATMUL_RAW         /blocks.2/MatMul/bwd_b  live 14.5 MiB */
-  snrt_matmul(c, &P152, F(0x142f000), F(0x8af000), F(0x7ef000));
+  snrt_reads(c, 181, 2, (const int64_t[]){0x142f000, 262144, 0x8af000, 1048576});
+  /*   181 backward  MATMUL_RAW         /blocks.2/MatMul/bwd_b  live 14.5 MiB */
+  snrt_matmul(c, &P159, F(0x142f000), F(0x8af000), F(0x7ef000));
   snrt_dead(c, 0x142f000, 262144);
   snrt_dead(c, 0x8af000, 1048576);
-  snrt_reads(c, 198, 1, (const int64_t[]){0x7ef000, 262144});
-  /*   198 backward  Transpose          /blocks.2/Transpose_2/bwd  live 13.5 MiB */
-  snrt_transpose(c, &P153, F(0x7ef000), F(0x82f000));
+  snrt_reads(c, 182, 1, (const int64_t[]){0x7ef000, 262144});
+  /*   182 backward  Transpose          /blocks.2/Transpose_2/bwd  live 13.5 MiB */
+  snrt_transpose(c, &P160, F(0x7ef000), F(0x82f000));
   snrt_dead(c, 0x7ef000, 262144);
-  snrt_reads(c, 199, 1, (const int64_t[]){0xaef000, 262144});
-  /*   199 backward  Transpose          /blocks.2/Transpose_1/bwd  live 13.5 MiB */
-  snrt_transpose(c, &P154, F(0xaef000), F(0x7ef000));
+  snrt_reads(c, 183, 1, (const int64_t[]){0xaef000, 262144});
+  /*   183 backward  Transpose          /blocks.2/Transpose_1/bwd  live 13.5 MiB */
+  snrt_transpose(c, &P161, F(0xaef000), F(0x7ef000));
   snrt_dead(c, 0xaef000, 262144);
-  snrt_reads(c, 200, 1, (const int64_t[]){0x7ef000, 262144});
-  /*   200 backward  Identity           /blocks.2/Reshape_2/bwd  live 13.5 MiB */
+  snrt_reads(c, 184, 1, (const int64_t[]){0x7ef000, 262144});
+  /*   184 backward  Identity           /blocks.2/Reshape_2/bwd  live 13.5 MiB */
   snrt_copy(c, 262144, F(0x7ef000), F(0x86f000));
   snrt_dead(c, 0x7ef000, 262144);
-  snrt_reads(c, 201, 1, (const int64_t[]){0x82f000, 262144});
-  /*   201 backward  Identity           /blocks.2/Reshape_1/bwd  live 13.5 MiB */
+  snrt_reads(c, 185, 1, (const int64_t[]){0x82f000, 262144});
+  /*   185 backward  Identity           /blocks.2/Reshape_1/bwd  live 13.5 MiB */
   snrt_copy(c, 262144, F(0x82f000), F(0x8af000));
   snrt_dead(c, 0x82f000, 262144);
-  snrt_reads(c, 202, 1, (const int64_t[]){0x7af000, 262144});
-  /*   202 backward  Transpose          /blocks.2/Transpose/bwd  live 13.5 MiB */
-  snrt_transpose(c, &P155, F(0x7af000), F(0x7ef000));
+  snrt_reads(c, 186, 1, (const int64_t[]){0x7af000, 262144});
+  /*   186 backward  Transpose          /blocks.2/Transpose/bwd  live 13.5 MiB */
+  snrt_transpose(c, &P162, F(0x7af000), F(0x7ef000));
   snrt_dead(c, 0x7af000, 262144);
-  snrt_reads(c, 203, 1, (const int64_t[]){0x7ef000, 262144});
-  /*   203 backward  Identity           /blocks.2/Reshape/bwd  live 13.5 MiB */
+  snrt_reads(c, 187, 1, (const int64_t[]){0x7ef000, 262144});
+  /*   187 backward  Identity           /blocks.2/Reshape/bwd  live 13.5 MiB */
   snrt_copy(c, 262144, F(0x7ef000), F(0x8ef000));
   snrt_dead(c, 0x7ef000, 262144);
-  snrt_reads(c, 204, 3, (const int64_t[]){0x8ef000, 262144, 0x8af000, 262144, 0x86f000, 262144});
-  /*   204 backward  Concat             /blocks.2/Split/bwd  live 14.0 MiB */
+  snrt_reads(c, 188, 3, (const int64_t[]){0x8ef000, 262144, 0x8af000, 262144, 0x86f000, 262144});
+  /*   188 backward  Concat             /blocks.2/Split/bwd  live 14.0 MiB */
   snrt_concat(c, &P52, (const float *const[]){F(0x8ef000), F(0x8af000), F(0x86f000)}, F(0x7af000));
   snrt_dead(c, 0x86f000, 262144);
   snrt_dead(c, 0x8af000, 262144);
   snrt_dead(c, 0x8ef000, 262144);
-  snrt_reads(c, 205, 1, (const int64_t[]){0x7af000, 786432});
-  /*   205 backward  BINARY_BWD         /blocks.2/qkv/Add/bwd  live 14.0 MiB */
-  snrt_binary_bwd(c, &P51, NULL, NULL, F(0x7af000), F(0x92f000), F(0x86f000));
-  snrt_dead(c, 0x7af000, 786432);
-  snrt_reads(c, 206, 3, (const int64_t[]){0x81e00, 768, 0x92f000, 768, 0x12d100, 768});
-  /*   206 update    SGD                blocks.2.qkv.bias/sgd  live 13.3 MiB */
-  snrt_sgd(c, &P156, F(0x81e00), F(0x92f000), F(0x12d100));
-  snrt_dead(c, 0x92f000, 768);
-  snrt_reads(c, 207, 2, (const int64_t[]){0x86f000, 786432, 0x75e00, 49152});
-  /*   207 backward  MATMUL_RAW         /blocks.2/qkv/MatMul/bwd_a  live 13.5 MiB */
-  snrt_matmul(c, &P157, F(0x86f000), F(0x75e00), F(0x7af000));
-  snrt_reads(c, 208, 2, (const int64_t[]){0x86f000, 786432, 0x13ef000, 262144});
-  /*   208 backward  MATMUL_RAW         /blocks.2/qkv/MatMul/bwd_b  live 13.6 MiB */
-  snrt_matmul(c, &P158, F(0x86f000), F(0x13ef000), F(0x7ef000));
+  snrt_reads(c, 189, 2, (const int64_t[]){0x7af000, 786432, 0x75e00, 49152});
+  /*   189 backward  MATMUL_RAW         /blocks.2/qkv/MatMul+bias/bwd_a  live 13.5 MiB */
+  snrt_matmul(c, &P163, F(0x7af000), F(0x75e00), F(0x86f000));
+  snrt_reads(c, 190, 2, (const int64_t[]){0x7af000, 786432, 0x13ef000, 262144});
+  /*   190 backward  MATMUL_RAW         /blocks.2/qkv/MatMul+bias/bwd_b  live 13.6 MiB */
+  snrt_matmul(c, &P164, F(0x7af000), F(0x13ef000), F(0x8af000));
   snrt_dead(c, 0x13ef000, 262144);
-  snrt_dead(c, 0x86f000, 786432);
-  snrt_reads(c, 209, 3, (const int64_t[]){0x75e00, 49152, 0x7ef000, 49152, 0x12d400, 49152});
-  /*   209 update    SGD                blocks.2.qkv.weight/sgd  live 12.6 MiB */
-  snrt_sgd(c, &P159, F(0x75e00), F(0x7ef000), F(0x12d400));
-  snrt_dead(c, 0x7ef000, 49152);
-  snrt_reads(c, 210, 5, (const int64_t[]){0x13af000, 262144, 0x7af000, 262144, 0x75a00, 256, 0x1848000, 4096, 0x1849000, 4096});
-  /*   210 backward  LN_BWD             /blocks.2/ln1/Add_1/layernorm/bwd  live 12.8 MiB */
-  snrt_ln_bwd(c, &P49, F(0x13af000), F(0x7af000), F(0x75a00), F(0x1848000), F(0x1849000), F(0x7ef000), F(0x82f000), F(0x82f100));
+  snrt_reads(c, 191, 1, (const int64_t[]){0x7af000, 786432});
+  /*   191 backward  BIAS_BWD           /blocks.2/qkv/MatMul+bias/bwd_c  live 13.3 MiB */
+  snrt_bias_bwd(c, &P165, F(0x7af000), F(0x8bb000));
+  snrt_dead(c, 0x7af000, 786432);
+  snrt_reads(c, 192, 3, (const int64_t[]){0x75e00, 49152, 0x8af000, 49152, 0x12d100, 49152});
+  /*   192 update    SGD                blocks.2.qkv.weight/sgd  live 12.6 MiB */
+  snrt_sgd(c, &P166, F(0x75e00), F(0x8af000), F(0x12d100));
+  snrt_dead(c, 0x8af000, 49152);
+  snrt_reads(c, 193, 3, (const int64_t[]){0x81e00, 768, 0x8bb000, 768, 0x139100, 768});
+  /*   193 update    SGD                blocks.2.qkv.bias/sgd  live 12.5 MiB */
+  snrt_sgd(c, &P167, F(0x81e00), F(0x8bb000), F(0x139100));
+  snrt_dead(c, 0x8bb000, 768);
+  snrt_reads(c, 194, 5, (const int64_t[]){0x13af000, 262144, 0x86f000, 262144, 0x75a00, 256, 0x1848000, 4096, 0x1849000, 4096});
+  /*   194 backward  LN_BWD             /blocks.2/ln1/Add_1/layernorm/bwd  live 12.8 MiB */
+  snrt_ln_bwd(c, &P49, F(0x13af000), F(0x86f000), F(0x75a00), F(0x1848000), F(0x1849000), F(0x7af000), F(0x7ef000), F(0x7ef100));
   snrt_dead(c, 0x13af000, 262144);
   snrt_dead(c, 0x1848000, 4096);
   snrt_dead(c, 0x1849000, 4096);
+  snrt_dead(c, 0x86f000, 262144);
+  snrt_reads(c, 195, 2, (const int64_t[]){0xaaf000, 262144, 0x7af000, 262144});
+  /*   195 backward  ACCUMULATE         /blocks.2/ln1/Add_1/layernorm/accumulate  live 12.3 MiB */
+  snrt_add(c, 65536, F(0xaaf000), F(0x7af000), F(0xaaf000));
   snrt_dead(c, 0x7af000, 262144);
-  snrt_reads(c, 211, 2, (const int64_t[]){0xaaf000, 262144, 0x7ef000, 262144});
-  /*   211 backward  ACCUMULATE         /blocks.2/ln1/Add_1/layernorm/accumulate  live 12.3 MiB */
-  snrt_add(c, 65536, F(0xaaf000), F(0x7ef000), F(0xaaf000));
-  snrt_dead(c, 0x7ef000, 262144);
-  snrt_reads(c, 212, 3, (const int64_t[]){0x75a00, 256, 0x82f000, 256, 0x139400, 256});
-  /*   212 update    SGD                blocks.2.ln1.weight/sgd  live 12.0 MiB */
-  snrt_sgd(c, &P160, F(0x75a00), F(0x82f000), F(0x139400));
-  snrt_dead(c, 0x82f000, 256);
-  snrt_reads(c, 213, 3, (const int64_t[]){0x75b00, 256, 0x82f100, 256, 0x139500, 256});
-  /*   213 update    SGD                blocks.2.ln1.bias/sgd  live 12.0 MiB */
-  snrt_sgd(c, &P161, F(0x75b00), F(0x82f100), F(0x139500));
-  snrt_dead(c, 0x82f100, 256);
-  snrt_reads(c, 214, 1, (const int64_t[]){0xaaf000, 262144});
-  /*   214 backward  BINARY_BWD         /blocks.1/Add_2/bwd  live 12.5 MiB */
-  snrt_binary_bwd(c, &P48, NULL, NULL, F(0xaaf000), F(0x8af000), F(0x7af000));
-  snrt_dead(c, 0xaaf000, 262144);
-  snrt_reads(c, 215, 1, (const int64_t[]){0x7af000, 262144});
-  /*   215 backward  BINARY_BWD         /blocks.1/fc2/Add/bwd  live 12.5 MiB */
-  snrt_binary_bwd(c, &P47, NULL, NULL, F(0x7af000), F(0x7ef000), F(0x8ef000));
-  snrt_dead(c, 0x7af000, 262144);
-  snrt_reads(c, 216, 3, (const int64_t[]){0x75900, 256, 0x7ef000, 256, 0x139600, 256});
-  /*   216 update    SGD                blocks.1.fc2.bias/sgd  live 12.3 MiB */
-  snrt_sgd(c, &P162, F(0x75900), F(0x7ef000), F(0x139600));
+  snrt_reads(c, 196, 3, (const int64_t[]){0x75a00, 256, 0x7ef000, 256, 0x139400, 256});
+  /*   196 update    SGD                blocks.2.ln1.weight/sgd  live 12.0 MiB */
+  snrt_sgd(c, &P168, F(0x75a00), F(0x7ef000), F(0x139400));
   snrt_dead(c, 0x7ef000, 256);
-  snrt_reads(c, 217, 2, (const int64_t[]){0x8ef000, 262144, 0x65900, 65536});
-  /*   217 backward  MATMUL_RAW         /blocks.1/fc2/MatMul/bwd_a  live 13.3 MiB */
-  snrt_matmul(c, &P163, F(0x8ef000), F(0x65900), F(0x7af000));
-  snrt_reads(c, 218, 2, (const int64_t[]){0x8ef000, 262144, 0x4af000, 1048576});
-  /*   218 backward  MATMUL_RAW         /blocks.1/fc2/MatMul/bwd_b  live 13.3 MiB */
-  snrt_matmul(c, &P164, F(0x8ef000), F(0x4af000), F(0x92f000));
-  snrt_dead(c, 0x4af000, 1048576);
+  snrt_reads(c, 197, 3, (const int64_t[]){0x75b00, 256, 0x7ef100, 256, 0x139500, 256});
+  /*   197 update    SGD                blocks.2.ln1.bias/sgd  live 12.0 MiB */
+  snrt_sgd(c, &P169, F(0x75b00), F(0x7ef100), F(0x139500));
+  snrt_dead(c, 0x7ef100, 256);
+  snrt_reads(c, 198, 1, (const int64_t[]){0xaaf000, 262144});
+  /*   198 backward  BINARY_BWD         /blocks.1/Add_2/bwd  live 12.5 MiB */
+  snrt_binary_bwd(c, &P48, NULL, NULL, F(0xaaf000), F(0x8af000), F(0x8ef000));
+  snrt_dead(c, 0xaaf000, 262144);
+  snrt_reads(c, 199, 2, (const int64_t[]){0x8ef000, 262144, 0x65900, 65536});
+  /*   199 backward  MATMUL_RAW         /blocks.1/fc2/MatMul+bias/bwd_a  live 13.3 MiB */
+  snrt_matmul(c, &P170, F(0x8ef000), F(0x65900), F(0x7af000));
+  snrt_reads(c, 200, 2, (const int64_t[]){0x8ef000, 262144, 0x6af000, 1048576});
+  /*   200 backward  MATMUL_RAW         /blocks.1/fc2/MatMul+bias/bwd_b  live 13.3 MiB */
+  snrt_matmul(c, &P171, F(0x8ef000), F(0x6af000), F(0x92f000));
+  snrt_dead(c, 0x6af000, 1048576);
+  snrt_reads(c, 201, 1, (const int64_t[]){0x8ef000, 262144});
+  /*   201 backward  BIAS_BWD           /blocks.1/fc2/MatMul+bias/bwd_c  live 12.3 MiB */
+  snrt_bias_bwd(c, &P172, F(0x8ef000), F(0x6af000));
   snrt_dead(c, 0x8ef000, 262144);
-  snrt_reads(c, 219, 3, (const int64_t[]){0x65900, 65536, 0x92f000, 65536, 0x139700, 65536});
-  /*   219 update    SGD                blocks.1.fc2.weight/sgd  live 12.1 MiB */
-  snrt_sgd(c, &P165, F(0x65900), F(0x92f000), F(0x139700));
+  snrt_reads(c, 202, 3, (const int64_t[]){0x65900, 65536, 0x92f000, 65536, 0x139600, 65536});
+  /*   202 update    SGD                blocks.1.fc2.weight/sgd  live 12.1 MiB */
+  snrt_sgd(c, &P173, F(0x65900), F(0x92f000), F(0x139600));
   snrt_dead(c, 0x92f000, 65536);
-  snrt_reads(c, 220, 2, (const int64_t[]){0x6af000, 1048576, 0x7af000, 1048576});
-  /*   220 backward  FUSED_BWD          /blocks.1/Mul_2/fused5/bwd  live 13.0 MiB */
-  snrt_fused_bwd(c, &P166, (const float *const[]){F(0x6af000)}, NULL, F(0x7af000), (float *const[]){F(0x4af000)});
-  snrt_dead(c, 0x6af000, 1048576);
-  snrt_dead(c, 0x7af000, 1048576);
-  snrt_reads(c, 221, 1, (const int64_t[]){0x4af000, 1048576});
-  /*   221 backward  BINARY_BWD         /blocks.1/fc/Add/bwd  live 12.0 MiB */
-  snrt_binary_bwd(c, &P44, NULL, NULL, F(0x4af000), F(0x7af000), F(0x6af000));
+  snrt_reads(c, 203, 3, (const int64_t[]){0x75900, 256, 0x6af000, 256, 0x149600, 256});
+  /*   203 update    SGD                blocks.1.fc2.bias/sgd  live 12.0 MiB */
+  snrt_sgd(c, &P174, F(0x75900), F(0x6af000), F(0x149600));
+  snrt_dead(c, 0x6af000, 256);
+  snrt_reads(c, 204, 2, (const int64_t[]){0x4af000, 1048576, 0x7af000, 1048576});
+  /*   204 backward  FUSED_BWD          /blocks.1/Mul_2/fused5/bwd  live 13.0 MiB */
+  snrt_fused_bwd(c, &P175, (const float *const[]){F(0x4af000)}, NULL, F(0x7af000), (float *const[]){F(0x6af000)});
   snrt_dead(c, 0x4af000, 1048576);
-  snrt_reads(c, 222, 3, (const int64_t[]){0x65500, 1024, 0x7af000, 1024, 0x149700, 1024});
-  /*   222 update    SGD                blocks.1.fc.bias/sgd  live 11.0 MiB */
-  snrt_sgd(c, &P167, F(0x65500), F(0x7af000), F(0x149700));
-  snrt_dead(c, 0x7af000, 1024);
-  snrt_reads(c, 223, 2, (const int64_t[]){0x6af000, 1048576, 0x55500, 65536});
-  /*   223 backward  MATMUL_RAW         /blocks.1/fc/MatMul/bwd_a  live 11.3 MiB */
-  snrt_matmul(c, &P168, F(0x6af000), F(0x55500), F(0x4af000));
-  snrt_reads(c, 224, 2, (const int64_t[]){0x6af000, 1048576, 0x136f000, 262144});
-  /*   224 backward  MATMUL_RAW         /blocks.1/fc/MatMul/bwd_b  live 11.3 MiB */
-  snrt_matmul(c, &P169, F(0x6af000), F(0x136f000), F(0x4ef000));
+  snrt_dead(c, 0x7af000, 1048576);
+  snrt_reads(c, 205, 2, (const int64_t[]){0x6af000, 1048576, 0x55500, 65536});
+  /*   205 backward  MATMUL_RAW         /blocks.1/fc/MatMul+bias/bwd_a  live 11.3 MiB */
+  snrt_matmul(c, &P176, F(0x6af000), F(0x55500), F(0x4af000));
+  snrt_reads(c, 206, 2, (const int64_t[]){0x6af000, 1048576, 0x136f000, 262144});
+  /*   206 backward  MATMUL_RAW         /blocks.1/fc/MatMul+bias/bwd_b  live 11.3 MiB */
+  snrt_matmul(c, &P177, F(0x6af000), F(0x136f000), F(0x4ef000));
   snrt_dead(c, 0x136f000, 262144);
+  snrt_reads(c, 207, 1, (const int64_t[]){0x6af000, 1048576});
+  /*   207 backward  BIAS_BWD           /blocks.1/fc/MatMul+bias/bwd_c  live 11.1 MiB */
+  snrt_bias_bwd(c, &P178, F(0x6af000), F(0x4ff000));
   snrt_dead(c, 0x6af000, 1048576);
-  snrt_reads(c, 225, 3, (const int64_t[]){0x55500, 65536, 0x4ef000, 65536, 0x149b00, 65536});
-  /*   225 update    SGD                blocks.1.fc.weight/sgd  live 10.1 MiB */
-  snrt_sgd(c, &P170, F(0x55500), F(0x4ef000), F(0x149b00));
+  snrt_reads(c, 208, 3, (const int64_t[]){0x55500, 65536, 0x4ef000, 65536, 0x149700, 65536});
+  /*   208 update    SGD                blocks.1.fc.weight/sgd  live 10.1 MiB */
+  snrt_sgd(c, &P179, F(0x55500), F(0x4ef000), F(0x149700));
   snrt_dead(c, 0x4ef000, 65536);
-  snrt_reads(c, 226, 5, (const int64_t[]){0x132f000, 262144, 0x4af000, 262144, 0x44f00, 256, 0x1846000, 4096, 0x1847000, 4096});
-  /*   226 backward  LN_BWD             /blocks.1/ln2/Add_1/layernorm/bwd  live 10.3 MiB */
+  snrt_reads(c, 209, 3, (const int64_t[]){0x65500, 1024, 0x4ff000, 1024, 0x159700, 1024});
+  /*   209 update    SGD                blocks.1.fc.bias/sgd  live 10.0 MiB */
+  snrt_sgd(c, &P180, F(0x65500), F(0x4ff000), F(0x159700));
+  snrt_dead(c, 0x4ff000, 1024);
+  snrt_reads(c, 210, 5, (const int64_t[]){0x132f000, 262144, 0x4af000, 262144, 0x44f00, 256, 0x1846000, 4096, 0x1847000, 4096});
+  /*   210 backward  LN_BWD             /blocks.1/ln2/Add_1/layernorm/bwd  live 10.3 MiB */
   snrt_ln_bwd(c, &P42, F(0x132f000), F(0x4af000), F(0x44f00), F(0x1846000), F(0x1847000), F(0x4ef000), F(0x52f000), F(0x52f100));
   snrt_dead(c, 0x132f000, 262144);
   snrt_dead(c, 0x1846000, 4096);
   snrt_dead(c, 0x1847000, 4096);
   snrt_dead(c, 0x4af000, 262144);
-  snrt_reads(c, 227, 2, (const int64_t[]){0x8af000, 262144, 0x4ef000, 262144});
-  /*   227 backward  ACCUMULATE         /blocks.1/ln2/Add_1/layernorm/accumulate  live 9.8 MiB */
+  snrt_reads(c, 211, 2, (const int64_t[]){0x8af000, 262144, 0x4ef000, 262144});
+  /*   211 backward  ACCUMULATE         /blocks.1/ln2/Add_1/layernorm/accumulate  live 9.8 MiB */
   snrt_add(c, 65536, F(0x8af000), F(0x4ef000), F(0x8af000));
   snrt_dead(c, 0x4ef000, 262144);
-  snrt_reads(c, 228, 3, (const int64_t[]){0x44f00, 256, 0x52f000, 256, 0x159b00, 256});
-  /*   228 update    SGD                blocks.1.ln2.weight/sgd  live 9.5 MiB */
-  snrt_sgd(c, &P171, F(0x44f00), F(0x52f000), F(0x159b00));
+  snrt_reads(c, 212, 3, (const int64_t[]){0x44f00, 256, 0x52f000, 256, 0x159b00, 256});
+  /*   212 update    SGD                blocks.1.ln2.weight/sgd  live 9.5 MiB */
+  snrt_sgd(c, &P181, F(0x44f00), F(0x52f000), F(0x159b00));
   snrt_dead(c, 0x52f000, 256);
-  snrt_reads(c, 229, 3, (const int64_t[]){0x45000, 256, 0x52f100, 256, 0x159c00, 256});
-  /*   229 update    SGD                blocks.1.ln2.bias/sgd  live 9.5 MiB */
-  snrt_sgd(c, &P172, F(0x45000), F(0x52f100), F(0x159c00));
+  snrt_reads(c, 213, 3, (const int64_t[]){0x45000, 256, 0x52f100, 256, 0x159c00, 256});
+  /*   213 update    SGD                blocks.1.ln2.bias/sgd  live 9.5 MiB */
+  snrt_sgd(c, &P182, F(0x45000), F(0x52f100), F(0x159c00));
   snrt_dead(c, 0x52f100, 256);
-  snrt_reads(c, 230, 1, (const int64_t[]){0x8af000, 262144});
-  /*   230 backward  BINARY_BWD         /blocks.1/Add/bwd  live 10.0 MiB */
+  snrt_reads(c, 214, 1, (const int64_t[]){0x8af000, 262144});
+  /*   214 backward  BINARY_BWD         /blocks.1/Add/bwd  live 10.0 MiB */
   snrt_binary_bwd(c, &P41, NULL, NULL, F(0x8af000), F(0x7af000), F(0x4af000));
   snrt_dead(c, 0x8af000, 262144);
-  snrt_reads(c, 231, 1, (const int64_t[]){0x4af000, 262144});
-  /*   231 backward  BINARY_BWD         /blocks.1/proj/Add/bwd  live 10.0 MiB */
-  snrt_binary_bwd(c, &P40, NULL, NULL, F(0x4af000), F(0x52f000), F(0x4ef000));
-  snrt_dead(c, 0x4af000, 262144);
-  snrt_reads(c, 232, 3, (const int64_t[]){0x55400, 256, 0x52f000, 256, 0x159d00, 256});
-  /*   232 update    SGD                blocks.1.proj.bias/sgd  live 9.8 MiB */
-  snrt_sgd(c, &P173, F(0x55400), F(0x52f000), F(0x159d00));
-  snrt_dead(c, 0x52f000, 256);
-  snrt_reads(c, 233, 2, (const int64_t[]){0x4ef000, 262144, 0x51400, 16384});
-  /*   233 backward  MATMUL_RAW         /blocks.1/proj/MatMul/bwd_a  live 10.0 MiB */
-  snrt_matmul(c, &P174, F(0x4ef000), F(0x51400), F(0x4af000));
-  snrt_reads(c, 234, 2, (const int64_t[]){0x4ef000, 262144, 0x12ef000, 262144});
-  /*   234 backward  MATMUL_RAW         /blocks.1/proj/MatMul/bwd_b  live 10.0 MiB */
-  snrt_matmul(c, &P175, F(0x4ef000), F(0x12ef000), F(0x52f000));
+  snrt_reads(c, 215, 2, (const int64_t[]){0x4af000, 262144, 0x51400, 16384});
+  /*   215 backward  MATMUL_RAW         /blocks.1/proj/MatMul+bias/bwd_a  live 10.0 MiB */
+  snrt_matmul(c, &P183, F(0x4af000), F(0x51400), F(0x4ef000));
+  snrt_reads(c, 216, 2, (const int64_t[]){0x4af000, 262144, 0x12ef000, 262144});
+  /*   216 backward  MATMUL_RAW         /blocks.1/proj/MatMul+bias/bwd_b  live 10.0 MiB */
+  snrt_matmul(c, &P184, F(0x4af000), F(0x12ef000), F(0x52f000));
   snrt_dead(c, 0x12ef000, 262144);
-  snrt_dead(c, 0x4ef000, 262144);
-  snrt_reads(c, 235, 3, (const int64_t[]){0x51400, 16384, 0x52f000, 16384, 0x159e00, 16384});
-  /*   235 update    SGD                blocks.1.proj.weight/sgd  live 9.5 MiB */
-  snrt_sgd(c, &P176, F(0x51400), F(0x52f000), F(0x159e00));
-  snrt_dead(c, 0x52f000, 16384);
-  snrt_reads(c, 236, 1, (const int64_t[]){0x4af000, 262144});
-  /*   236 backward  Identity           /blocks.1/Reshape_3/bwd  live 9.8 MiB */
-  snrt_copy(c, 262144, F(0x4af000), F(0x4ef000));
+  snrt_reads(c, 217, 1, (const int64_t[]){0x4af000, 262144});
+  /*   217 backward  BIAS_BWD           /blocks.1/proj/MatMul+bias/bwd_c  live 9.8 MiB */
+  snrt_bias_bwd(c, &P185, F(0x4af000), F(0x533000));
   snrt_dead(c, 0x4af000, 262144);
-  snrt_reads(c, 237, 1, (const int64_t[]){0x4ef000, 262144});
-  /*   237 backward  Transpose          /blocks.1/Transpose_3/bwd  live 9.8 MiB */
-  snrt_transpose(c, &P177, F(0x4ef000), F(0x6af000));
+  snrt_reads(c, 218, 3, (const int64_t[]){0x51400, 16384, 0x52f000, 16384, 0x159d00, 16384});
+  /*   218 update    SGD                blocks.1.proj.weight/sgd  live 9.5 MiB */
+  snrt_sgd(c, &P186, F(0x51400), F(0x52f000), F(0x159d00));
+  snrt_dead(c, 0x52f000, 16384);
+  snrt_reads(c, 219, 3, (const int64_t[]){0x55400, 256, 0x533000, 256, 0x15dd00, 256});
+  /*   219 update    SGD                blocks.1.proj.bias/sgd  live 9.5 MiB */
+  snrt_sgd(c, &P187, F(0x55400), F(0x533000), F(0x15dd00));
+  snrt_dead(c, 0x533000, 256);
+  snrt_reads(c, 220, 1, (const int64_t[]){0x4ef000, 262144});
+  /*   220 backward  Identity           /blocks.1/Reshape_3/bwd  live 9.8 MiB */
+  snrt_copy(c, 262144, F(0x4ef000), F(0x4af000));
   snrt_dead(c, 0x4ef000, 262144);
-  snrt_reads(c, 238, 2, (const int64_t[]){0x6af000, 262144, 0x126f000, 262144});
-  /*   238 backward  MATMUL_RAW         /blocks.1/MatMul_1/bwd_a  live 10.5 MiB */
-  snrt_matmul(c, &P178, F(0x6af000), F(0x126f000), F(0x4af000));
+  snrt_reads(c, 221, 1, (const int64_t[]){0x4af000, 262144});
+  /*   221 backward  Transpose          /blocks.1/Transpose_3/bwd  live 9.8 MiB */
+  snrt_transpose(c, &P188, F(0x4af000), F(0x6af000));
+  snrt_dead(c, 0x4af000, 262144);
+  snrt_reads(c, 222, 2, (const int64_t[]){0x6af000, 262144, 0x126f000, 262144});
+  /*   222 backward  MATMUL_RAW         /blocks.1/MatMul_1/bwd_a  live 10.5 MiB */
+  snrt_matmul(c, &P189, F(0x6af000), F(0x126f000), F(0x4af000));
   snrt_dead(c, 0x126f000, 262144);
-  snrt_reads(c, 239, 2, (const int64_t[]){0x5af000, 1048576, 0x6af000, 262144});
-  /*   239 backward  MATMUL_RAW         /blocks.1/MatMul_1/bwd_b  live 10.5 MiB */
-  snrt_matmul(c, &P179, F(0x5af000), F(0x6af000), F(0x7ef000));
+  snrt_reads(c, 223, 2, (const int64_t[]){0x5af000, 1048576, 0x6af000, 262144});
+  /*   223 backward  MATMUL_RAW         /blocks.1/MatMul_1/bwd_b  live 10.5 MiB */
+  snrt_matmul(c, &P190, F(0x5af000), F(0x6af000), F(0x7ef000));
   snrt_dead(c, 0x6af000, 262144);
-  snrt_reads(c, 240, 2, (const int64_t[]){0x5af000, 1048576, 0x4af000, 1048576});
-  /*   240 backward  SOFTMAX_BWD        /blocks.1/Softmax/bwd  live 11.3 MiB */
+  snrt_reads(c, 224, 2, (const int64_t[]){0x5af000, 1048576, 0x4af000, 1048576});
+  /*   224 backward  SOFTMAX_BWD        /blocks.1/Softmax/bwd  live 11.3 MiB */
   snrt_softmax_bwd(c, &P36, F(0x5af000), F(0x4af000), F(0x6af000));
   snrt_dead(c, 0x5af000, 1048576);
   snrt_dead(c, 0x4af000, 1048576);
-  snrt_reads(c, 241, 1, (const int64_t[]){0x6af000, 1048576});
-  /*   241 backward  Where              /blocks.1/Where/bwd  live 10.3 MiB */
-  snrt_where(c, &P180, F(0x6af000), F(0x4af000));
+  snrt_reads(c, 225, 1, (const int64_t[]){0x6af000, 1048576});
+  /*   225 backward  Where              /blocks.1/Where/bwd  live 10.3 MiB */
+  snrt_where(c, &P191, F(0x6af000), F(0x4af000));
   snrt_dead(c, 0x6af000, 1048576);
-  snrt_reads(c, 242, 2, (const int64_t[]){0xd7700, 4, 0x4af000, 1048576});
-  /*   242 backward  BINARY_BWD         /blocks.1/Mul/bwd  live 10.3 MiB */
+  snrt_reads(c, 226, 2, (const int64_t[]){0xd7700, 4, 0x4af000, 1048576});
+  /*   226 backward  BINARY_BWD         /blocks.1/Mul/bwd  live 10.3 MiB */
   snrt_binary_bwd(c, &P34, NULL, F(0xd7700), F(0x4af000), F(0x5af000), NULL);
   snrt_dead(c, 0x4af000, 1048576);
-  snrt_reads(c, 243, 2, (const int64_t[]){0x5af000, 1048576, 0x12af000, 262144});
-  /*   243 backward  MATMUL_RAW         /blocks.1/MatMul/bwd_a  live 9.5 MiB */
-  snrt_matmul(c, &P181, F(0x5af000), F(0x12af000), F(0x4af000));
+  snrt_reads(c, 227, 2, (const int64_t[]){0x5af000, 1048576, 0x12af000, 262144});
+  /*   227 backward  MATMUL_RAW         /blocks.1/MatMul/bwd_a  live 9.5 MiB */
+  snrt_matmul(c, &P192, F(0x5af000), F(0x12af000), F(0x4af000));
   snrt_dead(c, 0x12af000, 262144);
-  snrt_reads(c, 244, 2, (const int64_t[]){0x122f000, 262144, 0x5af000, 1048576});
-  /*   244 backward  MATMUL_RAW         /blocks.1/MatMul/bwd_b  live 9.5 MiB */
-  snrt_matmul(c, &P182, F(0x122f000), F(0x5af000), F(0x4ef000));
+  snrt_reads(c, 228, 2, (const int64_t[]){0x122f000, 262144, 0x5af000, 1048576});
+  /*   228 backward  MATMUL_RAW         /blocks.1/MatMul/bwd_b  live 9.5 MiB */
+  snrt_matmul(c, &P193, F(0x122f000), F(0x5af000), F(0x4ef000));
   snrt_dead(c, 0x122f000, 262144);
   snrt_dead(c, 0x5af000, 1048576);
-  snrt_reads(c, 245, 1, (const int64_t[]){0x4ef000, 262144});
-  /*   245 backward  Transpose          /blocks.1/Transpose_2/bwd  live 8.5 MiB */
-  snrt_transpose(c, &P183, F(0x4ef000), F(0x52f000));
+  snrt_reads(c, 229, 1, (const int64_t[]){0x4ef000, 262144});
+  /*   229 backward  Transpose          /blocks.1/Transpose_2/bwd  live 8.5 MiB */
+  snrt_transpose(c, &P194, F(0x4ef000), F(0x52f000));
   snrt_dead(c, 0x4ef000, 262144);
-  snrt_reads(c, 246, 1, (const int64_t[]){0x7ef000, 262144});
-  /*   246 backward  Transpose          /blocks.1/Transpose_1/bwd  live 8.5 MiB */
-  snrt_transpose(c, &P184, F(0x7ef000), F(0x4ef000));
+  snrt_reads(c, 230, 1, (const int64_t[]){0x7ef000, 262144});
+  /*   230 backward  Transpose          /blocks.1/Transpose_1/bwd  live 8.5 MiB */
+  snrt_transpose(c, &P195, F(0x7ef000), F(0x4ef000));
   snrt_dead(c, 0x7ef000, 262144);
-  snrt_reads(c, 247, 1, (const int64_t[]){0x4ef000, 262144});
-  /*   247 backward  Identity           /blocks.1/Reshape_2/bwd  live 8.5 MiB */
+  snrt_reads(c, 231, 1, (const int64_t[]){0x4ef000, 262144});
+  /*   231 backward  Identity           /blocks.1/Reshape_2/bwd  live 8.5 MiB */
   snrt_copy(c, 262144, F(0x4ef000), F(0x56f000));
   snrt_dead(c, 0x4ef000, 262144);
-  snrt_reads(c, 248, 1, (const int64_t[]){0x52f000, 262144});
-  /*   248 backward  Identity           /blocks.1/Reshape_1/bwd  live 8.5 MiB */
+  snrt_reads(c, 232, 1, (const int64_t[]){0x52f000, 262144});
+  /*   232 backward  Identity           /blocks.1/Reshape_1/bwd  live 8.5 MiB */
   snrt_copy(c, 262144, F(0x52f000), F(0x5af000));
   snrt_dead(c, 0x52f000, 262144);
-  snrt_reads(c, 249, 1, (const int64_t[]){0x4af000, 262144});
-  /*   249 backward  Transpose          /blocks.1/Transpose/bwd  live 8.5 MiB */
-  snrt_transpose(c, &P185, F(0x4af000), F(0x4ef000));
+  snrt_reads(c, 233, 1, (const int64_t[]){0x4af000, 262144});
+  /*   233 backward  Transpose          /blocks.1/Transpose/bwd  live 8.5 MiB */
+  snrt_transpose(c, &P196, F(0x4af000), F(0x4ef000));
   snrt_dead(c, 0x4af000, 262144);
-  snrt_reads(c, 250, 1, (const int64_t[]){0x4ef000, 262144});
-  /*   250 backward  Identity           /blocks.1/Reshape/bwd  live 8.5 MiB */
+  snrt_reads(c, 234, 1, (const int64_t[]){0x4ef000, 262144});
+  /*   234 backward  Identity           /blocks.1/Reshape/bwd  live 8.5 MiB */
   snrt_copy(c, 262144, F(0x4ef000), F(0x5ef000));
   snrt_dead(c, 0x4ef000, 262144);
-  snrt_reads(c, 251, 3, (const int64_t[]){0x5ef000, 262144, 0x5af000, 262144, 0x56f000, 262144});
-  /*   251 backward  Concat             /blocks.1/Split/bwd  live 9.0 MiB */
+  snrt_reads(c, 235, 3, (const int64_t[]){0x5ef000, 262144, 0x5af000, 262144, 0x56f000, 262144});
+  /*   235 backward  Concat             /blocks.1/Split/bwd  live 9.0 MiB */
   snrt_concat(c, &P29, (const float *const[]){F(0x5ef000), F(0x5af000), F(0x56f000)}, F(0x4af000));
   snrt_dead(c, 0x56f000, 262144);
   snrt_dead(c, 0x5af000, 262144);
   snrt_dead(c, 0x5ef000, 262144);
-  snrt_reads(c, 252, 1, (const int64_t[]){0x4af000, 786432});
-  /*   252 backward  BINARY_BWD         /blocks.1/qkv/Add/bwd  live 9.0 MiB */
-  snrt_binary_bwd(c, &P28, NULL, NULL, F(0x4af000), F(0x62f000), F(0x56f000));
-  snrt_dead(c, 0x4af000, 786432);
-  snrt_reads(c, 253, 3, (const int64_t[]){0x51100, 768, 0x62f000, 768, 0x15de00, 768});
-  /*   253 update    SGD                blocks.1.qkv.bias/sgd  live 8.3 MiB */
-  snrt_sgd(c, &P186, F(0x51100), F(0x62f000), F(0x15de00));
-  snrt_dead(c, 0x62f000, 768);
-  snrt_reads(c, 254, 2, (const int64_t[]){0x56f000, 786432, 0x45100, 49152});
-  /*   254 backward  MATMUL_RAW         /blocks.1/qkv/MatMul/bwd_a  live 8.5 MiB */
-  snrt_matmul(c, &P187, F(0x56f000), F(0x45100), F(0x4af000));
-  snrt_reads(c, 255, 2, (const int64_t[]){0x56f000, 786432, 0x11ef000, 262144});
-  /*   255 backward  MATMUL_RAW         /blocks.1/qkv/MatMul/bwd_b  live 8.6 MiB */
-  snrt_matmul(c, &P188, F(0x56f000), F(0x11ef000), F(0x4ef000));
+  snrt_reads(c, 236, 2, (const int64_t[]){0x4af000, 786432, 0x45100, 49152});
+  /*   236 backward  MATMUL_RAW         /blocks.1/qkv/MatMul+bias/bwd_a  live 8.5 MiB */
+  snrt_matmul(c, &P197, F(0x4af000), F(0x45100), F(0x56f000));
+  snrt_reads(c, 237, 2, (const int64_t[]){0x4af000, 786432, 0x11ef000, 262144});
+  /*   237 backward  MATMUL_RAW         /blocks.1/qkv/MatMul+bias/bwd_b  live 8.6 MiB */
+  snrt_matmul(c, &P198, F(0x4af000), F(0x11ef000), F(0x5af000));
   snrt_dead(c, 0x11ef000, 262144);
-  snrt_dead(c, 0x56f000, 786432);
-  snrt_reads(c, 256, 3, (const int64_t[]){0x45100, 49152, 0x4ef000, 49152, 0x15e100, 49152});
-  /*   256 update    SGD                blocks.1.qkv.weight/sgd  live 7.6 MiB */
-  snrt_sgd(c, &P189, F(0x45100), F(0x4ef000), F(0x15e100));
-  snrt_dead(c, 0x4ef000, 49152);
-  snrt_reads(c, 257, 5, (const int64_t[]){0x11af000, 262144, 0x4af000, 262144, 0x44d00, 256, 0x1844000, 4096, 0x1845000, 4096});
-  /*   257 backward  LN_BWD             /blocks.1/ln1/Add_1/layernorm/bwd  live 7.8 MiB */
-  snrt_ln_bwd(c, &P26, F(0x11af000), F(0x4af000), F(0x44d00), F(0x1844000), F(0x1845000), F(0x4ef000), F(0x52f000), F(0x52f100));
+  snrt_reads(c, 238, 1, (const int64_t[]){0x4af000, 786432});
+  /*   238 backward  BIAS_BWD           /blocks.1/qkv/MatMul+bias/bwd_c  live 8.3 MiB */
+  snrt_bias_bwd(c, &P199, F(0x4af000), F(0x5bb000));
+  snrt_dead(c, 0x4af000, 786432);
+  snrt_reads(c, 239, 3, (const int64_t[]){0x45100, 49152, 0x5af000, 49152, 0x15de00, 49152});
+  /*   239 update    SGD                blocks.1.qkv.weight/sgd  live 7.6 MiB */
+  snrt_sgd(c, &P200, F(0x45100), F(0x5af000), F(0x15de00));
+  snrt_dead(c, 0x5af000, 49152);
+  snrt_reads(c, 240, 3, (const int64_t[]){0x51100, 768, 0x5bb000, 768, 0x169e00, 768});
+  /*   240 update    SGD                blocks.1.qkv.bias/sgd  live 7.5 MiB */
+  snrt_sgd(c, &P201, F(0x51100), F(0x5bb000), F(0x169e00));
+  snrt_dead(c, 0x5bb000, 768);
+  snrt_reads(c, 241, 5, (const int64_t[]){0x11af000, 262144, 0x56f000, 262144, 0x44d00, 256, 0x1844000, 4096, 0x1845000, 4096});
+  /*   241 backward  LN_BWD             /blocks.1/ln1/Add_1/layernorm/bwd  live 7.8 MiB */
+  snrt_ln_bwd(c, &P26, F(0x11af000), F(0x56f000), F(0x44d00), F(0x1844000), F(0x1845000), F(0x4af000), F(0x4ef000), F(0x4ef100));
   snrt_dead(c, 0x11af000, 262144);
   snrt_dead(c, 0x1844000, 4096);
   snrt_dead(c, 0x1845000, 4096);
+  snrt_dead(c, 0x56f000, 262144);
+  snrt_reads(c, 242, 2, (const int64_t[]){0x7af000, 262144, 0x4af000, 262144});
+  /*   242 backward  ACCUMULATE         /blocks.1/ln1/Add_1/layernorm/accumulate  live 7.3 MiB */
+  snrt_add(c, 65536, F(0x7af000), F(0x4af000), F(0x7af000));
   snrt_dead(c, 0x4af000, 262144);
-  snrt_reads(c, 258, 2, (const int64_t[]){0x7af000, 262144, 0x4ef000, 262144});
-  /*   258 backward  ACCUMULATE         /blocks.1/ln1/Add_1/layernorm/accumulate  live 7.3 MiB */
-  snrt_add(c, 65536, F(0x7af000), F(0x4ef000), F(0x7af000));
-  snrt_dead(c, 0x4ef000, 262144);
-  snrt_reads(c, 259, 3, (const int64_t[]){0x44d00, 256, 0x52f000, 256, 0x16a100, 256});
-  /*   259 update    SGD                blocks.1.ln1.weight/sgd  live 7.0 MiB */
-  snrt_sgd(c, &P190, F(0x44d00), F(0x52f000), F(0x16a100));
-  snrt_dead(c, 0x52f000, 256);
-  snrt_reads(c, 260, 3, (const int64_t[]){0x44e00, 256, 0x52f100, 256, 0x16a200, 256});
-  /*   260 update    SGD                blocks.1.ln1.bias/sgd  live 7.0 MiB */
-  snrt_sgd(c, &P191, F(0x44e00), F(0x52f100), F(0x16a200));
-  snrt_dead(c, 0x52f100, 256);
-  snrt_reads(c, 261, 1, (const int64_t[]){0x7af000, 262144});
-  /*   261 backward  BINARY_BWD         /blocks.0/Add_2/bwd  live 7.5 MiB */
-  snrt_binary_bwd(c, &P25, NULL, NULL, F(0x7af000), F(0x5af000), F(0x4af000));
-  snrt_dead(c, 0x7af000, 262144);
-  snrt_reads(c, 262, 1, (const int64_t[]){0x4af000, 262144});
-  /*   262 backward  BINARY_BWD         /blocks.0/fc2/Add/bwd  live 7.5 MiB */
-  snrt_binary_bwd(c, &P24, NULL, NULL, F(0x4af000), F(0x4ef000), F(0x5ef000));
-  snrt_dead(c, 0x4af000, 262144);
-  snrt_reads(c, 263, 3, (const int64_t[]){0x44c00, 256, 0x4ef000, 256, 0x16a300, 256});
-  /*   263 update    SGD                blocks.0.fc2.bias/sgd  live 7.3 MiB */
-  snrt_sgd(c, &P192, F(0x44c00), F(0x4ef000), F(0x16a300));
+  snrt_reads(c, 243, 3, (const int64_t[]){0x44d00, 256, 0x4ef000, 256, 0x16a100, 256});
+  /*   243 update    SGD                blocks.1.ln1.weight/sgd  live 7.0 MiB */
+  snrt_sgd(c, &P202, F(0x44d00), F(0x4ef000), F(0x16a100));
   snrt_dead(c, 0x4ef000, 256);
-  snrt_reads(c, 264, 2, (const int64_t[]){0x5ef000, 262144, 0x34c00, 65536});
-  /*   264 backward  MATMUL_RAW         /blocks.0/fc2/MatMul/bwd_a  live 8.3 MiB */
-  snrt_matmul(c, &P193, F(0x5ef000), F(0x34c00), F(0x4af000));
-  snrt_reads(c, 265, 2, (const int64_t[]){0x5ef000, 262144, 0x1af000, 1048576});
-  /*   265 backward  MATMUL_RAW         /blocks.0/fc2/MatMul/bwd_b  live 8.3 MiB */
-  snrt_matmul(c, &P194, F(0x5ef000), F(0x1af000), F(0x62f000));
-  snrt_dead(c, 0x1af000, 1048576);
+  snrt_reads(c, 244, 3, (const int64_t[]){0x44e00, 256, 0x4ef100, 256, 0x16a200, 256});
+  /*   244 update    SGD                blocks.1.ln1.bias/sgd  live 7.0 MiB */
+  snrt_sgd(c, &P203, F(0x44e00), F(0x4ef100), F(0x16a200));
+  snrt_dead(c, 0x4ef100, 256);
+  snrt_reads(c, 245, 1, (const int64_t[]){0x7af000, 262144});
+  /*   245 backward  BINARY_BWD         /blocks.0/Add_2/bwd  live 7.5 MiB */
+  snrt_binary_bwd(c, &P25, NULL, NULL, F(0x7af000), F(0x5af000), F(0x5ef000));
+  snrt_dead(c, 0x7af000, 262144);
+  snrt_reads(c, 246, 2, (const int64_t[]){0x5ef000, 262144, 0x34c00, 65536});
+  /*   246 backward  MATMUL_RAW         /blocks.0/fc2/MatMul+bias/bwd_a  live 8.3 MiB */
+  snrt_matmul(c, &P204, F(0x5ef000), F(0x34c00), F(0x4af000));
+  snrt_reads(c, 247, 2, (const int64_t[]){0x5ef000, 262144, 0x3af000, 1048576});
+  /*   247 backward  MATMUL_RAW         /blocks.0/fc2/MatMul+bias/bwd_b  live 8.3 MiB */
+  snrt_matmul(c, &P205, F(0x5ef000), F(0x3af000), F(0x62f000));
+  snrt_dead(c, 0x3af000, 1048576);
+  snrt_reads(c, 248, 1, (const int64_t[]){0x5ef000, 262144});
+  /*   248 backward  BIAS_BWD           /blocks.0/fc2/MatMul+bias/bwd_c  live 7.3 MiB */
+  snrt_bias_bwd(c, &P206, F(0x5ef000), F(0x3af000));
   snrt_dead(c, 0x5ef000, 262144);
-  snrt_reads(c, 266, 3, (const int64_t[]){0x34c00, 65536, 0x62f000, 65536, 0x16a400, 65536});
-  /*   266 update    SGD                blocks.0.fc2.weight/sgd  live 7.1 MiB */
-  snrt_sgd(c, &P195, F(0x34c00), F(0x62f000), F(0x16a400));
+  snrt_reads(c, 249, 3, (const int64_t[]){0x34c00, 65536, 0x62f000, 65536, 0x16a300, 65536});
+  /*   249 update    SGD                blocks.0.fc2.weight/sgd  live 7.1 MiB */
+  snrt_sgd(c, &P207, F(0x34c00), F(0x62f000), F(0x16a300));
   snrt_dead(c, 0x62f000, 65536);
-  snrt_reads(c, 267, 2, (const int64_t[]){0x3af000, 1048576, 0x4af000, 1048576});
-  /*   267 backward  FUSED_BWD          /blocks.0/Mul_2/fused5/bwd  live 8.0 MiB */
-  snrt_fused_bwd(c, &P196, (const float *const[]){F(0x3af000)}, NULL, F(0x4af000), (float *const[]){F(0x1af000)});
-  snrt_dead(c, 0x3af000, 1048576);
-  snrt_dead(c, 0x4af000, 1048576);
-  snrt_reads(c, 268, 1, (const int64_t[]){0x1af000, 1048576});
-  /*   268 backward  BINARY_BWD         /blocks.0/fc/Add/bwd  live 7.0 MiB */
-  snrt_binary_bwd(c, &P21, NULL, NULL, F(0x1af000), F(0x4af000), F(0x3af000));
+  snrt_reads(c, 250, 3, (const int64_t[]){0x44c00, 256, 0x3af000, 256, 0x17a300, 256});
+  /*   250 update    SGD                blocks.0.fc2.bias/sgd  live 7.0 MiB */
+  snrt_sgd(c, &P208, F(0x44c00), F(0x3af000), F(0x17a300));
+  snrt_dead(c, 0x3af000, 256);
+  snrt_reads(c, 251, 2, (const int64_t[]){0x1af000, 1048576, 0x4af000, 1048576});
+  /*   251 backward  FUSED_BWD          /blocks.0/Mul_2/fused5/bwd  live 8.0 MiB */
+  snrt_fused_bwd(c, &P209, (const float *const[]){F(0x1af000)}, NULL, F(0x4af000), (float *const[]){F(0x3af000)});
   snrt_dead(c, 0x1af000, 1048576);
-  snrt_reads(c, 269, 3, (const int64_t[]){0x34800, 1024, 0x4af000, 1024, 0x17a400, 1024});
-  /*   269 update    SGD                blocks.0.fc.bias/sgd  live 6.0 MiB */
-  snrt_sgd(c, &P197, F(0x34800), F(0x4af000), F(0x17a400));
-  snrt_dead(c, 0x4af000, 1024);
-  snrt_reads(c, 270, 2, (const int64_t[]){0x3af000, 1048576, 0x24800, 65536});
-  /*   270 backward  MATMUL_RAW         /blocks.0/fc/MatMul/bwd_a  live 6.3 MiB */
-  snrt_matmul(c, &P198, F(0x3af000), F(0x24800), F(0x1af000));
-  snrt_reads(c, 271, 2, (const int64_t[]){0x3af000, 1048576, 0x116f000, 262144});
-  /*   271 backward  MATMUL_RAW         /blocks.0/fc/MatMul/bwd_b  live 6.3 MiB */
-  snrt_matmul(c, &P199, F(0x3af000), F(0x116f000), F(0x1ef000));
+  snrt_dead(c, 0x4af000, 1048576);
+  snrt_reads(c, 252, 2, (const int64_t[]){0x3af000, 1048576, 0x24800, 65536});
+  /*   252 backward  MATMUL_RAW         /blocks.0/fc/MatMul+bias/bwd_a  live 6.3 MiB */
+  snrt_matmul(c, &P210, F(0x3af000), F(0x24800), F(0x1af000));
+  snrt_reads(c, 253, 2, (const int64_t[]){0x3af000, 1048576, 0x116f000, 262144});
+  /*   253 backward  MATMUL_RAW         /blocks.0/fc/MatMul+bias/bwd_b  live 6.3 MiB */
+  snrt_matmul(c, &P211, F(0x3af000), F(0x116f000), F(0x1ef000));
   snrt_dead(c, 0x116f000, 262144);
+  snrt_reads(c, 254, 1, (const int64_t[]){0x3af000, 1048576});
+  /*   254 backward  BIAS_BWD           /blocks.0/fc/MatMul+bias/bwd_c  live 6.1 MiB */
+  snrt_bias_bwd(c, &P212, F(0x3af000), F(0x1ff000));
   snrt_dead(c, 0x3af000, 1048576);
-  snrt_reads(c, 272, 3, (const int64_t[]){0x24800, 65536, 0x1ef000, 65536, 0x17a800, 65536});
-  /*   272 update    SGD                blocks.0.fc.weight/sgd  live 5.1 MiB */
-  snrt_sgd(c, &P200, F(0x24800), F(0x1ef000), F(0x17a800));
+  snrt_reads(c, 255, 3, (const int64_t[]){0x24800, 65536, 0x1ef000, 65536, 0x17a400, 65536});
+  /*   255 update    SGD                blocks.0.fc.weight/sgd  live 5.1 MiB */
+  snrt_sgd(c, &P213, F(0x24800), F(0x1ef000), F(0x17a400));
   snrt_dead(c, 0x1ef000, 65536);
-  snrt_reads(c, 273, 5, (const int64_t[]){0x112f000, 262144, 0x1af000, 262144, 0x14200, 256, 0x1842000, 4096, 0x1843000, 4096});
-  /*   273 backward  LN_BWD             /blocks.0/ln2/Add_1/layernorm/bwd  live 5.3 MiB */
+  snrt_reads(c, 256, 3, (const int64_t[]){0x34800, 1024, 0x1ff000, 1024, 0x18a400, 1024});
+  /*   256 update    SGD                blocks.0.fc.bias/sgd  live 5.0 MiB */
+  snrt_sgd(c, &P214, F(0x34800), F(0x1ff000), F(0x18a400));
+  snrt_dead(c, 0x1ff000, 1024);
+  snrt_reads(c, 257, 5, (const int64_t[]){0x112f000, 262144, 0x1af000, 262144, 0x14200, 256, 0x1842000, 4096, 0x1843000, 4096});
+  /*   257 backward  LN_BWD             /blocks.0/ln2/Add_1/layernorm/bwd  live 5.3 MiB */
   snrt_ln_bwd(c, &P19, F(0x112f000), F(0x1af000), F(0x14200), F(0x1842000), F(0x1843000), F(0x1ef000), F(0x22f000), F(0x22f100));
   snrt_dead(c, 0x112f000, 262144);
   snrt_dead(c, 0x1842000, 4096);
   snrt_dead(c, 0x1843000, 4096);
   snrt_dead(c, 0x1af000, 262144);
-  snrt_reads(c, 274, 2, (const int64_t[]){0x5af000, 262144, 0x1ef000, 262144});
-  /*   274 backward  ACCUMULATE         /blocks.0/ln2/Add_1/layernorm/accumulate  live 4.8 MiB */
+  snrt_reads(c, 258, 2, (const int64_t[]){0x5af000, 262144, 0x1ef000, 262144});
+  /*   258 backward  ACCUMULATE         /blocks.0/ln2/Add_1/layernorm/accumulate  live 4.8 MiB */
   snrt_add(c, 65536, F(0x5af000), F(0x1ef000), F(0x5af000));
   snrt_dead(c, 0x1ef000, 262144);
-  snrt_reads(c, 275, 3, (const int64_t[]){0x14200, 256, 0x22f000, 256, 0x18a800, 256});
-  /*   275 update    SGD                blocks.0.ln2.weight/sgd  live 4.5 MiB */
-  snrt_sgd(c, &P201, F(0x14200), F(0x22f000), F(0x18a800));
+  snrt_reads(c, 259, 3, (const int64_t[]){0x14200, 256, 0x22f000, 256, 0x18a800, 256});
+  /*   259 update    SGD                blocks.0.ln2.weight/sgd  live 4.5 MiB */
+  snrt_sgd(c, &P215, F(0x14200), F(0x22f000), F(0x18a800));
   snrt_dead(c, 0x22f000, 256);
-  snrt_reads(c, 276, 3, (const int64_t[]){0x14300, 256, 0x22f100, 256, 0x18a900, 256});
-  /*   276 update    SGD                blocks.0.ln2.bias/sgd  live 4.5 MiB */
-  snrt_sgd(c, &P202, F(0x14300), F(0x22f100), F(0x18a900));
+  snrt_reads(c, 260, 3, (const int64_t[]){0x14300, 256, 0x22f100, 256, 0x18a900, 256});
+  /*   260 update    SGD                blocks.0.ln2.bias/sgd  live 4.5 MiB */
+  snrt_sgd(c, &P216, F(0x14300), F(0x22f100), F(0x18a900));
   snrt_dead(c, 0x22f100, 256);
-  snrt_reads(c, 277, 1, (const int64_t[]){0x5af000, 262144});
-  /*   277 backward  BINARY_BWD         /blocks.0/Add/bwd  live 5.0 MiB */
+  snrt_reads(c, 261, 1, (const int64_t[]){0x5af000, 262144});
+  /*   261 backward  BINARY_BWD         /blocks.0/Add/bwd  live 5.0 MiB */
   snrt_binary_bwd(c, &P18, NULL, NULL, F(0x5af000), F(0x4af000), F(0x1af000));
   snrt_dead(c, 0x5af000, 262144);
-  snrt_reads(c, 278, 1, (const int64_t[]){0x1af000, 262144});
-  /*   278 backward  BINARY_BWD         /blocks.0/proj/Add/bwd  live 5.0 MiB */
-  snrt_binary_bwd(c, &P17, NULL, NULL, F(0x1af000), F(0x22f000), F(0x1ef000));
-  snrt_dead(c, 0x1af000, 262144);
-  snrt_reads(c, 279, 3, (const int64_t[]){0x24700, 256, 0x22f000, 256, 0x18aa00, 256});
-  /*   279 update    SGD                blocks.0.proj.bias/sgd  live 4.8 MiB */
-  snrt_sgd(c, &P203, F(0x24700), F(0x22f000), F(0x18aa00));
-  snrt_dead(c, 0x22f000, 256);
-  snrt_reads(c, 280, 2, (const int64_t[]){0x1ef000, 262144, 0x20700, 16384});
-  /*   280 backward  MATMUL_RAW         /blocks.0/proj/MatMul/bwd_a  live 5.0 MiB */
-  snrt_matmul(c, &P204, F(0x1ef000), F(0x20700), F(0x1af000));
-  snrt_reads(c, 281, 2, (const int64_t[]){0x1ef000, 262144, 0x10ef000, 262144});
-  /*   281 backward  MATMUL_RAW         /blocks.0/proj/MatMul/bwd_b  live 5.0 MiB */
-  snrt_matmul(c, &P205, F(0x1ef000), F(0x10ef000), F(0x22f000));
+  snrt_reads(c, 262, 2, (const int64_t[]){0x1af000, 262144, 0x20700, 16384});
+  /*   262 backward  MATMUL_RAW         /blocks.0/proj/MatMul+bias/bwd_a  live 5.0 MiB */
+  snrt_matmul(c, &P217, F(0x1af000), F(0x20700), F(0x1ef000));
+  snrt_reads(c, 263, 2, (const int64_t[]){0x1af000, 262144, 0x10ef000, 262144});
+  /*   263 backward  MATMUL_RAW         /blocks.0/proj/MatMul+bias/bwd_b  live 5.0 MiB */
+  snrt_matmul(c, &P218, F(0x1af000), F(0x10ef000), F(0x22f000));
   snrt_dead(c, 0x10ef000, 262144);
-  snrt_dead(c, 0x1ef000, 262144);
-  snrt_reads(c, 282, 3, (const int64_t[]){0x20700, 16384, 0x22f000, 16384, 0x18ab00, 16384});
-  /*   282 update    SGD                blocks.0.proj.weight/sgd  live 4.5 MiB */
-  snrt_sgd(c, &P206, F(0x20700), F(0x22f000), F(0x18ab00));
-  snrt_dead(c, 0x22f000, 16384);
-  snrt_reads(c, 283, 1, (const int64_t[]){0x1af000, 262144});
-  /*   283 backward  Identity           /blocks.0/Reshape_3/bwd  live 4.8 MiB */
-  snrt_copy(c, 262144, F(0x1af000), F(0x1ef000));
+  snrt_reads(c, 264, 1, (const int64_t[]){0x1af000, 262144});
+  /*   264 backward  BIAS_BWD           /blocks.0/proj/MatMul+bias/bwd_c  live 4.8 MiB */
+  snrt_bias_bwd(c, &P219, F(0x1af000), F(0x233000));
   snrt_dead(c, 0x1af000, 262144);
-  snrt_reads(c, 284, 1, (const int64_t[]){0x1ef000, 262144});
-  /*   284 backward  Transpose          /blocks.0/Transpose_3/bwd  live 4.8 MiB */
-  snrt_transpose(c, &P207, F(0x1ef000), F(0x3af000));
+  snrt_reads(c, 265, 3, (const int64_t[]){0x20700, 16384, 0x22f000, 16384, 0x18aa00, 16384});
+  /*   265 update    SGD                blocks.0.proj.weight/sgd  live 4.5 MiB */
+  snrt_sgd(c, &P220, F(0x20700), F(0x22f000), F(0x18aa00));
+  snrt_dead(c, 0x22f000, 16384);
+  snrt_reads(c, 266, 3, (const int64_t[]){0x24700, 256, 0x233000, 256, 0x18ea00, 256});
+  /*   266 update    SGD                blocks.0.proj.bias/sgd  live 4.5 MiB */
+  snrt_sgd(c, &P221, F(0x24700), F(0x233000), F(0x18ea00));
+  snrt_dead(c, 0x233000, 256);
+  snrt_reads(c, 267, 1, (const int64_t[]){0x1ef000, 262144});
+  /*   267 backward  Identity           /blocks.0/Reshape_3/bwd  live 4.8 MiB */
+  snrt_copy(c, 262144, F(0x1ef000), F(0x1af000));
   snrt_dead(c, 0x1ef000, 262144);
-  snrt_reads(c, 285, 2, (const int64_t[]){0x3af000, 262144, 0x106f000, 262144});
-  /*   285 backward  MATMUL_RAW         /blocks.0/MatMul_1/bwd_a  live 5.5 MiB */
-  snrt_matmul(c, &P208, F(0x3af000), F(0x106f000), F(0x1af000));
+  snrt_reads(c, 268, 1, (const int64_t[]){0x1af000, 262144});
+  /*   268 backward  Transpose          /blocks.0/Transpose_3/bwd  live 4.8 MiB */
+  snrt_transpose(c, &P222, F(0x1af000), F(0x3af000));
+  snrt_dead(c, 0x1af000, 262144);
+  snrt_reads(c, 269, 2, (const int64_t[]){0x3af000, 262144, 0x106f000, 262144});
+  /*   269 backward  MATMUL_RAW         /blocks.0/MatMul_1/bwd_a  live 5.5 MiB */
+  snrt_matmul(c, &P223, F(0x3af000), F(0x106f000), F(0x1af000));
   snrt_dead(c, 0x106f000, 262144);
-  snrt_reads(c, 286, 2, (const int64_t[]){0x2af000, 1048576, 0x3af000, 262144});
-  /*   286 backward  MATMUL_RAW         /blocks.0/MatMul_1/bwd_b  live 5.5 MiB */
-  snrt_matmul(c, &P209, F(0x2af000), F(0x3af000), F(0x4ef000));
+  snrt_reads(c, 270, 2, (const int64_t[]){0x2af000, 1048576, 0x3af000, 262144});
+  /*   270 backward  MATMUL_RAW         /blocks.0/MatMul_1/bwd_b  live 5.5 MiB */
+  snrt_matmul(c, &P224, F(0x2af000), F(0x3af000), F(0x4ef000));
   snrt_dead(c, 0x3af000, 262144);
-  snrt_reads(c, 287, 2, (const int64_t[]){0x2af000, 1048576, 0x1af000, 1048576});
-  /*   287 backward  SOFTMAX_BWD        /blocks.0/Softmax/bwd  live 6.3 MiB */
+  snrt_reads(c, 271, 2, (const int64_t[]){0x2af000, 1048576, 0x1af000, 1048576});
+  /*   271 backward  SOFTMAX_BWD        /blocks.0/Softmax/bwd  live 6.3 MiB */
   snrt_softmax_bwd(c, &P13, F(0x2af000), F(0x1af000), F(0x3af000));
   snrt_dead(c, 0x2af000, 1048576);
   snrt_dead(c, 0x1af000, 1048576);
-  snrt_reads(c, 288, 1, (const int64_t[]){0x3af000, 1048576});
-  /*   288 backward  Where              /blocks.0/Where/bwd  live 5.3 MiB */
-  snrt_where(c, &P210, F(0x3af000), F(0x1af000));
+  snrt_reads(c, 272, 1, (const int64_t[]){0x3af000, 1048576});
+  /*   272 backward  Where              /blocks.0/Where/bwd  live 5.3 MiB */
+  snrt_where(c, &P225, F(0x3af000), F(0x1af000));
   snrt_dead(c, 0x3af000, 1048576);
-  snrt_reads(c, 289, 2, (const int64_t[]){0xd7600, 4, 0x1af000, 1048576});
-  /*   289 backward  BINARY_BWD         /blocks.0/Mul/bwd  live 5.3 MiB */
+  snrt_reads(c, 273, 2, (const int64_t[]){0xd7600, 4, 0x1af000, 1048576});
+  /*   273 backward  BINARY_BWD         /blocks.0/Mul/bwd  live 5.3 MiB */
   snrt_binary_bwd(c, &P11, NULL, F(0xd7600), F(0x1af000), F(0x2af000), NULL);
   snrt_dead(c, 0x1af000, 1048576);
-  snrt_reads(c, 290, 2, (const int64_t[]){0x2af000, 1048576, 0x10af000, 262144});
-  /*   290 backward  MATMUL_RAW         /blocks.0/MatMul/bwd_a  live 4.5 MiB */
-  snrt_matmul(c, &P211, F(0x2af000), F(0x10af000), F(0x1af000));
+  snrt_reads(c, 274, 2, (const int64_t[]){0x2af000, 1048576, 0x10af000, 262144});
+  /*   274 backward  MATMUL_RAW         /blocks.0/MatMul/bwd_a  live 4.5 MiB */
+  snrt_matmul(c, &P226, F(0x2af000), F(0x10af000), F(0x1af000));
   snrt_dead(c, 0x10af000, 262144);
-  snrt_reads(c, 291, 2, (const int64_t[]){0x102f000, 262144, 0x2af000, 1048576});
-  /*   291 backward  MATMUL_RAW         /blocks.0/MatMul/bwd_b  live 4.5 MiB */
-  snrt_matmul(c, &P212, F(0x102f000), F(0x2af000), F(0x1ef000));
+  snrt_reads(c, 275, 2, (const int64_t[]){0x102f000, 262144, 0x2af000, 1048576});
+  /*   275 backward  MATMUL_RAW         /blocks.0/MatMul/bwd_b  live 4.5 MiB */
+  snrt_matmul(c, &P227, F(0x102f000), F(0x2af000), F(0x1ef000));
   snrt_dead(c, 0x102f000, 262144);
   snrt_dead(c, 0x2af000, 1048576);
-  snrt_reads(c, 292, 1, (const int64_t[]){0x1ef000, 262144});
-  /*   292 backward  Transpose          /blocks.0/Transpose_2/bwd  live 3.5 MiB */
-  snrt_transpose(c, &P213, F(0x1ef000), F(0x22f000));
+  snrt_reads(c, 276, 1, (const int64_t[]){0x1ef000, 262144});
+  /*   276 backward  Transpose          /blocks.0/Transpose_2/bwd  live 3.5 MiB */
+  snrt_transpose(c, &P228, F(0x1ef000), F(0x22f000));
   snrt_dead(c, 0x1ef000, 262144);
-  snrt_reads(c, 293, 1, (const int64_t[]){0x4ef000, 262144});
-  /*   293 backward  Transpose          /blocks.0/Transpose_1/bwd  live 3.5 MiB */
-  snrt_transpose(c, &P214, F(0x4ef000), F(0x1ef000));
+  snrt_reads(c, 277, 1, (const int64_t[]){0x4ef000, 262144});
+  /*   277 backward  Transpose          /blocks.0/Transpose_1/bwd  live 3.5 MiB */
+  snrt_transpose(c, &P229, F(0x4ef000), F(0x1ef000));
   snrt_dead(c, 0x4ef000, 262144);
-  snrt_reads(c, 294, 1, (const int64_t[]){0x1ef000, 262144});
-  /*   294 backward  Identity           /blocks.0/Reshape_2/bwd  live 3.5 MiB */
+  snrt_reads(c, 278, 1, (const int64_t[]){0x1ef000, 262144});
+  /*   278 backward  Identity           /blocks.0/Reshape_2/bwd  live 3.5 MiB */
   snrt_copy(c, 262144, F(0x1ef000), F(0x26f000));
   snrt_dead(c, 0x1ef000, 262144);
-  snrt_reads(c, 295, 1, (const int64_t[]){0x22f000, 262144});
-  /*   295 backward  Identity           /blocks.0/Reshape_1/bwd  live 3.5 MiB */
+  snrt_reads(c, 279, 1, (const int64_t[]){0x22f000, 262144});
+  /*   279 backward  Identity           /blocks.0/Reshape_1/bwd  live 3.5 MiB */
   snrt_copy(c, 262144, F(0x22f000), F(0x2af000));
   snrt_dead(c, 0x22f000, 262144);
-  snrt_reads(c, 296, 1, (const int64_t[]){0x1af000, 262144});
-  /*   296 backward  Transpose          /blocks.0/Transpose/bwd  live 3.5 MiB */
-  snrt_transpose(c, &P215, F(0x1af000), F(0x1ef000));
+  snrt_reads(c, 280, 1, (const int64_t[]){0x1af000, 262144});
+  /*   280 backward  Transpose          /blocks.0/Transpose/bwd  live 3.5 MiB */
+  snrt_transpose(c, &P230, F(0x1af000), F(0x1ef000));
   snrt_dead(c, 0x1af000, 262144);
-  snrt_reads(c, 297, 1, (const int64_t[]){0x1ef000, 262144});
-  /*   297 backward  Identity           /blocks.0/Reshape/bwd  live 3.5 MiB */
+  snrt_reads(c, 281, 1, (const int64_t[]){0x1ef000, 262144});
+  /*   281 backward  Identity           /blocks.0/Reshape/bwd  live 3.5 MiB */
   snrt_copy(c, 262144, F(0x1ef000), F(0x2ef000));
   snrt_dead(c, 0x1ef000, 262144);
-  snrt_reads(c, 298, 3, (const int64_t[]){0x2ef000, 262144, 0x2af000, 262144, 0x26f000, 262144});
-  /*   298 backward  Concat             /blocks.0/Split/bwd  live 4.0 MiB */
+  snrt_reads(c, 282, 3, (const int64_t[]){0x2ef000, 262144, 0x2af000, 262144, 0x26f000, 262144});
+  /*   282 backward  Concat             /blocks.0/Split/bwd  live 4.0 MiB */
   snrt_concat(c, &P6, (const float *const[]){F(0x2ef000), F(0x2af000), F(0x26f000)}, F(0x1af000));
   snrt_dead(c, 0x26f000, 262144);
   snrt_dead(c, 0x2af000, 262144);
   snrt_dead(c, 0x2ef000, 262144);
-  snrt_reads(c, 299, 1, (const int64_t[]){0x1af000, 786432});
-  /*   299 backward  BINARY_BWD         /blocks.0/qkv/Add/bwd  live 4.0 MiB */
-  snrt_binary_bwd(c, &P5, NULL, NULL, F(0x1af000), F(0x32f000), F(0x26f000));
-  snrt_dead(c, 0x1af000, 786432);
-  snrt_reads(c, 300, 3, (const int64_t[]){0x20400, 768, 0x32f000, 768, 0x18eb00, 768});
-  /*   300 update    SGD                blocks.0.qkv.bias/sgd  live 3.3 MiB */
-  snrt_sgd(c, &P216, F(0x20400), F(0x32f000), F(0x18eb00));
-  snrt_dead(c, 0x32f000, 768);
-  snrt_reads(c, 301, 2, (const int64_t[]){0x26f000, 786432, 0x14400, 49152});
-  /*   301 backward  MATMUL_RAW         /blocks.0/qkv/MatMul/bwd_a  live 3.5 MiB */
-  snrt_matmul(c, &P217, F(0x26f000), F(0x14400), F(0x1af000));
-  snrt_reads(c, 302, 2, (const int64_t[]){0x26f000, 786432, 0xfef000, 262144});
-  /*   302 backward  MATMUL_RAW         /blocks.0/qkv/MatMul/bwd_b  live 3.6 MiB */
-  snrt_matmul(c, &P218, F(0x26f000), F(0xfef000), F(0x1ef000));
+  snrt_reads(c, 283, 2, (const int64_t[]){0x1af000, 786432, 0x14400, 49152});
+  /*   283 backward  MATMUL_RAW         /blocks.0/qkv/MatMul+bias/bwd_a  live 3.5 MiB */
+  snrt_matmul(c, &P231, F(0x1af000), F(0x14400), F(0x26f000));
+  snrt_reads(c, 284, 2, (const int64_t[]){0x1af000, 786432, 0xfef000, 262144});
+  /*   284 backward  MATMUL_RAW         /blocks.0/qkv/MatMul+bias/bwd_b  live 3.6 MiB */
+  snrt_matmul(c, &P232, F(0x1af000), F(0xfef000), F(0x2af000));
   snrt_dead(c, 0xfef000, 262144);
-  snrt_dead(c, 0x26f000, 786432);
-  snrt_reads(c, 303, 3, (const int64_t[]){0x14400, 49152, 0x1ef000, 49152, 0x18ee00, 49152});
-  /*   303 update    SGD                blocks.0.qkv.weight/sgd  live 2.6 MiB */
-  snrt_sgd(c, &P219, F(0x14400), F(0x1ef000), F(0x18ee00));
-  snrt_dead(c, 0x1ef000, 49152);
-  snrt_reads(c, 304, 5, (const int64_t[]){0xfaf000, 262144, 0x1af000, 262144, 0x14000, 256, 0x1840000, 4096, 0x1841000, 4096});
-  /*   304 backward  LN_BWD             /blocks.0/ln1/Add_1/layernorm/bwd  live 2.8 MiB */
-  snrt_ln_bwd(c, &P3, F(0xfaf000), F(0x1af000), F(0x14000), F(0x1840000), F(0x1841000), F(0x1ef000), F(0x22f000), F(0x22f100));
+  snrt_reads(c, 285, 1, (const int64_t[]){0x1af000, 786432});
+  /*   285 backward  BIAS_BWD           /blocks.0/qkv/MatMul+bias/bwd_c  live 3.3 MiB */
+  snrt_bias_bwd(c, &P233, F(0x1af000), F(0x2bb000));
+  snrt_dead(c, 0x1af000, 786432);
+  snrt_reads(c, 286, 3, (const int64_t[]){0x14400, 49152, 0x2af000, 49152, 0x18eb00, 49152});
+  /*   286 update    SGD                blocks.0.qkv.weight/sgd  live 2.6 MiB */
+  snrt_sgd(c, &P234, F(0x14400), F(0x2af000), F(0x18eb00));
+  snrt_dead(c, 0x2af000, 49152);
+  snrt_reads(c, 287, 3, (const int64_t[]){0x20400, 768, 0x2bb000, 768, 0x19ab00, 768});
+  /*   287 update    SGD                blocks.0.qkv.bias/sgd  live 2.5 MiB */
+  snrt_sgd(c, &P235, F(0x20400), F(0x2bb000), F(0x19ab00));
+  snrt_dead(c, 0x2bb000, 768);
+  snrt_reads(c, 288, 5, (const int64_t[]){0xfaf000, 262144, 0x26f000, 262144, 0x14000, 256, 0x1840000, 4096, 0x1841000, 4096});
+  /*   288 backward  LN_BWD             /blocks.0/ln1/Add_1/layernorm/bwd  live 2.8 MiB */
+  snrt_ln_bwd(c, &P3, F(0xfaf000), F(0x26f000), F(0x14000), F(0x1840000), F(0x1841000), F(0x1af000), F(0x1ef000), F(0x1ef100));
   snrt_dead(c, 0xfaf000, 262144);
   snrt_dead(c, 0x1840000, 4096);
   snrt_dead(c, 0x1841000, 4096);
+  snrt_dead(c, 0x26f000, 262144);
+  snrt_reads(c, 289, 2, (const int64_t[]){0x4af000, 262144, 0x1af000, 262144});
+  /*   289 backward  ACCUMULATE         /blocks.0/ln1/Add_1/layernorm/accumulate  live 2.3 MiB */
+  snrt_add(c, 65536, F(0x4af000), F(0x1af000), F(0x4af000));
   snrt_dead(c, 0x1af000, 262144);
-  snrt_reads(c, 305, 2, (const int64_t[]){0x4af000, 262144, 0x1ef000, 262144});
-  /*   305 backward  ACCUMULATE         /blocks.0/ln1/Add_1/layernorm/accumulate  live 2.3 MiB */
-  snrt_add(c, 65536, F(0x4af000), F(0x1ef000), F(0x4af000));
-  snrt_dead(c, 0x1ef000, 262144);
-  snrt_reads(c, 306, 3, (const int64_t[]){0x14000, 256, 0x22f000, 256, 0x19ae00, 256});
-  /*   306 update    SGD                blocks.0.ln1.weight/sgd  live 2.0 MiB */
-  snrt_sgd(c, &P220, F(0x14000), F(0x22f000), F(0x19ae00));
-  snrt_dead(c, 0x22f000, 256);
-  snrt_reads(c, 307, 3, (const int64_t[]){0x14100, 256, 0x22f100, 256, 0x19af00, 256});
-  /*   307 update    SGD                blocks.0.ln1.bias/sgd  live 2.0 MiB */
-  snrt_sgd(c, &P221, F(0x14100), F(0x22f100), F(0x19af00));
-  snrt_dead(c, 0x22f100, 256);
-  snrt_reads(c, 308, 1, (const int64_t[]){0x4af000, 262144});
-  /*   308 backward  BINARY_BWD         /Add/bwd  live 2.3 MiB */
+  snrt_reads(c, 290, 3, (const int64_t[]){0x14000, 256, 0x1ef000, 256, 0x19ae00, 256});
+  /*   290 update    SGD                blocks.0.ln1.weight/sgd  live 2.0 MiB */
+  snrt_sgd(c, &P236, F(0x14000), F(0x1ef000), F(0x19ae00));
+  snrt_dead(c, 0x1ef000, 256);
+  snrt_reads(c, 291, 3, (const int64_t[]){0x14100, 256, 0x1ef100, 256, 0x19af00, 256});
+  /*   291 update    SGD                blocks.0.ln1.bias/sgd  live 2.0 MiB */
+  snrt_sgd(c, &P237, F(0x14100), F(0x1ef100), F(0x19af00));
+  snrt_dead(c, 0x1ef100, 256);
+  snrt_reads(c, 292, 1, (const int64_t[]){0x4af000, 262144});
+  /*   292 backward  BINARY_BWD         /Add/bwd  live 2.3 MiB */
   snrt_binary_bwd(c, &P2, NULL, NULL, F(0x4af000), F(0x1af000), F(0x1ef000));
   snrt_dead(c, 0x4af000, 262144);
-  snrt_reads(c, 309, 1, (const int64_t[]){0x1ef000, 16384});
-  /*   309 backward  GATHER_BWD         /wpe/Gather/bwd  live 2.0 MiB */
+  snrt_reads(c, 293, 1, (const int64_t[]){0x1ef000, 16384});
+  /*   293 backward  GATHER_BWD         /wpe/Gather/bwd  live 2.0 MiB */
   snrt_gather_bwd(c, &P1, NULL, F(0x1ef000), F(0x1f3000));
   snrt_dead(c, 0x1ef000, 16384);
-  snrt_reads(c, 310, 3, (const int64_t[]){0x10000, 16384, 0x1f3000, 16384, 0x19b000, 16384});
-  /*   310 update    SGD                wpe.weight/sgd  live 2.0 MiB */
-  snrt_sgd(c, &P222, F(0x10000), F(0x1f3000), F(0x19b000));
+  snrt_reads(c, 294, 3, (const int64_t[]){0x10000, 16384, 0x1f3000, 16384, 0x19b000, 16384});
+  /*   294 update    SGD                wpe.weight/sgd  live 2.0 MiB */
+  snrt_sgd(c, &P238, F(0x10000), F(0x1f3000), F(0x19b000));
   snrt_dead(c, 0x1f3000, 16384);
-  snrt_reads(c, 311, 1, (const int64_t[]){0x1af000, 262144});
-  /*   311 backward  GATHER_BWD         /wte/Gather/bwd  live 2.1 MiB */
+  snrt_reads(c, 295, 1, (const int64_t[]){0x1af000, 262144});
+  /*   295 backward  GATHER_BWD         /wte/Gather/bwd  live 2.1 MiB */
   snrt_gather_bwd(c, &P0, I(0x183f000), F(0x1af000), F(0x1ef000));
   snrt_dead(c, 0x1af000, 262144);
-  snrt_reads(c, 312, 2, (const int64_t[]){0x182f000, 65536, 0x1ef000, 65536});
-  /*   312 backward  ACCUMULATE         /wte/Gather/accumulate  live 1.8 MiB */
+  snrt_reads(c, 296, 2, (const int64_t[]){0x182f000, 65536, 0x1ef000, 65536});
+  /*   296 backward  ACCUMULATE         /wte/Gather/accumulate  live 1.8 MiB */
   snrt_add(c, 16384, F(0x182f000), F(0x1ef000), F(0x182f000));
   snrt_dead(c, 0x1ef000, 65536);
-  snrt_reads(c, 313, 3, (const int64_t[]){0x0, 65536, 0x182f000, 65536, 0x19f000, 65536});
-  /*   313 update    SGD                wte.weight/sgd  live 1.8 MiB */
-  snrt_sgd(c, &P223, F(0x0), F(0x182f000), F(0x19f000));
+  snrt_reads(c, 297, 3, (const int64_t[]){0x0, 65536, 0x182f000, 65536, 0x19f000, 65536});
+  /*   297 update    SGD                wte.weight/sgd  live 1.8 MiB */
+  snrt_sgd(c, &P239, F(0x0), F(0x182f000), F(0x19f000));
   snrt_dead(c, 0x182f000, 65536);
 }
 
@@ -3582,463 +3534,415 @@ static void train_step(snrt_ctx *c) {
 
 static void eval_step_0(snrt_ctx *c) {
   char *const A = snrt_arena(c);
-  snrt_reads(c, 314, 1, (const int64_t[]){0x0, 65536});
-  /*   314 eval      Gather             /wte/Gather/eval  live 1.9 MiB */
+  snrt_reads(c, 298, 1, (const int64_t[]){0x0, 65536});
+  /*   298 eval      Gather             /wte/Gather/eval  live 1.9 MiB */
   snrt_gather_fwd(c, &P0, F(0x0), I(0x183f000), F(0x1af000));
-  snrt_reads(c, 315, 1, (const int64_t[]){0x10000, 16384});
-  /*   315 eval      Gather             /wpe/Gather/eval  live 1.9 MiB */
+  snrt_reads(c, 299, 1, (const int64_t[]){0x10000, 16384});
+  /*   299 eval      Gather             /wpe/Gather/eval  live 1.9 MiB */
   snrt_gather_fwd(c, &P1, F(0x10000), NULL, F(0x1ef000));
-  snrt_reads(c, 316, 2, (const int64_t[]){0x1af000, 262144, 0x1ef000, 16384});
-  /*   316 eval      Add                /Add/eval  live 2.2 MiB */
+  snrt_reads(c, 300, 2, (const int64_t[]){0x1af000, 262144, 0x1ef000, 16384});
+  /*   300 eval      Add                /Add/eval  live 2.2 MiB */
   snrt_binary_fwd(c, &P2, F(0x1af000), F(0x1ef000), F(0x3af000));
   snrt_dead(c, 0x1af000, 262144);
   snrt_dead(c, 0x1ef000, 16384);
-  snrt_reads(c, 317, 3, (const int64_t[]){0x3af000, 262144, 0x14000, 256, 0x14100, 256});
-  /*   317 eval      LayerNormalization /blocks.0/ln1/Add_1/layernorm/eval  live 2.2 MiB */
+  snrt_reads(c, 301, 3, (const int64_t[]){0x3af000, 262144, 0x14000, 256, 0x14100, 256});
+  /*   301 eval      LayerNormalization /blocks.0/ln1/Add_1/layernorm/eval  live 2.2 MiB */
   snrt_ln_fwd(c, &P3, F(0x3af000), F(0x14000), F(0x14100), F(0x26f000), NULL, NULL);
-  snrt_reads(c, 318, 2, (const int64_t[]){0x26f000, 262144, 0x14400, 49152});
-  /*   318 eval      MatMul             /blocks.0/qkv/MatMul/eval  live 2.9 MiB */
+  snrt_reads(c, 302, 3, (const int64_t[]){0x26f000, 262144, 0x14400, 49152, 0x20400, 768});
+  /*   302 eval      Gemm               /blocks.0/qkv/MatMul+bias/eval  live 2.9 MiB */
   snrt_matmul(c, &P4, F(0x26f000), F(0x14400), F(0x1af000));
+  snrt_bias_fwd(c, &P5, F(0x20400), F(0x1af000));
   snrt_dead(c, 0x26f000, 262144);
-  snrt_reads(c, 319, 2, (const int64_t[]){0x20400, 768, 0x1af000, 786432});
-  /*   319 eval      Add                /blocks.0/qkv/Add/eval  live 3.4 MiB */
-  snrt_binary_fwd(c, &P5, F(0x20400), F(0x1af000), F(0x26f000));
+  snrt_reads(c, 303, 1, (const int64_t[]){0x1af000, 786432});
+  /*   303 eval      Split              /blocks.0/Split/eval  live 3.4 MiB */
+  snrt_split(c, &P6, F(0x1af000), (float *const[]){F(0x26f000), F(0x2af000), F(0x2ef000)});
   snrt_dead(c, 0x1af000, 786432);
-  snrt_reads(c, 320, 1, (const int64_t[]){0x26f000, 786432});
-  /*   320 eval      Split              /blocks.0/Split/eval  live 3.4 MiB */
-  snrt_split(c, &P6, F(0x26f000), (float *const[]){F(0x1af000), F(0x1ef000), F(0x22f000)});
-  snrt_dead(c, 0x26f000, 786432);
-  snrt_reads(c, 321, 1, (const int64_t[]){0x1af000, 262144});
-  /*   321 eval      Reshape            /blocks.0/Reshape/eval  live 2.9 MiB */
-  snrt_copy(c, 262144, F(0x1af000), F(0x26f000));
-  snrt_dead(c, 0x1af000, 262144);
-  snrt_reads(c, 322, 1, (const int64_t[]){0x26f000, 262144});
-  /*   322 eval      Transpose          /blocks.0/Transpose/eval  live 2.9 MiB */
-  snrt_transpose(c, &P7, F(0x26f000), F(0x2af000));
+  snrt_reads(c, 304, 1, (const int64_t[]){0x26f000, 262144});
+  /*   304 eval      Reshape            /blocks.0/Reshape/eval  live 2.9 MiB */
+  snrt_copy(c, 262144, F(0x26f000), F(0x1af000));
   snrt_dead(c, 0x26f000, 262144);
-  snrt_reads(c, 323, 1, (const int64_t[]){0x1ef000, 262144});
-  /*   323 eval      Reshape            /blocks.0/Reshape_1/eval  live 2.9 MiB */
-  snrt_copy(c, 262144, F(0x1ef000), F(0x1af000));
-  snrt_dead(c, 0x1ef000, 262144);
-  snrt_reads(c, 324, 1, (const int64_t[]){0x22f000, 262144});
-  /*   324 eval      Reshape            /blocks.0/Reshape_2/eval  live 2.9 MiB */
-  snrt_copy(c, 262144, F(0x22f000), F(0x1ef000));
-  snrt_dead(c, 0x22f000, 262144);
-  snrt_reads(c, 325, 1, (const int64_t[]){0x1ef000, 262144});
-  /*   325 eval      Transpose          /blocks.0/Transpose_1/eval  live 2.9 MiB */
+  snrt_reads(c, 305, 1, (const int64_t[]){0x1af000, 262144});
+  /*   305 eval      Transpose          /blocks.0/Transpose/eval  live 2.9 MiB */
+  snrt_transpose(c, &P7, F(0x1af000), F(0x32f000));
+  snrt_dead(c, 0x1af000, 262144);
+  snrt_reads(c, 306, 1, (const int64_t[]){0x2af000, 262144});
+  /*   306 eval      Reshape            /blocks.0/Reshape_1/eval  live 2.9 MiB */
+  snrt_copy(c, 262144, F(0x2af000), F(0x1af000));
+  snrt_dead(c, 0x2af000, 262144);
+  snrt_reads(c, 307, 1, (const int64_t[]){0x2ef000, 262144});
+  /*   307 eval      Reshape            /blocks.0/Reshape_2/eval  live 2.9 MiB */
+  snrt_copy(c, 262144, F(0x2ef000), F(0x1ef000));
+  snrt_dead(c, 0x2ef000, 262144);
+  snrt_reads(c, 308, 1, (const int64_t[]){0x1ef000, 262144});
+  /*   308 eval      Transpose          /blocks.0/Transpose_1/eval  live 2.9 MiB */
   snrt_transpose(c, &P8, F(0x1ef000), F(0x3ef000));
   snrt_dead(c, 0x1ef000, 262144);
-  snrt_reads(c, 326, 1, (const int64_t[]){0x1af000, 262144});
-  /*   326 eval      Transpose          /blocks.0/Transpose_2/eval  live 2.9 MiB */
-  snrt_transpose(c, &P9, F(0x1af000), F(0x2ef000));
+  snrt_reads(c, 309, 1, (const int64_t[]){0x1af000, 262144});
+  /*   309 eval      Transpose          /blocks.0/Transpose_2/eval  live 2.9 MiB */
+  snrt_transpose(c, &P9, F(0x1af000), F(0x2af000));
   snrt_dead(c, 0x1af000, 262144);
-  snrt_reads(c, 327, 2, (const int64_t[]){0x2af000, 262144, 0x2ef000, 262144});
-  /*   327 eval      MatMul             /blocks.0/MatMul/eval  live 3.7 MiB */
-  snrt_matmul(c, &P10, F(0x2af000), F(0x2ef000), F(0x1af000));
+  snrt_reads(c, 310, 2, (const int64_t[]){0x32f000, 262144, 0x2af000, 262144});
+  /*   310 eval      MatMul             /blocks.0/MatMul/eval  live 3.7 MiB */
+  snrt_matmul(c, &P10, F(0x32f000), F(0x2af000), F(0x1af000));
+  snrt_dead(c, 0x32f000, 262144);
   snrt_dead(c, 0x2af000, 262144);
-  snrt_dead(c, 0x2ef000, 262144);
-  snrt_reads(c, 328, 2, (const int64_t[]){0x1af000, 1048576, 0xd7600, 4});
-  /*   328 eval      Mul                /blocks.0/Mul/eval  live 4.2 MiB */
+  snrt_reads(c, 311, 2, (const int64_t[]){0x1af000, 1048576, 0xd7600, 4});
+  /*   311 eval      Mul                /blocks.0/Mul/eval  live 4.2 MiB */
   snrt_binary_fwd(c, &P11, F(0x1af000), F(0xd7600), F(0x2af000));
   snrt_dead(c, 0x1af000, 1048576);
-  snrt_reads(c, 329, 1, (const int64_t[]){0x2af000, 1048576});
-  /*   329 eval      Where              /blocks.0/Where/eval  live 4.2 MiB */
+  snrt_reads(c, 312, 1, (const int64_t[]){0x2af000, 1048576});
+  /*   312 eval      Where              /blocks.0/Where/eval  live 4.2 MiB */
   snrt_where(c, &P12, F(0x2af000), F(0x1af000));
   snrt_dead(c, 0x2af000, 1048576);
-  snrt_reads(c, 330, 1, (const int64_t[]){0x1af000, 1048576});
-  /*   330 eval      Softmax            /blocks.0/Softmax/eval  live 4.2 MiB */
+  snrt_reads(c, 313, 1, (const int64_t[]){0x1af000, 1048576});
+  /*   313 eval      Softmax            /blocks.0/Softmax/eval  live 4.2 MiB */
   snrt_softmax_fwd(c, &P13, F(0x1af000), F(0x2af000));
   snrt_dead(c, 0x1af000, 1048576);
-  snrt_reads(c, 331, 2, (const int64_t[]){0x2af000, 1048576, 0x3ef000, 262144});
-  /*   331 eval      MatMul             /blocks.0/MatMul_1/eval  live 3.4 MiB */
+  snrt_reads(c, 314, 2, (const int64_t[]){0x2af000, 1048576, 0x3ef000, 262144});
+  /*   314 eval      MatMul             /blocks.0/MatMul_1/eval  live 3.4 MiB */
   snrt_matmul(c, &P14, F(0x2af000), F(0x3ef000), F(0x1af000));
   snrt_dead(c, 0x3ef000, 262144);
   snrt_dead(c, 0x2af000, 1048576);
-  snrt_reads(c, 332, 1, (const int64_t[]){0x1af000, 262144});
-  /*   332 eval      Transpose          /blocks.0/Transpose_3/eval  live 2.4 MiB */
+  snrt_reads(c, 315, 1, (const int64_t[]){0x1af000, 262144});
+  /*   315 eval      Transpose          /blocks.0/Transpose_3/eval  live 2.4 MiB */
   snrt_transpose(c, &P15, F(0x1af000), F(0x1ef000));
   snrt_dead(c, 0x1af000, 262144);
-  snrt_reads(c, 333, 1, (const int64_t[]){0x1ef000, 262144});
-  /*   333 eval      Reshape            /blocks.0/Reshape_3/eval  live 2.4 MiB */
+  snrt_reads(c, 316, 1, (const int64_t[]){0x1ef000, 262144});
+  /*   316 eval      Reshape            /blocks.0/Reshape_3/eval  live 2.4 MiB */
   snrt_copy(c, 262144, F(0x1ef000), F(0x1af000));
   snrt_dead(c, 0x1ef000, 262144);
-  snrt_reads(c, 334, 2, (const int64_t[]){0x1af000, 262144, 0x20700, 16384});
-  /*   334 eval      MatMul             /blocks.0/proj/MatMul/eval  live 2.4 MiB */
+  snrt_reads(c, 317, 3, (const int64_t[]){0x1af000, 262144, 0x20700, 16384, 0x24700, 256});
+  /*   317 eval      Gemm               /blocks.0/proj/MatMul+bias/eval  live 2.4 MiB */
   snrt_matmul(c, &P16, F(0x1af000), F(0x20700), F(0x1ef000));
+  snrt_bias_fwd(c, &P17, F(0x24700), F(0x1ef000));
   snrt_dead(c, 0x1af000, 262144);
-  snrt_reads(c, 335, 2, (const int64_t[]){0x24700, 256, 0x1ef000, 262144});
-  /*   335 eval      Add                /blocks.0/proj/Add/eval  live 2.4 MiB */
-  snrt_binary_fwd(c, &P17, F(0x24700), F(0x1ef000), F(0x1af000));
-  snrt_dead(c, 0x1ef000, 262144);
-  snrt_reads(c, 336, 2, (const int64_t[]){0x3af000, 262144, 0x1af000, 262144});
-  /*   336 eval      Add                /blocks.0/Add/eval  live 2.4 MiB */
-  snrt_binary_fwd(c, &P18, F(0x3af000), F(0x1af000), F(0x3ef000));
+  snrt_reads(c, 318, 2, (const int64_t[]){0x3af000, 262144, 0x1ef000, 262144});
+  /*   318 eval      Add                /blocks.0/Add/eval  live 2.4 MiB */
+  snrt_binary_fwd(c, &P18, F(0x3af000), F(0x1ef000), F(0x3ef000));
   snrt_dead(c, 0x3af000, 262144);
-  snrt_dead(c, 0x1af000, 262144);
-  snrt_reads(c, 337, 3, (const int64_t[]){0x3ef000, 262144, 0x14200, 256, 0x14300, 256});
-  /*   337 eval      LayerNormalization /blocks.0/ln2/Add_1/layernorm/eval  live 2.2 MiB */
+  snrt_dead(c, 0x1ef000, 262144);
+  snrt_reads(c, 319, 3, (const int64_t[]){0x3ef000, 262144, 0x14200, 256, 0x14300, 256});
+  /*   319 eval      LayerNormalization /blocks.0/ln2/Add_1/layernorm/eval  live 2.2 MiB */
   snrt_ln_fwd(c, &P19, F(0x3ef000), F(0x14200), F(0x14300), F(0x2af000), NULL, NULL);
-  snrt_reads(c, 338, 2, (const int64_t[]){0x2af000, 262144, 0x24800, 65536});
-  /*   338 eval      MatMul             /blocks.0/fc/MatMul/eval  live 3.2 MiB */
+  snrt_reads(c, 320, 3, (const int64_t[]){0x2af000, 262144, 0x24800, 65536, 0x34800, 1024});
+  /*   320 eval      Gemm               /blocks.0/fc/MatMul+bias/eval  live 3.2 MiB */
   snrt_matmul(c, &P20, F(0x2af000), F(0x24800), F(0x1af000));
+  snrt_bias_fwd(c, &P21, F(0x34800), F(0x1af000));
   snrt_dead(c, 0x2af000, 262144);
-  snrt_reads(c, 339, 2, (const int64_t[]){0x34800, 1024, 0x1af000, 1048576});
-  /*   339 eval      Add                /blocks.0/fc/Add/eval  live 3.9 MiB */
-  snrt_binary_fwd(c, &P21, F(0x34800), F(0x1af000), F(0x2af000));
+  snrt_reads(c, 321, 1, (const int64_t[]){0x1af000, 1048576});
+  /*   321 eval      FUSED              /blocks.0/Mul_2/fused5/eval  live 3.9 MiB */
+  snrt_fused_fwd(c, &P22, (const float *const[]){F(0x1af000)}, F(0x2af000));
   snrt_dead(c, 0x1af000, 1048576);
-  snrt_reads(c, 340, 1, (const int64_t[]){0x2af000, 1048576});
-  /*   340 eval      FUSED              /blocks.0/Mul_2/fused5/eval  live 3.9 MiB */
-  snrt_fused_fwd(c, &P22, (const float *const[]){F(0x2af000)}, F(0x1af000));
+  snrt_reads(c, 322, 3, (const int64_t[]){0x2af000, 1048576, 0x34c00, 65536, 0x44c00, 256});
+  /*   322 eval      Gemm               /blocks.0/fc2/MatMul+bias/eval  live 3.2 MiB */
+  snrt_matmul(c, &P23, F(0x2af000), F(0x34c00), F(0x1af000));
+  snrt_bias_fwd(c, &P24, F(0x44c00), F(0x1af000));
   snrt_dead(c, 0x2af000, 1048576);
-  snrt_reads(c, 341, 2, (const int64_t[]){0x1af000, 1048576, 0x34c00, 65536});
-  /*   341 eval      MatMul             /blocks.0/fc2/MatMul/eval  live 3.2 MiB */
-  snrt_matmul(c, &P23, F(0x1af000), F(0x34c00), F(0x2af000));
-  snrt_dead(c, 0x1af000, 1048576);
-  snrt_reads(c, 342, 2, (const int64_t[]){0x44c00, 256, 0x2af000, 262144});
-  /*   342 eval      Add                /blocks.0/fc2/Add/eval  live 2.4 MiB */
-  snrt_binary_fwd(c, &P24, F(0x44c00), F(0x2af000), F(0x1af000));
-  snrt_dead(c, 0x2af000, 262144);
-  snrt_reads(c, 343, 2, (const int64_t[]){0x3ef000, 262144, 0x1af000, 262144});
-  /*   343 eval      Add                /blocks.0/Add_2/eval  live 2.4 MiB */
+  snrt_reads(c, 323, 2, (const int64_t[]){0x3ef000, 262144, 0x1af000, 262144});
+  /*   323 eval      Add                /blocks.0/Add_2/eval  live 2.4 MiB */
   snrt_binary_fwd(c, &P25, F(0x3ef000), F(0x1af000), F(0x3af000));
   snrt_dead(c, 0x3ef000, 262144);
   snrt_dead(c, 0x1af000, 262144);
-  snrt_reads(c, 344, 3, (const int64_t[]){0x3af000, 262144, 0x44d00, 256, 0x44e00, 256});
-  /*   344 eval      LayerNormalization /blocks.1/ln1/Add_1/layernorm/eval  live 2.2 MiB */
+  snrt_reads(c, 324, 3, (const int64_t[]){0x3af000, 262144, 0x44d00, 256, 0x44e00, 256});
+  /*   324 eval      LayerNormalization /blocks.1/ln1/Add_1/layernorm/eval  live 2.2 MiB */
   snrt_ln_fwd(c, &P26, F(0x3af000), F(0x44d00), F(0x44e00), F(0x26f000), NULL, NULL);
-  snrt_reads(c, 345, 2, (const int64_t[]){0x26f000, 262144, 0x45100, 49152});
-  /*   345 eval      MatMul             /blocks.1/qkv/MatMul/eval  live 2.9 MiB */
+  snrt_reads(c, 325, 3, (const int64_t[]){0x26f000, 262144, 0x45100, 49152, 0x51100, 768});
+  /*   325 eval      Gemm               /blocks.1/qkv/MatMul+bias/eval  live 2.9 MiB */
   snrt_matmul(c, &P27, F(0x26f000), F(0x45100), F(0x1af000));
+  snrt_bias_fwd(c, &P28, F(0x51100), F(0x1af000));
   snrt_dead(c, 0x26f000, 262144);
-  snrt_reads(c, 346, 2, (const int64_t[]){0x51100, 768, 0x1af000, 786432});
-  /*   346 eval      Add                /blocks.1/qkv/Add/eval  live 3.4 MiB */
-  snrt_binary_fwd(c, &P28, F(0x51100), F(0x1af000), F(0x26f000));
+  snrt_reads(c, 326, 1, (const int64_t[]){0x1af000, 786432});
+  /*   326 eval      Split              /blocks.1/Split/eval  live 3.4 MiB */
+  snrt_split(c, &P29, F(0x1af000), (float *const[]){F(0x26f000), F(0x2af000), F(0x2ef000)});
   snrt_dead(c, 0x1af000, 786432);
-  snrt_reads(c, 347, 1, (const int64_t[]){0x26f000, 786432});
-  /*   347 eval      Split              /blocks.1/Split/eval  live 3.4 MiB */
-  snrt_split(c, &P29, F(0x26f000), (float *const[]){F(0x1af000), F(0x1ef000), F(0x22f000)});
-  snrt_dead(c, 0x26f000, 786432);
-  snrt_reads(c, 348, 1, (const int64_t[]){0x1af000, 262144});
-  /*   348 eval      Reshape            /blocks.1/Reshape/eval  live 2.9 MiB */
-  snrt_copy(c, 262144, F(0x1af000), F(0x26f000));
-  snrt_dead(c, 0x1af000, 262144);
-  snrt_reads(c, 349, 1, (const int64_t[]){0x26f000, 262144});
-  /*   349 eval      Transpose          /blocks.1/Transpose/eval  live 2.9 MiB */
-  snrt_transpose(c, &P30, F(0x26f000), F(0x2af000));
+  snrt_reads(c, 327, 1, (const int64_t[]){0x26f000, 262144});
+  /*   327 eval      Reshape            /blocks.1/Reshape/eval  live 2.9 MiB */
+  snrt_copy(c, 262144, F(0x26f000), F(0x1af000));
   snrt_dead(c, 0x26f000, 262144);
-  snrt_reads(c, 350, 1, (const int64_t[]){0x1ef000, 262144});
-  /*   350 eval      Reshape            /blocks.1/Reshape_1/eval  live 2.9 MiB */
-  snrt_copy(c, 262144, F(0x1ef000), F(0x1af000));
-  snrt_dead(c, 0x1ef000, 262144);
-  snrt_reads(c, 351, 1, (const int64_t[]){0x22f000, 262144});
-  /*   351 eval      Reshape            /blocks.1/Reshape_2/eval  live 2.9 MiB */
-  snrt_copy(c, 262144, F(0x22f000), F(0x1ef000));
-  snrt_dead(c, 0x22f000, 262144);
-  snrt_reads(c, 352, 1, (const int64_t[]){0x1ef000, 262144});
-  /*   352 eval      Transpose          /blocks.1/Transpose_1/eval  live 2.9 MiB */
+  snrt_reads(c, 328, 1, (const int64_t[]){0x1af000, 262144});
+  /*   328 eval      Transpose          /blocks.1/Transpose/eval  live 2.9 MiB */
+  snrt_transpose(c, &P30, F(0x1af000), F(0x32f000));
+  snrt_dead(c, 0x1af000, 262144);
+  snrt_reads(c, 329, 1, (const int64_t[]){0x2af000, 262144});
+  /*   329 eval      Reshape            /blocks.1/Reshape_1/eval  live 2.9 MiB */
+  snrt_copy(c, 262144, F(0x2af000), F(0x1af000));
+  snrt_dead(c, 0x2af000, 262144);
+  snrt_reads(c, 330, 1, (const int64_t[]){0x2ef000, 262144});
+  /*   330 eval      Reshape            /blocks.1/Reshape_2/eval  live 2.9 MiB */
+  snrt_copy(c, 262144, F(0x2ef000), F(0x1ef000));
+  snrt_dead(c, 0x2ef000, 262144);
+  snrt_reads(c, 331, 1, (const int64_t[]){0x1ef000, 262144});
+  /*   331 eval      Transpose          /blocks.1/Transpose_1/eval  live 2.9 MiB */
   snrt_transpose(c, &P31, F(0x1ef000), F(0x3ef000));
   snrt_dead(c, 0x1ef000, 262144);
-  snrt_reads(c, 353, 1, (const int64_t[]){0x1af000, 262144});
-  /*   353 eval      Transpose          /blocks.1/Transpose_2/eval  live 2.9 MiB */
-  snrt_transpose(c, &P32, F(0x1af000), F(0x2ef000));
+  snrt_reads(c, 332, 1, (const int64_t[]){0x1af000, 262144});
+  /*   332 eval      Transpose          /blocks.1/Transpose_2/eval  live 2.9 MiB */
+  snrt_transpose(c, &P32, F(0x1af000), F(0x2af000));
   snrt_dead(c, 0x1af000, 262144);
-  snrt_reads(c, 354, 2, (const int64_t[]){0x2af000, 262144, 0x2ef000, 262144});
-  /*   354 eval      MatMul             /blocks.1/MatMul/eval  live 3.7 MiB */
-  snrt_matmul(c, &P33, F(0x2af000), F(0x2ef000), F(0x1af000));
+  snrt_reads(c, 333, 2, (const int64_t[]){0x32f000, 262144, 0x2af000, 262144});
+  /*   333 eval      MatMul             /blocks.1/MatMul/eval  live 3.7 MiB */
+  snrt_matmul(c, &P33, F(0x32f000), F(0x2af000), F(0x1af000));
+  snrt_dead(c, 0x32f000, 262144);
   snrt_dead(c, 0x2af000, 262144);
-  snrt_dead(c, 0x2ef000, 262144);
-  snrt_reads(c, 355, 2, (const int64_t[]){0x1af000, 1048576, 0xd7700, 4});
-  /*   355 eval      Mul                /blocks.1/Mul/eval  live 4.2 MiB */
+  snrt_reads(c, 334, 2, (const int64_t[]){0x1af000, 1048576, 0xd7700, 4});
+  /*   334 eval      Mul                /blocks.1/Mul/eval  live 4.2 MiB */
   snrt_binary_fwd(c, &P34, F(0x1af000), F(0xd7700), F(0x2af000));
   snrt_dead(c, 0x1af000, 1048576);
-  snrt_reads(c, 356, 1, (const int64_t[]){0x2af000, 1048576});
-  /*   356 eval      Where              /blocks.1/Where/eval  live 4.2 MiB */
+  snrt_reads(c, 335, 1, (const int64_t[]){0x2af000, 1048576});
+  /*   335 eval      Where              /blocks.1/Where/eval  live 4.2 MiB */
   snrt_where(c, &P35, F(0x2af000), F(0x1af000));
   snrt_dead(c, 0x2af000, 1048576);
-  snrt_reads(c, 357, 1, (const int64_t[]){0x1af000, 1048576});
-  /*   357 eval      Softmax            /blocks.1/Softmax/eval  live 4.2 MiB */
+  snrt_reads(c, 336, 1, (const int64_t[]){0x1af000, 1048576});
+  /*   336 eval      Softmax            /blocks.1/Softmax/eval  live 4.2 MiB */
   snrt_softmax_fwd(c, &P36, F(0x1af000), F(0x2af000));
   snrt_dead(c, 0x1af000, 1048576);
-  snrt_reads(c, 358, 2, (const int64_t[]){0x2af000, 1048576, 0x3ef000, 262144});
-  /*   358 eval      MatMul             /blocks.1/MatMul_1/eval  live 3.4 MiB */
+  snrt_reads(c, 337, 2, (const int64_t[]){0x2af000, 1048576, 0x3ef000, 262144});
+  /*   337 eval      MatMul             /blocks.1/MatMul_1/eval  live 3.4 MiB */
   snrt_matmul(c, &P37, F(0x2af000), F(0x3ef000), F(0x1af000));
   snrt_dead(c, 0x3ef000, 262144);
   snrt_dead(c, 0x2af000, 1048576);
-  snrt_reads(c, 359, 1, (const int64_t[]){0x1af000, 262144});
-  /*   359 eval      Transpose          /blocks.1/Transpose_3/eval  live 2.4 MiB */
+  snrt_reads(c, 338, 1, (const int64_t[]){0x1af000, 262144});
+  /*   338 eval      Transpose          /blocks.1/Transpose_3/eval  live 2.4 MiB */
   snrt_transpose(c, &P38, F(0x1af000), F(0x1ef000));
   snrt_dead(c, 0x1af000, 262144);
-  snrt_reads(c, 360, 1, (const int64_t[]){0x1ef000, 262144});
-  /*   360 eval      Reshape            /blocks.1/Reshape_3/eval  live 2.4 MiB */
+  snrt_reads(c, 339, 1, (const int64_t[]){0x1ef000, 262144});
+  /*   339 eval      Reshape            /blocks.1/Reshape_3/eval  live 2.4 MiB */
   snrt_copy(c, 262144, F(0x1ef000), F(0x1af000));
   snrt_dead(c, 0x1ef000, 262144);
-  snrt_reads(c, 361, 2, (const int64_t[]){0x1af000, 262144, 0x51400, 16384});
-  /*   361 eval      MatMul             /blocks.1/proj/MatMul/eval  live 2.4 MiB */
+  snrt_reads(c, 340, 3, (const int64_t[]){0x1af000, 262144, 0x51400, 16384, 0x55400, 256});
+  /*   340 eval      Gemm               /blocks.1/proj/MatMul+bias/eval  live 2.4 MiB */
   snrt_matmul(c, &P39, F(0x1af000), F(0x51400), F(0x1ef000));
+  snrt_bias_fwd(c, &P40, F(0x55400), F(0x1ef000));
   snrt_dead(c, 0x1af000, 262144);
-  snrt_reads(c, 362, 2, (const int64_t[]){0x55400, 256, 0x1ef000, 262144});
-  /*   362 eval      Add                /blocks.1/proj/Add/eval  live 2.4 MiB */
-  snrt_binary_fwd(c, &P40, F(0x55400), F(0x1ef000), F(0x1af000));
-  snrt_dead(c, 0x1ef000, 262144);
-  snrt_reads(c, 363, 2, (const int64_t[]){0x3af000, 262144, 0x1af000, 262144});
-  /*   363 eval      Add                /blocks.1/Add/eval  live 2.4 MiB */
-  snrt_binary_fwd(c, &P41, F(0x3af000), F(0x1af000), F(0x3ef000));
+  snrt_reads(c, 341, 2, (const int64_t[]){0x3af000, 262144, 0x1ef000, 262144});
+  /*   341 eval      Add                /blocks.1/Add/eval  live 2.4 MiB */
+  snrt_binary_fwd(c, &P41, F(0x3af000), F(0x1ef000), F(0x3ef000));
   snrt_dead(c, 0x3af000, 262144);
-  snrt_dead(c, 0x1af000, 262144);
-  snrt_reads(c, 364, 3, (const int64_t[]){0x3ef000, 262144, 0x44f00, 256, 0x45000, 256});
-  /*   364 eval      LayerNormalization /blocks.1/ln2/Add_1/layernorm/eval  live 2.2 MiB */
+  snrt_dead(c, 0x1ef000, 262144);
+  snrt_reads(c, 342, 3, (const int64_t[]){0x3ef000, 262144, 0x44f00, 256, 0x45000, 256});
+  /*   342 eval      LayerNormalization /blocks.1/ln2/Add_1/layernorm/eval  live 2.2 MiB */
   snrt_ln_fwd(c, &P42, F(0x3ef000), F(0x44f00), F(0x45000), F(0x2af000), NULL, NULL);
-  snrt_reads(c, 365, 2, (const int64_t[]){0x2af000, 262144, 0x55500, 65536});
-  /*   365 eval      MatMul             /blocks.1/fc/MatMul/eval  live 3.2 MiB */
+  snrt_reads(c, 343, 3, (const int64_t[]){0x2af000, 262144, 0x55500, 65536, 0x65500, 1024});
+  /*   343 eval      Gemm               /blocks.1/fc/MatMul+bias/eval  live 3.2 MiB */
   snrt_matmul(c, &P43, F(0x2af000), F(0x55500), F(0x1af000));
+  snrt_bias_fwd(c, &P44, F(0x65500), F(0x1af000));
   snrt_dead(c, 0x2af000, 262144);
-  snrt_reads(c, 366, 2, (const int64_t[]){0x65500, 1024, 0x1af000, 1048576});
-  /*   366 eval      Add                /blocks.1/fc/Add/eval  live 3.9 MiB */
-  snrt_binary_fwd(c, &P44, F(0x65500), F(0x1af000), F(0x2af000));
+  snrt_reads(c, 344, 1, (const int64_t[]){0x1af000, 1048576});
+  /*   344 eval      FUSED              /blocks.1/Mul_2/fused5/eval  live 3.9 MiB */
+  snrt_fused_fwd(c, &P45, (const float *const[]){F(0x1af000)}, F(0x2af000));
   snrt_dead(c, 0x1af000, 1048576);
-  snrt_reads(c, 367, 1, (const int64_t[]){0x2af000, 1048576});
-  /*   367 eval      FUSED              /blocks.1/Mul_2/fused5/eval  live 3.9 MiB */
-  snrt_fused_fwd(c, &P45, (const float *const[]){F(0x2af000)}, F(0x1af000));
+  snrt_reads(c, 345, 3, (const int64_t[]){0x2af000, 1048576, 0x65900, 65536, 0x75900, 256});
+  /*   345 eval      Gemm               /blocks.1/fc2/MatMul+bias/eval  live 3.2 MiB */
+  snrt_matmul(c, &P46, F(0x2af000), F(0x65900), F(0x1af000));
+  snrt_bias_fwd(c, &P47, F(0x75900), F(0x1af000));
   snrt_dead(c, 0x2af000, 1048576);
-  snrt_reads(c, 368, 2, (const int64_t[]){0x1af000, 1048576, 0x65900, 65536});
-  /*   368 eval      MatMul             /blocks.1/fc2/MatMul/eval  live 3.2 MiB */
-  snrt_matmul(c, &P46, F(0x1af000), F(0x65900), F(0x2af000));
-  snrt_dead(c, 0x1af000, 1048576);
-  snrt_reads(c, 369, 2, (const int64_t[]){0x75900, 256, 0x2af000, 262144});
-  /*   369 eval      Add                /blocks.1/fc2/Add/eval  live 2.4 MiB */
-  snrt_binary_fwd(c, &P47, F(0x75900), F(0x2af000), F(0x1af000));
-  snrt_dead(c, 0x2af000, 262144);
-  snrt_reads(c, 370, 2, (const int64_t[]){0x3ef000, 262144, 0x1af000, 262144});
-  /*   370 eval      Add                /blocks.1/Add_2/eval  live 2.4 MiB */
+  snrt_reads(c, 346, 2, (const int64_t[]){0x3ef000, 262144, 0x1af000, 262144});
+  /*   346 eval      Add                /blocks.1/Add_2/eval  live 2.4 MiB */
   snrt_binary_fwd(c, &P48, F(0x3ef000), F(0x1af000), F(0x3af000));
   snrt_dead(c, 0x3ef000, 262144);
   snrt_dead(c, 0x1af000, 262144);
-  snrt_reads(c, 371, 3, (const int64_t[]){0x3af000, 262144, 0x75a00, 256, 0x75b00, 256});
-  /*   371 eval      LayerNormalization /blocks.2/ln1/Add_1/layernorm/eval  live 2.2 MiB */
+  snrt_reads(c, 347, 3, (const int64_t[]){0x3af000, 262144, 0x75a00, 256, 0x75b00, 256});
+  /*   347 eval      LayerNormalization /blocks.2/ln1/Add_1/layernorm/eval  live 2.2 MiB */
   snrt_ln_fwd(c, &P49, F(0x3af000), F(0x75a00), F(0x75b00), F(0x26f000), NULL, NULL);
-  snrt_reads(c, 372, 2, (const int64_t[]){0x26f000, 262144, 0x75e00, 49152});
-  /*   372 eval      MatMul             /blocks.2/qkv/MatMul/eval  live 2.9 MiB */
+  snrt_reads(c, 348, 3, (const int64_t[]){0x26f000, 262144, 0x75e00, 49152, 0x81e00, 768});
+  /*   348 eval      Gemm               /blocks.2/qkv/MatMul+bias/eval  live 2.9 MiB */
   snrt_matmul(c, &P50, F(0x26f000), F(0x75e00), F(0x1af000));
+  snrt_bias_fwd(c, &P51, F(0x81e00), F(0x1af000));
   snrt_dead(c, 0x26f000, 262144);
-  snrt_reads(c, 373, 2, (const int64_t[]){0x81e00, 768, 0x1af000, 786432});
-  /*   373 eval      Add                /blocks.2/qkv/Add/eval  live 3.4 MiB */
-  snrt_binary_fwd(c, &P51, F(0x81e00), F(0x1af000), F(0x26f000));
+  snrt_reads(c, 349, 1, (const int64_t[]){0x1af000, 786432});
+  /*   349 eval      Split              /blocks.2/Split/eval  live 3.4 MiB */
+  snrt_split(c, &P52, F(0x1af000), (float *const[]){F(0x26f000), F(0x2af000), F(0x2ef000)});
   snrt_dead(c, 0x1af000, 786432);
-  snrt_reads(c, 374, 1, (const int64_t[]){0x26f000, 786432});
-  /*   374 eval      Split              /blocks.2/Split/eval  live 3.4 MiB */
-  snrt_split(c, &P52, F(0x26f000), (float *const[]){F(0x1af000), F(0x1ef000), F(0x22f000)});
-  snrt_dead(c, 0x26f000, 786432);
-  snrt_reads(c, 375, 1, (const int64_t[]){0x1af000, 262144});
-  /*   375 eval      Reshape            /blocks.2/Reshape/eval  live 2.9 MiB */
-  snrt_copy(c, 262144, F(0x1af000), F(0x26f000));
-  snrt_dead(c, 0x1af000, 262144);
-  snrt_reads(c, 376, 1, (const int64_t[]){0x26f000, 262144});
-  /*   376 eval      Transpose          /blocks.2/Transpose/eval  live 2.9 MiB */
-  snrt_transpose(c, &P53, F(0x26f000), F(0x2af000));
+  snrt_reads(c, 350, 1, (const int64_t[]){0x26f000, 262144});
+  /*   350 eval      Reshape            /blocks.2/Reshape/eval  live 2.9 MiB */
+  snrt_copy(c, 262144, F(0x26f000), F(0x1af000));
   snrt_dead(c, 0x26f000, 262144);
-  snrt_reads(c, 377, 1, (const int64_t[]){0x1ef000, 262144});
-  /*   377 eval      Reshape            /blocks.2/Reshape_1/eval  live 2.9 MiB */
-  snrt_copy(c, 262144, F(0x1ef000), F(0x1af000));
-  snrt_dead(c, 0x1ef000, 262144);
-  snrt_reads(c, 378, 1, (const int64_t[]){0x22f000, 262144});
-  /*   378 eval      Reshape            /blocks.2/Reshape_2/eval  live 2.9 MiB */
-  snrt_copy(c, 262144, F(0x22f000), F(0x1ef000));
-  snrt_dead(c, 0x22f000, 262144);
-  snrt_reads(c, 379, 1, (const int64_t[]){0x1ef000, 262144});
-  /*   379 eval      Transpose          /blocks.2/Transpose_1/eval  live 2.9 MiB */
+  snrt_reads(c, 351, 1, (const int64_t[]){0x1af000, 262144});
+  /*   351 eval      Transpose          /blocks.2/Transpose/eval  live 2.9 MiB */
+  snrt_transpose(c, &P53, F(0x1af000), F(0x32f000));
+  snrt_dead(c, 0x1af000, 262144);
+  snrt_reads(c, 352, 1, (const int64_t[]){0x2af000, 262144});
+  /*   352 eval      Reshape            /blocks.2/Reshape_1/eval  live 2.9 MiB */
+  snrt_copy(c, 262144, F(0x2af000), F(0x1af000));
+  snrt_dead(c, 0x2af000, 262144);
+  snrt_reads(c, 353, 1, (const int64_t[]){0x2ef000, 262144});
+  /*   353 eval      Reshape            /blocks.2/Reshape_2/eval  live 2.9 MiB */
+  snrt_copy(c, 262144, F(0x2ef000), F(0x1ef000));
+  snrt_dead(c, 0x2ef000, 262144);
+  snrt_reads(c, 354, 1, (const int64_t[]){0x1ef000, 262144});
+  /*   354 eval      Transpose          /blocks.2/Transpose_1/eval  live 2.9 MiB */
   snrt_transpose(c, &P54, F(0x1ef000), F(0x3ef000));
   snrt_dead(c, 0x1ef000, 262144);
-  snrt_reads(c, 380, 1, (const int64_t[]){0x1af000, 262144});
-  /*   380 eval      Transpose          /blocks.2/Transpose_2/eval  live 2.9 MiB */
-  snrt_transpose(c, &P55, F(0x1af000), F(0x2ef000));
+  snrt_reads(c, 355, 1, (const int64_t[]){0x1af000, 262144});
+  /*   355 eval      Transpose          /blocks.2/Transpose_2/eval  live 2.9 MiB */
+  snrt_transpose(c, &P55, F(0x1af000), F(0x2af000));
   snrt_dead(c, 0x1af000, 262144);
-  snrt_reads(c, 381, 2, (const int64_t[]){0x2af000, 262144, 0x2ef000, 262144});
-  /*   381 eval      MatMul             /blocks.2/MatMul/eval  live 3.7 MiB */
-  snrt_matmul(c, &P56, F(0x2af000), F(0x2ef000), F(0x1af000));
+  snrt_reads(c, 356, 2, (const int64_t[]){0x32f000, 262144, 0x2af000, 262144});
+  /*   356 eval      MatMul             /blocks.2/MatMul/eval  live 3.7 MiB */
+  snrt_matmul(c, &P56, F(0x32f000), F(0x2af000), F(0x1af000));
+  snrt_dead(c, 0x32f000, 262144);
   snrt_dead(c, 0x2af000, 262144);
-  snrt_dead(c, 0x2ef000, 262144);
-  snrt_reads(c, 382, 2, (const int64_t[]){0x1af000, 1048576, 0xd7800, 4});
-  /*   382 eval      Mul                /blocks.2/Mul/eval  live 4.2 MiB */
+  snrt_reads(c, 357, 2, (const int64_t[]){0x1af000, 1048576, 0xd7800, 4});
+  /*   357 eval      Mul                /blocks.2/Mul/eval  live 4.2 MiB */
   snrt_binary_fwd(c, &P57, F(0x1af000), F(0xd7800), F(0x2af000));
   snrt_dead(c, 0x1af000, 1048576);
-  snrt_reads(c, 383, 1, (const int64_t[]){0x2af000, 1048576});
-  /*   383 eval      Where              /blocks.2/Where/eval  live 4.2 MiB */
+  snrt_reads(c, 358, 1, (const int64_t[]){0x2af000, 1048576});
+  /*   358 eval      Where              /blocks.2/Where/eval  live 4.2 MiB */
   snrt_where(c, &P58, F(0x2af000), F(0x1af000));
   snrt_dead(c, 0x2af000, 1048576);
-  snrt_reads(c, 384, 1, (const int64_t[]){0x1af000, 1048576});
-  /*   384 eval      Softmax            /blocks.2/Softmax/eval  live 4.2 MiB */
+  snrt_reads(c, 359, 1, (const int64_t[]){0x1af000, 1048576});
+  /*   359 eval      Softmax            /blocks.2/Softmax/eval  live 4.2 MiB */
   snrt_softmax_fwd(c, &P59, F(0x1af000), F(0x2af000));
   snrt_dead(c, 0x1af000, 1048576);
-  snrt_reads(c, 385, 2, (const int64_t[]){0x2af000, 1048576, 0x3ef000, 262144});
-  /*   385 eval      MatMul             /blocks.2/MatMul_1/eval  live 3.4 MiB */
+  snrt_reads(c, 360, 2, (const int64_t[]){0x2af000, 1048576, 0x3ef000, 262144});
+  /*   360 eval      MatMul             /blocks.2/MatMul_1/eval  live 3.4 MiB */
   snrt_matmul(c, &P60, F(0x2af000), F(0x3ef000), F(0x1af000));
   snrt_dead(c, 0x3ef000, 262144);
   snrt_dead(c, 0x2af000, 1048576);
-  snrt_reads(c, 386, 1, (const int64_t[]){0x1af000, 262144});
-  /*   386 eval      Transpose          /blocks.2/Transpose_3/eval  live 2.4 MiB */
+  snrt_reads(c, 361, 1, (const int64_t[]){0x1af000, 262144});
+  /*   361 eval      Transpose          /blocks.2/Transpose_3/eval  live 2.4 MiB */
   snrt_transpose(c, &P61, F(0x1af000), F(0x1ef000));
   snrt_dead(c, 0x1af000, 262144);
-  snrt_reads(c, 387, 1, (const int64_t[]){0x1ef000, 262144});
-  /*   387 eval      Reshape            /blocks.2/Reshape_3/eval  live 2.4 MiB */
+  snrt_reads(c, 362, 1, (const int64_t[]){0x1ef000, 262144});
+  /*   362 eval      Reshape            /blocks.2/Reshape_3/eval  live 2.4 MiB */
   snrt_copy(c, 262144, F(0x1ef000), F(0x1af000));
   snrt_dead(c, 0x1ef000, 262144);
-  snrt_reads(c, 388, 2, (const int64_t[]){0x1af000, 262144, 0x82100, 16384});
-  /*   388 eval      MatMul             /blocks.2/proj/MatMul/eval  live 2.4 MiB */
+  snrt_reads(c, 363, 3, (const int64_t[]){0x1af000, 262144, 0x82100, 16384, 0x86100, 256});
+  /*   363 eval      Gemm               /blocks.2/proj/MatMul+bias/eval  live 2.4 MiB */
   snrt_matmul(c, &P62, F(0x1af000), F(0x82100), F(0x1ef000));
+  snrt_bias_fwd(c, &P63, F(0x86100), F(0x1ef000));
   snrt_dead(c, 0x1af000, 262144);
-  snrt_reads(c, 389, 2, (const int64_t[]){0x86100, 256, 0x1ef000, 262144});
-  /*   389 eval      Add                /blocks.2/proj/Add/eval  live 2.4 MiB */
-  snrt_binary_fwd(c, &P63, F(0x86100), F(0x1ef000), F(0x1af000));
-  snrt_dead(c, 0x1ef000, 262144);
-  snrt_reads(c, 390, 2, (const int64_t[]){0x3af000, 262144, 0x1af000, 262144});
-  /*   390 eval      Add                /blocks.2/Add/eval  live 2.4 MiB */
-  snrt_binary_fwd(c, &P64, F(0x3af000), F(0x1af000), F(0x3ef000));
+  snrt_reads(c, 364, 2, (const int64_t[]){0x3af000, 262144, 0x1ef000, 262144});
+  /*   364 eval      Add                /blocks.2/Add/eval  live 2.4 MiB */
+  snrt_binary_fwd(c, &P64, F(0x3af000), F(0x1ef000), F(0x3ef000));
   snrt_dead(c, 0x3af000, 262144);
-  snrt_dead(c, 0x1af000, 262144);
-  snrt_reads(c, 391, 3, (const int64_t[]){0x3ef000, 262144, 0x75c00, 256, 0x75d00, 256});
-  /*   391 eval      LayerNormalization /blocks.2/ln2/Add_1/layernorm/eval  live 2.2 MiB */
+  snrt_dead(c, 0x1ef000, 262144);
+  snrt_reads(c, 365, 3, (const int64_t[]){0x3ef000, 262144, 0x75c00, 256, 0x75d00, 256});
+  /*   365 eval      LayerNormalization /blocks.2/ln2/Add_1/layernorm/eval  live 2.2 MiB */
   snrt_ln_fwd(c, &P65, F(0x3ef000), F(0x75c00), F(0x75d00), F(0x2af000), NULL, NULL);
-  snrt_reads(c, 392, 2, (const int64_t[]){0x2af000, 262144, 0x86200, 65536});
-  /*   392 eval      MatMul             /blocks.2/fc/MatMul/eval  live 3.2 MiB */
+  snrt_reads(c, 366, 3, (const int64_t[]){0x2af000, 262144, 0x86200, 65536, 0x96200, 1024});
+  /*   366 eval      Gemm               /blocks.2/fc/MatMul+bias/eval  live 3.2 MiB */
   snrt_matmul(c, &P66, F(0x2af000), F(0x86200), F(0x1af000));
+  snrt_bias_fwd(c, &P67, F(0x96200), F(0x1af000));
   snrt_dead(c, 0x2af000, 262144);
-  snrt_reads(c, 393, 2, (const int64_t[]){0x96200, 1024, 0x1af000, 1048576});
-  /*   393 eval      Add                /blocks.2/fc/Add/eval  live 3.9 MiB */
-  snrt_binary_fwd(c, &P67, F(0x96200), F(0x1af000), F(0x2af000));
+  snrt_reads(c, 367, 1, (const int64_t[]){0x1af000, 1048576});
+  /*   367 eval      FUSED              /blocks.2/Mul_2/fused5/eval  live 3.9 MiB */
+  snrt_fused_fwd(c, &P68, (const float *const[]){F(0x1af000)}, F(0x2af000));
   snrt_dead(c, 0x1af000, 1048576);
-  snrt_reads(c, 394, 1, (const int64_t[]){0x2af000, 1048576});
-  /*   394 eval      FUSED              /blocks.2/Mul_2/fused5/eval  live 3.9 MiB */
-  snrt_fused_fwd(c, &P68, (const float *const[]){F(0x2af000)}, F(0x1af000));
+  snrt_reads(c, 368, 3, (const int64_t[]){0x2af000, 1048576, 0x96600, 65536, 0xa6600, 256});
+  /*   368 eval      Gemm               /blocks.2/fc2/MatMul+bias/eval  live 3.2 MiB */
+  snrt_matmul(c, &P69, F(0x2af000), F(0x96600), F(0x1af000));
+  snrt_bias_fwd(c, &P70, F(0xa6600), F(0x1af000));
   snrt_dead(c, 0x2af000, 1048576);
-  snrt_reads(c, 395, 2, (const int64_t[]){0x1af000, 1048576, 0x96600, 65536});
-  /*   395 eval      MatMul             /blocks.2/fc2/MatMul/eval  live 3.2 MiB */
-  snrt_matmul(c, &P69, F(0x1af000), F(0x96600), F(0x2af000));
-  snrt_dead(c, 0x1af000, 1048576);
-  snrt_reads(c, 396, 2, (const int64_t[]){0xa6600, 256, 0x2af000, 262144});
-  /*   396 eval      Add                /blocks.2/fc2/Add/eval  live 2.4 MiB */
-  snrt_binary_fwd(c, &P70, F(0xa6600), F(0x2af000), F(0x1af000));
-  snrt_dead(c, 0x2af000, 262144);
-  snrt_reads(c, 397, 2, (const int64_t[]){0x3ef000, 262144, 0x1af000, 262144});
-  /*   397 eval      Add                /blocks.2/Add_2/eval  live 2.4 MiB */
+  snrt_reads(c, 369, 2, (const int64_t[]){0x3ef000, 262144, 0x1af000, 262144});
+  /*   369 eval      Add                /blocks.2/Add_2/eval  live 2.4 MiB */
   snrt_binary_fwd(c, &P71, F(0x3ef000), F(0x1af000), F(0x3af000));
   snrt_dead(c, 0x3ef000, 262144);
   snrt_dead(c, 0x1af000, 262144);
-  snrt_reads(c, 398, 3, (const int64_t[]){0x3af000, 262144, 0xa6700, 256, 0xa6800, 256});
-  /*   398 eval      LayerNormalization /blocks.3/ln1/Add_1/layernorm/eval  live 2.2 MiB */
+  snrt_reads(c, 370, 3, (const int64_t[]){0x3af000, 262144, 0xa6700, 256, 0xa6800, 256});
+  /*   370 eval      LayerNormalization /blocks.3/ln1/Add_1/layernorm/eval  live 2.2 MiB */
   snrt_ln_fwd(c, &P72, F(0x3af000), F(0xa6700), F(0xa6800), F(0x26f000), NULL, NULL);
-  snrt_reads(c, 399, 2, (const int64_t[]){0x26f000, 262144, 0xa6b00, 49152});
-  /*   399 eval      MatMul             /blocks.3/qkv/MatMul/eval  live 2.9 MiB */
+  snrt_reads(c, 371, 3, (const int64_t[]){0x26f000, 262144, 0xa6b00, 49152, 0xb2b00, 768});
+  /*   371 eval      Gemm               /blocks.3/qkv/MatMul+bias/eval  live 2.9 MiB */
   snrt_matmul(c, &P73, F(0x26f000), F(0xa6b00), F(0x1af000));
+  snrt_bias_fwd(c, &P74, F(0xb2b00), F(0x1af000));
   snrt_dead(c, 0x26f000, 262144);
-  snrt_reads(c, 400, 2, (const int64_t[]){0xb2b00, 768, 0x1af000, 786432});
-  /*   400 eval      Add                /blocks.3/qkv/Add/eval  live 3.4 MiB */
-  snrt_binary_fwd(c, &P74, F(0xb2b00), F(0x1af000), F(0x26f000));
+  snrt_reads(c, 372, 1, (const int64_t[]){0x1af000, 786432});
+  /*   372 eval      Split              /blocks.3/Split/eval  live 3.4 MiB */
+  snrt_split(c, &P75, F(0x1af000), (float *const[]){F(0x26f000), F(0x2af000), F(0x2ef000)});
   snrt_dead(c, 0x1af000, 786432);
-  snrt_reads(c, 401, 1, (const int64_t[]){0x26f000, 786432});
-  /*   401 eval      Split              /blocks.3/Split/eval  live 3.4 MiB */
-  snrt_split(c, &P75, F(0x26f000), (float *const[]){F(0x1af000), F(0x1ef000), F(0x22f000)});
-  snrt_dead(c, 0x26f000, 786432);
-  snrt_reads(c, 402, 1, (const int64_t[]){0x1af000, 262144});
-  /*   402 eval      Reshape            /blocks.3/Reshape/eval  live 2.9 MiB */
-  snrt_copy(c, 262144, F(0x1af000), F(0x26f000));
-  snrt_dead(c, 0x1af000, 262144);
-  snrt_reads(c, 403, 1, (const int64_t[]){0x26f000, 262144});
-  /*   403 eval      Transpose          /blocks.3/Transpose/eval  live 2.9 MiB */
-  snrt_transpose(c, &P76, F(0x26f000), F(0x2af000));
+  snrt_reads(c, 373, 1, (const int64_t[]){0x26f000, 262144});
+  /*   373 eval      Reshape            /blocks.3/Reshape/eval  live 2.9 MiB */
+  snrt_copy(c, 262144, F(0x26f000), F(0x1af000));
   snrt_dead(c, 0x26f000, 262144);
-  snrt_reads(c, 404, 1, (const int64_t[]){0x1ef000, 262144});
-  /*   404 eval      Reshape            /blocks.3/Reshape_1/eval  live 2.9 MiB */
-  snrt_copy(c, 262144, F(0x1ef000), F(0x1af000));
-  snrt_dead(c, 0x1ef000, 262144);
-  snrt_reads(c, 405, 1, (const int64_t[]){0x22f000, 262144});
-  /*   405 eval      Reshape            /blocks.3/Reshape_2/eval  live 2.9 MiB */
-  snrt_copy(c, 262144, F(0x22f000), F(0x1ef000));
-  snrt_dead(c, 0x22f000, 262144);
-  snrt_reads(c, 406, 1, (const int64_t[]){0x1ef000, 262144});
-  /*   406 eval      Transpose          /blocks.3/Transpose_1/eval  live 2.9 MiB */
+  snrt_reads(c, 374, 1, (const int64_t[]){0x1af000, 262144});
+  /*   374 eval      Transpose          /blocks.3/Transpose/eval  live 2.9 MiB */
+  snrt_transpose(c, &P76, F(0x1af000), F(0x32f000));
+  snrt_dead(c, 0x1af000, 262144);
+  snrt_reads(c, 375, 1, (const int64_t[]){0x2af000, 262144});
+  /*   375 eval      Reshape            /blocks.3/Reshape_1/eval  live 2.9 MiB */
+  snrt_copy(c, 262144, F(0x2af000), F(0x1af000));
+  snrt_dead(c, 0x2af000, 262144);
+  snrt_reads(c, 376, 1, (const int64_t[]){0x2ef000, 262144});
+  /*   376 eval      Reshape            /blocks.3/Reshape_2/eval  live 2.9 MiB */
+  snrt_copy(c, 262144, F(0x2ef000), F(0x1ef000));
+  snrt_dead(c, 0x2ef000, 262144);
+  snrt_reads(c, 377, 1, (const int64_t[]){0x1ef000, 262144});
+  /*   377 eval      Transpose          /blocks.3/Transpose_1/eval  live 2.9 MiB */
   snrt_transpose(c, &P77, F(0x1ef000), F(0x3ef000));
   snrt_dead(c, 0x1ef000, 262144);
-  snrt_reads(c, 407, 1, (const int64_t[]){0x1af000, 262144});
-  /*   407 eval      Transpose          /blocks.3/Transpose_2/eval  live 2.9 MiB */
-  snrt_transpose(c, &P78, F(0x1af000), F(0x2ef000));
+  snrt_reads(c, 378, 1, (const int64_t[]){0x1af000, 262144});
+  /*   378 eval      Transpose          /blocks.3/Transpose_2/eval  live 2.9 MiB */
+  snrt_transpose(c, &P78, F(0x1af000), F(0x2af000));
   snrt_dead(c, 0x1af000, 262144);
-  snrt_reads(c, 408, 2, (const int64_t[]){0x2af000, 262144, 0x2ef000, 262144});
-  /*   408 eval      MatMul             /blocks.3/MatMul/eval  live 3.7 MiB */
-  snrt_matmul(c, &P79, F(0x2af000), F(0x2ef000), F(0x1af000));
+  snrt_reads(c, 379, 2, (const int64_t[]){0x32f000, 262144, 0x2af000, 262144});
+  /*   379 eval      MatMul             /blocks.3/MatMul/eval  live 3.7 MiB */
+  snrt_matmul(c, &P79, F(0x32f000), F(0x2af000), F(0x1af000));
+  snrt_dead(c, 0x32f000, 262144);
   snrt_dead(c, 0x2af000, 262144);
-  snrt_dead(c, 0x2ef000, 262144);
-  snrt_reads(c, 409, 2, (const int64_t[]){0x1af000, 1048576, 0xd7900, 4});
-  /*   409 eval      Mul                /blocks.3/Mul/eval  live 4.2 MiB */
+  snrt_reads(c, 380, 2, (const int64_t[]){0x1af000, 1048576, 0xd7900, 4});
+  /*   380 eval      Mul                /blocks.3/Mul/eval  live 4.2 MiB */
   snrt_binary_fwd(c, &P80, F(0x1af000), F(0xd7900), F(0x2af000));
   snrt_dead(c, 0x1af000, 1048576);
-  snrt_reads(c, 410, 1, (const int64_t[]){0x2af000, 1048576});
-  /*   410 eval      Where              /blocks.3/Where/eval  live 4.2 MiB */
+  snrt_reads(c, 381, 1, (const int64_t[]){0x2af000, 1048576});
+  /*   381 eval      Where              /blocks.3/Where/eval  live 4.2 MiB */
   snrt_where(c, &P81, F(0x2af000), F(0x1af000));
   snrt_dead(c, 0x2af000, 1048576);
-  snrt_reads(c, 411, 1, (const int64_t[]){0x1af000, 1048576});
-  /*   411 eval      Softmax            /blocks.3/Softmax/eval  live 4.2 MiB */
+  snrt_reads(c, 382, 1, (const int64_t[]){0x1af000, 1048576});
+  /*   382 eval      Softmax            /blocks.3/Softmax/eval  live 4.2 MiB */
   snrt_softmax_fwd(c, &P82, F(0x1af000), F(0x2af000));
   snrt_dead(c, 0x1af000, 1048576);
-  snrt_reads(c, 412, 2, (const int64_t[]){0x2af000, 1048576, 0x3ef000, 262144});
-  /*   412 eval      MatMul             /blocks.3/MatMul_1/eval  live 3.4 MiB */
+  snrt_reads(c, 383, 2, (const int64_t[]){0x2af000, 1048576, 0x3ef000, 262144});
+  /*   383 eval      MatMul             /blocks.3/MatMul_1/eval  live 3.4 MiB */
   snrt_matmul(c, &P83, F(0x2af000), F(0x3ef000), F(0x1af000));
   snrt_dead(c, 0x3ef000, 262144);
   snrt_dead(c, 0x2af000, 1048576);
-  snrt_reads(c, 413, 1, (const int64_t[]){0x1af000, 262144});
-  /*   413 eval      Transpose          /blocks.3/Transpose_3/eval  live 2.4 MiB */
+  snrt_reads(c, 384, 1, (const int64_t[]){0x1af000, 262144});
+  /*   384 eval      Transpose          /blocks.3/Transpose_3/eval  live 2.4 MiB */
   snrt_transpose(c, &P84, F(0x1af000), F(0x1ef000));
   snrt_dead(c, 0x1af000, 262144);
-  snrt_reads(c, 414, 1, (const int64_t[]){0x1ef000, 262144});
-  /*   414 eval      Reshape            /blocks.3/Reshape_3/eval  live 2.4 MiB */
+  snrt_reads(c, 385, 1, (const int64_t[]){0x1ef000, 262144});
+  /*   385 eval      Reshape            /blocks.3/Reshape_3/eval  live 2.4 MiB */
   snrt_copy(c, 262144, F(0x1ef000), F(0x1af000));
   snrt_dead(c, 0x1ef000, 262144);
-  snrt_reads(c, 415, 2, (const int64_t[]){0x1af000, 262144, 0xb2e00, 16384});
-  /*   415 eval      MatMul             /blocks.3/proj/MatMul/eval  live 2.4 MiB */
+  snrt_reads(c, 386, 3, (const int64_t[]){0x1af000, 262144, 0xb2e00, 16384, 0xb6e00, 256});
+  /*   386 eval      Gemm               /blocks.3/proj/MatMul+bias/eval  live 2.4 MiB */
   snrt_matmul(c, &P85, F(0x1af000), F(0xb2e00), F(0x1ef000));
+  snrt_bias_fwd(c, &P86, F(0xb6e00), F(0x1ef000));
   snrt_dead(c, 0x1af000, 262144);
-  snrt_reads(c, 416, 2, (const int64_t[]){0xb6e00, 256, 0x1ef000, 262144});
-  /*   416 eval      Add                /blocks.3/proj/Add/eval  live 2.4 MiB */
-  snrt_binary_fwd(c, &P86, F(0xb6e00), F(0x1ef000), F(0x1af000));
-  snrt_dead(c, 0x1ef000, 262144);
-  snrt_reads(c, 417, 2, (const int64_t[]){0x3af000, 262144, 0x1af000, 262144});
-  /*   417 eval      Add                /blocks.3/Add/eval  live 2.4 MiB */
-  snrt_binary_fwd(c, &P87, F(0x3af000), F(0x1af000), F(0x3ef000));
+  snrt_reads(c, 387, 2, (const int64_t[]){0x3af000, 262144, 0x1ef000, 262144});
+  /*   387 eval      Add                /blocks.3/Add/eval  live 2.4 MiB */
+  snrt_binary_fwd(c, &P87, F(0x3af000), F(0x1ef000), F(0x3ef000));
   snrt_dead(c, 0x3af000, 262144);
-  snrt_dead(c, 0x1af000, 262144);
-  snrt_reads(c, 418, 3, (const int64_t[]){0x3ef000, 262144, 0xa6900, 256, 0xa6a00, 256});
-  /*   418 eval      LayerNormalization /blocks.3/ln2/Add_1/layernorm/eval  live 2.2 MiB */
+  snrt_dead(c, 0x1ef000, 262144);
+  snrt_reads(c, 388, 3, (const int64_t[]){0x3ef000, 262144, 0xa6900, 256, 0xa6a00, 256});
+  /*   388 eval      LayerNormalization /blocks.3/ln2/Add_1/layernorm/eval  live 2.2 MiB */
   snrt_ln_fwd(c, &P88, F(0x3ef000), F(0xa6900), F(0xa6a00), F(0x2af000), NULL, NULL);
-  snrt_reads(c, 419, 2, (const int64_t[]){0x2af000, 262144, 0xb6f00, 65536});
-  /*   419 eval      MatMul             /blocks.3/fc/MatMul/eval  live 3.2 MiB */
+  snrt_reads(c, 389, 3, (const int64_t[]){0x2af000, 262144, 0xb6f00, 65536, 0xc6f00, 1024});
+  /*   389 eval      Gemm               /blocks.3/fc/MatMul+bias/eval  live 3.2 MiB */
   snrt_matmul(c, &P89, F(0x2af000), F(0xb6f00), F(0x1af000));
+  snrt_bias_fwd(c, &P90, F(0xc6f00), F(0x1af000));
   snrt_dead(c, 0x2af000, 262144);
-  snrt_reads(c, 420, 2, (const int64_t[]){0xc6f00, 1024, 0x1af000, 1048576});
-  /*   420 eval      Add                /blocks.3/fc/Add/eval  live 3.9 MiB */
-  snrt_binary_fwd(c, &P90, F(0xc6f00), F(0x1af000), F(0x2af000));
+  snrt_reads(c, 390, 1, (const int64_t[]){0x1af000, 1048576});
+  /*   390 eval      FUSED              /blocks.3/Mul_2/fused5/eval  live 3.9 MiB */
+  snrt_fused_fwd(c, &P91, (const float *const[]){F(0x1af000)}, F(0x2af000));
   snrt_dead(c, 0x1af000, 1048576);
-  snrt_reads(c, 421, 1, (const int64_t[]){0x2af000, 1048576});
-  /*   421 eval      FUSED              /blocks.3/Mul_2/fused5/eval  live 3.9 MiB */
-  snrt_fused_fwd(c, &P91, (const float *const[]){F(0x2af000)}, F(0x1af000));
+  snrt_reads(c, 391, 3, (const int64_t[]){0x2af000, 1048576, 0xc7300, 65536, 0xd7300, 256});
+  /*   391 eval      Gemm               /blocks.3/fc2/MatMul+bias/eval  live 3.2 MiB */
+  snrt_matmul(c, &P92, F(0x2af000), F(0xc7300), F(0x1af000));
+  snrt_bias_fwd(c, &P93, F(0xd7300), F(0x1af000));
   snrt_dead(c, 0x2af000, 1048576);
-  snrt_reads(c, 422, 2, (const int64_t[]){0x1af000, 1048576, 0xc7300, 65536});
-  /*   422 eval      MatMul             /blocks.3/fc2/MatMul/eval  live 3.2 MiB */
-  snrt_matmul(c, &P92, F(0x1af000), F(0xc7300), F(0x2af000));
-  snrt_dead(c, 0x1af000, 1048576);
-  snrt_reads(c, 423, 2, (const int64_t[]){0xd7300, 256, 0x2af000, 262144});
-  /*   423 eval      Add                /blocks.3/fc2/Add/eval  live 2.4 MiB */
-  snrt_binary_fwd(c, &P93, F(0xd7300), F(0x2af000), F(0x1af000));
-  snrt_dead(c, 0x2af000, 262144);
-  snrt_reads(c, 424, 2, (const int64_t[]){0x3ef000, 262144, 0x1af000, 262144});
-  /*   424 eval      Add                /blocks.3/Add_2/eval  live 2.4 MiB */
+  snrt_reads(c, 392, 2, (const int64_t[]){0x3ef000, 262144, 0x1af000, 262144});
+  /*   392 eval      Add                /blocks.3/Add_2/eval  live 2.4 MiB */
   snrt_binary_fwd(c, &P94, F(0x3ef000), F(0x1af000), F(0x1ef000));
   snrt_dead(c, 0x3ef000, 262144);
   snrt_dead(c, 0x1af000, 262144);
-  snrt_reads(c, 425, 3, (const int64_t[]){0x1ef000, 262144, 0xd7400, 256, 0xd7500, 256});
-  /*   425 eval      LayerNormalization /lnf/Add_1/layernorm/eval  live 2.2 MiB */
+  snrt_reads(c, 393, 3, (const int64_t[]){0x1ef000, 262144, 0xd7400, 256, 0xd7500, 256});
+  /*   393 eval      LayerNormalization /lnf/Add_1/layernorm/eval  live 2.2 MiB */
   snrt_ln_fwd(c, &P95, F(0x1ef000), F(0xd7400), F(0xd7500), F(0x2af000), NULL, NULL);
   snrt_dead(c, 0x1ef000, 262144);
-  snrt_reads(c, 426, 2, (const int64_t[]){0x2af000, 262144, 0x0, 65536});
-  /*   426 eval      MatMul             /head/MatMul/eval  live 2.9 MiB */
+  snrt_reads(c, 394, 2, (const int64_t[]){0x2af000, 262144, 0x0, 65536});
+  /*   394 eval      MatMul             /head/MatMul/eval  live 2.9 MiB */
   snrt_matmul(c, &P96, F(0x2af000), F(0x0), F(0x1af000));
   snrt_dead(c, 0x2af000, 262144);
 }
@@ -4059,10 +3963,10 @@ static const snrt_tensor tensors[] = {
   {"wpe.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {64, 64}, 16384, 2043904, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"wpe.weight.momentum", SNRT_T_OPT, SNRT_F32, 2, {64, 64}, 16384, 1683456, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.0.ln1.weight", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 81920, -1, SNRT_INIT_FILE, 0, 81920, 11, {12, -1}},
-  {"blocks.0.ln1.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 2289664, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.0.ln1.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 2027520, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"blocks.0.ln1.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 1682944, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.0.ln1.bias", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 82176, -1, SNRT_INIT_FILE, 0, 82176, 14, {15, -1}},
-  {"blocks.0.ln1.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 2289920, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.0.ln1.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 2027776, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"blocks.0.ln1.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 1683200, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.0.ln2.weight", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 82432, -1, SNRT_INIT_FILE, 0, 82432, 17, {18, -1}},
   {"blocks.0.ln2.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 2289664, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
@@ -4071,34 +3975,34 @@ static const snrt_tensor tensors[] = {
   {"blocks.0.ln2.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 2289920, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"blocks.0.ln2.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 1616128, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.0.qkv.weight", SNRT_T_PARAM, SNRT_F32, 2, {192, 64}, 49152, 82944, -1, SNRT_INIT_FILE, 0, 82944, 23, {24, -1}},
-  {"blocks.0.qkv.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {192, 64}, 49152, 2027520, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
-  {"blocks.0.qkv.weight.momentum", SNRT_T_OPT, SNRT_F32, 2, {192, 64}, 49152, 1633792, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
+  {"blocks.0.qkv.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {192, 64}, 49152, 2813952, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.0.qkv.weight.momentum", SNRT_T_OPT, SNRT_F32, 2, {192, 64}, 49152, 1633024, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.0.qkv.bias", SNRT_T_PARAM, SNRT_F32, 1, {192}, 768, 132096, -1, SNRT_INIT_FILE, 0, 132096, 26, {27, -1}},
-  {"blocks.0.qkv.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {192}, 768, 3338240, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
-  {"blocks.0.qkv.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {192}, 768, 1633024, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
+  {"blocks.0.qkv.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {192}, 768, 2863104, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.0.qkv.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {192}, 768, 1682176, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.0.proj.weight", SNRT_T_PARAM, SNRT_F32, 2, {64, 64}, 16384, 132864, -1, SNRT_INIT_FILE, 0, 132864, 29, {30, -1}},
   {"blocks.0.proj.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {64, 64}, 16384, 2289664, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
-  {"blocks.0.proj.weight.momentum", SNRT_T_OPT, SNRT_F32, 2, {64, 64}, 16384, 1616640, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
+  {"blocks.0.proj.weight.momentum", SNRT_T_OPT, SNRT_F32, 2, {64, 64}, 16384, 1616384, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.0.proj.bias", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 149248, -1, SNRT_INIT_FILE, 0, 149248, 32, {33, -1}},
-  {"blocks.0.proj.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 2289664, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
-  {"blocks.0.proj.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 1616384, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
+  {"blocks.0.proj.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 2306048, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.0.proj.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 1632768, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.0.fc.weight", SNRT_T_PARAM, SNRT_F32, 2, {256, 64}, 65536, 149504, -1, SNRT_INIT_FILE, 0, 149504, 35, {36, -1}},
   {"blocks.0.fc.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {256, 64}, 65536, 2027520, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
-  {"blocks.0.fc.weight.momentum", SNRT_T_OPT, SNRT_F32, 2, {256, 64}, 65536, 1550336, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
+  {"blocks.0.fc.weight.momentum", SNRT_T_OPT, SNRT_F32, 2, {256, 64}, 65536, 1549312, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.0.fc.bias", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 215040, -1, SNRT_INIT_FILE, 0, 215040, 38, {39, -1}},
-  {"blocks.0.fc.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 4911104, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
-  {"blocks.0.fc.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 1549312, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
+  {"blocks.0.fc.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 2093056, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.0.fc.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 1614848, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.0.fc2.weight", SNRT_T_PARAM, SNRT_F32, 2, {64, 256}, 65536, 216064, -1, SNRT_INIT_FILE, 0, 216064, 41, {42, -1}},
   {"blocks.0.fc2.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {64, 256}, 65536, 6483968, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
-  {"blocks.0.fc2.weight.momentum", SNRT_T_OPT, SNRT_F32, 2, {64, 256}, 65536, 1483776, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
+  {"blocks.0.fc2.weight.momentum", SNRT_T_OPT, SNRT_F32, 2, {64, 256}, 65536, 1483520, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.0.fc2.bias", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 281600, -1, SNRT_INIT_FILE, 0, 281600, 44, {45, -1}},
-  {"blocks.0.fc2.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 5173248, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
-  {"blocks.0.fc2.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 1483520, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
+  {"blocks.0.fc2.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 3862528, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.0.fc2.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 1549056, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.1.ln1.weight", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 281856, -1, SNRT_INIT_FILE, 0, 281856, 47, {48, -1}},
-  {"blocks.1.ln1.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 5435392, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.1.ln1.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 5173248, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"blocks.1.ln1.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 1483008, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.1.ln1.bias", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 282112, -1, SNRT_INIT_FILE, 0, 282112, 50, {51, -1}},
-  {"blocks.1.ln1.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 5435648, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.1.ln1.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 5173504, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"blocks.1.ln1.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 1483264, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.1.ln2.weight", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 282368, -1, SNRT_INIT_FILE, 0, 282368, 53, {54, -1}},
   {"blocks.1.ln2.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 5435392, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
@@ -4107,34 +4011,34 @@ static const snrt_tensor tensors[] = {
   {"blocks.1.ln2.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 5435648, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"blocks.1.ln2.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 1416192, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.1.qkv.weight", SNRT_T_PARAM, SNRT_F32, 2, {192, 64}, 49152, 282880, -1, SNRT_INIT_FILE, 0, 282880, 59, {60, -1}},
-  {"blocks.1.qkv.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {192, 64}, 49152, 5173248, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
-  {"blocks.1.qkv.weight.momentum", SNRT_T_OPT, SNRT_F32, 2, {192, 64}, 49152, 1433856, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
+  {"blocks.1.qkv.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {192, 64}, 49152, 5959680, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.1.qkv.weight.momentum", SNRT_T_OPT, SNRT_F32, 2, {192, 64}, 49152, 1433088, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.1.qkv.bias", SNRT_T_PARAM, SNRT_F32, 1, {192}, 768, 332032, -1, SNRT_INIT_FILE, 0, 332032, 62, {63, -1}},
-  {"blocks.1.qkv.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {192}, 768, 6483968, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
-  {"blocks.1.qkv.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {192}, 768, 1433088, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
+  {"blocks.1.qkv.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {192}, 768, 6008832, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.1.qkv.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {192}, 768, 1482240, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.1.proj.weight", SNRT_T_PARAM, SNRT_F32, 2, {64, 64}, 16384, 332800, -1, SNRT_INIT_FILE, 0, 332800, 65, {66, -1}},
   {"blocks.1.proj.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {64, 64}, 16384, 5435392, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
-  {"blocks.1.proj.weight.momentum", SNRT_T_OPT, SNRT_F32, 2, {64, 64}, 16384, 1416704, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
+  {"blocks.1.proj.weight.momentum", SNRT_T_OPT, SNRT_F32, 2, {64, 64}, 16384, 1416448, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.1.proj.bias", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 349184, -1, SNRT_INIT_FILE, 0, 349184, 68, {69, -1}},
-  {"blocks.1.proj.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 5435392, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
-  {"blocks.1.proj.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 1416448, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
+  {"blocks.1.proj.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 5451776, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.1.proj.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 1432832, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.1.fc.weight", SNRT_T_PARAM, SNRT_F32, 2, {256, 64}, 65536, 349440, -1, SNRT_INIT_FILE, 0, 349440, 71, {72, -1}},
   {"blocks.1.fc.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {256, 64}, 65536, 5173248, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
-  {"blocks.1.fc.weight.momentum", SNRT_T_OPT, SNRT_F32, 2, {256, 64}, 65536, 1350400, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
+  {"blocks.1.fc.weight.momentum", SNRT_T_OPT, SNRT_F32, 2, {256, 64}, 65536, 1349376, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.1.fc.bias", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 414976, -1, SNRT_INIT_FILE, 0, 414976, 74, {75, -1}},
-  {"blocks.1.fc.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 8056832, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
-  {"blocks.1.fc.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 1349376, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
+  {"blocks.1.fc.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 5238784, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.1.fc.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 1414912, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.1.fc2.weight", SNRT_T_PARAM, SNRT_F32, 2, {64, 256}, 65536, 416000, -1, SNRT_INIT_FILE, 0, 416000, 77, {78, -1}},
   {"blocks.1.fc2.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {64, 256}, 65536, 9629696, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
-  {"blocks.1.fc2.weight.momentum", SNRT_T_OPT, SNRT_F32, 2, {64, 256}, 65536, 1283840, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
+  {"blocks.1.fc2.weight.momentum", SNRT_T_OPT, SNRT_F32, 2, {64, 256}, 65536, 1283584, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.1.fc2.bias", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 481536, -1, SNRT_INIT_FILE, 0, 481536, 80, {81, -1}},
-  {"blocks.1.fc2.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 8318976, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
-  {"blocks.1.fc2.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 1283584, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
+  {"blocks.1.fc2.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 7008256, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.1.fc2.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 1349120, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.2.ln1.weight", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 481792, -1, SNRT_INIT_FILE, 0, 481792, 83, {84, -1}},
-  {"blocks.2.ln1.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 8581120, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.2.ln1.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 8318976, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"blocks.2.ln1.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 1283072, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.2.ln1.bias", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 482048, -1, SNRT_INIT_FILE, 0, 482048, 86, {87, -1}},
-  {"blocks.2.ln1.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 8581376, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.2.ln1.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 8319232, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"blocks.2.ln1.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 1283328, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.2.ln2.weight", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 482304, -1, SNRT_INIT_FILE, 0, 482304, 89, {90, -1}},
   {"blocks.2.ln2.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 8581120, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
@@ -4143,34 +4047,34 @@ static const snrt_tensor tensors[] = {
   {"blocks.2.ln2.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 8581376, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"blocks.2.ln2.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 1216256, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.2.qkv.weight", SNRT_T_PARAM, SNRT_F32, 2, {192, 64}, 49152, 482816, -1, SNRT_INIT_FILE, 0, 482816, 95, {96, -1}},
-  {"blocks.2.qkv.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {192, 64}, 49152, 8318976, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
-  {"blocks.2.qkv.weight.momentum", SNRT_T_OPT, SNRT_F32, 2, {192, 64}, 49152, 1233920, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
+  {"blocks.2.qkv.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {192, 64}, 49152, 9105408, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.2.qkv.weight.momentum", SNRT_T_OPT, SNRT_F32, 2, {192, 64}, 49152, 1233152, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.2.qkv.bias", SNRT_T_PARAM, SNRT_F32, 1, {192}, 768, 531968, -1, SNRT_INIT_FILE, 0, 531968, 98, {99, -1}},
-  {"blocks.2.qkv.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {192}, 768, 9629696, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
-  {"blocks.2.qkv.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {192}, 768, 1233152, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
+  {"blocks.2.qkv.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {192}, 768, 9154560, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.2.qkv.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {192}, 768, 1282304, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.2.proj.weight", SNRT_T_PARAM, SNRT_F32, 2, {64, 64}, 16384, 532736, -1, SNRT_INIT_FILE, 0, 532736, 101, {102, -1}},
   {"blocks.2.proj.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {64, 64}, 16384, 8581120, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
-  {"blocks.2.proj.weight.momentum", SNRT_T_OPT, SNRT_F32, 2, {64, 64}, 16384, 1216768, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
+  {"blocks.2.proj.weight.momentum", SNRT_T_OPT, SNRT_F32, 2, {64, 64}, 16384, 1216512, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.2.proj.bias", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 549120, -1, SNRT_INIT_FILE, 0, 549120, 104, {105, -1}},
-  {"blocks.2.proj.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 8581120, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
-  {"blocks.2.proj.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 1216512, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
+  {"blocks.2.proj.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 8597504, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.2.proj.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 1232896, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.2.fc.weight", SNRT_T_PARAM, SNRT_F32, 2, {256, 64}, 65536, 549376, -1, SNRT_INIT_FILE, 0, 549376, 107, {108, -1}},
   {"blocks.2.fc.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {256, 64}, 65536, 8318976, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
-  {"blocks.2.fc.weight.momentum", SNRT_T_OPT, SNRT_F32, 2, {256, 64}, 65536, 1150464, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
+  {"blocks.2.fc.weight.momentum", SNRT_T_OPT, SNRT_F32, 2, {256, 64}, 65536, 1149440, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.2.fc.bias", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 614912, -1, SNRT_INIT_FILE, 0, 614912, 110, {111, -1}},
-  {"blocks.2.fc.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 11202560, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
-  {"blocks.2.fc.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 1149440, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
+  {"blocks.2.fc.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 8384512, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.2.fc.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 1214976, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.2.fc2.weight", SNRT_T_PARAM, SNRT_F32, 2, {64, 256}, 65536, 615936, -1, SNRT_INIT_FILE, 0, 615936, 113, {114, -1}},
   {"blocks.2.fc2.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {64, 256}, 65536, 12775424, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
-  {"blocks.2.fc2.weight.momentum", SNRT_T_OPT, SNRT_F32, 2, {64, 256}, 65536, 1083904, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
+  {"blocks.2.fc2.weight.momentum", SNRT_T_OPT, SNRT_F32, 2, {64, 256}, 65536, 1083648, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.2.fc2.bias", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 681472, -1, SNRT_INIT_FILE, 0, 681472, 116, {117, -1}},
-  {"blocks.2.fc2.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 11464704, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
-  {"blocks.2.fc2.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 1083648, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
+  {"blocks.2.fc2.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 10153984, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.2.fc2.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 1149184, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.3.ln1.weight", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 681728, -1, SNRT_INIT_FILE, 0, 681728, 119, {120, -1}},
-  {"blocks.3.ln1.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 11726848, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.3.ln1.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 11464704, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"blocks.3.ln1.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 1083136, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.3.ln1.bias", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 681984, -1, SNRT_INIT_FILE, 0, 681984, 122, {123, -1}},
-  {"blocks.3.ln1.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 11727104, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.3.ln1.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 11464960, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"blocks.3.ln1.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 1083392, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.3.ln2.weight", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 682240, -1, SNRT_INIT_FILE, 0, 682240, 125, {126, -1}},
   {"blocks.3.ln2.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 11726848, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
@@ -4179,29 +4083,29 @@ static const snrt_tensor tensors[] = {
   {"blocks.3.ln2.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 11727104, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"blocks.3.ln2.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 1016320, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.3.qkv.weight", SNRT_T_PARAM, SNRT_F32, 2, {192, 64}, 49152, 682752, -1, SNRT_INIT_FILE, 0, 682752, 131, {132, -1}},
-  {"blocks.3.qkv.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {192, 64}, 49152, 11464704, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
-  {"blocks.3.qkv.weight.momentum", SNRT_T_OPT, SNRT_F32, 2, {192, 64}, 49152, 1033984, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
+  {"blocks.3.qkv.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {192, 64}, 49152, 12251136, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.3.qkv.weight.momentum", SNRT_T_OPT, SNRT_F32, 2, {192, 64}, 49152, 1033216, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.3.qkv.bias", SNRT_T_PARAM, SNRT_F32, 1, {192}, 768, 731904, -1, SNRT_INIT_FILE, 0, 731904, 134, {135, -1}},
-  {"blocks.3.qkv.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {192}, 768, 12775424, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
-  {"blocks.3.qkv.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {192}, 768, 1033216, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
+  {"blocks.3.qkv.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {192}, 768, 12300288, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.3.qkv.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {192}, 768, 1082368, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.3.proj.weight", SNRT_T_PARAM, SNRT_F32, 2, {64, 64}, 16384, 732672, -1, SNRT_INIT_FILE, 0, 732672, 137, {138, -1}},
   {"blocks.3.proj.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {64, 64}, 16384, 11726848, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
-  {"blocks.3.proj.weight.momentum", SNRT_T_OPT, SNRT_F32, 2, {64, 64}, 16384, 1016832, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
+  {"blocks.3.proj.weight.momentum", SNRT_T_OPT, SNRT_F32, 2, {64, 64}, 16384, 1016576, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.3.proj.bias", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 749056, -1, SNRT_INIT_FILE, 0, 749056, 140, {141, -1}},
-  {"blocks.3.proj.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 11726848, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
-  {"blocks.3.proj.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 1016576, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
+  {"blocks.3.proj.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 11743232, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.3.proj.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 1032960, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.3.fc.weight", SNRT_T_PARAM, SNRT_F32, 2, {256, 64}, 65536, 749312, -1, SNRT_INIT_FILE, 0, 749312, 143, {144, -1}},
   {"blocks.3.fc.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {256, 64}, 65536, 11464704, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
-  {"blocks.3.fc.weight.momentum", SNRT_T_OPT, SNRT_F32, 2, {256, 64}, 65536, 950528, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
+  {"blocks.3.fc.weight.momentum", SNRT_T_OPT, SNRT_F32, 2, {256, 64}, 65536, 949504, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.3.fc.bias", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 814848, -1, SNRT_INIT_FILE, 0, 814848, 146, {147, -1}},
-  {"blocks.3.fc.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 14348288, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
-  {"blocks.3.fc.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 949504, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
+  {"blocks.3.fc.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 11530240, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.3.fc.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 1015040, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.3.fc2.weight", SNRT_T_PARAM, SNRT_F32, 2, {64, 256}, 65536, 815872, -1, SNRT_INIT_FILE, 0, 815872, 149, {150, -1}},
   {"blocks.3.fc2.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {64, 256}, 65536, 15921152, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
-  {"blocks.3.fc2.weight.momentum", SNRT_T_OPT, SNRT_F32, 2, {64, 256}, 65536, 883968, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
+  {"blocks.3.fc2.weight.momentum", SNRT_T_OPT, SNRT_F32, 2, {64, 256}, 65536, 883712, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.3.fc2.bias", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 881408, -1, SNRT_INIT_FILE, 0, 881408, 152, {153, -1}},
-  {"blocks.3.fc2.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 14610432, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
-  {"blocks.3.fc2.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 883712, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
+  {"blocks.3.fc2.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 13299712, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.3.fc2.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 949248, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"lnf.weight", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 881664, -1, SNRT_INIT_FILE, 0, 881664, 155, {156, -1}},
   {"lnf.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 14872576, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"lnf.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 883200, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
@@ -4221,7 +4125,6 @@ static const snrt_step_info step_info[] = {
   {"forward", "strided", 2.70336e-05},
   {"forward", "norm", 2.66496e-05},
   {"forward", "gemm", 0.000251658},
-  {"forward", "strided", 7.86816e-05},
   {"forward", "elementwise", 7.86432e-05},
   {"forward", "elementwise", 2.62144e-05},
   {"forward", "strided", 2.62144e-05},
@@ -4237,18 +4140,14 @@ static const snrt_step_info step_info[] = {
   {"forward", "strided", 2.62144e-05},
   {"forward", "elementwise", 2.62144e-05},
   {"forward", "gemm", 8.38861e-05},
-  {"forward", "strided", 2.62272e-05},
   {"forward", "strided", 3.93216e-05},
   {"forward", "norm", 2.66496e-05},
   {"forward", "gemm", 0.000335544},
-  {"forward", "strided", 0.000104909},
   {"forward", "math", 0.000104858},
   {"forward", "gemm", 0.000335544},
-  {"forward", "strided", 2.62272e-05},
   {"forward", "strided", 3.93216e-05},
   {"forward", "norm", 2.66496e-05},
   {"forward", "gemm", 0.000251658},
-  {"forward", "strided", 7.86816e-05},
   {"forward", "elementwise", 7.86432e-05},
   {"forward", "elementwise", 2.62144e-05},
   {"forward", "strided", 2.62144e-05},
@@ -4264,18 +4163,14 @@ static const snrt_step_info step_info[] = {
   {"forward", "strided", 2.62144e-05},
   {"forward", "elementwise", 2.62144e-05},
   {"forward", "gemm", 8.38861e-05},
-  {"forward", "strided", 2.62272e-05},
   {"forward", "strided", 3.93216e-05},
   {"forward", "norm", 2.66496e-05},
   {"forward", "gemm", 0.000335544},
-  {"forward", "strided", 0.000104909},
   {"forward", "math", 0.000104858},
   {"forward", "gemm", 0.000335544},
-  {"forward", "strided", 2.62272e-05},
   {"forward", "strided", 3.93216e-05},
   {"forward", "norm", 2.66496e-05},
   {"forward", "gemm", 0.000251658},
-  {"forward", "strided", 7.86816e-05},
   {"forward", "elementwise", 7.86432e-05},
   {"forward", "elementwise", 2.62144e-05},
   {"forward", "strided", 2.62144e-05},
@@ -4291,18 +4186,14 @@ static const snrt_step_info step_info[] = {
   {"forward", "strided", 2.62144e-05},
   {"forward", "elementwise", 2.62144e-05},
   {"forward", "gemm", 8.38861e-05},
-  {"forward", "strided", 2.62272e-05},
   {"forward", "strided", 3.93216e-05},
   {"forward", "norm", 2.66496e-05},
   {"forward", "gemm", 0.000335544},
-  {"forward", "strided", 0.000104909},
   {"forward", "math", 0.000104858},
   {"forward", "gemm", 0.000335544},
-  {"forward", "strided", 2.62272e-05},
   {"forward", "strided", 3.93216e-05},
   {"forward", "norm", 2.66496e-05},
   {"forward", "gemm", 0.000251658},
-  {"forward", "strided", 7.86816e-05},
   {"forward", "elementwise", 7.86432e-05},
   {"forward", "elementwise", 2.62144e-05},
   {"forward", "strided", 2.62144e-05},
@@ -4318,14 +4209,11 @@ static const snrt_step_info step_info[] = {
   {"forward", "strided", 2.62144e-05},
   {"forward", "elementwise", 2.62144e-05},
   {"forward", "gemm", 8.38861e-05},
-  {"forward", "strided", 2.62272e-05},
   {"forward", "strided", 3.93216e-05},
   {"forward", "norm", 2.66496e-05},
   {"forward", "gemm", 0.000335544},
-  {"forward", "strided", 0.000104909},
   {"forward", "math", 0.000104858},
   {"forward", "gemm", 0.000335544},
-  {"forward", "strided", 2.62272e-05},
   {"forward", "strided", 3.93216e-05},
   {"forward", "norm", 2.66496e-05},
   {"forward", "gemm", 0.000335544},
@@ -4337,27 +4225,27 @@ static const snrt_step_info step_info[] = {
   {"update", "update", 6.4e-08},
   {"update", "update", 6.4e-08},
   {"backward", "strided", 3.93216e-05},
-  {"backward", "strided", 2.62272e-05},
+  {"backward", "gemm", 0.000335544},
+  {"backward", "gemm", 0.000335544},
+  {"backward", "elementwise", 1.312e-05},
+  {"update", "update", 1.6384e-05},
   {"update", "update", 6.4e-08},
-  {"backward", "gemm", 0.000335544},
-  {"backward", "gemm", 0.000335544},
-  {"update", "update", 1.6384e-05},
   {"backward", "math", 0.000157286},
-  {"backward", "strided", 0.000104909},
-  {"update", "update", 2.56e-07},
   {"backward", "gemm", 0.000335544},
   {"backward", "gemm", 0.000335544},
+  {"backward", "elementwise", 5.248e-05},
   {"update", "update", 1.6384e-05},
+  {"update", "update", 2.56e-07},
   {"backward", "norm", 3.97696e-05},
   {"backward", "elementwise", 3.93216e-05},
   {"update", "update", 6.4e-08},
   {"update", "update", 6.4e-08},
   {"backward", "strided", 3.93216e-05},
-  {"backward", "strided", 2.62272e-05},
-  {"update", "update", 6.4e-08},
   {"backward", "gemm", 8.38861e-05},
   {"backward", "gemm", 8.38861e-05},
+  {"backward", "elementwise", 1.312e-05},
   {"update", "update", 4.096e-06},
+  {"update", "update", 6.4e-08},
   {"backward", "elementwise", 2.62144e-05},
   {"backward", "strided", 2.62144e-05},
   {"backward", "gemm", 8.38861e-05},
@@ -4374,37 +4262,37 @@ static const snrt_step_info step_info[] = {
   {"backward", "strided", 2.62144e-05},
   {"backward", "elementwise", 2.62144e-05},
   {"backward", "elementwise", 7.86432e-05},
-  {"backward", "strided", 7.86816e-05},
-  {"update", "update", 1.92e-07},
   {"backward", "gemm", 0.000251658},
   {"backward", "gemm", 0.000251658},
+  {"backward", "elementwise", 3.936e-05},
   {"update", "update", 1.2288e-05},
+  {"update", "update", 1.92e-07},
   {"backward", "norm", 3.97696e-05},
   {"backward", "elementwise", 3.93216e-05},
   {"update", "update", 6.4e-08},
   {"update", "update", 6.4e-08},
   {"backward", "strided", 3.93216e-05},
-  {"backward", "strided", 2.62272e-05},
-  {"update", "update", 6.4e-08},
   {"backward", "gemm", 0.000335544},
   {"backward", "gemm", 0.000335544},
+  {"backward", "elementwise", 1.312e-05},
   {"update", "update", 1.6384e-05},
+  {"update", "update", 6.4e-08},
   {"backward", "math", 0.000157286},
-  {"backward", "strided", 0.000104909},
-  {"update", "update", 2.56e-07},
   {"backward", "gemm", 0.000335544},
   {"backward", "gemm", 0.000335544},
+  {"backward", "elementwise", 5.248e-05},
   {"update", "update", 1.6384e-05},
+  {"update", "update", 2.56e-07},
   {"backward", "norm", 3.97696e-05},
   {"backward", "elementwise", 3.93216e-05},
   {"update", "update", 6.4e-08},
   {"update", "update", 6.4e-08},
   {"backward", "strided", 3.93216e-05},
-  {"backward", "strided", 2.62272e-05},
-  {"update", "update", 6.4e-08},
   {"backward", "gemm", 8.38861e-05},
   {"backward", "gemm", 8.38861e-05},
+  {"backward", "elementwise", 1.312e-05},
   {"update", "update", 4.096e-06},
+  {"update", "update", 6.4e-08},
   {"backward", "elementwise", 2.62144e-05},
   {"backward", "strided", 2.62144e-05},
   {"backward", "gemm", 8.38861e-05},
@@ -4421,37 +4309,37 @@ static const snrt_step_info step_info[] = {
   {"backward", "strided", 2.62144e-05},
   {"backward", "elementwise", 2.62144e-05},
   {"backward", "elementwise", 7.86432e-05},
-  {"backward", "strided", 7.86816e-05},
-  {"update", "update", 1.92e-07},
   {"backward", "gemm", 0.000251658},
   {"backward", "gemm", 0.000251658},
+  {"backward", "elementwise", 3.936e-05},
   {"update", "update", 1.2288e-05},
+  {"update", "update", 1.92e-07},
   {"backward", "norm", 3.97696e-05},
   {"backward", "elementwise", 3.93216e-05},
   {"update", "update", 6.4e-08},
   {"update", "update", 6.4e-08},
   {"backward", "strided", 3.93216e-05},
-  {"backward", "strided", 2.62272e-05},
-  {"update", "update", 6.4e-08},
   {"backward", "gemm", 0.000335544},
   {"backward", "gemm", 0.000335544},
+  {"backward", "elementwise", 1.312e-05},
   {"update", "update", 1.6384e-05},
+  {"update", "update", 6.4e-08},
   {"backward", "math", 0.000157286},
-  {"backward", "strided", 0.000104909},
-  {"update", "update", 2.56e-07},
   {"backward", "gemm", 0.000335544},
   {"backward", "gemm", 0.000335544},
+  {"backward", "elementwise", 5.248e-05},
   {"update", "update", 1.6384e-05},
+  {"update", "update", 2.56e-07},
   {"backward", "norm", 3.97696e-05},
   {"backward", "elementwise", 3.93216e-05},
   {"update", "update", 6.4e-08},
   {"update", "update", 6.4e-08},
   {"backward", "strided", 3.93216e-05},
-  {"backward", "strided", 2.62272e-05},
-  {"update", "update", 6.4e-08},
   {"backward", "gemm", 8.38861e-05},
   {"backward", "gemm", 8.38861e-05},
+  {"backward", "elementwise", 1.312e-05},
   {"update", "update", 4.096e-06},
+  {"update", "update", 6.4e-08},
   {"backward", "elementwise", 2.62144e-05},
   {"backward", "strided", 2.62144e-05},
   {"backward", "gemm", 8.38861e-05},
@@ -4468,37 +4356,37 @@ static const snrt_step_info step_info[] = {
   {"backward", "strided", 2.62144e-05},
   {"backward", "elementwise", 2.62144e-05},
   {"backward", "elementwise", 7.86432e-05},
-  {"backward", "strided", 7.86816e-05},
-  {"update", "update", 1.92e-07},
   {"backward", "gemm", 0.000251658},
   {"backward", "gemm", 0.000251658},
+  {"backward", "elementwise", 3.936e-05},
   {"update", "update", 1.2288e-05},
+  {"update", "update", 1.92e-07},
   {"backward", "norm", 3.97696e-05},
   {"backward", "elementwise", 3.93216e-05},
   {"update", "update", 6.4e-08},
   {"update", "update", 6.4e-08},
   {"backward", "strided", 3.93216e-05},
-  {"backward", "strided", 2.62272e-05},
-  {"update", "update", 6.4e-08},
   {"backward", "gemm", 0.000335544},
   {"backward", "gemm", 0.000335544},
+  {"backward", "elementwise", 1.312e-05},
   {"update", "update", 1.6384e-05},
+  {"update", "update", 6.4e-08},
   {"backward", "math", 0.000157286},
-  {"backward", "strided", 0.000104909},
-  {"update", "update", 2.56e-07},
   {"backward", "gemm", 0.000335544},
   {"backward", "gemm", 0.000335544},
+  {"backward", "elementwise", 5.248e-05},
   {"update", "update", 1.6384e-05},
+  {"update", "update", 2.56e-07},
   {"backward", "norm", 3.97696e-05},
   {"backward", "elementwise", 3.93216e-05},
   {"update", "update", 6.4e-08},
   {"update", "update", 6.4e-08},
   {"backward", "strided", 3.93216e-05},
-  {"backward", "strided", 2.62272e-05},
-  {"update", "update", 6.4e-08},
   {"backward", "gemm", 8.38861e-05},
   {"backward", "gemm", 8.38861e-05},
+  {"backward", "elementwise", 1.312e-05},
   {"update", "update", 4.096e-06},
+  {"update", "update", 6.4e-08},
   {"backward", "elementwise", 2.62144e-05},
   {"backward", "strided", 2.62144e-05},
   {"backward", "gemm", 8.38861e-05},
@@ -4515,11 +4403,11 @@ static const snrt_step_info step_info[] = {
   {"backward", "strided", 2.62144e-05},
   {"backward", "elementwise", 2.62144e-05},
   {"backward", "elementwise", 7.86432e-05},
-  {"backward", "strided", 7.86816e-05},
-  {"update", "update", 1.92e-07},
   {"backward", "gemm", 0.000251658},
   {"backward", "gemm", 0.000251658},
+  {"backward", "elementwise", 3.936e-05},
   {"update", "update", 1.2288e-05},
+  {"update", "update", 1.92e-07},
   {"backward", "norm", 3.97696e-05},
   {"backward", "elementwise", 3.93216e-05},
   {"update", "update", 6.4e-08},
@@ -4548,9 +4436,9 @@ const snrt_model snrt_the_model = {
   .policy = "liveness",
   .train_step = train_step,
   .eval_step = eval_step,
-  .nsteps = 314,
+  .nsteps = 298,
   .steps = step_info,
-  .est_step_s = 0.0250898,
+  .est_step_s = 0.0236738,
   .est_device = "cpu",
   .vocab = 256,
   .positions = 64,
