@@ -8,7 +8,7 @@
  * element is computed by one thread in a fixed order (deterministic).
  *
  * Forward: each op computes exactly what its unfused kernel computes
- * (k_elementwise.c, k_seq.c: kern_tanhf, kern_expf, erff, kern_pow...), so the
+ * (k_elementwise.c, k_seq.c: kern_tanhf, kern_expf, kern_erff, kern_pow...), so the
  * output is bit-identical to the steps it replaces. Backward: the registers
  * are recomputed from the inputs, then the adjoints run through the ops in
  * reverse; a register read by several ops sums their contributions in
@@ -44,7 +44,7 @@ static void op_fwd(const snrt_fused_op_t *o, const float *a, const float *b, flo
   case SNRT_F_LOG: FUSED_UN(logf(A)); break;
   case SNRT_F_SQRT: FUSED_UN(sqrtf(A)); break;
   case SNRT_F_RECIPROCAL: FUSED_UN(1.0f / A); break;
-  case SNRT_F_ERF: FUSED_UN(erff(A)); break;
+  case SNRT_F_ERF: FUSED_UN(kern_erff(A)); break;
   case SNRT_F_POW: FUSED_UN(kern_pow(A, k)); break;
   }
 }

@@ -97,6 +97,60 @@ static inline float kern_tanhf(float x) {
   return y;
 }
 
+/* erf in float32 without libm, branch-free (a GELU-erf step of BERT-like
+ * models, fused or not, was libm's scalar erff). Error: within 3 ulp of erf
+ * in double over every float (tests/unit/kt_misc.h checks every 127th and
+ * prints the worst); NaN in, NaN out; erf(+-inf) = +-1.
+ *   |x| < 0.75: x p(x^2), p the Taylor series of erf(x)/x to x^18 (the
+ *               next term is under 1e-9 relative there);
+ *   otherwise:  sign(x) (1 - erfc(|x|)), erfc(z) = t exp(-z^2 + r(t)),
+ *               t = 1 / (1 + z/2), r of degree 9 (the Chebyshev fit of
+ *               Numerical Recipes' erfcc: relative error under 1.2e-7),
+ *               exp by kern_expf; z clamped to 10 (erf rounds to 1 from
+ *               about 3.9). */
+static inline float kern_erff(float x) {
+  uint32_t xb;
+  memcpy(&xb, &x, sizeof xb);
+  uint32_t ab = xb & 0x7fffffffu;
+  uint32_t cb = ab < 0x41200000u ? ab : 0x41200000u;   /* min(|x|, 10); NaN -> 10 */
+  float z;
+  memcpy(&z, &cb, sizeof z);
+  float s = x * x;
+  float p = -1.0f / 6894720.0f * 1.1283791670955126f;
+  p = p * s + 1.0f / 685440.0f * 1.1283791670955126f;
+  p = p * s - 1.0f / 75600.0f * 1.1283791670955126f;
+  p = p * s + 1.0f / 9360.0f * 1.1283791670955126f;
+  p = p * s - 1.0f / 1320.0f * 1.1283791670955126f;
+  p = p * s + 1.0f / 216.0f * 1.1283791670955126f;
+  p = p * s - 1.0f / 42.0f * 1.1283791670955126f;
+  p = p * s + 1.0f / 10.0f * 1.1283791670955126f;
+  p = p * s - 1.0f / 3.0f * 1.1283791670955126f;
+  p = p * s + 1.1283791670955126f;
+  float small = x * p;
+  float t = 1.0f / (1.0f + 0.5f * z);
+  float r = 0.17087277f;
+  r = r * t - 0.82215223f;
+  r = r * t + 1.48851587f;
+  r = r * t - 1.13520398f;
+  r = r * t + 0.27886807f;
+  r = r * t - 0.18628806f;
+  r = r * t + 0.09678418f;
+  r = r * t + 0.37409196f;
+  r = r * t + 1.00002368f;
+  r = r * t - 1.26551223f;
+  float big = 1.0f - t * kern_expf(r - z * z);
+  uint32_t bb;
+  memcpy(&bb, &big, sizeof bb);
+  bb |= xb & 0x80000000u;                                /* the sign of x */
+  uint32_t sb;
+  memcpy(&sb, &small, sizeof sb);
+  uint32_t yb = ab < 0x3f400000u ? sb : bb;              /* |x| < 0.75 */
+  yb = ab > 0x7f800000u ? xb : yb;                       /* NaN in, NaN out */
+  float y;
+  memcpy(&y, &yb, sizeof y);
+  return y;
+}
+
 /* x^e: the exponents exporters write computed as torch does (x*x for 2);
  * powf otherwise (Pow and the fused chains, k_seq.c and k_fused.c). */
 static inline float kern_pow(float x, float e) {

@@ -184,6 +184,7 @@ int main(void) {
   test_lrn();
   test_unary();
   test_tanh_accuracy();
+  test_erf_accuracy();
   test_exp_accuracy();
   test_binary();
   test_where3();
