@@ -52,58 +52,81 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The readers of each tensor among nodes [0, nf), as CSR: rd[cnt[t]] to
- * rd[cnt[t + 1] - 1] are the nodes reading t (a node once per slot). */
+/* One rewrite of the forward nodes [0, nf): the readers of each tensor as
+ * they were when it began (CSR: rd[cnt[t]] to rd[cnt[t + 1] - 1], a node
+ * once per slot), and the nodes it dropped (gone; removed by rewrite_end). */
 typedef struct {
+  int nf;
   int *cnt, *rd;
-} Readers;
+  bool *gone;
+  int dropped;
+} Rewrite;
 
-static Readers readers(const Graph *g, int nf) {
-  Readers R;
-  R.cnt = xcalloc((size_t)g->nt + 1, sizeof *R.cnt);
-  for (int i = 0; i < nf; i++)
+static Rewrite rewrite_begin(const Graph *g) {
+  Rewrite w = {.nf = g->nfwd ? g->nfwd : g->nn};
+  w.cnt = xcalloc((size_t)g->nt + 1, sizeof *w.cnt);
+  for (int i = 0; i < w.nf; i++)
     for (int k = 0; k < g->n[i].nin; k++)
-      if (g->n[i].in[k] >= 0) R.cnt[g->n[i].in[k] + 1]++;
-  for (int t = 0; t < g->nt; t++) R.cnt[t + 1] += R.cnt[t];
-  R.rd = xmalloc(sizeof(int) * (size_t)(R.cnt[g->nt] ? R.cnt[g->nt] : 1));
+      if (g->n[i].in[k] >= 0) w.cnt[g->n[i].in[k] + 1]++;
+  for (int t = 0; t < g->nt; t++) w.cnt[t + 1] += w.cnt[t];
+  w.rd = xmalloc(sizeof(int) * (size_t)(w.cnt[g->nt] ? w.cnt[g->nt] : 1));
   int *fill = xmalloc(sizeof(int) * (size_t)(g->nt ? g->nt : 1));
-  memcpy(fill, R.cnt, sizeof(int) * (size_t)g->nt);
-  for (int i = 0; i < nf; i++)
+  memcpy(fill, w.cnt, sizeof(int) * (size_t)g->nt);
+  for (int i = 0; i < w.nf; i++)
     for (int k = 0; k < g->n[i].nin; k++)
-      if (g->n[i].in[k] >= 0) R.rd[fill[g->n[i].in[k]]++] = i;
+      if (g->n[i].in[k] >= 0) w.rd[fill[g->n[i].in[k]]++] = i;
   free(fill);
-  return R;
-}
-
-static void readers_free(Readers *R) {
-  free(R->cnt);
-  free(R->rd);
-}
-
-/* Drops the nodes marked gone (their arrays freed by the caller) and closes
- * the gaps; producers follow their nodes. */
-static void remove_nodes(Graph *g, int nf, const bool *gone, int nremoved) {
-  if (!nremoved) return;
-  int w = 0;
-  for (int i = 0; i < g->nn; i++) {
-    if (i < nf && gone[i]) continue;
-    if (w != i) g->n[w] = g->n[i];
-    for (int k = 0; k < g->n[w].nout; k++)
-      if (g->n[w].out[k] >= 0) g->t[g->n[w].out[k]].producer = w;
-    w++;
-  }
-  g->nn = w;
-  if (g->nfwd) g->nfwd -= nremoved;
+  w.gone = xcalloc((size_t)(w.nf ? w.nf : 1), sizeof *w.gone);
+  return w;
 }
 
 /* Forgets node i: its output tensors lose their producer. */
-static void drop_node(Graph *g, int i, bool *gone) {
+static void drop_node(Graph *g, Rewrite *w, int i) {
   for (int k = 0; k < g->n[i].nout; k++)
     if (g->n[i].out[k] >= 0) g->t[g->n[i].out[k]].producer = -1;
   free(g->n[i].name);
   free(g->n[i].in);
   free(g->n[i].out);
-  gone[i] = true;
+  w->gone[i] = true;
+  w->dropped++;
+}
+
+/* Node i becomes op (name taken over, inputs copied, params p); its
+ * outputs stay. */
+static void replace_node(Graph *g, int i, OpKind op, char *name, int nin, const int *in, void *p) {
+  Node *n = &g->n[i];
+  free(n->name);
+  free(n->in);
+  n->name = name;
+  n->op = op;
+  n->nin = nin;
+  n->in = xmalloc(sizeof(int) * (size_t)(nin ? nin : 1));
+  memcpy(n->in, in, sizeof(int) * (size_t)nin);
+  n->nattr = 0;
+  n->attrs = NULL;
+  n->p = p;
+  n->aux = 0;
+  n->onnx_op = NULL;
+}
+
+/* Removes the dropped nodes and closes the gaps (producers follow their
+ * nodes); frees the rewrite's tables. */
+static void rewrite_end(Graph *g, Rewrite *w) {
+  if (w->dropped) {
+    int k = 0;
+    for (int i = 0; i < g->nn; i++) {
+      if (i < w->nf && w->gone[i]) continue;
+      if (k != i) g->n[k] = g->n[i];
+      for (int o = 0; o < g->n[k].nout; o++)
+        if (g->n[k].out[o] >= 0) g->t[g->n[k].out[o]].producer = k;
+      k++;
+    }
+    g->nn = k;
+    if (g->nfwd) g->nfwd -= w->dropped;
+  }
+  free(w->cnt);
+  free(w->rd);
+  free(w->gone);
 }
 
 /* The fused op code of a node, or -1 when it is not fusable. */
@@ -287,11 +310,11 @@ static snrt_fused_t *build_program(const Graph *g, const Group *gr, const int *m
   return p;
 }
 
-static void dump_group(const Graph *g, const Node *f, const int *members, int nm, FILE *out) {
-  const snrt_fused_t *p = f->p;
-  fprintf(out, "fused %s: %d ops, %d input%s, %lld elements\n", f->name, p->nops, p->nin,
+static void dump_group(const Graph *g, const char *name, const Group *gr, const snrt_fused_t *p,
+                       const int *members, FILE *out) {
+  fprintf(out, "fused %s: %d ops, %d input%s, %lld elements\n", name, p->nops, p->nin,
           p->nin == 1 ? "" : "s", (long long)p->n);
-  for (int k = 0; k < p->nin; k++) fprintf(out, "  r%d = %s\n", k, g->t[f->in[k]].name);
+  for (int k = 0; k < p->nin; k++) fprintf(out, "  r%d = %s\n", k, g->t[gr->in[k]].name);
   for (int j = 0; j < p->nops; j++) {
     const snrt_fused_op_t *o = &p->ops[j];
     char a[32], b[32];
@@ -306,18 +329,18 @@ static void dump_group(const Graph *g, const Node *f, const int *members, int nm
     else
       fprintf(out, "  r%d = %s(%s)    <- %s\n", p->nin + j, fuse_op_name(o->op), a, g->n[members[j]].name);
   }
-  fprintf(out, "  out = r%d -> %s\n", p->nin + p->nops - 1, g->t[f->out[0]].name);
+  fprintf(out, "  out = r%d -> %s\n", p->nin + p->nops - 1, g->t[g->n[gr->sink].out[0]].name);
 }
 
 /* ---- decomposed LayerNormalization -------------------------------------- */
 
 /* The only reader of tensor t (an intermediate: no graph output), or -1;
- * -1 too where that reader is gone (the table R predates the pass's
+ * -1 too where that reader is gone (the table predates the rewrite's
  * changes: a node it names may have been dropped). */
-static int sole_reader(const Graph *g, const Readers *R, const bool *gone, int t) {
-  if (t < 0 || g->t[t].is_output || t == g->output || R->cnt[t + 1] - R->cnt[t] != 1) return -1;
-  int r = R->rd[R->cnt[t]];
-  return gone[r] ? -1 : r;
+static int sole_reader(const Graph *g, const Rewrite *w, int t) {
+  if (t < 0 || g->t[t].is_output || t == g->output || w->cnt[t + 1] - w->cnt[t] != 1) return -1;
+  int r = w->rd[w->cnt[t]];
+  return w->gone[r] ? -1 : r;
 }
 
 /* A ReduceMean of x over its last axis alone, keeping it (x's shape, last 1). */
@@ -352,45 +375,45 @@ static bool vector_of(const Graph *g, int t, int64_t c) {
  * Each such chain whose intermediates nothing else reads becomes one
  * LAYERNORM node (x, scale, shift): two steps of work forward, one backward,
  * where the chain takes nine and twelve. Returns how many. */
-static int fuse_layernorms(Graph *g, int nf, FILE *dump) {
-  Readers R = readers(g, nf);
-  bool *gone = xcalloc((size_t)nf, sizeof *gone);
-  int found = 0, nremoved = 0;
-  for (int i = 0; i < nf; i++) {
+static int fuse_layernorms(Graph *g, FILE *dump) {
+  Rewrite w = rewrite_begin(g);
+  const bool *gone = w.gone;
+  int found = 0;
+  for (int i = 0; i < w.nf; i++) {
     Node *sub = &g->n[i];
     if (gone[i] || sub->op != OP_SUB || sub->nin != 2) continue;
     int x = sub->in[0], mt = sub->in[1], d = sub->out[0];
     const Tensor *X = &g->t[x];
     int mi = g->t[mt].producer;
-    if (mi < 0 || mi >= nf || gone[mi] || !mean_last_axis(g, &g->n[mi], x) || sole_reader(g, &R, gone, mt) != i)
+    if (mi < 0 || mi >= w.nf || gone[mi] || !mean_last_axis(g, &g->n[mi], x) || sole_reader(g, &w, mt) != i)
       continue;
     /* d's two readers: Pow(d, 2) and Div(d, s). */
-    if (d == g->output || g->t[d].is_output || R.cnt[d + 1] - R.cnt[d] != 2) continue;
+    if (d == g->output || g->t[d].is_output || w.cnt[d + 1] - w.cnt[d] != 2) continue;
     int pw = -1, dv = -1;
-    for (int r = R.cnt[d]; r < R.cnt[d + 1]; r++) {
-      if (gone[R.rd[r]]) continue;
-      const Node *c = &g->n[R.rd[r]];
-      if (c->op == OP_POW && c->in[0] == d && ((const snrt_math_t *)c->p)->exponent == 2.0f) pw = R.rd[r];
-      else if (c->op == OP_DIV && c->in[0] == d) dv = R.rd[r];
+    for (int r = w.cnt[d]; r < w.cnt[d + 1]; r++) {
+      if (gone[w.rd[r]]) continue;
+      const Node *c = &g->n[w.rd[r]];
+      if (c->op == OP_POW && c->in[0] == d && ((const snrt_math_t *)c->p)->exponent == 2.0f) pw = w.rd[r];
+      else if (c->op == OP_DIV && c->in[0] == d) dv = w.rd[r];
     }
     if (pw < 0 || dv < 0) continue;
-    int vm = sole_reader(g, &R, gone, g->n[pw].out[0]);
+    int vm = sole_reader(g, &w, g->n[pw].out[0]);
     if (vm < 0 || !mean_last_axis(g, &g->n[vm], g->n[pw].out[0])) continue;
-    int ad = sole_reader(g, &R, gone, g->n[vm].out[0]);
+    int ad = sole_reader(g, &w, g->n[vm].out[0]);
     int eps_t = ad >= 0 ? other_operand(&g->n[ad], OP_ADD, g->n[vm].out[0], true) : -1;
     if (eps_t < 0 || !const_scalar(&g->t[eps_t])) continue;
-    int sq = sole_reader(g, &R, gone, g->n[ad].out[0]);
-    if (sq < 0 || g->n[sq].op != OP_SQRT || sole_reader(g, &R, gone, g->n[sq].out[0]) != dv ||
+    int sq = sole_reader(g, &w, g->n[ad].out[0]);
+    if (sq < 0 || g->n[sq].op != OP_SQRT || sole_reader(g, &w, g->n[sq].out[0]) != dv ||
         g->n[dv].in[1] != g->n[sq].out[0])
       continue;
     /* The affine part: * scale, then + shift (either may be absent after
      * the scale; a LayerNorm without a scale stays as it is). */
     int64_t C = X->dims[X->rank - 1];
-    int mu = sole_reader(g, &R, gone, g->n[dv].out[0]);   /* dv: not gone (a reader of d) */
+    int mu = sole_reader(g, &w, g->n[dv].out[0]);   /* dv: not gone (a reader of d) */
     int scale = mu >= 0 ? other_operand(&g->n[mu], OP_MUL, g->n[dv].out[0], true) : -1;
     if (!vector_of(g, scale, C)) continue;
     int last = mu, shift = -1;
-    int ab = sole_reader(g, &R, gone, g->n[mu].out[0]);
+    int ab = sole_reader(g, &w, g->n[mu].out[0]);
     int sh = ab >= 0 ? other_operand(&g->n[ab], OP_ADD, g->n[mu].out[0], true) : -1;
     if (vector_of(g, sh, C)) last = ab, shift = sh;
     int members[] = {mi, i, pw, vm, ad, sq, dv, mu, ab};
@@ -403,30 +426,13 @@ static int fuse_layernorms(Graph *g, int nf, FILE *dump) {
     if (dump)
       fprintf(dump, "layernorm %s: %d nodes (%s .. %s) over the last %lld of %s, eps %g\n", L->name, nm,
               g->n[mi].name, L->name, (long long)C, shape_str(X), (double)p->eps);
-    int y = L->out[0];
     for (int j = 0; j < nm; j++)
-      if (members[j] != last) drop_node(g, members[j], gone), nremoved++;
-    L = &g->n[last];
-    char *name = xasprintf("%s/layernorm", L->name);
-    free(L->name);
-    free(L->in);
-    L->name = name;
-    L->op = OP_LAYERNORM;
-    L->nin = shift >= 0 ? 3 : 2;
-    L->in = xmalloc(sizeof(int) * 3);
-    L->in[0] = x, L->in[1] = scale, L->in[2] = shift;
-    L->nout = 1;
-    L->out[0] = y;
-    L->nattr = 0;
-    L->attrs = NULL;
-    L->p = p;
-    L->aux = 0;
-    L->onnx_op = NULL;
+      if (members[j] != last) drop_node(g, &w, members[j]);
+    replace_node(g, last, OP_LAYERNORM, xasprintf("%s/layernorm", g->n[last].name), shift >= 0 ? 3 : 2,
+                 (int[]){x, scale, shift}, p);
     found++;
   }
-  remove_nodes(g, nf, gone, nremoved);
-  free(gone);
-  readers_free(&R);
+  rewrite_end(g, &w);
   return found;
 }
 
@@ -449,19 +455,17 @@ static bool swaps_last_two(const Node *n) {
  * gradient backward (autodiff's grad_matmul writes the gradient of w in w's
  * layout). Only where the MatMul is the transposed tensor's sole reader.
  * Returns how many. */
-static int fold_transposes(Graph *g, int nf, FILE *dump) {
-  Readers R = readers(g, nf);
-  bool *gone = xcalloc((size_t)nf, sizeof *gone);
-  int folded = 0;
-  for (int i = 0; i < nf; i++) {
+static int fold_transposes(Graph *g, FILE *dump) {
+  Rewrite w = rewrite_begin(g);
+  for (int i = 0; i < w.nf; i++) {
     Node *n = &g->n[i];
     if (n->op != OP_MATMUL || !n->p || n->nin != 2) continue;
     snrt_mm_t *p = n->p;
     for (int s = 0; s < 2; s++) {
       int t = n->in[s], tp = t >= 0 ? g->t[t].producer : -1;
       int *trans = s == 0 ? &p->trans_a : &p->trans_b;
-      if (*trans || tp < 0 || tp >= nf || gone[tp] || !swaps_last_two(&g->n[tp]) ||
-          sole_reader(g, &R, gone, t) != i)
+      if (*trans || tp < 0 || tp >= w.nf || w.gone[tp] || !swaps_last_two(&g->n[tp]) ||
+          sole_reader(g, &w, t) != i)
         continue;
       /* (grad_matmul sums a shared B's gradient over the batch as one
        * product of A's rows: A must not be transposed there.) */
@@ -470,13 +474,11 @@ static int fold_transposes(Graph *g, int nf, FILE *dump) {
         fprintf(dump, "transpose %s: into %s as trans_%c\n", g->n[tp].name, n->name, s ? 'b' : 'a');
       n->in[s] = g->n[tp].in[0];
       *trans = 1;
-      drop_node(g, tp, gone);
-      folded++;
+      drop_node(g, &w, tp);
     }
   }
-  remove_nodes(g, nf, gone, folded);
-  free(gone);
-  readers_free(&R);
+  int folded = w.dropped;
+  rewrite_end(g, &w);
   return folded;
 }
 
@@ -484,24 +486,22 @@ static int fold_transposes(Graph *g, int nf, FILE *dump) {
 
 /* MatMul(x, w) + b, with w a matrix shared by the batch (stride 0: a
  * Linear layer's weight, transposed or not), x's items contiguous, and b a
- * float vector of the output's last dimension read by nothing but... the
- * Add, whose other operand only it reads: one GEMM node (x, w, b), its
+ * float vector of the output's last dimension, where the product's output
+ * is read by that Add alone: one GEMM node (x, w, b), its
  * batch flattened into the rows (y = x w + b over batch x m rows). The
  * bias is added by the GEMM's step (snrt_bias_fwd) and its gradient is
  * BIAS_BWD's reduction of dy: no separate Add step forward, and backward no
  * copy of dy into the product's gradient. Returns how many. */
-static int fold_bias_adds(Graph *g, int nf, FILE *dump) {
-  Readers R = readers(g, nf);
-  bool *gone = xcalloc((size_t)nf, sizeof *gone);
-  int folded = 0;
-  for (int i = 0; i < nf; i++) {
+static int fold_bias_adds(Graph *g, FILE *dump) {
+  Rewrite w = rewrite_begin(g);
+  for (int i = 0; i < w.nf; i++) {
     Node *mmn = &g->n[i];
-    if (gone[i] || mmn->op != OP_MATMUL || !mmn->p || mmn->nin != 2) continue;
+    if (w.gone[i] || mmn->op != OP_MATMUL || !mmn->p || mmn->nin != 2) continue;
     const snrt_mm_t *p = mmn->p;
     if (p->stride_b != 0 || p->trans_a || (p->batch > 1 && (p->stride_a != p->m * p->k ||
                                                             p->stride_y != p->m * p->n)))
       continue;
-    int y = mmn->out[0], ai = sole_reader(g, &R, gone, y);
+    int y = mmn->out[0], ai = sole_reader(g, &w, y);
     if (ai < 0 || g->n[ai].op != OP_ADD || g->n[ai].nin != 2) continue;
     int b = other_operand(&g->n[ai], OP_ADD, y, true);
     if (b < 0 || b == y || !vector_of(g, b, p->n) || !same_shape(&g->t[g->n[ai].out[0]], &g->t[y]))
@@ -515,26 +515,13 @@ static int fold_bias_adds(Graph *g, int nf, FILE *dump) {
     gp->mm.stride_y = gp->mm.m * p->n;
     gp->bias = (snrt_bias_t){.rows = gp->mm.m, .cols = p->n, .kind = SNRT_BIAS_ROW, .scale = 1.0f};
     gp->has_c = true;
-    Node *A = &g->n[ai];
-    if (dump) fprintf(dump, "bias %s: into %s as a GEMM with C\n", A->name, mmn->name);
-    int x = mmn->in[0], w = mmn->in[1];
-    free(A->in);
-    A->in = xmalloc(sizeof(int) * 3);
-    A->in[0] = x, A->in[1] = w, A->in[2] = b;
-    A->nin = 3;
-    A->op = OP_GEMM;
-    A->p = gp;
-    A->nattr = 0;
-    A->attrs = NULL;
-    char *name = xasprintf("%s+bias", mmn->name);
-    free(A->name);
-    A->name = name;
-    drop_node(g, i, gone);
-    folded++;
+    if (dump) fprintf(dump, "bias %s: into %s as a GEMM with C\n", g->n[ai].name, mmn->name);
+    replace_node(g, ai, OP_GEMM, xasprintf("%s+bias", mmn->name), 3,
+                 (int[]){mmn->in[0], mmn->in[1], b}, gp);
+    drop_node(g, &w, i);
   }
-  remove_nodes(g, nf, gone, folded);
-  free(gone);
-  readers_free(&R);
+  int folded = w.dropped;
+  rewrite_end(g, &w);
   return folded;
 }
 
@@ -546,14 +533,12 @@ void fuse_elementwise(Graph *g, bool on, FILE *dump) {
     if (dump) fprintf(dump, "fuse: %s\n", on ? "no nodes" : "off (--no-fuse)");
     return;
   }
-  int nln = fuse_layernorms(g, nf, dump);
-  nf = g->nfwd ? g->nfwd : g->nn;
-  int ntr = fold_transposes(g, nf, dump);
-  nf = g->nfwd ? g->nfwd : g->nn;
-  int nbias = fold_bias_adds(g, nf, dump);
-  nf = g->nfwd ? g->nfwd : g->nn;
-  Readers R = readers(g, nf);
-  const int *cnt = R.cnt, *rd = R.rd;
+  int nln = fuse_layernorms(g, dump);
+  int ntr = fold_transposes(g, dump);
+  int nbias = fold_bias_adds(g, dump);
+  Rewrite w = rewrite_begin(g);
+  nf = w.nf;
+  const int *cnt = w.cnt, *rd = w.rd;
 
   /* Backward over the nodes: each fusable node starts a group or joins the
    * one group all its readers are in. */
@@ -588,9 +573,8 @@ void fuse_elementwise(Graph *g, bool on, FILE *dump) {
   }
 
   /* Each group of two or more: its sink becomes the FUSED node. */
-  bool *gone = xcalloc((size_t)nf, sizeof *gone);
   int *members = xmalloc(sizeof(int) * SNRT_FUSED_MAX_OPS);
-  int nfused = 0, nremoved = 0;
+  int nfused = 0;
   for (int G = ng - 1; G >= 0; G--) {   /* made last to first: graph order */
     Group *gr = &gs[G];
     if (gr->nops < 2) continue;
@@ -599,35 +583,20 @@ void fuse_elementwise(Graph *g, bool on, FILE *dump) {
       if (grp[i] == G) members[nm++] = i;
     snc_assert(nm == gr->nops);
     snrt_fused_t *p = build_program(g, gr, members, nm);
-    Node *s = &g->n[gr->sink];
-    char *name = xasprintf("%s/fused%d", s->name, nm);
-    Node f = *s;
-    f.name = name;
-    f.op = OP_FUSED;
-    f.nin = gr->nin;
-    f.in = xmalloc(sizeof(int) * (size_t)gr->nin);
-    memcpy(f.in, gr->in, sizeof(int) * (size_t)gr->nin);
-    f.nattr = 0;
-    f.attrs = NULL;
-    f.p = p;
-    f.aux = 0;
-    f.onnx_op = NULL;
-    if (dump) dump_group(g, &f, members, nm, dump);
-    for (int j = 0; j < nm - 1; j++) drop_node(g, members[j], gone), nremoved++;
-    free(s->in);
-    free(s->name);
-    *s = f;
+    char *name = xasprintf("%s/fused%d", g->n[gr->sink].name, nm);
+    if (dump) dump_group(g, name, gr, p, members, dump);
+    for (int j = 0; j < nm - 1; j++) drop_node(g, &w, members[j]);
+    replace_node(g, gr->sink, OP_FUSED, name, gr->nin, gr->in, p);
     nfused++;
   }
-  remove_nodes(g, nf, gone, nremoved);
+  int nremoved = w.dropped;
+  rewrite_end(g, &w);
   if (dump)
     fprintf(dump, "fuse: %d decomposed LayerNorm%s into LAYERNORM; %d Transpose%s into MatMul; "
             "%d bias add%s into GEMM; %d group%s, %d nodes into %d steps\n", nln, nln == 1 ? "" : "s",
             ntr, ntr == 1 ? "" : "s", nbias, nbias == 1 ? "" : "s", nfused, nfused == 1 ? "" : "s",
             nremoved + nfused, nfused);
-  free(gone);
   free(members);
   free(gs);
   free(grp);
-  readers_free(&R);
 }

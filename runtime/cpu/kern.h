@@ -57,6 +57,22 @@ static inline float kern_expf(float x) {
   return y;
 }
 
+/* An odd function's value from its two branches, x's bits xb: small where
+ * |x| is below the float whose bits are cut, else big (computed on |x|)
+ * with x's sign; NaN in, NaN out. On the bits: float compares may trap, so
+ * gcc would not turn them into vector selects. (kern_tanhf, kern_erff) */
+static inline float kern_odd_pick(uint32_t xb, uint32_t cut, float small, float big) {
+  uint32_t ab = xb & 0x7fffffffu, bb, sb;
+  memcpy(&bb, &big, sizeof bb);
+  bb |= xb & 0x80000000u;
+  memcpy(&sb, &small, sizeof sb);
+  uint32_t yb = ab < cut ? sb : bb;
+  yb = ab > 0x7f800000u ? xb : yb;
+  float y;
+  memcpy(&y, &yb, sizeof y);
+  return y;
+}
+
 /* tanh in float32 without libm, branch-free so that a loop of it
  * vectorizes (libm's scalar tanhf made each GELU-tanh step of the GPT
  * example 6.4 ms: issue "fusion and fast kernels"). Error: at most 2 ulp
@@ -85,16 +101,7 @@ static inline float kern_tanhf(float x) {
   q = q * z - 3.333328206e-01f;
   float small = x + x * z * q;
   float big = 1.0f - 2.0f / (kern_expf(2.0f * a) + 1.0f);
-  uint32_t bb;
-  memcpy(&bb, &big, sizeof bb);
-  bb |= xb & 0x80000000u;                                /* the sign of x */
-  uint32_t sb;
-  memcpy(&sb, &small, sizeof sb);
-  uint32_t yb = ab < 0x3f200000u ? sb : bb;              /* |x| < 0.625 */
-  yb = ab > 0x7f800000u ? xb : yb;                       /* NaN in, NaN out */
-  float y;
-  memcpy(&y, &yb, sizeof y);
-  return y;
+  return kern_odd_pick(xb, 0x3f200000u, small, big);     /* |x| < 0.625 */
 }
 
 /* erf in float32 without libm, branch-free (a GELU-erf step of BERT-like
@@ -139,16 +146,7 @@ static inline float kern_erff(float x) {
   r = r * t + 1.00002368f;
   r = r * t - 1.26551223f;
   float big = 1.0f - t * kern_expf(r - z * z);
-  uint32_t bb;
-  memcpy(&bb, &big, sizeof bb);
-  bb |= xb & 0x80000000u;                                /* the sign of x */
-  uint32_t sb;
-  memcpy(&sb, &small, sizeof sb);
-  uint32_t yb = ab < 0x3f400000u ? sb : bb;              /* |x| < 0.75 */
-  yb = ab > 0x7f800000u ? xb : yb;                       /* NaN in, NaN out */
-  float y;
-  memcpy(&y, &yb, sizeof y);
-  return y;
+  return kern_odd_pick(xb, 0x3f400000u, small, big);     /* |x| < 0.75 */
 }
 
 /* x^e: the exponents exporters write computed as torch does (x*x for 2);
