@@ -53,9 +53,10 @@ void shape_infer(Graph *g, int batch);
 
 /* ------------------------------------------------------------------ fuse.c */
 
-/* Elementwise fusion (fuse.c's contract): chains of elementwise ops of one
- * shape become OP_FUSED nodes. on false (--no-fuse): nothing changes. dump
- * (--dump fuse): each group's members and program, or NULL. */
+/* Fusion (fuse.c's contract): decomposed LayerNorms become LAYERNORM nodes,
+ * Linear transposes and bias adds go into the GEMMs, chains of elementwise
+ * ops of one shape become OP_FUSED nodes. on false (--no-fuse): nothing
+ * changes. dump (--dump fuse): each rewrite, each group's program; or NULL. */
 void fuse_elementwise(Graph *g, bool on, FILE *dump);
 /* What a fused chain's backward reads, for the gradients of the inputs set
  * in p->need: sets p->have (the inputs it reads) and p->use_y (whether it
