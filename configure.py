@@ -24,7 +24,7 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 # add TEST_DEPS.
 DEPS = ["gcc", "ninja-build", "protobuf-c-compiler", "libprotobuf-c-dev",
         "libopenblas-dev", "zlib1g-dev", "dataset-fashion-mnist", "python3", "fortunes",
-        "openmpi-bin", "libopenmpi-dev"]
+        "openmpi-bin", "libopenmpi-dev", "libdnnl-dev"]
 # clang + libclang-rt-14-dev: the compiler fuzzer (tests/fuzz/, libFuzzer);
 # python3-pytest-xdist: `ninja test` runs the test files on every core.
 TEST_DEPS = ["python3-torch", "python3-torchvision", "python3-onnx", "python3-numpy",
@@ -190,6 +190,20 @@ def cuda_archs(nvcc):
     return archs or [80, 90]  # an nvcc too old to list them: the two we know it has
 
 
+def probe_dnnl(mode):
+    """Whether the CPU runtime gets its oneDNN convolutions (k_conv_dnnl.c):
+    the header at build time; the library itself is opened by the programs."""
+    if mode == "off":
+        return False
+    have = os.path.exists("/usr/include/oneapi/dnnl/dnnl.h")
+    if not have:
+        if mode == "on":
+            sys.exit("configure: error: --dnnl on, but /usr/include/oneapi/dnnl/dnnl.h is missing "
+                     "(apt-get install libdnnl-dev)")
+        print("configure: warning: no oneDNN header (libdnnl-dev); CPU convolutions use im2col only")
+    return have
+
+
 def probe_mpi():
     """(cflags, libs) of the C MPI library, from pkg-config (ompi-c, then mpi)
     or mpicc -showme; None where MPI is not installed."""
@@ -243,6 +257,9 @@ def main():
                          "Chromium; build/venv with transformers, onnx and onnxruntime from PyPI)")
     ap.add_argument("--cuda", choices=["auto", "on", "off"], default="auto",
                     help="build the CUDA runtime (auto: where nvcc and cuDNN are found)")
+    ap.add_argument("--dnnl", choices=["auto", "on", "off"], default="auto",
+                    help="run float32 CPU convolutions through oneDNN (libdnnl-dev; loaded by the "
+                         "programs at run time, SNRT_CONV picks); auto: where its header is found")
     ap.add_argument("--sanitize", default="",
                     help="build snc and the CPU runtime with -fsanitize=LIST (e.g. address,undefined)")
     ap.add_argument("--werror", action="store_true", help="treat warnings as errors (the test build)")
@@ -284,8 +301,9 @@ def main():
     # flags, and with them gcc will not turn a float compare into a vector
     # select (runtime/cpu/kern.h's kern_tanhf loop stays scalar). Values are
     # unchanged: no reassociation, no fast-math.
-    w.variable("rtflags", "-std=c11 -D_GNU_SOURCE -O3 -g -fopenmp -fno-trapping-math %s %s %s "
-               "-I$builddir/gen -Iruntime" % (cpu_flags(), warn, san))
+    dnnl = probe_dnnl(args.dnnl)
+    w.variable("rtflags", "-std=c11 -D_GNU_SOURCE -O3 -g -fopenmp -fno-trapping-math %s %s %s%s "
+               "-I$builddir/gen -Iruntime" % (cpu_flags(), warn, san, " -DSNRT_DNNL" if dnnl else ""))
     w.variable("ldflags", san)
     python = "/usr/bin/python3"
     w.variable("python", python)

@@ -58,8 +58,12 @@ void snrt_dev_sync(snrt_ctx *c);
 
 /* Fill bytes at dev_off with SNRT_POISON_BITS (poison mode). */
 void snrt_dev_poison(snrt_ctx *c, int64_t dev_off, int64_t bytes);
-/* "cpu (2 threads, OpenBLAS)" / "NVIDIA H200 (cuDNN 9.x)" */
+/* "cpu (2 threads, OpenBLAS, oneDNN convs)" / "NVIDIA H200 (cuDNN 9.x)" */
 const char *snrt_dev_describe(snrt_ctx *c);
+/* Bytes the runtime's libraries hold outside the planned arena so far: CPU,
+ * oneDNN's primitives' blocked copies and scratchpads (k_conv_dnnl.c); CUDA,
+ * the private convolution workspace (SNRT_DETERMINISTIC, SNRT_CONV_WS_MIB). */
+int64_t snrt_dev_outside_bytes(snrt_ctx *c);
 /* Runs one step fn(c) (the model's train_step or eval_step) on the device.
  * CPU: just fn(c). CUDA: the first call of a given fn runs eagerly (warm-up:
  * cuDNN algorithm search, lazy module loading); the second is captured into a

@@ -144,12 +144,17 @@ def prepare(model, shape, classes, batch, tmp, opset=13, seed=0):
     return x, y, onnx_path
 
 
-def program_step(prog, tmp, steps, *extra):
+def program_step(prog, tmp, steps, *extra, env=None):
     """Runs the program; returns (gradient dump dir, parameter dump dir)."""
     grads, params = tmp / ("grads%d" % steps), tmp / ("params%d" % steps)
     run([prog, "--data", "npy:%s,%s" % (tmp / "x.npy", tmp / "y.npy"), "--steps", str(steps),
-         "--dump-grads", str(grads), "--dump-params", str(params)] + list(extra))
+         "--dump-grads", str(grads), "--dump-params", str(params)] + list(extra), env=env)
     return grads, params
+
+
+def banner_of(prog, tmp):
+    """What the program prints (its banner's device names the convolution path)."""
+    return run([prog, "--data", "npy:%s,%s" % (tmp / "x.npy", tmp / "y.npy"), "--steps", "1"]).stdout
 
 
 CASES = {
@@ -255,7 +260,20 @@ def test_three_steps_parameters(name, optim, tmp_path):
 #    0.45%; a gradient is then accepted within twice that spread of float64
 #    (the spread is measured, per gradient, only where the first two bounds
 #    fail; a race would show as a spread between runs at one thread count,
-#    which the test also rules out).
+#    which the test also rules out). The other summation order measured is
+#    the other convolution path (SNRT_CONV: oneDNN or im2col + OpenBLAS):
+#    with oneDNN, whose results do not move with the thread count, the
+#    first-layer weight gradients of mobilenet_v2 (1.7% from float64) and
+#    densenet121 (0.18%) and resnet50's layer3.5.bn2.weight (1.6%) fail the
+#    first two bounds, and the im2col path moves them as far. mobilenet_v2's
+#    is one kink: a ReLU6 input of features.18 at 2.4e-5 from 0 in float64
+#    that oneDNN's summation puts on the other side; flipping that one mask
+#    bit in the float64 model reproduces snc's shifted gradients (its
+#    features.0.0.weight within 2.2e-5 of snc's instead of 1.74%; checked
+#    by hand once, flipping in turn the 3 inputs nearest 0 and 6 of each
+#    ReLU6). The densenet121 and resnet50 ones were not traced. A wrong convolution kernel is not hidden by this:
+#    test_conv_backends.py holds each path to float64 on single convs of
+#    these geometries, where nothing is kinked.
 
 TORCHVISION = {"alexnet": 64, "vgg16": 32, "resnet18": 64, "resnet50": 64, "googlenet": 64,
                "inception_v3": 107, "densenet121": 64, "mobilenet_v2": 96}
@@ -302,18 +320,21 @@ def test_torchvision_gradients(name, tmp_path):
     spread_dirs, spread_used = [], []
 
     def spread(pname):
-        """How far snc's own float32 gradient moves with the summation order."""
+        """How far snc's own float32 gradient moves with the summation order:
+        one thread instead of two, and the other convolution path."""
         if not spread_dirs:
-            for d in ("again", "one"):
+            for d in ("again", "one", "conv"):
                 (tmp_path / d).mkdir()
                 for f in ("x.npy", "y.npy"):
                     os.symlink(tmp_path / f, tmp_path / d / f)
             again, _ = program_step(prog, tmp_path / "again", 1)
             one, _ = program_step(prog, tmp_path / "one", 1, "--threads", "1")
-            spread_dirs.extend([again, one])
+            other = "im2col" if "oneDNN convs" in banner_of(prog, tmp_path) else "dnnl"
+            conv, _ = program_step(prog, tmp_path / "conv", 1, env=dict(os.environ, SNRT_CONV=other))
+            spread_dirs.extend([again, one, conv])
         assert grad_err(load_dump(spread_dirs[0], pname), g) == 0.0, (
             "%s: two runs of one program differ in %s" % (name, pname))
-        return grad_err(load_dump(spread_dirs[1], pname), g)
+        return max(grad_err(load_dump(d, pname), g) for d in spread_dirs[1:])
     for (pname, p), (_, q) in zip(model.named_parameters(), exact.named_parameters()):
         g = load_dump(dump, pname)
         e = grad_err(g, p.grad.numpy())

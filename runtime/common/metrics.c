@@ -5,7 +5,7 @@
  * (fractional, counted from the start of training), train_loss (the last
  * step's), test_accuracy and test_loss (only with --eval), images_per_s
  * (excluding the first 3 steps of this invocation), arena_bytes, host_bytes,
- * threads, batch, policy, device; for a --dist program also ranks,
+ * outside_arena_bytes (snrt_dev_outside_bytes), threads, batch, policy, device; for a --dist program also ranks,
  * global_batch, and per step (first 3 steps excluded) step_s, comm_s (each
  * all-reduce from its start to its completion, summed), comm_exposed_s (what
  * compute waited for), comm_overlapped_s (the rest) and sync_s (the step-end
@@ -35,8 +35,10 @@ void rt_metrics_write(const snrt_ctx *c, const char *path, const rt_metrics *mt)
                   mt->test_accuracy, finite_or_zero(mt->test_loss));
   k += snprintf(buf + k, sizeof buf - (size_t)k,
                 ", \"images_per_s\": %.6g, \"arena_bytes\": %lld, \"host_bytes\": %lld"
+                ", \"outside_arena_bytes\": %lld"
                 ", \"threads\": %d, \"batch\": %d, \"policy\": \"%s\", \"device\": \"%s\"}\n",
                 mt->images_per_s, (long long)m->arena_bytes, (long long)m->host_bytes,
+                (long long)snrt_dev_outside_bytes((snrt_ctx *)c),
                 mt->threads, m->batch, m->policy ? m->policy : "",
                 snrt_dev_describe((snrt_ctx *)c));
   if (m->precision) {   /* --precision bf16: before the closing brace (fp32: no key, as before) */

@@ -38,6 +38,12 @@
 #include <string.h>
 #include <unistd.h>
 
+/* k_conv_dnnl.c, referenced weakly: a program without convolutions (or a
+ * test's runtime built without the kernels) links without it, and its
+ * banner names no convolution kernels. */
+__attribute__((weak)) const char *snrt_conv_backend(void);
+__attribute__((weak)) int64_t snrt_conv_dnnl_bytes(void);
+
 typedef struct dev_copy {
   char *dst;
   const char *src;
@@ -162,7 +168,9 @@ void snrt_dev_init(snrt_ctx *c) {
     q->ring = malloc(sizeof *q->ring * (size_t)q->cap);
     if (!q->ring) dev_fail("cannot allocate the copy queue");
   }
-  snprintf(d->desc, sizeof d->desc, "cpu (%d thread%s, OpenBLAS)", threads, threads == 1 ? "" : "s");
+  snprintf(d->desc, sizeof d->desc, "cpu (%d thread%s, OpenBLAS%s%s)", threads,
+           threads == 1 ? "" : "s", snrt_conv_backend ? ", " : "",
+           snrt_conv_backend ? snrt_conv_backend() : "");
   /* The copy thread must not take the user's SIGINT/SIGTERM: the main loop
    * handles them between steps. */
   sigset_t all, old;
@@ -248,6 +256,11 @@ void snrt_dev_poison(snrt_ctx *c, int64_t dev_off, int64_t bytes) {
 const char *snrt_dev_describe(snrt_ctx *c) {
   dev_state *d = c->dev;
   return d ? d->desc : "cpu";
+}
+
+int64_t snrt_dev_outside_bytes(snrt_ctx *c) {
+  (void)c;
+  return snrt_conv_dnnl_bytes ? snrt_conv_dnnl_bytes() : 0;
 }
 
 /* ---- context accessors (snrt.h) ------------------------------------------ */

@@ -19,7 +19,11 @@
  * Not here: algorithm selection by timing (the CPU has one algorithm per
  * case), Winograd/FFT. Determinism: GEMMs run on the calling thread's OpenBLAS
  * (which splits M/N, never K, for a fixed thread count); every other loop gives
- * each output plane or channel to one thread. */
+ * each output plane or channel to one thread.
+ *
+ * First, though, each entry point offers the conv to k_conv_dnnl.c (oneDNN,
+ * where the library loads: the faster kernels for most float32 shapes); what
+ * it does not take runs here. */
 #include "kern.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -385,6 +389,7 @@ static void direct_bwd_filter(const snrt_conv_t *p, const conv_geo *q, const flo
 void snrt_conv_fwd(snrt_ctx *c, const snrt_conv_t *p, const float *x, const float *w,
                    const float *b, float *y, float *ws) {
   (void)c;
+  if (snrt_conv_dnnl_fwd(p, x, w, b, y)) return;
   conv_geo q = conv_geo_of(p, ws);
   if (q.cg == 1) {
     direct_fwd(p, &q, x, w, b, y);
@@ -421,6 +426,7 @@ void snrt_conv_fwd(snrt_ctx *c, const snrt_conv_t *p, const float *x, const floa
 void snrt_conv_bwd_data(snrt_ctx *c, const snrt_conv_t *p, const float *dy, const float *w,
                         float *dx, float *ws) {
   (void)c;
+  if (snrt_conv_dnnl_bwd_data(p, dy, w, dx)) return;
   conv_geo q = conv_geo_of(p, ws);
   if (q.cg == 1) {
     direct_bwd_data(p, &q, dy, w, dx);
@@ -456,6 +462,7 @@ void snrt_conv_bwd_data(snrt_ctx *c, const snrt_conv_t *p, const float *dy, cons
 void snrt_conv_bwd_filter(snrt_ctx *c, const snrt_conv_t *p, const float *x, const float *dy,
                           float *dw, float *ws) {
   (void)c;
+  if (snrt_conv_dnnl_bwd_filter(p, x, dy, dw)) return;
   conv_geo q = conv_geo_of(p, ws);
   if (q.cg == 1) {
     direct_bwd_filter(p, &q, x, dy, dw);

@@ -35,6 +35,54 @@ static inline int64_t max_index(const snrt_pool_t *p, const float *xp, int oy, i
   return best_i;
 }
 
+/* The outputs whose windows lie wholly inside the input: rows [*y0, *y1) and
+ * columns [*x0, *x1) (empty ranges where none). There the general max pool
+ * runs tap by tap over a whole output row (each tap one vectorizable loop of
+ * selects, in the window's row order: the first-maximum rule of max_index),
+ * and only the border outputs take max_index. */
+static void inner_range(int o, int s, int pad, int k, int d, int in, int *a, int *b) {
+  int lo = 0;
+  while (lo < o && lo * s - pad < 0) lo++;
+  int hi = lo;
+  while (hi < o && hi * s - pad + (k - 1) * d < in) hi++;
+  *a = lo;
+  *b = hi;
+}
+
+#define POOL_ROW 256   /* outputs per block of a row (the index buffer) */
+
+/* One block [x0, x1) of output row oy, all windows inside: the maximum of
+ * output ox into yr[ox - x0] and, when bi != NULL, its tap index
+ * (ki * kw + kj) into bi[ox - x0]. */
+static void max_row_inner(const snrt_pool_t *p, const float *xp, int oy, int x0, int x1,
+                          float *restrict yr, int *restrict bi) {
+  const int hs = oy * p->sh - p->pt, sw = p->sw;
+  const int64_t base = (int64_t)hs * p->w - p->pl;
+  const float *r = xp + base;
+  for (int ox = x0; ox < x1; ox++) yr[ox - x0] = r[(int64_t)ox * sw];
+  if (bi)
+    for (int ox = x0; ox < x1; ox++) bi[ox - x0] = 0;
+  for (int ki = 0; ki < p->kh; ki++)
+    for (int kj = 0; kj < p->kw; kj++) {
+      if (ki == 0 && kj == 0) continue;
+      const float *t = xp + base + (int64_t)ki * p->dh * p->w + (int64_t)kj * p->dw;
+      const int tap = ki * p->kw + kj;
+      if (bi) {
+        for (int ox = x0; ox < x1; ox++) {
+          const float v = t[(int64_t)ox * sw], b = yr[ox - x0];
+          const int u = (v > b) | (v != v);
+          yr[ox - x0] = u ? v : b;
+          bi[ox - x0] = u ? tap : bi[ox - x0];
+        }
+      } else {
+        for (int ox = x0; ox < x1; ox++) {
+          const float v = t[(int64_t)ox * sw], b = yr[ox - x0];
+          yr[ox - x0] = ((v > b) | (v != v)) ? v : b;
+        }
+      }
+    }
+}
+
 /* The common 2x2 stride-2 window with no padding, every window inside the
  * input: the same first-maximum rule as max_index, on the four elements in
  * row order, with no bounds checks. Index 0..3 = (0,0) (0,1) (1,0) (1,1). */
@@ -68,15 +116,24 @@ void snrt_maxpool_fwd(snrt_ctx *c, const snrt_pool_t *p, const float *x, float *
       }
     return;
   }
+  int y0, y1, x0, x1;
+  inner_range(p->oh, p->sh, p->pt, p->kh, p->dh, p->h, &y0, &y1);
+  inner_range(p->ow, p->sw, p->pl, p->kw, p->dw, p->w, &x0, &x1);
 #pragma omp parallel for schedule(static) if (planes * hw > KERN_PAR_MIN)
   for (int64_t pl = 0; pl < planes; pl++) {
     const float *xp = x + pl * hw;
     float *yp = y + pl * ohw;
-    for (int oy = 0; oy < p->oh; oy++)
+    for (int oy = 0; oy < p->oh; oy++) {
+      float *yr = yp + (int64_t)oy * p->ow;
+      const int inner = oy >= y0 && oy < y1 && x0 < x1;
+      if (inner) max_row_inner(p, xp, oy, x0, x1, yr + x0, NULL);
       for (int ox = 0; ox < p->ow; ox++) {
+        if (inner && ox == x0) ox = x1;
+        if (ox >= p->ow) break;
         int64_t i = max_index(p, xp, oy, ox);
-        yp[(int64_t)oy * p->ow + ox] = i < 0 ? -INFINITY : xp[i];
+        yr[ox] = i < 0 ? -INFINITY : xp[i];
       }
+    }
   }
 }
 
@@ -124,16 +181,39 @@ void snrt_maxpool_bwd(snrt_ctx *c, const snrt_pool_t *p, const float *x, const f
     }
     return;
   }
+  int y0, y1, x0, x1;
+  inner_range(p->oh, p->sh, p->pt, p->kh, p->dh, p->h, &y0, &y1);
+  inner_range(p->ow, p->sw, p->pl, p->kw, p->dw, p->w, &x0, &x1);
+  /* Gradients are added in the order of the outputs (row by row), inner
+   * blocks and border outputs alike, so an input in several windows sums
+   * in one fixed order. */
 #pragma omp parallel for schedule(static) if (planes * hw > KERN_PAR_MIN)
   for (int64_t pl = 0; pl < planes; pl++) {
     const float *xp = x + pl * hw, *gp = dy + pl * ohw;
     float *dp = dx + pl * hw;
+    float best[POOL_ROW];
+    int bi[POOL_ROW];
     memset(dp, 0, sizeof(float) * hw);
-    for (int oy = 0; oy < p->oh; oy++)
-      for (int ox = 0; ox < p->ow; ox++) {
+    for (int oy = 0; oy < p->oh; oy++) {
+      const float *gr = gp + (int64_t)oy * p->ow;
+      const int inner = oy >= y0 && oy < y1 && x0 < x1;
+      for (int ox = 0; ox < p->ow;) {
+        if (inner && ox >= x0 && ox < x1) {
+          const int e = ox + POOL_ROW < x1 ? ox + POOL_ROW : x1;
+          max_row_inner(p, xp, oy, ox, e, best, bi);
+          const int64_t row = (int64_t)(oy * p->sh - p->pt) * p->w - p->pl;
+          for (int o = ox; o < e; o++) {
+            const int tap = bi[o - ox], ki = tap / p->kw, kj = tap - ki * p->kw;
+            dp[row + (int64_t)o * p->sw + (int64_t)ki * p->dh * p->w + (int64_t)kj * p->dw] += gr[o];
+          }
+          ox = e;
+          continue;
+        }
         int64_t i = max_index(p, xp, oy, ox);
-        if (i >= 0) dp[i] += gp[(int64_t)oy * p->ow + ox];
+        if (i >= 0) dp[i] += gr[ox];
+        ox++;
       }
+    }
   }
 }
 

@@ -216,4 +216,15 @@ void kern_sgemm(int ta, int tb, int m, int n, int k, float alpha, const float *a
  * before a parallel region whose threads call kern_sgemm. */
 void kern_blas_init(void);
 
+/* k_conv_dnnl.c: the float32 convolutions through oneDNN where it loads;
+ * false when that path does not take the conv (k_conv.c runs it). */
+bool snrt_conv_dnnl_fwd(const snrt_conv_t *p, const float *x, const float *w, const float *b,
+                        float *y);
+bool snrt_conv_dnnl_bwd_data(const snrt_conv_t *p, const float *dy, const float *w, float *dx);
+bool snrt_conv_dnnl_bwd_filter(const snrt_conv_t *p, const float *x, const float *dy, float *dw);
+/* "oneDNN convs" or "im2col convs" (loads oneDNN on the first call; exits on
+ * a bad SNRT_CONV), and the bytes of the buffers held for oneDNN. */
+const char *snrt_conv_backend(void);
+int64_t snrt_conv_dnnl_bytes(void);
+
 #endif

@@ -223,6 +223,11 @@ enum { DET_WS_CAP = 64 << 20 };
 static void *priv_ws;
 static size_t priv_cap, priv_total;
 
+int64_t snrt_dev_outside_bytes(snrt_ctx *c) {
+  (void)c;
+  return (int64_t)priv_total;
+}
+
 static size_t extra_ws(void) {
   static long mib = -1;
   if (mib < 0) {
