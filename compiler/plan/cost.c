@@ -22,10 +22,12 @@
  * and so do 1x1 convolutions ("_1x1": one GEMM per image and no im2col on
  * a large plane, a copy and batched GEMMs on a small one: the nearest
  * measured shape's rate); a
- * convolution also costs a fixed time per image of the batch (per_image_s);
+ * convolution also costs a fixed time per call (overhead_s: oneDNN's
+ * reorders and parallel region) and per image of the batch (per_image_s);
  * where the profile lists the convolutions it measured (conv_shapes), a
- * convolution takes the FLOP rate of the nearest one of its kind instead
- * (its forward, backward-data or backward-filter kernel's own rate);
+ * convolution takes, beyond those fixed costs, the FLOP rate of the nearest
+ * one of its kind (its forward, backward-data or backward-filter kernel's
+ * own rate, over the measured time less the same fixed costs);
  * gemm (Gemm, MatMul and their gradients: the rate of the nearest GEMM the
  * profile measured, gemm_shapes, else the class rate plus a cost per matrix
  * of a batched product, one sgemm each); pool (max and average pooling,
@@ -193,7 +195,7 @@ static double nearest_conv_rate(const CostRates *r, const snrt_conv_t *p, int ki
   for (int i = 0; i < r->nshapes; i++) {
     const CostShape *q = &r->shapes[i];
     if (q->kind != kind) continue;
-    double o = (q->hw + 2 * (int)(q->ksize / 2) - q->ksize) / q->stride + 1;
+    double o = conv_shape_out(q);
     double dist = fabs(log(K / (q->c * q->ksize * q->ksize))) + fabs(log(pos / (o * o))) +
                   fabs(log(p->k / q->k)) + fabs(log((p->sh > 0 ? p->sh : 1) / q->stride)) +
                   0.5 * fabs(log(p->n / q->n));
@@ -282,7 +284,9 @@ double cost_node_seconds(const Graph *g, const Node *n, double bytes, const Devi
   if (c <= CC_CONV_BWD_1X1 && n->p) {
     double rate = nearest_conv_rate(r, n->p, conv_kind(n), n->op == OP_CONV_BWD_DATA     ? 1
                                                            : n->op == OP_CONV_BWD_FILTER ? 2 : 0);
-    if (rate > 0) return fl / rate + r->overhead[c];   /* the measured shape's rate says it all */
+    /* the measured shape's rate beyond its class's fixed costs (devices.c),
+     * and those costs for this call */
+    if (rate > 0) return fl / rate + r->overhead[c] + cost_units(n, c) * r->per_unit[c];
   }
   if (c == CC_GEMM && n->p && fl > 0) {
     const snrt_mm_t *mm = n->op == OP_GEMM ? &((const GemmParams *)n->p)->mm : n->p;

@@ -61,7 +61,10 @@ const int device_profile_count = sizeof device_profiles / sizeof device_profiles
  *  "step_overhead_s": S}
  * flops/mem_bw/link_bw/mem_bytes are required (the simple model); "classes"
  * (then with every class but strided, math and loss, "copy" and
- * "step_overhead_s") makes it calibrated.
+ * "step_overhead_s") makes it calibrated. A conv shape's rates are taken
+ * over its time less its class's fixed costs ("overhead_s" and
+ * "per_image_s" x n; forward: the forward class's, backward: the backward
+ * class's per kernel), which cost.c adds back for the conv it estimates.
  * Keys that are not known are ignored (notes, the raw timings). */
 
 static const char *prof_path;
@@ -98,6 +101,18 @@ static const Json *prof_entries(const Json *root, const char *key, int *n) {
   *n = a->n;
   return a->items;
 }
+
+/* A conv class's fixed costs in a call on `images` images: its overhead_s
+ * (none in profiles written before snc-calibrate fitted one) and its
+ * per_image_s. */
+static double conv_call_s(const CostRates *r, int c, double images) {
+  return (r->overhead[c] > 0 ? r->overhead[c] : 0) + r->per_unit[c] * images;
+}
+
+/* A measured time less the fixed costs in it; never below a tenth of it (a
+ * fit whose fixed cost nearly covers a shape's time would make its rate
+ * meaningless). */
+static double beyond(double t, double fixed) { return t - fixed > 0.1 * t ? t - fixed : 0.1 * t; }
 
 static DeviceProfile *profile_load(const char *path) {
   prof_path = path;
@@ -161,12 +176,16 @@ static DeviceProfile *profile_load(const char *path) {
         q->hw = prof_num(e, "hw", true, 0, true), q->k = prof_num(e, "k", true, 0, true);
         q->ksize = prof_num(e, "ksize", true, 0, true), q->stride = prof_num(e, "stride", true, 0, true);
         double tf = prof_num(e, "forward_s", true, 0, true), tb = prof_num(e, "backward_s", true, 0, true);
-        double o = (q->hw + 2 * (int)(q->ksize / 2) - q->ksize) / q->stride + 1;
+        double o = conv_shape_out(q);
         double fl = 2.0 * q->n * q->k * o * o * q->c * q->ksize * q->ksize;
-        q->fwd_rate = fl / tf, q->bwd_rate = 2 * fl / tb;
+        /* The rates of the time beyond the class's fixed cost per call
+         * (cost.c adds it back: a measured shape is estimated at its
+         * measured time, a smaller one at more than its FLOPs' share). */
+        double af = conv_call_s(r, CC_CONV + kind, q->n), ab = conv_call_s(r, CC_CONV_BWD + kind, q->n);
+        q->fwd_rate = fl / beyond(tf, af), q->bwd_rate = 2 * fl / beyond(tb, 2 * ab);
         double td = prof_num(e, "backward_data_s", false, 0, false);
         double tw = prof_num(e, "backward_filter_s", false, 0, false);
-        if (td > 0 && tw > 0) q->bwd_data_rate = fl / td, q->bwd_filter_rate = fl / tw;
+        if (td > 0 && tw > 0) q->bwd_data_rate = fl / beyond(td, ab), q->bwd_filter_rate = fl / beyond(tw, ab);
       }
     }
     ent = prof_entries(root, "pool_shapes", &ne);

@@ -4,6 +4,8 @@
 
 #include "../train/train.h"
 
+#include <math.h>
+
 /* ------------------------------------------------------------------ convert.c */
 
 /* A 16-bit step's float32 working copies (convert.c has the rules). */
@@ -194,6 +196,13 @@ typedef struct CostShape {
   double fwd_rate, bwd_rate;      // FLOP/s (backward: each of its two kernels at this rate)
   double bwd_data_rate, bwd_filter_rate;   // each backward kernel's own (0: bwd_rate)
 } CostShape;
+
+/* The output side of a measured shape: padded by ksize/2, as snc-calibrate
+ * ran it (runtime/calibrate/cases.c), rounded down as integer division does
+ * (hw 2, 3x3 stride 2: 1, not 1.5). */
+static inline double conv_shape_out(const CostShape *q) {
+  return floor((q->hw + 2 * (int)(q->ksize / 2) - q->ksize) / q->stride) + 1;
+}
 
 /* devices.c: device profiles (the table mirrors schemas/devices.json). */
 typedef struct DeviceProfile {

@@ -8,8 +8,12 @@
  * per sgemm call of a GEMM (a batched MatMul calls one per matrix), per
  * contiguous row of a normalization (a BN channel of one image, a LayerNorm
  * or softmax row: the kernels' loops restart per row, so a 1x1 map costs far
- * more per element than a 32x32 one). Convolutions and GEMMs have no fixed
- * cost a (their per-unit term covers it). The copy engine, per direction,
+ * more per element than a 32x32 one). GEMMs have no fixed cost a (their
+ * per-call term covers it); a convolution's is its call's own (oneDNN's
+ * reorders into and out of its blocked layouts and a parallel region:
+ * about a third of a millisecond on the 2-core VM, most of a small deep
+ * layer's time), which compiler/plan/devices.c takes out of each measured
+ * shape's time before it turns it into a rate. The copy engine, per direction,
  * is fitted the same way: a per copy (the copy thread's wake-up and the
  * waiter's), bytes over the rate.
  *
@@ -80,20 +84,20 @@ void fit_class(int cls, double *rate, double *overhead, double *par_s, double *p
   if (n < 2) return;
   int nparallel = 0, nunits = 0;
   for (int i = 0; i < n; i++) nparallel += pp[cls][i] > 0, nunits += pu[cls][i] > 0;
-  bool units = nunits == n, conv_like = cls <= K_GEMM;
+  bool units = nunits == n, conv_like = cls <= K_GEMM, gemm = cls == K_GEMM;
   bool par = !conv_like && nparallel > 0 && nparallel < n;
   /* From all terms down to the rate alone: fixed cost (1), parallel (4),
    * units (8) dropped in turn; the work (2) always in. */
   static const int ladder[] = {15, 14, 11, 10, 7, 6, 3, 2};
   for (int i = 0; i < (int)(sizeof ladder / sizeof ladder[0]); i++) {
     int use = ladder[i];
-    if (((use & 8) && !units) || ((use & 4) && !par) || ((use & 1) && conv_like)) continue;
+    if (((use & 8) && !units) || ((use & 4) && !par) || ((use & 1) && gemm)) continue;
     int terms = __builtin_popcount((unsigned)use);
     if (n < terms + 1 && terms > 1) continue;
     double x[4];
     if (!lsq(cls, use, x) || x[0] < 0 || x[1] <= 0 || x[2] < 0 || x[3] < 0) continue;
     *rate = 1 / x[1];
-    *overhead = conv_like ? -1 : x[0];
+    *overhead = gemm ? -1 : x[0];
     *par_s = conv_like ? -1 : (use & 4 ? x[2] : 0);
     *per_unit = units ? x[3] : -1;
     return;
