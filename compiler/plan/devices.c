@@ -114,6 +114,40 @@ static double conv_call_s(const CostRates *r, int c, double images) {
  * meaningless). */
 static double beyond(double t, double fixed) { return t - fixed > 0.1 * t ? t - fixed : 0.1 * t; }
 
+/* The profile's "conv_shapes" (optional) into r->shapes; the classes'
+ * fixed costs must be read already. */
+static void load_conv_shapes(CostRates *r, const Json *root) {
+  int ne;
+  const Json *ent = prof_entries(root, "conv_shapes", &ne);
+  if (ent) {
+    r->shapes = xcalloc((size_t)ne + 1, sizeof *r->shapes);
+    for (int i = 0; i < ne; i++) {
+      const Json *e = &ent[i];
+      const Json *cl = json_get(e, "class");
+      int kind = -1;
+      for (int k = 0; k < 3 && cl && cl->type == JS_STR; k++)
+        if (strcmp(cl->str, cost_class_name((CostClass)(CC_CONV + k))) == 0) kind = k;
+      if (kind < 0) prof_error("a \"conv_shapes\" entry without a forward convolution \"class\"%s", "");
+      CostShape *q = &r->shapes[r->nshapes++];
+      q->kind = kind;
+      q->n = prof_num(e, "n", true, 0, true), q->c = prof_num(e, "c", true, 0, true);
+      q->hw = prof_num(e, "hw", true, 0, true), q->k = prof_num(e, "k", true, 0, true);
+      q->ksize = prof_num(e, "ksize", true, 0, true), q->stride = prof_num(e, "stride", true, 0, true);
+      double tf = prof_num(e, "forward_s", true, 0, true), tb = prof_num(e, "backward_s", true, 0, true);
+      double o = conv_shape_out(q);
+      double fl = 2.0 * q->n * q->k * o * o * q->c * q->ksize * q->ksize;
+      /* The rates of the time beyond the class's fixed cost per call
+       * (cost.c adds it back: a measured shape is estimated at its
+       * measured time, a smaller one at more than its FLOPs' share). */
+      double af = conv_call_s(r, CC_CONV + kind, q->n), ab = conv_call_s(r, CC_CONV_BWD + kind, q->n);
+      q->fwd_rate = fl / beyond(tf, af), q->bwd_rate = 2 * fl / beyond(tb, 2 * ab);
+      double td = prof_num(e, "backward_data_s", false, 0, false);
+      double tw = prof_num(e, "backward_filter_s", false, 0, false);
+      if (td > 0 && tw > 0) q->bwd_data_rate = fl / beyond(td, ab), q->bwd_filter_rate = fl / beyond(tw, ab);
+    }
+  }
+}
+
 static DeviceProfile *profile_load(const char *path) {
   prof_path = path;
   const char *saved = err_file;
@@ -160,34 +194,8 @@ static DeviceProfile *profile_load(const char *path) {
       r->parallel[c] = prof_num(e, "parallel_s", false, 0, false);
     }
     int ne;
-    const Json *ent = prof_entries(root, "conv_shapes", &ne);
-    if (ent) {
-      r->shapes = xcalloc((size_t)ne + 1, sizeof *r->shapes);
-      for (int i = 0; i < ne; i++) {
-        const Json *e = &ent[i];
-        const Json *cl = json_get(e, "class");
-        int kind = -1;
-        for (int k = 0; k < 3 && cl && cl->type == JS_STR; k++)
-          if (strcmp(cl->str, cost_class_name((CostClass)(CC_CONV + k))) == 0) kind = k;
-        if (kind < 0) prof_error("a \"conv_shapes\" entry without a forward convolution \"class\"%s", "");
-        CostShape *q = &r->shapes[r->nshapes++];
-        q->kind = kind;
-        q->n = prof_num(e, "n", true, 0, true), q->c = prof_num(e, "c", true, 0, true);
-        q->hw = prof_num(e, "hw", true, 0, true), q->k = prof_num(e, "k", true, 0, true);
-        q->ksize = prof_num(e, "ksize", true, 0, true), q->stride = prof_num(e, "stride", true, 0, true);
-        double tf = prof_num(e, "forward_s", true, 0, true), tb = prof_num(e, "backward_s", true, 0, true);
-        double o = conv_shape_out(q);
-        double fl = 2.0 * q->n * q->k * o * o * q->c * q->ksize * q->ksize;
-        /* The rates of the time beyond the class's fixed cost per call
-         * (cost.c adds it back: a measured shape is estimated at its
-         * measured time, a smaller one at more than its FLOPs' share). */
-        double af = conv_call_s(r, CC_CONV + kind, q->n), ab = conv_call_s(r, CC_CONV_BWD + kind, q->n);
-        q->fwd_rate = fl / beyond(tf, af), q->bwd_rate = 2 * fl / beyond(tb, 2 * ab);
-        double td = prof_num(e, "backward_data_s", false, 0, false);
-        double tw = prof_num(e, "backward_filter_s", false, 0, false);
-        if (td > 0 && tw > 0) q->bwd_data_rate = fl / beyond(td, ab), q->bwd_filter_rate = fl / beyond(tw, ab);
-      }
-    }
+    const Json *ent;
+    load_conv_shapes(r, root);
     ent = prof_entries(root, "pool_shapes", &ne);
     if (ent) {
       r->pools = xcalloc((size_t)ne + 1, sizeof *r->pools);
