@@ -206,6 +206,16 @@ static void usage(int code) {
   exit(code);
 }
 
+/* The fused chains of compiler/front/fuse.c (runtime/calibrate/cases.c,
+ * fused_chain), timed with the bandwidth classes. */
+static const struct { int which, cls; const char *what; } fused_cases[] = {
+    {EW_GELU_TANH, K_MATH, "fused GELU (tanh) forward"},
+    {EW_GELU_TANH_BWD, K_MATH, "fused GELU (tanh) backward"},
+    {EW_GELU_ERF, K_MATH, "fused GELU (erf) forward"},
+    {EW_GELU_ERF_BWD, K_MATH, "fused GELU (erf) backward"},
+    {EW_ADD_RELU, K_ELEM, "fused Add + Relu forward"},
+    {EW_ADD_RELU_BWD, K_ELEM, "fused Add + Relu backward"}};
+
 /* The shapes measured (see the header); --quick: fewer and smaller. */
 static int copy_case[2], tiny_case;
 static void make_cases(void) {
@@ -277,6 +287,8 @@ static void make_cases(void) {
     cal_ew(EW_ERF_BWD, K_MATH, n, 64, 256, "erf backward");
     cal_ew(EW_SOFTMAX, K_MATH, n, 64, 256, "softmax forward");
     cal_ew(EW_DROPOUT, K_MATH, n, 64, 256, "dropout");
+    for (int i = 0; i < (int)(sizeof fused_cases / sizeof fused_cases[0]); i++)
+      cal_ew(fused_cases[i].which, fused_cases[i].cls, n, 64, 256, fused_cases[i].what);
     cal_ew(EW_SOFTMAX_BWD, K_NORM, n, 64, 256, "softmax backward");
     if (n >= (q ? 1 << 14 : 1 << 16)) {
       cal_ew(EW_LN, K_NORM, n, 64, 256, "layer-norm forward");

@@ -105,7 +105,9 @@ int cal_pool(int n, int c, int hw, int ksz, int stride, int pad, int avg);   /* 
  * too), the classes of the loss. */
 enum { EW_RELU, EW_RELU_BWD, EW_ADD, EW_BCAST_MUL, EW_ADD_SAME, EW_BIAS_GRAD, EW_MEAN_ROWS,
        EW_TRANSPOSE, EW_ERF, EW_ERF_BWD, EW_SOFTMAX, EW_SOFTMAX_BWD, EW_BN, EW_BN_BWD, EW_LN,
-       EW_LN_BWD, EW_CONV_BIAS, EW_DROPOUT, EW_WHERE, EW_CE, EW_CE_BWD, EW_SGD, EW_ADAM, EW_COUNT };
+       EW_LN_BWD, EW_CONV_BIAS, EW_DROPOUT, EW_WHERE, EW_CE, EW_CE_BWD, EW_SGD, EW_ADAM,
+       EW_GELU_TANH, EW_GELU_TANH_BWD, EW_GELU_ERF, EW_GELU_ERF_BWD, EW_ADD_RELU, EW_ADD_RELU_BWD,
+       EW_COUNT };
 /* A bandwidth-class kernel over n elements. */
 int cal_ew(int which, int cls, int64_t n, int c, int64_t hw, const char *what);
 int cal_tiny(void);          /* a 16-element kernel: the fixed cost of a step */

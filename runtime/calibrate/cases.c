@@ -153,7 +153,43 @@ static const struct {
     [EW_WHERE] = {8, 1, 1, 1, 0},       [EW_CE] = {4, 1, 0, 0, 1},
     [EW_CE_BWD] = {8, 1, 1, 1, 1},      [EW_SGD] = {20, 1, 2, 1, 0},
     [EW_ADAM] = {28, 1, 3, 1, 0},
+    /* fused chains (compiler/front/fuse.c): the bytes of the fused step's
+     * own operands, as cost.c counts them */
+    [EW_GELU_TANH] = {8, 1, 1, 8, 0},   [EW_GELU_TANH_BWD] = {12, 2, 1, 8, 0},
+    [EW_GELU_ERF] = {8, 1, 1, 8, 0},    [EW_GELU_ERF_BWD] = {12, 2, 1, 8, 0},
+    [EW_ADD_RELU] = {12, 2, 1, 8, 0},   [EW_ADD_RELU_BWD] = {16, 2, 2, 8, 0},
 };
+
+/* The fused chains the examples' models make: a GPT's GELU, tanh form
+ * (0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), 8 ops) and erf form
+ * (x / sqrt2, erf, + 1, x *, * 0.5: 5 ops), and a ResNet's residual Add +
+ * Relu; their backward steps as the compiler makes them (the GELUs read x,
+ * the Add + Relu its output). */
+static snrt_fused_t fused_chain(int which, int64_t n) {
+  snrt_fused_t p = {.n = n, .nin = 1};
+  if (which == EW_GELU_TANH || which == EW_GELU_TANH_BWD) {
+    const snrt_fused_op_t ops[] = {{SNRT_F_POW, 0, -1, 3.0f},  {SNRT_F_MUL, 1, -1, 0.044715f},
+                                   {SNRT_F_ADD, 0, 2, 0.0f},   {SNRT_F_MUL, 3, -1, 0.7978846f},
+                                   {SNRT_F_TANH, 4, -1, 0.0f}, {SNRT_F_ADD, 5, -1, 1.0f},
+                                   {SNRT_F_MUL, 0, -1, 0.5f},  {SNRT_F_MUL, 7, 6, 0.0f}};
+    p.nops = 8;
+    memcpy(p.ops, ops, sizeof ops);
+    p.need = p.have = 1;
+  } else if (which == EW_GELU_ERF || which == EW_GELU_ERF_BWD) {
+    const snrt_fused_op_t ops[] = {{SNRT_F_DIV, 0, -1, 1.4142135f}, {SNRT_F_ERF, 1, -1, 0.0f},
+                                   {SNRT_F_ADD, 2, -1, 1.0f},       {SNRT_F_MUL, 0, 3, 0.0f},
+                                   {SNRT_F_MUL, 4, -1, 0.5f}};
+    p.nops = 5;
+    memcpy(p.ops, ops, sizeof ops);
+    p.need = p.have = 1;
+  } else {
+    const snrt_fused_op_t ops[] = {{SNRT_F_ADD, 0, 1, 0.0f}, {SNRT_F_RELU, 2, -1, 0.0f}};
+    p.nin = 2, p.nops = 2;
+    memcpy(p.ops, ops, sizeof ops);
+    p.need = 3, p.have = 0, p.use_y = 1;
+  }
+  return p;
+}
 
 /* Per-channel (BN, conv bias) and per-row buffers, the optimizer state and
  * the labels: scratch, made once per case. */
@@ -257,6 +293,26 @@ static void ew(Case *k, char *in, char *out) {
   case EW_DROPOUT: {
     snrt_dropout_t p = {.n = n, .ratio = 0.5f, .id = 1};
     snrt_dropout_fwd(c, &p, x, y);
+    break;
+  }
+  case EW_GELU_TANH: case EW_GELU_ERF: case EW_ADD_RELU: {
+    snrt_fused_t p = fused_chain(k->which, n);
+    const float *ins[2] = {x, x2};
+    snrt_fused_fwd(c, &p, ins, y);
+    break;
+  }
+  case EW_GELU_TANH_BWD: case EW_GELU_ERF_BWD: {   /* x, then dy */
+    snrt_fused_t p = fused_chain(k->which, n);
+    const float *ins[1] = {x};
+    float *dx[1] = {y};
+    snrt_fused_bwd(c, &p, ins, NULL, x2, dx);
+    break;
+  }
+  case EW_ADD_RELU_BWD: {   /* the output, then dy; the gradients of both addends */
+    snrt_fused_t p = fused_chain(k->which, n);
+    const float *ins[2] = {NULL, NULL};
+    float *dx[2] = {y, y + n};
+    snrt_fused_bwd(c, &p, ins, x, x2, dx);
     break;
   }
   case EW_WHERE: {   /* a causal mask's fill over rows of 64 x 64 scores */
