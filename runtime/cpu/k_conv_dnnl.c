@@ -20,15 +20,17 @@
  * bits of the whole batch. Everything else falls back to k_conv.c when
  * oneDNN refuses a shape.
  *
- * Memory: the primitives, the blocked copies of each geometry's operands and
- * its scratchpad are held here, outside the planned arena (as OpenBLAS's
- * buffers are), one set per distinct geometry and pass, allocated at its
- * first call and kept; snrt_conv_dnnl_bytes() says how many bytes. The
- * planned workspace `ws` is not used on this path.
+ * Memory: the blocked copies of a conv's operands and its scratchpad lie
+ * in four buffers shared by every geometry (the convs run one at a time),
+ * each as large as the largest need so far, outside the planned arena (as
+ * OpenBLAS's buffers are); snrt_conv_dnnl_bytes() says how many bytes, the
+ * program's metrics report them (outside_arena_bytes). The primitives are
+ * made at a geometry's first call and kept. The planned workspace `ws` is
+ * not used on this path.
  *
- * Determinism: a geometry always runs the same primitive on the same
- * buffers with the thread count fixed at start, so a step gives the same
- * bits whichever policy scheduled it (the poison and policy tests run on
+ * Determinism: a geometry always runs the same primitive with the thread
+ * count fixed at start, on buffers of the same alignment, so a step gives
+ * the same bits whichever policy scheduled it (the poison and policy tests run on
  * this path). */
 #include "kern.h"
 
@@ -101,14 +103,14 @@ static void load(void) {
 }
 
 /* One pass of one geometry: the primitive and the reorders around it. Slot
- * k: the primitive's argument (0, 1: inputs; 2: output), its blocked buffer
- * when the layout differs from the user's (else NULL: the user's memory is
- * used as it is), and the reorder into or out of it. */
+ * k: the primitive's argument (0, 1: inputs; 2: output), its blocked copy
+ * (in shared buffer k) when the layout differs from the user's (else the
+ * user's memory is used as it is), and the reorder into or out of it. */
 typedef struct Slot {
   int arg;
-  dnnl_memory_t user, prim;     /* user: NCHW/OIHW, its handle set per call */
+  dnnl_memory_t user, prim;     /* handles set per call: the user's tensor, pool k */
   dnnl_primitive_t reorder;     /* NULL: same layout */
-  void *buf;
+  size_t bytes;                 /* of the blocked copy */
 } Slot;
 
 typedef struct Conv {
@@ -119,32 +121,40 @@ typedef struct Conv {
   dnnl_primitive_t prim;
   Slot s[3];
   dnnl_memory_t bias_mem, scratch;
-  void *scratch_buf;
+  size_t scratch_bytes;
   struct Conv *next;
 } Conv;
 
 static Conv *convs;
 
-static void *hold(size_t bytes) {
-  void *p = NULL;
-  if (bytes && posix_memalign(&p, 64, bytes)) {
-    fprintf(stderr, "train: error: cannot allocate %zu bytes for oneDNN's buffers\n", bytes);
-    exit(SNRT_EXIT_DEVICE);
+/* The shared buffers: slot 0, 1 and 2's blocked copies, the scratchpad. */
+static struct { void *p; size_t cap; } pool[4];
+
+static void *pool_get(int k, size_t bytes) {
+  if (bytes > pool[k].cap) {
+    free(pool[k].p);
+    held -= (int64_t)pool[k].cap;
+    pool[k].p = NULL, pool[k].cap = 0;
+    if (posix_memalign(&pool[k].p, 64, bytes)) {
+      fprintf(stderr, "train: error: cannot allocate %zu bytes for oneDNN's buffers\n", bytes);
+      exit(SNRT_EXIT_DEVICE);
+    }
+    pool[k].cap = bytes;
+    held += (int64_t)bytes;
   }
-  held += (int64_t)bytes;
-  return p;
+  return pool[k].p;
 }
 
 /* The user's memory and, where the primitive wants another layout, a
- * blocked buffer and the reorder between them (in: user -> blocked). */
+ * blocked copy and the reorder between them (in: user -> blocked). */
 static bool slot_make(Slot *s, int arg, const dnnl_memory_desc_t *user_md,
                       const dnnl_memory_desc_t *prim_md, bool in) {
   s->arg = arg;
   if (D.dnnl_memory_create(&s->user, user_md, engine, DNNL_MEMORY_NONE) != dnnl_success)
     return false;
   if (D.dnnl_memory_desc_equal(user_md, prim_md)) return true;
-  s->buf = hold(D.dnnl_memory_desc_get_size(prim_md));
-  if (D.dnnl_memory_create(&s->prim, prim_md, engine, s->buf) != dnnl_success) return false;
+  s->bytes = D.dnnl_memory_desc_get_size(prim_md);
+  if (D.dnnl_memory_create(&s->prim, prim_md, engine, DNNL_MEMORY_NONE) != dnnl_success) return false;
   dnnl_primitive_desc_t rpd;
   if (D.dnnl_reorder_primitive_desc_create(&rpd, in ? user_md : prim_md, engine,
                                            in ? prim_md : user_md, engine, NULL) != dnnl_success)
@@ -232,8 +242,8 @@ static bool conv_make(Conv *v) {
   const dnnl_memory_desc_t *sp = Q(dnnl_query_scratchpad_md);
 #undef Q
   if (ok && sp && D.dnnl_memory_desc_get_size(sp) > 0) {
-    v->scratch_buf = hold(D.dnnl_memory_desc_get_size(sp));
-    ok = D.dnnl_memory_create(&v->scratch, sp, engine, v->scratch_buf) == dnnl_success;
+    v->scratch_bytes = D.dnnl_memory_desc_get_size(sp);
+    ok = D.dnnl_memory_create(&v->scratch, sp, engine, DNNL_MEMORY_NONE) == dnnl_success;
   }
   ok = ok && D.dnnl_primitive_create(&v->prim, pd) == dnnl_success;
   D.dnnl_primitive_desc_destroy(pd);
@@ -285,6 +295,7 @@ static bool conv_run(const snrt_conv_t *p, int pass, const float *in0, const flo
   for (int k = 0; k < 3; k++) {
     Slot *s = &v->s[k];
     D.dnnl_memory_set_data_handle(s->user, (void *)h[k]);
+    if (s->reorder) D.dnnl_memory_set_data_handle(s->prim, pool_get(k, s->bytes));
     if (k < 2 && s->reorder) {
       dnnl_exec_arg_t r[2] = {{DNNL_ARG_FROM, s->user}, {DNNL_ARG_TO, s->prim}};
       run1(s->reorder, 2, r);
@@ -295,7 +306,10 @@ static bool conv_run(const snrt_conv_t *p, int pass, const float *in0, const flo
     D.dnnl_memory_set_data_handle(v->bias_mem, (void *)bias);
     a[na++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, v->bias_mem};
   }
-  if (v->scratch) a[na++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, v->scratch};
+  if (v->scratch) {
+    D.dnnl_memory_set_data_handle(v->scratch, pool_get(3, v->scratch_bytes));
+    a[na++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, v->scratch};
+  }
   run1(v->prim, na, a);
   if (v->s[2].reorder) {
     dnnl_exec_arg_t r[2] = {{DNNL_ARG_FROM, v->s[2].prim}, {DNNL_ARG_TO, v->s[2].user}};
