@@ -164,32 +164,31 @@ static bool slot_make(Slot *s, int arg, const dnnl_memory_desc_t *user_md,
   return st == dnnl_success;
 }
 
-static void md(dnnl_memory_desc_t *d, int nd, int64_t a, int64_t b, int64_t c, int64_t e,
+static bool md(dnnl_memory_desc_t *d, int nd, int64_t a, int64_t b, int64_t c, int64_t e,
                int64_t f, dnnl_format_tag_t tag) {
   dnnl_dims_t dims = {a, b, c, e, f};
-  if (D.dnnl_memory_desc_init_by_tag(d, nd, dims, dnnl_f32, tag) != dnnl_success) abort();
+  return D.dnnl_memory_desc_init_by_tag(d, nd, dims, dnnl_f32, tag) == dnnl_success;
 }
 
-/* The conv's four operands with layout `tag` (dnnl_format_tag_any: the
- * primitive chooses), else NCHW / OIHW (GOIHW with groups) / x. */
-static void operand_mds(const snrt_conv_t *p, bool any, dnnl_memory_desc_t *x,
+/* The conv's four operands: with `any`, in the layouts the primitive
+ * chooses, else NCHW / OIHW (GOIHW with groups) / x. False where oneDNN
+ * refuses the dimensions (k_conv.c then runs the conv). */
+static bool operand_mds(const snrt_conv_t *p, bool any, dnnl_memory_desc_t *x,
                         dnnl_memory_desc_t *y, dnnl_memory_desc_t *w, dnnl_memory_desc_t *b) {
   int G = p->group;
   dnnl_format_tag_t t = dnnl_format_tag_any;
-  md(x, 4, p->n, p->c, p->h, p->w, 0, any ? t : dnnl_nchw);
-  md(y, 4, p->n, p->k, p->oh, p->ow, 0, any ? t : dnnl_nchw);
-  if (G == 1)
-    md(w, 4, p->k, p->c, p->kh, p->kw, 0, any ? t : dnnl_oihw);
-  else
-    md(w, 5, G, p->k / G, p->c / G, p->kh, p->kw, any ? t : dnnl_goihw);
-  md(b, 1, p->k, 0, 0, 0, 0, any ? t : dnnl_x);
+  return md(x, 4, p->n, p->c, p->h, p->w, 0, any ? t : dnnl_nchw) &&
+         md(y, 4, p->n, p->k, p->oh, p->ow, 0, any ? t : dnnl_nchw) &&
+         (G == 1 ? md(w, 4, p->k, p->c, p->kh, p->kw, 0, any ? t : dnnl_oihw)
+                 : md(w, 5, G, p->k / G, p->c / G, p->kh, p->kw, any ? t : dnnl_goihw)) &&
+         md(b, 1, p->k, 0, 0, 0, 0, any ? t : dnnl_x);
 }
 
 static bool conv_make(Conv *v) {
   const snrt_conv_t *p = &v->key;
   dnnl_memory_desc_t x_u, y_u, w_u, b_u, x_a, y_a, w_a, b_a;
-  operand_mds(p, false, &x_u, &y_u, &w_u, &b_u);
-  operand_mds(p, true, &x_a, &y_a, &w_a, &b_a);
+  if (!operand_mds(p, false, &x_u, &y_u, &w_u, &b_u) || !operand_mds(p, true, &x_a, &y_a, &w_a, &b_a))
+    return false;
   dnnl_dims_t str = {p->sh, p->sw}, dil = {p->dh - 1, p->dw - 1}, pl = {p->pt, p->pl};
   /* bottom/right pads as the output size implies (may be negative: the
    * last rows of the input no window reaches) */
