@@ -363,6 +363,7 @@ def check_plan(p):
     parts = p["compute_seconds"] + p["recompute_seconds"] + p["exposed_seconds"]
     assert abs(parts - p["est_step_seconds"]) <= 1e-9 + 1e-6 * p["est_step_seconds"], p
     return {"recompute": kinds.count("recompute"), "copies": len(cs.copies),
+            "selected": p.get("selected_rebuilds", 0),
             "recompute_expensive": sum(1 for s in steps if s["kind"] == "recompute" and
                                        s["op"] in EXPENSIVE_OPS),
             "host_optimizer": any(i["kind"] == "optimizer" and i["persistent"] and
@@ -373,7 +374,7 @@ def check_plan(p):
 
 # ---- auto's tiers, found from the plans ----
 
-TIERS = ["recompute", "checkpoint", "offload", "host-optimizer", "host-params"]
+TIERS = ["recompute", "selective", "checkpoint", "offload", "host-optimizer", "host-params"]
 # Ops the cheap rule never rebuilds: a plan that recomputes one of them is a
 # checkpointed plan (recompute.c's checkpoint mode).
 EXPENSIVE_OPS = ("Conv", "Gemm", "MatMul")
@@ -387,6 +388,8 @@ def tier_of(facts):
         return "host-optimizer"
     if facts["copies"]:
         return "offload"
+    if facts["selected"]:
+        return "selective"
     if facts["recompute_expensive"]:
         return "checkpoint"
     if facts["recompute"]:

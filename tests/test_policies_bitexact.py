@@ -332,17 +332,20 @@ def test_recursive_segments_bit_identical(tmp_path):
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
 def test_auto_tiers_bit_identical(optimizer, tmp_path):
     """One budget per auto tier on fashion_cnn (the h200 profile's costs, under
-    which it has cheap recomputation, checkpointed recomputation of the
-    convolutions too, optimizer state and then parameters on the host, and
-    offload where that is faster than moving optimizer state), with SGD and
+    which it has rebuilds chosen per tensor, a convolution's among them, and
+    cheap or checkpointed recomputation where those are faster, optimizer
+    state and then parameters on the host, and offload where that is faster
+    than moving optimizer state), with SGD and
     Adam: each plan moves what its tier moves, and trains bit-identically to
     `none`."""
     onnx, batch = os.path.join(ROOT, "examples", "fashion_cnn.onnx"), 8
     flags = ["--device", "h200", "--optimizer", optimizer]
     ref = train3(onnx, batch, "none", str(tmp_path / "none"), *flags)
     tiers = find_tiers(onnx, batch, str(tmp_path), *flags, points=24)
-    # (its offload tier can be absent: moving optimizer state may be faster)
-    assert set(TIERS) - {"offload"} <= set(tiers), tiers
+    # (its offload tier can be absent: moving optimizer state may be faster;
+    # rebuilds chosen per tensor are faster than cheap and checkpointed
+    # recomputation at every budget they fit: those tiers are gone)
+    assert set(TIERS) - {"offload", "recompute", "checkpoint"} <= set(tiers), tiers
     for t in sorted(tiers):
         out = str(tmp_path / t)
         dump = train3(onnx, batch, "auto", out, "--budget", str(tiers[t]), *flags)
@@ -353,6 +356,8 @@ def test_auto_tiers_bit_identical(optimizer, tmp_path):
         if t == "recompute":
             assert f["recompute"] > 0 and f["copies"] == 0 and plan["host_bytes"] == 0, f
             assert f["recompute_expensive"] == 0, f
+        elif t == "selective":
+            assert f["recompute"] > 0 and f["copies"] == 0 and plan["selected_rebuilds"], f
         elif t == "checkpoint":
             assert f["recompute_expensive"] > 0 and f["copies"] == 0 and plan["checkpoints"], f
         elif t == "offload":

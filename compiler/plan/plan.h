@@ -117,6 +117,7 @@ typedef struct Plan {
   int recursive_segments;  // ... segments rebuilt by the binary schedule (recompute.c)
   int *ckpt;               // ... the checkpoint tensors, in forward order
   int64_t seg_bytes;       // ... and the segment size asked for
+  int selected;            // auto's per-tensor rebuilds (select.c): tensors dropped (0: none)
   char *auto_log;          // policy auto: one line per candidate tried (--dump auto)
   int batch;
   Route *route;            // steps; Step.in/out are instance indices
@@ -378,6 +379,8 @@ typedef struct RecomputeOpts {
                            // instances (offload_plan moves them to the host next)
   bool recursive;          // checkpoint mode: segments escalate to the recursive level
                            // (binary schedule over the cuts inside) instead of nested
+  const bool *drop;        // per tensor: exactly these are dropped and rebuilt (select.c's
+                           // sets; NULL: the cheap rule or checkpoint mode decides)
 } RecomputeOpts;
 /* Returns how many checkpoints checkpoint mode kept. */
 int recompute_plan(Graph *g, Plan *pl, const RecomputeOpts *o);
@@ -397,6 +400,9 @@ int64_t rc_chain_peak(const RcChain *c);     /* the live bytes targets are compa
 Plan *rc_chain_plan(RcChain *c);             /* the chain's plan (borrowed) */
 int rc_chain_checkpoints(const RcChain *c);
 int rc_chain_recursive_segments(const RcChain *c);
+/* One run of node m as a recompute step: it reads and writes the instances
+ * of its tensors in pl, and its workspace. */
+double rc_node_seconds(const Graph *g, const Plan *pl, const Node *m, const DeviceProfile *dev);
 /* Seconds that every plan of the chain spends in recompute steps at least. */
 double rc_chain_rebuild_lb(RcChain *c, const DeviceProfile *dev);
 /* Device bytes the first state (every segment speed-centric) holds at some
@@ -407,6 +413,12 @@ extern long rc_rebuilds;                     /* routes built (auto's log reports
 /* Frees a chain never started (the plan keeps its route). */
 void rc_chain_discard(RcChain *c);
 void recompute_dump(const Graph *g, const Plan *pl, FILE *f);
+/* select.c: auto's per-tensor rebuild family: nested drop sets (each one
+ * malloc'ed, per tensor; *sets malloc'ed), at most SELECT_SETS, chosen
+ * greedily by bytes taken off the peak per second of rebuild; returns how
+ * many. */
+enum { SELECT_SETS = 48 };
+int select_rebuild_sets(Graph *g, const Plan *base, const DeviceProfile *dev, bool ***sets);
 /* offload.c: inserts offload/prefetch steps for the selected tensors (those
  * whose copies hide fully only, if hidden_only); returns how many. */
 int offload_plan(Graph *g, Plan *pl, const bool *sel, const DeviceProfile *dev, bool hidden_only,

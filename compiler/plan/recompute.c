@@ -15,7 +15,8 @@
  * following the graph (branches and joins included), in forward order.
  * Checkpoint mode (seg_bytes > 0): the checkpoints are cut tensors about
  * seg_bytes apart (select_checkpoints) and expensive layers are dropped and
- * rebuilt too.
+ * rebuilt too. Explicit sets (RecomputeOpts.drop: auto's per-tensor
+ * family, select.c): exactly the tensors given, with the cheap rule's levels.
  *
  * Exactness: a recompute step runs the forward node again on the same inputs,
  * with two exceptions that keep it bit-identical: BatchNormalization is
@@ -514,7 +515,13 @@ RcChain *rc_chain_new(Graph *g, Plan *pl, const RecomputeOpts *ro) {
   rc->seg = xmalloc(sizeof(int) * (size_t)g->nt);
   rc->cur = xmalloc(sizeof(int) * (size_t)g->nt);
 
-  drop_cheap(rc, max_chain);
+  if (ro->drop) {
+    /* auto's per-tensor sets (select.c): exactly these, speed-centric */
+    memcpy(rc->dropped, ro->drop, (size_t)g->nt * sizeof(bool));
+    seg_bytes = 0;
+  } else {
+    drop_cheap(rc, max_chain);
+  }
   if (seg_bytes > 0) {
     bool *cheap = xmalloc((size_t)g->nt * sizeof(bool));
     memcpy(cheap, rc->dropped, (size_t)g->nt * sizeof(bool));
@@ -638,6 +645,18 @@ bool rc_chain_escalate(RcChain *c, int64_t target) {
   return any;
 }
 
+double rc_node_seconds(const Graph *g, const Plan *pl, const Node *m, const DeviceProfile *dev) {
+  double bytes = 0;
+  for (int k = 0; k < m->nin + m->nout; k++) {
+    int t = k < m->nin ? m->in[k] : m->out[k - m->nin];
+    if (t < 0 || g->t[t].kind == TK_CONST || pl->tensor_inst[t] < 0) continue;
+    bytes += (double)pl->inst[pl->tensor_inst[t]].bytes;
+  }
+  int64_t ws = node_workspace_bytes(g, m);
+  if (ws > 0) bytes += (double)arena_align(ws);
+  return cost_node_seconds(g, m, bytes, dev);
+}
+
 /* A lower bound of the seconds its recompute steps take, at any level: every
  * forward node that makes a dropped tensor which a backward step reads, or
  * which such a node's rebuild reads, runs at least once more, reading and
@@ -662,16 +681,7 @@ double rc_chain_rebuild_lb(RcChain *c, const DeviceProfile *dev) {
       if (x >= 0 && rc->dropped[x] && p >= 0 && p < g->nfwd) need[p] = true;
     }
     int rn = recompute_node(rc, i);   /* may add a node: g->n moves */
-    const Node *m = &g->n[rn];
-    double bytes = 0;
-    for (int k = 0; k < m->nin + m->nout; k++) {
-      int t = k < m->nin ? m->in[k] : m->out[k - m->nin];
-      if (t < 0 || g->t[t].kind == TK_CONST || pl->tensor_inst[t] < 0) continue;
-      bytes += (double)pl->inst[pl->tensor_inst[t]].bytes;
-    }
-    int64_t ws = node_workspace_bytes(g, m);
-    if (ws > 0) bytes += (double)arena_align(ws);
-    lb += cost_node_seconds(g, m, bytes, dev);
+    lb += rc_node_seconds(g, pl, &g->n[rn], dev);
   }
   free(saved), free(need);
   return lb;

@@ -21,7 +21,12 @@
  *   - checkpoints every S bytes (S = A/2 .. A/256, A the forward activations'
  *     bytes; every layer between two checkpoints rebuilt, expensive ones
  *     too), and S = A/sqrt(N) (Chen et al.'s sqrt(N) checkpointing);
- *   - the fixed recompute and superneurons policies' own plans.
+ *   - the fixed recompute and superneurons policies' own plans;
+ *   - rebuilds chosen per tensor: select.c's nested drop sets (graphs up to
+ *     LARGE_GRAPH_NODES), each planned speed-centric only (they do not walk
+ *     the ladder), with nothing offloaded or offloading where it hides; what
+ *     every plan of one holds at the turn: the outputs of expensive layers
+ *     read by backward that its set does not drop.
  * Each chain has states: the first keeps every segment speed-centric
  * (rebuilt once); the next ones escalate (recompute.c: segments nested, then
  * memory-centric) toward the targets of one ladder, L, L 2^-1/8, L 2^-1/4 ...
@@ -75,7 +80,7 @@
 #include <string.h>
 #include <time.h>
 
-typedef enum { SC_NONE, SC_CHEAP, SC_CKPT, SC_FIXED } Scheme;
+typedef enum { SC_NONE, SC_CHEAP, SC_CKPT, SC_FIXED, SC_SELECT } Scheme;
 
 enum { MAX_VARIANTS = 12, FIRST_K_STEPS = 8 };
 /* The target ladder's step: 2^-1/8 (about 9%); on large graphs 2^-1/4. */
@@ -110,6 +115,8 @@ typedef struct Chain {
   int nck;                 // checkpoint mode: checkpoints
   int *ckpt;               // ... the checkpoint tensors (duplicate chains are skipped)
   bool dup;                // the same plans as an earlier chain
+  int nsel;                // SC_SELECT: tensors its set drops
+  int64_t sel_bytes;       // ... of them, the bytes of those a backward step reads
 } Chain;
 
 typedef struct Search {
@@ -131,6 +138,8 @@ typedef struct Search {
   bool *saved;             // per tensor: read by a backward step
   bool **owned;            // offload selections the chains point to
   int nowned;
+  bool **drops;            // select.c's drop sets the SC_SELECT chains point to
+  int ndrops;
   double shared_busy;      // busy seconds of the first state shared by a group
   /* per variant index of the shared state's chains at host-state level 0:
    * the variant, whether its plan was finished and fits or is not faster
@@ -177,6 +186,9 @@ static const char *chain_name(const Search *sr, const Chain *ch, const PlanVaria
     n += snprintf(buf + n, sizeof buf - (size_t)n, ", checkpoints every %s (%d kept)%s",
                   fmt_bytes(ch->ro.seg_bytes), ch->nck,
                   ch->ro.recursive ? ", segments recursive" : "");
+  else if (ch->scheme == SC_SELECT)
+    n += snprintf(buf + n, sizeof buf - (size_t)n, ", %d tensors rebuilt (%s read by backward), "
+                  "chosen per tensor", ch->nsel, fmt_bytes(ch->sel_bytes));
   else if (ch->scheme != SC_NONE)
     n += snprintf(buf + n, sizeof buf - (size_t)n, ", cheap layers rebuilt");
   if (v && v->sel) {
@@ -201,7 +213,7 @@ static bool fits(const Search *sr, const Plan *pl) {
  * reads. Without checkpoint recomputation nothing drops them (recompute.c's
  * cheap rule keeps them), so every such plan holds them all, on the device
  * or (offloaded) on the host, when the backward pass starts. */
-static int64_t held_at_turn(const Graph *g) {
+static int64_t held_at_turn(const Graph *g, const bool *drop) {
   bool *seen = xcalloc((size_t)g->nt + 1, sizeof(bool));
   int64_t b = 0;
   for (int i = 0; i < g->nn; i++) {
@@ -209,7 +221,8 @@ static int64_t held_at_turn(const Graph *g) {
     if (n->phase != PH_BACKWARD) continue;
     for (int k = 0; k < n->nin; k++) {
       int t = n->in[k];
-      if (t < 0 || seen[t] || g->t[t].kind != TK_ACT || g->t[t].producer < 0) continue;
+      if (t < 0 || seen[t] || g->t[t].kind != TK_ACT || g->t[t].producer < 0 || (drop && drop[t]))
+        continue;
       const Node *p = &g->n[g->t[t].producer];
       if (p->phase != PH_FORWARD || node_cost(g, p) != COST_EXPENSIVE) continue;
       seen[t] = true;
@@ -277,6 +290,7 @@ static void make_chains(Search *sr) {
     if (k < 1 || k >= K || (nfk && k == K * (j - 1) / FIRST_K_STEPS)) continue;
     firstk[nfk++] = sr->owned[sr->nowned++] = first_k(g, acts, k);
   }
+  if (!large) sr->ndrops = select_rebuild_sets(g, sr->base, sr->dev, &sr->drops);
   int64_t A = forward_act_bytes(g);
   static const int ladder[] = {256, 192, 128, 96, 64, 48, 32, 24, 16, 12, 8, 6, 4, 3, 2};
   int64_t sqrt_seg = (int64_t)((double)A / sqrt((double)(g->nfwd > 1 ? g->nfwd : 1)));
@@ -332,6 +346,15 @@ static void make_chains(Search *sr) {
       ch = add_chain(sr, SC_FIXED, hs, fx);
       add_variant(ch, POL_RECOMPUTE, NULL, false, 0);
     }
+    /* Rebuilds chosen per tensor (select.c), nothing offloaded. */
+    for (int k = 0; k < sr->ndrops; k++) {
+      ch = add_chain(sr, SC_SELECT, hs, (RecomputeOpts){.drop = sr->drops[k]});
+      add_variant(ch, POL_RECOMPUTE, NULL, false, 0);
+      add_variant(ch, POL_SUPERNEURONS, acts, true, 0);
+      for (int t = 0; t < g->nt; t++)
+        if (sr->drops[k][t])
+          ch->nsel++, ch->sel_bytes += sr->saved[t] ? arena_align(tensor_bytes(&g->t[t])) : 0;
+    }
   }
 }
 
@@ -340,7 +363,7 @@ static void make_chains(Search *sr) {
  * chain of the same kind are the same plans). */
 static void bound_chains(Search *sr) {
   Graph *g = sr->g;
-  int64_t turn = held_at_turn(g);
+  int64_t turn = held_at_turn(g, NULL);
   for (int c = 0; c < sr->nch; c++) {
     Chain *ch = &sr->ch[c];
     int64_t pers_dev = sr->pers - sr->moved[ch->hs];
@@ -351,14 +374,16 @@ static void bound_chains(Search *sr) {
     const Chain *e = NULL;   // the group's first chain: the same decisions
     for (int d = 0; d < c && !e; d++)
       if (sr->ch[d].scheme == ch->scheme && ch->scheme != SC_FIXED &&
-          sr->ch[d].ro.seg_bytes == ch->ro.seg_bytes && sr->ch[d].ro.max_chain == ch->ro.max_chain)
+          sr->ch[d].ro.seg_bytes == ch->ro.seg_bytes && sr->ch[d].ro.max_chain == ch->ro.max_chain &&
+          sr->ch[d].ro.drop == ch->ro.drop)
         e = &sr->ch[d];
     /* a fixed policy's chain plans its own first state, but what it drops
      * (so its bound and checkpoints) is that of any earlier chain with the
      * same segments and chain length (recompute.c: rc_chain_new) */
     const Chain *twin = NULL;
     for (int d = 0; d < c && !twin && ch->scheme == SC_FIXED; d++)
-      if (sr->ch[d].scheme != SC_NONE && sr->ch[d].ro.seg_bytes == ch->ro.seg_bytes &&
+      if (sr->ch[d].scheme != SC_NONE && sr->ch[d].scheme != SC_SELECT &&
+          sr->ch[d].ro.seg_bytes == ch->ro.seg_bytes &&
           sr->ch[d].ro.max_chain == ch->ro.max_chain)
         twin = &sr->ch[d];
     if (ch->scheme == SC_NONE) {
@@ -385,6 +410,12 @@ static void bound_chains(Search *sr) {
     /* state on the host: its copies are synchronous, and there are at least
      * as many as in the route without recomputation */
     ch->lb = ch->lb_busy + sr->hs_seconds[ch->hs];
+    if (ch->scheme == SC_SELECT) {
+      /* it keeps the outputs of expensive layers that it does not drop */
+      int64_t kept = held_at_turn(g, ch->ro.drop);
+      ch->held = kept + sr->pers, ch->held_dev = kept + pers_dev;
+      continue;
+    }
     if (!ch->ro.seg_bytes) continue;
     /* the checkpoints a backward step reads are kept from forward to backward */
     int64_t ck = 0;
@@ -501,6 +532,7 @@ static bool candidate(Search *sr, const Chain *ch, const PlanVariant *v, const P
   }
   Plan *pl = plan_clone(state);
   pl->seg_bytes = ch->ro.seg_bytes;
+  pl->selected = ch->nsel;
   int64_t floor[2] = {sr->budget, sr->host_budget};
   if (sr->enumerate) floor[0] = floor[1] = INT64_MAX;
   bool done = plan_finish(g, pl, sr->dev, v, recomputed, sr->base->baseline_bytes, floor);
@@ -826,6 +858,8 @@ static void search_free(Search *sr) {
   free(sr->ch);
   for (int k = 0; k < sr->nowned; k++) free(sr->owned[k]);
   free(sr->owned);
+  for (int k = 0; k < sr->ndrops; k++) free(sr->drops[k]);
+  free(sr->drops);
   free(sr->ladder), free(sr->saved), free(sr->group_busy);
   plan_free(sr->base);
 }

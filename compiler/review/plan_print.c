@@ -24,7 +24,9 @@ const char *plan_note(const Plan *pl) {
   snprintf(buf, sizeof buf, "auto chose %s%s: the fastest estimated plan whose arena fits the "
            "budget and whose host arena fits the host budget (snc plan --dump auto: the "
            "candidates)", policy_name(pl->planned),
-           pl->checkpoints ? " with checkpoint segments (expensive layers rebuilt too)" : "");
+           pl->checkpoints ? " with checkpoint segments (expensive layers rebuilt too)"
+           : pl->selected ? " with rebuilds chosen per tensor (the most bytes per second of "
+                            "rebuild first)" : "");
   return buf;
 }
 
@@ -325,9 +327,10 @@ void plan_print_json(const Graph *g, const Plan *pl, FILE *f) {
   fprintf(f, ",\n  \"batch\": %d,\n  \"device\": ", pl->batch);
   json_str(f, pl->opts.device);
   fprintf(f, ",\n  \"host_budget_bytes\": %lld,\n  \"checkpoints\": %d,\n"
-          "  \"checkpoint_segment_bytes\": %lld,\n  \"recursive_segments\": %d",
+          "  \"checkpoint_segment_bytes\": %lld,\n  \"recursive_segments\": %d,\n"
+          "  \"selected_rebuilds\": %d",
           (long long)pl->host_budget, pl->checkpoints,
-          (long long)(pl->checkpoints ? pl->seg_bytes : 0), pl->recursive_segments);
+          (long long)(pl->checkpoints ? pl->seg_bytes : 0), pl->recursive_segments, pl->selected);
   fprintf(f, ",\n  \"budget_bytes\": %lld,\n  \"arena_bytes\": %lld,\n  \"persistent_bytes\": %lld,\n"
           "  \"host_bytes\": %lld,\n  \"peak_live_bytes\": %lld,\n  \"layer_peak_bytes\": %lld,\n"
           "  \"baseline_bytes\": %lld,\n  \"recompute_flops\": ",

@@ -1,0 +1,182 @@
+/* select.c — auto's per-tensor rebuild family: which forward activations to
+ * rebuild, chosen one at a time by the bytes a rebuild takes off the peak per
+ * second it costs.
+ *
+ * Requires: the base plan (route and liveness, nothing rebuilt).
+ * Provides: nested drop sets (each the set before plus one or more rebuilds)
+ * that search.c plans as candidates of auto (recompute.c rebuilds what a set
+ * drops, each dropped tensor once, speed-centric).
+ *
+ * A unit is one activation t that a backward step reads (saved), with what
+ * rebuilding it needs that nothing keeps: the producer of t, and, backwards
+ * from it, the producers of the inputs that no backward step reads (those
+ * die in the forward pass in the liveness plan; keeping them for the rebuild
+ * would cost what dropping t saves). A transformer's attention
+ * probabilities: the Softmax, the mask's Where, the scale's Mul and the
+ * QK^T MatMul, whose inputs Q and K the backward pass keeps anyway
+ * (Megatron's selective recomputation, Korthikanti et al. 2022). A unit
+ * needs at most UNIT_NODES nodes.
+ *
+ * In the liveness plan, t is idle between its last forward reader and its
+ * first backward reader: dropping it takes its bytes off exactly those steps
+ * (the rebuild is made just before the first backward reader and kept until
+ * the last, as before). The greedy walk: at the step where the live bytes
+ * peak, of the units idle there, the one with the most bytes per second of
+ * rebuild (cost_node_seconds of its nodes) is chosen, its bytes taken off
+ * its idle steps, and so on until no unit is idle at the peak. The peak it
+ * tracks is an estimate (it ignores the rebuilt intermediates and in-place
+ * steps); auto plans each set for real and keeps what fits.
+ *
+ * Sets: the prefixes of the walk where the estimated peak first falls below
+ * each of SELECT_SETS levels spaced evenly between the liveness peak and the
+ * walk's last, so that a budget anywhere in between finds a set that lands
+ * close under it.
+ *
+ * Not here: planning the sets (search.c), the rebuilds (recompute.c). */
+#include "plan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { UNIT_NODES = 8 };
+
+typedef struct Unit {
+  int t;                   // the saved tensor
+  int64_t bytes;           // its instance's bytes
+  int from, to;            // idle on the base route's steps from < s < to
+  double seconds;          // rebuilding it (and its unsaved inputs)
+  int drop0, ndrop;        // its dropped tensors: pool[drop0 .. drop0 + ndrop)
+  bool chosen;
+} Unit;
+
+/* The unit of saved tensor t (false where its rebuild needs more than
+ * UNIT_NODES nodes or a tensor that cannot be rebuilt). */
+static bool make_unit(const Graph *g, const Plan *base, const bool *saved, int t,
+                      const DeviceProfile *dev, int *stamp, int mark, int **pool, int *npool,
+                      int *cappool, Unit *u) {
+  int nodes[UNIT_NODES], nn = 0, stack[UNIT_NODES * 8], sp = 0;
+  u->drop0 = *npool, u->ndrop = 0, u->seconds = 0;
+  stack[sp++] = t;
+  stamp[t] = mark;
+  while (sp) {
+    int x = stack[--sp];
+    int p = g->t[x].producer;
+    if (p < 0 || p >= g->nfwd || g->n[p].phase != PH_FORWARD) return false;
+    xgrow((void **)pool, cappool, *npool + 1, sizeof(int));
+    (*pool)[(*npool)++] = x;
+    u->ndrop++;
+    bool dup = false;
+    for (int k = 0; k < nn; k++) dup |= nodes[k] == p;
+    if (dup) continue;
+    if (nn == UNIT_NODES) return false;
+    nodes[nn++] = p;
+    const Node *n = &g->n[p];
+    for (int k = 0; k < n->nin; k++) {
+      int y = n->in[k];
+      if (y < 0 || g->t[y].kind != TK_ACT || saved[y] || stamp[y] == mark) continue;
+      if (sp == (int)(sizeof stack / sizeof stack[0])) return false;
+      stamp[y] = mark;
+      stack[sp++] = y;
+    }
+  }
+  for (int k = 0; k < nn; k++) u->seconds += rc_node_seconds(g, base, &g->n[nodes[k]], dev);
+  if (u->seconds <= 0) u->seconds = 1e-12;
+  return true;
+}
+
+int select_rebuild_sets(Graph *g, const Plan *base, const DeviceProfile *dev, bool ***sets) {
+  const Route *r = base->route;
+  int ns = r->train_steps;
+  *sets = NULL;
+  if (ns <= 0) return 0;
+  bool *saved = xcalloc((size_t)g->nt + 1, sizeof(bool));
+  int *lastf = xmalloc(sizeof(int) * (size_t)(g->nt + 1));
+  int *firstb = xmalloc(sizeof(int) * (size_t)(g->nt + 1));
+  int *users = xcalloc((size_t)base->ninst + 1, sizeof(int));   // tensors per instance
+  for (int t = 0; t < g->nt; t++) lastf[t] = -1, firstb[t] = -1;
+  for (int s = 0; s < ns; s++) {
+    const Step *st = &r->s[s];
+    if (st->node < 0) continue;
+    const Node *n = &g->n[st->node];
+    bool bwd = st->kind == SK_BACKWARD;
+    for (int k = 0; k < n->nin; k++) {
+      int t = n->in[k];
+      if (t < 0) continue;
+      if (bwd) {
+        saved[t] = true;
+        if (firstb[t] < 0) firstb[t] = s;
+      } else if (firstb[t] < 0) {
+        lastf[t] = s;
+      }
+    }
+  }
+  for (int t = 0; t < g->nt && t < base->ntensors; t++)
+    if (base->tensor_inst[t] >= 0) users[base->tensor_inst[t]]++;
+  Unit *u = NULL;
+  int nu = 0, capu = 0, *pool = NULL, npool = 0, cappool = 0;
+  int *stamp = xcalloc((size_t)g->nt + 1, sizeof(int));
+  for (int t = 0; t < g->nt && t < base->ntensors; t++) {
+    int i = base->tensor_inst[t];
+    if (!saved[t] || g->t[t].kind != TK_ACT || i < 0 || users[i] != 1 || lastf[t] < 0 ||
+        firstb[t] - lastf[t] < 2)
+      continue;
+    Unit x = {.t = t, .bytes = base->inst[i].bytes, .from = lastf[t], .to = firstb[t]};
+    int keep = npool;
+    if (!make_unit(g, base, saved, t, dev, stamp, t + 1, &pool, &npool, &cappool, &x)) {
+      npool = keep;
+      continue;
+    }
+    xgrow((void **)&u, &capu, nu + 1, sizeof *u);
+    u[nu++] = x;
+  }
+  free(stamp), free(users), free(saved), free(lastf), free(firstb);
+  /* The greedy walk over the live bytes of the training steps. */
+  int64_t *live = xmalloc(sizeof(int64_t) * (size_t)ns);
+  memcpy(live, base->live_bytes, sizeof(int64_t) * (size_t)ns);
+  int64_t *peak_after = xmalloc(sizeof(int64_t) * (size_t)(nu + 1));
+  int *order = xmalloc(sizeof(int) * (size_t)(nu + 1));
+  int64_t peak0 = 0;
+  for (int s = 0; s < ns; s++) peak0 = live[s] > peak0 ? live[s] : peak0;
+  int nchosen = 0;
+  for (;;) {
+    int P = 0;
+    for (int s = 1; s < ns; s++)
+      if (live[s] > live[P]) P = s;
+    int best = -1;
+    for (int k = 0; k < nu; k++) {
+      if (u[k].chosen || u[k].from >= P || u[k].to <= P) continue;
+      if (best < 0 || (double)u[k].bytes / u[k].seconds > (double)u[best].bytes / u[best].seconds)
+        best = k;
+    }
+    if (best < 0) break;
+    u[best].chosen = true;
+    for (int s = u[best].from + 1; s < u[best].to; s++) live[s] -= u[best].bytes;
+    int64_t pk = 0;
+    for (int s = 0; s < ns; s++) pk = live[s] > pk ? live[s] : pk;
+    order[nchosen] = best, peak_after[nchosen++] = pk;
+  }
+  /* The sets: prefixes at SELECT_SETS levels of the estimated peak. */
+  int nsets = 0;
+  if (nchosen) {
+    int64_t last = peak_after[nchosen - 1];
+    *sets = xcalloc(SELECT_SETS + 1, sizeof(bool *));
+    bool *cur = xcalloc((size_t)g->nt + 1, sizeof(bool));
+    int level = 1;
+    for (int k = 0; k < nchosen; k++) {
+      const Unit *x = &u[order[k]];
+      for (int j = 0; j < x->ndrop; j++) cur[pool[x->drop0 + j]] = true;
+      int64_t mark = peak0 - (int64_t)((double)(peak0 - last) * level / SELECT_SETS);
+      if (peak_after[k] > mark && k < nchosen - 1) continue;
+      while (level <= SELECT_SETS &&
+             peak_after[k] <= peak0 - (int64_t)((double)(peak0 - last) * level / SELECT_SETS))
+        level++;
+      bool *set = xmalloc((size_t)g->nt + 1);
+      memcpy(set, cur, (size_t)g->nt + 1);
+      (*sets)[nsets++] = set;
+      if (nsets == SELECT_SETS) break;
+    }
+    free(cur);
+  }
+  free(live), free(peak_after), free(order), free(u), free(pool);
+  return nsets;
+}
