@@ -118,6 +118,7 @@ typedef struct Plan {
   int *ckpt;               // ... the checkpoint tensors, in forward order
   int64_t seg_bytes;       // ... and the segment size asked for
   int selected;            // auto's per-tensor rebuilds (select.c): tensors dropped (0: none)
+  int64_t selected_bytes;  // ... the bytes of those a backward step reads
   char *auto_log;          // policy auto: one line per candidate tried (--dump auto)
   int batch;
   Route *route;            // steps; Step.in/out are instance indices

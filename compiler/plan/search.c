@@ -532,7 +532,7 @@ static bool candidate(Search *sr, const Chain *ch, const PlanVariant *v, const P
   }
   Plan *pl = plan_clone(state);
   pl->seg_bytes = ch->ro.seg_bytes;
-  pl->selected = ch->nsel;
+  pl->selected = ch->nsel, pl->selected_bytes = ch->sel_bytes;
   int64_t floor[2] = {sr->budget, sr->host_budget};
   if (sr->enumerate) floor[0] = floor[1] = INT64_MAX;
   bool done = plan_finish(g, pl, sr->dev, v, recomputed, sr->base->baseline_bytes, floor);
