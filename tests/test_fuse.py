@@ -157,6 +157,13 @@ def test_gpt_gelu_is_one_step_and_the_arena_shrinks(tmp_path):
         assert re.search(r"forward\s+Gemm\s+\S+\s+\S+\s+/blocks\.0/%s/MatMul\+bias" % w, text), w
         add = r"forward\s+Add\s.*/blocks\.0/%s/Add$" % w
         assert re.search(add, plain_text, re.M) and not re.search(add, text, re.M), w
+    # Attention's scale (x 1/sqrt(d) after Q K^T) is the product's alpha:
+    # one MatMul step named <MatMul>*scale, no Mul step forward.
+    for text_, fused_ in ((text, True), (plain_text, False)):
+        scaled = re.findall(r"forward\s+MatMul\s+\S+\s+\S+\s+(/blocks\.\d+/MatMul\*scale)$", text_,
+                            re.M)
+        mul = re.findall(r"forward\s+Mul\s.*(/blocks\.\d+/Mul)$", text_, re.M)
+        assert (len(scaled), len(mul)) == ((2, 0) if fused_ else (0, 2)), (scaled, mul)
     # The chain's intermediates kept for backward in the unfused plan: at
     # least the Tanh output and the tanh argument, per layer (B x T x 4C floats).
     chain_bytes = 4 * 32 * 4 * 64 * 4

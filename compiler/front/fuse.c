@@ -15,7 +15,8 @@
  * exports it) becomes the MatMul's trans flag (fold_transposes): no copy
  * forward, and autodiff writes the weight's gradient in its own layout, so
  * the transposed gradient's copy goes too. Third, a bias add after such a
- * product becomes the C of one GEMM node (fold_bias_adds). Then the
+ * product becomes the C of one GEMM node (fold_bias_adds), and a constant
+ * scalar Mul after a product its alpha (fold_scales). Then the
  * elementwise chains:
  *
  * Requires: a shape-inferred forward graph (nodes [0, nfwd) topologically
@@ -482,6 +483,37 @@ static int fold_transposes(Graph *g, FILE *dump) {
   return folded;
 }
 
+/* ---- constant scales into the matrix product --------------------------- */
+
+/* Mul(MatMul(a, b), c) with c a float constant scalar (attention's
+ * 1/sqrt(d) after Q K^T), where the product's output is read by that Mul
+ * alone: one MatMul with alpha = c (the product scaled as it is written).
+ * One 4-byte pass over the scores less forward, and one less backward
+ * (grad_matmul scales its products by alpha). Returns how many. */
+static int fold_scales(Graph *g, FILE *dump) {
+  Rewrite w = rewrite_begin(g);
+  for (int i = 0; i < w.nf; i++) {
+    Node *mmn = &g->n[i];
+    if (w.gone[i] || mmn->op != OP_MATMUL || !mmn->p || mmn->nin != 2) continue;
+    int y = mmn->out[0], mi = sole_reader(g, &w, y);
+    if (mi < 0 || g->n[mi].op != OP_MUL) continue;
+    int c = other_operand(&g->n[mi], OP_MUL, y, true);
+    if (c < 0 || c == y || !const_scalar(&g->t[c]) ||
+        !same_shape(&g->t[g->n[mi].out[0]], &g->t[y]) || g->t[g->n[mi].out[0]].dtype != DT_FLOAT)
+      continue;
+    snrt_mm_t *p = xmalloc(sizeof *p);
+    *p = *(const snrt_mm_t *)mmn->p;
+    p->alpha *= ((const float *)g->t[c].data)[0];
+    if (dump) fprintf(dump, "scale %s: into %s as alpha %g\n", g->n[mi].name, mmn->name, p->alpha);
+    replace_node(g, mi, OP_MATMUL, xasprintf("%s*scale", mmn->name), 2,
+                 (int[]){mmn->in[0], mmn->in[1]}, p);
+    drop_node(g, &w, i);
+  }
+  int folded = w.dropped;
+  rewrite_end(g, &w);
+  return folded;
+}
+
 /* ---- bias adds into the matrix product -------------------------------- */
 
 /* MatMul(x, w) + b, with w a matrix shared by the batch (stride 0: a
@@ -535,6 +567,7 @@ void fuse_elementwise(Graph *g, bool on, FILE *dump) {
   }
   int nln = fuse_layernorms(g, dump);
   int ntr = fold_transposes(g, dump);
+  int nscale = fold_scales(g, dump);
   int nbias = fold_bias_adds(g, dump);
   Rewrite w = rewrite_begin(g);
   nf = w.nf;
@@ -593,9 +626,9 @@ void fuse_elementwise(Graph *g, bool on, FILE *dump) {
   rewrite_end(g, &w);
   if (dump)
     fprintf(dump, "fuse: %d decomposed LayerNorm%s into LAYERNORM; %d Transpose%s into MatMul; "
-            "%d bias add%s into GEMM; %d group%s, %d nodes into %d steps\n", nln, nln == 1 ? "" : "s",
-            ntr, ntr == 1 ? "" : "s", nbias, nbias == 1 ? "" : "s", nfused, nfused == 1 ? "" : "s",
-            nremoved + nfused, nfused);
+            "%d scale%s into MatMul; %d bias add%s into GEMM; %d group%s, %d nodes into %d steps\n",
+            nln, nln == 1 ? "" : "s", ntr, ntr == 1 ? "" : "s", nscale, nscale == 1 ? "" : "s",
+            nbias, nbias == 1 ? "" : "s", nfused, nfused == 1 ? "" : "s", nremoved + nfused, nfused);
   free(members);
   free(gs);
   free(grp);

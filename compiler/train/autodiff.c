@@ -262,24 +262,24 @@ void grad_matmul(Graph *g, int node) {
       node_error(&n, "the gradient of a MatMul whose first operand is broadcast over the batch is not supported");
     if (!ta)
       mm_node(g, node, "bwd_a", n.in[0], d, n.in[1],
-              (snrt_mm_t){.batch = B, .m = M, .n = K, .k = N, .trans_b = !tb, .alpha = 1,
+              (snrt_mm_t){.batch = B, .m = M, .n = K, .k = N, .trans_b = !tb, .alpha = p->alpha,
                           .stride_a = M * N, .stride_b = p->stride_b, .stride_y = M * K});
     else
       mm_node(g, node, "bwd_a", n.in[0], n.in[1], d,
-              (snrt_mm_t){.batch = B, .m = K, .n = M, .k = N, .trans_a = tb, .trans_b = 1, .alpha = 1,
+              (snrt_mm_t){.batch = B, .m = K, .n = M, .k = N, .trans_a = tb, .trans_b = 1, .alpha = p->alpha,
                           .stride_a = p->stride_b, .stride_b = M * N, .stride_y = M * K});
   }
   if (need(&n, 1)) {
     snrt_mm_t mm;
     if (p->stride_b == 0) {   /* B shared by the batch: one product over all rows */
       snc_assert(!ta || B == 1);
-      mm = !tb ? (snrt_mm_t){.batch = 1, .m = K, .n = N, .k = B * M, .trans_a = !ta, .alpha = 1}
-               : (snrt_mm_t){.batch = 1, .m = N, .n = K, .k = B * M, .trans_a = 1, .trans_b = ta, .alpha = 1};
+      mm = !tb ? (snrt_mm_t){.batch = 1, .m = K, .n = N, .k = B * M, .trans_a = !ta, .alpha = p->alpha}
+               : (snrt_mm_t){.batch = 1, .m = N, .n = K, .k = B * M, .trans_a = 1, .trans_b = ta, .alpha = p->alpha};
     } else {
       /* (A's own batch stride: 0 where a constant A is shared by the batch) */
-      mm = !tb ? (snrt_mm_t){.batch = B, .m = K, .n = N, .k = M, .trans_a = !ta, .alpha = 1,
+      mm = !tb ? (snrt_mm_t){.batch = B, .m = K, .n = N, .k = M, .trans_a = !ta, .alpha = p->alpha,
                              .stride_a = p->stride_a, .stride_b = M * N, .stride_y = K * N}
-               : (snrt_mm_t){.batch = B, .m = N, .n = K, .k = M, .trans_a = 1, .trans_b = ta, .alpha = 1,
+               : (snrt_mm_t){.batch = B, .m = N, .n = K, .k = M, .trans_a = 1, .trans_b = ta, .alpha = p->alpha,
                              .stride_a = M * N, .stride_b = p->stride_a, .stride_y = N * K};
     }
     if (!tb) mm_node(g, node, "bwd_b", n.in[1], n.in[0], d, mm);
