@@ -280,7 +280,10 @@ def test_profile_without_new_classes_falls_back(profile, tmp_path):
     p["classes"]["loss"] = dict(p["classes"]["elementwise"])   # loss falls back to math's rates
     same = est_with(tmp_path, p, "same.json", model=GPT)
     assert old == pytest.approx(same, rel=1e-9)
-    p["classes"]["strided"]["bw"] /= 4        # and the strided row is used where present
+    # and the strided row is used where present (the GPT's strided steps are
+    # 1-2% of its estimate under a measured profile: 16x slower gives +15-30%;
+    # 4x, as this test had, gave +4.2 to +5.x%, under and over its 5% in two CI runs)
+    p["classes"]["strided"]["bw"] /= 16
     assert est_with(tmp_path, p, "slow.json", model=GPT) > same * 1.05
 
 
