@@ -488,7 +488,7 @@ static int fold_transposes(Graph *g, FILE *dump) {
 /* Mul(MatMul(a, b), c) with c a float constant scalar (attention's
  * 1/sqrt(d) after Q K^T), where the product's output is read by that Mul
  * alone: one MatMul with alpha = c (the product scaled as it is written).
- * One 4-byte pass over the scores less forward, and one less backward
+ * One pass over the scores less forward, and one less backward
  * (grad_matmul scales its products by alpha). Returns how many. */
 static int fold_scales(Graph *g, FILE *dump) {
   Rewrite w = rewrite_begin(g);

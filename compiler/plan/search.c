@@ -212,7 +212,8 @@ static bool fits(const Search *sr, const Plan *pl) {
 /* The bytes of the outputs of expensive forward layers that a backward step
  * reads. Without checkpoint recomputation nothing drops them (recompute.c's
  * cheap rule keeps them), so every such plan holds them all, on the device
- * or (offloaded) on the host, when the backward pass starts. */
+ * or (offloaded) on the host, when the backward pass starts. With `drop`
+ * (a per-tensor set, select.c): those it does not drop. */
 static int64_t held_at_turn(const Graph *g, const bool *drop) {
   bool *seen = xcalloc((size_t)g->nt + 1, sizeof(bool));
   int64_t b = 0;
