@@ -201,8 +201,10 @@ void rt_teardown(rt_run *r);
 /* This process's rank and the number of ranks (0 and 1 without MPI, or when
  * a --dist program runs without mpirun). */
 extern int rt_rank, rt_ranks;
-/* Set by SIGINT/SIGTERM (steps.c): the collectives' waits look at it. */
+/* Set by SIGINT/SIGTERM/SIGUSR1 (steps.c): the collectives' waits look at it;
+ * rt_stop_name names it. */
 extern volatile sig_atomic_t rt_stop_signal;
+const char *rt_stop_name(void);
 /* Seconds a collective may wait for the other ranks (--comm-timeout). */
 extern double rt_comm_timeout;
 

@@ -1,7 +1,7 @@
 /* steps.c — the emitted program's step loop: per step it uploads a batch
  * into the input and label tensors, calls snrt_the_model.train_step, checks
  * the loss, logs progress and saves checkpoints (--save-every); at the end of
- * each epoch (and of the run) it evaluates with eval_step. SIGINT/SIGTERM
+ * each epoch (and of the run) it evaluates with eval_step. SIGINT/SIGTERM/SIGUSR1
  * finish the current step; the run then saves (with --save) and exits 0.
  *
  * What it is not: the step itself (the emitted train.c) or memory (the device
@@ -33,6 +33,14 @@ static void catch_signals(void) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
+  /* Open MPI's mpirun passes SIGUSR1 on to the ranks at once and leaves
+   * them be; a SIGTERM to mpirun itself is followed by SIGKILL
+   * odls_base_sigkill_timeout seconds later (1 s by default: docs/dist.md). */
+  sigaction(SIGUSR1, &sa, NULL);
+}
+
+const char *rt_stop_name(void) {
+  return rt_stop_signal == SIGINT ? "SIGINT" : rt_stop_signal == SIGUSR1 ? "SIGUSR1" : "SIGTERM";
 }
 
 /* ---- progress ----------------------------------------------------------------- */
@@ -147,7 +155,7 @@ static void finish(rt_run *r) {
   if (!r->lead) {
     if (r->test && !rt_stop_signal && !r->evaluated_last) rt_evaluate(&r->c, r->test, &r->ev);   /* its share */
   } else if (rt_stop_signal)
-    printf("%s: stopped by %s after step %lld%s%s\n", rt_prog, rt_stop_signal == SIGINT ? "SIGINT" : "SIGTERM",
+    printf("%s: stopped by %s after step %lld%s%s\n", rt_prog, rt_stop_name(),
            (long long)r->pos.step, o->save ? "; saving " : "", o->save ? o->save : "");
   else if (r->test && !r->evaluated_last && rt_evaluate(&r->c, r->test, &r->ev)) {
     printf("%s: test accuracy %.4f, test loss %.4f%s\n", rt_prog, r->ev.accuracy, r->ev.loss,

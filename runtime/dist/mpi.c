@@ -96,7 +96,7 @@ static void wait_all(int n, MPI_Request *req, const char *what) {
        * after this step), or a rank died and mpirun is ending the job: say
        * so now, while there is time. */
       noted = true;
-      const char *sig = rt_stop_signal == SIGINT ? "SIGINT" : "SIGTERM";
+      const char *sig = rt_stop_name();
       fflush(stdout);
       fprintf(stderr, "%s: rank %d of %d: %s while waiting for the other ranks (%s); if they do "
               "not answer within %g s (a rank died: mpirun's message names it), every rank "
@@ -107,8 +107,7 @@ static void wait_all(int n, MPI_Request *req, const char *what) {
     if (t > deadline) {
       if (noted)
         rt_fail(SNRT_EXIT_RANKS, "stopped by %s: the other ranks did not answer (%s) within %g s "
-                "of it; the last checkpoint saved is kept", rt_stop_signal == SIGINT ? "SIGINT"
-                : "SIGTERM", what, SIGNAL_GRACE);
+                "of it; the last checkpoint saved is kept", rt_stop_name(), what, SIGNAL_GRACE);
       rt_fail(SNRT_EXIT_RANKS, "%s did not complete within %g s: another rank died, hangs, or "
               "runs another program or data; stopping every rank (the last checkpoint saved is "
               "kept; --comm-timeout S waits longer)", what, rt_comm_timeout);
