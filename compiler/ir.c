@@ -352,6 +352,8 @@ int64_t node_workspace_bytes(const Graph *g, const Node *n) {
   switch (n->op) {
   case OP_CONV: case OP_CONV_BWD_DATA: case OP_CONV_BWD_FILTER:
     return n->p ? snrt_conv_ws_bytes((const snrt_conv_t *)n->p) : 0;
+  case OP_LMHEAD_CE:
+    return snrt_lmce_ws_bytes((const snrt_lmce_t *)n->p);
   default:
     return 0;
   }

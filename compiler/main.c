@@ -16,6 +16,7 @@ static const char usage_text[] =
     "                         [--json FILE]\n"
     "                         [--html FILE] [--dump PASS] [--input NAME] [--segment SIZE]\n"
     "                         [--dist mpi [--bucket SIZE] [--zero 1 --ranks N]] [--no-fuse]\n"
+    "                         [--no-chunk-loss]\n"
     "  snc plan    --diff A.json B.json\n"
     "  snc compile MODEL.onnx -o DIR --batch N [--target cpu|cuda] [--policy P]\n"
     "                         [--budget SIZE] [--host-budget SIZE] [--segment SIZE]\n"
@@ -24,8 +25,9 @@ static const char usage_text[] =
     "                         [--optimizer sgd|adam|adamw] [--lr X] [--momentum X]\n"
     "                         [--weight-decay X] [--input NAME] [--all-outputs]\n"
     "                         [--dist mpi [--bucket SIZE] [--zero 1 --ranks N]] [--no-fuse]\n"
+    "                         [--no-chunk-loss]\n"
     "  snc max-batch MODEL.onnx --budget SIZE [--host-budget SIZE] [--policy P]\n"
-    "                         [--device PROFILE] [--precision P] [--no-fuse]\n"
+    "                         [--device PROFILE] [--precision P] [--no-fuse] [--no-chunk-loss]\n"
     "\n"
     "policies: none liveness recompute offload superneurons auto (default); precisions: fp32 (default) bf16 fp16\n"
     "--device: a profile of schemas/devices.json or a file from snc-calibrate; default cpu for\n"
@@ -34,6 +36,8 @@ static const char usage_text[] =
     "                   schedule auto (plan)\n"
     "--no-fuse (--fuse none): keep every elementwise op its own step (default: --fuse elementwise,\n"
     "               chains of elementwise ops of one shape become one fused step)\n"
+    "--no-chunk-loss: keep the LM head's whole logits in the training step (default: a\n"
+    "               sequence loss over a MatMul head runs in chunks of rows, docs/planning.md)\n"
     "--all-outputs: keep the nodes of every graph output, not only of the first (which the\n"
     "               loss trains); the program's --predict writes each (docs/predict.md)\n";
 
@@ -98,6 +102,7 @@ static void parse_args(Args *a, int argc, char **argv) {
     } else if (strcmp(s, "--input") == 0) a->input = need_value(argc, argv, &i);
     else if (strcmp(s, "--all-outputs") == 0) import_all_outputs = true;
     else if (strcmp(s, "--no-fuse") == 0) a->no_fuse = true;
+    else if (strcmp(s, "--no-chunk-loss") == 0) a->train.no_chunk_loss = true;
     else if (strcmp(s, "--fuse") == 0) {
       const char *v = need_value(argc, argv, &i);
       if (strcmp(v, "none") == 0) a->no_fuse = true;

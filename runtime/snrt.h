@@ -420,6 +420,24 @@ typedef struct snrt_loss_t {
   int n, classes;
 } snrt_loss_t;
 
+/* The chunked LM head and softmax cross-entropy (autodiff.c's chunked loss):
+ * for rows [r, r + chunk) at a time, logits = alpha * h W^T (trans_b: W is
+ * (classes, k), a tied embedding) or alpha * h W (W (k, classes)), in the
+ * workspace, never for all n rows at once. One step writes the loss (the
+ * mean over the n rows of logsumexp - logit[label]) and, from the same
+ * chunk's logits turned into (softmax - onehot) / n, the gradients: dh's
+ * rows (need & 1) and dW (need & 2, summed over the chunks). Workspace:
+ * n doubles (the rows' log-sum-exps or losses), then chunk x classes floats. */
+typedef struct snrt_lmce_t {
+  int64_t n, classes, k, chunk;
+  int trans_b, need;
+  float alpha;
+} snrt_lmce_t;
+
+static inline int64_t snrt_lmce_ws_bytes(const snrt_lmce_t *p) {
+  return (int64_t)sizeof(float) * p->chunk * p->classes + (int64_t)sizeof(double) * p->n;
+}
+
 /* Optimizer updates. The learning rate comes from the context (--lr); `param`
  * is the index in the model's tensor table (for --dump-grads and logging). */
 typedef struct snrt_sgd_t {
@@ -731,6 +749,8 @@ void snrt_softmax_ce_fwd(snrt_ctx *c, const snrt_loss_t *p, const float *logits,
 void snrt_softmax_ce_bwd(snrt_ctx *c, const snrt_loss_t *p, const float *logits,
                          const int32_t *labels, float *dlogits);
 void snrt_mse_fwd(snrt_ctx *c, const snrt_loss_t *p, const float *out, const float *target, float *loss);
+void snrt_lmce(snrt_ctx *c, const snrt_lmce_t *p, const float *h, const float *w,
+               const int32_t *labels, float *loss, float *dh, float *dw, float *ws);
 void snrt_mse_bwd(snrt_ctx *c, const snrt_loss_t *p, const float *out, const float *target, float *dout);
 
 void snrt_math_fwd(snrt_ctx *c, const snrt_math_t *p, const float *x, float *y);

@@ -191,6 +191,13 @@ static const char *p_loss(Emit *e, const snrt_loss_t *p) {
   return emit_params(e, p, "snrt_loss_t", pb);
 }
 
+static const char *p_lmce(Emit *e, const snrt_lmce_t *p) {
+  snprintf(pb, BUF, ".n = %lld, .classes = %lld, .k = %lld, .chunk = %lld, .trans_b = %d, .need = %d, "
+           ".alpha = %s", (long long)p->n, (long long)p->classes, (long long)p->k,
+           (long long)p->chunk, p->trans_b, p->need, emit_float(p->alpha));
+  return emit_params(e, p, "snrt_lmce_t", pb);
+}
+
 /* ---- emitters ---- */
 
 #define OUT e->f
@@ -401,6 +408,17 @@ void emit_softmax_ce_bwd(Emit *e, const Graph *g, const Node *n) {
   fprintf(OUT, "  snrt_softmax_ce_bwd(c, %s, %s, %s, %s);\n", p_loss(e, n->p), emit_in(e, 0),
           emit_in(e, 1), emit_out(e, 0));
   loss_scale(e, g, n);
+}
+/* Outputs: the loss, then dh and dW as need has them. */
+void emit_lmhead_ce(Emit *e, const Graph *g, const Node *n) {
+  (void)g;
+  const snrt_lmce_t *p = n->p;
+  char dh[64] = "NULL", dw[64] = "NULL";
+  int k = 1;
+  if (p->need & 1) snprintf(dh, sizeof dh, "%s", emit_out(e, k++));
+  if (p->need & 2) snprintf(dw, sizeof dw, "%s", emit_out(e, k++));
+  fprintf(OUT, "  snrt_lmce(c, %s, %s, %s, %s, %s, %s, %s, %s);\n", p_lmce(e, n->p), emit_in(e, 0),
+          emit_in(e, 1), emit_in(e, 2), emit_out(e, 0), dh, dw, emit_ws(e));
 }
 void emit_mse(Emit *e, const Graph *g, const Node *n) {
   fprintf(OUT, "  snrt_mse_fwd(c, %s, %s, %s, %s);\n", p_loss(e, n->p), emit_in(e, 0), emit_in(e, 1),

@@ -54,6 +54,15 @@ double flops_lrn(const Graph *g, const Node *n) {
   return numel_of(g, n->out[0]) * p->size * 3.0;
 }
 
+/* The chunked loss: the head's product (2 n k classes), and one more per
+ * gradient it writes (dh, dW). */
+double flops_lmce(const Graph *g, const Node *n) {
+  (void)g;
+  const snrt_lmce_t *p = n->p;
+  double one = 2.0 * (double)p->n * (double)p->k * (double)p->classes;
+  return one * (1 + ((p->need & 1) != 0) + ((p->need & 2) != 0));
+}
+
 double flops_in(const Graph *g, const Node *n) { return n->nin > 0 ? numel_of(g, n->in[0]) : 0; }
 double flops_out(const Graph *g, const Node *n) { return n->nout > 0 ? numel_of(g, n->out[0]) : 0; }
 double flops_zero(const Graph *g, const Node *n) { (void)g; (void)n; return 0; }

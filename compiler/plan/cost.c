@@ -135,6 +135,7 @@ CostClass cost_class(const Graph *g, const Node *n) {
   case OP_SIGMOID: case OP_TANH: case OP_SOFTMAX: case OP_DROPOUT: case OP_DROPOUT_BWD:
     return CC_MATH;
   case OP_SOFTMAX_CE: case OP_SOFTMAX_CE_BWD: return CC_LOSS;
+  case OP_LMHEAD_CE: return CC_GEMM;   /* sgemm calls dominate */
   case OP_FUSED: case OP_FUSED_BWD: {   /* math when one op is transcendental */
     const snrt_fused_t *p = n->p;
     for (int j = 0; p && j < p->nops; j++)
@@ -164,6 +165,11 @@ static double cost_units(const Node *n, CostClass c) {
   }
   case OP_GEMM: return (double)((const GemmParams *)n->p)->mm.batch;
   case OP_MATMUL: case OP_MATMUL_RAW: return (double)((const snrt_mm_t *)n->p)->batch;
+  case OP_LMHEAD_CE: {   /* sgemm calls: one per chunk and product */
+    const snrt_lmce_t *p = n->p;
+    double chunks = (double)((p->n + p->chunk - 1) / p->chunk);
+    return chunks * (1 + ((p->need & 1) != 0) + ((p->need & 2) != 0));
+  }
   case OP_BATCHNORM: case OP_BN_BWD: case OP_BN_SAVED: case OP_BN_INFER: {
     const snrt_bn_t *p = n->p;
     return (double)p->n * p->c;

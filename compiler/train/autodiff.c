@@ -539,6 +539,74 @@ static void rewrite_training_outputs(Graph *g) {
   free(readers);
 }
 
+/* Chunk rows of the chunked loss: a sixteenth of the rows, so the chunk's
+ * logits are a sixteenth of the whole (GPT-2 small at batch 8, T 1024: 512
+ * rows, 103 MB of 1.65 GB). */
+enum { LOSS_CHUNKS = 16 };
+
+static void param_done(Graph *g, int t);
+static bool absorbed_head;     /* the head's MatMul became the chunked loss */
+static snrt_mm_t head_mm;      /* its product, for the eval copy */
+static int head_in[2];         /* its h and W */
+static char *head_name;        /* its node's name */
+
+/* The chunked loss: the sequence loss's logits made by the last forward node,
+ * a MatMul of the hidden state h (rows, k) by a weight W shared by every row
+ * (the LM head, tied or not), float32. That node becomes LMHEAD_CE and
+ * g->nfwd ends before it: chunk by chunk it computes the loss and, from the
+ * same chunk's logits, h's and W's gradients (three products, as the head's
+ * forward and backward; the gradients of the loss are known once it is: no
+ * backward step needs the logits again). The eval pass keeps the whole
+ * product (add_eval), where --generate and the test loss read it. Returns
+ * false (nothing changed) where the pattern does not hold. */
+static bool chunk_loss(Graph *g) {
+  int mi = g->nfwd - 1;
+  const Tensor *y = &g->t[g->output];
+  if (train_opts->no_chunk_loss || train_opts->precision != PREC_FP32 || y->rank != 3 || mi < 0 ||
+      y->producer != mi || g->n[mi].op != OP_MATMUL)
+    return false;
+  const Node *m = &g->n[mi];
+  const snrt_mm_t *p = m->p;
+  bool rows = p->batch == 1 || (p->stride_b == 0 && p->stride_a == p->m * p->k &&
+                                p->stride_y == p->m * p->n);
+  int h = m->in[0], w = m->in[1];
+  if (!rows || p->trans_a || p->beta != 0 || h < 0 || w < 0 || g->t[w].kind == TK_CONST ||
+      p->n != y->dims[2] || p->batch * p->m != y->dims[0] * y->dims[1])
+    return false;
+  for (int t = 0; t < g->nt; t++)
+    if (g->t[t].is_output && t != g->output) return false;   /* --all-outputs */
+  snrt_lmce_t *q = xcalloc(1, sizeof *q);
+  int64_t n = p->batch * p->m;
+  *q = (snrt_lmce_t){.n = n, .classes = p->n, .k = p->k, .chunk = (n + LOSS_CHUNKS - 1) / LOSS_CHUNKS,
+                     .trans_b = p->trans_b, .alpha = p->alpha,
+                     .need = (needs[h] ? 1 : 0) | (needs[w] ? 2 : 0)};
+  head_mm = *p;
+  head_in[0] = h, head_in[1] = w;
+  absorbed_head = true;
+  g->nfwd = mi;
+  g->t[g->output].producer = -1;
+  /* The loss node takes the MatMul's place in the route. */
+  Node *l = &g->n[mi];
+  free(l->in), free(l->out);
+  head_name = l->name;   /* kept for the eval copy's name (the graph owns it) */
+  l->name = xstrdup("loss");
+  l->op = OP_LMHEAD_CE, l->phase = PH_LOSS, l->p = q, l->fwd = -1;
+  int out[3] = {g->loss}, nout = 1;
+  if (q->need & 1) out[nout++] = grad_slot(g, h);
+  if (q->need & 2) out[nout++] = grad_slot(g, w);
+  l = &g->n[mi];   /* (grad_slot adds tensors, not nodes) */
+  l->nin = 3, l->nout = nout;
+  l->in = xmalloc(3 * sizeof(int)), l->out = xmalloc((size_t)nout * sizeof(int));
+  l->in[0] = h, l->in[1] = w, l->in[2] = g->label;
+  memcpy(l->out, out, (size_t)nout * sizeof(int));
+  for (int k = 0; k < nout; k++) g->t[out[k]].producer = mi;
+  nout = 1;
+  if (q->need & 1) grad_add(g, h, out[nout++], -1);
+  if (q->need & 2) grad_add(g, w, out[nout++], -1);
+  if (g->t[w].kind == TK_PARAM && --pending[w] == 0) param_done(g, w);
+  return true;
+}
+
 static void add_loss(Graph *g) {
   const Tensor *y = &g->t[g->output];
   if (y->dtype != DT_FLOAT) fatal(EXIT_BADINPUT, "the model output '%s' is %s; training needs float32",
@@ -570,6 +638,10 @@ static void add_loss(Graph *g) {
   int64_t one = 1;
   g->loss = train_new_tensor(g, "loss", TK_LOSS, DT_FLOAT, 1, &one);
   bool ce = train_opts->loss == LOSS_SOFTMAX_CE;
+  if (ce && chunk_loss(g)) {
+    free(p);
+    return;
+  }
   int in[2] = {g->output, g->label};
   train_add_node(g, ce ? OP_SOFTMAX_CE : OP_MSE, -1, "loss", PH_LOSS, 2, in, 1, &g->loss, p);
   int dlogits = grad_slot(g, g->output);
@@ -577,6 +649,13 @@ static void add_loss(Graph *g) {
            &dlogits, p);
   g->t[dlogits].grad_of = g->output;
   g->t[g->output].grad = dlogits;
+}
+
+/* Parameter t's gradient is final: its update (or its bucket's). */
+static void param_done(Graph *g, int t) {
+  if (train_opts->dist) bucket_add(g, t);
+  else if (train_opts->precision == PREC_FP16) scaled_add(t);
+  else train_add_update(g, t);
 }
 
 /* --zero 1: the shared optimizer-state shards (-1: none); add_update reads
@@ -648,6 +727,14 @@ static void add_eval(Graph *g) {
     free(in);
     free(many);
   }
+  if (absorbed_head) {   /* the chunked loss's head: the whole product here */
+    int out = tensor_like(g, g->output, "@eval", TK_ACT);
+    map[g->output] = out;
+    char *name = xasprintf("%s/eval", head_name);
+    train_add_node(g, OP_MATMUL, -1, name, PH_EVAL, 2, (int[]){map[head_in[0]], map[head_in[1]]},
+                   1, &out, dup_params(&head_mm, sizeof head_mm));
+    free(name);
+  }
   g->eval_output = map[g->output];
   /* The other graph outputs' eval copies (computed ones, each once), for
    * --predict: live to the end of the eval step, in the tensor table. */
@@ -682,6 +769,8 @@ void train_build(Graph *g, const TrainOpts *o) {
   memset(&hints, 0, sizeof hints);
   dist_buckets_reset();
   loss_scale_reset();
+  absorbed_head = false;   /* (head_name is the graph's, forgotten with it) */
+  head_name = NULL;
   rewrite_training_outputs(g);
   mark_constant_data(g);
   if (g->output < 0) fatal(EXIT_BADINPUT, "the model has no output");
@@ -724,11 +813,7 @@ void train_build(Graph *g, const TrainOpts *o) {
     /* add_update appends nodes (g->n may move): index, don't hold n. */
     for (int k = 0; k < g->n[i].nin; k++) {
       int t = g->n[i].in[k];
-      if (t >= 0 && g->t[t].kind == TK_PARAM && --pending[t] == 0) {
-        if (o->dist) bucket_add(g, t);
-        else if (o->precision == PREC_FP16) scaled_add(t);
-        else train_add_update(g, t);
-      }
+      if (t >= 0 && g->t[t].kind == TK_PARAM && --pending[t] == 0) param_done(g, t);
     }
   }
   if (o->dist) bucket_updates(g);

@@ -20,6 +20,7 @@ typedef struct TrainOpts {
   Precision precision;     // --precision (precision_assign, the pass after train_build)
   int64_t convert_chunk;   // --convert-chunk: elements (0: whole tensors; -1: the target's default)
   bool cuda;               // --target cuda (its conv/GEMM/MatMul read 16-bit operands directly)
+  bool no_chunk_loss;      // --no-chunk-loss: keep the LM head's whole logits (add_loss)
 } TrainOpts;
 
 /* Appends to the forward graph: labels, the loss, the backward nodes (with

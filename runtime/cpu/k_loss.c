@@ -109,3 +109,61 @@ void snrt_mse_bwd(snrt_ctx *c, const snrt_loss_t *p, const float *out, const flo
 #pragma omp parallel for simd schedule(static) if (n > KERN_PAR_MIN)
   for (int64_t i = 0; i < n; i++) dout[i] = k * (out[i] - target[i]);
 }
+
+/* ---- the chunked LM head and cross-entropy (snrt_lmce_t) ---- */
+
+/* The logits of rows [r, r + rows): alpha * h_r W^T (or h_r W) into z. */
+static void lmce_logits(snrt_ctx *c, const snrt_lmce_t *p, const float *h, const float *w,
+                        int64_t r, int64_t rows, float *z) {
+  snrt_mm_t mm = {.batch = 1, .m = rows, .n = p->classes, .k = p->k, .trans_b = p->trans_b,
+                  .alpha = p->alpha};
+  snrt_matmul(c, &mm, h + r * p->k, w, z);
+}
+
+/* Per chunk: its logits; each row's log-sum-exp (in parallel); the rows'
+ * terms added in row order in double, as snrt_softmax_ce_fwd adds them (equal
+ * logits give an equal loss); the logits turned in place into
+ * (softmax - onehot) / n; then dh's rows = alpha * d W (or d W^T) and
+ * dW += alpha * d^T h_r (or h_r^T d), the first chunk writing dW (beta 0). */
+void snrt_lmce(snrt_ctx *c, const snrt_lmce_t *p, const float *h, const float *w,
+               const int32_t *labels, float *loss, float *dh, float *dw, float *ws) {
+  const int64_t V = p->classes;
+  const double inv_n = 1.0 / p->n;
+  double *lse = (double *)ws;   /* n doubles first: aligned as the workspace is */
+  float *z0 = (float *)(lse + p->n);
+  double total = 0;
+  bool bad = false;
+  for (int64_t r = 0; r < p->n; r += p->chunk) {
+    int64_t rows = p->n - r < p->chunk ? p->n - r : p->chunk;
+    lmce_logits(c, p, h, w, r, rows, z0);
+#pragma omp parallel for schedule(static) if (rows * V > KERN_PAR_MIN)
+    for (int64_t i = 0; i < rows; i++) lse[r + i] = logsumexp(z0 + i * V, (int)V);
+    for (int64_t i = 0; i < rows; i++) {
+      int32_t t = labels[r + i];
+      if (t < 0 || t >= V) bad = true;
+      else total += lse[r + i] - z0[i * V + t];
+    }
+    if (!(p->need & 3)) continue;
+#pragma omp parallel for schedule(static) if (rows * V > KERN_PAR_MIN)
+    for (int64_t i = 0; i < rows; i++) {
+      float *z = z0 + i * V;
+      int32_t t = labels[r + i];
+      for (int64_t j = 0; j < V; j++)
+        z[j] = (float)((exp((double)z[j] - lse[r + i]) - (j == t ? 1.0 : 0.0)) * inv_n);
+      if (t < 0 || t >= V)
+        for (int64_t j = 0; j < V; j++) z[j] = NAN;
+    }
+    if (p->need & 1) {
+      snrt_mm_t mm = {.batch = 1, .m = rows, .n = p->k, .k = V, .trans_b = !p->trans_b,
+                      .alpha = p->alpha};
+      snrt_matmul(c, &mm, z0, w, dh + r * p->k);
+    }
+    if (p->need & 2) {
+      snrt_mm_t mm = {.batch = 1, .m = p->trans_b ? V : p->k, .n = p->trans_b ? p->k : V,
+                      .k = rows, .trans_a = 1, .alpha = p->alpha, .beta = r ? 1.0f : 0.0f};
+      if (p->trans_b) snrt_matmul(c, &mm, z0, h + r * p->k, dw);
+      else snrt_matmul(c, &mm, h + r * p->k, z0, dw);
+    }
+  }
+  *loss = bad ? NAN : (float)(total / p->n);
+}

@@ -232,3 +232,99 @@ void snrt_adam(snrt_ctx *c, const snrt_adam_t *p, float *w, const float *g, floa
                                                                         snrt_cu_skip(c), w, g, m, v);
   SNRT_LAUNCH_CHECK();
 }
+
+/* ---- the chunked LM head and cross-entropy (snrt_lmce_t) ------------------------- */
+
+/* A row's maximum and sum of exp(x - max), every thread of the block. */
+__device__ void lmce_max_sum(const float *x, int64_t classes, float *mx_out, float *s_out) {
+  float mx = -INFINITY;
+  for (int64_t j = threadIdx.x; j < classes; j += blockDim.x) mx = fmaxf(mx, x[j]);
+  mx = snrt_block_max(mx);
+  float s = 0.0f;
+  for (int64_t j = threadIdx.x; j < classes; j += blockDim.x) s += expf(x[j] - mx);
+  *mx_out = mx, *s_out = snrt_block_sum(s);
+}
+
+/* One block per row of the chunk (rows r0 .. r0 + rows): its term
+ * logsumexp - logit[label] into row_loss[r0 + i] (NaN for a bad label). */
+__global__ void k_lmce_rows(int64_t rows, int64_t classes, const float *z, const int32_t *labels,
+                            float *row_loss) {
+  for (int64_t i = blockIdx.x; i < rows; i += gridDim.x) {
+    const float *x = z + i * classes;
+    float mx, s;
+    lmce_max_sum(x, classes, &mx, &s);
+    int lab = labels[i];
+    float lx = (lab >= 0 && lab < classes) ? x[lab] : __int_as_float(0x7fc00000);
+    if (threadIdx.x == 0) row_loss[i] = logf(s) + mx - lx;
+  }
+}
+
+/* The mean of the n rows' terms: one block, each thread a fixed stride, so
+ * the order is fixed (deterministic). */
+__global__ void k_lmce_total(int64_t n, const float *row_loss, float *loss) {
+  float s = 0.0f;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += row_loss[i];
+  s = snrt_block_sum(s);
+  if (threadIdx.x == 0) *loss = s / (float)n;
+}
+
+/* The chunk's logits in place into (softmax - onehot) / n. */
+__global__ void k_lmce_grad(int64_t rows, int64_t classes, int64_t n, const int32_t *labels,
+                            float *z) {
+  for (int64_t i = blockIdx.x; i < rows; i += gridDim.x) {
+    float *x = z + i * classes;
+    float mx, s;
+    lmce_max_sum(x, classes, &mx, &s);
+    int lab = labels[i];
+    bool bad = lab < 0 || lab >= classes;
+    float inv_n = 1.0f / (float)n;
+    for (int64_t j = threadIdx.x; j < classes; j += blockDim.x)
+      x[j] = bad ? __int_as_float(0x7fc00000) : (expf(x[j] - mx) / s - (j == lab ? 1.0f : 0.0f)) * inv_n;
+  }
+}
+
+static void lmce_logits(snrt_ctx *c, const snrt_lmce_t *p, const float *h, const float *w,
+                        int64_t r, int64_t rows, float *z) {
+  snrt_mm_t mm = {};
+  mm.batch = 1, mm.m = rows, mm.n = p->classes, mm.k = p->k, mm.trans_b = p->trans_b;
+  mm.alpha = p->alpha;
+  snrt_matmul(c, &mm, h + r * p->k, w, z);
+}
+
+static int lmce_blocks(int64_t rows) { return rows < CE_BLOCKS ? (rows > 0 ? (int)rows : 1) : CE_BLOCKS; }
+
+/* Per chunk: its logits, each row's loss term (k_lmce_rows), the logits in
+ * place into the gradient (k_lmce_grad), dh's rows and dW (added to after the
+ * first chunk); at the end the mean of the terms in a fixed order. */
+void snrt_lmce(snrt_ctx *c, const snrt_lmce_t *p, const float *h, const float *w,
+               const int32_t *labels, float *loss, float *dh, float *dw, float *ws) {
+  if (p->n <= 0) return;
+  float *row_loss = ws;   /* the workspace's first n doubles: n floats here */
+  float *z = (float *)((double *)ws + p->n);
+  cudaStream_t st = snrt_cu_stream(c);
+  for (int64_t r = 0; r < p->n; r += p->chunk) {
+    int64_t rows = p->n - r < p->chunk ? p->n - r : p->chunk;
+    lmce_logits(c, p, h, w, r, rows, z);
+    k_lmce_rows<<<lmce_blocks(rows), 256, 0, st>>>(rows, p->classes, z, labels + r, row_loss + r);
+    SNRT_LAUNCH_CHECK();
+    if (!(p->need & 3)) continue;
+    k_lmce_grad<<<lmce_blocks(rows), 256, 0, st>>>(rows, p->classes, p->n, labels + r, z);
+    SNRT_LAUNCH_CHECK();
+    if (p->need & 1) {
+      snrt_mm_t mm = {};
+      mm.batch = 1, mm.m = rows, mm.n = p->k, mm.k = p->classes, mm.trans_b = !p->trans_b;
+      mm.alpha = p->alpha;
+      snrt_matmul(c, &mm, z, w, dh + r * p->k);
+    }
+    if (p->need & 2) {
+      snrt_mm_t mm = {};
+      mm.batch = 1, mm.k = rows, mm.trans_a = 1, mm.alpha = p->alpha, mm.beta = r ? 1.0f : 0.0f;
+      mm.m = p->trans_b ? p->classes : p->k;
+      mm.n = p->trans_b ? p->k : p->classes;
+      if (p->trans_b) snrt_matmul(c, &mm, z, h + r * p->k, dw);
+      else snrt_matmul(c, &mm, h + r * p->k, z, dw);
+    }
+  }
+  k_lmce_total<<<1, 1024, 0, st>>>(p->n, row_loss, loss);
+  SNRT_LAUNCH_CHECK();
+}
