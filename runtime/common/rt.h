@@ -171,6 +171,7 @@ typedef struct rt_run {
   rt_metrics mt;
   rt_eval ev;                     /* the last evaluation */
   bool evaluated_last;            /* ev is of the final parameters */
+  bool stop;                      /* data parallel: the ranks agreed to stop (exchange_loss) */
 } rt_run;
 
 /* setup.c: OMP_WAIT_POLICY=passive (may re-exec the program). */

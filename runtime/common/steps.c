@@ -121,7 +121,18 @@ static void exchange_loss(rt_run *r) {
   snprintf(what, sizeof what, "the exchange of the loss after step %lld", (long long)r->pos.step + 1);
   rt_dist_sum(v, 2, what);
   r->loss = (float)(v[0] / rt_ranks);
-  if (v[1] > 0 && !rt_stop_signal) rt_stop_signal = SIGTERM;
+  if (v[1] > 0) {
+    r->stop = true;
+    if (!rt_stop_signal) rt_stop_signal = SIGTERM;
+  }
+}
+
+/* Whether to stop: with several ranks only what they agreed on in the last
+ * exchange (a signal that reaches one rank after it, another before it,
+ * would otherwise stop them after different steps, one of them waiting in
+ * the next all-reduce for the other), alone the signal itself. */
+static bool stopping(const rt_run *r) {
+  return rt_ranks > 1 ? r->stop : rt_stop_signal != 0;
 }
 
 /* The progress line: redrawn in place on a terminal, one line per
@@ -153,8 +164,8 @@ static void progress(const rt_run *r, int64_t todo, bool tty, bool epoch_end, do
 static void finish(rt_run *r) {
   const rt_opts *o = &r->o;
   if (!r->lead) {
-    if (r->test && !rt_stop_signal && !r->evaluated_last) rt_evaluate(&r->c, r->test, &r->ev);   /* its share */
-  } else if (rt_stop_signal)
+    if (r->test && !stopping(r) && !r->evaluated_last) rt_evaluate(&r->c, r->test, &r->ev);   /* its share */
+  } else if (stopping(r))
     printf("%s: stopped by %s after step %lld%s%s\n", rt_prog, rt_stop_name(),
            (long long)r->pos.step, o->save ? "; saving " : "", o->save ? o->save : "");
   else if (r->test && !r->evaluated_last && rt_evaluate(&r->c, r->test, &r->ev)) {
@@ -189,7 +200,7 @@ void rt_train(rt_run *r) {
   int fail_hang = 0;
   if (rt_ranks > 1) fail_at(&fail_step, &fail_hang);
   r->c3[0] = r->c3[1] = r->c3[2] = 0;
-  while (r->done < todo && !rt_stop_signal) {
+  while (r->done < todo && !stopping(r)) {
     if (pos->step == fail_step) {   /* SNRT_DIST_FAIL: a testing aid */
       fflush(stdout);
       raise(fail_hang ? SIGSTOP : SIGKILL);
