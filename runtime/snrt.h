@@ -20,7 +20,8 @@
  *
  * In place: the planner may pass the same pointer for dx and dy to
  * snrt_unary_bwd, snrt_bn_bwd (which must read a channel's dy fully before
- * writing its dx) and snrt_dropout_bwd, for y and a to snrt_add, and for y
+ * writing its dx), snrt_softmax_bwd (a row's dy fully before its dx) and
+ * snrt_dropout_bwd, for y and a to snrt_add, and for y
  * and x to snrt_unary_fwd, snrt_dropout_fwd, snrt_bn_fwd_saved and
  * snrt_bn_fwd_infer (elementwise). Their implementations must not declare
  * those pointers restrict, and must give the same bits in place as out of
@@ -276,9 +277,15 @@ typedef struct snrt_transpose_t {
   int perm[SNRT_MAX_RANK];
 } snrt_transpose_t;
 
-/* Softmax over the middle index of (outer, len, inner). */
+/* Softmax over the middle index of (outer, len, inner). With fill (inner 1:
+ * a masked Where fused in front, front/fuse.c), element i of x reads as
+ * value where fill[i % fill_n], as snrt_where would have written it; the
+ * backward then writes 0 to dx there (the Where's gradient). */
 typedef struct snrt_softmax_t {
   int64_t outer, len, inner;
+  const uint8_t *fill;   /* NULL: no mask */
+  int64_t fill_n;
+  float value;
 } snrt_softmax_t;
 
 /* Dropout. The mask of element i is a pure function of (seed, step, id, i),

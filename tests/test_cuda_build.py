@@ -408,10 +408,12 @@ def test_gpt_example_links_for_cuda(tmp_path):
                        text=True)
     assert r.returncode == 0, r.stdout[-3000:]
     src = open(os.path.join(out, "train.c")).read()
-    # (its GELU erf chain is one fused step; its LayerNorms LAYERNORM steps)
-    for fn in ("snrt_gather_fwd", "snrt_gather_bwd", "snrt_where", "snrt_fused_fwd",
-               "snrt_fused_bwd", "snrt_ln_fwd", "snrt_ln_bwd"):
+    # (its GELU erf chain is one fused step; its LayerNorms LAYERNORM steps;
+    # its causal mask the Softmax's own, and its loss the chunked LM head)
+    for fn in ("snrt_gather_fwd", "snrt_gather_bwd", "snrt_softmax_fwd", "snrt_softmax_bwd",
+               "snrt_fused_fwd", "snrt_fused_bwd", "snrt_ln_fwd", "snrt_ln_bwd", "snrt_lmce"):
         assert fn + "(" in src, fn
+    assert "snrt_where(" not in src and ".fill = P" in src
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])

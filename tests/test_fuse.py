@@ -164,6 +164,12 @@ def test_gpt_gelu_is_one_step_and_the_arena_shrinks(tmp_path):
                             re.M)
         mul = re.findall(r"forward\s+Mul\s.*(/blocks\.\d+/Mul)$", text_, re.M)
         assert (len(scaled), len(mul)) == ((2, 0) if fused_ else (0, 2)), (scaled, mul)
+    # The causal mask (Where(mask, scores, -inf)) is the Softmax's own mask:
+    # no Where step forward or backward; the Softmax reads the scores.
+    for text_, fused_ in ((text, True), (plain_text, False)):
+        where = re.findall(r"(?:forward|backward)\s+Where\s.*(/blocks\.\d+/Where\S*)$", text_, re.M)
+        assert len(where) == (0 if fused_ else 4), where
+    assert re.search(r"forward\s+Softmax\s+\S+\s+\S+\s+/blocks\.0/Softmax$", text, re.M)
     # The chain's intermediates kept for backward in the unfused plan: at
     # least the Tanh output and the tanh argument, per layer (B x T x 4C floats).
     chain_bytes = 4 * 32 * 4 * 64 * 4

@@ -48,6 +48,9 @@ const char *emit_params(Emit *e, const void *key, const char *type, const char *
 /* The "&Pn" declared for key, or NULL. Hashed: a 100,000-step program
  * declares as many params. */
 const char *emit_params_find(Emit *e, const void *key);
+/* A static const array of n integers (int32, or uint8 with bytes) into the
+ * declarations (emit_seq.c). */
+void emit_int_array(Emit *e, const char *type, const char *name, int64_t n, const void *v, bool bytes);
 /* --zero 1: an SGD/Adam update as one guarded call per rank's piece (emit_dist.c). */
 void emit_zero_update(Emit *e, const Graph *g, const Node *n);
 /* emit_profile.c: the training steps' kinds, cost classes and estimates

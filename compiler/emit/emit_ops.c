@@ -176,8 +176,17 @@ static const char *p_transpose(Emit *e, const snrt_transpose_t *p) {
 }
 
 static const char *p_softmax(Emit *e, const snrt_softmax_t *p) {
-  snprintf(pb, BUF, ".outer = %lld, .len = %lld, .inner = %lld", (long long)p->outer,
-           (long long)p->len, (long long)p->inner);
+  const char *have = emit_params_find(e, p);
+  if (have) return have;
+  int n = snprintf(pb, BUF, ".outer = %lld, .len = %lld, .inner = %lld", (long long)p->outer,
+                   (long long)p->len, (long long)p->inner);
+  if (p->fill) {   /* a masked softmax (front/fuse.c): its mask as an array */
+    char arr[64];
+    snprintf(arr, sizeof arr, "P%d_fill", e->nparams);
+    emit_int_array(e, "uint8_t", arr, p->fill_n, p->fill, true);
+    snprintf(pb + n, BUF - n, ", .fill = %s, .fill_n = %lld, .value = %s", arr, (long long)p->fill_n,
+             emit_float(p->value));
+  }
   return emit_params(e, p, "snrt_softmax_t", pb);
 }
 

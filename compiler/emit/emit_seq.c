@@ -33,8 +33,8 @@ static const char *p_ln(Emit *e, const snrt_ln_t *p) {
 }
 
 /* A static const array of n integers (int32 or uint8), 16 a line. */
-static void int_array(Emit *e, const char *type, const char *name, int64_t n, const void *v,
-                      bool bytes) {
+void emit_int_array(Emit *e, const char *type, const char *name, int64_t n, const void *v,
+                    bool bytes) {
   fprintf(e->decl, "static const %s %s[%lld] = {", type, name, (long long)(n ? n : 1));
   for (int64_t i = 0; i < n; i++)
     fprintf(e->decl, "%s%s%d", i ? "," : "", i % 16 ? "" : "\n  ",
@@ -48,7 +48,7 @@ static const char *p_gather(Emit *e, const snrt_gather_t *p) {
   char arr[64] = "NULL";
   if (p->idx) {
     snprintf(arr, sizeof arr, "P%d_idx", e->nparams);
-    int_array(e, "int32_t", arr, p->n_idx, p->idx, false);
+    emit_int_array(e, "int32_t", arr, p->n_idx, p->idx, false);
   }
   int k = snprintf(pb, BUF, ".n_idx = %lld, .rows = %lld, .dim = %lld, .idx = %s",
                    (long long)p->n_idx, (long long)p->rows, (long long)p->dim, arr);
@@ -61,7 +61,7 @@ static const char *p_where(Emit *e, const snrt_where_t *p) {
   if (have) return have;
   char arr[64];
   snprintf(arr, sizeof arr, "P%d_fill", e->nparams);
-  int_array(e, "uint8_t", arr, p->inner, p->fill, true);
+  emit_int_array(e, "uint8_t", arr, p->inner, p->fill, true);
   snprintf(pb, BUF, ".n = %lld, .inner = %lld, .value = %s, .fill = %s", (long long)p->n,
            (long long)p->inner, emit_float(p->value), arr);
   return emit_params(e, p, "snrt_where_t", pb);
@@ -93,7 +93,7 @@ static const char *p_take(Emit *e, const snrt_take_t *p) {
   int64_t cnt[3] = {p->n_out, p->n_in + 1, p->n_out};
   for (int k = 0; k < 3; k++) {
     snprintf(a[k], sizeof a[k], "P%d_%s", e->nparams, suf[k]);
-    int_array(e, "int32_t", a[k], cnt[k], v[k], false);
+    emit_int_array(e, "int32_t", a[k], cnt[k], v[k], false);
   }
   snprintf(pb, BUF, ".n_in = %lld, .n_out = %lld, .src = %s, .inv_start = %s, .inv = %s",
            (long long)p->n_in, (long long)p->n_out, a[0], a[1], a[2]);

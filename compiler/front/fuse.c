@@ -15,8 +15,9 @@
  * exports it) becomes the MatMul's trans flag (fold_transposes): no copy
  * forward, and autodiff writes the weight's gradient in its own layout, so
  * the transposed gradient's copy goes too. Third, a bias add after such a
- * product becomes the C of one GEMM node (fold_bias_adds), and a constant
- * scalar Mul after a product its alpha (fold_scales). Then the
+ * product becomes the C of one GEMM node (fold_bias_adds), a constant
+ * scalar Mul after a product its alpha (fold_scales), and a constant masked
+ * fill (Where) before a Softmax the Softmax's mask (fold_masks). Then the
  * elementwise chains:
  *
  * Requires: a shape-inferred forward graph (nodes [0, nfwd) topologically
@@ -514,6 +515,41 @@ static int fold_scales(Graph *g, FILE *dump) {
   return folded;
 }
 
+/* ---- masks into the softmax -------------------------------------------- */
+
+/* Where(mask, x, value) with a constant mask and value (OP_WHERE, a masked
+ * fill: a causal attention mask) read only by a Softmax over the last axis,
+ * the mask repeating per whole rows: the Softmax reads x and the mask itself
+ * (snrt_softmax_t.fill), so the filled copy is never stored, forward or
+ * rebuilt, and its gradient is the softmax's with the masked places 0.
+ * Returns how many. */
+static int fold_masks(Graph *g, FILE *dump) {
+  Rewrite w = rewrite_begin(g);
+  for (int i = 0; i < w.nf; i++) {
+    Node *wn = &g->n[i];
+    if (w.gone[i] || wn->op != OP_WHERE || !wn->p || wn->aux < 0 || wn->aux >= wn->nin) continue;
+    const snrt_where_t *wp = wn->p;
+    int x = wn->in[wn->aux], y = wn->out[0], si = sole_reader(g, &w, y);
+    if (x < 0 || si < 0 || g->n[si].op != OP_SOFTMAX || !g->n[si].p || g->n[si].in[0] != y ||
+        g->t[x].dtype != DT_FLOAT || !same_shape(&g->t[x], &g->t[y]))
+      continue;
+    const snrt_softmax_t *sp = g->n[si].p;
+    if (sp->inner != 1 || sp->fill || sp->len < 1 || wp->inner % sp->len || wp->n != sp->outer * sp->len)
+      continue;
+    snrt_softmax_t *p = xmalloc(sizeof *p);
+    *p = *sp;
+    p->fill = wp->fill, p->fill_n = wp->inner, p->value = wp->value;
+    if (dump) fprintf(dump, "mask %s: into %s\n", wn->name, g->n[si].name);
+    int aux = g->n[si].aux;
+    replace_node(g, si, OP_SOFTMAX, xstrdup(g->n[si].name), 1, (int[]){x}, p);
+    g->n[si].aux = aux;
+    drop_node(g, &w, i);
+  }
+  int folded = w.dropped;
+  rewrite_end(g, &w);
+  return folded;
+}
+
 /* ---- bias adds into the matrix product -------------------------------- */
 
 /* MatMul(x, w) + b, with w a matrix shared by the batch (stride 0: a
@@ -568,6 +604,7 @@ void fuse_elementwise(Graph *g, bool on, FILE *dump) {
   int nln = fuse_layernorms(g, dump);
   int ntr = fold_transposes(g, dump);
   int nscale = fold_scales(g, dump);
+  int nmask = fold_masks(g, dump);
   int nbias = fold_bias_adds(g, dump);
   Rewrite w = rewrite_begin(g);
   nf = w.nf;
@@ -626,9 +663,10 @@ void fuse_elementwise(Graph *g, bool on, FILE *dump) {
   rewrite_end(g, &w);
   if (dump)
     fprintf(dump, "fuse: %d decomposed LayerNorm%s into LAYERNORM; %d Transpose%s into MatMul; "
-            "%d scale%s into MatMul; %d bias add%s into GEMM; %d group%s, %d nodes into %d steps\n",
+            "%d scale%s into MatMul; %d mask%s into Softmax; %d bias add%s into GEMM; %d group%s, "
+            "%d nodes into %d steps\n",
             nln, nln == 1 ? "" : "s", ntr, ntr == 1 ? "" : "s", nscale, nscale == 1 ? "" : "s",
-            nbias, nbias == 1 ? "" : "s", nfused, nfused == 1 ? "" : "s", nremoved + nfused, nfused);
+            nmask, nmask == 1 ? "" : "s", nbias, nbias == 1 ? "" : "s", nfused, nfused == 1 ? "" : "s", nremoved + nfused, nfused);
   free(members);
   free(gs);
   free(grp);

@@ -397,13 +397,14 @@ void shape_softmax(Graph *g, Node *n) {
   snrt_softmax_t *p = shape_alloc(sizeof *p);
   if (shape_opset(g) < 13) {
     int axis = shape_axis(n, attr_int(n, "axis", 1), r, true, "axis");
-    *p = (snrt_softmax_t){shape_prod(n, x->dims, 0, axis), shape_prod(n, x->dims, axis, r), 1};
+    *p = (snrt_softmax_t){.outer = shape_prod(n, x->dims, 0, axis),
+                          .len = shape_prod(n, x->dims, axis, r), .inner = 1};
     n->aux = axis;
   } else {
     if (r < 1) node_error(n, "input must have rank 1 or more");
     int axis = shape_axis(n, attr_int(n, "axis", -1), r, false, "axis");
-    *p = (snrt_softmax_t){shape_prod(n, x->dims, 0, axis), x->dims[axis],
-                          shape_prod(n, x->dims, axis + 1, r)};
+    *p = (snrt_softmax_t){.outer = shape_prod(n, x->dims, 0, axis), .len = x->dims[axis],
+                          .inner = shape_prod(n, x->dims, axis + 1, r)};
     n->aux = axis;
   }
   shape_set_out(g, n, 0, x->dtype, r, x->dims);

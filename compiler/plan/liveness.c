@@ -116,7 +116,7 @@ static void step_stats(Plan *pl) {
  * promise it (runtime/snrt.h, "In place"). */
 static int inplace_input(OpKind op) {
   switch (op) {
-  case OP_UNARY_BWD: case OP_BN_BWD: return 1;   /* dx over dy */
+  case OP_UNARY_BWD: case OP_BN_BWD: case OP_SOFTMAX_BWD: return 1;   /* dx over dy */
   case OP_DROPOUT_BWD: return 0;
   default: return -1;
   }

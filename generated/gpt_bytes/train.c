@@ -286,30 +286,29 @@ static const uint8_t P11_fill[4096] = {
   0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
   0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0
 };
-static const snrt_where_t P11 = {.n = 262144, .inner = 4096, .value = -INFINITY, .fill = P11_fill};
-static const snrt_softmax_t P12 = {.outer = 4096, .len = 64, .inner = 1};
-static const snrt_mm_t P13 = {.batch = 64, .m = 64, .n = 16, .k = 64, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 1024, .stride_y = 1024};
-static const snrt_transpose_t P14 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 64, 16}, .perm = {0, 2, 1, 3}};
-static const snrt_mm_t P15 = {.batch = 1, .m = 1024, .n = 64, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 65536, .stride_b = 4096, .stride_y = 65536};
-static const snrt_bias_t P16 = {.rows = 1024, .cols = 64, .kind = SNRT_BIAS_ROW, .scale = 1.f};
-static const snrt_binary_t P17 = {.kind = SNRT_ADD, .rank = 3, .n = 65536, .dims = {16, 64, 64}, .sa = {4096, 64, 1}, .sb = {4096, 64, 1}, .na = 65536, .nb = 65536};
-static const snrt_ln_t P18 = {.rows = 1024, .cols = 64, .eps = 9.99999975e-06f};
-static const snrt_mm_t P19 = {.batch = 1, .m = 1024, .n = 256, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 65536, .stride_b = 16384, .stride_y = 262144};
-static const snrt_bias_t P20 = {.rows = 1024, .cols = 256, .kind = SNRT_BIAS_ROW, .scale = 1.f};
-static const snrt_fused_t P21 = {.n = 262144, .nin = 1, .nops = 5, .need = 0, .have = 0, .use_y = 0, .ops = {{3, 0, -1, 1.41421354f}, {12, 1, -1, 0.f}, {0, 2, -1, 1.f}, {2, 0, 3, 0.f}, {2, 4, -1, 0.5f}}};
-static const snrt_mm_t P22 = {.batch = 1, .m = 1024, .n = 64, .k = 256, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 262144, .stride_b = 16384, .stride_y = 65536};
-static const snrt_bias_t P23 = {.rows = 1024, .cols = 64, .kind = SNRT_BIAS_ROW, .scale = 1.f};
-static const snrt_binary_t P24 = {.kind = SNRT_ADD, .rank = 3, .n = 65536, .dims = {16, 64, 64}, .sa = {4096, 64, 1}, .sb = {4096, 64, 1}, .na = 65536, .nb = 65536};
-static const snrt_ln_t P25 = {.rows = 1024, .cols = 64, .eps = 9.99999975e-06f};
-static const snrt_mm_t P26 = {.batch = 1, .m = 1024, .n = 192, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 65536, .stride_b = 12288, .stride_y = 196608};
-static const snrt_bias_t P27 = {.rows = 1024, .cols = 192, .kind = SNRT_BIAS_ROW, .scale = 1.f};
-static const int64_t P28_chunk[] = {64, 64, 64};
-static const snrt_concat_t P28 = {.parts = 3, .outer = 1024, .chunk = P28_chunk};
+static const snrt_softmax_t P11 = {.outer = 4096, .len = 64, .inner = 1, .fill = P11_fill, .fill_n = 4096, .value = -INFINITY};
+static const snrt_mm_t P12 = {.batch = 64, .m = 64, .n = 16, .k = 64, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 1024, .stride_y = 1024};
+static const snrt_transpose_t P13 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 64, 16}, .perm = {0, 2, 1, 3}};
+static const snrt_mm_t P14 = {.batch = 1, .m = 1024, .n = 64, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 65536, .stride_b = 4096, .stride_y = 65536};
+static const snrt_bias_t P15 = {.rows = 1024, .cols = 64, .kind = SNRT_BIAS_ROW, .scale = 1.f};
+static const snrt_binary_t P16 = {.kind = SNRT_ADD, .rank = 3, .n = 65536, .dims = {16, 64, 64}, .sa = {4096, 64, 1}, .sb = {4096, 64, 1}, .na = 65536, .nb = 65536};
+static const snrt_ln_t P17 = {.rows = 1024, .cols = 64, .eps = 9.99999975e-06f};
+static const snrt_mm_t P18 = {.batch = 1, .m = 1024, .n = 256, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 65536, .stride_b = 16384, .stride_y = 262144};
+static const snrt_bias_t P19 = {.rows = 1024, .cols = 256, .kind = SNRT_BIAS_ROW, .scale = 1.f};
+static const snrt_fused_t P20 = {.n = 262144, .nin = 1, .nops = 5, .need = 0, .have = 0, .use_y = 0, .ops = {{3, 0, -1, 1.41421354f}, {12, 1, -1, 0.f}, {0, 2, -1, 1.f}, {2, 0, 3, 0.f}, {2, 4, -1, 0.5f}}};
+static const snrt_mm_t P21 = {.batch = 1, .m = 1024, .n = 64, .k = 256, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 262144, .stride_b = 16384, .stride_y = 65536};
+static const snrt_bias_t P22 = {.rows = 1024, .cols = 64, .kind = SNRT_BIAS_ROW, .scale = 1.f};
+static const snrt_binary_t P23 = {.kind = SNRT_ADD, .rank = 3, .n = 65536, .dims = {16, 64, 64}, .sa = {4096, 64, 1}, .sb = {4096, 64, 1}, .na = 65536, .nb = 65536};
+static const snrt_ln_t P24 = {.rows = 1024, .cols = 64, .eps = 9.99999975e-06f};
+static const snrt_mm_t P25 = {.batch = 1, .m = 1024, .n = 192, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 65536, .stride_b = 12288, .stride_y = 196608};
+static const snrt_bias_t P26 = {.rows = 1024, .cols = 192, .kind = SNRT_BIAS_ROW, .scale = 1.f};
+static const int64_t P27_chunk[] = {64, 64, 64};
+static const snrt_concat_t P27 = {.parts = 3, .outer = 1024, .chunk = P27_chunk};
+static const snrt_transpose_t P28 = {.rank = 4, .n = 65536, .in_dims = {16, 64, 4, 16}, .perm = {0, 2, 1, 3}};
 static const snrt_transpose_t P29 = {.rank = 4, .n = 65536, .in_dims = {16, 64, 4, 16}, .perm = {0, 2, 1, 3}};
-static const snrt_transpose_t P30 = {.rank = 4, .n = 65536, .in_dims = {16, 64, 4, 16}, .perm = {0, 2, 1, 3}};
-static const snrt_transpose_t P31 = {.rank = 4, .n = 65536, .in_dims = {16, 64, 4, 16}, .perm = {0, 2, 3, 1}};
-static const snrt_mm_t P32 = {.batch = 64, .m = 64, .n = 64, .k = 16, .trans_a = 0, .trans_b = 0, .alpha = 0.25f, .beta = 0.f, .stride_a = 1024, .stride_b = 1024, .stride_y = 4096};
-static const uint8_t P33_fill[4096] = {
+static const snrt_transpose_t P30 = {.rank = 4, .n = 65536, .in_dims = {16, 64, 4, 16}, .perm = {0, 2, 3, 1}};
+static const snrt_mm_t P31 = {.batch = 64, .m = 64, .n = 64, .k = 16, .trans_a = 0, .trans_b = 0, .alpha = 0.25f, .beta = 0.f, .stride_a = 1024, .stride_b = 1024, .stride_y = 4096};
+static const uint8_t P32_fill[4096] = {
   0,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
   1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
   1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
@@ -567,30 +566,29 @@ static const uint8_t P33_fill[4096] = {
   0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
   0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0
 };
-static const snrt_where_t P33 = {.n = 262144, .inner = 4096, .value = -INFINITY, .fill = P33_fill};
-static const snrt_softmax_t P34 = {.outer = 4096, .len = 64, .inner = 1};
-static const snrt_mm_t P35 = {.batch = 64, .m = 64, .n = 16, .k = 64, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 1024, .stride_y = 1024};
-static const snrt_transpose_t P36 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 64, 16}, .perm = {0, 2, 1, 3}};
-static const snrt_mm_t P37 = {.batch = 1, .m = 1024, .n = 64, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 65536, .stride_b = 4096, .stride_y = 65536};
-static const snrt_bias_t P38 = {.rows = 1024, .cols = 64, .kind = SNRT_BIAS_ROW, .scale = 1.f};
-static const snrt_binary_t P39 = {.kind = SNRT_ADD, .rank = 3, .n = 65536, .dims = {16, 64, 64}, .sa = {4096, 64, 1}, .sb = {4096, 64, 1}, .na = 65536, .nb = 65536};
-static const snrt_ln_t P40 = {.rows = 1024, .cols = 64, .eps = 9.99999975e-06f};
-static const snrt_mm_t P41 = {.batch = 1, .m = 1024, .n = 256, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 65536, .stride_b = 16384, .stride_y = 262144};
-static const snrt_bias_t P42 = {.rows = 1024, .cols = 256, .kind = SNRT_BIAS_ROW, .scale = 1.f};
-static const snrt_fused_t P43 = {.n = 262144, .nin = 1, .nops = 5, .need = 0, .have = 0, .use_y = 0, .ops = {{3, 0, -1, 1.41421354f}, {12, 1, -1, 0.f}, {0, 2, -1, 1.f}, {2, 0, 3, 0.f}, {2, 4, -1, 0.5f}}};
-static const snrt_mm_t P44 = {.batch = 1, .m = 1024, .n = 64, .k = 256, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 262144, .stride_b = 16384, .stride_y = 65536};
-static const snrt_bias_t P45 = {.rows = 1024, .cols = 64, .kind = SNRT_BIAS_ROW, .scale = 1.f};
-static const snrt_binary_t P46 = {.kind = SNRT_ADD, .rank = 3, .n = 65536, .dims = {16, 64, 64}, .sa = {4096, 64, 1}, .sb = {4096, 64, 1}, .na = 65536, .nb = 65536};
-static const snrt_ln_t P47 = {.rows = 1024, .cols = 64, .eps = 9.99999975e-06f};
-static const snrt_mm_t P48 = {.batch = 1, .m = 1024, .n = 192, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 65536, .stride_b = 12288, .stride_y = 196608};
-static const snrt_bias_t P49 = {.rows = 1024, .cols = 192, .kind = SNRT_BIAS_ROW, .scale = 1.f};
-static const int64_t P50_chunk[] = {64, 64, 64};
-static const snrt_concat_t P50 = {.parts = 3, .outer = 1024, .chunk = P50_chunk};
-static const snrt_transpose_t P51 = {.rank = 4, .n = 65536, .in_dims = {16, 64, 4, 16}, .perm = {0, 2, 1, 3}};
-static const snrt_transpose_t P52 = {.rank = 4, .n = 65536, .in_dims = {16, 64, 4, 16}, .perm = {0, 2, 1, 3}};
-static const snrt_transpose_t P53 = {.rank = 4, .n = 65536, .in_dims = {16, 64, 4, 16}, .perm = {0, 2, 3, 1}};
-static const snrt_mm_t P54 = {.batch = 64, .m = 64, .n = 64, .k = 16, .trans_a = 0, .trans_b = 0, .alpha = 0.25f, .beta = 0.f, .stride_a = 1024, .stride_b = 1024, .stride_y = 4096};
-static const uint8_t P55_fill[4096] = {
+static const snrt_softmax_t P32 = {.outer = 4096, .len = 64, .inner = 1, .fill = P32_fill, .fill_n = 4096, .value = -INFINITY};
+static const snrt_mm_t P33 = {.batch = 64, .m = 64, .n = 16, .k = 64, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 1024, .stride_y = 1024};
+static const snrt_transpose_t P34 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 64, 16}, .perm = {0, 2, 1, 3}};
+static const snrt_mm_t P35 = {.batch = 1, .m = 1024, .n = 64, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 65536, .stride_b = 4096, .stride_y = 65536};
+static const snrt_bias_t P36 = {.rows = 1024, .cols = 64, .kind = SNRT_BIAS_ROW, .scale = 1.f};
+static const snrt_binary_t P37 = {.kind = SNRT_ADD, .rank = 3, .n = 65536, .dims = {16, 64, 64}, .sa = {4096, 64, 1}, .sb = {4096, 64, 1}, .na = 65536, .nb = 65536};
+static const snrt_ln_t P38 = {.rows = 1024, .cols = 64, .eps = 9.99999975e-06f};
+static const snrt_mm_t P39 = {.batch = 1, .m = 1024, .n = 256, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 65536, .stride_b = 16384, .stride_y = 262144};
+static const snrt_bias_t P40 = {.rows = 1024, .cols = 256, .kind = SNRT_BIAS_ROW, .scale = 1.f};
+static const snrt_fused_t P41 = {.n = 262144, .nin = 1, .nops = 5, .need = 0, .have = 0, .use_y = 0, .ops = {{3, 0, -1, 1.41421354f}, {12, 1, -1, 0.f}, {0, 2, -1, 1.f}, {2, 0, 3, 0.f}, {2, 4, -1, 0.5f}}};
+static const snrt_mm_t P42 = {.batch = 1, .m = 1024, .n = 64, .k = 256, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 262144, .stride_b = 16384, .stride_y = 65536};
+static const snrt_bias_t P43 = {.rows = 1024, .cols = 64, .kind = SNRT_BIAS_ROW, .scale = 1.f};
+static const snrt_binary_t P44 = {.kind = SNRT_ADD, .rank = 3, .n = 65536, .dims = {16, 64, 64}, .sa = {4096, 64, 1}, .sb = {4096, 64, 1}, .na = 65536, .nb = 65536};
+static const snrt_ln_t P45 = {.rows = 1024, .cols = 64, .eps = 9.99999975e-06f};
+static const snrt_mm_t P46 = {.batch = 1, .m = 1024, .n = 192, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 65536, .stride_b = 12288, .stride_y = 196608};
+static const snrt_bias_t P47 = {.rows = 1024, .cols = 192, .kind = SNRT_BIAS_ROW, .scale = 1.f};
+static const int64_t P48_chunk[] = {64, 64, 64};
+static const snrt_concat_t P48 = {.parts = 3, .outer = 1024, .chunk = P48_chunk};
+static const snrt_transpose_t P49 = {.rank = 4, .n = 65536, .in_dims = {16, 64, 4, 16}, .perm = {0, 2, 1, 3}};
+static const snrt_transpose_t P50 = {.rank = 4, .n = 65536, .in_dims = {16, 64, 4, 16}, .perm = {0, 2, 1, 3}};
+static const snrt_transpose_t P51 = {.rank = 4, .n = 65536, .in_dims = {16, 64, 4, 16}, .perm = {0, 2, 3, 1}};
+static const snrt_mm_t P52 = {.batch = 64, .m = 64, .n = 64, .k = 16, .trans_a = 0, .trans_b = 0, .alpha = 0.25f, .beta = 0.f, .stride_a = 1024, .stride_b = 1024, .stride_y = 4096};
+static const uint8_t P53_fill[4096] = {
   0,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
   1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
   1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
@@ -848,30 +846,29 @@ static const uint8_t P55_fill[4096] = {
   0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
   0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0
 };
-static const snrt_where_t P55 = {.n = 262144, .inner = 4096, .value = -INFINITY, .fill = P55_fill};
-static const snrt_softmax_t P56 = {.outer = 4096, .len = 64, .inner = 1};
-static const snrt_mm_t P57 = {.batch = 64, .m = 64, .n = 16, .k = 64, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 1024, .stride_y = 1024};
-static const snrt_transpose_t P58 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 64, 16}, .perm = {0, 2, 1, 3}};
-static const snrt_mm_t P59 = {.batch = 1, .m = 1024, .n = 64, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 65536, .stride_b = 4096, .stride_y = 65536};
-static const snrt_bias_t P60 = {.rows = 1024, .cols = 64, .kind = SNRT_BIAS_ROW, .scale = 1.f};
-static const snrt_binary_t P61 = {.kind = SNRT_ADD, .rank = 3, .n = 65536, .dims = {16, 64, 64}, .sa = {4096, 64, 1}, .sb = {4096, 64, 1}, .na = 65536, .nb = 65536};
-static const snrt_ln_t P62 = {.rows = 1024, .cols = 64, .eps = 9.99999975e-06f};
-static const snrt_mm_t P63 = {.batch = 1, .m = 1024, .n = 256, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 65536, .stride_b = 16384, .stride_y = 262144};
-static const snrt_bias_t P64 = {.rows = 1024, .cols = 256, .kind = SNRT_BIAS_ROW, .scale = 1.f};
-static const snrt_fused_t P65 = {.n = 262144, .nin = 1, .nops = 5, .need = 0, .have = 0, .use_y = 0, .ops = {{3, 0, -1, 1.41421354f}, {12, 1, -1, 0.f}, {0, 2, -1, 1.f}, {2, 0, 3, 0.f}, {2, 4, -1, 0.5f}}};
-static const snrt_mm_t P66 = {.batch = 1, .m = 1024, .n = 64, .k = 256, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 262144, .stride_b = 16384, .stride_y = 65536};
-static const snrt_bias_t P67 = {.rows = 1024, .cols = 64, .kind = SNRT_BIAS_ROW, .scale = 1.f};
-static const snrt_binary_t P68 = {.kind = SNRT_ADD, .rank = 3, .n = 65536, .dims = {16, 64, 64}, .sa = {4096, 64, 1}, .sb = {4096, 64, 1}, .na = 65536, .nb = 65536};
-static const snrt_ln_t P69 = {.rows = 1024, .cols = 64, .eps = 9.99999975e-06f};
-static const snrt_mm_t P70 = {.batch = 1, .m = 1024, .n = 192, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 65536, .stride_b = 12288, .stride_y = 196608};
-static const snrt_bias_t P71 = {.rows = 1024, .cols = 192, .kind = SNRT_BIAS_ROW, .scale = 1.f};
-static const int64_t P72_chunk[] = {64, 64, 64};
-static const snrt_concat_t P72 = {.parts = 3, .outer = 1024, .chunk = P72_chunk};
-static const snrt_transpose_t P73 = {.rank = 4, .n = 65536, .in_dims = {16, 64, 4, 16}, .perm = {0, 2, 1, 3}};
-static const snrt_transpose_t P74 = {.rank = 4, .n = 65536, .in_dims = {16, 64, 4, 16}, .perm = {0, 2, 1, 3}};
-static const snrt_transpose_t P75 = {.rank = 4, .n = 65536, .in_dims = {16, 64, 4, 16}, .perm = {0, 2, 3, 1}};
-static const snrt_mm_t P76 = {.batch = 64, .m = 64, .n = 64, .k = 16, .trans_a = 0, .trans_b = 0, .alpha = 0.25f, .beta = 0.f, .stride_a = 1024, .stride_b = 1024, .stride_y = 4096};
-static const uint8_t P77_fill[4096] = {
+static const snrt_softmax_t P53 = {.outer = 4096, .len = 64, .inner = 1, .fill = P53_fill, .fill_n = 4096, .value = -INFINITY};
+static const snrt_mm_t P54 = {.batch = 64, .m = 64, .n = 16, .k = 64, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 1024, .stride_y = 1024};
+static const snrt_transpose_t P55 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 64, 16}, .perm = {0, 2, 1, 3}};
+static const snrt_mm_t P56 = {.batch = 1, .m = 1024, .n = 64, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 65536, .stride_b = 4096, .stride_y = 65536};
+static const snrt_bias_t P57 = {.rows = 1024, .cols = 64, .kind = SNRT_BIAS_ROW, .scale = 1.f};
+static const snrt_binary_t P58 = {.kind = SNRT_ADD, .rank = 3, .n = 65536, .dims = {16, 64, 64}, .sa = {4096, 64, 1}, .sb = {4096, 64, 1}, .na = 65536, .nb = 65536};
+static const snrt_ln_t P59 = {.rows = 1024, .cols = 64, .eps = 9.99999975e-06f};
+static const snrt_mm_t P60 = {.batch = 1, .m = 1024, .n = 256, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 65536, .stride_b = 16384, .stride_y = 262144};
+static const snrt_bias_t P61 = {.rows = 1024, .cols = 256, .kind = SNRT_BIAS_ROW, .scale = 1.f};
+static const snrt_fused_t P62 = {.n = 262144, .nin = 1, .nops = 5, .need = 0, .have = 0, .use_y = 0, .ops = {{3, 0, -1, 1.41421354f}, {12, 1, -1, 0.f}, {0, 2, -1, 1.f}, {2, 0, 3, 0.f}, {2, 4, -1, 0.5f}}};
+static const snrt_mm_t P63 = {.batch = 1, .m = 1024, .n = 64, .k = 256, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 262144, .stride_b = 16384, .stride_y = 65536};
+static const snrt_bias_t P64 = {.rows = 1024, .cols = 64, .kind = SNRT_BIAS_ROW, .scale = 1.f};
+static const snrt_binary_t P65 = {.kind = SNRT_ADD, .rank = 3, .n = 65536, .dims = {16, 64, 64}, .sa = {4096, 64, 1}, .sb = {4096, 64, 1}, .na = 65536, .nb = 65536};
+static const snrt_ln_t P66 = {.rows = 1024, .cols = 64, .eps = 9.99999975e-06f};
+static const snrt_mm_t P67 = {.batch = 1, .m = 1024, .n = 192, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 65536, .stride_b = 12288, .stride_y = 196608};
+static const snrt_bias_t P68 = {.rows = 1024, .cols = 192, .kind = SNRT_BIAS_ROW, .scale = 1.f};
+static const int64_t P69_chunk[] = {64, 64, 64};
+static const snrt_concat_t P69 = {.parts = 3, .outer = 1024, .chunk = P69_chunk};
+static const snrt_transpose_t P70 = {.rank = 4, .n = 65536, .in_dims = {16, 64, 4, 16}, .perm = {0, 2, 1, 3}};
+static const snrt_transpose_t P71 = {.rank = 4, .n = 65536, .in_dims = {16, 64, 4, 16}, .perm = {0, 2, 1, 3}};
+static const snrt_transpose_t P72 = {.rank = 4, .n = 65536, .in_dims = {16, 64, 4, 16}, .perm = {0, 2, 3, 1}};
+static const snrt_mm_t P73 = {.batch = 64, .m = 64, .n = 64, .k = 16, .trans_a = 0, .trans_b = 0, .alpha = 0.25f, .beta = 0.f, .stride_a = 1024, .stride_b = 1024, .stride_y = 4096};
+static const uint8_t P74_fill[4096] = {
   0,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
   1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
   1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
@@ -1129,1195 +1126,158 @@ static const uint8_t P77_fill[4096] = {
   0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
   0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0
 };
-static const snrt_where_t P77 = {.n = 262144, .inner = 4096, .value = -INFINITY, .fill = P77_fill};
-static const snrt_softmax_t P78 = {.outer = 4096, .len = 64, .inner = 1};
-static const snrt_mm_t P79 = {.batch = 64, .m = 64, .n = 16, .k = 64, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 1024, .stride_y = 1024};
-static const snrt_transpose_t P80 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 64, 16}, .perm = {0, 2, 1, 3}};
-static const snrt_mm_t P81 = {.batch = 1, .m = 1024, .n = 64, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 65536, .stride_b = 4096, .stride_y = 65536};
-static const snrt_bias_t P82 = {.rows = 1024, .cols = 64, .kind = SNRT_BIAS_ROW, .scale = 1.f};
-static const snrt_binary_t P83 = {.kind = SNRT_ADD, .rank = 3, .n = 65536, .dims = {16, 64, 64}, .sa = {4096, 64, 1}, .sb = {4096, 64, 1}, .na = 65536, .nb = 65536};
-static const snrt_ln_t P84 = {.rows = 1024, .cols = 64, .eps = 9.99999975e-06f};
-static const snrt_mm_t P85 = {.batch = 1, .m = 1024, .n = 256, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 65536, .stride_b = 16384, .stride_y = 262144};
-static const snrt_bias_t P86 = {.rows = 1024, .cols = 256, .kind = SNRT_BIAS_ROW, .scale = 1.f};
-static const snrt_fused_t P87 = {.n = 262144, .nin = 1, .nops = 5, .need = 0, .have = 0, .use_y = 0, .ops = {{3, 0, -1, 1.41421354f}, {12, 1, -1, 0.f}, {0, 2, -1, 1.f}, {2, 0, 3, 0.f}, {2, 4, -1, 0.5f}}};
-static const snrt_mm_t P88 = {.batch = 1, .m = 1024, .n = 64, .k = 256, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 262144, .stride_b = 16384, .stride_y = 65536};
-static const snrt_bias_t P89 = {.rows = 1024, .cols = 64, .kind = SNRT_BIAS_ROW, .scale = 1.f};
-static const snrt_binary_t P90 = {.kind = SNRT_ADD, .rank = 3, .n = 65536, .dims = {16, 64, 64}, .sa = {4096, 64, 1}, .sb = {4096, 64, 1}, .na = 65536, .nb = 65536};
-static const snrt_ln_t P91 = {.rows = 1024, .cols = 64, .eps = 9.99999975e-06f};
-static const snrt_lmce_t P92 = {.n = 1024, .classes = 256, .k = 64, .chunk = 64, .trans_b = 1, .need = 3, .alpha = 1.f};
-static const snrt_sgd_t P93 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 154};
-static const snrt_sgd_t P94 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 157};
-static const snrt_mm_t P95 = {.batch = 1, .m = 1024, .n = 256, .k = 64, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_mm_t P96 = {.batch = 1, .m = 64, .n = 256, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_bias_t P97 = {.rows = 1024, .cols = 64, .kind = SNRT_BIAS_ROW, .scale = 1.f};
-static const snrt_sgd_t P98 = {.n = 16384, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 148};
-static const snrt_sgd_t P99 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 151};
-static const snrt_fused_t P100 = {.n = 262144, .nin = 1, .nops = 5, .need = 1, .have = 1, .use_y = 0, .ops = {{3, 0, -1, 1.41421354f}, {12, 1, -1, 0.f}, {0, 2, -1, 1.f}, {2, 0, 3, 0.f}, {2, 4, -1, 0.5f}}};
-static const snrt_mm_t P101 = {.batch = 1, .m = 1024, .n = 64, .k = 256, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_mm_t P102 = {.batch = 1, .m = 256, .n = 64, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_bias_t P103 = {.rows = 1024, .cols = 256, .kind = SNRT_BIAS_ROW, .scale = 1.f};
-static const snrt_sgd_t P104 = {.n = 16384, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 142};
-static const snrt_sgd_t P105 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 145};
-static const snrt_sgd_t P106 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 124};
-static const snrt_sgd_t P107 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 127};
-static const snrt_mm_t P108 = {.batch = 1, .m = 1024, .n = 64, .k = 64, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_mm_t P109 = {.batch = 1, .m = 64, .n = 64, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_bias_t P110 = {.rows = 1024, .cols = 64, .kind = SNRT_BIAS_ROW, .scale = 1.f};
-static const snrt_sgd_t P111 = {.n = 4096, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 136};
-static const snrt_sgd_t P112 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 139};
-static const snrt_transpose_t P113 = {.rank = 4, .n = 65536, .in_dims = {16, 64, 4, 16}, .perm = {0, 2, 1, 3}};
-static const snrt_mm_t P114 = {.batch = 64, .m = 64, .n = 64, .k = 16, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 1024, .stride_b = 1024, .stride_y = 4096};
-static const snrt_mm_t P115 = {.batch = 64, .m = 64, .n = 16, .k = 64, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 1024, .stride_y = 1024};
-static const uint8_t P116_fill[4096] = {
-  0,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0
-};
-static const snrt_where_t P116 = {.n = 262144, .inner = 4096, .value = 0.f, .fill = P116_fill};
-static const snrt_mm_t P117 = {.batch = 64, .m = 64, .n = 16, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 0.25f, .beta = 0.f, .stride_a = 4096, .stride_b = 1024, .stride_y = 1024};
-static const snrt_mm_t P118 = {.batch = 64, .m = 16, .n = 64, .k = 64, .trans_a = 1, .trans_b = 0, .alpha = 0.25f, .beta = 0.f, .stride_a = 1024, .stride_b = 4096, .stride_y = 1024};
-static const snrt_transpose_t P119 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 16, 64}, .perm = {0, 3, 1, 2}};
-static const snrt_transpose_t P120 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 64, 16}, .perm = {0, 2, 1, 3}};
-static const snrt_transpose_t P121 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 64, 16}, .perm = {0, 2, 1, 3}};
-static const snrt_mm_t P122 = {.batch = 1, .m = 1024, .n = 64, .k = 192, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_mm_t P123 = {.batch = 1, .m = 192, .n = 64, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_bias_t P124 = {.rows = 1024, .cols = 192, .kind = SNRT_BIAS_ROW, .scale = 1.f};
-static const snrt_sgd_t P125 = {.n = 12288, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 130};
-static const snrt_sgd_t P126 = {.n = 192, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 133};
-static const snrt_sgd_t P127 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 118};
-static const snrt_sgd_t P128 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 121};
-static const snrt_mm_t P129 = {.batch = 1, .m = 1024, .n = 256, .k = 64, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_mm_t P130 = {.batch = 1, .m = 64, .n = 256, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_bias_t P131 = {.rows = 1024, .cols = 64, .kind = SNRT_BIAS_ROW, .scale = 1.f};
-static const snrt_sgd_t P132 = {.n = 16384, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 112};
-static const snrt_sgd_t P133 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 115};
-static const snrt_fused_t P134 = {.n = 262144, .nin = 1, .nops = 5, .need = 1, .have = 1, .use_y = 0, .ops = {{3, 0, -1, 1.41421354f}, {12, 1, -1, 0.f}, {0, 2, -1, 1.f}, {2, 0, 3, 0.f}, {2, 4, -1, 0.5f}}};
-static const snrt_mm_t P135 = {.batch = 1, .m = 1024, .n = 64, .k = 256, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_mm_t P136 = {.batch = 1, .m = 256, .n = 64, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_bias_t P137 = {.rows = 1024, .cols = 256, .kind = SNRT_BIAS_ROW, .scale = 1.f};
-static const snrt_sgd_t P138 = {.n = 16384, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 106};
-static const snrt_sgd_t P139 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 109};
-static const snrt_sgd_t P140 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 88};
-static const snrt_sgd_t P141 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 91};
-static const snrt_mm_t P142 = {.batch = 1, .m = 1024, .n = 64, .k = 64, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_mm_t P143 = {.batch = 1, .m = 64, .n = 64, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_bias_t P144 = {.rows = 1024, .cols = 64, .kind = SNRT_BIAS_ROW, .scale = 1.f};
-static const snrt_sgd_t P145 = {.n = 4096, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 100};
-static const snrt_sgd_t P146 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 103};
-static const snrt_transpose_t P147 = {.rank = 4, .n = 65536, .in_dims = {16, 64, 4, 16}, .perm = {0, 2, 1, 3}};
-static const snrt_mm_t P148 = {.batch = 64, .m = 64, .n = 64, .k = 16, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 1024, .stride_b = 1024, .stride_y = 4096};
-static const snrt_mm_t P149 = {.batch = 64, .m = 64, .n = 16, .k = 64, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 1024, .stride_y = 1024};
-static const uint8_t P150_fill[4096] = {
-  0,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0
-};
-static const snrt_where_t P150 = {.n = 262144, .inner = 4096, .value = 0.f, .fill = P150_fill};
-static const snrt_mm_t P151 = {.batch = 64, .m = 64, .n = 16, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 0.25f, .beta = 0.f, .stride_a = 4096, .stride_b = 1024, .stride_y = 1024};
-static const snrt_mm_t P152 = {.batch = 64, .m = 16, .n = 64, .k = 64, .trans_a = 1, .trans_b = 0, .alpha = 0.25f, .beta = 0.f, .stride_a = 1024, .stride_b = 4096, .stride_y = 1024};
-static const snrt_transpose_t P153 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 16, 64}, .perm = {0, 3, 1, 2}};
-static const snrt_transpose_t P154 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 64, 16}, .perm = {0, 2, 1, 3}};
-static const snrt_transpose_t P155 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 64, 16}, .perm = {0, 2, 1, 3}};
-static const snrt_mm_t P156 = {.batch = 1, .m = 1024, .n = 64, .k = 192, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_mm_t P157 = {.batch = 1, .m = 192, .n = 64, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_bias_t P158 = {.rows = 1024, .cols = 192, .kind = SNRT_BIAS_ROW, .scale = 1.f};
-static const snrt_sgd_t P159 = {.n = 12288, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 94};
-static const snrt_sgd_t P160 = {.n = 192, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 97};
-static const snrt_sgd_t P161 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 82};
-static const snrt_sgd_t P162 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 85};
-static const snrt_mm_t P163 = {.batch = 1, .m = 1024, .n = 256, .k = 64, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_mm_t P164 = {.batch = 1, .m = 64, .n = 256, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_bias_t P165 = {.rows = 1024, .cols = 64, .kind = SNRT_BIAS_ROW, .scale = 1.f};
-static const snrt_sgd_t P166 = {.n = 16384, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 76};
-static const snrt_sgd_t P167 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 79};
-static const snrt_fused_t P168 = {.n = 262144, .nin = 1, .nops = 5, .need = 1, .have = 1, .use_y = 0, .ops = {{3, 0, -1, 1.41421354f}, {12, 1, -1, 0.f}, {0, 2, -1, 1.f}, {2, 0, 3, 0.f}, {2, 4, -1, 0.5f}}};
-static const snrt_mm_t P169 = {.batch = 1, .m = 1024, .n = 64, .k = 256, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_mm_t P170 = {.batch = 1, .m = 256, .n = 64, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_bias_t P171 = {.rows = 1024, .cols = 256, .kind = SNRT_BIAS_ROW, .scale = 1.f};
-static const snrt_sgd_t P172 = {.n = 16384, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 70};
-static const snrt_sgd_t P173 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 73};
-static const snrt_sgd_t P174 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 52};
-static const snrt_sgd_t P175 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 55};
-static const snrt_mm_t P176 = {.batch = 1, .m = 1024, .n = 64, .k = 64, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_mm_t P177 = {.batch = 1, .m = 64, .n = 64, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_bias_t P178 = {.rows = 1024, .cols = 64, .kind = SNRT_BIAS_ROW, .scale = 1.f};
-static const snrt_sgd_t P179 = {.n = 4096, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 64};
-static const snrt_sgd_t P180 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 67};
-static const snrt_transpose_t P181 = {.rank = 4, .n = 65536, .in_dims = {16, 64, 4, 16}, .perm = {0, 2, 1, 3}};
-static const snrt_mm_t P182 = {.batch = 64, .m = 64, .n = 64, .k = 16, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 1024, .stride_b = 1024, .stride_y = 4096};
-static const snrt_mm_t P183 = {.batch = 64, .m = 64, .n = 16, .k = 64, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 1024, .stride_y = 1024};
-static const uint8_t P184_fill[4096] = {
-  0,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0
-};
-static const snrt_where_t P184 = {.n = 262144, .inner = 4096, .value = 0.f, .fill = P184_fill};
-static const snrt_mm_t P185 = {.batch = 64, .m = 64, .n = 16, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 0.25f, .beta = 0.f, .stride_a = 4096, .stride_b = 1024, .stride_y = 1024};
-static const snrt_mm_t P186 = {.batch = 64, .m = 16, .n = 64, .k = 64, .trans_a = 1, .trans_b = 0, .alpha = 0.25f, .beta = 0.f, .stride_a = 1024, .stride_b = 4096, .stride_y = 1024};
-static const snrt_transpose_t P187 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 16, 64}, .perm = {0, 3, 1, 2}};
-static const snrt_transpose_t P188 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 64, 16}, .perm = {0, 2, 1, 3}};
-static const snrt_transpose_t P189 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 64, 16}, .perm = {0, 2, 1, 3}};
-static const snrt_mm_t P190 = {.batch = 1, .m = 1024, .n = 64, .k = 192, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_mm_t P191 = {.batch = 1, .m = 192, .n = 64, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_bias_t P192 = {.rows = 1024, .cols = 192, .kind = SNRT_BIAS_ROW, .scale = 1.f};
-static const snrt_sgd_t P193 = {.n = 12288, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 58};
-static const snrt_sgd_t P194 = {.n = 192, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 61};
-static const snrt_sgd_t P195 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 46};
-static const snrt_sgd_t P196 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 49};
-static const snrt_mm_t P197 = {.batch = 1, .m = 1024, .n = 256, .k = 64, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_mm_t P198 = {.batch = 1, .m = 64, .n = 256, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_bias_t P199 = {.rows = 1024, .cols = 64, .kind = SNRT_BIAS_ROW, .scale = 1.f};
-static const snrt_sgd_t P200 = {.n = 16384, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 40};
-static const snrt_sgd_t P201 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 43};
-static const snrt_fused_t P202 = {.n = 262144, .nin = 1, .nops = 5, .need = 1, .have = 1, .use_y = 0, .ops = {{3, 0, -1, 1.41421354f}, {12, 1, -1, 0.f}, {0, 2, -1, 1.f}, {2, 0, 3, 0.f}, {2, 4, -1, 0.5f}}};
-static const snrt_mm_t P203 = {.batch = 1, .m = 1024, .n = 64, .k = 256, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_mm_t P204 = {.batch = 1, .m = 256, .n = 64, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_bias_t P205 = {.rows = 1024, .cols = 256, .kind = SNRT_BIAS_ROW, .scale = 1.f};
-static const snrt_sgd_t P206 = {.n = 16384, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 34};
-static const snrt_sgd_t P207 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 37};
-static const snrt_sgd_t P208 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 16};
-static const snrt_sgd_t P209 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 19};
-static const snrt_mm_t P210 = {.batch = 1, .m = 1024, .n = 64, .k = 64, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_mm_t P211 = {.batch = 1, .m = 64, .n = 64, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_bias_t P212 = {.rows = 1024, .cols = 64, .kind = SNRT_BIAS_ROW, .scale = 1.f};
-static const snrt_sgd_t P213 = {.n = 4096, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 28};
-static const snrt_sgd_t P214 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 31};
-static const snrt_transpose_t P215 = {.rank = 4, .n = 65536, .in_dims = {16, 64, 4, 16}, .perm = {0, 2, 1, 3}};
-static const snrt_mm_t P216 = {.batch = 64, .m = 64, .n = 64, .k = 16, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 1024, .stride_b = 1024, .stride_y = 4096};
-static const snrt_mm_t P217 = {.batch = 64, .m = 64, .n = 16, .k = 64, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 1024, .stride_y = 1024};
-static const uint8_t P218_fill[4096] = {
-  0,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,1,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,1,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,1,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,1,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,1,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,1,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,1,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,1,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,1,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,1,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,1,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,1,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,1,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,1,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,1,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,1,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,1,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,1,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,1,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,1,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,1,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,1,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,1,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,1,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,1,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,1,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,
-  0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0
-};
-static const snrt_where_t P218 = {.n = 262144, .inner = 4096, .value = 0.f, .fill = P218_fill};
-static const snrt_mm_t P219 = {.batch = 64, .m = 64, .n = 16, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 0.25f, .beta = 0.f, .stride_a = 4096, .stride_b = 1024, .stride_y = 1024};
-static const snrt_mm_t P220 = {.batch = 64, .m = 16, .n = 64, .k = 64, .trans_a = 1, .trans_b = 0, .alpha = 0.25f, .beta = 0.f, .stride_a = 1024, .stride_b = 4096, .stride_y = 1024};
-static const snrt_transpose_t P221 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 16, 64}, .perm = {0, 3, 1, 2}};
-static const snrt_transpose_t P222 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 64, 16}, .perm = {0, 2, 1, 3}};
-static const snrt_transpose_t P223 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 64, 16}, .perm = {0, 2, 1, 3}};
-static const snrt_mm_t P224 = {.batch = 1, .m = 1024, .n = 64, .k = 192, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_mm_t P225 = {.batch = 1, .m = 192, .n = 64, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_bias_t P226 = {.rows = 1024, .cols = 192, .kind = SNRT_BIAS_ROW, .scale = 1.f};
-static const snrt_sgd_t P227 = {.n = 12288, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 22};
-static const snrt_sgd_t P228 = {.n = 192, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 25};
-static const snrt_sgd_t P229 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 10};
-static const snrt_sgd_t P230 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 13};
-static const snrt_sgd_t P231 = {.n = 4096, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 7};
-static const snrt_sgd_t P232 = {.n = 16384, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 4};
-static const snrt_mm_t P233 = {.batch = 16, .m = 64, .n = 256, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 0, .stride_y = 16384};
+static const snrt_softmax_t P74 = {.outer = 4096, .len = 64, .inner = 1, .fill = P74_fill, .fill_n = 4096, .value = -INFINITY};
+static const snrt_mm_t P75 = {.batch = 64, .m = 64, .n = 16, .k = 64, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 1024, .stride_y = 1024};
+static const snrt_transpose_t P76 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 64, 16}, .perm = {0, 2, 1, 3}};
+static const snrt_mm_t P77 = {.batch = 1, .m = 1024, .n = 64, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 65536, .stride_b = 4096, .stride_y = 65536};
+static const snrt_bias_t P78 = {.rows = 1024, .cols = 64, .kind = SNRT_BIAS_ROW, .scale = 1.f};
+static const snrt_binary_t P79 = {.kind = SNRT_ADD, .rank = 3, .n = 65536, .dims = {16, 64, 64}, .sa = {4096, 64, 1}, .sb = {4096, 64, 1}, .na = 65536, .nb = 65536};
+static const snrt_ln_t P80 = {.rows = 1024, .cols = 64, .eps = 9.99999975e-06f};
+static const snrt_mm_t P81 = {.batch = 1, .m = 1024, .n = 256, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 65536, .stride_b = 16384, .stride_y = 262144};
+static const snrt_bias_t P82 = {.rows = 1024, .cols = 256, .kind = SNRT_BIAS_ROW, .scale = 1.f};
+static const snrt_fused_t P83 = {.n = 262144, .nin = 1, .nops = 5, .need = 0, .have = 0, .use_y = 0, .ops = {{3, 0, -1, 1.41421354f}, {12, 1, -1, 0.f}, {0, 2, -1, 1.f}, {2, 0, 3, 0.f}, {2, 4, -1, 0.5f}}};
+static const snrt_mm_t P84 = {.batch = 1, .m = 1024, .n = 64, .k = 256, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 262144, .stride_b = 16384, .stride_y = 65536};
+static const snrt_bias_t P85 = {.rows = 1024, .cols = 64, .kind = SNRT_BIAS_ROW, .scale = 1.f};
+static const snrt_binary_t P86 = {.kind = SNRT_ADD, .rank = 3, .n = 65536, .dims = {16, 64, 64}, .sa = {4096, 64, 1}, .sb = {4096, 64, 1}, .na = 65536, .nb = 65536};
+static const snrt_ln_t P87 = {.rows = 1024, .cols = 64, .eps = 9.99999975e-06f};
+static const snrt_lmce_t P88 = {.n = 1024, .classes = 256, .k = 64, .chunk = 64, .trans_b = 1, .need = 3, .alpha = 1.f};
+static const snrt_sgd_t P89 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 154};
+static const snrt_sgd_t P90 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 157};
+static const snrt_mm_t P91 = {.batch = 1, .m = 1024, .n = 256, .k = 64, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_mm_t P92 = {.batch = 1, .m = 64, .n = 256, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_bias_t P93 = {.rows = 1024, .cols = 64, .kind = SNRT_BIAS_ROW, .scale = 1.f};
+static const snrt_sgd_t P94 = {.n = 16384, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 148};
+static const snrt_sgd_t P95 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 151};
+static const snrt_fused_t P96 = {.n = 262144, .nin = 1, .nops = 5, .need = 1, .have = 1, .use_y = 0, .ops = {{3, 0, -1, 1.41421354f}, {12, 1, -1, 0.f}, {0, 2, -1, 1.f}, {2, 0, 3, 0.f}, {2, 4, -1, 0.5f}}};
+static const snrt_mm_t P97 = {.batch = 1, .m = 1024, .n = 64, .k = 256, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_mm_t P98 = {.batch = 1, .m = 256, .n = 64, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_bias_t P99 = {.rows = 1024, .cols = 256, .kind = SNRT_BIAS_ROW, .scale = 1.f};
+static const snrt_sgd_t P100 = {.n = 16384, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 142};
+static const snrt_sgd_t P101 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 145};
+static const snrt_sgd_t P102 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 124};
+static const snrt_sgd_t P103 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 127};
+static const snrt_mm_t P104 = {.batch = 1, .m = 1024, .n = 64, .k = 64, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_mm_t P105 = {.batch = 1, .m = 64, .n = 64, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_bias_t P106 = {.rows = 1024, .cols = 64, .kind = SNRT_BIAS_ROW, .scale = 1.f};
+static const snrt_sgd_t P107 = {.n = 4096, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 136};
+static const snrt_sgd_t P108 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 139};
+static const snrt_transpose_t P109 = {.rank = 4, .n = 65536, .in_dims = {16, 64, 4, 16}, .perm = {0, 2, 1, 3}};
+static const snrt_mm_t P110 = {.batch = 64, .m = 64, .n = 64, .k = 16, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 1024, .stride_b = 1024, .stride_y = 4096};
+static const snrt_mm_t P111 = {.batch = 64, .m = 64, .n = 16, .k = 64, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 1024, .stride_y = 1024};
+static const snrt_mm_t P112 = {.batch = 64, .m = 64, .n = 16, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 0.25f, .beta = 0.f, .stride_a = 4096, .stride_b = 1024, .stride_y = 1024};
+static const snrt_mm_t P113 = {.batch = 64, .m = 16, .n = 64, .k = 64, .trans_a = 1, .trans_b = 0, .alpha = 0.25f, .beta = 0.f, .stride_a = 1024, .stride_b = 4096, .stride_y = 1024};
+static const snrt_transpose_t P114 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 16, 64}, .perm = {0, 3, 1, 2}};
+static const snrt_transpose_t P115 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 64, 16}, .perm = {0, 2, 1, 3}};
+static const snrt_transpose_t P116 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 64, 16}, .perm = {0, 2, 1, 3}};
+static const snrt_mm_t P117 = {.batch = 1, .m = 1024, .n = 64, .k = 192, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_mm_t P118 = {.batch = 1, .m = 192, .n = 64, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_bias_t P119 = {.rows = 1024, .cols = 192, .kind = SNRT_BIAS_ROW, .scale = 1.f};
+static const snrt_sgd_t P120 = {.n = 12288, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 130};
+static const snrt_sgd_t P121 = {.n = 192, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 133};
+static const snrt_sgd_t P122 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 118};
+static const snrt_sgd_t P123 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 121};
+static const snrt_mm_t P124 = {.batch = 1, .m = 1024, .n = 256, .k = 64, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_mm_t P125 = {.batch = 1, .m = 64, .n = 256, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_bias_t P126 = {.rows = 1024, .cols = 64, .kind = SNRT_BIAS_ROW, .scale = 1.f};
+static const snrt_sgd_t P127 = {.n = 16384, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 112};
+static const snrt_sgd_t P128 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 115};
+static const snrt_fused_t P129 = {.n = 262144, .nin = 1, .nops = 5, .need = 1, .have = 1, .use_y = 0, .ops = {{3, 0, -1, 1.41421354f}, {12, 1, -1, 0.f}, {0, 2, -1, 1.f}, {2, 0, 3, 0.f}, {2, 4, -1, 0.5f}}};
+static const snrt_mm_t P130 = {.batch = 1, .m = 1024, .n = 64, .k = 256, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_mm_t P131 = {.batch = 1, .m = 256, .n = 64, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_bias_t P132 = {.rows = 1024, .cols = 256, .kind = SNRT_BIAS_ROW, .scale = 1.f};
+static const snrt_sgd_t P133 = {.n = 16384, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 106};
+static const snrt_sgd_t P134 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 109};
+static const snrt_sgd_t P135 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 88};
+static const snrt_sgd_t P136 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 91};
+static const snrt_mm_t P137 = {.batch = 1, .m = 1024, .n = 64, .k = 64, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_mm_t P138 = {.batch = 1, .m = 64, .n = 64, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_bias_t P139 = {.rows = 1024, .cols = 64, .kind = SNRT_BIAS_ROW, .scale = 1.f};
+static const snrt_sgd_t P140 = {.n = 4096, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 100};
+static const snrt_sgd_t P141 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 103};
+static const snrt_transpose_t P142 = {.rank = 4, .n = 65536, .in_dims = {16, 64, 4, 16}, .perm = {0, 2, 1, 3}};
+static const snrt_mm_t P143 = {.batch = 64, .m = 64, .n = 64, .k = 16, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 1024, .stride_b = 1024, .stride_y = 4096};
+static const snrt_mm_t P144 = {.batch = 64, .m = 64, .n = 16, .k = 64, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 1024, .stride_y = 1024};
+static const snrt_mm_t P145 = {.batch = 64, .m = 64, .n = 16, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 0.25f, .beta = 0.f, .stride_a = 4096, .stride_b = 1024, .stride_y = 1024};
+static const snrt_mm_t P146 = {.batch = 64, .m = 16, .n = 64, .k = 64, .trans_a = 1, .trans_b = 0, .alpha = 0.25f, .beta = 0.f, .stride_a = 1024, .stride_b = 4096, .stride_y = 1024};
+static const snrt_transpose_t P147 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 16, 64}, .perm = {0, 3, 1, 2}};
+static const snrt_transpose_t P148 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 64, 16}, .perm = {0, 2, 1, 3}};
+static const snrt_transpose_t P149 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 64, 16}, .perm = {0, 2, 1, 3}};
+static const snrt_mm_t P150 = {.batch = 1, .m = 1024, .n = 64, .k = 192, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_mm_t P151 = {.batch = 1, .m = 192, .n = 64, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_bias_t P152 = {.rows = 1024, .cols = 192, .kind = SNRT_BIAS_ROW, .scale = 1.f};
+static const snrt_sgd_t P153 = {.n = 12288, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 94};
+static const snrt_sgd_t P154 = {.n = 192, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 97};
+static const snrt_sgd_t P155 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 82};
+static const snrt_sgd_t P156 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 85};
+static const snrt_mm_t P157 = {.batch = 1, .m = 1024, .n = 256, .k = 64, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_mm_t P158 = {.batch = 1, .m = 64, .n = 256, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_bias_t P159 = {.rows = 1024, .cols = 64, .kind = SNRT_BIAS_ROW, .scale = 1.f};
+static const snrt_sgd_t P160 = {.n = 16384, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 76};
+static const snrt_sgd_t P161 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 79};
+static const snrt_fused_t P162 = {.n = 262144, .nin = 1, .nops = 5, .need = 1, .have = 1, .use_y = 0, .ops = {{3, 0, -1, 1.41421354f}, {12, 1, -1, 0.f}, {0, 2, -1, 1.f}, {2, 0, 3, 0.f}, {2, 4, -1, 0.5f}}};
+static const snrt_mm_t P163 = {.batch = 1, .m = 1024, .n = 64, .k = 256, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_mm_t P164 = {.batch = 1, .m = 256, .n = 64, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_bias_t P165 = {.rows = 1024, .cols = 256, .kind = SNRT_BIAS_ROW, .scale = 1.f};
+static const snrt_sgd_t P166 = {.n = 16384, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 70};
+static const snrt_sgd_t P167 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 73};
+static const snrt_sgd_t P168 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 52};
+static const snrt_sgd_t P169 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 55};
+static const snrt_mm_t P170 = {.batch = 1, .m = 1024, .n = 64, .k = 64, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_mm_t P171 = {.batch = 1, .m = 64, .n = 64, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_bias_t P172 = {.rows = 1024, .cols = 64, .kind = SNRT_BIAS_ROW, .scale = 1.f};
+static const snrt_sgd_t P173 = {.n = 4096, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 64};
+static const snrt_sgd_t P174 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 67};
+static const snrt_transpose_t P175 = {.rank = 4, .n = 65536, .in_dims = {16, 64, 4, 16}, .perm = {0, 2, 1, 3}};
+static const snrt_mm_t P176 = {.batch = 64, .m = 64, .n = 64, .k = 16, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 1024, .stride_b = 1024, .stride_y = 4096};
+static const snrt_mm_t P177 = {.batch = 64, .m = 64, .n = 16, .k = 64, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 1024, .stride_y = 1024};
+static const snrt_mm_t P178 = {.batch = 64, .m = 64, .n = 16, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 0.25f, .beta = 0.f, .stride_a = 4096, .stride_b = 1024, .stride_y = 1024};
+static const snrt_mm_t P179 = {.batch = 64, .m = 16, .n = 64, .k = 64, .trans_a = 1, .trans_b = 0, .alpha = 0.25f, .beta = 0.f, .stride_a = 1024, .stride_b = 4096, .stride_y = 1024};
+static const snrt_transpose_t P180 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 16, 64}, .perm = {0, 3, 1, 2}};
+static const snrt_transpose_t P181 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 64, 16}, .perm = {0, 2, 1, 3}};
+static const snrt_transpose_t P182 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 64, 16}, .perm = {0, 2, 1, 3}};
+static const snrt_mm_t P183 = {.batch = 1, .m = 1024, .n = 64, .k = 192, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_mm_t P184 = {.batch = 1, .m = 192, .n = 64, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_bias_t P185 = {.rows = 1024, .cols = 192, .kind = SNRT_BIAS_ROW, .scale = 1.f};
+static const snrt_sgd_t P186 = {.n = 12288, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 58};
+static const snrt_sgd_t P187 = {.n = 192, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 61};
+static const snrt_sgd_t P188 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 46};
+static const snrt_sgd_t P189 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 49};
+static const snrt_mm_t P190 = {.batch = 1, .m = 1024, .n = 256, .k = 64, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_mm_t P191 = {.batch = 1, .m = 64, .n = 256, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_bias_t P192 = {.rows = 1024, .cols = 64, .kind = SNRT_BIAS_ROW, .scale = 1.f};
+static const snrt_sgd_t P193 = {.n = 16384, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 40};
+static const snrt_sgd_t P194 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 43};
+static const snrt_fused_t P195 = {.n = 262144, .nin = 1, .nops = 5, .need = 1, .have = 1, .use_y = 0, .ops = {{3, 0, -1, 1.41421354f}, {12, 1, -1, 0.f}, {0, 2, -1, 1.f}, {2, 0, 3, 0.f}, {2, 4, -1, 0.5f}}};
+static const snrt_mm_t P196 = {.batch = 1, .m = 1024, .n = 64, .k = 256, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_mm_t P197 = {.batch = 1, .m = 256, .n = 64, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_bias_t P198 = {.rows = 1024, .cols = 256, .kind = SNRT_BIAS_ROW, .scale = 1.f};
+static const snrt_sgd_t P199 = {.n = 16384, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 34};
+static const snrt_sgd_t P200 = {.n = 256, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 37};
+static const snrt_sgd_t P201 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 16};
+static const snrt_sgd_t P202 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 19};
+static const snrt_mm_t P203 = {.batch = 1, .m = 1024, .n = 64, .k = 64, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_mm_t P204 = {.batch = 1, .m = 64, .n = 64, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_bias_t P205 = {.rows = 1024, .cols = 64, .kind = SNRT_BIAS_ROW, .scale = 1.f};
+static const snrt_sgd_t P206 = {.n = 4096, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 28};
+static const snrt_sgd_t P207 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 31};
+static const snrt_transpose_t P208 = {.rank = 4, .n = 65536, .in_dims = {16, 64, 4, 16}, .perm = {0, 2, 1, 3}};
+static const snrt_mm_t P209 = {.batch = 64, .m = 64, .n = 64, .k = 16, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 1024, .stride_b = 1024, .stride_y = 4096};
+static const snrt_mm_t P210 = {.batch = 64, .m = 64, .n = 16, .k = 64, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 1024, .stride_y = 1024};
+static const snrt_mm_t P211 = {.batch = 64, .m = 64, .n = 16, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 0.25f, .beta = 0.f, .stride_a = 4096, .stride_b = 1024, .stride_y = 1024};
+static const snrt_mm_t P212 = {.batch = 64, .m = 16, .n = 64, .k = 64, .trans_a = 1, .trans_b = 0, .alpha = 0.25f, .beta = 0.f, .stride_a = 1024, .stride_b = 4096, .stride_y = 1024};
+static const snrt_transpose_t P213 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 16, 64}, .perm = {0, 3, 1, 2}};
+static const snrt_transpose_t P214 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 64, 16}, .perm = {0, 2, 1, 3}};
+static const snrt_transpose_t P215 = {.rank = 4, .n = 65536, .in_dims = {16, 4, 64, 16}, .perm = {0, 2, 1, 3}};
+static const snrt_mm_t P216 = {.batch = 1, .m = 1024, .n = 64, .k = 192, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_mm_t P217 = {.batch = 1, .m = 192, .n = 64, .k = 1024, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_bias_t P218 = {.rows = 1024, .cols = 192, .kind = SNRT_BIAS_ROW, .scale = 1.f};
+static const snrt_sgd_t P219 = {.n = 12288, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 22};
+static const snrt_sgd_t P220 = {.n = 192, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 25};
+static const snrt_sgd_t P221 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 10};
+static const snrt_sgd_t P222 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 13};
+static const snrt_sgd_t P223 = {.n = 4096, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 7};
+static const snrt_sgd_t P224 = {.n = 16384, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 4};
+static const snrt_mm_t P225 = {.batch = 16, .m = 64, .n = 256, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 0, .stride_y = 16384};
 
 static void train_step_0(snrt_ctx *c) {
   char *const A = snrt_arena(c);
@@ -2371,1109 +1331,1073 @@ static void train_step_0(snrt_ctx *c) {
   /*    12 forward   MatMul             /blocks.0/MatMul*scale  live 3.9 MiB */
   snrt_matmul(c, &P10, F(0xf2ec00), F(0xfaec00), F(0x1aec00));
   snrt_reads(c, 13, 1, (const int64_t[]){0x1aec00, 1048576});
-  /*    13 forward   Where              /blocks.0/Where  live 4.9 MiB */
-  snrt_where(c, &P11, F(0x1aec00), F(0x2aec00));
+  /*    13 forward   Softmax            /blocks.0/Softmax  live 4.9 MiB */
+  snrt_softmax_fwd(c, &P11, F(0x1aec00), F(0x2aec00));
   snrt_dead(c, 0x1aec00, 1048576);
-  snrt_reads(c, 14, 1, (const int64_t[]){0x2aec00, 1048576});
-  /*    14 forward   Softmax            /blocks.0/Softmax  live 4.9 MiB */
-  snrt_softmax_fwd(c, &P12, F(0x2aec00), F(0x1aec00));
-  snrt_dead(c, 0x2aec00, 1048576);
-  snrt_reads(c, 15, 2, (const int64_t[]){0x1aec00, 1048576, 0xf6ec00, 262144});
-  /*    15 forward   MatMul             /blocks.0/MatMul_1  live 4.2 MiB */
-  snrt_matmul(c, &P13, F(0x1aec00), F(0xf6ec00), F(0x2aec00));
-  snrt_reads(c, 16, 1, (const int64_t[]){0x2aec00, 262144});
-  /*    16 forward   Transpose          /blocks.0/Transpose_3  live 4.4 MiB */
-  snrt_transpose(c, &P14, F(0x2aec00), F(0x2eec00));
-  snrt_dead(c, 0x2aec00, 262144);
-  snrt_reads(c, 17, 1, (const int64_t[]){0x2eec00, 262144});
-  /*    17 forward   Reshape            /blocks.0/Reshape_3  live 4.4 MiB */
-  snrt_copy(c, 262144, F(0x2eec00), F(0xfeec00));
-  snrt_dead(c, 0x2eec00, 262144);
-  snrt_reads(c, 18, 3, (const int64_t[]){0xfeec00, 262144, 0x20700, 16384, 0x24700, 256});
-  /*    18 forward   Gemm               /blocks.0/proj/MatMul+bias  live 4.4 MiB */
-  snrt_matmul(c, &P15, F(0xfeec00), F(0x20700), F(0x2aec00));
-  snrt_bias_fwd(c, &P16, F(0x24700), F(0x2aec00));
-  snrt_reads(c, 19, 2, (const int64_t[]){0xeaec00, 262144, 0x2aec00, 262144});
-  /*    19 forward   Add                /blocks.0/Add  live 4.7 MiB */
-  snrt_binary_fwd(c, &P17, F(0xeaec00), F(0x2aec00), F(0x102ec00));
-  snrt_dead(c, 0x2aec00, 262144);
-  snrt_reads(c, 20, 3, (const int64_t[]){0x102ec00, 262144, 0x14200, 256, 0x14300, 256});
-  /*    20 forward   LayerNormalization /blocks.0/ln2/Add_1/layernorm  live 4.7 MiB */
-  snrt_ln_fwd(c, &P18, F(0x102ec00), F(0x14200), F(0x14300), F(0x106ec00), F(0x1751c00), F(0x1752c00));
-  snrt_reads(c, 21, 3, (const int64_t[]){0x106ec00, 262144, 0x24800, 65536, 0x34800, 1024});
-  /*    21 forward   Gemm               /blocks.0/fc/MatMul+bias  live 5.7 MiB */
-  snrt_matmul(c, &P19, F(0x106ec00), F(0x24800), F(0x2aec00));
-  snrt_bias_fwd(c, &P20, F(0x34800), F(0x2aec00));
-  snrt_reads(c, 22, 1, (const int64_t[]){0x2aec00, 1048576});
-  /*    22 forward   FUSED              /blocks.0/Mul_2/fused5  live 6.7 MiB */
-  snrt_fused_fwd(c, &P21, (const float *const[]){F(0x2aec00)}, F(0x3aec00));
-  snrt_reads(c, 23, 3, (const int64_t[]){0x3aec00, 1048576, 0x34c00, 65536, 0x44c00, 256});
-  /*    23 forward   Gemm               /blocks.0/fc2/MatMul+bias  live 7.0 MiB */
-  snrt_matmul(c, &P22, F(0x3aec00), F(0x34c00), F(0x4aec00));
-  snrt_bias_fwd(c, &P23, F(0x44c00), F(0x4aec00));
-  snrt_reads(c, 24, 2, (const int64_t[]){0x102ec00, 262144, 0x4aec00, 262144});
-  /*    24 forward   Add                /blocks.0/Add_2  live 7.2 MiB */
-  snrt_binary_fwd(c, &P24, F(0x102ec00), F(0x4aec00), F(0x10aec00));
+  snrt_reads(c, 14, 2, (const int64_t[]){0x2aec00, 1048576, 0xf6ec00, 262144});
+  /*    14 forward   MatMul             /blocks.0/MatMul_1  live 4.2 MiB */
+  snrt_matmul(c, &P12, F(0x2aec00), F(0xf6ec00), F(0x1aec00));
+  snrt_reads(c, 15, 1, (const int64_t[]){0x1aec00, 262144});
+  /*    15 forward   Transpose          /blocks.0/Transpose_3  live 4.4 MiB */
+  snrt_transpose(c, &P13, F(0x1aec00), F(0x1eec00));
+  snrt_dead(c, 0x1aec00, 262144);
+  snrt_reads(c, 16, 1, (const int64_t[]){0x1eec00, 262144});
+  /*    16 forward   Reshape            /blocks.0/Reshape_3  live 4.4 MiB */
+  snrt_copy(c, 262144, F(0x1eec00), F(0xfeec00));
+  snrt_dead(c, 0x1eec00, 262144);
+  snrt_reads(c, 17, 3, (const int64_t[]){0xfeec00, 262144, 0x20700, 16384, 0x24700, 256});
+  /*    17 forward   Gemm               /blocks.0/proj/MatMul+bias  live 4.4 MiB */
+  snrt_matmul(c, &P14, F(0xfeec00), F(0x20700), F(0x1aec00));
+  snrt_bias_fwd(c, &P15, F(0x24700), F(0x1aec00));
+  snrt_reads(c, 18, 2, (const int64_t[]){0xeaec00, 262144, 0x1aec00, 262144});
+  /*    18 forward   Add                /blocks.0/Add  live 4.7 MiB */
+  snrt_binary_fwd(c, &P16, F(0xeaec00), F(0x1aec00), F(0x102ec00));
+  snrt_dead(c, 0x1aec00, 262144);
+  snrt_reads(c, 19, 3, (const int64_t[]){0x102ec00, 262144, 0x14200, 256, 0x14300, 256});
+  /*    19 forward   LayerNormalization /blocks.0/ln2/Add_1/layernorm  live 4.7 MiB */
+  snrt_ln_fwd(c, &P17, F(0x102ec00), F(0x14200), F(0x14300), F(0x106ec00), F(0x1751c00), F(0x1752c00));
+  snrt_reads(c, 20, 3, (const int64_t[]){0x106ec00, 262144, 0x24800, 65536, 0x34800, 1024});
+  /*    20 forward   Gemm               /blocks.0/fc/MatMul+bias  live 5.7 MiB */
+  snrt_matmul(c, &P18, F(0x106ec00), F(0x24800), F(0x1aec00));
+  snrt_bias_fwd(c, &P19, F(0x34800), F(0x1aec00));
+  snrt_reads(c, 21, 1, (const int64_t[]){0x1aec00, 1048576});
+  /*    21 forward   FUSED              /blocks.0/Mul_2/fused5  live 6.7 MiB */
+  snrt_fused_fwd(c, &P20, (const float *const[]){F(0x1aec00)}, F(0x3aec00));
+  snrt_reads(c, 22, 3, (const int64_t[]){0x3aec00, 1048576, 0x34c00, 65536, 0x44c00, 256});
+  /*    22 forward   Gemm               /blocks.0/fc2/MatMul+bias  live 7.0 MiB */
+  snrt_matmul(c, &P21, F(0x3aec00), F(0x34c00), F(0x4aec00));
+  snrt_bias_fwd(c, &P22, F(0x44c00), F(0x4aec00));
+  snrt_reads(c, 23, 2, (const int64_t[]){0x102ec00, 262144, 0x4aec00, 262144});
+  /*    23 forward   Add                /blocks.0/Add_2  live 7.2 MiB */
+  snrt_binary_fwd(c, &P23, F(0x102ec00), F(0x4aec00), F(0x10aec00));
   snrt_dead(c, 0x4aec00, 262144);
-  snrt_reads(c, 25, 3, (const int64_t[]){0x10aec00, 262144, 0x44d00, 256, 0x44e00, 256});
-  /*    25 forward   LayerNormalization /blocks.1/ln1/Add_1/layernorm  live 7.2 MiB */
-  snrt_ln_fwd(c, &P25, F(0x10aec00), F(0x44d00), F(0x44e00), F(0x10eec00), F(0x1753c00), F(0x1754c00));
-  snrt_reads(c, 26, 3, (const int64_t[]){0x10eec00, 262144, 0x45100, 49152, 0x51100, 768});
-  /*    26 forward   Gemm               /blocks.1/qkv/MatMul+bias  live 8.0 MiB */
-  snrt_matmul(c, &P26, F(0x10eec00), F(0x45100), F(0x4aec00));
-  snrt_bias_fwd(c, &P27, F(0x51100), F(0x4aec00));
-  snrt_reads(c, 27, 1, (const int64_t[]){0x4aec00, 786432});
-  /*    27 forward   Split              /blocks.1/Split  live 8.7 MiB */
-  snrt_split(c, &P28, F(0x4aec00), (float *const[]){F(0x56ec00), F(0x5aec00), F(0x5eec00)});
+  snrt_reads(c, 24, 3, (const int64_t[]){0x10aec00, 262144, 0x44d00, 256, 0x44e00, 256});
+  /*    24 forward   LayerNormalization /blocks.1/ln1/Add_1/layernorm  live 7.2 MiB */
+  snrt_ln_fwd(c, &P24, F(0x10aec00), F(0x44d00), F(0x44e00), F(0x10eec00), F(0x1753c00), F(0x1754c00));
+  snrt_reads(c, 25, 3, (const int64_t[]){0x10eec00, 262144, 0x45100, 49152, 0x51100, 768});
+  /*    25 forward   Gemm               /blocks.1/qkv/MatMul+bias  live 8.0 MiB */
+  snrt_matmul(c, &P25, F(0x10eec00), F(0x45100), F(0x4aec00));
+  snrt_bias_fwd(c, &P26, F(0x51100), F(0x4aec00));
+  snrt_reads(c, 26, 1, (const int64_t[]){0x4aec00, 786432});
+  /*    26 forward   Split              /blocks.1/Split  live 8.7 MiB */
+  snrt_split(c, &P27, F(0x4aec00), (float *const[]){F(0x56ec00), F(0x5aec00), F(0x5eec00)});
   snrt_dead(c, 0x4aec00, 786432);
-  snrt_reads(c, 28, 1, (const int64_t[]){0x56ec00, 262144});
-  /*    28 forward   Reshape            /blocks.1/Reshape  live 8.2 MiB */
+  snrt_reads(c, 27, 1, (const int64_t[]){0x56ec00, 262144});
+  /*    27 forward   Reshape            /blocks.1/Reshape  live 8.2 MiB */
   snrt_copy(c, 262144, F(0x56ec00), F(0x4aec00));
   snrt_dead(c, 0x56ec00, 262144);
-  snrt_reads(c, 29, 1, (const int64_t[]){0x4aec00, 262144});
-  /*    29 forward   Transpose          /blocks.1/Transpose  live 8.2 MiB */
-  snrt_transpose(c, &P29, F(0x4aec00), F(0x112ec00));
+  snrt_reads(c, 28, 1, (const int64_t[]){0x4aec00, 262144});
+  /*    28 forward   Transpose          /blocks.1/Transpose  live 8.2 MiB */
+  snrt_transpose(c, &P28, F(0x4aec00), F(0x112ec00));
   snrt_dead(c, 0x4aec00, 262144);
-  snrt_reads(c, 30, 1, (const int64_t[]){0x5aec00, 262144});
-  /*    30 forward   Reshape            /blocks.1/Reshape_1  live 8.2 MiB */
+  snrt_reads(c, 29, 1, (const int64_t[]){0x5aec00, 262144});
+  /*    29 forward   Reshape            /blocks.1/Reshape_1  live 8.2 MiB */
   snrt_copy(c, 262144, F(0x5aec00), F(0x4aec00));
   snrt_dead(c, 0x5aec00, 262144);
-  snrt_reads(c, 31, 1, (const int64_t[]){0x5eec00, 262144});
-  /*    31 forward   Reshape            /blocks.1/Reshape_2  live 8.2 MiB */
+  snrt_reads(c, 30, 1, (const int64_t[]){0x5eec00, 262144});
+  /*    30 forward   Reshape            /blocks.1/Reshape_2  live 8.2 MiB */
   snrt_copy(c, 262144, F(0x5eec00), F(0x4eec00));
   snrt_dead(c, 0x5eec00, 262144);
-  snrt_reads(c, 32, 1, (const int64_t[]){0x4eec00, 262144});
-  /*    32 forward   Transpose          /blocks.1/Transpose_1  live 8.2 MiB */
-  snrt_transpose(c, &P30, F(0x4eec00), F(0x116ec00));
+  snrt_reads(c, 31, 1, (const int64_t[]){0x4eec00, 262144});
+  /*    31 forward   Transpose          /blocks.1/Transpose_1  live 8.2 MiB */
+  snrt_transpose(c, &P29, F(0x4eec00), F(0x116ec00));
   snrt_dead(c, 0x4eec00, 262144);
-  snrt_reads(c, 33, 1, (const int64_t[]){0x4aec00, 262144});
-  /*    33 forward   Transpose          /blocks.1/Transpose_2  live 8.2 MiB */
-  snrt_transpose(c, &P31, F(0x4aec00), F(0x11aec00));
+  snrt_reads(c, 32, 1, (const int64_t[]){0x4aec00, 262144});
+  /*    32 forward   Transpose          /blocks.1/Transpose_2  live 8.2 MiB */
+  snrt_transpose(c, &P30, F(0x4aec00), F(0x11aec00));
   snrt_dead(c, 0x4aec00, 262144);
-  snrt_reads(c, 34, 2, (const int64_t[]){0x112ec00, 262144, 0x11aec00, 262144});
-  /*    34 forward   MatMul             /blocks.1/MatMul*scale  live 9.0 MiB */
-  snrt_matmul(c, &P32, F(0x112ec00), F(0x11aec00), F(0x4aec00));
-  snrt_reads(c, 35, 1, (const int64_t[]){0x4aec00, 1048576});
-  /*    35 forward   Where              /blocks.1/Where  live 10.0 MiB */
-  snrt_where(c, &P33, F(0x4aec00), F(0x5aec00));
+  snrt_reads(c, 33, 2, (const int64_t[]){0x112ec00, 262144, 0x11aec00, 262144});
+  /*    33 forward   MatMul             /blocks.1/MatMul*scale  live 9.0 MiB */
+  snrt_matmul(c, &P31, F(0x112ec00), F(0x11aec00), F(0x4aec00));
+  snrt_reads(c, 34, 1, (const int64_t[]){0x4aec00, 1048576});
+  /*    34 forward   Softmax            /blocks.1/Softmax  live 10.0 MiB */
+  snrt_softmax_fwd(c, &P32, F(0x4aec00), F(0x5aec00));
   snrt_dead(c, 0x4aec00, 1048576);
-  snrt_reads(c, 36, 1, (const int64_t[]){0x5aec00, 1048576});
-  /*    36 forward   Softmax            /blocks.1/Softmax  live 10.0 MiB */
-  snrt_softmax_fwd(c, &P34, F(0x5aec00), F(0x4aec00));
-  snrt_dead(c, 0x5aec00, 1048576);
-  snrt_reads(c, 37, 2, (const int64_t[]){0x4aec00, 1048576, 0x116ec00, 262144});
-  /*    37 forward   MatMul             /blocks.1/MatMul_1  live 9.2 MiB */
-  snrt_matmul(c, &P35, F(0x4aec00), F(0x116ec00), F(0x5aec00));
-  snrt_reads(c, 38, 1, (const int64_t[]){0x5aec00, 262144});
-  /*    38 forward   Transpose          /blocks.1/Transpose_3  live 9.5 MiB */
-  snrt_transpose(c, &P36, F(0x5aec00), F(0x5eec00));
-  snrt_dead(c, 0x5aec00, 262144);
-  snrt_reads(c, 39, 1, (const int64_t[]){0x5eec00, 262144});
-  /*    39 forward   Reshape            /blocks.1/Reshape_3  live 9.5 MiB */
-  snrt_copy(c, 262144, F(0x5eec00), F(0x11eec00));
-  snrt_dead(c, 0x5eec00, 262144);
-  snrt_reads(c, 40, 3, (const int64_t[]){0x11eec00, 262144, 0x51400, 16384, 0x55400, 256});
-  /*    40 forward   Gemm               /blocks.1/proj/MatMul+bias  live 9.5 MiB */
-  snrt_matmul(c, &P37, F(0x11eec00), F(0x51400), F(0x5aec00));
-  snrt_bias_fwd(c, &P38, F(0x55400), F(0x5aec00));
-  snrt_reads(c, 41, 2, (const int64_t[]){0x10aec00, 262144, 0x5aec00, 262144});
-  /*    41 forward   Add                /blocks.1/Add  live 9.7 MiB */
-  snrt_binary_fwd(c, &P39, F(0x10aec00), F(0x5aec00), F(0x122ec00));
-  snrt_dead(c, 0x5aec00, 262144);
-  snrt_reads(c, 42, 3, (const int64_t[]){0x122ec00, 262144, 0x44f00, 256, 0x45000, 256});
-  /*    42 forward   LayerNormalization /blocks.1/ln2/Add_1/layernorm  live 9.7 MiB */
-  snrt_ln_fwd(c, &P40, F(0x122ec00), F(0x44f00), F(0x45000), F(0x126ec00), F(0x1755c00), F(0x1756c00));
-  snrt_reads(c, 43, 3, (const int64_t[]){0x126ec00, 262144, 0x55500, 65536, 0x65500, 1024});
-  /*    43 forward   Gemm               /blocks.1/fc/MatMul+bias  live 10.7 MiB */
-  snrt_matmul(c, &P41, F(0x126ec00), F(0x55500), F(0x5aec00));
-  snrt_bias_fwd(c, &P42, F(0x65500), F(0x5aec00));
-  snrt_reads(c, 44, 1, (const int64_t[]){0x5aec00, 1048576});
-  /*    44 forward   FUSED              /blocks.1/Mul_2/fused5  live 11.7 MiB */
-  snrt_fused_fwd(c, &P43, (const float *const[]){F(0x5aec00)}, F(0x6aec00));
-  snrt_reads(c, 45, 3, (const int64_t[]){0x6aec00, 1048576, 0x65900, 65536, 0x75900, 256});
-  /*    45 forward   Gemm               /blocks.1/fc2/MatMul+bias  live 12.0 MiB */
-  snrt_matmul(c, &P44, F(0x6aec00), F(0x65900), F(0x7aec00));
-  snrt_bias_fwd(c, &P45, F(0x75900), F(0x7aec00));
-  snrt_reads(c, 46, 2, (const int64_t[]){0x122ec00, 262144, 0x7aec00, 262144});
-  /*    46 forward   Add                /blocks.1/Add_2  live 12.2 MiB */
-  snrt_binary_fwd(c, &P46, F(0x122ec00), F(0x7aec00), F(0x12aec00));
+  snrt_reads(c, 35, 2, (const int64_t[]){0x5aec00, 1048576, 0x116ec00, 262144});
+  /*    35 forward   MatMul             /blocks.1/MatMul_1  live 9.2 MiB */
+  snrt_matmul(c, &P33, F(0x5aec00), F(0x116ec00), F(0x4aec00));
+  snrt_reads(c, 36, 1, (const int64_t[]){0x4aec00, 262144});
+  /*    36 forward   Transpose          /blocks.1/Transpose_3  live 9.5 MiB */
+  snrt_transpose(c, &P34, F(0x4aec00), F(0x4eec00));
+  snrt_dead(c, 0x4aec00, 262144);
+  snrt_reads(c, 37, 1, (const int64_t[]){0x4eec00, 262144});
+  /*    37 forward   Reshape            /blocks.1/Reshape_3  live 9.5 MiB */
+  snrt_copy(c, 262144, F(0x4eec00), F(0x11eec00));
+  snrt_dead(c, 0x4eec00, 262144);
+  snrt_reads(c, 38, 3, (const int64_t[]){0x11eec00, 262144, 0x51400, 16384, 0x55400, 256});
+  /*    38 forward   Gemm               /blocks.1/proj/MatMul+bias  live 9.5 MiB */
+  snrt_matmul(c, &P35, F(0x11eec00), F(0x51400), F(0x4aec00));
+  snrt_bias_fwd(c, &P36, F(0x55400), F(0x4aec00));
+  snrt_reads(c, 39, 2, (const int64_t[]){0x10aec00, 262144, 0x4aec00, 262144});
+  /*    39 forward   Add                /blocks.1/Add  live 9.7 MiB */
+  snrt_binary_fwd(c, &P37, F(0x10aec00), F(0x4aec00), F(0x122ec00));
+  snrt_dead(c, 0x4aec00, 262144);
+  snrt_reads(c, 40, 3, (const int64_t[]){0x122ec00, 262144, 0x44f00, 256, 0x45000, 256});
+  /*    40 forward   LayerNormalization /blocks.1/ln2/Add_1/layernorm  live 9.7 MiB */
+  snrt_ln_fwd(c, &P38, F(0x122ec00), F(0x44f00), F(0x45000), F(0x126ec00), F(0x1755c00), F(0x1756c00));
+  snrt_reads(c, 41, 3, (const int64_t[]){0x126ec00, 262144, 0x55500, 65536, 0x65500, 1024});
+  /*    41 forward   Gemm               /blocks.1/fc/MatMul+bias  live 10.7 MiB */
+  snrt_matmul(c, &P39, F(0x126ec00), F(0x55500), F(0x4aec00));
+  snrt_bias_fwd(c, &P40, F(0x65500), F(0x4aec00));
+  snrt_reads(c, 42, 1, (const int64_t[]){0x4aec00, 1048576});
+  /*    42 forward   FUSED              /blocks.1/Mul_2/fused5  live 11.7 MiB */
+  snrt_fused_fwd(c, &P41, (const float *const[]){F(0x4aec00)}, F(0x6aec00));
+  snrt_reads(c, 43, 3, (const int64_t[]){0x6aec00, 1048576, 0x65900, 65536, 0x75900, 256});
+  /*    43 forward   Gemm               /blocks.1/fc2/MatMul+bias  live 12.0 MiB */
+  snrt_matmul(c, &P42, F(0x6aec00), F(0x65900), F(0x7aec00));
+  snrt_bias_fwd(c, &P43, F(0x75900), F(0x7aec00));
+  snrt_reads(c, 44, 2, (const int64_t[]){0x122ec00, 262144, 0x7aec00, 262144});
+  /*    44 forward   Add                /blocks.1/Add_2  live 12.2 MiB */
+  snrt_binary_fwd(c, &P44, F(0x122ec00), F(0x7aec00), F(0x12aec00));
   snrt_dead(c, 0x7aec00, 262144);
-  snrt_reads(c, 47, 3, (const int64_t[]){0x12aec00, 262144, 0x75a00, 256, 0x75b00, 256});
-  /*    47 forward   LayerNormalization /blocks.2/ln1/Add_1/layernorm  live 12.2 MiB */
-  snrt_ln_fwd(c, &P47, F(0x12aec00), F(0x75a00), F(0x75b00), F(0x12eec00), F(0x1757c00), F(0x1758c00));
-  snrt_reads(c, 48, 3, (const int64_t[]){0x12eec00, 262144, 0x75e00, 49152, 0x81e00, 768});
-  /*    48 forward   Gemm               /blocks.2/qkv/MatMul+bias  live 13.0 MiB */
-  snrt_matmul(c, &P48, F(0x12eec00), F(0x75e00), F(0x7aec00));
-  snrt_bias_fwd(c, &P49, F(0x81e00), F(0x7aec00));
-  snrt_reads(c, 49, 1, (const int64_t[]){0x7aec00, 786432});
-  /*    49 forward   Split              /blocks.2/Split  live 13.7 MiB */
-  snrt_split(c, &P50, F(0x7aec00), (float *const[]){F(0x86ec00), F(0x8aec00), F(0x8eec00)});
+  snrt_reads(c, 45, 3, (const int64_t[]){0x12aec00, 262144, 0x75a00, 256, 0x75b00, 256});
+  /*    45 forward   LayerNormalization /blocks.2/ln1/Add_1/layernorm  live 12.2 MiB */
+  snrt_ln_fwd(c, &P45, F(0x12aec00), F(0x75a00), F(0x75b00), F(0x12eec00), F(0x1757c00), F(0x1758c00));
+  snrt_reads(c, 46, 3, (const int64_t[]){0x12eec00, 262144, 0x75e00, 49152, 0x81e00, 768});
+  /*    46 forward   Gemm               /blocks.2/qkv/MatMul+bias  live 13.0 MiB */
+  snrt_matmul(c, &P46, F(0x12eec00), F(0x75e00), F(0x7aec00));
+  snrt_bias_fwd(c, &P47, F(0x81e00), F(0x7aec00));
+  snrt_reads(c, 47, 1, (const int64_t[]){0x7aec00, 786432});
+  /*    47 forward   Split              /blocks.2/Split  live 13.7 MiB */
+  snrt_split(c, &P48, F(0x7aec00), (float *const[]){F(0x86ec00), F(0x8aec00), F(0x8eec00)});
   snrt_dead(c, 0x7aec00, 786432);
-  snrt_reads(c, 50, 1, (const int64_t[]){0x86ec00, 262144});
-  /*    50 forward   Reshape            /blocks.2/Reshape  live 13.2 MiB */
+  snrt_reads(c, 48, 1, (const int64_t[]){0x86ec00, 262144});
+  /*    48 forward   Reshape            /blocks.2/Reshape  live 13.2 MiB */
   snrt_copy(c, 262144, F(0x86ec00), F(0x7aec00));
   snrt_dead(c, 0x86ec00, 262144);
-  snrt_reads(c, 51, 1, (const int64_t[]){0x7aec00, 262144});
-  /*    51 forward   Transpose          /blocks.2/Transpose  live 13.2 MiB */
-  snrt_transpose(c, &P51, F(0x7aec00), F(0x132ec00));
+  snrt_reads(c, 49, 1, (const int64_t[]){0x7aec00, 262144});
+  /*    49 forward   Transpose          /blocks.2/Transpose  live 13.2 MiB */
+  snrt_transpose(c, &P49, F(0x7aec00), F(0x132ec00));
   snrt_dead(c, 0x7aec00, 262144);
-  snrt_reads(c, 52, 1, (const int64_t[]){0x8aec00, 262144});
-  /*    52 forward   Reshape            /blocks.2/Reshape_1  live 13.2 MiB */
+  snrt_reads(c, 50, 1, (const int64_t[]){0x8aec00, 262144});
+  /*    50 forward   Reshape            /blocks.2/Reshape_1  live 13.2 MiB */
   snrt_copy(c, 262144, F(0x8aec00), F(0x7aec00));
   snrt_dead(c, 0x8aec00, 262144);
-  snrt_reads(c, 53, 1, (const int64_t[]){0x8eec00, 262144});
-  /*    53 forward   Reshape            /blocks.2/Reshape_2  live 13.2 MiB */
+  snrt_reads(c, 51, 1, (const int64_t[]){0x8eec00, 262144});
+  /*    51 forward   Reshape            /blocks.2/Reshape_2  live 13.2 MiB */
   snrt_copy(c, 262144, F(0x8eec00), F(0x7eec00));
   snrt_dead(c, 0x8eec00, 262144);
-  snrt_reads(c, 54, 1, (const int64_t[]){0x7eec00, 262144});
-  /*    54 forward   Transpose          /blocks.2/Transpose_1  live 13.2 MiB */
-  snrt_transpose(c, &P52, F(0x7eec00), F(0x136ec00));
+  snrt_reads(c, 52, 1, (const int64_t[]){0x7eec00, 262144});
+  /*    52 forward   Transpose          /blocks.2/Transpose_1  live 13.2 MiB */
+  snrt_transpose(c, &P50, F(0x7eec00), F(0x136ec00));
   snrt_dead(c, 0x7eec00, 262144);
-  snrt_reads(c, 55, 1, (const int64_t[]){0x7aec00, 262144});
-  /*    55 forward   Transpose          /blocks.2/Transpose_2  live 13.2 MiB */
-  snrt_transpose(c, &P53, F(0x7aec00), F(0x13aec00));
+  snrt_reads(c, 53, 1, (const int64_t[]){0x7aec00, 262144});
+  /*    53 forward   Transpose          /blocks.2/Transpose_2  live 13.2 MiB */
+  snrt_transpose(c, &P51, F(0x7aec00), F(0x13aec00));
   snrt_dead(c, 0x7aec00, 262144);
-  snrt_reads(c, 56, 2, (const int64_t[]){0x132ec00, 262144, 0x13aec00, 262144});
-  /*    56 forward   MatMul             /blocks.2/MatMul*scale  live 14.0 MiB */
-  snrt_matmul(c, &P54, F(0x132ec00), F(0x13aec00), F(0x7aec00));
-  snrt_reads(c, 57, 1, (const int64_t[]){0x7aec00, 1048576});
-  /*    57 forward   Where              /blocks.2/Where  live 15.0 MiB */
-  snrt_where(c, &P55, F(0x7aec00), F(0x8aec00));
+  snrt_reads(c, 54, 2, (const int64_t[]){0x132ec00, 262144, 0x13aec00, 262144});
+  /*    54 forward   MatMul             /blocks.2/MatMul*scale  live 14.0 MiB */
+  snrt_matmul(c, &P52, F(0x132ec00), F(0x13aec00), F(0x7aec00));
+  snrt_reads(c, 55, 1, (const int64_t[]){0x7aec00, 1048576});
+  /*    55 forward   Softmax            /blocks.2/Softmax  live 15.0 MiB */
+  snrt_softmax_fwd(c, &P53, F(0x7aec00), F(0x8aec00));
   snrt_dead(c, 0x7aec00, 1048576);
-  snrt_reads(c, 58, 1, (const int64_t[]){0x8aec00, 1048576});
-  /*    58 forward   Softmax            /blocks.2/Softmax  live 15.0 MiB */
-  snrt_softmax_fwd(c, &P56, F(0x8aec00), F(0x7aec00));
-  snrt_dead(c, 0x8aec00, 1048576);
-  snrt_reads(c, 59, 2, (const int64_t[]){0x7aec00, 1048576, 0x136ec00, 262144});
-  /*    59 forward   MatMul             /blocks.2/MatMul_1  live 14.2 MiB */
-  snrt_matmul(c, &P57, F(0x7aec00), F(0x136ec00), F(0x8aec00));
-  snrt_reads(c, 60, 1, (const int64_t[]){0x8aec00, 262144});
-  /*    60 forward   Transpose          /blocks.2/Transpose_3  live 14.5 MiB */
-  snrt_transpose(c, &P58, F(0x8aec00), F(0x8eec00));
-  snrt_dead(c, 0x8aec00, 262144);
-  snrt_reads(c, 61, 1, (const int64_t[]){0x8eec00, 262144});
-  /*    61 forward   Reshape            /blocks.2/Reshape_3  live 14.5 MiB */
-  snrt_copy(c, 262144, F(0x8eec00), F(0x13eec00));
-  snrt_dead(c, 0x8eec00, 262144);
-  snrt_reads(c, 62, 3, (const int64_t[]){0x13eec00, 262144, 0x82100, 16384, 0x86100, 256});
-  /*    62 forward   Gemm               /blocks.2/proj/MatMul+bias  live 14.5 MiB */
-  snrt_matmul(c, &P59, F(0x13eec00), F(0x82100), F(0x8aec00));
-  snrt_bias_fwd(c, &P60, F(0x86100), F(0x8aec00));
-  snrt_reads(c, 63, 2, (const int64_t[]){0x12aec00, 262144, 0x8aec00, 262144});
-  /*    63 forward   Add                /blocks.2/Add  live 14.7 MiB */
-  snrt_binary_fwd(c, &P61, F(0x12aec00), F(0x8aec00), F(0x142ec00));
-  snrt_dead(c, 0x8aec00, 262144);
-  snrt_reads(c, 64, 3, (const int64_t[]){0x142ec00, 262144, 0x75c00, 256, 0x75d00, 256});
-  /*    64 forward   LayerNormalization /blocks.2/ln2/Add_1/layernorm  live 14.7 MiB */
-  snrt_ln_fwd(c, &P62, F(0x142ec00), F(0x75c00), F(0x75d00), F(0x146ec00), F(0x1759c00), F(0x175ac00));
-  snrt_reads(c, 65, 3, (const int64_t[]){0x146ec00, 262144, 0x86200, 65536, 0x96200, 1024});
-  /*    65 forward   Gemm               /blocks.2/fc/MatMul+bias  live 15.7 MiB */
-  snrt_matmul(c, &P63, F(0x146ec00), F(0x86200), F(0x8aec00));
-  snrt_bias_fwd(c, &P64, F(0x96200), F(0x8aec00));
-  snrt_reads(c, 66, 1, (const int64_t[]){0x8aec00, 1048576});
-  /*    66 forward   FUSED              /blocks.2/Mul_2/fused5  live 16.7 MiB */
-  snrt_fused_fwd(c, &P65, (const float *const[]){F(0x8aec00)}, F(0x9aec00));
-  snrt_reads(c, 67, 3, (const int64_t[]){0x9aec00, 1048576, 0x96600, 65536, 0xa6600, 256});
-  /*    67 forward   Gemm               /blocks.2/fc2/MatMul+bias  live 17.0 MiB */
-  snrt_matmul(c, &P66, F(0x9aec00), F(0x96600), F(0xaaec00));
-  snrt_bias_fwd(c, &P67, F(0xa6600), F(0xaaec00));
-  snrt_reads(c, 68, 2, (const int64_t[]){0x142ec00, 262144, 0xaaec00, 262144});
-  /*    68 forward   Add                /blocks.2/Add_2  live 17.2 MiB */
-  snrt_binary_fwd(c, &P68, F(0x142ec00), F(0xaaec00), F(0x14aec00));
+  snrt_reads(c, 56, 2, (const int64_t[]){0x8aec00, 1048576, 0x136ec00, 262144});
+  /*    56 forward   MatMul             /blocks.2/MatMul_1  live 14.2 MiB */
+  snrt_matmul(c, &P54, F(0x8aec00), F(0x136ec00), F(0x7aec00));
+  snrt_reads(c, 57, 1, (const int64_t[]){0x7aec00, 262144});
+  /*    57 forward   Transpose          /blocks.2/Transpose_3  live 14.5 MiB */
+  snrt_transpose(c, &P55, F(0x7aec00), F(0x7eec00));
+  snrt_dead(c, 0x7aec00, 262144);
+  snrt_reads(c, 58, 1, (const int64_t[]){0x7eec00, 262144});
+  /*    58 forward   Reshape            /blocks.2/Reshape_3  live 14.5 MiB */
+  snrt_copy(c, 262144, F(0x7eec00), F(0x13eec00));
+  snrt_dead(c, 0x7eec00, 262144);
+  snrt_reads(c, 59, 3, (const int64_t[]){0x13eec00, 262144, 0x82100, 16384, 0x86100, 256});
+  /*    59 forward   Gemm               /blocks.2/proj/MatMul+bias  live 14.5 MiB */
+  snrt_matmul(c, &P56, F(0x13eec00), F(0x82100), F(0x7aec00));
+  snrt_bias_fwd(c, &P57, F(0x86100), F(0x7aec00));
+  snrt_reads(c, 60, 2, (const int64_t[]){0x12aec00, 262144, 0x7aec00, 262144});
+  /*    60 forward   Add                /blocks.2/Add  live 14.7 MiB */
+  snrt_binary_fwd(c, &P58, F(0x12aec00), F(0x7aec00), F(0x142ec00));
+  snrt_dead(c, 0x7aec00, 262144);
+  snrt_reads(c, 61, 3, (const int64_t[]){0x142ec00, 262144, 0x75c00, 256, 0x75d00, 256});
+  /*    61 forward   LayerNormalization /blocks.2/ln2/Add_1/layernorm  live 14.7 MiB */
+  snrt_ln_fwd(c, &P59, F(0x142ec00), F(0x75c00), F(0x75d00), F(0x146ec00), F(0x1759c00), F(0x175ac00));
+  snrt_reads(c, 62, 3, (const int64_t[]){0x146ec00, 262144, 0x86200, 65536, 0x96200, 1024});
+  /*    62 forward   Gemm               /blocks.2/fc/MatMul+bias  live 15.7 MiB */
+  snrt_matmul(c, &P60, F(0x146ec00), F(0x86200), F(0x7aec00));
+  snrt_bias_fwd(c, &P61, F(0x96200), F(0x7aec00));
+  snrt_reads(c, 63, 1, (const int64_t[]){0x7aec00, 1048576});
+  /*    63 forward   FUSED              /blocks.2/Mul_2/fused5  live 16.7 MiB */
+  snrt_fused_fwd(c, &P62, (const float *const[]){F(0x7aec00)}, F(0x9aec00));
+  snrt_reads(c, 64, 3, (const int64_t[]){0x9aec00, 1048576, 0x96600, 65536, 0xa6600, 256});
+  /*    64 forward   Gemm               /blocks.2/fc2/MatMul+bias  live 17.0 MiB */
+  snrt_matmul(c, &P63, F(0x9aec00), F(0x96600), F(0xaaec00));
+  snrt_bias_fwd(c, &P64, F(0xa6600), F(0xaaec00));
+  snrt_reads(c, 65, 2, (const int64_t[]){0x142ec00, 262144, 0xaaec00, 262144});
+  /*    65 forward   Add                /blocks.2/Add_2  live 17.2 MiB */
+  snrt_binary_fwd(c, &P65, F(0x142ec00), F(0xaaec00), F(0x14aec00));
   snrt_dead(c, 0xaaec00, 262144);
-  snrt_reads(c, 69, 3, (const int64_t[]){0x14aec00, 262144, 0xa6700, 256, 0xa6800, 256});
-  /*    69 forward   LayerNormalization /blocks.3/ln1/Add_1/layernorm  live 17.2 MiB */
-  snrt_ln_fwd(c, &P69, F(0x14aec00), F(0xa6700), F(0xa6800), F(0x14eec00), F(0x175bc00), F(0x175cc00));
-  snrt_reads(c, 70, 3, (const int64_t[]){0x14eec00, 262144, 0xa6b00, 49152, 0xb2b00, 768});
-  /*    70 forward   Gemm               /blocks.3/qkv/MatMul+bias  live 18.0 MiB */
-  snrt_matmul(c, &P70, F(0x14eec00), F(0xa6b00), F(0xaaec00));
-  snrt_bias_fwd(c, &P71, F(0xb2b00), F(0xaaec00));
-  snrt_reads(c, 71, 1, (const int64_t[]){0xaaec00, 786432});
-  /*    71 forward   Split              /blocks.3/Split  live 18.7 MiB */
-  snrt_split(c, &P72, F(0xaaec00), (float *const[]){F(0xb6ec00), F(0xbaec00), F(0xbeec00)});
+  snrt_reads(c, 66, 3, (const int64_t[]){0x14aec00, 262144, 0xa6700, 256, 0xa6800, 256});
+  /*    66 forward   LayerNormalization /blocks.3/ln1/Add_1/layernorm  live 17.2 MiB */
+  snrt_ln_fwd(c, &P66, F(0x14aec00), F(0xa6700), F(0xa6800), F(0x14eec00), F(0x175bc00), F(0x175cc00));
+  snrt_reads(c, 67, 3, (const int64_t[]){0x14eec00, 262144, 0xa6b00, 49152, 0xb2b00, 768});
+  /*    67 forward   Gemm               /blocks.3/qkv/MatMul+bias  live 18.0 MiB */
+  snrt_matmul(c, &P67, F(0x14eec00), F(0xa6b00), F(0xaaec00));
+  snrt_bias_fwd(c, &P68, F(0xb2b00), F(0xaaec00));
+  snrt_reads(c, 68, 1, (const int64_t[]){0xaaec00, 786432});
+  /*    68 forward   Split              /blocks.3/Split  live 18.7 MiB */
+  snrt_split(c, &P69, F(0xaaec00), (float *const[]){F(0xb6ec00), F(0xbaec00), F(0xbeec00)});
   snrt_dead(c, 0xaaec00, 786432);
-  snrt_reads(c, 72, 1, (const int64_t[]){0xb6ec00, 262144});
-  /*    72 forward   Reshape            /blocks.3/Reshape  live 18.2 MiB */
+  snrt_reads(c, 69, 1, (const int64_t[]){0xb6ec00, 262144});
+  /*    69 forward   Reshape            /blocks.3/Reshape  live 18.2 MiB */
   snrt_copy(c, 262144, F(0xb6ec00), F(0xaaec00));
   snrt_dead(c, 0xb6ec00, 262144);
-  snrt_reads(c, 73, 1, (const int64_t[]){0xaaec00, 262144});
-  /*    73 forward   Transpose          /blocks.3/Transpose  live 18.2 MiB */
-  snrt_transpose(c, &P73, F(0xaaec00), F(0x152ec00));
+  snrt_reads(c, 70, 1, (const int64_t[]){0xaaec00, 262144});
+  /*    70 forward   Transpose          /blocks.3/Transpose  live 18.2 MiB */
+  snrt_transpose(c, &P70, F(0xaaec00), F(0x152ec00));
   snrt_dead(c, 0xaaec00, 262144);
-  snrt_reads(c, 74, 1, (const int64_t[]){0xbaec00, 262144});
-  /*    74 forward   Reshape            /blocks.3/Reshape_1  live 18.2 MiB */
+  snrt_reads(c, 71, 1, (const int64_t[]){0xbaec00, 262144});
+  /*    71 forward   Reshape            /blocks.3/Reshape_1  live 18.2 MiB */
   snrt_copy(c, 262144, F(0xbaec00), F(0xaaec00));
   snrt_dead(c, 0xbaec00, 262144);
-  snrt_reads(c, 75, 1, (const int64_t[]){0xbeec00, 262144});
-  /*    75 forward   Reshape            /blocks.3/Reshape_2  live 18.2 MiB */
+  snrt_reads(c, 72, 1, (const int64_t[]){0xbeec00, 262144});
+  /*    72 forward   Reshape            /blocks.3/Reshape_2  live 18.2 MiB */
   snrt_copy(c, 262144, F(0xbeec00), F(0xaeec00));
   snrt_dead(c, 0xbeec00, 262144);
-  snrt_reads(c, 76, 1, (const int64_t[]){0xaeec00, 262144});
-  /*    76 forward   Transpose          /blocks.3/Transpose_1  live 18.2 MiB */
-  snrt_transpose(c, &P74, F(0xaeec00), F(0x156ec00));
+  snrt_reads(c, 73, 1, (const int64_t[]){0xaeec00, 262144});
+  /*    73 forward   Transpose          /blocks.3/Transpose_1  live 18.2 MiB */
+  snrt_transpose(c, &P71, F(0xaeec00), F(0x156ec00));
   snrt_dead(c, 0xaeec00, 262144);
-  snrt_reads(c, 77, 1, (const int64_t[]){0xaaec00, 262144});
-  /*    77 forward   Transpose          /blocks.3/Transpose_2  live 18.2 MiB */
-  snrt_transpose(c, &P75, F(0xaaec00), F(0x15aec00));
+  snrt_reads(c, 74, 1, (const int64_t[]){0xaaec00, 262144});
+  /*    74 forward   Transpose          /blocks.3/Transpose_2  live 18.2 MiB */
+  snrt_transpose(c, &P72, F(0xaaec00), F(0x15aec00));
   snrt_dead(c, 0xaaec00, 262144);
-  snrt_reads(c, 78, 2, (const int64_t[]){0x152ec00, 262144, 0x15aec00, 262144});
-  /*    78 forward   MatMul             /blocks.3/MatMul*scale  live 19.0 MiB */
-  snrt_matmul(c, &P76, F(0x152ec00), F(0x15aec00), F(0xaaec00));
-  snrt_reads(c, 79, 1, (const int64_t[]){0xaaec00, 1048576});
-  /*    79 forward   Where              /blocks.3/Where  live 20.0 MiB */
-  snrt_where(c, &P77, F(0xaaec00), F(0xbaec00));
+  snrt_reads(c, 75, 2, (const int64_t[]){0x152ec00, 262144, 0x15aec00, 262144});
+  /*    75 forward   MatMul             /blocks.3/MatMul*scale  live 19.0 MiB */
+  snrt_matmul(c, &P73, F(0x152ec00), F(0x15aec00), F(0xaaec00));
+  snrt_reads(c, 76, 1, (const int64_t[]){0xaaec00, 1048576});
+  /*    76 forward   Softmax            /blocks.3/Softmax  live 20.0 MiB */
+  snrt_softmax_fwd(c, &P74, F(0xaaec00), F(0xbaec00));
   snrt_dead(c, 0xaaec00, 1048576);
-  snrt_reads(c, 80, 1, (const int64_t[]){0xbaec00, 1048576});
-  /*    80 forward   Softmax            /blocks.3/Softmax  live 20.0 MiB */
-  snrt_softmax_fwd(c, &P78, F(0xbaec00), F(0xaaec00));
-  snrt_dead(c, 0xbaec00, 1048576);
-  snrt_reads(c, 81, 2, (const int64_t[]){0xaaec00, 1048576, 0x156ec00, 262144});
-  /*    81 forward   MatMul             /blocks.3/MatMul_1  live 19.2 MiB */
-  snrt_matmul(c, &P79, F(0xaaec00), F(0x156ec00), F(0xbaec00));
-  snrt_reads(c, 82, 1, (const int64_t[]){0xbaec00, 262144});
-  /*    82 forward   Transpose          /blocks.3/Transpose_3  live 19.5 MiB */
-  snrt_transpose(c, &P80, F(0xbaec00), F(0xbeec00));
-  snrt_dead(c, 0xbaec00, 262144);
-  snrt_reads(c, 83, 1, (const int64_t[]){0xbeec00, 262144});
-  /*    83 forward   Reshape            /blocks.3/Reshape_3  live 19.5 MiB */
-  snrt_copy(c, 262144, F(0xbeec00), F(0x15eec00));
-  snrt_dead(c, 0xbeec00, 262144);
-  snrt_reads(c, 84, 3, (const int64_t[]){0x15eec00, 262144, 0xb2e00, 16384, 0xb6e00, 256});
-  /*    84 forward   Gemm               /blocks.3/proj/MatMul+bias  live 19.5 MiB */
-  snrt_matmul(c, &P81, F(0x15eec00), F(0xb2e00), F(0xbaec00));
-  snrt_bias_fwd(c, &P82, F(0xb6e00), F(0xbaec00));
-  snrt_reads(c, 85, 2, (const int64_t[]){0x14aec00, 262144, 0xbaec00, 262144});
-  /*    85 forward   Add                /blocks.3/Add  live 19.7 MiB */
-  snrt_binary_fwd(c, &P83, F(0x14aec00), F(0xbaec00), F(0x162ec00));
-  snrt_dead(c, 0xbaec00, 262144);
-  snrt_reads(c, 86, 3, (const int64_t[]){0x162ec00, 262144, 0xa6900, 256, 0xa6a00, 256});
-  /*    86 forward   LayerNormalization /blocks.3/ln2/Add_1/layernorm  live 19.8 MiB */
-  snrt_ln_fwd(c, &P84, F(0x162ec00), F(0xa6900), F(0xa6a00), F(0x166ec00), F(0x175dc00), F(0x175ec00));
-  snrt_reads(c, 87, 3, (const int64_t[]){0x166ec00, 262144, 0xb6f00, 65536, 0xc6f00, 1024});
-  /*    87 forward   Gemm               /blocks.3/fc/MatMul+bias  live 20.8 MiB */
-  snrt_matmul(c, &P85, F(0x166ec00), F(0xb6f00), F(0xbaec00));
-  snrt_bias_fwd(c, &P86, F(0xc6f00), F(0xbaec00));
-  snrt_reads(c, 88, 1, (const int64_t[]){0xbaec00, 1048576});
-  /*    88 forward   FUSED              /blocks.3/Mul_2/fused5  live 21.8 MiB */
-  snrt_fused_fwd(c, &P87, (const float *const[]){F(0xbaec00)}, F(0xcaec00));
-  snrt_reads(c, 89, 3, (const int64_t[]){0xcaec00, 1048576, 0xc7300, 65536, 0xd7300, 256});
-  /*    89 forward   Gemm               /blocks.3/fc2/MatMul+bias  live 22.0 MiB */
-  snrt_matmul(c, &P88, F(0xcaec00), F(0xc7300), F(0xdaec00));
-  snrt_bias_fwd(c, &P89, F(0xd7300), F(0xdaec00));
-  snrt_reads(c, 90, 2, (const int64_t[]){0x162ec00, 262144, 0xdaec00, 262144});
-  /*    90 forward   Add                /blocks.3/Add_2  live 22.3 MiB */
-  snrt_binary_fwd(c, &P90, F(0x162ec00), F(0xdaec00), F(0xdeec00));
+  snrt_reads(c, 77, 2, (const int64_t[]){0xbaec00, 1048576, 0x156ec00, 262144});
+  /*    77 forward   MatMul             /blocks.3/MatMul_1  live 19.2 MiB */
+  snrt_matmul(c, &P75, F(0xbaec00), F(0x156ec00), F(0xaaec00));
+  snrt_reads(c, 78, 1, (const int64_t[]){0xaaec00, 262144});
+  /*    78 forward   Transpose          /blocks.3/Transpose_3  live 19.5 MiB */
+  snrt_transpose(c, &P76, F(0xaaec00), F(0xaeec00));
+  snrt_dead(c, 0xaaec00, 262144);
+  snrt_reads(c, 79, 1, (const int64_t[]){0xaeec00, 262144});
+  /*    79 forward   Reshape            /blocks.3/Reshape_3  live 19.5 MiB */
+  snrt_copy(c, 262144, F(0xaeec00), F(0x15eec00));
+  snrt_dead(c, 0xaeec00, 262144);
+  snrt_reads(c, 80, 3, (const int64_t[]){0x15eec00, 262144, 0xb2e00, 16384, 0xb6e00, 256});
+  /*    80 forward   Gemm               /blocks.3/proj/MatMul+bias  live 19.5 MiB */
+  snrt_matmul(c, &P77, F(0x15eec00), F(0xb2e00), F(0xaaec00));
+  snrt_bias_fwd(c, &P78, F(0xb6e00), F(0xaaec00));
+  snrt_reads(c, 81, 2, (const int64_t[]){0x14aec00, 262144, 0xaaec00, 262144});
+  /*    81 forward   Add                /blocks.3/Add  live 19.7 MiB */
+  snrt_binary_fwd(c, &P79, F(0x14aec00), F(0xaaec00), F(0x162ec00));
+  snrt_dead(c, 0xaaec00, 262144);
+  snrt_reads(c, 82, 3, (const int64_t[]){0x162ec00, 262144, 0xa6900, 256, 0xa6a00, 256});
+  /*    82 forward   LayerNormalization /blocks.3/ln2/Add_1/layernorm  live 19.8 MiB */
+  snrt_ln_fwd(c, &P80, F(0x162ec00), F(0xa6900), F(0xa6a00), F(0x166ec00), F(0x175dc00), F(0x175ec00));
+  snrt_reads(c, 83, 3, (const int64_t[]){0x166ec00, 262144, 0xb6f00, 65536, 0xc6f00, 1024});
+  /*    83 forward   Gemm               /blocks.3/fc/MatMul+bias  live 20.8 MiB */
+  snrt_matmul(c, &P81, F(0x166ec00), F(0xb6f00), F(0xaaec00));
+  snrt_bias_fwd(c, &P82, F(0xc6f00), F(0xaaec00));
+  snrt_reads(c, 84, 1, (const int64_t[]){0xaaec00, 1048576});
+  /*    84 forward   FUSED              /blocks.3/Mul_2/fused5  live 21.8 MiB */
+  snrt_fused_fwd(c, &P83, (const float *const[]){F(0xaaec00)}, F(0xcaec00));
+  snrt_reads(c, 85, 3, (const int64_t[]){0xcaec00, 1048576, 0xc7300, 65536, 0xd7300, 256});
+  /*    85 forward   Gemm               /blocks.3/fc2/MatMul+bias  live 22.0 MiB */
+  snrt_matmul(c, &P84, F(0xcaec00), F(0xc7300), F(0xdaec00));
+  snrt_bias_fwd(c, &P85, F(0xd7300), F(0xdaec00));
+  snrt_reads(c, 86, 2, (const int64_t[]){0x162ec00, 262144, 0xdaec00, 262144});
+  /*    86 forward   Add                /blocks.3/Add_2  live 22.3 MiB */
+  snrt_binary_fwd(c, &P86, F(0x162ec00), F(0xdaec00), F(0xdeec00));
   snrt_dead(c, 0xdaec00, 262144);
-  snrt_reads(c, 91, 3, (const int64_t[]){0xdeec00, 262144, 0xd7400, 256, 0xd7500, 256});
-  /*    91 forward   LayerNormalization /lnf/Add_1/layernorm  live 22.3 MiB */
-  snrt_ln_fwd(c, &P91, F(0xdeec00), F(0xd7400), F(0xd7500), F(0xdaec00), F(0xe81c00), F(0xe82c00));
-  snrt_reads(c, 92, 2, (const int64_t[]){0xdaec00, 262144, 0x0, 65536});
-  /*    92 loss      LMHEAD_CE          loss  live 22.6 MiB */
-  snrt_lmce(c, &P92, F(0xdaec00), F(0x0), I(0xe80c00), F(0x175fc00), F(0xe2ec00), F(0x172ec00), F(0xe6ec00));
+  snrt_reads(c, 87, 3, (const int64_t[]){0xdeec00, 262144, 0xd7400, 256, 0xd7500, 256});
+  /*    87 forward   LayerNormalization /lnf/Add_1/layernorm  live 22.3 MiB */
+  snrt_ln_fwd(c, &P87, F(0xdeec00), F(0xd7400), F(0xd7500), F(0xdaec00), F(0xe81c00), F(0xe82c00));
+  snrt_reads(c, 88, 2, (const int64_t[]){0xdaec00, 262144, 0x0, 65536});
+  /*    88 loss      LMHEAD_CE          loss  live 22.6 MiB */
+  snrt_lmce(c, &P88, F(0xdaec00), F(0x0), I(0xe80c00), F(0x175fc00), F(0xe2ec00), F(0x172ec00), F(0xe6ec00));
   snrt_dead(c, 0xdaec00, 262144);
   snrt_dead(c, 0xe6ec00, 73728);
-  snrt_reads(c, 93, 5, (const int64_t[]){0xdeec00, 262144, 0xe2ec00, 262144, 0xd7400, 256, 0xe81c00, 4096, 0xe82c00, 4096});
-  /*    93 backward  LN_BWD             /lnf/Add_1/layernorm/bwd  live 22.6 MiB */
-  snrt_ln_bwd(c, &P91, F(0xdeec00), F(0xe2ec00), F(0xd7400), F(0xe81c00), F(0xe82c00), F(0xdaec00), F(0xe6ec00), F(0xe6ed00));
+  snrt_reads(c, 89, 5, (const int64_t[]){0xdeec00, 262144, 0xe2ec00, 262144, 0xd7400, 256, 0xe81c00, 4096, 0xe82c00, 4096});
+  /*    89 backward  LN_BWD             /lnf/Add_1/layernorm/bwd  live 22.6 MiB */
+  snrt_ln_bwd(c, &P87, F(0xdeec00), F(0xe2ec00), F(0xd7400), F(0xe81c00), F(0xe82c00), F(0xdaec00), F(0xe6ec00), F(0xe6ed00));
   snrt_dead(c, 0xdeec00, 262144);
   snrt_dead(c, 0xe81c00, 4096);
   snrt_dead(c, 0xe82c00, 4096);
   snrt_dead(c, 0xe2ec00, 262144);
-  snrt_reads(c, 94, 3, (const int64_t[]){0xd7400, 256, 0xe6ec00, 256, 0xd7600, 256});
-  /*    94 update    SGD                lnf.weight/sgd  live 22.1 MiB */
-  snrt_sgd(c, &P93, F(0xd7400), F(0xe6ec00), F(0xd7600));
+  snrt_reads(c, 90, 3, (const int64_t[]){0xd7400, 256, 0xe6ec00, 256, 0xd7600, 256});
+  /*    90 update    SGD                lnf.weight/sgd  live 22.1 MiB */
+  snrt_sgd(c, &P89, F(0xd7400), F(0xe6ec00), F(0xd7600));
   snrt_dead(c, 0xe6ec00, 256);
-  snrt_reads(c, 95, 3, (const int64_t[]){0xd7500, 256, 0xe6ed00, 256, 0xd7700, 256});
-  /*    95 update    SGD                lnf.bias/sgd  live 22.1 MiB */
-  snrt_sgd(c, &P94, F(0xd7500), F(0xe6ed00), F(0xd7700));
+  snrt_reads(c, 91, 3, (const int64_t[]){0xd7500, 256, 0xe6ed00, 256, 0xd7700, 256});
+  /*    91 update    SGD                lnf.bias/sgd  live 22.1 MiB */
+  snrt_sgd(c, &P90, F(0xd7500), F(0xe6ed00), F(0xd7700));
   snrt_dead(c, 0xe6ed00, 256);
-  snrt_reads(c, 96, 1, (const int64_t[]){0xdaec00, 262144});
-  /*    96 backward  BINARY_BWD         /blocks.3/Add_2/bwd  live 22.6 MiB */
-  snrt_binary_bwd(c, &P90, NULL, NULL, F(0xdaec00), F(0x16aec00), F(0x16eec00));
+  snrt_reads(c, 92, 1, (const int64_t[]){0xdaec00, 262144});
+  /*    92 backward  BINARY_BWD         /blocks.3/Add_2/bwd  live 22.6 MiB */
+  snrt_binary_bwd(c, &P86, NULL, NULL, F(0xdaec00), F(0x16aec00), F(0x16eec00));
   snrt_dead(c, 0xdaec00, 262144);
-  snrt_reads(c, 97, 2, (const int64_t[]){0x16eec00, 262144, 0xc7300, 65536});
-  /*    97 backward  MATMUL_RAW         /blocks.3/fc2/MatMul+bias/bwd_a  live 23.3 MiB */
-  snrt_matmul(c, &P95, F(0x16eec00), F(0xc7300), F(0xdaec00));
-  snrt_reads(c, 98, 2, (const int64_t[]){0x16eec00, 262144, 0xcaec00, 1048576});
-  /*    98 backward  MATMUL_RAW         /blocks.3/fc2/MatMul+bias/bwd_b  live 23.4 MiB */
-  snrt_matmul(c, &P96, F(0x16eec00), F(0xcaec00), F(0x173ec00));
+  snrt_reads(c, 93, 2, (const int64_t[]){0x16eec00, 262144, 0xc7300, 65536});
+  /*    93 backward  MATMUL_RAW         /blocks.3/fc2/MatMul+bias/bwd_a  live 23.3 MiB */
+  snrt_matmul(c, &P91, F(0x16eec00), F(0xc7300), F(0xdaec00));
+  snrt_reads(c, 94, 2, (const int64_t[]){0x16eec00, 262144, 0xcaec00, 1048576});
+  /*    94 backward  MATMUL_RAW         /blocks.3/fc2/MatMul+bias/bwd_b  live 23.4 MiB */
+  snrt_matmul(c, &P92, F(0x16eec00), F(0xcaec00), F(0x173ec00));
   snrt_dead(c, 0xcaec00, 1048576);
-  snrt_reads(c, 99, 1, (const int64_t[]){0x16eec00, 262144});
-  /*    99 backward  BIAS_BWD           /blocks.3/fc2/MatMul+bias/bwd_c  live 22.4 MiB */
-  snrt_bias_bwd(c, &P97, F(0x16eec00), F(0xcaec00));
+  snrt_reads(c, 95, 1, (const int64_t[]){0x16eec00, 262144});
+  /*    95 backward  BIAS_BWD           /blocks.3/fc2/MatMul+bias/bwd_c  live 22.4 MiB */
+  snrt_bias_bwd(c, &P93, F(0x16eec00), F(0xcaec00));
   snrt_dead(c, 0x16eec00, 262144);
-  snrt_reads(c, 100, 3, (const int64_t[]){0xc7300, 65536, 0x173ec00, 65536, 0xd7800, 65536});
-  /*   100 update    SGD                blocks.3.fc2.weight/sgd  live 22.1 MiB */
-  snrt_sgd(c, &P98, F(0xc7300), F(0x173ec00), F(0xd7800));
+  snrt_reads(c, 96, 3, (const int64_t[]){0xc7300, 65536, 0x173ec00, 65536, 0xd7800, 65536});
+  /*    96 update    SGD                blocks.3.fc2.weight/sgd  live 22.1 MiB */
+  snrt_sgd(c, &P94, F(0xc7300), F(0x173ec00), F(0xd7800));
   snrt_dead(c, 0x173ec00, 65536);
-  snrt_reads(c, 101, 3, (const int64_t[]){0xd7300, 256, 0xcaec00, 256, 0xe7800, 256});
-  /*   101 update    SGD                blocks.3.fc2.bias/sgd  live 22.1 MiB */
-  snrt_sgd(c, &P99, F(0xd7300), F(0xcaec00), F(0xe7800));
+  snrt_reads(c, 97, 3, (const int64_t[]){0xd7300, 256, 0xcaec00, 256, 0xe7800, 256});
+  /*    97 update    SGD                blocks.3.fc2.bias/sgd  live 22.1 MiB */
+  snrt_sgd(c, &P95, F(0xd7300), F(0xcaec00), F(0xe7800));
   snrt_dead(c, 0xcaec00, 256);
-  snrt_reads(c, 102, 2, (const int64_t[]){0xbaec00, 1048576, 0xdaec00, 1048576});
-  /*   102 backward  FUSED_BWD          /blocks.3/Mul_2/fused5/bwd  live 23.1 MiB */
-  snrt_fused_bwd(c, &P100, (const float *const[]){F(0xbaec00)}, NULL, F(0xdaec00), (float *const[]){F(0xcaec00)});
-  snrt_dead(c, 0xbaec00, 1048576);
+  snrt_reads(c, 98, 2, (const int64_t[]){0xaaec00, 1048576, 0xdaec00, 1048576});
+  /*    98 backward  FUSED_BWD          /blocks.3/Mul_2/fused5/bwd  live 23.1 MiB */
+  snrt_fused_bwd(c, &P96, (const float *const[]){F(0xaaec00)}, NULL, F(0xdaec00), (float *const[]){F(0xcaec00)});
+  snrt_dead(c, 0xaaec00, 1048576);
   snrt_dead(c, 0xdaec00, 1048576);
-  snrt_reads(c, 103, 2, (const int64_t[]){0xcaec00, 1048576, 0xb6f00, 65536});
-  /*   103 backward  MATMUL_RAW         /blocks.3/fc/MatMul+bias/bwd_a  live 21.3 MiB */
-  snrt_matmul(c, &P101, F(0xcaec00), F(0xb6f00), F(0xbaec00));
-  snrt_reads(c, 104, 2, (const int64_t[]){0xcaec00, 1048576, 0x166ec00, 262144});
-  /*   104 backward  MATMUL_RAW         /blocks.3/fc/MatMul+bias/bwd_b  live 21.4 MiB */
-  snrt_matmul(c, &P102, F(0xcaec00), F(0x166ec00), F(0xbeec00));
+  snrt_reads(c, 99, 2, (const int64_t[]){0xcaec00, 1048576, 0xb6f00, 65536});
+  /*    99 backward  MATMUL_RAW         /blocks.3/fc/MatMul+bias/bwd_a  live 21.3 MiB */
+  snrt_matmul(c, &P97, F(0xcaec00), F(0xb6f00), F(0xaaec00));
+  snrt_reads(c, 100, 2, (const int64_t[]){0xcaec00, 1048576, 0x166ec00, 262144});
+  /*   100 backward  MATMUL_RAW         /blocks.3/fc/MatMul+bias/bwd_b  live 21.4 MiB */
+  snrt_matmul(c, &P98, F(0xcaec00), F(0x166ec00), F(0xaeec00));
   snrt_dead(c, 0x166ec00, 262144);
-  snrt_reads(c, 105, 1, (const int64_t[]){0xcaec00, 1048576});
-  /*   105 backward  BIAS_BWD           /blocks.3/fc/MatMul+bias/bwd_c  live 21.1 MiB */
-  snrt_bias_bwd(c, &P103, F(0xcaec00), F(0xbfec00));
+  snrt_reads(c, 101, 1, (const int64_t[]){0xcaec00, 1048576});
+  /*   101 backward  BIAS_BWD           /blocks.3/fc/MatMul+bias/bwd_c  live 21.1 MiB */
+  snrt_bias_bwd(c, &P99, F(0xcaec00), F(0xafec00));
   snrt_dead(c, 0xcaec00, 1048576);
-  snrt_reads(c, 106, 3, (const int64_t[]){0xb6f00, 65536, 0xbeec00, 65536, 0xe7900, 65536});
-  /*   106 update    SGD                blocks.3.fc.weight/sgd  live 20.1 MiB */
-  snrt_sgd(c, &P104, F(0xb6f00), F(0xbeec00), F(0xe7900));
-  snrt_dead(c, 0xbeec00, 65536);
-  snrt_reads(c, 107, 3, (const int64_t[]){0xc6f00, 1024, 0xbfec00, 1024, 0xf7900, 1024});
-  /*   107 update    SGD                blocks.3.fc.bias/sgd  live 20.1 MiB */
-  snrt_sgd(c, &P105, F(0xc6f00), F(0xbfec00), F(0xf7900));
-  snrt_dead(c, 0xbfec00, 1024);
-  snrt_reads(c, 108, 5, (const int64_t[]){0x162ec00, 262144, 0xbaec00, 262144, 0xa6900, 256, 0x175dc00, 4096, 0x175ec00, 4096});
-  /*   108 backward  LN_BWD             /blocks.3/ln2/Add_1/layernorm/bwd  live 20.3 MiB */
-  snrt_ln_bwd(c, &P84, F(0x162ec00), F(0xbaec00), F(0xa6900), F(0x175dc00), F(0x175ec00), F(0xbeec00), F(0xc2ec00), F(0xc2ed00));
+  snrt_reads(c, 102, 3, (const int64_t[]){0xb6f00, 65536, 0xaeec00, 65536, 0xe7900, 65536});
+  /*   102 update    SGD                blocks.3.fc.weight/sgd  live 20.1 MiB */
+  snrt_sgd(c, &P100, F(0xb6f00), F(0xaeec00), F(0xe7900));
+  snrt_dead(c, 0xaeec00, 65536);
+  snrt_reads(c, 103, 3, (const int64_t[]){0xc6f00, 1024, 0xafec00, 1024, 0xf7900, 1024});
+  /*   103 update    SGD                blocks.3.fc.bias/sgd  live 20.1 MiB */
+  snrt_sgd(c, &P101, F(0xc6f00), F(0xafec00), F(0xf7900));
+  snrt_dead(c, 0xafec00, 1024);
+  snrt_reads(c, 104, 5, (const int64_t[]){0x162ec00, 262144, 0xaaec00, 262144, 0xa6900, 256, 0x175dc00, 4096, 0x175ec00, 4096});
+  /*   104 backward  LN_BWD             /blocks.3/ln2/Add_1/layernorm/bwd  live 20.3 MiB */
+  snrt_ln_bwd(c, &P80, F(0x162ec00), F(0xaaec00), F(0xa6900), F(0x175dc00), F(0x175ec00), F(0xaeec00), F(0xb2ec00), F(0xb2ed00));
   snrt_dead(c, 0x162ec00, 262144);
   snrt_dead(c, 0x175dc00, 4096);
   snrt_dead(c, 0x175ec00, 4096);
-  snrt_dead(c, 0xbaec00, 262144);
-  snrt_reads(c, 109, 2, (const int64_t[]){0x16aec00, 262144, 0xbeec00, 262144});
-  /*   109 backward  ACCUMULATE         /blocks.3/ln2/Add_1/layernorm/accumulate  live 19.8 MiB */
-  snrt_add(c, 65536, F(0x16aec00), F(0xbeec00), F(0x16aec00));
-  snrt_dead(c, 0xbeec00, 262144);
-  snrt_reads(c, 110, 3, (const int64_t[]){0xa6900, 256, 0xc2ec00, 256, 0xf7d00, 256});
-  /*   110 update    SGD                blocks.3.ln2.weight/sgd  live 19.6 MiB */
-  snrt_sgd(c, &P106, F(0xa6900), F(0xc2ec00), F(0xf7d00));
-  snrt_dead(c, 0xc2ec00, 256);
-  snrt_reads(c, 111, 3, (const int64_t[]){0xa6a00, 256, 0xc2ed00, 256, 0xf7e00, 256});
-  /*   111 update    SGD                blocks.3.ln2.bias/sgd  live 19.6 MiB */
-  snrt_sgd(c, &P107, F(0xa6a00), F(0xc2ed00), F(0xf7e00));
-  snrt_dead(c, 0xc2ed00, 256);
-  snrt_reads(c, 112, 1, (const int64_t[]){0x16aec00, 262144});
-  /*   112 backward  BINARY_BWD         /blocks.3/Add/bwd  live 20.1 MiB */
-  snrt_binary_bwd(c, &P83, NULL, NULL, F(0x16aec00), F(0xdaec00), F(0xbaec00));
+  snrt_dead(c, 0xaaec00, 262144);
+  snrt_reads(c, 105, 2, (const int64_t[]){0x16aec00, 262144, 0xaeec00, 262144});
+  /*   105 backward  ACCUMULATE         /blocks.3/ln2/Add_1/layernorm/accumulate  live 19.8 MiB */
+  snrt_add(c, 65536, F(0x16aec00), F(0xaeec00), F(0x16aec00));
+  snrt_dead(c, 0xaeec00, 262144);
+  snrt_reads(c, 106, 3, (const int64_t[]){0xa6900, 256, 0xb2ec00, 256, 0xf7d00, 256});
+  /*   106 update    SGD                blocks.3.ln2.weight/sgd  live 19.6 MiB */
+  snrt_sgd(c, &P102, F(0xa6900), F(0xb2ec00), F(0xf7d00));
+  snrt_dead(c, 0xb2ec00, 256);
+  snrt_reads(c, 107, 3, (const int64_t[]){0xa6a00, 256, 0xb2ed00, 256, 0xf7e00, 256});
+  /*   107 update    SGD                blocks.3.ln2.bias/sgd  live 19.6 MiB */
+  snrt_sgd(c, &P103, F(0xa6a00), F(0xb2ed00), F(0xf7e00));
+  snrt_dead(c, 0xb2ed00, 256);
+  snrt_reads(c, 108, 1, (const int64_t[]){0x16aec00, 262144});
+  /*   108 backward  BINARY_BWD         /blocks.3/Add/bwd  live 20.1 MiB */
+  snrt_binary_bwd(c, &P79, NULL, NULL, F(0x16aec00), F(0xcaec00), F(0xaaec00));
   snrt_dead(c, 0x16aec00, 262144);
-  snrt_reads(c, 113, 2, (const int64_t[]){0xbaec00, 262144, 0xb2e00, 16384});
-  /*   113 backward  MATMUL_RAW         /blocks.3/proj/MatMul+bias/bwd_a  live 20.1 MiB */
-  snrt_matmul(c, &P108, F(0xbaec00), F(0xb2e00), F(0xbeec00));
-  snrt_reads(c, 114, 2, (const int64_t[]){0xbaec00, 262144, 0x15eec00, 262144});
-  /*   114 backward  MATMUL_RAW         /blocks.3/proj/MatMul+bias/bwd_b  live 20.1 MiB */
-  snrt_matmul(c, &P109, F(0xbaec00), F(0x15eec00), F(0xc2ec00));
+  snrt_reads(c, 109, 2, (const int64_t[]){0xaaec00, 262144, 0xb2e00, 16384});
+  /*   109 backward  MATMUL_RAW         /blocks.3/proj/MatMul+bias/bwd_a  live 20.1 MiB */
+  snrt_matmul(c, &P104, F(0xaaec00), F(0xb2e00), F(0xaeec00));
+  snrt_reads(c, 110, 2, (const int64_t[]){0xaaec00, 262144, 0x15eec00, 262144});
+  /*   110 backward  MATMUL_RAW         /blocks.3/proj/MatMul+bias/bwd_b  live 20.1 MiB */
+  snrt_matmul(c, &P105, F(0xaaec00), F(0x15eec00), F(0xb2ec00));
   snrt_dead(c, 0x15eec00, 262144);
-  snrt_reads(c, 115, 1, (const int64_t[]){0xbaec00, 262144});
-  /*   115 backward  BIAS_BWD           /blocks.3/proj/MatMul+bias/bwd_c  live 19.8 MiB */
-  snrt_bias_bwd(c, &P110, F(0xbaec00), F(0xc32c00));
-  snrt_dead(c, 0xbaec00, 262144);
-  snrt_reads(c, 116, 3, (const int64_t[]){0xb2e00, 16384, 0xc2ec00, 16384, 0xf7f00, 16384});
-  /*   116 update    SGD                blocks.3.proj.weight/sgd  live 19.6 MiB */
-  snrt_sgd(c, &P111, F(0xb2e00), F(0xc2ec00), F(0xf7f00));
-  snrt_dead(c, 0xc2ec00, 16384);
-  snrt_reads(c, 117, 3, (const int64_t[]){0xb6e00, 256, 0xc32c00, 256, 0xfbf00, 256});
-  /*   117 update    SGD                blocks.3.proj.bias/sgd  live 19.6 MiB */
-  snrt_sgd(c, &P112, F(0xb6e00), F(0xc32c00), F(0xfbf00));
-  snrt_dead(c, 0xc32c00, 256);
-  snrt_reads(c, 118, 1, (const int64_t[]){0xbeec00, 262144});
-  /*   118 backward  Identity           /blocks.3/Reshape_3/bwd  live 19.8 MiB */
-  snrt_copy(c, 262144, F(0xbeec00), F(0xbaec00));
-  snrt_dead(c, 0xbeec00, 262144);
-  snrt_reads(c, 119, 1, (const int64_t[]){0xbaec00, 262144});
-  /*   119 backward  Transpose          /blocks.3/Transpose_3/bwd  live 19.8 MiB */
-  snrt_transpose(c, &P113, F(0xbaec00), F(0xcaec00));
-  snrt_dead(c, 0xbaec00, 262144);
-  snrt_reads(c, 120, 2, (const int64_t[]){0xcaec00, 262144, 0x156ec00, 262144});
-  /*   120 backward  MATMUL_RAW         /blocks.3/MatMul_1/bwd_a  live 20.6 MiB */
-  snrt_matmul(c, &P114, F(0xcaec00), F(0x156ec00), F(0xbaec00));
+  snrt_reads(c, 111, 1, (const int64_t[]){0xaaec00, 262144});
+  /*   111 backward  BIAS_BWD           /blocks.3/proj/MatMul+bias/bwd_c  live 19.8 MiB */
+  snrt_bias_bwd(c, &P106, F(0xaaec00), F(0xb32c00));
+  snrt_dead(c, 0xaaec00, 262144);
+  snrt_reads(c, 112, 3, (const int64_t[]){0xb2e00, 16384, 0xb2ec00, 16384, 0xf7f00, 16384});
+  /*   112 update    SGD                blocks.3.proj.weight/sgd  live 19.6 MiB */
+  snrt_sgd(c, &P107, F(0xb2e00), F(0xb2ec00), F(0xf7f00));
+  snrt_dead(c, 0xb2ec00, 16384);
+  snrt_reads(c, 113, 3, (const int64_t[]){0xb6e00, 256, 0xb32c00, 256, 0xfbf00, 256});
+  /*   113 update    SGD                blocks.3.proj.bias/sgd  live 19.6 MiB */
+  snrt_sgd(c, &P108, F(0xb6e00), F(0xb32c00), F(0xfbf00));
+  snrt_dead(c, 0xb32c00, 256);
+  snrt_reads(c, 114, 1, (const int64_t[]){0xaeec00, 262144});
+  /*   114 backward  Identity           /blocks.3/Reshape_3/bwd  live 19.8 MiB */
+  snrt_copy(c, 262144, F(0xaeec00), F(0xaaec00));
+  snrt_dead(c, 0xaeec00, 262144);
+  snrt_reads(c, 115, 1, (const int64_t[]){0xaaec00, 262144});
+  /*   115 backward  Transpose          /blocks.3/Transpose_3/bwd  live 19.8 MiB */
+  snrt_transpose(c, &P109, F(0xaaec00), F(0xceec00));
+  snrt_dead(c, 0xaaec00, 262144);
+  snrt_reads(c, 116, 2, (const int64_t[]){0xceec00, 262144, 0x156ec00, 262144});
+  /*   116 backward  MATMUL_RAW         /blocks.3/MatMul_1/bwd_a  live 20.6 MiB */
+  snrt_matmul(c, &P110, F(0xceec00), F(0x156ec00), F(0xaaec00));
   snrt_dead(c, 0x156ec00, 262144);
-  snrt_reads(c, 121, 2, (const int64_t[]){0xaaec00, 1048576, 0xcaec00, 262144});
-  /*   121 backward  MATMUL_RAW         /blocks.3/MatMul_1/bwd_b  live 20.6 MiB */
-  snrt_matmul(c, &P115, F(0xaaec00), F(0xcaec00), F(0xdeec00));
-  snrt_dead(c, 0xcaec00, 262144);
-  snrt_reads(c, 122, 2, (const int64_t[]){0xaaec00, 1048576, 0xbaec00, 1048576});
-  /*   122 backward  SOFTMAX_BWD        /blocks.3/Softmax/bwd  live 21.3 MiB */
-  snrt_softmax_bwd(c, &P78, F(0xaaec00), F(0xbaec00), F(0xcaec00));
-  snrt_dead(c, 0xaaec00, 1048576);
+  snrt_reads(c, 117, 2, (const int64_t[]){0xbaec00, 1048576, 0xceec00, 262144});
+  /*   117 backward  MATMUL_RAW         /blocks.3/MatMul_1/bwd_b  live 20.6 MiB */
+  snrt_matmul(c, &P111, F(0xbaec00), F(0xceec00), F(0xd2ec00));
+  snrt_dead(c, 0xceec00, 262144);
+  snrt_reads(c, 118, 2, (const int64_t[]){0xbaec00, 1048576, 0xaaec00, 1048576});
+  /*   118 backward  SOFTMAX_BWD        /blocks.3/Softmax/bwd  live 20.3 MiB */
+  snrt_softmax_bwd(c, &P74, F(0xbaec00), F(0xaaec00), F(0xaaec00));
   snrt_dead(c, 0xbaec00, 1048576);
-  snrt_reads(c, 123, 1, (const int64_t[]){0xcaec00, 1048576});
-  /*   123 backward  Where              /blocks.3/Where/bwd  live 20.3 MiB */
-  snrt_where(c, &P116, F(0xcaec00), F(0xaaec00));
-  snrt_dead(c, 0xcaec00, 1048576);
-  snrt_reads(c, 124, 2, (const int64_t[]){0xaaec00, 1048576, 0x15aec00, 262144});
-  /*   124 backward  MATMUL_RAW         /blocks.3/MatMul*scale/bwd_a  live 19.6 MiB */
-  snrt_matmul(c, &P117, F(0xaaec00), F(0x15aec00), F(0xbaec00));
+  snrt_reads(c, 119, 2, (const int64_t[]){0xaaec00, 1048576, 0x15aec00, 262144});
+  /*   119 backward  MATMUL_RAW         /blocks.3/MatMul*scale/bwd_a  live 19.6 MiB */
+  snrt_matmul(c, &P112, F(0xaaec00), F(0x15aec00), F(0xbaec00));
   snrt_dead(c, 0x15aec00, 262144);
-  snrt_reads(c, 125, 2, (const int64_t[]){0x152ec00, 262144, 0xaaec00, 1048576});
-  /*   125 backward  MATMUL_RAW         /blocks.3/MatMul*scale/bwd_b  live 19.6 MiB */
-  snrt_matmul(c, &P118, F(0x152ec00), F(0xaaec00), F(0xbeec00));
+  snrt_reads(c, 120, 2, (const int64_t[]){0x152ec00, 262144, 0xaaec00, 1048576});
+  /*   120 backward  MATMUL_RAW         /blocks.3/MatMul*scale/bwd_b  live 19.6 MiB */
+  snrt_matmul(c, &P113, F(0x152ec00), F(0xaaec00), F(0xbeec00));
   snrt_dead(c, 0x152ec00, 262144);
   snrt_dead(c, 0xaaec00, 1048576);
-  snrt_reads(c, 126, 1, (const int64_t[]){0xbeec00, 262144});
-  /*   126 backward  Transpose          /blocks.3/Transpose_2/bwd  live 18.6 MiB */
-  snrt_transpose(c, &P119, F(0xbeec00), F(0xaaec00));
+  snrt_reads(c, 121, 1, (const int64_t[]){0xbeec00, 262144});
+  /*   121 backward  Transpose          /blocks.3/Transpose_2/bwd  live 18.6 MiB */
+  snrt_transpose(c, &P114, F(0xbeec00), F(0xaaec00));
   snrt_dead(c, 0xbeec00, 262144);
-  snrt_reads(c, 127, 1, (const int64_t[]){0xdeec00, 262144});
-  /*   127 backward  Transpose          /blocks.3/Transpose_1/bwd  live 18.6 MiB */
-  snrt_transpose(c, &P120, F(0xdeec00), F(0xaeec00));
-  snrt_dead(c, 0xdeec00, 262144);
-  snrt_reads(c, 128, 1, (const int64_t[]){0xaeec00, 262144});
-  /*   128 backward  Identity           /blocks.3/Reshape_2/bwd  live 18.6 MiB */
+  snrt_reads(c, 122, 1, (const int64_t[]){0xd2ec00, 262144});
+  /*   122 backward  Transpose          /blocks.3/Transpose_1/bwd  live 18.6 MiB */
+  snrt_transpose(c, &P115, F(0xd2ec00), F(0xaeec00));
+  snrt_dead(c, 0xd2ec00, 262144);
+  snrt_reads(c, 123, 1, (const int64_t[]){0xaeec00, 262144});
+  /*   123 backward  Identity           /blocks.3/Reshape_2/bwd  live 18.6 MiB */
   snrt_copy(c, 262144, F(0xaeec00), F(0xb6ec00));
   snrt_dead(c, 0xaeec00, 262144);
-  snrt_reads(c, 129, 1, (const int64_t[]){0xaaec00, 262144});
-  /*   129 backward  Identity           /blocks.3/Reshape_1/bwd  live 18.6 MiB */
+  snrt_reads(c, 124, 1, (const int64_t[]){0xaaec00, 262144});
+  /*   124 backward  Identity           /blocks.3/Reshape_1/bwd  live 18.6 MiB */
   snrt_copy(c, 262144, F(0xaaec00), F(0xbeec00));
   snrt_dead(c, 0xaaec00, 262144);
-  snrt_reads(c, 130, 1, (const int64_t[]){0xbaec00, 262144});
-  /*   130 backward  Transpose          /blocks.3/Transpose/bwd  live 18.6 MiB */
-  snrt_transpose(c, &P121, F(0xbaec00), F(0xaaec00));
+  snrt_reads(c, 125, 1, (const int64_t[]){0xbaec00, 262144});
+  /*   125 backward  Transpose          /blocks.3/Transpose/bwd  live 18.6 MiB */
+  snrt_transpose(c, &P116, F(0xbaec00), F(0xaaec00));
   snrt_dead(c, 0xbaec00, 262144);
-  snrt_reads(c, 131, 1, (const int64_t[]){0xaaec00, 262144});
-  /*   131 backward  Identity           /blocks.3/Reshape/bwd  live 18.6 MiB */
+  snrt_reads(c, 126, 1, (const int64_t[]){0xaaec00, 262144});
+  /*   126 backward  Identity           /blocks.3/Reshape/bwd  live 18.6 MiB */
   snrt_copy(c, 262144, F(0xaaec00), F(0xbaec00));
   snrt_dead(c, 0xaaec00, 262144);
-  snrt_reads(c, 132, 3, (const int64_t[]){0xbaec00, 262144, 0xbeec00, 262144, 0xb6ec00, 262144});
-  /*   132 backward  Concat             /blocks.3/Split/bwd  live 19.1 MiB */
-  snrt_concat(c, &P72, (const float *const[]){F(0xbaec00), F(0xbeec00), F(0xb6ec00)}, F(0xaaec00));
+  snrt_reads(c, 127, 3, (const int64_t[]){0xbaec00, 262144, 0xbeec00, 262144, 0xb6ec00, 262144});
+  /*   127 backward  Concat             /blocks.3/Split/bwd  live 19.1 MiB */
+  snrt_concat(c, &P69, (const float *const[]){F(0xbaec00), F(0xbeec00), F(0xb6ec00)}, F(0xaaec00));
   snrt_dead(c, 0xb6ec00, 262144);
   snrt_dead(c, 0xbeec00, 262144);
   snrt_dead(c, 0xbaec00, 262144);
-  snrt_reads(c, 133, 2, (const int64_t[]){0xaaec00, 786432, 0xa6b00, 49152});
-  /*   133 backward  MATMUL_RAW         /blocks.3/qkv/MatMul+bias/bwd_a  live 18.6 MiB */
-  snrt_matmul(c, &P122, F(0xaaec00), F(0xa6b00), F(0xb6ec00));
-  snrt_reads(c, 134, 2, (const int64_t[]){0xaaec00, 786432, 0x14eec00, 262144});
-  /*   134 backward  MATMUL_RAW         /blocks.3/qkv/MatMul+bias/bwd_b  live 18.6 MiB */
-  snrt_matmul(c, &P123, F(0xaaec00), F(0x14eec00), F(0xbaec00));
+  snrt_reads(c, 128, 2, (const int64_t[]){0xaaec00, 786432, 0xa6b00, 49152});
+  /*   128 backward  MATMUL_RAW         /blocks.3/qkv/MatMul+bias/bwd_a  live 18.6 MiB */
+  snrt_matmul(c, &P117, F(0xaaec00), F(0xa6b00), F(0xb6ec00));
+  snrt_reads(c, 129, 2, (const int64_t[]){0xaaec00, 786432, 0x14eec00, 262144});
+  /*   129 backward  MATMUL_RAW         /blocks.3/qkv/MatMul+bias/bwd_b  live 18.6 MiB */
+  snrt_matmul(c, &P118, F(0xaaec00), F(0x14eec00), F(0xbaec00));
   snrt_dead(c, 0x14eec00, 262144);
-  snrt_reads(c, 135, 1, (const int64_t[]){0xaaec00, 786432});
-  /*   135 backward  BIAS_BWD           /blocks.3/qkv/MatMul+bias/bwd_c  live 18.4 MiB */
-  snrt_bias_bwd(c, &P124, F(0xaaec00), F(0xbbac00));
+  snrt_reads(c, 130, 1, (const int64_t[]){0xaaec00, 786432});
+  /*   130 backward  BIAS_BWD           /blocks.3/qkv/MatMul+bias/bwd_c  live 18.4 MiB */
+  snrt_bias_bwd(c, &P119, F(0xaaec00), F(0xbbac00));
   snrt_dead(c, 0xaaec00, 786432);
-  snrt_reads(c, 136, 3, (const int64_t[]){0xa6b00, 49152, 0xbaec00, 49152, 0xfc000, 49152});
-  /*   136 update    SGD                blocks.3.qkv.weight/sgd  live 17.6 MiB */
-  snrt_sgd(c, &P125, F(0xa6b00), F(0xbaec00), F(0xfc000));
+  snrt_reads(c, 131, 3, (const int64_t[]){0xa6b00, 49152, 0xbaec00, 49152, 0xfc000, 49152});
+  /*   131 update    SGD                blocks.3.qkv.weight/sgd  live 17.6 MiB */
+  snrt_sgd(c, &P120, F(0xa6b00), F(0xbaec00), F(0xfc000));
   snrt_dead(c, 0xbaec00, 49152);
-  snrt_reads(c, 137, 3, (const int64_t[]){0xb2b00, 768, 0xbbac00, 768, 0x108000, 768});
-  /*   137 update    SGD                blocks.3.qkv.bias/sgd  live 17.6 MiB */
-  snrt_sgd(c, &P126, F(0xb2b00), F(0xbbac00), F(0x108000));
+  snrt_reads(c, 132, 3, (const int64_t[]){0xb2b00, 768, 0xbbac00, 768, 0x108000, 768});
+  /*   132 update    SGD                blocks.3.qkv.bias/sgd  live 17.6 MiB */
+  snrt_sgd(c, &P121, F(0xb2b00), F(0xbbac00), F(0x108000));
   snrt_dead(c, 0xbbac00, 768);
-  snrt_reads(c, 138, 5, (const int64_t[]){0x14aec00, 262144, 0xb6ec00, 262144, 0xa6700, 256, 0x175bc00, 4096, 0x175cc00, 4096});
-  /*   138 backward  LN_BWD             /blocks.3/ln1/Add_1/layernorm/bwd  live 17.8 MiB */
-  snrt_ln_bwd(c, &P69, F(0x14aec00), F(0xb6ec00), F(0xa6700), F(0x175bc00), F(0x175cc00), F(0xaaec00), F(0xaeec00), F(0xaeed00));
+  snrt_reads(c, 133, 5, (const int64_t[]){0x14aec00, 262144, 0xb6ec00, 262144, 0xa6700, 256, 0x175bc00, 4096, 0x175cc00, 4096});
+  /*   133 backward  LN_BWD             /blocks.3/ln1/Add_1/layernorm/bwd  live 17.8 MiB */
+  snrt_ln_bwd(c, &P66, F(0x14aec00), F(0xb6ec00), F(0xa6700), F(0x175bc00), F(0x175cc00), F(0xaaec00), F(0xaeec00), F(0xaeed00));
   snrt_dead(c, 0x14aec00, 262144);
   snrt_dead(c, 0x175bc00, 4096);
   snrt_dead(c, 0x175cc00, 4096);
   snrt_dead(c, 0xb6ec00, 262144);
-  snrt_reads(c, 139, 2, (const int64_t[]){0xdaec00, 262144, 0xaaec00, 262144});
-  /*   139 backward  ACCUMULATE         /blocks.3/ln1/Add_1/layernorm/accumulate  live 17.3 MiB */
-  snrt_add(c, 65536, F(0xdaec00), F(0xaaec00), F(0xdaec00));
+  snrt_reads(c, 134, 2, (const int64_t[]){0xcaec00, 262144, 0xaaec00, 262144});
+  /*   134 backward  ACCUMULATE         /blocks.3/ln1/Add_1/layernorm/accumulate  live 17.3 MiB */
+  snrt_add(c, 65536, F(0xcaec00), F(0xaaec00), F(0xcaec00));
   snrt_dead(c, 0xaaec00, 262144);
-  snrt_reads(c, 140, 3, (const int64_t[]){0xa6700, 256, 0xaeec00, 256, 0x108300, 256});
-  /*   140 update    SGD                blocks.3.ln1.weight/sgd  live 17.0 MiB */
-  snrt_sgd(c, &P127, F(0xa6700), F(0xaeec00), F(0x108300));
+  snrt_reads(c, 135, 3, (const int64_t[]){0xa6700, 256, 0xaeec00, 256, 0x108300, 256});
+  /*   135 update    SGD                blocks.3.ln1.weight/sgd  live 17.0 MiB */
+  snrt_sgd(c, &P122, F(0xa6700), F(0xaeec00), F(0x108300));
   snrt_dead(c, 0xaeec00, 256);
-  snrt_reads(c, 141, 3, (const int64_t[]){0xa6800, 256, 0xaeed00, 256, 0x108400, 256});
-  /*   141 update    SGD                blocks.3.ln1.bias/sgd  live 17.0 MiB */
-  snrt_sgd(c, &P128, F(0xa6800), F(0xaeed00), F(0x108400));
+  snrt_reads(c, 136, 3, (const int64_t[]){0xa6800, 256, 0xaeed00, 256, 0x108400, 256});
+  /*   136 update    SGD                blocks.3.ln1.bias/sgd  live 17.0 MiB */
+  snrt_sgd(c, &P123, F(0xa6800), F(0xaeed00), F(0x108400));
   snrt_dead(c, 0xaeed00, 256);
-  snrt_reads(c, 142, 1, (const int64_t[]){0xdaec00, 262144});
-  /*   142 backward  BINARY_BWD         /blocks.2/Add_2/bwd  live 17.5 MiB */
-  snrt_binary_bwd(c, &P68, NULL, NULL, F(0xdaec00), F(0xbaec00), F(0xbeec00));
-  snrt_dead(c, 0xdaec00, 262144);
-  snrt_reads(c, 143, 2, (const int64_t[]){0xbeec00, 262144, 0x96600, 65536});
-  /*   143 backward  MATMUL_RAW         /blocks.2/fc2/MatMul+bias/bwd_a  live 18.3 MiB */
-  snrt_matmul(c, &P129, F(0xbeec00), F(0x96600), F(0xaaec00));
-  snrt_reads(c, 144, 2, (const int64_t[]){0xbeec00, 262144, 0x9aec00, 1048576});
-  /*   144 backward  MATMUL_RAW         /blocks.2/fc2/MatMul+bias/bwd_b  live 18.4 MiB */
-  snrt_matmul(c, &P130, F(0xbeec00), F(0x9aec00), F(0xc2ec00));
+  snrt_reads(c, 137, 1, (const int64_t[]){0xcaec00, 262144});
+  /*   137 backward  BINARY_BWD         /blocks.2/Add_2/bwd  live 17.5 MiB */
+  snrt_binary_bwd(c, &P65, NULL, NULL, F(0xcaec00), F(0xbaec00), F(0xbeec00));
+  snrt_dead(c, 0xcaec00, 262144);
+  snrt_reads(c, 138, 2, (const int64_t[]){0xbeec00, 262144, 0x96600, 65536});
+  /*   138 backward  MATMUL_RAW         /blocks.2/fc2/MatMul+bias/bwd_a  live 18.3 MiB */
+  snrt_matmul(c, &P124, F(0xbeec00), F(0x96600), F(0xaaec00));
+  snrt_reads(c, 139, 2, (const int64_t[]){0xbeec00, 262144, 0x9aec00, 1048576});
+  /*   139 backward  MATMUL_RAW         /blocks.2/fc2/MatMul+bias/bwd_b  live 18.4 MiB */
+  snrt_matmul(c, &P125, F(0xbeec00), F(0x9aec00), F(0xc2ec00));
   snrt_dead(c, 0x9aec00, 1048576);
-  snrt_reads(c, 145, 1, (const int64_t[]){0xbeec00, 262144});
-  /*   145 backward  BIAS_BWD           /blocks.2/fc2/MatMul+bias/bwd_c  live 17.4 MiB */
-  snrt_bias_bwd(c, &P131, F(0xbeec00), F(0x9aec00));
+  snrt_reads(c, 140, 1, (const int64_t[]){0xbeec00, 262144});
+  /*   140 backward  BIAS_BWD           /blocks.2/fc2/MatMul+bias/bwd_c  live 17.4 MiB */
+  snrt_bias_bwd(c, &P126, F(0xbeec00), F(0x9aec00));
   snrt_dead(c, 0xbeec00, 262144);
-  snrt_reads(c, 146, 3, (const int64_t[]){0x96600, 65536, 0xc2ec00, 65536, 0x108500, 65536});
-  /*   146 update    SGD                blocks.2.fc2.weight/sgd  live 17.1 MiB */
-  snrt_sgd(c, &P132, F(0x96600), F(0xc2ec00), F(0x108500));
+  snrt_reads(c, 141, 3, (const int64_t[]){0x96600, 65536, 0xc2ec00, 65536, 0x108500, 65536});
+  /*   141 update    SGD                blocks.2.fc2.weight/sgd  live 17.1 MiB */
+  snrt_sgd(c, &P127, F(0x96600), F(0xc2ec00), F(0x108500));
   snrt_dead(c, 0xc2ec00, 65536);
-  snrt_reads(c, 147, 3, (const int64_t[]){0xa6600, 256, 0x9aec00, 256, 0x118500, 256});
-  /*   147 update    SGD                blocks.2.fc2.bias/sgd  live 17.0 MiB */
-  snrt_sgd(c, &P133, F(0xa6600), F(0x9aec00), F(0x118500));
+  snrt_reads(c, 142, 3, (const int64_t[]){0xa6600, 256, 0x9aec00, 256, 0x118500, 256});
+  /*   142 update    SGD                blocks.2.fc2.bias/sgd  live 17.0 MiB */
+  snrt_sgd(c, &P128, F(0xa6600), F(0x9aec00), F(0x118500));
   snrt_dead(c, 0x9aec00, 256);
-  snrt_reads(c, 148, 2, (const int64_t[]){0x8aec00, 1048576, 0xaaec00, 1048576});
-  /*   148 backward  FUSED_BWD          /blocks.2/Mul_2/fused5/bwd  live 18.0 MiB */
-  snrt_fused_bwd(c, &P134, (const float *const[]){F(0x8aec00)}, NULL, F(0xaaec00), (float *const[]){F(0x9aec00)});
-  snrt_dead(c, 0x8aec00, 1048576);
+  snrt_reads(c, 143, 2, (const int64_t[]){0x7aec00, 1048576, 0xaaec00, 1048576});
+  /*   143 backward  FUSED_BWD          /blocks.2/Mul_2/fused5/bwd  live 18.0 MiB */
+  snrt_fused_bwd(c, &P129, (const float *const[]){F(0x7aec00)}, NULL, F(0xaaec00), (float *const[]){F(0x9aec00)});
+  snrt_dead(c, 0x7aec00, 1048576);
   snrt_dead(c, 0xaaec00, 1048576);
-  snrt_reads(c, 149, 2, (const int64_t[]){0x9aec00, 1048576, 0x86200, 65536});
-  /*   149 backward  MATMUL_RAW         /blocks.2/fc/MatMul+bias/bwd_a  live 16.3 MiB */
-  snrt_matmul(c, &P135, F(0x9aec00), F(0x86200), F(0x8aec00));
-  snrt_reads(c, 150, 2, (const int64_t[]){0x9aec00, 1048576, 0x146ec00, 262144});
-  /*   150 backward  MATMUL_RAW         /blocks.2/fc/MatMul+bias/bwd_b  live 16.4 MiB */
-  snrt_matmul(c, &P136, F(0x9aec00), F(0x146ec00), F(0x8eec00));
+  snrt_reads(c, 144, 2, (const int64_t[]){0x9aec00, 1048576, 0x86200, 65536});
+  /*   144 backward  MATMUL_RAW         /blocks.2/fc/MatMul+bias/bwd_a  live 16.3 MiB */
+  snrt_matmul(c, &P130, F(0x9aec00), F(0x86200), F(0x7aec00));
+  snrt_reads(c, 145, 2, (const int64_t[]){0x9aec00, 1048576, 0x146ec00, 262144});
+  /*   145 backward  MATMUL_RAW         /blocks.2/fc/MatMul+bias/bwd_b  live 16.4 MiB */
+  snrt_matmul(c, &P131, F(0x9aec00), F(0x146ec00), F(0x7eec00));
   snrt_dead(c, 0x146ec00, 262144);
-  snrt_reads(c, 151, 1, (const int64_t[]){0x9aec00, 1048576});
-  /*   151 backward  BIAS_BWD           /blocks.2/fc/MatMul+bias/bwd_c  live 16.1 MiB */
-  snrt_bias_bwd(c, &P137, F(0x9aec00), F(0x8fec00));
+  snrt_reads(c, 146, 1, (const int64_t[]){0x9aec00, 1048576});
+  /*   146 backward  BIAS_BWD           /blocks.2/fc/MatMul+bias/bwd_c  live 16.1 MiB */
+  snrt_bias_bwd(c, &P132, F(0x9aec00), F(0x7fec00));
   snrt_dead(c, 0x9aec00, 1048576);
-  snrt_reads(c, 152, 3, (const int64_t[]){0x86200, 65536, 0x8eec00, 65536, 0x118600, 65536});
-  /*   152 update    SGD                blocks.2.fc.weight/sgd  live 15.1 MiB */
-  snrt_sgd(c, &P138, F(0x86200), F(0x8eec00), F(0x118600));
-  snrt_dead(c, 0x8eec00, 65536);
-  snrt_reads(c, 153, 3, (const int64_t[]){0x96200, 1024, 0x8fec00, 1024, 0x128600, 1024});
-  /*   153 update    SGD                blocks.2.fc.bias/sgd  live 15.0 MiB */
-  snrt_sgd(c, &P139, F(0x96200), F(0x8fec00), F(0x128600));
-  snrt_dead(c, 0x8fec00, 1024);
-  snrt_reads(c, 154, 5, (const int64_t[]){0x142ec00, 262144, 0x8aec00, 262144, 0x75c00, 256, 0x1759c00, 4096, 0x175ac00, 4096});
-  /*   154 backward  LN_BWD             /blocks.2/ln2/Add_1/layernorm/bwd  live 15.3 MiB */
-  snrt_ln_bwd(c, &P62, F(0x142ec00), F(0x8aec00), F(0x75c00), F(0x1759c00), F(0x175ac00), F(0x8eec00), F(0x92ec00), F(0x92ed00));
+  snrt_reads(c, 147, 3, (const int64_t[]){0x86200, 65536, 0x7eec00, 65536, 0x118600, 65536});
+  /*   147 update    SGD                blocks.2.fc.weight/sgd  live 15.1 MiB */
+  snrt_sgd(c, &P133, F(0x86200), F(0x7eec00), F(0x118600));
+  snrt_dead(c, 0x7eec00, 65536);
+  snrt_reads(c, 148, 3, (const int64_t[]){0x96200, 1024, 0x7fec00, 1024, 0x128600, 1024});
+  /*   148 update    SGD                blocks.2.fc.bias/sgd  live 15.0 MiB */
+  snrt_sgd(c, &P134, F(0x96200), F(0x7fec00), F(0x128600));
+  snrt_dead(c, 0x7fec00, 1024);
+  snrt_reads(c, 149, 5, (const int64_t[]){0x142ec00, 262144, 0x7aec00, 262144, 0x75c00, 256, 0x1759c00, 4096, 0x175ac00, 4096});
+  /*   149 backward  LN_BWD             /blocks.2/ln2/Add_1/layernorm/bwd  live 15.3 MiB */
+  snrt_ln_bwd(c, &P59, F(0x142ec00), F(0x7aec00), F(0x75c00), F(0x1759c00), F(0x175ac00), F(0x7eec00), F(0x82ec00), F(0x82ed00));
   snrt_dead(c, 0x142ec00, 262144);
   snrt_dead(c, 0x1759c00, 4096);
   snrt_dead(c, 0x175ac00, 4096);
-  snrt_dead(c, 0x8aec00, 262144);
-  snrt_reads(c, 155, 2, (const int64_t[]){0xbaec00, 262144, 0x8eec00, 262144});
-  /*   155 backward  ACCUMULATE         /blocks.2/ln2/Add_1/layernorm/accumulate  live 14.8 MiB */
-  snrt_add(c, 65536, F(0xbaec00), F(0x8eec00), F(0xbaec00));
-  snrt_dead(c, 0x8eec00, 262144);
-  snrt_reads(c, 156, 3, (const int64_t[]){0x75c00, 256, 0x92ec00, 256, 0x128a00, 256});
-  /*   156 update    SGD                blocks.2.ln2.weight/sgd  live 14.5 MiB */
-  snrt_sgd(c, &P140, F(0x75c00), F(0x92ec00), F(0x128a00));
-  snrt_dead(c, 0x92ec00, 256);
-  snrt_reads(c, 157, 3, (const int64_t[]){0x75d00, 256, 0x92ed00, 256, 0x128b00, 256});
-  /*   157 update    SGD                blocks.2.ln2.bias/sgd  live 14.5 MiB */
-  snrt_sgd(c, &P141, F(0x75d00), F(0x92ed00), F(0x128b00));
-  snrt_dead(c, 0x92ed00, 256);
-  snrt_reads(c, 158, 1, (const int64_t[]){0xbaec00, 262144});
-  /*   158 backward  BINARY_BWD         /blocks.2/Add/bwd  live 15.0 MiB */
-  snrt_binary_bwd(c, &P61, NULL, NULL, F(0xbaec00), F(0xaaec00), F(0x8aec00));
+  snrt_dead(c, 0x7aec00, 262144);
+  snrt_reads(c, 150, 2, (const int64_t[]){0xbaec00, 262144, 0x7eec00, 262144});
+  /*   150 backward  ACCUMULATE         /blocks.2/ln2/Add_1/layernorm/accumulate  live 14.8 MiB */
+  snrt_add(c, 65536, F(0xbaec00), F(0x7eec00), F(0xbaec00));
+  snrt_dead(c, 0x7eec00, 262144);
+  snrt_reads(c, 151, 3, (const int64_t[]){0x75c00, 256, 0x82ec00, 256, 0x128a00, 256});
+  /*   151 update    SGD                blocks.2.ln2.weight/sgd  live 14.5 MiB */
+  snrt_sgd(c, &P135, F(0x75c00), F(0x82ec00), F(0x128a00));
+  snrt_dead(c, 0x82ec00, 256);
+  snrt_reads(c, 152, 3, (const int64_t[]){0x75d00, 256, 0x82ed00, 256, 0x128b00, 256});
+  /*   152 update    SGD                blocks.2.ln2.bias/sgd  live 14.5 MiB */
+  snrt_sgd(c, &P136, F(0x75d00), F(0x82ed00), F(0x128b00));
+  snrt_dead(c, 0x82ed00, 256);
+  snrt_reads(c, 153, 1, (const int64_t[]){0xbaec00, 262144});
+  /*   153 backward  BINARY_BWD         /blocks.2/Add/bwd  live 15.0 MiB */
+  snrt_binary_bwd(c, &P58, NULL, NULL, F(0xbaec00), F(0x9aec00), F(0x7aec00));
   snrt_dead(c, 0xbaec00, 262144);
-  snrt_reads(c, 159, 2, (const int64_t[]){0x8aec00, 262144, 0x82100, 16384});
-  /*   159 backward  MATMUL_RAW         /blocks.2/proj/MatMul+bias/bwd_a  live 15.0 MiB */
-  snrt_matmul(c, &P142, F(0x8aec00), F(0x82100), F(0x8eec00));
-  snrt_reads(c, 160, 2, (const int64_t[]){0x8aec00, 262144, 0x13eec00, 262144});
-  /*   160 backward  MATMUL_RAW         /blocks.2/proj/MatMul+bias/bwd_b  live 15.1 MiB */
-  snrt_matmul(c, &P143, F(0x8aec00), F(0x13eec00), F(0x92ec00));
+  snrt_reads(c, 154, 2, (const int64_t[]){0x7aec00, 262144, 0x82100, 16384});
+  /*   154 backward  MATMUL_RAW         /blocks.2/proj/MatMul+bias/bwd_a  live 15.0 MiB */
+  snrt_matmul(c, &P137, F(0x7aec00), F(0x82100), F(0x7eec00));
+  snrt_reads(c, 155, 2, (const int64_t[]){0x7aec00, 262144, 0x13eec00, 262144});
+  /*   155 backward  MATMUL_RAW         /blocks.2/proj/MatMul+bias/bwd_b  live 15.1 MiB */
+  snrt_matmul(c, &P138, F(0x7aec00), F(0x13eec00), F(0x82ec00));
   snrt_dead(c, 0x13eec00, 262144);
-  snrt_reads(c, 161, 1, (const int64_t[]){0x8aec00, 262144});
-  /*   161 backward  BIAS_BWD           /blocks.2/proj/MatMul+bias/bwd_c  live 14.8 MiB */
-  snrt_bias_bwd(c, &P144, F(0x8aec00), F(0x932c00));
-  snrt_dead(c, 0x8aec00, 262144);
-  snrt_reads(c, 162, 3, (const int64_t[]){0x82100, 16384, 0x92ec00, 16384, 0x128c00, 16384});
-  /*   162 update    SGD                blocks.2.proj.weight/sgd  live 14.6 MiB */
-  snrt_sgd(c, &P145, F(0x82100), F(0x92ec00), F(0x128c00));
-  snrt_dead(c, 0x92ec00, 16384);
-  snrt_reads(c, 163, 3, (const int64_t[]){0x86100, 256, 0x932c00, 256, 0x12cc00, 256});
-  /*   163 update    SGD                blocks.2.proj.bias/sgd  live 14.5 MiB */
-  snrt_sgd(c, &P146, F(0x86100), F(0x932c00), F(0x12cc00));
-  snrt_dead(c, 0x932c00, 256);
-  snrt_reads(c, 164, 1, (const int64_t[]){0x8eec00, 262144});
-  /*   164 backward  Identity           /blocks.2/Reshape_3/bwd  live 14.8 MiB */
-  snrt_copy(c, 262144, F(0x8eec00), F(0x8aec00));
-  snrt_dead(c, 0x8eec00, 262144);
-  snrt_reads(c, 165, 1, (const int64_t[]){0x8aec00, 262144});
-  /*   165 backward  Transpose          /blocks.2/Transpose_3/bwd  live 14.8 MiB */
-  snrt_transpose(c, &P147, F(0x8aec00), F(0x9aec00));
-  snrt_dead(c, 0x8aec00, 262144);
-  snrt_reads(c, 166, 2, (const int64_t[]){0x9aec00, 262144, 0x136ec00, 262144});
-  /*   166 backward  MATMUL_RAW         /blocks.2/MatMul_1/bwd_a  live 15.5 MiB */
-  snrt_matmul(c, &P148, F(0x9aec00), F(0x136ec00), F(0x8aec00));
+  snrt_reads(c, 156, 1, (const int64_t[]){0x7aec00, 262144});
+  /*   156 backward  BIAS_BWD           /blocks.2/proj/MatMul+bias/bwd_c  live 14.8 MiB */
+  snrt_bias_bwd(c, &P139, F(0x7aec00), F(0x832c00));
+  snrt_dead(c, 0x7aec00, 262144);
+  snrt_reads(c, 157, 3, (const int64_t[]){0x82100, 16384, 0x82ec00, 16384, 0x128c00, 16384});
+  /*   157 update    SGD                blocks.2.proj.weight/sgd  live 14.6 MiB */
+  snrt_sgd(c, &P140, F(0x82100), F(0x82ec00), F(0x128c00));
+  snrt_dead(c, 0x82ec00, 16384);
+  snrt_reads(c, 158, 3, (const int64_t[]){0x86100, 256, 0x832c00, 256, 0x12cc00, 256});
+  /*   158 update    SGD                blocks.2.proj.bias/sgd  live 14.5 MiB */
+  snrt_sgd(c, &P141, F(0x86100), F(0x832c00), F(0x12cc00));
+  snrt_dead(c, 0x832c00, 256);
+  snrt_reads(c, 159, 1, (const int64_t[]){0x7eec00, 262144});
+  /*   159 backward  Identity           /blocks.2/Reshape_3/bwd  live 14.8 MiB */
+  snrt_copy(c, 262144, F(0x7eec00), F(0x7aec00));
+  snrt_dead(c, 0x7eec00, 262144);
+  snrt_reads(c, 160, 1, (const int64_t[]){0x7aec00, 262144});
+  /*   160 backward  Transpose          /blocks.2/Transpose_3/bwd  live 14.8 MiB */
+  snrt_transpose(c, &P142, F(0x7aec00), F(0x9eec00));
+  snrt_dead(c, 0x7aec00, 262144);
+  snrt_reads(c, 161, 2, (const int64_t[]){0x9eec00, 262144, 0x136ec00, 262144});
+  /*   161 backward  MATMUL_RAW         /blocks.2/MatMul_1/bwd_a  live 15.5 MiB */
+  snrt_matmul(c, &P143, F(0x9eec00), F(0x136ec00), F(0x7aec00));
   snrt_dead(c, 0x136ec00, 262144);
-  snrt_reads(c, 167, 2, (const int64_t[]){0x7aec00, 1048576, 0x9aec00, 262144});
-  /*   167 backward  MATMUL_RAW         /blocks.2/MatMul_1/bwd_b  live 15.5 MiB */
-  snrt_matmul(c, &P149, F(0x7aec00), F(0x9aec00), F(0xaeec00));
-  snrt_dead(c, 0x9aec00, 262144);
-  snrt_reads(c, 168, 2, (const int64_t[]){0x7aec00, 1048576, 0x8aec00, 1048576});
-  /*   168 backward  SOFTMAX_BWD        /blocks.2/Softmax/bwd  live 16.3 MiB */
-  snrt_softmax_bwd(c, &P56, F(0x7aec00), F(0x8aec00), F(0x9aec00));
-  snrt_dead(c, 0x7aec00, 1048576);
+  snrt_reads(c, 162, 2, (const int64_t[]){0x8aec00, 1048576, 0x9eec00, 262144});
+  /*   162 backward  MATMUL_RAW         /blocks.2/MatMul_1/bwd_b  live 15.5 MiB */
+  snrt_matmul(c, &P144, F(0x8aec00), F(0x9eec00), F(0xa2ec00));
+  snrt_dead(c, 0x9eec00, 262144);
+  snrt_reads(c, 163, 2, (const int64_t[]){0x8aec00, 1048576, 0x7aec00, 1048576});
+  /*   163 backward  SOFTMAX_BWD        /blocks.2/Softmax/bwd  live 15.3 MiB */
+  snrt_softmax_bwd(c, &P53, F(0x8aec00), F(0x7aec00), F(0x7aec00));
   snrt_dead(c, 0x8aec00, 1048576);
-  snrt_reads(c, 169, 1, (const int64_t[]){0x9aec00, 1048576});
-  /*   169 backward  Where              /blocks.2/Where/bwd  live 15.3 MiB */
-  snrt_where(c, &P150, F(0x9aec00), F(0x7aec00));
-  snrt_dead(c, 0x9aec00, 1048576);
-  snrt_reads(c, 170, 2, (const int64_t[]){0x7aec00, 1048576, 0x13aec00, 262144});
-  /*   170 backward  MATMUL_RAW         /blocks.2/MatMul*scale/bwd_a  live 14.5 MiB */
-  snrt_matmul(c, &P151, F(0x7aec00), F(0x13aec00), F(0x8aec00));
+  snrt_reads(c, 164, 2, (const int64_t[]){0x7aec00, 1048576, 0x13aec00, 262144});
+  /*   164 backward  MATMUL_RAW         /blocks.2/MatMul*scale/bwd_a  live 14.5 MiB */
+  snrt_matmul(c, &P145, F(0x7aec00), F(0x13aec00), F(0x8aec00));
   snrt_dead(c, 0x13aec00, 262144);
-  snrt_reads(c, 171, 2, (const int64_t[]){0x132ec00, 262144, 0x7aec00, 1048576});
-  /*   171 backward  MATMUL_RAW         /blocks.2/MatMul*scale/bwd_b  live 14.5 MiB */
-  snrt_matmul(c, &P152, F(0x132ec00), F(0x7aec00), F(0x8eec00));
+  snrt_reads(c, 165, 2, (const int64_t[]){0x132ec00, 262144, 0x7aec00, 1048576});
+  /*   165 backward  MATMUL_RAW         /blocks.2/MatMul*scale/bwd_b  live 14.5 MiB */
+  snrt_matmul(c, &P146, F(0x132ec00), F(0x7aec00), F(0x8eec00));
   snrt_dead(c, 0x132ec00, 262144);
   snrt_dead(c, 0x7aec00, 1048576);
-  snrt_reads(c, 172, 1, (const int64_t[]){0x8eec00, 262144});
-  /*   172 backward  Transpose          /blocks.2/Transpose_2/bwd  live 13.5 MiB */
-  snrt_transpose(c, &P153, F(0x8eec00), F(0x7aec00));
+  snrt_reads(c, 166, 1, (const int64_t[]){0x8eec00, 262144});
+  /*   166 backward  Transpose          /blocks.2/Transpose_2/bwd  live 13.5 MiB */
+  snrt_transpose(c, &P147, F(0x8eec00), F(0x7aec00));
   snrt_dead(c, 0x8eec00, 262144);
-  snrt_reads(c, 173, 1, (const int64_t[]){0xaeec00, 262144});
-  /*   173 backward  Transpose          /blocks.2/Transpose_1/bwd  live 13.5 MiB */
-  snrt_transpose(c, &P154, F(0xaeec00), F(0x7eec00));
-  snrt_dead(c, 0xaeec00, 262144);
-  snrt_reads(c, 174, 1, (const int64_t[]){0x7eec00, 262144});
-  /*   174 backward  Identity           /blocks.2/Reshape_2/bwd  live 13.5 MiB */
+  snrt_reads(c, 167, 1, (const int64_t[]){0xa2ec00, 262144});
+  /*   167 backward  Transpose          /blocks.2/Transpose_1/bwd  live 13.5 MiB */
+  snrt_transpose(c, &P148, F(0xa2ec00), F(0x7eec00));
+  snrt_dead(c, 0xa2ec00, 262144);
+  snrt_reads(c, 168, 1, (const int64_t[]){0x7eec00, 262144});
+  /*   168 backward  Identity           /blocks.2/Reshape_2/bwd  live 13.5 MiB */
   snrt_copy(c, 262144, F(0x7eec00), F(0x86ec00));
   snrt_dead(c, 0x7eec00, 262144);
-  snrt_reads(c, 175, 1, (const int64_t[]){0x7aec00, 262144});
-  /*   175 backward  Identity           /blocks.2/Reshape_1/bwd  live 13.5 MiB */
+  snrt_reads(c, 169, 1, (const int64_t[]){0x7aec00, 262144});
+  /*   169 backward  Identity           /blocks.2/Reshape_1/bwd  live 13.5 MiB */
   snrt_copy(c, 262144, F(0x7aec00), F(0x8eec00));
   snrt_dead(c, 0x7aec00, 262144);
-  snrt_reads(c, 176, 1, (const int64_t[]){0x8aec00, 262144});
-  /*   176 backward  Transpose          /blocks.2/Transpose/bwd  live 13.5 MiB */
-  snrt_transpose(c, &P155, F(0x8aec00), F(0x7aec00));
+  snrt_reads(c, 170, 1, (const int64_t[]){0x8aec00, 262144});
+  /*   170 backward  Transpose          /blocks.2/Transpose/bwd  live 13.5 MiB */
+  snrt_transpose(c, &P149, F(0x8aec00), F(0x7aec00));
   snrt_dead(c, 0x8aec00, 262144);
-  snrt_reads(c, 177, 1, (const int64_t[]){0x7aec00, 262144});
-  /*   177 backward  Identity           /blocks.2/Reshape/bwd  live 13.5 MiB */
+  snrt_reads(c, 171, 1, (const int64_t[]){0x7aec00, 262144});
+  /*   171 backward  Identity           /blocks.2/Reshape/bwd  live 13.5 MiB */
   snrt_copy(c, 262144, F(0x7aec00), F(0x8aec00));
   snrt_dead(c, 0x7aec00, 262144);
-  snrt_reads(c, 178, 3, (const int64_t[]){0x8aec00, 262144, 0x8eec00, 262144, 0x86ec00, 262144});
-  /*   178 backward  Concat             /blocks.2/Split/bwd  live 14.0 MiB */
-  snrt_concat(c, &P50, (const float *const[]){F(0x8aec00), F(0x8eec00), F(0x86ec00)}, F(0x7aec00));
+  snrt_reads(c, 172, 3, (const int64_t[]){0x8aec00, 262144, 0x8eec00, 262144, 0x86ec00, 262144});
+  /*   172 backward  Concat             /blocks.2/Split/bwd  live 14.0 MiB */
+  snrt_concat(c, &P48, (const float *const[]){F(0x8aec00), F(0x8eec00), F(0x86ec00)}, F(0x7aec00));
   snrt_dead(c, 0x86ec00, 262144);
   snrt_dead(c, 0x8eec00, 262144);
   snrt_dead(c, 0x8aec00, 262144);
-  snrt_reads(c, 179, 2, (const int64_t[]){0x7aec00, 786432, 0x75e00, 49152});
-  /*   179 backward  MATMUL_RAW         /blocks.2/qkv/MatMul+bias/bwd_a  live 13.5 MiB */
-  snrt_matmul(c, &P156, F(0x7aec00), F(0x75e00), F(0x86ec00));
-  snrt_reads(c, 180, 2, (const int64_t[]){0x7aec00, 786432, 0x12eec00, 262144});
-  /*   180 backward  MATMUL_RAW         /blocks.2/qkv/MatMul+bias/bwd_b  live 13.6 MiB */
-  snrt_matmul(c, &P157, F(0x7aec00), F(0x12eec00), F(0x8aec00));
+  snrt_reads(c, 173, 2, (const int64_t[]){0x7aec00, 786432, 0x75e00, 49152});
+  /*   173 backward  MATMUL_RAW         /blocks.2/qkv/MatMul+bias/bwd_a  live 13.5 MiB */
+  snrt_matmul(c, &P150, F(0x7aec00), F(0x75e00), F(0x86ec00));
+  snrt_reads(c, 174, 2, (const int64_t[]){0x7aec00, 786432, 0x12eec00, 262144});
+  /*   174 backward  MATMUL_RAW         /blocks.2/qkv/MatMul+bias/bwd_b  live 13.6 MiB */
+  snrt_matmul(c, &P151, F(0x7aec00), F(0x12eec00), F(0x8aec00));
   snrt_dead(c, 0x12eec00, 262144);
-  snrt_reads(c, 181, 1, (const int64_t[]){0x7aec00, 786432});
-  /*   181 backward  BIAS_BWD           /blocks.2/qkv/MatMul+bias/bwd_c  live 13.3 MiB */
-  snrt_bias_bwd(c, &P158, F(0x7aec00), F(0x8bac00));
+  snrt_reads(c, 175, 1, (const int64_t[]){0x7aec00, 786432});
+  /*   175 backward  BIAS_BWD           /blocks.2/qkv/MatMul+bias/bwd_c  live 13.3 MiB */
+  snrt_bias_bwd(c, &P152, F(0x7aec00), F(0x8bac00));
   snrt_dead(c, 0x7aec00, 786432);
-  snrt_reads(c, 182, 3, (const int64_t[]){0x75e00, 49152, 0x8aec00, 49152, 0x12cd00, 49152});
-  /*   182 update    SGD                blocks.2.qkv.weight/sgd  live 12.6 MiB */
-  snrt_sgd(c, &P159, F(0x75e00), F(0x8aec00), F(0x12cd00));
+  snrt_reads(c, 176, 3, (const int64_t[]){0x75e00, 49152, 0x8aec00, 49152, 0x12cd00, 49152});
+  /*   176 update    SGD                blocks.2.qkv.weight/sgd  live 12.6 MiB */
+  snrt_sgd(c, &P153, F(0x75e00), F(0x8aec00), F(0x12cd00));
   snrt_dead(c, 0x8aec00, 49152);
-  snrt_reads(c, 183, 3, (const int64_t[]){0x81e00, 768, 0x8bac00, 768, 0x138d00, 768});
-  /*   183 update    SGD                blocks.2.qkv.bias/sgd  live 12.5 MiB */
-  snrt_sgd(c, &P160, F(0x81e00), F(0x8bac00), F(0x138d00));
+  snrt_reads(c, 177, 3, (const int64_t[]){0x81e00, 768, 0x8bac00, 768, 0x138d00, 768});
+  /*   177 update    SGD                blocks.2.qkv.bias/sgd  live 12.5 MiB */
+  snrt_sgd(c, &P154, F(0x81e00), F(0x8bac00), F(0x138d00));
   snrt_dead(c, 0x8bac00, 768);
-  snrt_reads(c, 184, 5, (const int64_t[]){0x12aec00, 262144, 0x86ec00, 262144, 0x75a00, 256, 0x1757c00, 4096, 0x1758c00, 4096});
-  /*   184 backward  LN_BWD             /blocks.2/ln1/Add_1/layernorm/bwd  live 12.8 MiB */
-  snrt_ln_bwd(c, &P47, F(0x12aec00), F(0x86ec00), F(0x75a00), F(0x1757c00), F(0x1758c00), F(0x7aec00), F(0x7eec00), F(0x7eed00));
+  snrt_reads(c, 178, 5, (const int64_t[]){0x12aec00, 262144, 0x86ec00, 262144, 0x75a00, 256, 0x1757c00, 4096, 0x1758c00, 4096});
+  /*   178 backward  LN_BWD             /blocks.2/ln1/Add_1/layernorm/bwd  live 12.8 MiB */
+  snrt_ln_bwd(c, &P45, F(0x12aec00), F(0x86ec00), F(0x75a00), F(0x1757c00), F(0x1758c00), F(0x7aec00), F(0x7eec00), F(0x7eed00));
   snrt_dead(c, 0x12aec00, 262144);
   snrt_dead(c, 0x1757c00, 4096);
   snrt_dead(c, 0x1758c00, 4096);
   snrt_dead(c, 0x86ec00, 262144);
-  snrt_reads(c, 185, 2, (const int64_t[]){0xaaec00, 262144, 0x7aec00, 262144});
-  /*   185 backward  ACCUMULATE         /blocks.2/ln1/Add_1/layernorm/accumulate  live 12.3 MiB */
-  snrt_add(c, 65536, F(0xaaec00), F(0x7aec00), F(0xaaec00));
+  snrt_reads(c, 179, 2, (const int64_t[]){0x9aec00, 262144, 0x7aec00, 262144});
+  /*   179 backward  ACCUMULATE         /blocks.2/ln1/Add_1/layernorm/accumulate  live 12.3 MiB */
+  snrt_add(c, 65536, F(0x9aec00), F(0x7aec00), F(0x9aec00));
   snrt_dead(c, 0x7aec00, 262144);
-  snrt_reads(c, 186, 3, (const int64_t[]){0x75a00, 256, 0x7eec00, 256, 0x139000, 256});
-  /*   186 update    SGD                blocks.2.ln1.weight/sgd  live 12.0 MiB */
-  snrt_sgd(c, &P161, F(0x75a00), F(0x7eec00), F(0x139000));
+  snrt_reads(c, 180, 3, (const int64_t[]){0x75a00, 256, 0x7eec00, 256, 0x139000, 256});
+  /*   180 update    SGD                blocks.2.ln1.weight/sgd  live 12.0 MiB */
+  snrt_sgd(c, &P155, F(0x75a00), F(0x7eec00), F(0x139000));
   snrt_dead(c, 0x7eec00, 256);
-  snrt_reads(c, 187, 3, (const int64_t[]){0x75b00, 256, 0x7eed00, 256, 0x139100, 256});
-  /*   187 update    SGD                blocks.2.ln1.bias/sgd  live 12.0 MiB */
-  snrt_sgd(c, &P162, F(0x75b00), F(0x7eed00), F(0x139100));
+  snrt_reads(c, 181, 3, (const int64_t[]){0x75b00, 256, 0x7eed00, 256, 0x139100, 256});
+  /*   181 update    SGD                blocks.2.ln1.bias/sgd  live 12.0 MiB */
+  snrt_sgd(c, &P156, F(0x75b00), F(0x7eed00), F(0x139100));
   snrt_dead(c, 0x7eed00, 256);
-  snrt_reads(c, 188, 1, (const int64_t[]){0xaaec00, 262144});
-  /*   188 backward  BINARY_BWD         /blocks.1/Add_2/bwd  live 12.5 MiB */
-  snrt_binary_bwd(c, &P46, NULL, NULL, F(0xaaec00), F(0x8aec00), F(0x8eec00));
-  snrt_dead(c, 0xaaec00, 262144);
-  snrt_reads(c, 189, 2, (const int64_t[]){0x8eec00, 262144, 0x65900, 65536});
-  /*   189 backward  MATMUL_RAW         /blocks.1/fc2/MatMul+bias/bwd_a  live 13.3 MiB */
-  snrt_matmul(c, &P163, F(0x8eec00), F(0x65900), F(0x7aec00));
-  snrt_reads(c, 190, 2, (const int64_t[]){0x8eec00, 262144, 0x6aec00, 1048576});
-  /*   190 backward  MATMUL_RAW         /blocks.1/fc2/MatMul+bias/bwd_b  live 13.3 MiB */
-  snrt_matmul(c, &P164, F(0x8eec00), F(0x6aec00), F(0x92ec00));
+  snrt_reads(c, 182, 1, (const int64_t[]){0x9aec00, 262144});
+  /*   182 backward  BINARY_BWD         /blocks.1/Add_2/bwd  live 12.5 MiB */
+  snrt_binary_bwd(c, &P44, NULL, NULL, F(0x9aec00), F(0x8aec00), F(0x8eec00));
+  snrt_dead(c, 0x9aec00, 262144);
+  snrt_reads(c, 183, 2, (const int64_t[]){0x8eec00, 262144, 0x65900, 65536});
+  /*   183 backward  MATMUL_RAW         /blocks.1/fc2/MatMul+bias/bwd_a  live 13.3 MiB */
+  snrt_matmul(c, &P157, F(0x8eec00), F(0x65900), F(0x7aec00));
+  snrt_reads(c, 184, 2, (const int64_t[]){0x8eec00, 262144, 0x6aec00, 1048576});
+  /*   184 backward  MATMUL_RAW         /blocks.1/fc2/MatMul+bias/bwd_b  live 13.3 MiB */
+  snrt_matmul(c, &P158, F(0x8eec00), F(0x6aec00), F(0x92ec00));
   snrt_dead(c, 0x6aec00, 1048576);
-  snrt_reads(c, 191, 1, (const int64_t[]){0x8eec00, 262144});
-  /*   191 backward  BIAS_BWD           /blocks.1/fc2/MatMul+bias/bwd_c  live 12.3 MiB */
-  snrt_bias_bwd(c, &P165, F(0x8eec00), F(0x6aec00));
+  snrt_reads(c, 185, 1, (const int64_t[]){0x8eec00, 262144});
+  /*   185 backward  BIAS_BWD           /blocks.1/fc2/MatMul+bias/bwd_c  live 12.3 MiB */
+  snrt_bias_bwd(c, &P159, F(0x8eec00), F(0x6aec00));
   snrt_dead(c, 0x8eec00, 262144);
-  snrt_reads(c, 192, 3, (const int64_t[]){0x65900, 65536, 0x92ec00, 65536, 0x139200, 65536});
-  /*   192 update    SGD                blocks.1.fc2.weight/sgd  live 12.1 MiB */
-  snrt_sgd(c, &P166, F(0x65900), F(0x92ec00), F(0x139200));
+  snrt_reads(c, 186, 3, (const int64_t[]){0x65900, 65536, 0x92ec00, 65536, 0x139200, 65536});
+  /*   186 update    SGD                blocks.1.fc2.weight/sgd  live 12.1 MiB */
+  snrt_sgd(c, &P160, F(0x65900), F(0x92ec00), F(0x139200));
   snrt_dead(c, 0x92ec00, 65536);
-  snrt_reads(c, 193, 3, (const int64_t[]){0x75900, 256, 0x6aec00, 256, 0x149200, 256});
-  /*   193 update    SGD                blocks.1.fc2.bias/sgd  live 12.0 MiB */
-  snrt_sgd(c, &P167, F(0x75900), F(0x6aec00), F(0x149200));
+  snrt_reads(c, 187, 3, (const int64_t[]){0x75900, 256, 0x6aec00, 256, 0x149200, 256});
+  /*   187 update    SGD                blocks.1.fc2.bias/sgd  live 12.0 MiB */
+  snrt_sgd(c, &P161, F(0x75900), F(0x6aec00), F(0x149200));
   snrt_dead(c, 0x6aec00, 256);
-  snrt_reads(c, 194, 2, (const int64_t[]){0x5aec00, 1048576, 0x7aec00, 1048576});
-  /*   194 backward  FUSED_BWD          /blocks.1/Mul_2/fused5/bwd  live 13.0 MiB */
-  snrt_fused_bwd(c, &P168, (const float *const[]){F(0x5aec00)}, NULL, F(0x7aec00), (float *const[]){F(0x6aec00)});
-  snrt_dead(c, 0x5aec00, 1048576);
+  snrt_reads(c, 188, 2, (const int64_t[]){0x4aec00, 1048576, 0x7aec00, 1048576});
+  /*   188 backward  FUSED_BWD          /blocks.1/Mul_2/fused5/bwd  live 13.0 MiB */
+  snrt_fused_bwd(c, &P162, (const float *const[]){F(0x4aec00)}, NULL, F(0x7aec00), (float *const[]){F(0x6aec00)});
+  snrt_dead(c, 0x4aec00, 1048576);
   snrt_dead(c, 0x7aec00, 1048576);
-  snrt_reads(c, 195, 2, (const int64_t[]){0x6aec00, 1048576, 0x55500, 65536});
-  /*   195 backward  MATMUL_RAW         /blocks.1/fc/MatMul+bias/bwd_a  live 11.3 MiB */
-  snrt_matmul(c, &P169, F(0x6aec00), F(0x55500), F(0x5aec00));
-  snrt_reads(c, 196, 2, (const int64_t[]){0x6aec00, 1048576, 0x126ec00, 262144});
-  /*   196 backward  MATMUL_RAW         /blocks.1/fc/MatMul+bias/bwd_b  live 11.3 MiB */
-  snrt_matmul(c, &P170, F(0x6aec00), F(0x126ec00), F(0x5eec00));
+  snrt_reads(c, 189, 2, (const int64_t[]){0x6aec00, 1048576, 0x55500, 65536});
+  /*   189 backward  MATMUL_RAW         /blocks.1/fc/MatMul+bias/bwd_a  live 11.3 MiB */
+  snrt_matmul(c, &P163, F(0x6aec00), F(0x55500), F(0x4aec00));
+  snrt_reads(c, 190, 2, (const int64_t[]){0x6aec00, 1048576, 0x126ec00, 262144});
+  /*   190 backward  MATMUL_RAW         /blocks.1/fc/MatMul+bias/bwd_b  live 11.3 MiB */
+  snrt_matmul(c, &P164, F(0x6aec00), F(0x126ec00), F(0x4eec00));
   snrt_dead(c, 0x126ec00, 262144);
-  snrt_reads(c, 197, 1, (const int64_t[]){0x6aec00, 1048576});
-  /*   197 backward  BIAS_BWD           /blocks.1/fc/MatMul+bias/bwd_c  live 11.1 MiB */
-  snrt_bias_bwd(c, &P171, F(0x6aec00), F(0x5fec00));
+  snrt_reads(c, 191, 1, (const int64_t[]){0x6aec00, 1048576});
+  /*   191 backward  BIAS_BWD           /blocks.1/fc/MatMul+bias/bwd_c  live 11.1 MiB */
+  snrt_bias_bwd(c, &P165, F(0x6aec00), F(0x4fec00));
   snrt_dead(c, 0x6aec00, 1048576);
-  snrt_reads(c, 198, 3, (const int64_t[]){0x55500, 65536, 0x5eec00, 65536, 0x149300, 65536});
-  /*   198 update    SGD                blocks.1.fc.weight/sgd  live 10.1 MiB */
-  snrt_sgd(c, &P172, F(0x55500), F(0x5eec00), F(0x149300));
-  snrt_dead(c, 0x5eec00, 65536);
-  snrt_reads(c, 199, 3, (const int64_t[]){0x65500, 1024, 0x5fec00, 1024, 0x159300, 1024});
-  /*   199 update    SGD                blocks.1.fc.bias/sgd  live 10.0 MiB */
-  snrt_sgd(c, &P173, F(0x65500), F(0x5fec00), F(0x159300));
-  snrt_dead(c, 0x5fec00, 1024);
-  snrt_reads(c, 200, 5, (const int64_t[]){0x122ec00, 262144, 0x5aec00, 262144, 0x44f00, 256, 0x1755c00, 4096, 0x1756c00, 4096});
-  /*   200 backward  LN_BWD             /blocks.1/ln2/Add_1/layernorm/bwd  live 10.3 MiB */
-  snrt_ln_bwd(c, &P40, F(0x122ec00), F(0x5aec00), F(0x44f00), F(0x1755c00), F(0x1756c00), F(0x5eec00), F(0x62ec00), F(0x62ed00));
+  snrt_reads(c, 192, 3, (const int64_t[]){0x55500, 65536, 0x4eec00, 65536, 0x149300, 65536});
+  /*   192 update    SGD                blocks.1.fc.weight/sgd  live 10.1 MiB */
+  snrt_sgd(c, &P166, F(0x55500), F(0x4eec00), F(0x149300));
+  snrt_dead(c, 0x4eec00, 65536);
+  snrt_reads(c, 193, 3, (const int64_t[]){0x65500, 1024, 0x4fec00, 1024, 0x159300, 1024});
+  /*   193 update    SGD                blocks.1.fc.bias/sgd  live 10.0 MiB */
+  snrt_sgd(c, &P167, F(0x65500), F(0x4fec00), F(0x159300));
+  snrt_dead(c, 0x4fec00, 1024);
+  snrt_reads(c, 194, 5, (const int64_t[]){0x122ec00, 262144, 0x4aec00, 262144, 0x44f00, 256, 0x1755c00, 4096, 0x1756c00, 4096});
+  /*   194 backward  LN_BWD             /blocks.1/ln2/Add_1/layernorm/bwd  live 10.3 MiB */
+  snrt_ln_bwd(c, &P38, F(0x122ec00), F(0x4aec00), F(0x44f00), F(0x1755c00), F(0x1756c00), F(0x4eec00), F(0x52ec00), F(0x52ed00));
   snrt_dead(c, 0x122ec00, 262144);
   snrt_dead(c, 0x1755c00, 4096);
   snrt_dead(c, 0x1756c00, 4096);
-  snrt_dead(c, 0x5aec00, 262144);
-  snrt_reads(c, 201, 2, (const int64_t[]){0x8aec00, 262144, 0x5eec00, 262144});
-  /*   201 backward  ACCUMULATE         /blocks.1/ln2/Add_1/layernorm/accumulate  live 9.8 MiB */
-  snrt_add(c, 65536, F(0x8aec00), F(0x5eec00), F(0x8aec00));
-  snrt_dead(c, 0x5eec00, 262144);
-  snrt_reads(c, 202, 3, (const int64_t[]){0x44f00, 256, 0x62ec00, 256, 0x159700, 256});
-  /*   202 update    SGD                blocks.1.ln2.weight/sgd  live 9.5 MiB */
-  snrt_sgd(c, &P174, F(0x44f00), F(0x62ec00), F(0x159700));
-  snrt_dead(c, 0x62ec00, 256);
-  snrt_reads(c, 203, 3, (const int64_t[]){0x45000, 256, 0x62ed00, 256, 0x159800, 256});
-  /*   203 update    SGD                blocks.1.ln2.bias/sgd  live 9.5 MiB */
-  snrt_sgd(c, &P175, F(0x45000), F(0x62ed00), F(0x159800));
-  snrt_dead(c, 0x62ed00, 256);
-  snrt_reads(c, 204, 1, (const int64_t[]){0x8aec00, 262144});
-  /*   204 backward  BINARY_BWD         /blocks.1/Add/bwd  live 10.0 MiB */
-  snrt_binary_bwd(c, &P39, NULL, NULL, F(0x8aec00), F(0x7aec00), F(0x5aec00));
+  snrt_dead(c, 0x4aec00, 262144);
+  snrt_reads(c, 195, 2, (const int64_t[]){0x8aec00, 262144, 0x4eec00, 262144});
+  /*   195 backward  ACCUMULATE         /blocks.1/ln2/Add_1/layernorm/accumulate  live 9.8 MiB */
+  snrt_add(c, 65536, F(0x8aec00), F(0x4eec00), F(0x8aec00));
+  snrt_dead(c, 0x4eec00, 262144);
+  snrt_reads(c, 196, 3, (const int64_t[]){0x44f00, 256, 0x52ec00, 256, 0x159700, 256});
+  /*   196 update    SGD                blocks.1.ln2.weight/sgd  live 9.5 MiB */
+  snrt_sgd(c, &P168, F(0x44f00), F(0x52ec00), F(0x159700));
+  snrt_dead(c, 0x52ec00, 256);
+  snrt_reads(c, 197, 3, (const int64_t[]){0x45000, 256, 0x52ed00, 256, 0x159800, 256});
+  /*   197 update    SGD                blocks.1.ln2.bias/sgd  live 9.5 MiB */
+  snrt_sgd(c, &P169, F(0x45000), F(0x52ed00), F(0x159800));
+  snrt_dead(c, 0x52ed00, 256);
+  snrt_reads(c, 198, 1, (const int64_t[]){0x8aec00, 262144});
+  /*   198 backward  BINARY_BWD         /blocks.1/Add/bwd  live 10.0 MiB */
+  snrt_binary_bwd(c, &P37, NULL, NULL, F(0x8aec00), F(0x6aec00), F(0x4aec00));
   snrt_dead(c, 0x8aec00, 262144);
-  snrt_reads(c, 205, 2, (const int64_t[]){0x5aec00, 262144, 0x51400, 16384});
-  /*   205 backward  MATMUL_RAW         /blocks.1/proj/MatMul+bias/bwd_a  live 10.0 MiB */
-  snrt_matmul(c, &P176, F(0x5aec00), F(0x51400), F(0x5eec00));
-  snrt_reads(c, 206, 2, (const int64_t[]){0x5aec00, 262144, 0x11eec00, 262144});
-  /*   206 backward  MATMUL_RAW         /blocks.1/proj/MatMul+bias/bwd_b  live 10.0 MiB */
-  snrt_matmul(c, &P177, F(0x5aec00), F(0x11eec00), F(0x62ec00));
+  snrt_reads(c, 199, 2, (const int64_t[]){0x4aec00, 262144, 0x51400, 16384});
+  /*   199 backward  MATMUL_RAW         /blocks.1/proj/MatMul+bias/bwd_a  live 10.0 MiB */
+  snrt_matmul(c, &P170, F(0x4aec00), F(0x51400), F(0x4eec00));
+  snrt_reads(c, 200, 2, (const int64_t[]){0x4aec00, 262144, 0x11eec00, 262144});
+  /*   200 backward  MATMUL_RAW         /blocks.1/proj/MatMul+bias/bwd_b  live 10.0 MiB */
+  snrt_matmul(c, &P171, F(0x4aec00), F(0x11eec00), F(0x52ec00));
   snrt_dead(c, 0x11eec00, 262144);
-  snrt_reads(c, 207, 1, (const int64_t[]){0x5aec00, 262144});
-  /*   207 backward  BIAS_BWD           /blocks.1/proj/MatMul+bias/bwd_c  live 9.8 MiB */
-  snrt_bias_bwd(c, &P178, F(0x5aec00), F(0x632c00));
-  snrt_dead(c, 0x5aec00, 262144);
-  snrt_reads(c, 208, 3, (const int64_t[]){0x51400, 16384, 0x62ec00, 16384, 0x159900, 16384});
-  /*   208 update    SGD                blocks.1.proj.weight/sgd  live 9.5 MiB */
-  snrt_sgd(c, &P179, F(0x51400), F(0x62ec00), F(0x159900));
-  snrt_dead(c, 0x62ec00, 16384);
-  snrt_reads(c, 209, 3, (const int64_t[]){0x55400, 256, 0x632c00, 256, 0x15d900, 256});
-  /*   209 update    SGD                blocks.1.proj.bias/sgd  live 9.5 MiB */
-  snrt_sgd(c, &P180, F(0x55400), F(0x632c00), F(0x15d900));
-  snrt_dead(c, 0x632c00, 256);
-  snrt_reads(c, 210, 1, (const int64_t[]){0x5eec00, 262144});
-  /*   210 backward  Identity           /blocks.1/Reshape_3/bwd  live 9.8 MiB */
-  snrt_copy(c, 262144, F(0x5eec00), F(0x5aec00));
-  snrt_dead(c, 0x5eec00, 262144);
-  snrt_reads(c, 211, 1, (const int64_t[]){0x5aec00, 262144});
-  /*   211 backward  Transpose          /blocks.1/Transpose_3/bwd  live 9.8 MiB */
-  snrt_transpose(c, &P181, F(0x5aec00), F(0x6aec00));
-  snrt_dead(c, 0x5aec00, 262144);
-  snrt_reads(c, 212, 2, (const int64_t[]){0x6aec00, 262144, 0x116ec00, 262144});
-  /*   212 backward  MATMUL_RAW         /blocks.1/MatMul_1/bwd_a  live 10.5 MiB */
-  snrt_matmul(c, &P182, F(0x6aec00), F(0x116ec00), F(0x5aec00));
+  snrt_reads(c, 201, 1, (const int64_t[]){0x4aec00, 262144});
+  /*   201 backward  BIAS_BWD           /blocks.1/proj/MatMul+bias/bwd_c  live 9.8 MiB */
+  snrt_bias_bwd(c, &P172, F(0x4aec00), F(0x532c00));
+  snrt_dead(c, 0x4aec00, 262144);
+  snrt_reads(c, 202, 3, (const int64_t[]){0x51400, 16384, 0x52ec00, 16384, 0x159900, 16384});
+  /*   202 update    SGD                blocks.1.proj.weight/sgd  live 9.5 MiB */
+  snrt_sgd(c, &P173, F(0x51400), F(0x52ec00), F(0x159900));
+  snrt_dead(c, 0x52ec00, 16384);
+  snrt_reads(c, 203, 3, (const int64_t[]){0x55400, 256, 0x532c00, 256, 0x15d900, 256});
+  /*   203 update    SGD                blocks.1.proj.bias/sgd  live 9.5 MiB */
+  snrt_sgd(c, &P174, F(0x55400), F(0x532c00), F(0x15d900));
+  snrt_dead(c, 0x532c00, 256);
+  snrt_reads(c, 204, 1, (const int64_t[]){0x4eec00, 262144});
+  /*   204 backward  Identity           /blocks.1/Reshape_3/bwd  live 9.8 MiB */
+  snrt_copy(c, 262144, F(0x4eec00), F(0x4aec00));
+  snrt_dead(c, 0x4eec00, 262144);
+  snrt_reads(c, 205, 1, (const int64_t[]){0x4aec00, 262144});
+  /*   205 backward  Transpose          /blocks.1/Transpose_3/bwd  live 9.8 MiB */
+  snrt_transpose(c, &P175, F(0x4aec00), F(0x6eec00));
+  snrt_dead(c, 0x4aec00, 262144);
+  snrt_reads(c, 206, 2, (const int64_t[]){0x6eec00, 262144, 0x116ec00, 262144});
+  /*   206 backward  MATMUL_RAW         /blocks.1/MatMul_1/bwd_a  live 10.5 MiB */
+  snrt_matmul(c, &P176, F(0x6eec00), F(0x116ec00), F(0x4aec00));
   snrt_dead(c, 0x116ec00, 262144);
-  snrt_reads(c, 213, 2, (const int64_t[]){0x4aec00, 1048576, 0x6aec00, 262144});
-  /*   213 backward  MATMUL_RAW         /blocks.1/MatMul_1/bwd_b  live 10.5 MiB */
-  snrt_matmul(c, &P183, F(0x4aec00), F(0x6aec00), F(0x7eec00));
-  snrt_dead(c, 0x6aec00, 262144);
-  snrt_reads(c, 214, 2, (const int64_t[]){0x4aec00, 1048576, 0x5aec00, 1048576});
-  /*   214 backward  SOFTMAX_BWD        /blocks.1/Softmax/bwd  live 11.3 MiB */
-  snrt_softmax_bwd(c, &P34, F(0x4aec00), F(0x5aec00), F(0x6aec00));
-  snrt_dead(c, 0x4aec00, 1048576);
+  snrt_reads(c, 207, 2, (const int64_t[]){0x5aec00, 1048576, 0x6eec00, 262144});
+  /*   207 backward  MATMUL_RAW         /blocks.1/MatMul_1/bwd_b  live 10.5 MiB */
+  snrt_matmul(c, &P177, F(0x5aec00), F(0x6eec00), F(0x72ec00));
+  snrt_dead(c, 0x6eec00, 262144);
+  snrt_reads(c, 208, 2, (const int64_t[]){0x5aec00, 1048576, 0x4aec00, 1048576});
+  /*   208 backward  SOFTMAX_BWD        /blocks.1/Softmax/bwd  live 10.3 MiB */
+  snrt_softmax_bwd(c, &P32, F(0x5aec00), F(0x4aec00), F(0x4aec00));
   snrt_dead(c, 0x5aec00, 1048576);
-  snrt_reads(c, 215, 1, (const int64_t[]){0x6aec00, 1048576});
-  /*   215 backward  Where              /blocks.1/Where/bwd  live 10.3 MiB */
-  snrt_where(c, &P184, F(0x6aec00), F(0x4aec00));
-  snrt_dead(c, 0x6aec00, 1048576);
-  snrt_reads(c, 216, 2, (const int64_t[]){0x4aec00, 1048576, 0x11aec00, 262144});
-  /*   216 backward  MATMUL_RAW         /blocks.1/MatMul*scale/bwd_a  live 9.5 MiB */
-  snrt_matmul(c, &P185, F(0x4aec00), F(0x11aec00), F(0x5aec00));
+  snrt_reads(c, 209, 2, (const int64_t[]){0x4aec00, 1048576, 0x11aec00, 262144});
+  /*   209 backward  MATMUL_RAW         /blocks.1/MatMul*scale/bwd_a  live 9.5 MiB */
+  snrt_matmul(c, &P178, F(0x4aec00), F(0x11aec00), F(0x5aec00));
   snrt_dead(c, 0x11aec00, 262144);
-  snrt_reads(c, 217, 2, (const int64_t[]){0x112ec00, 262144, 0x4aec00, 1048576});
-  /*   217 backward  MATMUL_RAW         /blocks.1/MatMul*scale/bwd_b  live 9.5 MiB */
-  snrt_matmul(c, &P186, F(0x112ec00), F(0x4aec00), F(0x5eec00));
+  snrt_reads(c, 210, 2, (const int64_t[]){0x112ec00, 262144, 0x4aec00, 1048576});
+  /*   210 backward  MATMUL_RAW         /blocks.1/MatMul*scale/bwd_b  live 9.5 MiB */
+  snrt_matmul(c, &P179, F(0x112ec00), F(0x4aec00), F(0x5eec00));
   snrt_dead(c, 0x112ec00, 262144);
   snrt_dead(c, 0x4aec00, 1048576);
-  snrt_reads(c, 218, 1, (const int64_t[]){0x5eec00, 262144});
-  /*   218 backward  Transpose          /blocks.1/Transpose_2/bwd  live 8.5 MiB */
-  snrt_transpose(c, &P187, F(0x5eec00), F(0x4aec00));
+  snrt_reads(c, 211, 1, (const int64_t[]){0x5eec00, 262144});
+  /*   211 backward  Transpose          /blocks.1/Transpose_2/bwd  live 8.5 MiB */
+  snrt_transpose(c, &P180, F(0x5eec00), F(0x4aec00));
   snrt_dead(c, 0x5eec00, 262144);
-  snrt_reads(c, 219, 1, (const int64_t[]){0x7eec00, 262144});
-  /*   219 backward  Transpose          /blocks.1/Transpose_1/bwd  live 8.5 MiB */
-  snrt_transpose(c, &P188, F(0x7eec00), F(0x4eec00));
-  snrt_dead(c, 0x7eec00, 262144);
-  snrt_reads(c, 220, 1, (const int64_t[]){0x4eec00, 262144});
-  /*   220 backward  Identity           /blocks.1/Reshape_2/bwd  live 8.5 MiB */
+  snrt_reads(c, 212, 1, (const int64_t[]){0x72ec00, 262144});
+  /*   212 backward  Transpose          /blocks.1/Transpose_1/bwd  live 8.5 MiB */
+  snrt_transpose(c, &P181, F(0x72ec00), F(0x4eec00));
+  snrt_dead(c, 0x72ec00, 262144);
+  snrt_reads(c, 213, 1, (const int64_t[]){0x4eec00, 262144});
+  /*   213 backward  Identity           /blocks.1/Reshape_2/bwd  live 8.5 MiB */
   snrt_copy(c, 262144, F(0x4eec00), F(0x56ec00));
   snrt_dead(c, 0x4eec00, 262144);
-  snrt_reads(c, 221, 1, (const int64_t[]){0x4aec00, 262144});
-  /*   221 backward  Identity           /blocks.1/Reshape_1/bwd  live 8.5 MiB */
+  snrt_reads(c, 214, 1, (const int64_t[]){0x4aec00, 262144});
+  /*   214 backward  Identity           /blocks.1/Reshape_1/bwd  live 8.5 MiB */
   snrt_copy(c, 262144, F(0x4aec00), F(0x5eec00));
   snrt_dead(c, 0x4aec00, 262144);
-  snrt_reads(c, 222, 1, (const int64_t[]){0x5aec00, 262144});
-  /*   222 backward  Transpose          /blocks.1/Transpose/bwd  live 8.5 MiB */
-  snrt_transpose(c, &P189, F(0x5aec00), F(0x4aec00));
+  snrt_reads(c, 215, 1, (const int64_t[]){0x5aec00, 262144});
+  /*   215 backward  Transpose          /blocks.1/Transpose/bwd  live 8.5 MiB */
+  snrt_transpose(c, &P182, F(0x5aec00), F(0x4aec00));
   snrt_dead(c, 0x5aec00, 262144);
-  snrt_reads(c, 223, 1, (const int64_t[]){0x4aec00, 262144});
-  /*   223 backward  Identity           /blocks.1/Reshape/bwd  live 8.5 MiB */
+  snrt_reads(c, 216, 1, (const int64_t[]){0x4aec00, 262144});
+  /*   216 backward  Identity           /blocks.1/Reshape/bwd  live 8.5 MiB */
   snrt_copy(c, 262144, F(0x4aec00), F(0x5aec00));
   snrt_dead(c, 0x4aec00, 262144);
-  snrt_reads(c, 224, 3, (const int64_t[]){0x5aec00, 262144, 0x5eec00, 262144, 0x56ec00, 262144});
-  /*   224 backward  Concat             /blocks.1/Split/bwd  live 9.0 MiB */
-  snrt_concat(c, &P28, (const float *const[]){F(0x5aec00), F(0x5eec00), F(0x56ec00)}, F(0x4aec00));
+  snrt_reads(c, 217, 3, (const int64_t[]){0x5aec00, 262144, 0x5eec00, 262144, 0x56ec00, 262144});
+  /*   217 backward  Concat             /blocks.1/Split/bwd  live 9.0 MiB */
+  snrt_concat(c, &P27, (const float *const[]){F(0x5aec00), F(0x5eec00), F(0x56ec00)}, F(0x4aec00));
   snrt_dead(c, 0x56ec00, 262144);
   snrt_dead(c, 0x5eec00, 262144);
   snrt_dead(c, 0x5aec00, 262144);
-  snrt_reads(c, 225, 2, (const int64_t[]){0x4aec00, 786432, 0x45100, 49152});
-  /*   225 backward  MATMUL_RAW         /blocks.1/qkv/MatMul+bias/bwd_a  live 8.5 MiB */
-  snrt_matmul(c, &P190, F(0x4aec00), F(0x45100), F(0x56ec00));
-  snrt_reads(c, 226, 2, (const int64_t[]){0x4aec00, 786432, 0x10eec00, 262144});
-  /*   226 backward  MATMUL_RAW         /blocks.1/qkv/MatMul+bias/bwd_b  live 8.6 MiB */
-  snrt_matmul(c, &P191, F(0x4aec00), F(0x10eec00), F(0x5aec00));
+  snrt_reads(c, 218, 2, (const int64_t[]){0x4aec00, 786432, 0x45100, 49152});
+  /*   218 backward  MATMUL_RAW         /blocks.1/qkv/MatMul+bias/bwd_a  live 8.5 MiB */
+  snrt_matmul(c, &P183, F(0x4aec00), F(0x45100), F(0x56ec00));
+  snrt_reads(c, 219, 2, (const int64_t[]){0x4aec00, 786432, 0x10eec00, 262144});
+  /*   219 backward  MATMUL_RAW         /blocks.1/qkv/MatMul+bias/bwd_b  live 8.6 MiB */
+  snrt_matmul(c, &P184, F(0x4aec00), F(0x10eec00), F(0x5aec00));
   snrt_dead(c, 0x10eec00, 262144);
-  snrt_reads(c, 227, 1, (const int64_t[]){0x4aec00, 786432});
-  /*   227 backward  BIAS_BWD           /blocks.1/qkv/MatMul+bias/bwd_c  live 8.3 MiB */
-  snrt_bias_bwd(c, &P192, F(0x4aec00), F(0x5bac00));
+  snrt_reads(c, 220, 1, (const int64_t[]){0x4aec00, 786432});
+  /*   220 backward  BIAS_BWD           /blocks.1/qkv/MatMul+bias/bwd_c  live 8.3 MiB */
+  snrt_bias_bwd(c, &P185, F(0x4aec00), F(0x5bac00));
   snrt_dead(c, 0x4aec00, 786432);
-  snrt_reads(c, 228, 3, (const int64_t[]){0x45100, 49152, 0x5aec00, 49152, 0x15da00, 49152});
-  /*   228 update    SGD                blocks.1.qkv.weight/sgd  live 7.6 MiB */
-  snrt_sgd(c, &P193, F(0x45100), F(0x5aec00), F(0x15da00));
+  snrt_reads(c, 221, 3, (const int64_t[]){0x45100, 49152, 0x5aec00, 49152, 0x15da00, 49152});
+  /*   221 update    SGD                blocks.1.qkv.weight/sgd  live 7.6 MiB */
+  snrt_sgd(c, &P186, F(0x45100), F(0x5aec00), F(0x15da00));
   snrt_dead(c, 0x5aec00, 49152);
-  snrt_reads(c, 229, 3, (const int64_t[]){0x51100, 768, 0x5bac00, 768, 0x169a00, 768});
-  /*   229 update    SGD                blocks.1.qkv.bias/sgd  live 7.5 MiB */
-  snrt_sgd(c, &P194, F(0x51100), F(0x5bac00), F(0x169a00));
+  snrt_reads(c, 222, 3, (const int64_t[]){0x51100, 768, 0x5bac00, 768, 0x169a00, 768});
+  /*   222 update    SGD                blocks.1.qkv.bias/sgd  live 7.5 MiB */
+  snrt_sgd(c, &P187, F(0x51100), F(0x5bac00), F(0x169a00));
   snrt_dead(c, 0x5bac00, 768);
-  snrt_reads(c, 230, 5, (const int64_t[]){0x10aec00, 262144, 0x56ec00, 262144, 0x44d00, 256, 0x1753c00, 4096, 0x1754c00, 4096});
-  /*   230 backward  LN_BWD             /blocks.1/ln1/Add_1/layernorm/bwd  live 7.8 MiB */
-  snrt_ln_bwd(c, &P25, F(0x10aec00), F(0x56ec00), F(0x44d00), F(0x1753c00), F(0x1754c00), F(0x4aec00), F(0x4eec00), F(0x4eed00));
+  snrt_reads(c, 223, 5, (const int64_t[]){0x10aec00, 262144, 0x56ec00, 262144, 0x44d00, 256, 0x1753c00, 4096, 0x1754c00, 4096});
+  /*   223 backward  LN_BWD             /blocks.1/ln1/Add_1/layernorm/bwd  live 7.8 MiB */
+  snrt_ln_bwd(c, &P24, F(0x10aec00), F(0x56ec00), F(0x44d00), F(0x1753c00), F(0x1754c00), F(0x4aec00), F(0x4eec00), F(0x4eed00));
   snrt_dead(c, 0x10aec00, 262144);
   snrt_dead(c, 0x1753c00, 4096);
   snrt_dead(c, 0x1754c00, 4096);
   snrt_dead(c, 0x56ec00, 262144);
-  snrt_reads(c, 231, 2, (const int64_t[]){0x7aec00, 262144, 0x4aec00, 262144});
-  /*   231 backward  ACCUMULATE         /blocks.1/ln1/Add_1/layernorm/accumulate  live 7.3 MiB */
-  snrt_add(c, 65536, F(0x7aec00), F(0x4aec00), F(0x7aec00));
+  snrt_reads(c, 224, 2, (const int64_t[]){0x6aec00, 262144, 0x4aec00, 262144});
+  /*   224 backward  ACCUMULATE         /blocks.1/ln1/Add_1/layernorm/accumulate  live 7.3 MiB */
+  snrt_add(c, 65536, F(0x6aec00), F(0x4aec00), F(0x6aec00));
   snrt_dead(c, 0x4aec00, 262144);
-  snrt_reads(c, 232, 3, (const int64_t[]){0x44d00, 256, 0x4eec00, 256, 0x169d00, 256});
-  /*   232 update    SGD                blocks.1.ln1.weight/sgd  live 7.0 MiB */
-  snrt_sgd(c, &P195, F(0x44d00), F(0x4eec00), F(0x169d00));
+  snrt_reads(c, 225, 3, (const int64_t[]){0x44d00, 256, 0x4eec00, 256, 0x169d00, 256});
+  /*   225 update    SGD                blocks.1.ln1.weight/sgd  live 7.0 MiB */
+  snrt_sgd(c, &P188, F(0x44d00), F(0x4eec00), F(0x169d00));
   snrt_dead(c, 0x4eec00, 256);
-  snrt_reads(c, 233, 3, (const int64_t[]){0x44e00, 256, 0x4eed00, 256, 0x169e00, 256});
-  /*   233 update    SGD                blocks.1.ln1.bias/sgd  live 7.0 MiB */
-  snrt_sgd(c, &P196, F(0x44e00), F(0x4eed00), F(0x169e00));
+  snrt_reads(c, 226, 3, (const int64_t[]){0x44e00, 256, 0x4eed00, 256, 0x169e00, 256});
+  /*   226 update    SGD                blocks.1.ln1.bias/sgd  live 7.0 MiB */
+  snrt_sgd(c, &P189, F(0x44e00), F(0x4eed00), F(0x169e00));
   snrt_dead(c, 0x4eed00, 256);
-  snrt_reads(c, 234, 1, (const int64_t[]){0x7aec00, 262144});
-  /*   234 backward  BINARY_BWD         /blocks.0/Add_2/bwd  live 7.5 MiB */
-  snrt_binary_bwd(c, &P24, NULL, NULL, F(0x7aec00), F(0x5aec00), F(0x5eec00));
-  snrt_dead(c, 0x7aec00, 262144);
-  snrt_reads(c, 235, 2, (const int64_t[]){0x5eec00, 262144, 0x34c00, 65536});
-  /*   235 backward  MATMUL_RAW         /blocks.0/fc2/MatMul+bias/bwd_a  live 8.3 MiB */
-  snrt_matmul(c, &P197, F(0x5eec00), F(0x34c00), F(0x4aec00));
-  snrt_reads(c, 236, 2, (const int64_t[]){0x5eec00, 262144, 0x3aec00, 1048576});
-  /*   236 backward  MATMUL_RAW         /blocks.0/fc2/MatMul+bias/bwd_b  live 8.3 MiB */
-  snrt_matmul(c, &P198, F(0x5eec00), F(0x3aec00), F(0x62ec00));
+  snrt_reads(c, 227, 1, (const int64_t[]){0x6aec00, 262144});
+  /*   227 backward  BINARY_BWD         /blocks.0/Add_2/bwd  live 7.5 MiB */
+  snrt_binary_bwd(c, &P23, NULL, NULL, F(0x6aec00), F(0x5aec00), F(0x5eec00));
+  snrt_dead(c, 0x6aec00, 262144);
+  snrt_reads(c, 228, 2, (const int64_t[]){0x5eec00, 262144, 0x34c00, 65536});
+  /*   228 backward  MATMUL_RAW         /blocks.0/fc2/MatMul+bias/bwd_a  live 8.3 MiB */
+  snrt_matmul(c, &P190, F(0x5eec00), F(0x34c00), F(0x4aec00));
+  snrt_reads(c, 229, 2, (const int64_t[]){0x5eec00, 262144, 0x3aec00, 1048576});
+  /*   229 backward  MATMUL_RAW         /blocks.0/fc2/MatMul+bias/bwd_b  live 8.3 MiB */
+  snrt_matmul(c, &P191, F(0x5eec00), F(0x3aec00), F(0x62ec00));
   snrt_dead(c, 0x3aec00, 1048576);
-  snrt_reads(c, 237, 1, (const int64_t[]){0x5eec00, 262144});
-  /*   237 backward  BIAS_BWD           /blocks.0/fc2/MatMul+bias/bwd_c  live 7.3 MiB */
-  snrt_bias_bwd(c, &P199, F(0x5eec00), F(0x3aec00));
+  snrt_reads(c, 230, 1, (const int64_t[]){0x5eec00, 262144});
+  /*   230 backward  BIAS_BWD           /blocks.0/fc2/MatMul+bias/bwd_c  live 7.3 MiB */
+  snrt_bias_bwd(c, &P192, F(0x5eec00), F(0x3aec00));
   snrt_dead(c, 0x5eec00, 262144);
-  snrt_reads(c, 238, 3, (const int64_t[]){0x34c00, 65536, 0x62ec00, 65536, 0x169f00, 65536});
-  /*   238 update    SGD                blocks.0.fc2.weight/sgd  live 7.1 MiB */
-  snrt_sgd(c, &P200, F(0x34c00), F(0x62ec00), F(0x169f00));
+  snrt_reads(c, 231, 3, (const int64_t[]){0x34c00, 65536, 0x62ec00, 65536, 0x169f00, 65536});
+  /*   231 update    SGD                blocks.0.fc2.weight/sgd  live 7.1 MiB */
+  snrt_sgd(c, &P193, F(0x34c00), F(0x62ec00), F(0x169f00));
   snrt_dead(c, 0x62ec00, 65536);
-  snrt_reads(c, 239, 3, (const int64_t[]){0x44c00, 256, 0x3aec00, 256, 0x179f00, 256});
-  /*   239 update    SGD                blocks.0.fc2.bias/sgd  live 7.0 MiB */
-  snrt_sgd(c, &P201, F(0x44c00), F(0x3aec00), F(0x179f00));
+  snrt_reads(c, 232, 3, (const int64_t[]){0x44c00, 256, 0x3aec00, 256, 0x179f00, 256});
+  /*   232 update    SGD                blocks.0.fc2.bias/sgd  live 7.0 MiB */
+  snrt_sgd(c, &P194, F(0x44c00), F(0x3aec00), F(0x179f00));
   snrt_dead(c, 0x3aec00, 256);
-  snrt_reads(c, 240, 2, (const int64_t[]){0x2aec00, 1048576, 0x4aec00, 1048576});
-  /*   240 backward  FUSED_BWD          /blocks.0/Mul_2/fused5/bwd  live 8.0 MiB */
-  snrt_fused_bwd(c, &P202, (const float *const[]){F(0x2aec00)}, NULL, F(0x4aec00), (float *const[]){F(0x3aec00)});
-  snrt_dead(c, 0x2aec00, 1048576);
+  snrt_reads(c, 233, 2, (const int64_t[]){0x1aec00, 1048576, 0x4aec00, 1048576});
+  /*   233 backward  FUSED_BWD          /blocks.0/Mul_2/fused5/bwd  live 8.0 MiB */
+  snrt_fused_bwd(c, &P195, (const float *const[]){F(0x1aec00)}, NULL, F(0x4aec00), (float *const[]){F(0x3aec00)});
+  snrt_dead(c, 0x1aec00, 1048576);
   snrt_dead(c, 0x4aec00, 1048576);
-  snrt_reads(c, 241, 2, (const int64_t[]){0x3aec00, 1048576, 0x24800, 65536});
-  /*   241 backward  MATMUL_RAW         /blocks.0/fc/MatMul+bias/bwd_a  live 6.3 MiB */
-  snrt_matmul(c, &P203, F(0x3aec00), F(0x24800), F(0x2aec00));
-  snrt_reads(c, 242, 2, (const int64_t[]){0x3aec00, 1048576, 0x106ec00, 262144});
-  /*   242 backward  MATMUL_RAW         /blocks.0/fc/MatMul+bias/bwd_b  live 6.3 MiB */
-  snrt_matmul(c, &P204, F(0x3aec00), F(0x106ec00), F(0x2eec00));
+  snrt_reads(c, 234, 2, (const int64_t[]){0x3aec00, 1048576, 0x24800, 65536});
+  /*   234 backward  MATMUL_RAW         /blocks.0/fc/MatMul+bias/bwd_a  live 6.3 MiB */
+  snrt_matmul(c, &P196, F(0x3aec00), F(0x24800), F(0x1aec00));
+  snrt_reads(c, 235, 2, (const int64_t[]){0x3aec00, 1048576, 0x106ec00, 262144});
+  /*   235 backward  MATMUL_RAW         /blocks.0/fc/MatMul+bias/bwd_b  live 6.3 MiB */
+  snrt_matmul(c, &P197, F(0x3aec00), F(0x106ec00), F(0x1eec00));
   snrt_dead(c, 0x106ec00, 262144);
-  snrt_reads(c, 243, 1, (const int64_t[]){0x3aec00, 1048576});
-  /*   243 backward  BIAS_BWD           /blocks.0/fc/MatMul+bias/bwd_c  live 6.1 MiB */
-  snrt_bias_bwd(c, &P205, F(0x3aec00), F(0x2fec00));
+  snrt_reads(c, 236, 1, (const int64_t[]){0x3aec00, 1048576});
+  /*   236 backward  BIAS_BWD           /blocks.0/fc/MatMul+bias/bwd_c  live 6.1 MiB */
+  snrt_bias_bwd(c, &P198, F(0x3aec00), F(0x1fec00));
   snrt_dead(c, 0x3aec00, 1048576);
-  snrt_reads(c, 244, 3, (const int64_t[]){0x24800, 65536, 0x2eec00, 65536, 0x17a000, 65536});
-  /*   244 update    SGD                blocks.0.fc.weight/sgd  live 5.1 MiB */
-  snrt_sgd(c, &P206, F(0x24800), F(0x2eec00), F(0x17a000));
-  snrt_dead(c, 0x2eec00, 65536);
-  snrt_reads(c, 245, 3, (const int64_t[]){0x34800, 1024, 0x2fec00, 1024, 0x18a000, 1024});
-  /*   245 update    SGD                blocks.0.fc.bias/sgd  live 5.0 MiB */
-  snrt_sgd(c, &P207, F(0x34800), F(0x2fec00), F(0x18a000));
-  snrt_dead(c, 0x2fec00, 1024);
-  snrt_reads(c, 246, 5, (const int64_t[]){0x102ec00, 262144, 0x2aec00, 262144, 0x14200, 256, 0x1751c00, 4096, 0x1752c00, 4096});
-  /*   246 backward  LN_BWD             /blocks.0/ln2/Add_1/layernorm/bwd  live 5.3 MiB */
-  snrt_ln_bwd(c, &P18, F(0x102ec00), F(0x2aec00), F(0x14200), F(0x1751c00), F(0x1752c00), F(0x2eec00), F(0x32ec00), F(0x32ed00));
+  snrt_reads(c, 237, 3, (const int64_t[]){0x24800, 65536, 0x1eec00, 65536, 0x17a000, 65536});
+  /*   237 update    SGD                blocks.0.fc.weight/sgd  live 5.1 MiB */
+  snrt_sgd(c, &P199, F(0x24800), F(0x1eec00), F(0x17a000));
+  snrt_dead(c, 0x1eec00, 65536);
+  snrt_reads(c, 238, 3, (const int64_t[]){0x34800, 1024, 0x1fec00, 1024, 0x18a000, 1024});
+  /*   238 update    SGD                blocks.0.fc.bias/sgd  live 5.0 MiB */
+  snrt_sgd(c, &P200, F(0x34800), F(0x1fec00), F(0x18a000));
+  snrt_dead(c, 0x1fec00, 1024);
+  snrt_reads(c, 239, 5, (const int64_t[]){0x102ec00, 262144, 0x1aec00, 262144, 0x14200, 256, 0x1751c00, 4096, 0x1752c00, 4096});
+  /*   239 backward  LN_BWD             /blocks.0/ln2/Add_1/layernorm/bwd  live 5.3 MiB */
+  snrt_ln_bwd(c, &P17, F(0x102ec00), F(0x1aec00), F(0x14200), F(0x1751c00), F(0x1752c00), F(0x1eec00), F(0x22ec00), F(0x22ed00));
   snrt_dead(c, 0x102ec00, 262144);
   snrt_dead(c, 0x1751c00, 4096);
   snrt_dead(c, 0x1752c00, 4096);
-  snrt_dead(c, 0x2aec00, 262144);
-  snrt_reads(c, 247, 2, (const int64_t[]){0x5aec00, 262144, 0x2eec00, 262144});
-  /*   247 backward  ACCUMULATE         /blocks.0/ln2/Add_1/layernorm/accumulate  live 4.8 MiB */
-  snrt_add(c, 65536, F(0x5aec00), F(0x2eec00), F(0x5aec00));
-  snrt_dead(c, 0x2eec00, 262144);
-  snrt_reads(c, 248, 3, (const int64_t[]){0x14200, 256, 0x32ec00, 256, 0x18a400, 256});
-  /*   248 update    SGD                blocks.0.ln2.weight/sgd  live 4.5 MiB */
-  snrt_sgd(c, &P208, F(0x14200), F(0x32ec00), F(0x18a400));
-  snrt_dead(c, 0x32ec00, 256);
-  snrt_reads(c, 249, 3, (const int64_t[]){0x14300, 256, 0x32ed00, 256, 0x18a500, 256});
-  /*   249 update    SGD                blocks.0.ln2.bias/sgd  live 4.5 MiB */
-  snrt_sgd(c, &P209, F(0x14300), F(0x32ed00), F(0x18a500));
-  snrt_dead(c, 0x32ed00, 256);
-  snrt_reads(c, 250, 1, (const int64_t[]){0x5aec00, 262144});
-  /*   250 backward  BINARY_BWD         /blocks.0/Add/bwd  live 5.0 MiB */
-  snrt_binary_bwd(c, &P17, NULL, NULL, F(0x5aec00), F(0x4aec00), F(0x2aec00));
+  snrt_dead(c, 0x1aec00, 262144);
+  snrt_reads(c, 240, 2, (const int64_t[]){0x5aec00, 262144, 0x1eec00, 262144});
+  /*   240 backward  ACCUMULATE         /blocks.0/ln2/Add_1/layernorm/accumulate  live 4.8 MiB */
+  snrt_add(c, 65536, F(0x5aec00), F(0x1eec00), F(0x5aec00));
+  snrt_dead(c, 0x1eec00, 262144);
+  snrt_reads(c, 241, 3, (const int64_t[]){0x14200, 256, 0x22ec00, 256, 0x18a400, 256});
+  /*   241 update    SGD                blocks.0.ln2.weight/sgd  live 4.5 MiB */
+  snrt_sgd(c, &P201, F(0x14200), F(0x22ec00), F(0x18a400));
+  snrt_dead(c, 0x22ec00, 256);
+  snrt_reads(c, 242, 3, (const int64_t[]){0x14300, 256, 0x22ed00, 256, 0x18a500, 256});
+  /*   242 update    SGD                blocks.0.ln2.bias/sgd  live 4.5 MiB */
+  snrt_sgd(c, &P202, F(0x14300), F(0x22ed00), F(0x18a500));
+  snrt_dead(c, 0x22ed00, 256);
+  snrt_reads(c, 243, 1, (const int64_t[]){0x5aec00, 262144});
+  /*   243 backward  BINARY_BWD         /blocks.0/Add/bwd  live 5.0 MiB */
+  snrt_binary_bwd(c, &P16, NULL, NULL, F(0x5aec00), F(0x3aec00), F(0x1aec00));
   snrt_dead(c, 0x5aec00, 262144);
-  snrt_reads(c, 251, 2, (const int64_t[]){0x2aec00, 262144, 0x20700, 16384});
-  /*   251 backward  MATMUL_RAW         /blocks.0/proj/MatMul+bias/bwd_a  live 5.0 MiB */
-  snrt_matmul(c, &P210, F(0x2aec00), F(0x20700), F(0x2eec00));
-  snrt_reads(c, 252, 2, (const int64_t[]){0x2aec00, 262144, 0xfeec00, 262144});
-  /*   252 backward  MATMUL_RAW         /blocks.0/proj/MatMul+bias/bwd_b  live 5.0 MiB */
-  snrt_matmul(c, &P211, F(0x2aec00), F(0xfeec00), F(0x32ec00));
+  snrt_reads(c, 244, 2, (const int64_t[]){0x1aec00, 262144, 0x20700, 16384});
+  /*   244 backward  MATMUL_RAW         /blocks.0/proj/MatMul+bias/bwd_a  live 5.0 MiB */
+  snrt_matmul(c, &P203, F(0x1aec00), F(0x20700), F(0x1eec00));
+  snrt_reads(c, 245, 2, (const int64_t[]){0x1aec00, 262144, 0xfeec00, 262144});
+  /*   245 backward  MATMUL_RAW         /blocks.0/proj/MatMul+bias/bwd_b  live 5.0 MiB */
+  snrt_matmul(c, &P204, F(0x1aec00), F(0xfeec00), F(0x22ec00));
   snrt_dead(c, 0xfeec00, 262144);
-  snrt_reads(c, 253, 1, (const int64_t[]){0x2aec00, 262144});
-  /*   253 backward  BIAS_BWD           /blocks.0/proj/MatMul+bias/bwd_c  live 4.8 MiB */
-  snrt_bias_bwd(c, &P212, F(0x2aec00), F(0x332c00));
-  snrt_dead(c, 0x2aec00, 262144);
-  snrt_reads(c, 254, 3, (const int64_t[]){0x20700, 16384, 0x32ec00, 16384, 0x18a600, 16384});
-  /*   254 update    SGD                blocks.0.proj.weight/sgd  live 4.5 MiB */
-  snrt_sgd(c, &P213, F(0x20700), F(0x32ec00), F(0x18a600));
-  snrt_dead(c, 0x32ec00, 16384);
-  snrt_reads(c, 255, 3, (const int64_t[]){0x24700, 256, 0x332c00, 256, 0x18e600, 256});
-  /*   255 update    SGD                blocks.0.proj.bias/sgd  live 4.5 MiB */
-  snrt_sgd(c, &P214, F(0x24700), F(0x332c00), F(0x18e600));
-  snrt_dead(c, 0x332c00, 256);
-  snrt_reads(c, 256, 1, (const int64_t[]){0x2eec00, 262144});
-  /*   256 backward  Identity           /blocks.0/Reshape_3/bwd  live 4.8 MiB */
-  snrt_copy(c, 262144, F(0x2eec00), F(0x2aec00));
-  snrt_dead(c, 0x2eec00, 262144);
-  snrt_reads(c, 257, 1, (const int64_t[]){0x2aec00, 262144});
-  /*   257 backward  Transpose          /blocks.0/Transpose_3/bwd  live 4.8 MiB */
-  snrt_transpose(c, &P215, F(0x2aec00), F(0x3aec00));
-  snrt_dead(c, 0x2aec00, 262144);
-  snrt_reads(c, 258, 2, (const int64_t[]){0x3aec00, 262144, 0xf6ec00, 262144});
-  /*   258 backward  MATMUL_RAW         /blocks.0/MatMul_1/bwd_a  live 5.5 MiB */
-  snrt_matmul(c, &P216, F(0x3aec00), F(0xf6ec00), F(0x2aec00));
+  snrt_reads(c, 246, 1, (const int64_t[]){0x1aec00, 262144});
+  /*   246 backward  BIAS_BWD           /blocks.0/proj/MatMul+bias/bwd_c  live 4.8 MiB */
+  snrt_bias_bwd(c, &P205, F(0x1aec00), F(0x232c00));
+  snrt_dead(c, 0x1aec00, 262144);
+  snrt_reads(c, 247, 3, (const int64_t[]){0x20700, 16384, 0x22ec00, 16384, 0x18a600, 16384});
+  /*   247 update    SGD                blocks.0.proj.weight/sgd  live 4.5 MiB */
+  snrt_sgd(c, &P206, F(0x20700), F(0x22ec00), F(0x18a600));
+  snrt_dead(c, 0x22ec00, 16384);
+  snrt_reads(c, 248, 3, (const int64_t[]){0x24700, 256, 0x232c00, 256, 0x18e600, 256});
+  /*   248 update    SGD                blocks.0.proj.bias/sgd  live 4.5 MiB */
+  snrt_sgd(c, &P207, F(0x24700), F(0x232c00), F(0x18e600));
+  snrt_dead(c, 0x232c00, 256);
+  snrt_reads(c, 249, 1, (const int64_t[]){0x1eec00, 262144});
+  /*   249 backward  Identity           /blocks.0/Reshape_3/bwd  live 4.8 MiB */
+  snrt_copy(c, 262144, F(0x1eec00), F(0x1aec00));
+  snrt_dead(c, 0x1eec00, 262144);
+  snrt_reads(c, 250, 1, (const int64_t[]){0x1aec00, 262144});
+  /*   250 backward  Transpose          /blocks.0/Transpose_3/bwd  live 4.8 MiB */
+  snrt_transpose(c, &P208, F(0x1aec00), F(0x3eec00));
+  snrt_dead(c, 0x1aec00, 262144);
+  snrt_reads(c, 251, 2, (const int64_t[]){0x3eec00, 262144, 0xf6ec00, 262144});
+  /*   251 backward  MATMUL_RAW         /blocks.0/MatMul_1/bwd_a  live 5.5 MiB */
+  snrt_matmul(c, &P209, F(0x3eec00), F(0xf6ec00), F(0x1aec00));
   snrt_dead(c, 0xf6ec00, 262144);
-  snrt_reads(c, 259, 2, (const int64_t[]){0x1aec00, 1048576, 0x3aec00, 262144});
-  /*   259 backward  MATMUL_RAW         /blocks.0/MatMul_1/bwd_b  live 5.5 MiB */
-  snrt_matmul(c, &P217, F(0x1aec00), F(0x3aec00), F(0x4eec00));
-  snrt_dead(c, 0x3aec00, 262144);
-  snrt_reads(c, 260, 2, (const int64_t[]){0x1aec00, 1048576, 0x2aec00, 1048576});
-  /*   260 backward  SOFTMAX_BWD        /blocks.0/Softmax/bwd  live 6.3 MiB */
-  snrt_softmax_bwd(c, &P12, F(0x1aec00), F(0x2aec00), F(0x3aec00));
-  snrt_dead(c, 0x1aec00, 1048576);
+  snrt_reads(c, 252, 2, (const int64_t[]){0x2aec00, 1048576, 0x3eec00, 262144});
+  /*   252 backward  MATMUL_RAW         /blocks.0/MatMul_1/bwd_b  live 5.5 MiB */
+  snrt_matmul(c, &P210, F(0x2aec00), F(0x3eec00), F(0x42ec00));
+  snrt_dead(c, 0x3eec00, 262144);
+  snrt_reads(c, 253, 2, (const int64_t[]){0x2aec00, 1048576, 0x1aec00, 1048576});
+  /*   253 backward  SOFTMAX_BWD        /blocks.0/Softmax/bwd  live 5.3 MiB */
+  snrt_softmax_bwd(c, &P11, F(0x2aec00), F(0x1aec00), F(0x1aec00));
   snrt_dead(c, 0x2aec00, 1048576);
-  snrt_reads(c, 261, 1, (const int64_t[]){0x3aec00, 1048576});
-  /*   261 backward  Where              /blocks.0/Where/bwd  live 5.3 MiB */
-  snrt_where(c, &P218, F(0x3aec00), F(0x1aec00));
-  snrt_dead(c, 0x3aec00, 1048576);
-  snrt_reads(c, 262, 2, (const int64_t[]){0x1aec00, 1048576, 0xfaec00, 262144});
-  /*   262 backward  MATMUL_RAW         /blocks.0/MatMul*scale/bwd_a  live 4.5 MiB */
-  snrt_matmul(c, &P219, F(0x1aec00), F(0xfaec00), F(0x2aec00));
+  snrt_reads(c, 254, 2, (const int64_t[]){0x1aec00, 1048576, 0xfaec00, 262144});
+  /*   254 backward  MATMUL_RAW         /blocks.0/MatMul*scale/bwd_a  live 4.5 MiB */
+  snrt_matmul(c, &P211, F(0x1aec00), F(0xfaec00), F(0x2aec00));
   snrt_dead(c, 0xfaec00, 262144);
-  snrt_reads(c, 263, 2, (const int64_t[]){0xf2ec00, 262144, 0x1aec00, 1048576});
-  /*   263 backward  MATMUL_RAW         /blocks.0/MatMul*scale/bwd_b  live 4.5 MiB */
-  snrt_matmul(c, &P220, F(0xf2ec00), F(0x1aec00), F(0x2eec00));
+  snrt_reads(c, 255, 2, (const int64_t[]){0xf2ec00, 262144, 0x1aec00, 1048576});
+  /*   255 backward  MATMUL_RAW         /blocks.0/MatMul*scale/bwd_b  live 4.5 MiB */
+  snrt_matmul(c, &P212, F(0xf2ec00), F(0x1aec00), F(0x2eec00));
   snrt_dead(c, 0xf2ec00, 262144);
   snrt_dead(c, 0x1aec00, 1048576);
-  snrt_reads(c, 264, 1, (const int64_t[]){0x2eec00, 262144});
-  /*   264 backward  Transpose          /blocks.0/Transpose_2/bwd  live 3.5 MiB */
-  snrt_transpose(c, &P221, F(0x2eec00), F(0x1aec00));
+  snrt_reads(c, 256, 1, (const int64_t[]){0x2eec00, 262144});
+  /*   256 backward  Transpose          /blocks.0/Transpose_2/bwd  live 3.5 MiB */
+  snrt_transpose(c, &P213, F(0x2eec00), F(0x1aec00));
   snrt_dead(c, 0x2eec00, 262144);
-  snrt_reads(c, 265, 1, (const int64_t[]){0x4eec00, 262144});
-  /*   265 backward  Transpose          /blocks.0/Transpose_1/bwd  live 3.5 MiB */
-  snrt_transpose(c, &P222, F(0x4eec00), F(0x1eec00));
-  snrt_dead(c, 0x4eec00, 262144);
-  snrt_reads(c, 266, 1, (const int64_t[]){0x1eec00, 262144});
-  /*   266 backward  Identity           /blocks.0/Reshape_2/bwd  live 3.5 MiB */
+  snrt_reads(c, 257, 1, (const int64_t[]){0x42ec00, 262144});
+  /*   257 backward  Transpose          /blocks.0/Transpose_1/bwd  live 3.5 MiB */
+  snrt_transpose(c, &P214, F(0x42ec00), F(0x1eec00));
+  snrt_dead(c, 0x42ec00, 262144);
+  snrt_reads(c, 258, 1, (const int64_t[]){0x1eec00, 262144});
+  /*   258 backward  Identity           /blocks.0/Reshape_2/bwd  live 3.5 MiB */
   snrt_copy(c, 262144, F(0x1eec00), F(0x26ec00));
   snrt_dead(c, 0x1eec00, 262144);
-  snrt_reads(c, 267, 1, (const int64_t[]){0x1aec00, 262144});
-  /*   267 backward  Identity           /blocks.0/Reshape_1/bwd  live 3.5 MiB */
+  snrt_reads(c, 259, 1, (const int64_t[]){0x1aec00, 262144});
+  /*   259 backward  Identity           /blocks.0/Reshape_1/bwd  live 3.5 MiB */
   snrt_copy(c, 262144, F(0x1aec00), F(0x2eec00));
   snrt_dead(c, 0x1aec00, 262144);
-  snrt_reads(c, 268, 1, (const int64_t[]){0x2aec00, 262144});
-  /*   268 backward  Transpose          /blocks.0/Transpose/bwd  live 3.5 MiB */
-  snrt_transpose(c, &P223, F(0x2aec00), F(0x1aec00));
+  snrt_reads(c, 260, 1, (const int64_t[]){0x2aec00, 262144});
+  /*   260 backward  Transpose          /blocks.0/Transpose/bwd  live 3.5 MiB */
+  snrt_transpose(c, &P215, F(0x2aec00), F(0x1aec00));
   snrt_dead(c, 0x2aec00, 262144);
-  snrt_reads(c, 269, 1, (const int64_t[]){0x1aec00, 262144});
-  /*   269 backward  Identity           /blocks.0/Reshape/bwd  live 3.5 MiB */
+  snrt_reads(c, 261, 1, (const int64_t[]){0x1aec00, 262144});
+  /*   261 backward  Identity           /blocks.0/Reshape/bwd  live 3.5 MiB */
   snrt_copy(c, 262144, F(0x1aec00), F(0x2aec00));
   snrt_dead(c, 0x1aec00, 262144);
-  snrt_reads(c, 270, 3, (const int64_t[]){0x2aec00, 262144, 0x2eec00, 262144, 0x26ec00, 262144});
-  /*   270 backward  Concat             /blocks.0/Split/bwd  live 4.0 MiB */
+  snrt_reads(c, 262, 3, (const int64_t[]){0x2aec00, 262144, 0x2eec00, 262144, 0x26ec00, 262144});
+  /*   262 backward  Concat             /blocks.0/Split/bwd  live 4.0 MiB */
   snrt_concat(c, &P6, (const float *const[]){F(0x2aec00), F(0x2eec00), F(0x26ec00)}, F(0x1aec00));
   snrt_dead(c, 0x26ec00, 262144);
   snrt_dead(c, 0x2eec00, 262144);
   snrt_dead(c, 0x2aec00, 262144);
-  snrt_reads(c, 271, 2, (const int64_t[]){0x1aec00, 786432, 0x14400, 49152});
-  /*   271 backward  MATMUL_RAW         /blocks.0/qkv/MatMul+bias/bwd_a  live 3.5 MiB */
-  snrt_matmul(c, &P224, F(0x1aec00), F(0x14400), F(0x26ec00));
-  snrt_reads(c, 272, 2, (const int64_t[]){0x1aec00, 786432, 0xeeec00, 262144});
-  /*   272 backward  MATMUL_RAW         /blocks.0/qkv/MatMul+bias/bwd_b  live 3.6 MiB */
-  snrt_matmul(c, &P225, F(0x1aec00), F(0xeeec00), F(0x2aec00));
+  snrt_reads(c, 263, 2, (const int64_t[]){0x1aec00, 786432, 0x14400, 49152});
+  /*   263 backward  MATMUL_RAW         /blocks.0/qkv/MatMul+bias/bwd_a  live 3.5 MiB */
+  snrt_matmul(c, &P216, F(0x1aec00), F(0x14400), F(0x26ec00));
+  snrt_reads(c, 264, 2, (const int64_t[]){0x1aec00, 786432, 0xeeec00, 262144});
+  /*   264 backward  MATMUL_RAW         /blocks.0/qkv/MatMul+bias/bwd_b  live 3.6 MiB */
+  snrt_matmul(c, &P217, F(0x1aec00), F(0xeeec00), F(0x2aec00));
   snrt_dead(c, 0xeeec00, 262144);
-  snrt_reads(c, 273, 1, (const int64_t[]){0x1aec00, 786432});
-  /*   273 backward  BIAS_BWD           /blocks.0/qkv/MatMul+bias/bwd_c  live 3.3 MiB */
-  snrt_bias_bwd(c, &P226, F(0x1aec00), F(0x2bac00));
+  snrt_reads(c, 265, 1, (const int64_t[]){0x1aec00, 786432});
+  /*   265 backward  BIAS_BWD           /blocks.0/qkv/MatMul+bias/bwd_c  live 3.3 MiB */
+  snrt_bias_bwd(c, &P218, F(0x1aec00), F(0x2bac00));
   snrt_dead(c, 0x1aec00, 786432);
-  snrt_reads(c, 274, 3, (const int64_t[]){0x14400, 49152, 0x2aec00, 49152, 0x18e700, 49152});
-  /*   274 update    SGD                blocks.0.qkv.weight/sgd  live 2.6 MiB */
-  snrt_sgd(c, &P227, F(0x14400), F(0x2aec00), F(0x18e700));
+  snrt_reads(c, 266, 3, (const int64_t[]){0x14400, 49152, 0x2aec00, 49152, 0x18e700, 49152});
+  /*   266 update    SGD                blocks.0.qkv.weight/sgd  live 2.6 MiB */
+  snrt_sgd(c, &P219, F(0x14400), F(0x2aec00), F(0x18e700));
   snrt_dead(c, 0x2aec00, 49152);
-  snrt_reads(c, 275, 3, (const int64_t[]){0x20400, 768, 0x2bac00, 768, 0x19a700, 768});
-  /*   275 update    SGD                blocks.0.qkv.bias/sgd  live 2.5 MiB */
-  snrt_sgd(c, &P228, F(0x20400), F(0x2bac00), F(0x19a700));
+  snrt_reads(c, 267, 3, (const int64_t[]){0x20400, 768, 0x2bac00, 768, 0x19a700, 768});
+  /*   267 update    SGD                blocks.0.qkv.bias/sgd  live 2.5 MiB */
+  snrt_sgd(c, &P220, F(0x20400), F(0x2bac00), F(0x19a700));
   snrt_dead(c, 0x2bac00, 768);
-  snrt_reads(c, 276, 5, (const int64_t[]){0xeaec00, 262144, 0x26ec00, 262144, 0x14000, 256, 0x174fc00, 4096, 0x1750c00, 4096});
-  /*   276 backward  LN_BWD             /blocks.0/ln1/Add_1/layernorm/bwd  live 2.8 MiB */
+  snrt_reads(c, 268, 5, (const int64_t[]){0xeaec00, 262144, 0x26ec00, 262144, 0x14000, 256, 0x174fc00, 4096, 0x1750c00, 4096});
+  /*   268 backward  LN_BWD             /blocks.0/ln1/Add_1/layernorm/bwd  live 2.8 MiB */
   snrt_ln_bwd(c, &P3, F(0xeaec00), F(0x26ec00), F(0x14000), F(0x174fc00), F(0x1750c00), F(0x1aec00), F(0x1eec00), F(0x1eed00));
   snrt_dead(c, 0xeaec00, 262144);
   snrt_dead(c, 0x174fc00, 4096);
   snrt_dead(c, 0x1750c00, 4096);
   snrt_dead(c, 0x26ec00, 262144);
-  snrt_reads(c, 277, 2, (const int64_t[]){0x4aec00, 262144, 0x1aec00, 262144});
-  /*   277 backward  ACCUMULATE         /blocks.0/ln1/Add_1/layernorm/accumulate  live 2.2 MiB */
-  snrt_add(c, 65536, F(0x4aec00), F(0x1aec00), F(0x4aec00));
+  snrt_reads(c, 269, 2, (const int64_t[]){0x3aec00, 262144, 0x1aec00, 262144});
+  /*   269 backward  ACCUMULATE         /blocks.0/ln1/Add_1/layernorm/accumulate  live 2.2 MiB */
+  snrt_add(c, 65536, F(0x3aec00), F(0x1aec00), F(0x3aec00));
   snrt_dead(c, 0x1aec00, 262144);
-  snrt_reads(c, 278, 3, (const int64_t[]){0x14000, 256, 0x1eec00, 256, 0x19aa00, 256});
-  /*   278 update    SGD                blocks.0.ln1.weight/sgd  live 2.0 MiB */
-  snrt_sgd(c, &P229, F(0x14000), F(0x1eec00), F(0x19aa00));
+  snrt_reads(c, 270, 3, (const int64_t[]){0x14000, 256, 0x1eec00, 256, 0x19aa00, 256});
+  /*   270 update    SGD                blocks.0.ln1.weight/sgd  live 2.0 MiB */
+  snrt_sgd(c, &P221, F(0x14000), F(0x1eec00), F(0x19aa00));
   snrt_dead(c, 0x1eec00, 256);
-  snrt_reads(c, 279, 3, (const int64_t[]){0x14100, 256, 0x1eed00, 256, 0x19ab00, 256});
-  /*   279 update    SGD                blocks.0.ln1.bias/sgd  live 2.0 MiB */
-  snrt_sgd(c, &P230, F(0x14100), F(0x1eed00), F(0x19ab00));
+  snrt_reads(c, 271, 3, (const int64_t[]){0x14100, 256, 0x1eed00, 256, 0x19ab00, 256});
+  /*   271 update    SGD                blocks.0.ln1.bias/sgd  live 2.0 MiB */
+  snrt_sgd(c, &P222, F(0x14100), F(0x1eed00), F(0x19ab00));
   snrt_dead(c, 0x1eed00, 256);
-  snrt_reads(c, 280, 1, (const int64_t[]){0x4aec00, 262144});
-  /*   280 backward  BINARY_BWD         /Add/bwd  live 2.3 MiB */
-  snrt_binary_bwd(c, &P2, NULL, NULL, F(0x4aec00), F(0x1aec00), F(0x1eec00));
-  snrt_dead(c, 0x4aec00, 262144);
-  snrt_reads(c, 281, 1, (const int64_t[]){0x1eec00, 16384});
-  /*   281 backward  GATHER_BWD         /wpe/Gather/bwd  live 2.0 MiB */
+  snrt_reads(c, 272, 1, (const int64_t[]){0x3aec00, 262144});
+  /*   272 backward  BINARY_BWD         /Add/bwd  live 2.3 MiB */
+  snrt_binary_bwd(c, &P2, NULL, NULL, F(0x3aec00), F(0x1aec00), F(0x1eec00));
+  snrt_dead(c, 0x3aec00, 262144);
+  snrt_reads(c, 273, 1, (const int64_t[]){0x1eec00, 16384});
+  /*   273 backward  GATHER_BWD         /wpe/Gather/bwd  live 2.0 MiB */
   snrt_gather_bwd(c, &P1, NULL, F(0x1eec00), F(0x1f2c00));
   snrt_dead(c, 0x1eec00, 16384);
-  snrt_reads(c, 282, 3, (const int64_t[]){0x10000, 16384, 0x1f2c00, 16384, 0x19ac00, 16384});
-  /*   282 update    SGD                wpe.weight/sgd  live 2.0 MiB */
-  snrt_sgd(c, &P231, F(0x10000), F(0x1f2c00), F(0x19ac00));
+  snrt_reads(c, 274, 3, (const int64_t[]){0x10000, 16384, 0x1f2c00, 16384, 0x19ac00, 16384});
+  /*   274 update    SGD                wpe.weight/sgd  live 2.0 MiB */
+  snrt_sgd(c, &P223, F(0x10000), F(0x1f2c00), F(0x19ac00));
   snrt_dead(c, 0x1f2c00, 16384);
-  snrt_reads(c, 283, 1, (const int64_t[]){0x1aec00, 262144});
-  /*   283 backward  GATHER_BWD         /wte/Gather/bwd  live 2.1 MiB */
+  snrt_reads(c, 275, 1, (const int64_t[]){0x1aec00, 262144});
+  /*   275 backward  GATHER_BWD         /wte/Gather/bwd  live 2.1 MiB */
   snrt_gather_bwd(c, &P0, I(0x174ec00), F(0x1aec00), F(0x1eec00));
   snrt_dead(c, 0x1aec00, 262144);
-  snrt_reads(c, 284, 2, (const int64_t[]){0x172ec00, 65536, 0x1eec00, 65536});
-  /*   284 backward  ACCUMULATE         /wte/Gather/accumulate  live 1.8 MiB */
+  snrt_reads(c, 276, 2, (const int64_t[]){0x172ec00, 65536, 0x1eec00, 65536});
+  /*   276 backward  ACCUMULATE         /wte/Gather/accumulate  live 1.8 MiB */
   snrt_add(c, 16384, F(0x172ec00), F(0x1eec00), F(0x172ec00));
   snrt_dead(c, 0x1eec00, 65536);
-  snrt_reads(c, 285, 3, (const int64_t[]){0x0, 65536, 0x172ec00, 65536, 0x19ec00, 65536});
-  /*   285 update    SGD                wte.weight/sgd  live 1.7 MiB */
-  snrt_sgd(c, &P232, F(0x0), F(0x172ec00), F(0x19ec00));
+  snrt_reads(c, 277, 3, (const int64_t[]){0x0, 65536, 0x172ec00, 65536, 0x19ec00, 65536});
+  /*   277 update    SGD                wte.weight/sgd  live 1.7 MiB */
+  snrt_sgd(c, &P224, F(0x0), F(0x172ec00), F(0x19ec00));
   snrt_dead(c, 0x172ec00, 65536);
 }
 
@@ -3483,400 +2407,384 @@ static void train_step(snrt_ctx *c) {
 
 static void eval_step_0(snrt_ctx *c) {
   char *const A = snrt_arena(c);
-  snrt_reads(c, 286, 1, (const int64_t[]){0x0, 65536});
-  /*   286 eval      Gather             /wte/Gather/eval  live 1.9 MiB */
+  snrt_reads(c, 278, 1, (const int64_t[]){0x0, 65536});
+  /*   278 eval      Gather             /wte/Gather/eval  live 1.9 MiB */
   snrt_gather_fwd(c, &P0, F(0x0), I(0x174ec00), F(0x1aec00));
-  snrt_reads(c, 287, 1, (const int64_t[]){0x10000, 16384});
-  /*   287 eval      Gather             /wpe/Gather/eval  live 1.9 MiB */
+  snrt_reads(c, 279, 1, (const int64_t[]){0x10000, 16384});
+  /*   279 eval      Gather             /wpe/Gather/eval  live 1.9 MiB */
   snrt_gather_fwd(c, &P1, F(0x10000), NULL, F(0x1eec00));
-  snrt_reads(c, 288, 2, (const int64_t[]){0x1aec00, 262144, 0x1eec00, 16384});
-  /*   288 eval      Add                /Add/eval  live 2.2 MiB */
+  snrt_reads(c, 280, 2, (const int64_t[]){0x1aec00, 262144, 0x1eec00, 16384});
+  /*   280 eval      Add                /Add/eval  live 2.2 MiB */
   snrt_binary_fwd(c, &P2, F(0x1aec00), F(0x1eec00), F(0x3aec00));
   snrt_dead(c, 0x1aec00, 262144);
   snrt_dead(c, 0x1eec00, 16384);
-  snrt_reads(c, 289, 3, (const int64_t[]){0x3aec00, 262144, 0x14000, 256, 0x14100, 256});
-  /*   289 eval      LayerNormalization /blocks.0/ln1/Add_1/layernorm/eval  live 2.2 MiB */
+  snrt_reads(c, 281, 3, (const int64_t[]){0x3aec00, 262144, 0x14000, 256, 0x14100, 256});
+  /*   281 eval      LayerNormalization /blocks.0/ln1/Add_1/layernorm/eval  live 2.2 MiB */
   snrt_ln_fwd(c, &P3, F(0x3aec00), F(0x14000), F(0x14100), F(0x26ec00), NULL, NULL);
-  snrt_reads(c, 290, 3, (const int64_t[]){0x26ec00, 262144, 0x14400, 49152, 0x20400, 768});
-  /*   290 eval      Gemm               /blocks.0/qkv/MatMul+bias/eval  live 2.9 MiB */
+  snrt_reads(c, 282, 3, (const int64_t[]){0x26ec00, 262144, 0x14400, 49152, 0x20400, 768});
+  /*   282 eval      Gemm               /blocks.0/qkv/MatMul+bias/eval  live 2.9 MiB */
   snrt_matmul(c, &P4, F(0x26ec00), F(0x14400), F(0x1aec00));
   snrt_bias_fwd(c, &P5, F(0x20400), F(0x1aec00));
   snrt_dead(c, 0x26ec00, 262144);
-  snrt_reads(c, 291, 1, (const int64_t[]){0x1aec00, 786432});
-  /*   291 eval      Split              /blocks.0/Split/eval  live 3.4 MiB */
+  snrt_reads(c, 283, 1, (const int64_t[]){0x1aec00, 786432});
+  /*   283 eval      Split              /blocks.0/Split/eval  live 3.4 MiB */
   snrt_split(c, &P6, F(0x1aec00), (float *const[]){F(0x26ec00), F(0x2aec00), F(0x2eec00)});
   snrt_dead(c, 0x1aec00, 786432);
-  snrt_reads(c, 292, 1, (const int64_t[]){0x26ec00, 262144});
-  /*   292 eval      Reshape            /blocks.0/Reshape/eval  live 2.9 MiB */
+  snrt_reads(c, 284, 1, (const int64_t[]){0x26ec00, 262144});
+  /*   284 eval      Reshape            /blocks.0/Reshape/eval  live 2.9 MiB */
   snrt_copy(c, 262144, F(0x26ec00), F(0x1aec00));
   snrt_dead(c, 0x26ec00, 262144);
-  snrt_reads(c, 293, 1, (const int64_t[]){0x1aec00, 262144});
-  /*   293 eval      Transpose          /blocks.0/Transpose/eval  live 2.9 MiB */
+  snrt_reads(c, 285, 1, (const int64_t[]){0x1aec00, 262144});
+  /*   285 eval      Transpose          /blocks.0/Transpose/eval  live 2.9 MiB */
   snrt_transpose(c, &P7, F(0x1aec00), F(0x32ec00));
   snrt_dead(c, 0x1aec00, 262144);
-  snrt_reads(c, 294, 1, (const int64_t[]){0x2aec00, 262144});
-  /*   294 eval      Reshape            /blocks.0/Reshape_1/eval  live 2.9 MiB */
+  snrt_reads(c, 286, 1, (const int64_t[]){0x2aec00, 262144});
+  /*   286 eval      Reshape            /blocks.0/Reshape_1/eval  live 2.9 MiB */
   snrt_copy(c, 262144, F(0x2aec00), F(0x1aec00));
   snrt_dead(c, 0x2aec00, 262144);
-  snrt_reads(c, 295, 1, (const int64_t[]){0x2eec00, 262144});
-  /*   295 eval      Reshape            /blocks.0/Reshape_2/eval  live 2.9 MiB */
+  snrt_reads(c, 287, 1, (const int64_t[]){0x2eec00, 262144});
+  /*   287 eval      Reshape            /blocks.0/Reshape_2/eval  live 2.9 MiB */
   snrt_copy(c, 262144, F(0x2eec00), F(0x1eec00));
   snrt_dead(c, 0x2eec00, 262144);
-  snrt_reads(c, 296, 1, (const int64_t[]){0x1eec00, 262144});
-  /*   296 eval      Transpose          /blocks.0/Transpose_1/eval  live 2.9 MiB */
+  snrt_reads(c, 288, 1, (const int64_t[]){0x1eec00, 262144});
+  /*   288 eval      Transpose          /blocks.0/Transpose_1/eval  live 2.9 MiB */
   snrt_transpose(c, &P8, F(0x1eec00), F(0x3eec00));
   snrt_dead(c, 0x1eec00, 262144);
-  snrt_reads(c, 297, 1, (const int64_t[]){0x1aec00, 262144});
-  /*   297 eval      Transpose          /blocks.0/Transpose_2/eval  live 2.9 MiB */
+  snrt_reads(c, 289, 1, (const int64_t[]){0x1aec00, 262144});
+  /*   289 eval      Transpose          /blocks.0/Transpose_2/eval  live 2.9 MiB */
   snrt_transpose(c, &P9, F(0x1aec00), F(0x2aec00));
   snrt_dead(c, 0x1aec00, 262144);
-  snrt_reads(c, 298, 2, (const int64_t[]){0x32ec00, 262144, 0x2aec00, 262144});
-  /*   298 eval      MatMul             /blocks.0/MatMul*scale/eval  live 3.7 MiB */
+  snrt_reads(c, 290, 2, (const int64_t[]){0x32ec00, 262144, 0x2aec00, 262144});
+  /*   290 eval      MatMul             /blocks.0/MatMul*scale/eval  live 3.7 MiB */
   snrt_matmul(c, &P10, F(0x32ec00), F(0x2aec00), F(0x1aec00));
   snrt_dead(c, 0x32ec00, 262144);
   snrt_dead(c, 0x2aec00, 262144);
+  snrt_reads(c, 291, 1, (const int64_t[]){0x1aec00, 1048576});
+  /*   291 eval      Softmax            /blocks.0/Softmax/eval  live 4.2 MiB */
+  snrt_softmax_fwd(c, &P11, F(0x1aec00), F(0x2aec00));
+  snrt_dead(c, 0x1aec00, 1048576);
+  snrt_reads(c, 292, 2, (const int64_t[]){0x2aec00, 1048576, 0x3eec00, 262144});
+  /*   292 eval      MatMul             /blocks.0/MatMul_1/eval  live 3.4 MiB */
+  snrt_matmul(c, &P12, F(0x2aec00), F(0x3eec00), F(0x1aec00));
+  snrt_dead(c, 0x3eec00, 262144);
+  snrt_dead(c, 0x2aec00, 1048576);
+  snrt_reads(c, 293, 1, (const int64_t[]){0x1aec00, 262144});
+  /*   293 eval      Transpose          /blocks.0/Transpose_3/eval  live 2.4 MiB */
+  snrt_transpose(c, &P13, F(0x1aec00), F(0x1eec00));
+  snrt_dead(c, 0x1aec00, 262144);
+  snrt_reads(c, 294, 1, (const int64_t[]){0x1eec00, 262144});
+  /*   294 eval      Reshape            /blocks.0/Reshape_3/eval  live 2.4 MiB */
+  snrt_copy(c, 262144, F(0x1eec00), F(0x1aec00));
+  snrt_dead(c, 0x1eec00, 262144);
+  snrt_reads(c, 295, 3, (const int64_t[]){0x1aec00, 262144, 0x20700, 16384, 0x24700, 256});
+  /*   295 eval      Gemm               /blocks.0/proj/MatMul+bias/eval  live 2.4 MiB */
+  snrt_matmul(c, &P14, F(0x1aec00), F(0x20700), F(0x1eec00));
+  snrt_bias_fwd(c, &P15, F(0x24700), F(0x1eec00));
+  snrt_dead(c, 0x1aec00, 262144);
+  snrt_reads(c, 296, 2, (const int64_t[]){0x3aec00, 262144, 0x1eec00, 262144});
+  /*   296 eval      Add                /blocks.0/Add/eval  live 2.4 MiB */
+  snrt_binary_fwd(c, &P16, F(0x3aec00), F(0x1eec00), F(0x3eec00));
+  snrt_dead(c, 0x3aec00, 262144);
+  snrt_dead(c, 0x1eec00, 262144);
+  snrt_reads(c, 297, 3, (const int64_t[]){0x3eec00, 262144, 0x14200, 256, 0x14300, 256});
+  /*   297 eval      LayerNormalization /blocks.0/ln2/Add_1/layernorm/eval  live 2.2 MiB */
+  snrt_ln_fwd(c, &P17, F(0x3eec00), F(0x14200), F(0x14300), F(0x2aec00), NULL, NULL);
+  snrt_reads(c, 298, 3, (const int64_t[]){0x2aec00, 262144, 0x24800, 65536, 0x34800, 1024});
+  /*   298 eval      Gemm               /blocks.0/fc/MatMul+bias/eval  live 3.2 MiB */
+  snrt_matmul(c, &P18, F(0x2aec00), F(0x24800), F(0x1aec00));
+  snrt_bias_fwd(c, &P19, F(0x34800), F(0x1aec00));
+  snrt_dead(c, 0x2aec00, 262144);
   snrt_reads(c, 299, 1, (const int64_t[]){0x1aec00, 1048576});
-  /*   299 eval      Where              /blocks.0/Where/eval  live 4.2 MiB */
-  snrt_where(c, &P11, F(0x1aec00), F(0x2aec00));
+  /*   299 eval      FUSED              /blocks.0/Mul_2/fused5/eval  live 3.9 MiB */
+  snrt_fused_fwd(c, &P20, (const float *const[]){F(0x1aec00)}, F(0x2aec00));
   snrt_dead(c, 0x1aec00, 1048576);
-  snrt_reads(c, 300, 1, (const int64_t[]){0x2aec00, 1048576});
-  /*   300 eval      Softmax            /blocks.0/Softmax/eval  live 4.2 MiB */
-  snrt_softmax_fwd(c, &P12, F(0x2aec00), F(0x1aec00));
+  snrt_reads(c, 300, 3, (const int64_t[]){0x2aec00, 1048576, 0x34c00, 65536, 0x44c00, 256});
+  /*   300 eval      Gemm               /blocks.0/fc2/MatMul+bias/eval  live 3.2 MiB */
+  snrt_matmul(c, &P21, F(0x2aec00), F(0x34c00), F(0x1aec00));
+  snrt_bias_fwd(c, &P22, F(0x44c00), F(0x1aec00));
   snrt_dead(c, 0x2aec00, 1048576);
-  snrt_reads(c, 301, 2, (const int64_t[]){0x1aec00, 1048576, 0x3eec00, 262144});
-  /*   301 eval      MatMul             /blocks.0/MatMul_1/eval  live 3.4 MiB */
-  snrt_matmul(c, &P13, F(0x1aec00), F(0x3eec00), F(0x2aec00));
-  snrt_dead(c, 0x3eec00, 262144);
-  snrt_dead(c, 0x1aec00, 1048576);
-  snrt_reads(c, 302, 1, (const int64_t[]){0x2aec00, 262144});
-  /*   302 eval      Transpose          /blocks.0/Transpose_3/eval  live 2.4 MiB */
-  snrt_transpose(c, &P14, F(0x2aec00), F(0x1aec00));
-  snrt_dead(c, 0x2aec00, 262144);
-  snrt_reads(c, 303, 1, (const int64_t[]){0x1aec00, 262144});
-  /*   303 eval      Reshape            /blocks.0/Reshape_3/eval  live 2.4 MiB */
-  snrt_copy(c, 262144, F(0x1aec00), F(0x1eec00));
-  snrt_dead(c, 0x1aec00, 262144);
-  snrt_reads(c, 304, 3, (const int64_t[]){0x1eec00, 262144, 0x20700, 16384, 0x24700, 256});
-  /*   304 eval      Gemm               /blocks.0/proj/MatMul+bias/eval  live 2.4 MiB */
-  snrt_matmul(c, &P15, F(0x1eec00), F(0x20700), F(0x1aec00));
-  snrt_bias_fwd(c, &P16, F(0x24700), F(0x1aec00));
-  snrt_dead(c, 0x1eec00, 262144);
-  snrt_reads(c, 305, 2, (const int64_t[]){0x3aec00, 262144, 0x1aec00, 262144});
-  /*   305 eval      Add                /blocks.0/Add/eval  live 2.4 MiB */
-  snrt_binary_fwd(c, &P17, F(0x3aec00), F(0x1aec00), F(0x3eec00));
-  snrt_dead(c, 0x3aec00, 262144);
-  snrt_dead(c, 0x1aec00, 262144);
-  snrt_reads(c, 306, 3, (const int64_t[]){0x3eec00, 262144, 0x14200, 256, 0x14300, 256});
-  /*   306 eval      LayerNormalization /blocks.0/ln2/Add_1/layernorm/eval  live 2.2 MiB */
-  snrt_ln_fwd(c, &P18, F(0x3eec00), F(0x14200), F(0x14300), F(0x2aec00), NULL, NULL);
-  snrt_reads(c, 307, 3, (const int64_t[]){0x2aec00, 262144, 0x24800, 65536, 0x34800, 1024});
-  /*   307 eval      Gemm               /blocks.0/fc/MatMul+bias/eval  live 3.2 MiB */
-  snrt_matmul(c, &P19, F(0x2aec00), F(0x24800), F(0x1aec00));
-  snrt_bias_fwd(c, &P20, F(0x34800), F(0x1aec00));
-  snrt_dead(c, 0x2aec00, 262144);
-  snrt_reads(c, 308, 1, (const int64_t[]){0x1aec00, 1048576});
-  /*   308 eval      FUSED              /blocks.0/Mul_2/fused5/eval  live 3.9 MiB */
-  snrt_fused_fwd(c, &P21, (const float *const[]){F(0x1aec00)}, F(0x2aec00));
-  snrt_dead(c, 0x1aec00, 1048576);
-  snrt_reads(c, 309, 3, (const int64_t[]){0x2aec00, 1048576, 0x34c00, 65536, 0x44c00, 256});
-  /*   309 eval      Gemm               /blocks.0/fc2/MatMul+bias/eval  live 3.2 MiB */
-  snrt_matmul(c, &P22, F(0x2aec00), F(0x34c00), F(0x1aec00));
-  snrt_bias_fwd(c, &P23, F(0x44c00), F(0x1aec00));
-  snrt_dead(c, 0x2aec00, 1048576);
-  snrt_reads(c, 310, 2, (const int64_t[]){0x3eec00, 262144, 0x1aec00, 262144});
-  /*   310 eval      Add                /blocks.0/Add_2/eval  live 2.4 MiB */
-  snrt_binary_fwd(c, &P24, F(0x3eec00), F(0x1aec00), F(0x3aec00));
+  snrt_reads(c, 301, 2, (const int64_t[]){0x3eec00, 262144, 0x1aec00, 262144});
+  /*   301 eval      Add                /blocks.0/Add_2/eval  live 2.4 MiB */
+  snrt_binary_fwd(c, &P23, F(0x3eec00), F(0x1aec00), F(0x3aec00));
   snrt_dead(c, 0x3eec00, 262144);
   snrt_dead(c, 0x1aec00, 262144);
-  snrt_reads(c, 311, 3, (const int64_t[]){0x3aec00, 262144, 0x44d00, 256, 0x44e00, 256});
-  /*   311 eval      LayerNormalization /blocks.1/ln1/Add_1/layernorm/eval  live 2.2 MiB */
-  snrt_ln_fwd(c, &P25, F(0x3aec00), F(0x44d00), F(0x44e00), F(0x26ec00), NULL, NULL);
-  snrt_reads(c, 312, 3, (const int64_t[]){0x26ec00, 262144, 0x45100, 49152, 0x51100, 768});
-  /*   312 eval      Gemm               /blocks.1/qkv/MatMul+bias/eval  live 2.9 MiB */
-  snrt_matmul(c, &P26, F(0x26ec00), F(0x45100), F(0x1aec00));
-  snrt_bias_fwd(c, &P27, F(0x51100), F(0x1aec00));
+  snrt_reads(c, 302, 3, (const int64_t[]){0x3aec00, 262144, 0x44d00, 256, 0x44e00, 256});
+  /*   302 eval      LayerNormalization /blocks.1/ln1/Add_1/layernorm/eval  live 2.2 MiB */
+  snrt_ln_fwd(c, &P24, F(0x3aec00), F(0x44d00), F(0x44e00), F(0x26ec00), NULL, NULL);
+  snrt_reads(c, 303, 3, (const int64_t[]){0x26ec00, 262144, 0x45100, 49152, 0x51100, 768});
+  /*   303 eval      Gemm               /blocks.1/qkv/MatMul+bias/eval  live 2.9 MiB */
+  snrt_matmul(c, &P25, F(0x26ec00), F(0x45100), F(0x1aec00));
+  snrt_bias_fwd(c, &P26, F(0x51100), F(0x1aec00));
   snrt_dead(c, 0x26ec00, 262144);
-  snrt_reads(c, 313, 1, (const int64_t[]){0x1aec00, 786432});
-  /*   313 eval      Split              /blocks.1/Split/eval  live 3.4 MiB */
-  snrt_split(c, &P28, F(0x1aec00), (float *const[]){F(0x26ec00), F(0x2aec00), F(0x2eec00)});
+  snrt_reads(c, 304, 1, (const int64_t[]){0x1aec00, 786432});
+  /*   304 eval      Split              /blocks.1/Split/eval  live 3.4 MiB */
+  snrt_split(c, &P27, F(0x1aec00), (float *const[]){F(0x26ec00), F(0x2aec00), F(0x2eec00)});
   snrt_dead(c, 0x1aec00, 786432);
-  snrt_reads(c, 314, 1, (const int64_t[]){0x26ec00, 262144});
-  /*   314 eval      Reshape            /blocks.1/Reshape/eval  live 2.9 MiB */
+  snrt_reads(c, 305, 1, (const int64_t[]){0x26ec00, 262144});
+  /*   305 eval      Reshape            /blocks.1/Reshape/eval  live 2.9 MiB */
   snrt_copy(c, 262144, F(0x26ec00), F(0x1aec00));
   snrt_dead(c, 0x26ec00, 262144);
-  snrt_reads(c, 315, 1, (const int64_t[]){0x1aec00, 262144});
-  /*   315 eval      Transpose          /blocks.1/Transpose/eval  live 2.9 MiB */
-  snrt_transpose(c, &P29, F(0x1aec00), F(0x32ec00));
+  snrt_reads(c, 306, 1, (const int64_t[]){0x1aec00, 262144});
+  /*   306 eval      Transpose          /blocks.1/Transpose/eval  live 2.9 MiB */
+  snrt_transpose(c, &P28, F(0x1aec00), F(0x32ec00));
   snrt_dead(c, 0x1aec00, 262144);
-  snrt_reads(c, 316, 1, (const int64_t[]){0x2aec00, 262144});
-  /*   316 eval      Reshape            /blocks.1/Reshape_1/eval  live 2.9 MiB */
+  snrt_reads(c, 307, 1, (const int64_t[]){0x2aec00, 262144});
+  /*   307 eval      Reshape            /blocks.1/Reshape_1/eval  live 2.9 MiB */
   snrt_copy(c, 262144, F(0x2aec00), F(0x1aec00));
   snrt_dead(c, 0x2aec00, 262144);
-  snrt_reads(c, 317, 1, (const int64_t[]){0x2eec00, 262144});
-  /*   317 eval      Reshape            /blocks.1/Reshape_2/eval  live 2.9 MiB */
+  snrt_reads(c, 308, 1, (const int64_t[]){0x2eec00, 262144});
+  /*   308 eval      Reshape            /blocks.1/Reshape_2/eval  live 2.9 MiB */
   snrt_copy(c, 262144, F(0x2eec00), F(0x1eec00));
   snrt_dead(c, 0x2eec00, 262144);
-  snrt_reads(c, 318, 1, (const int64_t[]){0x1eec00, 262144});
-  /*   318 eval      Transpose          /blocks.1/Transpose_1/eval  live 2.9 MiB */
-  snrt_transpose(c, &P30, F(0x1eec00), F(0x3eec00));
+  snrt_reads(c, 309, 1, (const int64_t[]){0x1eec00, 262144});
+  /*   309 eval      Transpose          /blocks.1/Transpose_1/eval  live 2.9 MiB */
+  snrt_transpose(c, &P29, F(0x1eec00), F(0x3eec00));
   snrt_dead(c, 0x1eec00, 262144);
-  snrt_reads(c, 319, 1, (const int64_t[]){0x1aec00, 262144});
-  /*   319 eval      Transpose          /blocks.1/Transpose_2/eval  live 2.9 MiB */
-  snrt_transpose(c, &P31, F(0x1aec00), F(0x2aec00));
+  snrt_reads(c, 310, 1, (const int64_t[]){0x1aec00, 262144});
+  /*   310 eval      Transpose          /blocks.1/Transpose_2/eval  live 2.9 MiB */
+  snrt_transpose(c, &P30, F(0x1aec00), F(0x2aec00));
   snrt_dead(c, 0x1aec00, 262144);
-  snrt_reads(c, 320, 2, (const int64_t[]){0x32ec00, 262144, 0x2aec00, 262144});
-  /*   320 eval      MatMul             /blocks.1/MatMul*scale/eval  live 3.7 MiB */
-  snrt_matmul(c, &P32, F(0x32ec00), F(0x2aec00), F(0x1aec00));
+  snrt_reads(c, 311, 2, (const int64_t[]){0x32ec00, 262144, 0x2aec00, 262144});
+  /*   311 eval      MatMul             /blocks.1/MatMul*scale/eval  live 3.7 MiB */
+  snrt_matmul(c, &P31, F(0x32ec00), F(0x2aec00), F(0x1aec00));
   snrt_dead(c, 0x32ec00, 262144);
   snrt_dead(c, 0x2aec00, 262144);
-  snrt_reads(c, 321, 1, (const int64_t[]){0x1aec00, 1048576});
-  /*   321 eval      Where              /blocks.1/Where/eval  live 4.2 MiB */
-  snrt_where(c, &P33, F(0x1aec00), F(0x2aec00));
+  snrt_reads(c, 312, 1, (const int64_t[]){0x1aec00, 1048576});
+  /*   312 eval      Softmax            /blocks.1/Softmax/eval  live 4.2 MiB */
+  snrt_softmax_fwd(c, &P32, F(0x1aec00), F(0x2aec00));
   snrt_dead(c, 0x1aec00, 1048576);
-  snrt_reads(c, 322, 1, (const int64_t[]){0x2aec00, 1048576});
-  /*   322 eval      Softmax            /blocks.1/Softmax/eval  live 4.2 MiB */
-  snrt_softmax_fwd(c, &P34, F(0x2aec00), F(0x1aec00));
-  snrt_dead(c, 0x2aec00, 1048576);
-  snrt_reads(c, 323, 2, (const int64_t[]){0x1aec00, 1048576, 0x3eec00, 262144});
-  /*   323 eval      MatMul             /blocks.1/MatMul_1/eval  live 3.4 MiB */
-  snrt_matmul(c, &P35, F(0x1aec00), F(0x3eec00), F(0x2aec00));
+  snrt_reads(c, 313, 2, (const int64_t[]){0x2aec00, 1048576, 0x3eec00, 262144});
+  /*   313 eval      MatMul             /blocks.1/MatMul_1/eval  live 3.4 MiB */
+  snrt_matmul(c, &P33, F(0x2aec00), F(0x3eec00), F(0x1aec00));
   snrt_dead(c, 0x3eec00, 262144);
-  snrt_dead(c, 0x1aec00, 1048576);
-  snrt_reads(c, 324, 1, (const int64_t[]){0x2aec00, 262144});
-  /*   324 eval      Transpose          /blocks.1/Transpose_3/eval  live 2.4 MiB */
-  snrt_transpose(c, &P36, F(0x2aec00), F(0x1aec00));
-  snrt_dead(c, 0x2aec00, 262144);
-  snrt_reads(c, 325, 1, (const int64_t[]){0x1aec00, 262144});
-  /*   325 eval      Reshape            /blocks.1/Reshape_3/eval  live 2.4 MiB */
-  snrt_copy(c, 262144, F(0x1aec00), F(0x1eec00));
+  snrt_dead(c, 0x2aec00, 1048576);
+  snrt_reads(c, 314, 1, (const int64_t[]){0x1aec00, 262144});
+  /*   314 eval      Transpose          /blocks.1/Transpose_3/eval  live 2.4 MiB */
+  snrt_transpose(c, &P34, F(0x1aec00), F(0x1eec00));
   snrt_dead(c, 0x1aec00, 262144);
-  snrt_reads(c, 326, 3, (const int64_t[]){0x1eec00, 262144, 0x51400, 16384, 0x55400, 256});
-  /*   326 eval      Gemm               /blocks.1/proj/MatMul+bias/eval  live 2.4 MiB */
-  snrt_matmul(c, &P37, F(0x1eec00), F(0x51400), F(0x1aec00));
-  snrt_bias_fwd(c, &P38, F(0x55400), F(0x1aec00));
+  snrt_reads(c, 315, 1, (const int64_t[]){0x1eec00, 262144});
+  /*   315 eval      Reshape            /blocks.1/Reshape_3/eval  live 2.4 MiB */
+  snrt_copy(c, 262144, F(0x1eec00), F(0x1aec00));
   snrt_dead(c, 0x1eec00, 262144);
-  snrt_reads(c, 327, 2, (const int64_t[]){0x3aec00, 262144, 0x1aec00, 262144});
-  /*   327 eval      Add                /blocks.1/Add/eval  live 2.4 MiB */
-  snrt_binary_fwd(c, &P39, F(0x3aec00), F(0x1aec00), F(0x3eec00));
-  snrt_dead(c, 0x3aec00, 262144);
+  snrt_reads(c, 316, 3, (const int64_t[]){0x1aec00, 262144, 0x51400, 16384, 0x55400, 256});
+  /*   316 eval      Gemm               /blocks.1/proj/MatMul+bias/eval  live 2.4 MiB */
+  snrt_matmul(c, &P35, F(0x1aec00), F(0x51400), F(0x1eec00));
+  snrt_bias_fwd(c, &P36, F(0x55400), F(0x1eec00));
   snrt_dead(c, 0x1aec00, 262144);
-  snrt_reads(c, 328, 3, (const int64_t[]){0x3eec00, 262144, 0x44f00, 256, 0x45000, 256});
-  /*   328 eval      LayerNormalization /blocks.1/ln2/Add_1/layernorm/eval  live 2.2 MiB */
-  snrt_ln_fwd(c, &P40, F(0x3eec00), F(0x44f00), F(0x45000), F(0x2aec00), NULL, NULL);
-  snrt_reads(c, 329, 3, (const int64_t[]){0x2aec00, 262144, 0x55500, 65536, 0x65500, 1024});
-  /*   329 eval      Gemm               /blocks.1/fc/MatMul+bias/eval  live 3.2 MiB */
-  snrt_matmul(c, &P41, F(0x2aec00), F(0x55500), F(0x1aec00));
-  snrt_bias_fwd(c, &P42, F(0x65500), F(0x1aec00));
+  snrt_reads(c, 317, 2, (const int64_t[]){0x3aec00, 262144, 0x1eec00, 262144});
+  /*   317 eval      Add                /blocks.1/Add/eval  live 2.4 MiB */
+  snrt_binary_fwd(c, &P37, F(0x3aec00), F(0x1eec00), F(0x3eec00));
+  snrt_dead(c, 0x3aec00, 262144);
+  snrt_dead(c, 0x1eec00, 262144);
+  snrt_reads(c, 318, 3, (const int64_t[]){0x3eec00, 262144, 0x44f00, 256, 0x45000, 256});
+  /*   318 eval      LayerNormalization /blocks.1/ln2/Add_1/layernorm/eval  live 2.2 MiB */
+  snrt_ln_fwd(c, &P38, F(0x3eec00), F(0x44f00), F(0x45000), F(0x2aec00), NULL, NULL);
+  snrt_reads(c, 319, 3, (const int64_t[]){0x2aec00, 262144, 0x55500, 65536, 0x65500, 1024});
+  /*   319 eval      Gemm               /blocks.1/fc/MatMul+bias/eval  live 3.2 MiB */
+  snrt_matmul(c, &P39, F(0x2aec00), F(0x55500), F(0x1aec00));
+  snrt_bias_fwd(c, &P40, F(0x65500), F(0x1aec00));
   snrt_dead(c, 0x2aec00, 262144);
-  snrt_reads(c, 330, 1, (const int64_t[]){0x1aec00, 1048576});
-  /*   330 eval      FUSED              /blocks.1/Mul_2/fused5/eval  live 3.9 MiB */
-  snrt_fused_fwd(c, &P43, (const float *const[]){F(0x1aec00)}, F(0x2aec00));
+  snrt_reads(c, 320, 1, (const int64_t[]){0x1aec00, 1048576});
+  /*   320 eval      FUSED              /blocks.1/Mul_2/fused5/eval  live 3.9 MiB */
+  snrt_fused_fwd(c, &P41, (const float *const[]){F(0x1aec00)}, F(0x2aec00));
   snrt_dead(c, 0x1aec00, 1048576);
-  snrt_reads(c, 331, 3, (const int64_t[]){0x2aec00, 1048576, 0x65900, 65536, 0x75900, 256});
-  /*   331 eval      Gemm               /blocks.1/fc2/MatMul+bias/eval  live 3.2 MiB */
-  snrt_matmul(c, &P44, F(0x2aec00), F(0x65900), F(0x1aec00));
-  snrt_bias_fwd(c, &P45, F(0x75900), F(0x1aec00));
+  snrt_reads(c, 321, 3, (const int64_t[]){0x2aec00, 1048576, 0x65900, 65536, 0x75900, 256});
+  /*   321 eval      Gemm               /blocks.1/fc2/MatMul+bias/eval  live 3.2 MiB */
+  snrt_matmul(c, &P42, F(0x2aec00), F(0x65900), F(0x1aec00));
+  snrt_bias_fwd(c, &P43, F(0x75900), F(0x1aec00));
   snrt_dead(c, 0x2aec00, 1048576);
-  snrt_reads(c, 332, 2, (const int64_t[]){0x3eec00, 262144, 0x1aec00, 262144});
-  /*   332 eval      Add                /blocks.1/Add_2/eval  live 2.4 MiB */
-  snrt_binary_fwd(c, &P46, F(0x3eec00), F(0x1aec00), F(0x3aec00));
+  snrt_reads(c, 322, 2, (const int64_t[]){0x3eec00, 262144, 0x1aec00, 262144});
+  /*   322 eval      Add                /blocks.1/Add_2/eval  live 2.4 MiB */
+  snrt_binary_fwd(c, &P44, F(0x3eec00), F(0x1aec00), F(0x3aec00));
   snrt_dead(c, 0x3eec00, 262144);
   snrt_dead(c, 0x1aec00, 262144);
-  snrt_reads(c, 333, 3, (const int64_t[]){0x3aec00, 262144, 0x75a00, 256, 0x75b00, 256});
-  /*   333 eval      LayerNormalization /blocks.2/ln1/Add_1/layernorm/eval  live 2.2 MiB */
-  snrt_ln_fwd(c, &P47, F(0x3aec00), F(0x75a00), F(0x75b00), F(0x26ec00), NULL, NULL);
-  snrt_reads(c, 334, 3, (const int64_t[]){0x26ec00, 262144, 0x75e00, 49152, 0x81e00, 768});
-  /*   334 eval      Gemm               /blocks.2/qkv/MatMul+bias/eval  live 2.9 MiB */
-  snrt_matmul(c, &P48, F(0x26ec00), F(0x75e00), F(0x1aec00));
-  snrt_bias_fwd(c, &P49, F(0x81e00), F(0x1aec00));
+  snrt_reads(c, 323, 3, (const int64_t[]){0x3aec00, 262144, 0x75a00, 256, 0x75b00, 256});
+  /*   323 eval      LayerNormalization /blocks.2/ln1/Add_1/layernorm/eval  live 2.2 MiB */
+  snrt_ln_fwd(c, &P45, F(0x3aec00), F(0x75a00), F(0x75b00), F(0x26ec00), NULL, NULL);
+  snrt_reads(c, 324, 3, (const int64_t[]){0x26ec00, 262144, 0x75e00, 49152, 0x81e00, 768});
+  /*   324 eval      Gemm               /blocks.2/qkv/MatMul+bias/eval  live 2.9 MiB */
+  snrt_matmul(c, &P46, F(0x26ec00), F(0x75e00), F(0x1aec00));
+  snrt_bias_fwd(c, &P47, F(0x81e00), F(0x1aec00));
   snrt_dead(c, 0x26ec00, 262144);
-  snrt_reads(c, 335, 1, (const int64_t[]){0x1aec00, 786432});
-  /*   335 eval      Split              /blocks.2/Split/eval  live 3.4 MiB */
-  snrt_split(c, &P50, F(0x1aec00), (float *const[]){F(0x26ec00), F(0x2aec00), F(0x2eec00)});
+  snrt_reads(c, 325, 1, (const int64_t[]){0x1aec00, 786432});
+  /*   325 eval      Split              /blocks.2/Split/eval  live 3.4 MiB */
+  snrt_split(c, &P48, F(0x1aec00), (float *const[]){F(0x26ec00), F(0x2aec00), F(0x2eec00)});
   snrt_dead(c, 0x1aec00, 786432);
-  snrt_reads(c, 336, 1, (const int64_t[]){0x26ec00, 262144});
-  /*   336 eval      Reshape            /blocks.2/Reshape/eval  live 2.9 MiB */
+  snrt_reads(c, 326, 1, (const int64_t[]){0x26ec00, 262144});
+  /*   326 eval      Reshape            /blocks.2/Reshape/eval  live 2.9 MiB */
   snrt_copy(c, 262144, F(0x26ec00), F(0x1aec00));
   snrt_dead(c, 0x26ec00, 262144);
-  snrt_reads(c, 337, 1, (const int64_t[]){0x1aec00, 262144});
-  /*   337 eval      Transpose          /blocks.2/Transpose/eval  live 2.9 MiB */
-  snrt_transpose(c, &P51, F(0x1aec00), F(0x32ec00));
+  snrt_reads(c, 327, 1, (const int64_t[]){0x1aec00, 262144});
+  /*   327 eval      Transpose          /blocks.2/Transpose/eval  live 2.9 MiB */
+  snrt_transpose(c, &P49, F(0x1aec00), F(0x32ec00));
   snrt_dead(c, 0x1aec00, 262144);
-  snrt_reads(c, 338, 1, (const int64_t[]){0x2aec00, 262144});
-  /*   338 eval      Reshape            /blocks.2/Reshape_1/eval  live 2.9 MiB */
+  snrt_reads(c, 328, 1, (const int64_t[]){0x2aec00, 262144});
+  /*   328 eval      Reshape            /blocks.2/Reshape_1/eval  live 2.9 MiB */
   snrt_copy(c, 262144, F(0x2aec00), F(0x1aec00));
   snrt_dead(c, 0x2aec00, 262144);
-  snrt_reads(c, 339, 1, (const int64_t[]){0x2eec00, 262144});
-  /*   339 eval      Reshape            /blocks.2/Reshape_2/eval  live 2.9 MiB */
+  snrt_reads(c, 329, 1, (const int64_t[]){0x2eec00, 262144});
+  /*   329 eval      Reshape            /blocks.2/Reshape_2/eval  live 2.9 MiB */
   snrt_copy(c, 262144, F(0x2eec00), F(0x1eec00));
   snrt_dead(c, 0x2eec00, 262144);
-  snrt_reads(c, 340, 1, (const int64_t[]){0x1eec00, 262144});
-  /*   340 eval      Transpose          /blocks.2/Transpose_1/eval  live 2.9 MiB */
-  snrt_transpose(c, &P52, F(0x1eec00), F(0x3eec00));
+  snrt_reads(c, 330, 1, (const int64_t[]){0x1eec00, 262144});
+  /*   330 eval      Transpose          /blocks.2/Transpose_1/eval  live 2.9 MiB */
+  snrt_transpose(c, &P50, F(0x1eec00), F(0x3eec00));
   snrt_dead(c, 0x1eec00, 262144);
-  snrt_reads(c, 341, 1, (const int64_t[]){0x1aec00, 262144});
-  /*   341 eval      Transpose          /blocks.2/Transpose_2/eval  live 2.9 MiB */
-  snrt_transpose(c, &P53, F(0x1aec00), F(0x2aec00));
+  snrt_reads(c, 331, 1, (const int64_t[]){0x1aec00, 262144});
+  /*   331 eval      Transpose          /blocks.2/Transpose_2/eval  live 2.9 MiB */
+  snrt_transpose(c, &P51, F(0x1aec00), F(0x2aec00));
   snrt_dead(c, 0x1aec00, 262144);
-  snrt_reads(c, 342, 2, (const int64_t[]){0x32ec00, 262144, 0x2aec00, 262144});
-  /*   342 eval      MatMul             /blocks.2/MatMul*scale/eval  live 3.7 MiB */
-  snrt_matmul(c, &P54, F(0x32ec00), F(0x2aec00), F(0x1aec00));
+  snrt_reads(c, 332, 2, (const int64_t[]){0x32ec00, 262144, 0x2aec00, 262144});
+  /*   332 eval      MatMul             /blocks.2/MatMul*scale/eval  live 3.7 MiB */
+  snrt_matmul(c, &P52, F(0x32ec00), F(0x2aec00), F(0x1aec00));
   snrt_dead(c, 0x32ec00, 262144);
   snrt_dead(c, 0x2aec00, 262144);
-  snrt_reads(c, 343, 1, (const int64_t[]){0x1aec00, 1048576});
-  /*   343 eval      Where              /blocks.2/Where/eval  live 4.2 MiB */
-  snrt_where(c, &P55, F(0x1aec00), F(0x2aec00));
+  snrt_reads(c, 333, 1, (const int64_t[]){0x1aec00, 1048576});
+  /*   333 eval      Softmax            /blocks.2/Softmax/eval  live 4.2 MiB */
+  snrt_softmax_fwd(c, &P53, F(0x1aec00), F(0x2aec00));
   snrt_dead(c, 0x1aec00, 1048576);
-  snrt_reads(c, 344, 1, (const int64_t[]){0x2aec00, 1048576});
-  /*   344 eval      Softmax            /blocks.2/Softmax/eval  live 4.2 MiB */
-  snrt_softmax_fwd(c, &P56, F(0x2aec00), F(0x1aec00));
-  snrt_dead(c, 0x2aec00, 1048576);
-  snrt_reads(c, 345, 2, (const int64_t[]){0x1aec00, 1048576, 0x3eec00, 262144});
-  /*   345 eval      MatMul             /blocks.2/MatMul_1/eval  live 3.4 MiB */
-  snrt_matmul(c, &P57, F(0x1aec00), F(0x3eec00), F(0x2aec00));
+  snrt_reads(c, 334, 2, (const int64_t[]){0x2aec00, 1048576, 0x3eec00, 262144});
+  /*   334 eval      MatMul             /blocks.2/MatMul_1/eval  live 3.4 MiB */
+  snrt_matmul(c, &P54, F(0x2aec00), F(0x3eec00), F(0x1aec00));
   snrt_dead(c, 0x3eec00, 262144);
-  snrt_dead(c, 0x1aec00, 1048576);
-  snrt_reads(c, 346, 1, (const int64_t[]){0x2aec00, 262144});
-  /*   346 eval      Transpose          /blocks.2/Transpose_3/eval  live 2.4 MiB */
-  snrt_transpose(c, &P58, F(0x2aec00), F(0x1aec00));
-  snrt_dead(c, 0x2aec00, 262144);
-  snrt_reads(c, 347, 1, (const int64_t[]){0x1aec00, 262144});
-  /*   347 eval      Reshape            /blocks.2/Reshape_3/eval  live 2.4 MiB */
-  snrt_copy(c, 262144, F(0x1aec00), F(0x1eec00));
+  snrt_dead(c, 0x2aec00, 1048576);
+  snrt_reads(c, 335, 1, (const int64_t[]){0x1aec00, 262144});
+  /*   335 eval      Transpose          /blocks.2/Transpose_3/eval  live 2.4 MiB */
+  snrt_transpose(c, &P55, F(0x1aec00), F(0x1eec00));
   snrt_dead(c, 0x1aec00, 262144);
-  snrt_reads(c, 348, 3, (const int64_t[]){0x1eec00, 262144, 0x82100, 16384, 0x86100, 256});
-  /*   348 eval      Gemm               /blocks.2/proj/MatMul+bias/eval  live 2.4 MiB */
-  snrt_matmul(c, &P59, F(0x1eec00), F(0x82100), F(0x1aec00));
-  snrt_bias_fwd(c, &P60, F(0x86100), F(0x1aec00));
+  snrt_reads(c, 336, 1, (const int64_t[]){0x1eec00, 262144});
+  /*   336 eval      Reshape            /blocks.2/Reshape_3/eval  live 2.4 MiB */
+  snrt_copy(c, 262144, F(0x1eec00), F(0x1aec00));
   snrt_dead(c, 0x1eec00, 262144);
-  snrt_reads(c, 349, 2, (const int64_t[]){0x3aec00, 262144, 0x1aec00, 262144});
-  /*   349 eval      Add                /blocks.2/Add/eval  live 2.4 MiB */
-  snrt_binary_fwd(c, &P61, F(0x3aec00), F(0x1aec00), F(0x3eec00));
-  snrt_dead(c, 0x3aec00, 262144);
+  snrt_reads(c, 337, 3, (const int64_t[]){0x1aec00, 262144, 0x82100, 16384, 0x86100, 256});
+  /*   337 eval      Gemm               /blocks.2/proj/MatMul+bias/eval  live 2.4 MiB */
+  snrt_matmul(c, &P56, F(0x1aec00), F(0x82100), F(0x1eec00));
+  snrt_bias_fwd(c, &P57, F(0x86100), F(0x1eec00));
   snrt_dead(c, 0x1aec00, 262144);
-  snrt_reads(c, 350, 3, (const int64_t[]){0x3eec00, 262144, 0x75c00, 256, 0x75d00, 256});
-  /*   350 eval      LayerNormalization /blocks.2/ln2/Add_1/layernorm/eval  live 2.2 MiB */
-  snrt_ln_fwd(c, &P62, F(0x3eec00), F(0x75c00), F(0x75d00), F(0x2aec00), NULL, NULL);
-  snrt_reads(c, 351, 3, (const int64_t[]){0x2aec00, 262144, 0x86200, 65536, 0x96200, 1024});
-  /*   351 eval      Gemm               /blocks.2/fc/MatMul+bias/eval  live 3.2 MiB */
-  snrt_matmul(c, &P63, F(0x2aec00), F(0x86200), F(0x1aec00));
-  snrt_bias_fwd(c, &P64, F(0x96200), F(0x1aec00));
+  snrt_reads(c, 338, 2, (const int64_t[]){0x3aec00, 262144, 0x1eec00, 262144});
+  /*   338 eval      Add                /blocks.2/Add/eval  live 2.4 MiB */
+  snrt_binary_fwd(c, &P58, F(0x3aec00), F(0x1eec00), F(0x3eec00));
+  snrt_dead(c, 0x3aec00, 262144);
+  snrt_dead(c, 0x1eec00, 262144);
+  snrt_reads(c, 339, 3, (const int64_t[]){0x3eec00, 262144, 0x75c00, 256, 0x75d00, 256});
+  /*   339 eval      LayerNormalization /blocks.2/ln2/Add_1/layernorm/eval  live 2.2 MiB */
+  snrt_ln_fwd(c, &P59, F(0x3eec00), F(0x75c00), F(0x75d00), F(0x2aec00), NULL, NULL);
+  snrt_reads(c, 340, 3, (const int64_t[]){0x2aec00, 262144, 0x86200, 65536, 0x96200, 1024});
+  /*   340 eval      Gemm               /blocks.2/fc/MatMul+bias/eval  live 3.2 MiB */
+  snrt_matmul(c, &P60, F(0x2aec00), F(0x86200), F(0x1aec00));
+  snrt_bias_fwd(c, &P61, F(0x96200), F(0x1aec00));
   snrt_dead(c, 0x2aec00, 262144);
-  snrt_reads(c, 352, 1, (const int64_t[]){0x1aec00, 1048576});
-  /*   352 eval      FUSED              /blocks.2/Mul_2/fused5/eval  live 3.9 MiB */
-  snrt_fused_fwd(c, &P65, (const float *const[]){F(0x1aec00)}, F(0x2aec00));
+  snrt_reads(c, 341, 1, (const int64_t[]){0x1aec00, 1048576});
+  /*   341 eval      FUSED              /blocks.2/Mul_2/fused5/eval  live 3.9 MiB */
+  snrt_fused_fwd(c, &P62, (const float *const[]){F(0x1aec00)}, F(0x2aec00));
   snrt_dead(c, 0x1aec00, 1048576);
-  snrt_reads(c, 353, 3, (const int64_t[]){0x2aec00, 1048576, 0x96600, 65536, 0xa6600, 256});
-  /*   353 eval      Gemm               /blocks.2/fc2/MatMul+bias/eval  live 3.2 MiB */
-  snrt_matmul(c, &P66, F(0x2aec00), F(0x96600), F(0x1aec00));
-  snrt_bias_fwd(c, &P67, F(0xa6600), F(0x1aec00));
+  snrt_reads(c, 342, 3, (const int64_t[]){0x2aec00, 1048576, 0x96600, 65536, 0xa6600, 256});
+  /*   342 eval      Gemm               /blocks.2/fc2/MatMul+bias/eval  live 3.2 MiB */
+  snrt_matmul(c, &P63, F(0x2aec00), F(0x96600), F(0x1aec00));
+  snrt_bias_fwd(c, &P64, F(0xa6600), F(0x1aec00));
   snrt_dead(c, 0x2aec00, 1048576);
-  snrt_reads(c, 354, 2, (const int64_t[]){0x3eec00, 262144, 0x1aec00, 262144});
-  /*   354 eval      Add                /blocks.2/Add_2/eval  live 2.4 MiB */
-  snrt_binary_fwd(c, &P68, F(0x3eec00), F(0x1aec00), F(0x3aec00));
+  snrt_reads(c, 343, 2, (const int64_t[]){0x3eec00, 262144, 0x1aec00, 262144});
+  /*   343 eval      Add                /blocks.2/Add_2/eval  live 2.4 MiB */
+  snrt_binary_fwd(c, &P65, F(0x3eec00), F(0x1aec00), F(0x3aec00));
   snrt_dead(c, 0x3eec00, 262144);
   snrt_dead(c, 0x1aec00, 262144);
-  snrt_reads(c, 355, 3, (const int64_t[]){0x3aec00, 262144, 0xa6700, 256, 0xa6800, 256});
-  /*   355 eval      LayerNormalization /blocks.3/ln1/Add_1/layernorm/eval  live 2.2 MiB */
-  snrt_ln_fwd(c, &P69, F(0x3aec00), F(0xa6700), F(0xa6800), F(0x26ec00), NULL, NULL);
-  snrt_reads(c, 356, 3, (const int64_t[]){0x26ec00, 262144, 0xa6b00, 49152, 0xb2b00, 768});
-  /*   356 eval      Gemm               /blocks.3/qkv/MatMul+bias/eval  live 2.9 MiB */
-  snrt_matmul(c, &P70, F(0x26ec00), F(0xa6b00), F(0x1aec00));
-  snrt_bias_fwd(c, &P71, F(0xb2b00), F(0x1aec00));
+  snrt_reads(c, 344, 3, (const int64_t[]){0x3aec00, 262144, 0xa6700, 256, 0xa6800, 256});
+  /*   344 eval      LayerNormalization /blocks.3/ln1/Add_1/layernorm/eval  live 2.2 MiB */
+  snrt_ln_fwd(c, &P66, F(0x3aec00), F(0xa6700), F(0xa6800), F(0x26ec00), NULL, NULL);
+  snrt_reads(c, 345, 3, (const int64_t[]){0x26ec00, 262144, 0xa6b00, 49152, 0xb2b00, 768});
+  /*   345 eval      Gemm               /blocks.3/qkv/MatMul+bias/eval  live 2.9 MiB */
+  snrt_matmul(c, &P67, F(0x26ec00), F(0xa6b00), F(0x1aec00));
+  snrt_bias_fwd(c, &P68, F(0xb2b00), F(0x1aec00));
   snrt_dead(c, 0x26ec00, 262144);
-  snrt_reads(c, 357, 1, (const int64_t[]){0x1aec00, 786432});
-  /*   357 eval      Split              /blocks.3/Split/eval  live 3.4 MiB */
-  snrt_split(c, &P72, F(0x1aec00), (float *const[]){F(0x26ec00), F(0x2aec00), F(0x2eec00)});
+  snrt_reads(c, 346, 1, (const int64_t[]){0x1aec00, 786432});
+  /*   346 eval      Split              /blocks.3/Split/eval  live 3.4 MiB */
+  snrt_split(c, &P69, F(0x1aec00), (float *const[]){F(0x26ec00), F(0x2aec00), F(0x2eec00)});
   snrt_dead(c, 0x1aec00, 786432);
-  snrt_reads(c, 358, 1, (const int64_t[]){0x26ec00, 262144});
-  /*   358 eval      Reshape            /blocks.3/Reshape/eval  live 2.9 MiB */
+  snrt_reads(c, 347, 1, (const int64_t[]){0x26ec00, 262144});
+  /*   347 eval      Reshape            /blocks.3/Reshape/eval  live 2.9 MiB */
   snrt_copy(c, 262144, F(0x26ec00), F(0x1aec00));
   snrt_dead(c, 0x26ec00, 262144);
-  snrt_reads(c, 359, 1, (const int64_t[]){0x1aec00, 262144});
-  /*   359 eval      Transpose          /blocks.3/Transpose/eval  live 2.9 MiB */
-  snrt_transpose(c, &P73, F(0x1aec00), F(0x32ec00));
+  snrt_reads(c, 348, 1, (const int64_t[]){0x1aec00, 262144});
+  /*   348 eval      Transpose          /blocks.3/Transpose/eval  live 2.9 MiB */
+  snrt_transpose(c, &P70, F(0x1aec00), F(0x32ec00));
   snrt_dead(c, 0x1aec00, 262144);
-  snrt_reads(c, 360, 1, (const int64_t[]){0x2aec00, 262144});
-  /*   360 eval      Reshape            /blocks.3/Reshape_1/eval  live 2.9 MiB */
+  snrt_reads(c, 349, 1, (const int64_t[]){0x2aec00, 262144});
+  /*   349 eval      Reshape            /blocks.3/Reshape_1/eval  live 2.9 MiB */
   snrt_copy(c, 262144, F(0x2aec00), F(0x1aec00));
   snrt_dead(c, 0x2aec00, 262144);
-  snrt_reads(c, 361, 1, (const int64_t[]){0x2eec00, 262144});
-  /*   361 eval      Reshape            /blocks.3/Reshape_2/eval  live 2.9 MiB */
+  snrt_reads(c, 350, 1, (const int64_t[]){0x2eec00, 262144});
+  /*   350 eval      Reshape            /blocks.3/Reshape_2/eval  live 2.9 MiB */
   snrt_copy(c, 262144, F(0x2eec00), F(0x1eec00));
   snrt_dead(c, 0x2eec00, 262144);
-  snrt_reads(c, 362, 1, (const int64_t[]){0x1eec00, 262144});
-  /*   362 eval      Transpose          /blocks.3/Transpose_1/eval  live 2.9 MiB */
-  snrt_transpose(c, &P74, F(0x1eec00), F(0x3eec00));
+  snrt_reads(c, 351, 1, (const int64_t[]){0x1eec00, 262144});
+  /*   351 eval      Transpose          /blocks.3/Transpose_1/eval  live 2.9 MiB */
+  snrt_transpose(c, &P71, F(0x1eec00), F(0x3eec00));
   snrt_dead(c, 0x1eec00, 262144);
-  snrt_reads(c, 363, 1, (const int64_t[]){0x1aec00, 262144});
-  /*   363 eval      Transpose          /blocks.3/Transpose_2/eval  live 2.9 MiB */
-  snrt_transpose(c, &P75, F(0x1aec00), F(0x2aec00));
+  snrt_reads(c, 352, 1, (const int64_t[]){0x1aec00, 262144});
+  /*   352 eval      Transpose          /blocks.3/Transpose_2/eval  live 2.9 MiB */
+  snrt_transpose(c, &P72, F(0x1aec00), F(0x2aec00));
   snrt_dead(c, 0x1aec00, 262144);
-  snrt_reads(c, 364, 2, (const int64_t[]){0x32ec00, 262144, 0x2aec00, 262144});
-  /*   364 eval      MatMul             /blocks.3/MatMul*scale/eval  live 3.7 MiB */
-  snrt_matmul(c, &P76, F(0x32ec00), F(0x2aec00), F(0x1aec00));
+  snrt_reads(c, 353, 2, (const int64_t[]){0x32ec00, 262144, 0x2aec00, 262144});
+  /*   353 eval      MatMul             /blocks.3/MatMul*scale/eval  live 3.7 MiB */
+  snrt_matmul(c, &P73, F(0x32ec00), F(0x2aec00), F(0x1aec00));
   snrt_dead(c, 0x32ec00, 262144);
   snrt_dead(c, 0x2aec00, 262144);
-  snrt_reads(c, 365, 1, (const int64_t[]){0x1aec00, 1048576});
-  /*   365 eval      Where              /blocks.3/Where/eval  live 4.2 MiB */
-  snrt_where(c, &P77, F(0x1aec00), F(0x2aec00));
+  snrt_reads(c, 354, 1, (const int64_t[]){0x1aec00, 1048576});
+  /*   354 eval      Softmax            /blocks.3/Softmax/eval  live 4.2 MiB */
+  snrt_softmax_fwd(c, &P74, F(0x1aec00), F(0x2aec00));
   snrt_dead(c, 0x1aec00, 1048576);
-  snrt_reads(c, 366, 1, (const int64_t[]){0x2aec00, 1048576});
-  /*   366 eval      Softmax            /blocks.3/Softmax/eval  live 4.2 MiB */
-  snrt_softmax_fwd(c, &P78, F(0x2aec00), F(0x1aec00));
-  snrt_dead(c, 0x2aec00, 1048576);
-  snrt_reads(c, 367, 2, (const int64_t[]){0x1aec00, 1048576, 0x3eec00, 262144});
-  /*   367 eval      MatMul             /blocks.3/MatMul_1/eval  live 3.4 MiB */
-  snrt_matmul(c, &P79, F(0x1aec00), F(0x3eec00), F(0x2aec00));
+  snrt_reads(c, 355, 2, (const int64_t[]){0x2aec00, 1048576, 0x3eec00, 262144});
+  /*   355 eval      MatMul             /blocks.3/MatMul_1/eval  live 3.4 MiB */
+  snrt_matmul(c, &P75, F(0x2aec00), F(0x3eec00), F(0x1aec00));
   snrt_dead(c, 0x3eec00, 262144);
-  snrt_dead(c, 0x1aec00, 1048576);
-  snrt_reads(c, 368, 1, (const int64_t[]){0x2aec00, 262144});
-  /*   368 eval      Transpose          /blocks.3/Transpose_3/eval  live 2.4 MiB */
-  snrt_transpose(c, &P80, F(0x2aec00), F(0x1aec00));
-  snrt_dead(c, 0x2aec00, 262144);
-  snrt_reads(c, 369, 1, (const int64_t[]){0x1aec00, 262144});
-  /*   369 eval      Reshape            /blocks.3/Reshape_3/eval  live 2.4 MiB */
-  snrt_copy(c, 262144, F(0x1aec00), F(0x1eec00));
+  snrt_dead(c, 0x2aec00, 1048576);
+  snrt_reads(c, 356, 1, (const int64_t[]){0x1aec00, 262144});
+  /*   356 eval      Transpose          /blocks.3/Transpose_3/eval  live 2.4 MiB */
+  snrt_transpose(c, &P76, F(0x1aec00), F(0x1eec00));
   snrt_dead(c, 0x1aec00, 262144);
-  snrt_reads(c, 370, 3, (const int64_t[]){0x1eec00, 262144, 0xb2e00, 16384, 0xb6e00, 256});
-  /*   370 eval      Gemm               /blocks.3/proj/MatMul+bias/eval  live 2.4 MiB */
-  snrt_matmul(c, &P81, F(0x1eec00), F(0xb2e00), F(0x1aec00));
-  snrt_bias_fwd(c, &P82, F(0xb6e00), F(0x1aec00));
+  snrt_reads(c, 357, 1, (const int64_t[]){0x1eec00, 262144});
+  /*   357 eval      Reshape            /blocks.3/Reshape_3/eval  live 2.4 MiB */
+  snrt_copy(c, 262144, F(0x1eec00), F(0x1aec00));
   snrt_dead(c, 0x1eec00, 262144);
-  snrt_reads(c, 371, 2, (const int64_t[]){0x3aec00, 262144, 0x1aec00, 262144});
-  /*   371 eval      Add                /blocks.3/Add/eval  live 2.4 MiB */
-  snrt_binary_fwd(c, &P83, F(0x3aec00), F(0x1aec00), F(0x3eec00));
+  snrt_reads(c, 358, 3, (const int64_t[]){0x1aec00, 262144, 0xb2e00, 16384, 0xb6e00, 256});
+  /*   358 eval      Gemm               /blocks.3/proj/MatMul+bias/eval  live 2.4 MiB */
+  snrt_matmul(c, &P77, F(0x1aec00), F(0xb2e00), F(0x1eec00));
+  snrt_bias_fwd(c, &P78, F(0xb6e00), F(0x1eec00));
+  snrt_dead(c, 0x1aec00, 262144);
+  snrt_reads(c, 359, 2, (const int64_t[]){0x3aec00, 262144, 0x1eec00, 262144});
+  /*   359 eval      Add                /blocks.3/Add/eval  live 2.4 MiB */
+  snrt_binary_fwd(c, &P79, F(0x3aec00), F(0x1eec00), F(0x3eec00));
   snrt_dead(c, 0x3aec00, 262144);
-  snrt_dead(c, 0x1aec00, 262144);
-  snrt_reads(c, 372, 3, (const int64_t[]){0x3eec00, 262144, 0xa6900, 256, 0xa6a00, 256});
-  /*   372 eval      LayerNormalization /blocks.3/ln2/Add_1/layernorm/eval  live 2.2 MiB */
-  snrt_ln_fwd(c, &P84, F(0x3eec00), F(0xa6900), F(0xa6a00), F(0x2aec00), NULL, NULL);
-  snrt_reads(c, 373, 3, (const int64_t[]){0x2aec00, 262144, 0xb6f00, 65536, 0xc6f00, 1024});
-  /*   373 eval      Gemm               /blocks.3/fc/MatMul+bias/eval  live 3.2 MiB */
-  snrt_matmul(c, &P85, F(0x2aec00), F(0xb6f00), F(0x1aec00));
-  snrt_bias_fwd(c, &P86, F(0xc6f00), F(0x1aec00));
+  snrt_dead(c, 0x1eec00, 262144);
+  snrt_reads(c, 360, 3, (const int64_t[]){0x3eec00, 262144, 0xa6900, 256, 0xa6a00, 256});
+  /*   360 eval      LayerNormalization /blocks.3/ln2/Add_1/layernorm/eval  live 2.2 MiB */
+  snrt_ln_fwd(c, &P80, F(0x3eec00), F(0xa6900), F(0xa6a00), F(0x2aec00), NULL, NULL);
+  snrt_reads(c, 361, 3, (const int64_t[]){0x2aec00, 262144, 0xb6f00, 65536, 0xc6f00, 1024});
+  /*   361 eval      Gemm               /blocks.3/fc/MatMul+bias/eval  live 3.2 MiB */
+  snrt_matmul(c, &P81, F(0x2aec00), F(0xb6f00), F(0x1aec00));
+  snrt_bias_fwd(c, &P82, F(0xc6f00), F(0x1aec00));
   snrt_dead(c, 0x2aec00, 262144);
-  snrt_reads(c, 374, 1, (const int64_t[]){0x1aec00, 1048576});
-  /*   374 eval      FUSED              /blocks.3/Mul_2/fused5/eval  live 3.9 MiB */
-  snrt_fused_fwd(c, &P87, (const float *const[]){F(0x1aec00)}, F(0x2aec00));
+  snrt_reads(c, 362, 1, (const int64_t[]){0x1aec00, 1048576});
+  /*   362 eval      FUSED              /blocks.3/Mul_2/fused5/eval  live 3.9 MiB */
+  snrt_fused_fwd(c, &P83, (const float *const[]){F(0x1aec00)}, F(0x2aec00));
   snrt_dead(c, 0x1aec00, 1048576);
-  snrt_reads(c, 375, 3, (const int64_t[]){0x2aec00, 1048576, 0xc7300, 65536, 0xd7300, 256});
-  /*   375 eval      Gemm               /blocks.3/fc2/MatMul+bias/eval  live 3.2 MiB */
-  snrt_matmul(c, &P88, F(0x2aec00), F(0xc7300), F(0x1aec00));
-  snrt_bias_fwd(c, &P89, F(0xd7300), F(0x1aec00));
+  snrt_reads(c, 363, 3, (const int64_t[]){0x2aec00, 1048576, 0xc7300, 65536, 0xd7300, 256});
+  /*   363 eval      Gemm               /blocks.3/fc2/MatMul+bias/eval  live 3.2 MiB */
+  snrt_matmul(c, &P84, F(0x2aec00), F(0xc7300), F(0x1aec00));
+  snrt_bias_fwd(c, &P85, F(0xd7300), F(0x1aec00));
   snrt_dead(c, 0x2aec00, 1048576);
-  snrt_reads(c, 376, 2, (const int64_t[]){0x3eec00, 262144, 0x1aec00, 262144});
-  /*   376 eval      Add                /blocks.3/Add_2/eval  live 2.4 MiB */
-  snrt_binary_fwd(c, &P90, F(0x3eec00), F(0x1aec00), F(0x1eec00));
+  snrt_reads(c, 364, 2, (const int64_t[]){0x3eec00, 262144, 0x1aec00, 262144});
+  /*   364 eval      Add                /blocks.3/Add_2/eval  live 2.4 MiB */
+  snrt_binary_fwd(c, &P86, F(0x3eec00), F(0x1aec00), F(0x1eec00));
   snrt_dead(c, 0x3eec00, 262144);
   snrt_dead(c, 0x1aec00, 262144);
-  snrt_reads(c, 377, 3, (const int64_t[]){0x1eec00, 262144, 0xd7400, 256, 0xd7500, 256});
-  /*   377 eval      LayerNormalization /lnf/Add_1/layernorm/eval  live 2.2 MiB */
-  snrt_ln_fwd(c, &P91, F(0x1eec00), F(0xd7400), F(0xd7500), F(0x2aec00), NULL, NULL);
+  snrt_reads(c, 365, 3, (const int64_t[]){0x1eec00, 262144, 0xd7400, 256, 0xd7500, 256});
+  /*   365 eval      LayerNormalization /lnf/Add_1/layernorm/eval  live 2.2 MiB */
+  snrt_ln_fwd(c, &P87, F(0x1eec00), F(0xd7400), F(0xd7500), F(0x2aec00), NULL, NULL);
   snrt_dead(c, 0x1eec00, 262144);
-  snrt_reads(c, 378, 2, (const int64_t[]){0x2aec00, 262144, 0x0, 65536});
-  /*   378 eval      MatMul             /head/MatMul/eval  live 2.9 MiB */
-  snrt_matmul(c, &P233, F(0x2aec00), F(0x0), F(0x1aec00));
+  snrt_reads(c, 366, 2, (const int64_t[]){0x2aec00, 262144, 0x0, 65536});
+  /*   366 eval      MatMul             /head/MatMul/eval  live 2.9 MiB */
+  snrt_matmul(c, &P225, F(0x2aec00), F(0x0), F(0x1aec00));
   snrt_dead(c, 0x2aec00, 262144);
 }
 
@@ -3902,10 +2810,10 @@ static const snrt_tensor tensors[] = {
   {"blocks.0.ln1.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 2026752, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"blocks.0.ln1.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 1682176, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.0.ln2.weight", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 82432, -1, SNRT_INIT_FILE, 0, 82432, 17, {18, -1}},
-  {"blocks.0.ln2.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 3337216, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.0.ln2.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 2288640, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"blocks.0.ln2.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 1614848, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.0.ln2.bias", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 82688, -1, SNRT_INIT_FILE, 0, 82688, 20, {21, -1}},
-  {"blocks.0.ln2.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 3337472, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.0.ln2.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 2288896, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"blocks.0.ln2.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 1615104, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.0.qkv.weight", SNRT_T_PARAM, SNRT_F32, 2, {192, 64}, 49152, 82944, -1, SNRT_INIT_FILE, 0, 82944, 23, {24, -1}},
   {"blocks.0.qkv.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {192, 64}, 49152, 2812928, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
@@ -3914,16 +2822,16 @@ static const snrt_tensor tensors[] = {
   {"blocks.0.qkv.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {192}, 768, 2862080, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"blocks.0.qkv.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {192}, 768, 1681152, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.0.proj.weight", SNRT_T_PARAM, SNRT_F32, 2, {64, 64}, 16384, 132864, -1, SNRT_INIT_FILE, 0, 132864, 29, {30, -1}},
-  {"blocks.0.proj.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {64, 64}, 16384, 3337216, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.0.proj.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {64, 64}, 16384, 2288640, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"blocks.0.proj.weight.momentum", SNRT_T_OPT, SNRT_F32, 2, {64, 64}, 16384, 1615360, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.0.proj.bias", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 149248, -1, SNRT_INIT_FILE, 0, 149248, 32, {33, -1}},
-  {"blocks.0.proj.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 3353600, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.0.proj.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 2305024, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"blocks.0.proj.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 1631744, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.0.fc.weight", SNRT_T_PARAM, SNRT_F32, 2, {256, 64}, 65536, 149504, -1, SNRT_INIT_FILE, 0, 149504, 35, {36, -1}},
-  {"blocks.0.fc.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {256, 64}, 65536, 3075072, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.0.fc.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {256, 64}, 65536, 2026496, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"blocks.0.fc.weight.momentum", SNRT_T_OPT, SNRT_F32, 2, {256, 64}, 65536, 1548288, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.0.fc.bias", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 215040, -1, SNRT_INIT_FILE, 0, 215040, 38, {39, -1}},
-  {"blocks.0.fc.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 3140608, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.0.fc.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 2092032, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"blocks.0.fc.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 1613824, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.0.fc2.weight", SNRT_T_PARAM, SNRT_F32, 2, {64, 256}, 65536, 216064, -1, SNRT_INIT_FILE, 0, 216064, 41, {42, -1}},
   {"blocks.0.fc2.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {64, 256}, 65536, 6482944, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
@@ -3938,10 +2846,10 @@ static const snrt_tensor tensors[] = {
   {"blocks.1.ln1.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 5172480, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"blocks.1.ln1.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 1482240, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.1.ln2.weight", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 282368, -1, SNRT_INIT_FILE, 0, 282368, 53, {54, -1}},
-  {"blocks.1.ln2.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 6482944, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.1.ln2.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 5434368, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"blocks.1.ln2.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 1414912, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.1.ln2.bias", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 282624, -1, SNRT_INIT_FILE, 0, 282624, 56, {57, -1}},
-  {"blocks.1.ln2.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 6483200, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.1.ln2.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 5434624, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"blocks.1.ln2.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 1415168, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.1.qkv.weight", SNRT_T_PARAM, SNRT_F32, 2, {192, 64}, 49152, 282880, -1, SNRT_INIT_FILE, 0, 282880, 59, {60, -1}},
   {"blocks.1.qkv.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {192, 64}, 49152, 5958656, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
@@ -3950,16 +2858,16 @@ static const snrt_tensor tensors[] = {
   {"blocks.1.qkv.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {192}, 768, 6007808, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"blocks.1.qkv.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {192}, 768, 1481216, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.1.proj.weight", SNRT_T_PARAM, SNRT_F32, 2, {64, 64}, 16384, 332800, -1, SNRT_INIT_FILE, 0, 332800, 65, {66, -1}},
-  {"blocks.1.proj.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {64, 64}, 16384, 6482944, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.1.proj.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {64, 64}, 16384, 5434368, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"blocks.1.proj.weight.momentum", SNRT_T_OPT, SNRT_F32, 2, {64, 64}, 16384, 1415424, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.1.proj.bias", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 349184, -1, SNRT_INIT_FILE, 0, 349184, 68, {69, -1}},
-  {"blocks.1.proj.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 6499328, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.1.proj.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 5450752, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"blocks.1.proj.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 1431808, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.1.fc.weight", SNRT_T_PARAM, SNRT_F32, 2, {256, 64}, 65536, 349440, -1, SNRT_INIT_FILE, 0, 349440, 71, {72, -1}},
-  {"blocks.1.fc.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {256, 64}, 65536, 6220800, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.1.fc.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {256, 64}, 65536, 5172224, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"blocks.1.fc.weight.momentum", SNRT_T_OPT, SNRT_F32, 2, {256, 64}, 65536, 1348352, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.1.fc.bias", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 414976, -1, SNRT_INIT_FILE, 0, 414976, 74, {75, -1}},
-  {"blocks.1.fc.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 6286336, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.1.fc.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 5237760, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"blocks.1.fc.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 1413888, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.1.fc2.weight", SNRT_T_PARAM, SNRT_F32, 2, {64, 256}, 65536, 416000, -1, SNRT_INIT_FILE, 0, 416000, 77, {78, -1}},
   {"blocks.1.fc2.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {64, 256}, 65536, 9628672, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
@@ -3974,10 +2882,10 @@ static const snrt_tensor tensors[] = {
   {"blocks.2.ln1.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 8318208, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"blocks.2.ln1.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 1282304, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.2.ln2.weight", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 482304, -1, SNRT_INIT_FILE, 0, 482304, 89, {90, -1}},
-  {"blocks.2.ln2.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 9628672, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.2.ln2.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 8580096, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"blocks.2.ln2.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 1214976, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.2.ln2.bias", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 482560, -1, SNRT_INIT_FILE, 0, 482560, 92, {93, -1}},
-  {"blocks.2.ln2.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 9628928, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.2.ln2.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 8580352, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"blocks.2.ln2.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 1215232, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.2.qkv.weight", SNRT_T_PARAM, SNRT_F32, 2, {192, 64}, 49152, 482816, -1, SNRT_INIT_FILE, 0, 482816, 95, {96, -1}},
   {"blocks.2.qkv.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {192, 64}, 49152, 9104384, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
@@ -3986,16 +2894,16 @@ static const snrt_tensor tensors[] = {
   {"blocks.2.qkv.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {192}, 768, 9153536, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"blocks.2.qkv.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {192}, 768, 1281280, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.2.proj.weight", SNRT_T_PARAM, SNRT_F32, 2, {64, 64}, 16384, 532736, -1, SNRT_INIT_FILE, 0, 532736, 101, {102, -1}},
-  {"blocks.2.proj.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {64, 64}, 16384, 9628672, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.2.proj.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {64, 64}, 16384, 8580096, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"blocks.2.proj.weight.momentum", SNRT_T_OPT, SNRT_F32, 2, {64, 64}, 16384, 1215488, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.2.proj.bias", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 549120, -1, SNRT_INIT_FILE, 0, 549120, 104, {105, -1}},
-  {"blocks.2.proj.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 9645056, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.2.proj.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 8596480, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"blocks.2.proj.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 1231872, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.2.fc.weight", SNRT_T_PARAM, SNRT_F32, 2, {256, 64}, 65536, 549376, -1, SNRT_INIT_FILE, 0, 549376, 107, {108, -1}},
-  {"blocks.2.fc.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {256, 64}, 65536, 9366528, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.2.fc.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {256, 64}, 65536, 8317952, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"blocks.2.fc.weight.momentum", SNRT_T_OPT, SNRT_F32, 2, {256, 64}, 65536, 1148416, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.2.fc.bias", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 614912, -1, SNRT_INIT_FILE, 0, 614912, 110, {111, -1}},
-  {"blocks.2.fc.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 9432064, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.2.fc.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 8383488, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"blocks.2.fc.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 1213952, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.2.fc2.weight", SNRT_T_PARAM, SNRT_F32, 2, {64, 256}, 65536, 615936, -1, SNRT_INIT_FILE, 0, 615936, 113, {114, -1}},
   {"blocks.2.fc2.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {64, 256}, 65536, 12774400, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
@@ -4010,10 +2918,10 @@ static const snrt_tensor tensors[] = {
   {"blocks.3.ln1.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 11463936, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"blocks.3.ln1.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 1082368, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.3.ln2.weight", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 682240, -1, SNRT_INIT_FILE, 0, 682240, 125, {126, -1}},
-  {"blocks.3.ln2.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 12774400, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.3.ln2.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 11725824, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"blocks.3.ln2.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 1015040, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.3.ln2.bias", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 682496, -1, SNRT_INIT_FILE, 0, 682496, 128, {129, -1}},
-  {"blocks.3.ln2.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 12774656, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.3.ln2.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 11726080, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"blocks.3.ln2.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 1015296, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.3.qkv.weight", SNRT_T_PARAM, SNRT_F32, 2, {192, 64}, 49152, 682752, -1, SNRT_INIT_FILE, 0, 682752, 131, {132, -1}},
   {"blocks.3.qkv.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {192, 64}, 49152, 12250112, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
@@ -4022,16 +2930,16 @@ static const snrt_tensor tensors[] = {
   {"blocks.3.qkv.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {192}, 768, 12299264, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"blocks.3.qkv.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {192}, 768, 1081344, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.3.proj.weight", SNRT_T_PARAM, SNRT_F32, 2, {64, 64}, 16384, 732672, -1, SNRT_INIT_FILE, 0, 732672, 137, {138, -1}},
-  {"blocks.3.proj.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {64, 64}, 16384, 12774400, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.3.proj.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {64, 64}, 16384, 11725824, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"blocks.3.proj.weight.momentum", SNRT_T_OPT, SNRT_F32, 2, {64, 64}, 16384, 1015552, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.3.proj.bias", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 749056, -1, SNRT_INIT_FILE, 0, 749056, 140, {141, -1}},
-  {"blocks.3.proj.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 12790784, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.3.proj.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 11742208, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"blocks.3.proj.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 1031936, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.3.fc.weight", SNRT_T_PARAM, SNRT_F32, 2, {256, 64}, 65536, 749312, -1, SNRT_INIT_FILE, 0, 749312, 143, {144, -1}},
-  {"blocks.3.fc.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {256, 64}, 65536, 12512256, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.3.fc.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {256, 64}, 65536, 11463680, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"blocks.3.fc.weight.momentum", SNRT_T_OPT, SNRT_F32, 2, {256, 64}, 65536, 948480, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.3.fc.bias", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 814848, -1, SNRT_INIT_FILE, 0, 814848, 146, {147, -1}},
-  {"blocks.3.fc.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 12577792, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"blocks.3.fc.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 11529216, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"blocks.3.fc.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 1014016, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"blocks.3.fc2.weight", SNRT_T_PARAM, SNRT_F32, 2, {64, 256}, 65536, 815872, -1, SNRT_INIT_FILE, 0, 815872, 149, {150, -1}},
   {"blocks.3.fc2.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {64, 256}, 65536, 24374272, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
@@ -4062,7 +2970,6 @@ static const snrt_step_info step_info[] = {
   {"forward", "strided", 2.62144e-05},
   {"forward", "strided", 2.62144e-05},
   {"forward", "gemm", 8.38861e-05},
-  {"forward", "elementwise", 0.000104858},
   {"forward", "math", 0.000104858},
   {"forward", "gemm", 8.38861e-05},
   {"forward", "strided", 2.62144e-05},
@@ -4084,7 +2991,6 @@ static const snrt_step_info step_info[] = {
   {"forward", "strided", 2.62144e-05},
   {"forward", "strided", 2.62144e-05},
   {"forward", "gemm", 8.38861e-05},
-  {"forward", "elementwise", 0.000104858},
   {"forward", "math", 0.000104858},
   {"forward", "gemm", 8.38861e-05},
   {"forward", "strided", 2.62144e-05},
@@ -4106,7 +3012,6 @@ static const snrt_step_info step_info[] = {
   {"forward", "strided", 2.62144e-05},
   {"forward", "strided", 2.62144e-05},
   {"forward", "gemm", 8.38861e-05},
-  {"forward", "elementwise", 0.000104858},
   {"forward", "math", 0.000104858},
   {"forward", "gemm", 8.38861e-05},
   {"forward", "strided", 2.62144e-05},
@@ -4128,7 +3033,6 @@ static const snrt_step_info step_info[] = {
   {"forward", "strided", 2.62144e-05},
   {"forward", "strided", 2.62144e-05},
   {"forward", "gemm", 8.38861e-05},
-  {"forward", "elementwise", 0.000104858},
   {"forward", "math", 0.000104858},
   {"forward", "gemm", 8.38861e-05},
   {"forward", "strided", 2.62144e-05},
@@ -4172,7 +3076,6 @@ static const snrt_step_info step_info[] = {
   {"backward", "gemm", 8.38861e-05},
   {"backward", "gemm", 8.38861e-05},
   {"backward", "norm", 0.000157286},
-  {"backward", "elementwise", 0.000104858},
   {"backward", "gemm", 8.38861e-05},
   {"backward", "gemm", 8.38861e-05},
   {"backward", "strided", 2.62144e-05},
@@ -4218,7 +3121,6 @@ static const snrt_step_info step_info[] = {
   {"backward", "gemm", 8.38861e-05},
   {"backward", "gemm", 8.38861e-05},
   {"backward", "norm", 0.000157286},
-  {"backward", "elementwise", 0.000104858},
   {"backward", "gemm", 8.38861e-05},
   {"backward", "gemm", 8.38861e-05},
   {"backward", "strided", 2.62144e-05},
@@ -4264,7 +3166,6 @@ static const snrt_step_info step_info[] = {
   {"backward", "gemm", 8.38861e-05},
   {"backward", "gemm", 8.38861e-05},
   {"backward", "norm", 0.000157286},
-  {"backward", "elementwise", 0.000104858},
   {"backward", "gemm", 8.38861e-05},
   {"backward", "gemm", 8.38861e-05},
   {"backward", "strided", 2.62144e-05},
@@ -4310,7 +3211,6 @@ static const snrt_step_info step_info[] = {
   {"backward", "gemm", 8.38861e-05},
   {"backward", "gemm", 8.38861e-05},
   {"backward", "norm", 0.000157286},
-  {"backward", "elementwise", 0.000104858},
   {"backward", "gemm", 8.38861e-05},
   {"backward", "gemm", 8.38861e-05},
   {"backward", "strided", 2.62144e-05},
@@ -4353,9 +3253,9 @@ const snrt_model snrt_the_model = {
   .policy = "liveness",
   .train_step = train_step,
   .eval_step = eval_step,
-  .nsteps = 286,
+  .nsteps = 278,
   .steps = step_info,
-  .est_step_s = 0.0226771,
+  .est_step_s = 0.0218382,
   .est_device = "cpu",
   .vocab = 256,
   .positions = 64,

@@ -18,6 +18,11 @@ void snrt_softmax_fwd(snrt_ctx *c, const snrt_softmax_t *p, const float *x, floa
     for (int64_t i = 0; i < inner; i++) {
       const float *xp = x + o * len * inner + i;
       float *yp = y + o * len * inner + i;
+      if (p->fill) {   /* the masked row into y first (inner is 1), then in place */
+        const uint8_t *f = p->fill + (o * len) % p->fill_n;
+        for (int64_t j = 0; j < len; j++) yp[j] = f[j] ? p->value : xp[j];
+        xp = yp;
+      }
       float m = -INFINITY;
       for (int64_t j = 0; j < len; j++) m = xp[j * inner] > m ? xp[j * inner] : m;
       /* The exponentials first (kern_expf: a loop that vectorizes), then
@@ -44,6 +49,11 @@ void snrt_softmax_bwd(snrt_ctx *c, const snrt_softmax_t *p, const float *y, cons
       for (int64_t j = 0; j < len; j++) s += (double)dy[b + j * inner] * y[b + j * inner];
       float fs = (float)s;
       for (int64_t j = 0; j < len; j++) dx[b + j * inner] = y[b + j * inner] * (dy[b + j * inner] - fs);
+      if (p->fill) {
+        const uint8_t *f = p->fill + b % p->fill_n;
+        for (int64_t j = 0; j < len; j++)
+          if (f[j]) dx[b + j] = 0.0f;
+      }
     }
 }
 

@@ -144,6 +144,9 @@ static inline const int *snrt_cu_skip(snrt_ctx *c) {
 
 /* Fill n floats with v on the compute stream (poison, zeroing). */
 void snrt_cu_fill(snrt_ctx *c, float *y, int64_t n, float v);
+/* The device copy of a constant host array of the program (an index list, a
+ * mask), made on first use (not inside a graph capture) and kept. */
+const void *snrt_cu_const(snrt_ctx *c, const void *host, size_t bytes);
 
 #ifdef __CUDACC__
 /* x^e as the CPU's kern_pow: x*x for 2 (Pow and the fused chains). */

@@ -15,22 +15,31 @@
 
 /* ---- softmax ------------------------------------------------------------------ */
 
-__global__ void k_softmax_fwd(snrt_softmax_t p, const float *x, float *y) {
+/* Element o of x as the softmax reads it: value where the mask (fill, the
+ * device copy of p.fill; NULL: none) says so. */
+__device__ float softmax_in(const snrt_softmax_t &p, const uint8_t *fill, const float *x, int64_t o) {
+  return fill && fill[o % p.fill_n] ? p.value : x[o];
+}
+
+__global__ void k_softmax_fwd(snrt_softmax_t p, const uint8_t *fill, const float *x, float *y) {
   for (int64_t r = blockIdx.x; r < p.outer * p.inner; r += gridDim.x) {
     int64_t base = r / p.inner * p.len * p.inner + r % p.inner;
     float mx = -INFINITY;
-    for (int64_t j = threadIdx.x; j < p.len; j += blockDim.x) mx = fmaxf(mx, x[base + j * p.inner]);
+    for (int64_t j = threadIdx.x; j < p.len; j += blockDim.x)
+      mx = fmaxf(mx, softmax_in(p, fill, x, base + j * p.inner));
     mx = snrt_block_max(mx);
     float s = 0.0f;
-    for (int64_t j = threadIdx.x; j < p.len; j += blockDim.x) s += expf(x[base + j * p.inner] - mx);
+    for (int64_t j = threadIdx.x; j < p.len; j += blockDim.x)
+      s += expf(softmax_in(p, fill, x, base + j * p.inner) - mx);
     s = snrt_block_sum(s);
     for (int64_t j = threadIdx.x; j < p.len; j += blockDim.x)
-      y[base + j * p.inner] = expf(x[base + j * p.inner] - mx) / s;
+      y[base + j * p.inner] = expf(softmax_in(p, fill, x, base + j * p.inner) - mx) / s;
   }
 }
 
 /* dx = y * (dy - sum(dy * y)) */
-__global__ void k_softmax_bwd(snrt_softmax_t p, const float *y, const float *dy, float *dx) {
+__global__ void k_softmax_bwd(snrt_softmax_t p, const uint8_t *fill, const float *y, const float *dy,
+                              float *dx) {
   for (int64_t r = blockIdx.x; r < p.outer * p.inner; r += gridDim.x) {
     int64_t base = r / p.inner * p.len * p.inner + r % p.inner;
     float s = 0.0f;
@@ -41,7 +50,7 @@ __global__ void k_softmax_bwd(snrt_softmax_t p, const float *y, const float *dy,
     s = snrt_block_sum(s);
     for (int64_t j = threadIdx.x; j < p.len; j += blockDim.x) {
       int64_t o = base + j * p.inner;
-      dx[o] = y[o] * (dy[o] - s);
+      dx[o] = fill && fill[o % p.fill_n] ? 0.0f : y[o] * (dy[o] - s);
     }
   }
 }
@@ -52,15 +61,18 @@ static unsigned row_blocks(int64_t rows) {
 
 void snrt_softmax_fwd(snrt_ctx *c, const snrt_softmax_t *p, const float *x, float *y) {
   if (p->outer * p->inner * p->len <= 0) return;
-  k_softmax_fwd<<<row_blocks(p->outer * p->inner), ROW_THREADS, 0, snrt_cu_stream(c)>>>(*p, x, y);
+  const uint8_t *fill = p->fill ? (const uint8_t *)snrt_cu_const(c, p->fill, (size_t)p->fill_n) : NULL;
+  k_softmax_fwd<<<row_blocks(p->outer * p->inner), ROW_THREADS, 0, snrt_cu_stream(c)>>>(*p, fill, x,
+                                                                                        y);
   SNRT_LAUNCH_CHECK();
 }
 
 void snrt_softmax_bwd(snrt_ctx *c, const snrt_softmax_t *p, const float *y, const float *dy,
                       float *dx) {
   if (p->outer * p->inner * p->len <= 0) return;
-  k_softmax_bwd<<<row_blocks(p->outer * p->inner), ROW_THREADS, 0, snrt_cu_stream(c)>>>(*p, y, dy,
-                                                                                        dx);
+  const uint8_t *fill = p->fill ? (const uint8_t *)snrt_cu_const(c, p->fill, (size_t)p->fill_n) : NULL;
+  k_softmax_bwd<<<row_blocks(p->outer * p->inner), ROW_THREADS, 0, snrt_cu_stream(c)>>>(*p, fill, y,
+                                                                                        dy, dx);
   SNRT_LAUNCH_CHECK();
 }
 

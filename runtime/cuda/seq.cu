@@ -36,6 +36,10 @@ static const void *seq_device_copy(snrt_ctx *c, const void *host, size_t bytes) 
   return d;
 }
 
+const void *snrt_cu_const(snrt_ctx *c, const void *host, size_t bytes) {
+  return seq_device_copy(c, host, bytes);
+}
+
 /* ---- math --------------------------------------------------------------------- */
 
 __global__ void k_math_fwd(snrt_math_t p, const float *x, float *y) {
