@@ -259,6 +259,7 @@ float const_float(const Graph *g, const Node *n, int input, float dflt);
  *   BROADCAST (Expand), TILE    snrt_reduce_t      TRILU              snrt_where_t
  *   EINSUM                      EinsumParams (forward, then both gradients' forms)
  *   GATHERELEMENTS, TAKE_BWD    snrt_take_t        WHERE_DATA(_BWD)   snrt_where3_t
+ *   LMHEAD_CE (chunked loss)    snrt_lmce_t
  *   FLATTEN, RESHAPE, IDENTITY, ACCUMULATE, CONSTANT: NULL (a copy / y = a + b). */
 typedef struct GemmParams {
   snrt_mm_t mm;            // Y = alpha * op(A) op(B)   (batch 1)

@@ -236,7 +236,8 @@ def test_token_data_errors(tiny_prog, case, expect):
 def test_gpt_policies_bit_identical(policy, opset, tmp_path):
     """Every policy gives parameters bit-identical to `none` after 3 steps with
     --poison (a read of a dead region would be NaN), on a 2-layer GPT (at
-    opset 17 with LayerNormalization and its saved mean and 1/std)."""
+    opset 17 with LayerNormalization and its saved mean and 1/std), with the
+    chunked loss and the Softmax's own mask."""
     from test_policies_bitexact import same_files, train3
     tmp = str(tmp_path)
     torch.manual_seed(2)
@@ -246,8 +247,13 @@ def test_gpt_policies_bit_identical(policy, opset, tmp_path):
     other = train3(path, 2, policy, os.path.join(tmp, policy))
     assert not same_files(base, other), policy
     import json
-    arena = [json.load(open(os.path.join(tmp, p, "plan.json")))["arena_bytes"] for p in ("none", policy)]
+    plans = [json.load(open(os.path.join(tmp, p, "plan.json"))) for p in ("none", policy)]
+    arena = [p["arena_bytes"] for p in plans]
     assert arena[1] < arena[0], (policy, arena)   # the plan did share or move memory
+    # with the chunked loss (on by default) and the mask in the Softmax
+    for p in plans:
+        ops = {s["op"] for s in p["steps"]}
+        assert "LMHEAD_CE" in ops and "Where" not in ops, ops
 
 
 # ---- generation -------------------------------------------------------------------
