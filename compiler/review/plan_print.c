@@ -98,10 +98,13 @@ void plan_print_summary(const Graph *g, const Plan *pl, FILE *f) {
             pl->step_flops / 1e9);
   else
     fprintf(f, "  recompute       %12s\n", "none");
-  if (pl->selected)
-    fprintf(f, "  rebuilt         %12d   tensors chosen one by one, %s of them read by backward "
-            "(the most bytes per second of rebuild first: snc plan --dump recompute)\n",
-            pl->selected, fmt_bytes(pl->selected_bytes));
+  if (pl->selected) {
+    char trb[32];
+    fmt_time(trb, sizeof trb, pl->recompute_seconds);
+    fprintf(f, "  rebuilt         %12d   tensors chosen one by one, %s of them read by backward, "
+            "rebuilt in %s (the most bytes per second of rebuild first: snc plan --dump "
+            "recompute)\n", pl->selected, fmt_bytes(pl->selected_bytes), trb);
+  }
   if (pl->checkpoints) {
     fprintf(f, "  checkpoints     %12d   (kept from forward to backward; every layer between two, "
             "expensive ones too, rebuilt: segments of ~%s)\n", pl->checkpoints,
