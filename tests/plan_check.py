@@ -362,6 +362,17 @@ def check_plan(p):
     assert (p["offload_bytes"] > 0) == (copied > 0), (p["offload_bytes"], copied)
     parts = p["compute_seconds"] + p["recompute_seconds"] + p["exposed_seconds"]
     assert abs(parts - p["est_step_seconds"]) <= 1e-9 + 1e-6 * p["est_step_seconds"], p
+    # Per step: the compute and recompute steps' seconds add up to those
+    # parts (copies overlap compute: theirs are apart), eval steps have none.
+    if all(st.get("est_seconds") is not None for st in steps[:tr]):
+        by = {"recompute": 0.0, "compute": 0.0}
+        for st in steps[:tr]:
+            assert st["est_seconds"] >= 0, st
+            if st["kind"] not in ("offload", "prefetch"):
+                by["recompute" if st["kind"] == "recompute" else "compute"] += st["est_seconds"]
+        for k in by:
+            assert abs(by[k] - p[k + "_seconds"]) <= 1e-12 + 1e-6 * p["est_step_seconds"], (k, by[k], p)
+        assert all(st.get("est_seconds") is None for st in steps[tr:])
     return {"recompute": kinds.count("recompute"), "copies": len(cs.copies),
             "selected": p.get("selected_rebuilds", 0),
             "recompute_expensive": sum(1 for s in steps if s["kind"] == "recompute" and

@@ -39,12 +39,16 @@ int policy_parse(const char *s) {
 void plan_estimate(const Graph *g, Plan *pl, const DeviceProfile *dev) {
   const Route *r = pl->route;
   double *t = cost_step_times(g, pl, dev);
+  free(pl->step_seconds);
+  pl->nstep_seconds = r->train_steps;
+  pl->step_seconds = xcalloc((size_t)(r->train_steps ? r->train_steps : 1), sizeof(double));
   pl->compute_seconds = pl->recompute_seconds = pl->step_flops = pl->recompute_flops = 0;
   double copy_off = 0, copy_pf = 0;
   for (int s = 0; s < r->train_steps; s++) {
     const Step *st = &r->s[s];
     if (st->node < 0) {
       double tau = cost_step_seconds(g, pl, s, dev);
+      pl->step_seconds[s] = tau;
       if (st->kind == SK_OFFLOAD) copy_off += tau;
       else copy_pf += tau;
       continue;
@@ -52,6 +56,7 @@ void plan_estimate(const Graph *g, Plan *pl, const DeviceProfile *dev) {
     const Node *n = &g->n[st->node];
     double fl = op_info[n->op].flops(g, n);
     pl->step_flops += fl;
+    pl->step_seconds[s] = t[s];
     if (st->kind == SK_RECOMPUTE) {
       pl->recompute_flops += fl;
       pl->recompute_seconds += t[s];
@@ -133,6 +138,9 @@ Plan *plan_clone(const Plan *pl) {
   c->high_water = dup_array(pl->high_water, (size_t)(pl->route->ns ? pl->route->ns : 1),
                             sizeof(int64_t));
   c->ckpt = dup_array(pl->ckpt, (size_t)pl->checkpoints, sizeof(int));
+  c->step_seconds = pl->step_seconds
+      ? dup_array(pl->step_seconds, (size_t)(pl->nstep_seconds ? pl->nstep_seconds : 1), sizeof(double))
+      : NULL;
   c->auto_log = NULL;
   return c;
 }
@@ -141,7 +149,7 @@ void plan_free(Plan *pl) {
   if (!pl) return;
   route_free(pl->route);
   free(pl->inst), free(pl->tensor_inst), free(pl->live_bytes), free(pl->high_water);
-  free(pl->auto_log), free(pl->ckpt), free(pl);
+  free(pl->auto_log), free(pl->ckpt), free(pl->step_seconds), free(pl);
 }
 
 void plan_pack(const Graph *g, Plan *pl) {

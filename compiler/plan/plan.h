@@ -140,6 +140,9 @@ typedef struct Plan {
   int64_t aliased_bytes;   // tensors sharing another's instance in place (liveness_assign)
   int64_t *live_bytes;     // per step
   int64_t *high_water;     // per step: highest arena byte in use
+  double *step_seconds;    // per training step: the cost model's seconds (plan_estimate; a copy's
+                           // its transfer); NULL before the first estimate
+  int nstep_seconds;
   int64_t ws_cap;          // cuda target: conv workspaces lent up to this (workspace.c); 0: not
 } Plan;
 

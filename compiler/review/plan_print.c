@@ -382,8 +382,11 @@ void plan_print_json(const Graph *g, const Plan *pl, FILE *f) {
     json_str(f, st->node >= 0 ? op_name(g->n[st->node].op) : "copy");
     fprintf(f, ", \"node\": ");
     json_str(f, st->node >= 0 ? g->n[st->node].name : st->tensor >= 0 ? g->t[st->tensor].name : "");
-    fprintf(f, ", \"live_bytes\": %lld, \"high_water_bytes\": %lld, \"inputs\": ",
+    fprintf(f, ", \"live_bytes\": %lld, \"high_water_bytes\": %lld, \"est_seconds\": ",
             (long long)pl->live_bytes[s], (long long)pl->high_water[s]);
+    if (pl->step_seconds && s < pl->nstep_seconds) json_num(f, pl->step_seconds[s]);
+    else fprintf(f, "null");
+    fprintf(f, ", \"inputs\": ");
     json_insts(f, st->in, st->nin);
     fprintf(f, ", \"outputs\": ");
     json_insts(f, st->out, st->nout);
