@@ -38,6 +38,18 @@ static void fmt_time(char *buf, size_t n, double s) {
 
 static double pct(int64_t a, int64_t b) { return b ? 100.0 * (double)a / (double)b : 0.0; }
 
+/* The chunked loss's line (autodiff.c's LMHEAD_CE step), where it has one. */
+static void print_chunked_loss(const Graph *g, const Plan *pl, FILE *f) {
+  for (int s = 0; s < pl->route->train_steps; s++) {
+    const Node *n = pl->route->s[s].node >= 0 ? &g->n[pl->route->s[s].node] : NULL;
+    if (!n || n->op != OP_LMHEAD_CE) continue;
+    const snrt_lmce_t *p = n->p;
+    fprintf(f, "  loss            %12s   (LM head + cross-entropy in chunks of %lld of %lld rows: "
+            "the %s logits never whole; --no-chunk-loss)\n", "chunked", (long long)p->chunk,
+            (long long)p->n, fmt_bytes(p->n * p->classes * 4));
+  }
+}
+
 void plan_print_summary(const Graph *g, const Plan *pl, FILE *f) {
   const char *note = plan_note(pl);
   fprintf(f, "plan: %s, policy %s", g->name && g->name[0] ? g->name : g->path,
@@ -123,14 +135,7 @@ void plan_print_summary(const Graph *g, const Plan *pl, FILE *f) {
           fmt_bytes((int64_t)pl->offload_bytes));
   fprintf(f, "  steps           %12d   (%d training, %d eval; %d instances)\n", pl->route->ns,
           pl->route->train_steps, pl->route->ns - pl->route->train_steps, pl->ninst);
-  for (int s = 0; s < pl->route->train_steps; s++) {
-    const Node *n = pl->route->s[s].node >= 0 ? &g->n[pl->route->s[s].node] : NULL;
-    if (!n || n->op != OP_LMHEAD_CE) continue;
-    const snrt_lmce_t *p = n->p;
-    fprintf(f, "  loss            %12s   (LM head + cross-entropy in chunks of %lld of %lld rows: "
-            "the %s logits never whole; --no-chunk-loss)\n", "chunked", (long long)p->chunk,
-            (long long)p->n, fmt_bytes(p->n * p->classes * 4));
-  }
+  print_chunked_loss(g, pl, f);
   if (g->precision != PREC_FP32) {
     /* Bytes of the arena's tensors (each once, as the none policy sizes them) by dtype. */
     int64_t low = 0, full = 0;
