@@ -441,6 +441,11 @@ typedef struct snrt_lmce_t {
   float alpha;
 } snrt_lmce_t;
 
+/* The head's products a step makes: the logits, and one per gradient. */
+static inline int snrt_lmce_products(const snrt_lmce_t *p) {
+  return 1 + ((p->need & 1) != 0) + ((p->need & 2) != 0);
+}
+
 static inline int64_t snrt_lmce_ws_bytes(const snrt_lmce_t *p) {
   return (int64_t)sizeof(float) * p->chunk * p->classes + (int64_t)sizeof(double) * p->n;
 }

@@ -59,8 +59,7 @@ double flops_lrn(const Graph *g, const Node *n) {
 double flops_lmce(const Graph *g, const Node *n) {
   (void)g;
   const snrt_lmce_t *p = n->p;
-  double one = 2.0 * (double)p->n * (double)p->k * (double)p->classes;
-  return one * (1 + ((p->need & 1) != 0) + ((p->need & 2) != 0));
+  return 2.0 * (double)p->n * (double)p->k * (double)p->classes * snrt_lmce_products(p);
 }
 
 double flops_in(const Graph *g, const Node *n) { return n->nin > 0 ? numel_of(g, n->in[0]) : 0; }

@@ -168,7 +168,7 @@ static double cost_units(const Node *n, CostClass c) {
   case OP_LMHEAD_CE: {   /* sgemm calls: one per chunk and product */
     const snrt_lmce_t *p = n->p;
     double chunks = (double)((p->n + p->chunk - 1) / p->chunk);
-    return chunks * (1 + ((p->need & 1) != 0) + ((p->need & 2) != 0));
+    return chunks * snrt_lmce_products(p);
   }
   case OP_BATCHNORM: case OP_BN_BWD: case OP_BN_SAVED: case OP_BN_INFER: {
     const snrt_bn_t *p = n->p;

@@ -12,8 +12,8 @@
  * from it, the producers of the inputs that no backward step reads (those
  * die in the forward pass in the liveness plan; keeping them for the rebuild
  * would cost what dropping t saves). A transformer's attention
- * probabilities: the Softmax, the mask's Where, the scale's Mul and the
- * QK^T MatMul, whose inputs Q and K the backward pass keeps anyway
+ * probabilities: the Softmax (the causal mask folded in by fuse.c) and the
+ * scaled QK^T MatMul, whose inputs Q and K the backward pass keeps anyway
  * (Megatron's selective recomputation, Korthikanti et al. 2022). A unit
  * needs at most UNIT_NODES nodes.
  *

@@ -594,7 +594,6 @@ static bool chunk_loss(Graph *g) {
   int out[3] = {g->loss}, nout = 1;
   if (q->need & 1) out[nout++] = grad_slot(g, h);
   if (q->need & 2) out[nout++] = grad_slot(g, w);
-  l = &g->n[mi];   /* (grad_slot adds tensors, not nodes) */
   l->nin = 3, l->nout = nout;
   l->in = xmalloc(3 * sizeof(int)), l->out = xmalloc((size_t)nout * sizeof(int));
   l->in[0] = h, l->in[1] = w, l->in[2] = g->label;

@@ -180,7 +180,7 @@ void rt_wait_policy(char **argv);
  * resumed tensors (every rank alike); then the banner (rank 0). */
 void rt_setup(rt_run *r, int *argc, char ***argv);
 void rt_banner(rt_run *r);
-/* steps.c: SIGINT/SIGTERM handlers, the step loop, the final evaluation. */
+/* steps.c: SIGINT/SIGTERM/SIGUSR1 handlers, the step loop, the final evaluation. */
 void rt_train(rt_run *r);
 double rt_now(void);              /* CLOCK_MONOTONIC seconds */
 /* eval.c: the whole set d through eval_step; false when a signal stopped it. */

@@ -171,7 +171,7 @@ void snrt_dev_init(snrt_ctx *c) {
   snprintf(d->desc, sizeof d->desc, "cpu (%d thread%s, OpenBLAS%s%s)", threads,
            threads == 1 ? "" : "s", snrt_conv_backend ? ", " : "",
            snrt_conv_backend ? snrt_conv_backend() : "");
-  /* The copy thread must not take the user's SIGINT/SIGTERM: the main loop
+  /* The copy thread must not take the user's SIGINT/SIGTERM/SIGUSR1: the main loop
    * handles them between steps. */
   sigset_t all, old;
   sigfillset(&all);

@@ -82,6 +82,16 @@ void snrt_softmax_ce_fwd(snrt_ctx *c, const snrt_loss_t *p, const float *logits,
   *loss = (float)(total / p->n);
 }
 
+/* One row's gradient: (softmax(z) - onehot(t)) * inv_n into d (d may be z),
+ * from the row's log-sum-exp; a label outside [0, classes): the row NaN. */
+static void ce_grad_row(const float *z, int64_t classes, double lse, int32_t t, double inv_n,
+                        float *d) {
+  for (int64_t j = 0; j < classes; j++)
+    d[j] = (float)((exp((double)z[j] - lse) - (j == t ? 1.0 : 0.0)) * inv_n);
+  if (t < 0 || t >= classes)
+    for (int64_t j = 0; j < classes; j++) d[j] = NAN;
+}
+
 void snrt_softmax_ce_bwd(snrt_ctx *c, const snrt_loss_t *p, const float *logits,
                          const int32_t *labels, float *dlogits) {
   (void)c;
@@ -89,13 +99,8 @@ void snrt_softmax_ce_bwd(snrt_ctx *c, const snrt_loss_t *p, const float *logits,
 #pragma omp parallel for schedule(static) if ((int64_t)p->n * p->classes > KERN_PAR_MIN)
   for (int i = 0; i < p->n; i++) {
     const float *z = logits + (int64_t)i * p->classes;
-    float *d = dlogits + (int64_t)i * p->classes;
-    double lse = logsumexp(z, p->classes);
-    int32_t t = labels[i];
-    for (int j = 0; j < p->classes; j++)
-      d[j] = (float)((exp((double)z[j] - lse) - (j == t ? 1.0 : 0.0)) * inv_n);
-    if (t < 0 || t >= p->classes)
-      for (int j = 0; j < p->classes; j++) d[j] = NAN;
+    ce_grad_row(z, p->classes, logsumexp(z, p->classes), labels[i], inv_n,
+                dlogits + (int64_t)i * p->classes);
   }
 }
 
@@ -155,14 +160,8 @@ void snrt_lmce(snrt_ctx *c, const snrt_lmce_t *p, const float *h, const float *w
     }
     if (!(p->need & 3)) continue;
 #pragma omp parallel for schedule(static) if (rows * V > KERN_PAR_MIN)
-    for (int64_t i = 0; i < rows; i++) {
-      float *z = z0 + i * V;
-      int32_t t = labels[r + i];
-      for (int64_t j = 0; j < V; j++)
-        z[j] = (float)((exp((double)z[j] - lse[r + i]) - (j == t ? 1.0 : 0.0)) * inv_n);
-      if (t < 0 || t >= V)
-        for (int64_t j = 0; j < V; j++) z[j] = NAN;
-    }
+    for (int64_t i = 0; i < rows; i++)
+      ce_grad_row(z0 + i * V, V, lse[r + i], labels[r + i], inv_n, z0 + i * V);
     if (p->need & 1) {
       snrt_mm_t mm = {.batch = 1, .m = rows, .n = p->k, .k = V, .trans_b = !p->trans_b,
                       .alpha = p->alpha};

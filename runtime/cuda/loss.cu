@@ -78,6 +78,16 @@ void snrt_softmax_bwd(snrt_ctx *c, const snrt_softmax_t *p, const float *y, cons
 
 /* ---- softmax cross-entropy ------------------------------------------------------- */
 
+/* A row's maximum and sum of exp(x - max), every thread of the block. */
+__device__ void ce_max_sum(const float *x, int64_t classes, float *mx_out, float *s_out) {
+  float mx = -INFINITY;
+  for (int64_t j = threadIdx.x; j < classes; j += blockDim.x) mx = fmaxf(mx, x[j]);
+  mx = snrt_block_max(mx);
+  float s = 0.0f;
+  for (int64_t j = threadIdx.x; j < classes; j += blockDim.x) s += expf(x[j] - mx);
+  *mx_out = mx, *s_out = snrt_block_sum(s);
+}
+
 /* loss = mean over rows of logsumexp(row) - row[label]. Block b takes rows
  * b, b + CE_BLOCKS, ... (a block per row: GPT-2's 8192 rows of 50304 took
  * 53 ms in one block on the second H200 run) and writes its partial sum to
@@ -91,12 +101,8 @@ __global__ void k_ce_rows(snrt_loss_t p, const float *logits, const int32_t *lab
   float acc = 0.0f;
   for (int r = blockIdx.x; r < p.n; r += gridDim.x) {
     const float *x = logits + (int64_t)r * p.classes;
-    float mx = -INFINITY;
-    for (int j = threadIdx.x; j < p.classes; j += blockDim.x) mx = fmaxf(mx, x[j]);
-    mx = snrt_block_max(mx);
-    float s = 0.0f;
-    for (int j = threadIdx.x; j < p.classes; j += blockDim.x) s += expf(x[j] - mx);
-    s = snrt_block_sum(s);
+    float mx, s;
+    ce_max_sum(x, p.classes, &mx, &s);
     int lab = labels[r];
     float lx = (lab >= 0 && lab < p.classes) ? x[lab] : __int_as_float(0x7fc00000);
     acc += logf(s) + mx - lx;   /* the same in every thread */
@@ -111,23 +117,20 @@ __global__ void k_ce_total(int blocks, int n, float *loss) {
   if (threadIdx.x == 0) *loss = s / (float)n;
 }
 
-__global__ void k_ce_bwd(snrt_loss_t p, const float *logits, const int32_t *labels, float *dl) {
-  for (int r = blockIdx.x; r < p.n; r += gridDim.x) {
-    const float *x = logits + (int64_t)r * p.classes;
-    float *d = dl + (int64_t)r * p.classes;
-    float mx = -INFINITY;
-    for (int j = threadIdx.x; j < p.classes; j += blockDim.x) mx = fmaxf(mx, x[j]);
-    mx = snrt_block_max(mx);
-    float s = 0.0f;
-    for (int j = threadIdx.x; j < p.classes; j += blockDim.x) s += expf(x[j] - mx);
-    s = snrt_block_sum(s);
+/* Rows of logits into (softmax - onehot) * inv_n (in place allowed: a row is
+ * read whole before it is written); a label outside [0, classes): the whole
+ * row NaN, as the CPU's. */
+__global__ void k_ce_bwd(int64_t rows, int64_t classes, float inv_n, const float *logits,
+                         const int32_t *labels, float *dl) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float *x = logits + r * classes;
+    float *d = dl + r * classes;
+    float mx, s;
+    ce_max_sum(x, classes, &mx, &s);
     int lab = labels[r];
-    float inv_n = 1.0f / (float)p.n;
-    /* A label outside [0, classes): the whole row NaN, as the CPU's. */
-    bool bad = lab < 0 || lab >= p.classes;
-    for (int j = threadIdx.x; j < p.classes; j += blockDim.x)
-      d[j] = bad ? __int_as_float(0x7fc00000)
-                 : (expf(x[j] - mx) / s - (j == lab ? 1.0f : 0.0f)) * inv_n;
+    bool bad = lab < 0 || lab >= classes;
+    for (int64_t j = threadIdx.x; j < classes; j += blockDim.x)
+      d[j] = bad ? __int_as_float(0x7fc00000) : (expf(x[j] - mx) / s - (j == lab ? 1.0f : 0.0f)) * inv_n;
   }
 }
 
@@ -143,7 +146,8 @@ void snrt_softmax_ce_fwd(snrt_ctx *c, const snrt_loss_t *p, const float *logits,
 void snrt_softmax_ce_bwd(snrt_ctx *c, const snrt_loss_t *p, const float *logits,
                          const int32_t *labels, float *dlogits) {
   if (p->n <= 0) return;
-  k_ce_bwd<<<row_blocks(p->n), ROW_THREADS, 0, snrt_cu_stream(c)>>>(*p, logits, labels, dlogits);
+  k_ce_bwd<<<row_blocks(p->n), ROW_THREADS, 0, snrt_cu_stream(c)>>>(p->n, p->classes, 1.0f / (float)p->n,
+                                                                     logits, labels, dlogits);
   SNRT_LAUNCH_CHECK();
 }
 
@@ -247,16 +251,6 @@ void snrt_adam(snrt_ctx *c, const snrt_adam_t *p, float *w, const float *g, floa
 
 /* ---- the chunked LM head and cross-entropy (snrt_lmce_t) ------------------------- */
 
-/* A row's maximum and sum of exp(x - max), every thread of the block. */
-__device__ void lmce_max_sum(const float *x, int64_t classes, float *mx_out, float *s_out) {
-  float mx = -INFINITY;
-  for (int64_t j = threadIdx.x; j < classes; j += blockDim.x) mx = fmaxf(mx, x[j]);
-  mx = snrt_block_max(mx);
-  float s = 0.0f;
-  for (int64_t j = threadIdx.x; j < classes; j += blockDim.x) s += expf(x[j] - mx);
-  *mx_out = mx, *s_out = snrt_block_sum(s);
-}
-
 /* One block per row of the chunk (rows r0 .. r0 + rows): its term
  * logsumexp - logit[label] into row_loss[r0 + i] (NaN for a bad label). */
 __global__ void k_lmce_rows(int64_t rows, int64_t classes, const float *z, const int32_t *labels,
@@ -264,7 +258,7 @@ __global__ void k_lmce_rows(int64_t rows, int64_t classes, const float *z, const
   for (int64_t i = blockIdx.x; i < rows; i += gridDim.x) {
     const float *x = z + i * classes;
     float mx, s;
-    lmce_max_sum(x, classes, &mx, &s);
+    ce_max_sum(x, classes, &mx, &s);
     int lab = labels[i];
     float lx = (lab >= 0 && lab < classes) ? x[lab] : __int_as_float(0x7fc00000);
     if (threadIdx.x == 0) row_loss[i] = logf(s) + mx - lx;
@@ -280,21 +274,6 @@ __global__ void k_lmce_total(int64_t n, const float *row_loss, float *loss) {
   if (threadIdx.x == 0) *loss = s / (float)n;
 }
 
-/* The chunk's logits in place into (softmax - onehot) / n. */
-__global__ void k_lmce_grad(int64_t rows, int64_t classes, int64_t n, const int32_t *labels,
-                            float *z) {
-  for (int64_t i = blockIdx.x; i < rows; i += gridDim.x) {
-    float *x = z + i * classes;
-    float mx, s;
-    lmce_max_sum(x, classes, &mx, &s);
-    int lab = labels[i];
-    bool bad = lab < 0 || lab >= classes;
-    float inv_n = 1.0f / (float)n;
-    for (int64_t j = threadIdx.x; j < classes; j += blockDim.x)
-      x[j] = bad ? __int_as_float(0x7fc00000) : (expf(x[j] - mx) / s - (j == lab ? 1.0f : 0.0f)) * inv_n;
-  }
-}
-
 static void lmce_logits(snrt_ctx *c, const snrt_lmce_t *p, const float *h, const float *w,
                         int64_t r, int64_t rows, float *z) {
   snrt_mm_t mm = {};
@@ -303,10 +282,8 @@ static void lmce_logits(snrt_ctx *c, const snrt_lmce_t *p, const float *h, const
   snrt_matmul(c, &mm, h + r * p->k, w, z);
 }
 
-static int lmce_blocks(int64_t rows) { return rows < CE_BLOCKS ? (rows > 0 ? (int)rows : 1) : CE_BLOCKS; }
-
 /* Per chunk: its logits, each row's loss term (k_lmce_rows), the logits in
- * place into the gradient (k_lmce_grad), dh's rows and dW (added to after the
+ * place into the gradient (k_ce_bwd), dh's rows and dW (added to after the
  * first chunk); at the end the mean of the terms in a fixed order. */
 void snrt_lmce(snrt_ctx *c, const snrt_lmce_t *p, const float *h, const float *w,
                const int32_t *labels, float *loss, float *dh, float *dw, float *ws) {
@@ -317,10 +294,12 @@ void snrt_lmce(snrt_ctx *c, const snrt_lmce_t *p, const float *h, const float *w
   for (int64_t r = 0; r < p->n; r += p->chunk) {
     int64_t rows = p->n - r < p->chunk ? p->n - r : p->chunk;
     lmce_logits(c, p, h, w, r, rows, z);
-    k_lmce_rows<<<lmce_blocks(rows), 256, 0, st>>>(rows, p->classes, z, labels + r, row_loss + r);
+    k_lmce_rows<<<row_blocks(rows), ROW_THREADS, 0, st>>>(rows, p->classes, z, labels + r,
+                                                          row_loss + r);
     SNRT_LAUNCH_CHECK();
     if (!(p->need & 3)) continue;
-    k_lmce_grad<<<lmce_blocks(rows), 256, 0, st>>>(rows, p->classes, p->n, labels + r, z);
+    k_ce_bwd<<<row_blocks(rows), ROW_THREADS, 0, st>>>(rows, p->classes, 1.0f / (float)p->n, z,
+                                                      labels + r, z);
     SNRT_LAUNCH_CHECK();
     if (p->need & 1) {
       snrt_mm_t mm = {};

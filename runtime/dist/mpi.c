@@ -8,8 +8,8 @@
  * update), one request per piece, all of a bucket's started together, and
  * divided by the number of ranks at the wait. Every wait is a loop of MPI_Test with a deadline (--comm-timeout)
  * so that a rank that died or hangs ends the others with a message instead of
- * a hang. SIGINT/SIGTERM is a graceful stop (steps.c exchanges the stop flag
- * with the loss and every rank stops after the same step); one that arrives
+ * a hang. SIGINT/SIGTERM/SIGUSR1 is a graceful stop (steps.c exchanges the
+ * stop flag with the loss and every rank stops after the step they agreed on); one that arrives
  * during a wait prints a line at once (when a rank dies, mpirun sends SIGTERM
  * to the others and soon SIGKILL) and gives the others SIGNAL_GRACE seconds
  * to answer.
