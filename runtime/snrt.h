@@ -23,7 +23,8 @@
  * writing its dx), snrt_softmax_bwd (a row's dy fully before its dx) and
  * snrt_dropout_bwd, for y and a to snrt_add, and for y
  * and x to snrt_unary_fwd, snrt_dropout_fwd, snrt_bn_fwd_saved and
- * snrt_bn_fwd_infer (elementwise). Their implementations must not declare
+ * snrt_bn_fwd_infer (elementwise), and to snrt_softmax_fwd (a row read fully
+ * before any of it is written). Their implementations must not declare
  * those pointers restrict, and must give the same bits in place as out of
  * place.
  */

@@ -375,6 +375,7 @@ def check_plan(p):
         assert all(st.get("est_seconds") is None for st in steps[tr:])
     return {"recompute": kinds.count("recompute"), "copies": len(cs.copies),
             "selected": p.get("selected_rebuilds", 0),
+            "optimal": p.get("optimal_schedule_kept", -1) >= 0,
             "recompute_expensive": sum(1 for s in steps if s["kind"] == "recompute" and
                                        s["op"] in EXPENSIVE_OPS),
             "host_optimizer": any(i["kind"] == "optimizer" and i["persistent"] and
@@ -386,6 +387,9 @@ def check_plan(p):
 # ---- auto's tiers, found from the plans ----
 
 TIERS = ["recompute", "selective", "checkpoint", "offload", "host-optimizer", "host-params"]
+# (tier_of also says "optimal": auto's optimal persistent schedules, which
+# plain chains choose: tests/test_plan_optimal.py; the tier tests above walk
+# models where it need not appear, and leave it out.)
 # Ops the cheap rule never rebuilds: a plan that recomputes one of them is a
 # checkpointed plan (recompute.c's checkpoint mode).
 EXPENSIVE_OPS = ("Conv", "Gemm", "MatMul")
@@ -401,6 +405,8 @@ def tier_of(facts):
         return "offload"
     if facts["selected"]:
         return "selective"
+    if facts["optimal"]:
+        return "optimal"
     if facts["recompute_expensive"]:
         return "checkpoint"
     if facts["recompute"]:

@@ -266,12 +266,14 @@ void liveness_compute(const Graph *g, Plan *pl) {
   liveness_lifetimes(g, pl);
 }
 
-/* Elementwise forward ops whose output may overwrite their input 0 (the
- * kernels promise it: runtime/snrt.h, "In place"). */
+/* Forward ops whose output may overwrite their input 0 (the kernels promise
+ * it: runtime/snrt.h, "In place"): elementwise ones, and Softmax (each row
+ * read fully before it is written; rebuilt attention probabilities then take
+ * the scores' bytes). */
 static bool inplace_forward(OpKind op) {
   switch (op) {
   case OP_RELU: case OP_LEAKYRELU: case OP_SIGMOID: case OP_TANH: case OP_CLIP:
-  case OP_DROPOUT: case OP_BN_SAVED: case OP_BN_INFER: return true;
+  case OP_DROPOUT: case OP_BN_SAVED: case OP_BN_INFER: case OP_SOFTMAX: return true;
   default: return false;
   }
 }

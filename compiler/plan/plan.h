@@ -119,6 +119,10 @@ typedef struct Plan {
   int64_t seg_bytes;       // ... and the segment size asked for
   int selected;            // auto's per-tensor rebuilds (select.c): tensors dropped (0: none)
   int64_t selected_bytes;  // ... the bytes of those a backward step reads
+  int opt_cuts;            // auto's optimal persistent schedule (optimal.c): the chain's cuts
+                           // (0: not used)
+  int opt_kept;            // ... of them, kept from the forward pass
+  int64_t opt_bytes;       // ... the model's memory it is optimal for
   char *auto_log;          // policy auto: one line per candidate tried (--dump auto)
   int batch;
   Route *route;            // steps; Step.in/out are instance indices
@@ -385,7 +389,25 @@ typedef struct RecomputeOpts {
                            // (binary schedule over the cuts inside) instead of nested
   const bool *drop;        // per tensor: exactly these are dropped and rebuilt (select.c's
                            // sets; NULL: the cheap rule or checkpoint mode decides)
+  const struct RcTree *tree;   // with drop: what the rebuilds keep (optimal.c's schedules;
+                               // NULL: each dropped tensor rebuilt once, speed-centric)
 } RecomputeOpts;
+/* The keep rule of a persistent checkpointing schedule (optimal.c): the
+ * cuts split the forward pass into intervals 0 .. n-1 (interval j starts at
+ * cut j, interval 0 at the input); while the backward steps that read
+ * interval q's dropped tensors run, a rebuilt tensor of interval j is kept
+ * after the step that made it where j == q, or where keep[q * n + j] has
+ * bit 0 (it is cut j) or bit 1 (it is not a cut); every other rebuilt tensor
+ * dies after its last reader in that step. */
+typedef struct RcTree {
+  int n;                   // intervals
+  const int *gi;           // per tensor: its interval (-1: not a forward activation)
+  const bool *cut;         // per tensor: a cut that starts an interval
+  unsigned char *keep;     // n x n
+} RcTree;
+/* Per tensor (malloc'ed): a cut, the only activation crossing its point of
+ * the forward order. */
+bool *forward_cuts(const Graph *g);
 /* Returns how many checkpoints checkpoint mode kept. */
 int recompute_plan(Graph *g, Plan *pl, const RecomputeOpts *o);
 /* recompute_plan in parts, for a search that walks one scheme down a ladder
@@ -417,6 +439,24 @@ extern long rc_rebuilds;                     /* routes built (auto's log reports
 /* Frees a chain never started (the plan keeps its route). */
 void rc_chain_discard(RcChain *c);
 void recompute_dump(const Graph *g, const Plan *pl, FILE *f);
+/* optimal.c: auto's optimal persistent checkpointing family. One schedule:
+ * what the forward pass drops and the rebuilds' keep rule, optimal for the
+ * chain of cuts in `bytes` of kept activations (the model of optimal.c). */
+typedef struct OptSchedule {
+  bool *drop;              // per tensor
+  RcTree tree;
+  int64_t bytes;           // the model's memory the schedule is optimal for
+  double seconds;          // the model's rebuild seconds
+  int kept;                // cuts kept from the forward pass
+} OptSchedule;
+/* The schedules (*out malloc'ed; optimal_free frees them) at the memories
+ * where the optimum's cost steps down, thinned to at most OPT_SCHEDULES
+ * (`step`: the seconds of the step without rebuilds, the scale of the
+ * thinning); 0 where the graph has fewer than 2 cuts. */
+enum { OPT_SCHEDULES = 64, OPT_INTERVALS = 96 };
+int optimal_schedules(Graph *g, const Plan *base, const DeviceProfile *dev, double step,
+                      OptSchedule **out);
+void optimal_free(OptSchedule *s, int n);
 /* select.c: auto's per-tensor rebuild family: nested drop sets (each one
  * malloc'ed, per tensor; *sets malloc'ed), at most SELECT_SETS, chosen
  * greedily by bytes taken off the peak per second of rebuild; returns how

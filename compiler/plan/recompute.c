@@ -16,7 +16,9 @@
  * Checkpoint mode (seg_bytes > 0): the checkpoints are cut tensors about
  * seg_bytes apart (select_checkpoints) and expensive layers are dropped and
  * rebuilt too. Explicit sets (RecomputeOpts.drop: auto's per-tensor
- * family, select.c): exactly the tensors given, with the cheap rule's levels.
+ * family, select.c): exactly the tensors given, with the cheap rule's levels;
+ * with RecomputeOpts.tree (optimal.c's persistent schedules), what a rebuild
+ * keeps follows the schedule (keep_tree).
  *
  * Exactness: a recompute step runs the forward node again on the same inputs,
  * with two exceptions that keep it bit-identical: BatchNormalization is
@@ -59,6 +61,7 @@ typedef struct RC {
   bool *iscut;             // per tensor: a cut inside a segment
   int *ncuts;              // per segment: its cuts (m)
   int *q;                  // per segment: the interval the current backward step is in (-1)
+  const RcTree *tree;      // a persistent schedule's keep rule (every segment LV_TREE), or NULL
   int *cur;                // per tensor: valid recomputed instance (-1)
   Route *r;                // the route being built
   int *made;               // tensors recomputed for the current backward step
@@ -76,7 +79,7 @@ enum { MEMORY_CENTRIC_MAX = 128 };
  * kept, cheap ones rebuilt for each backward reader); recursive (checkpoint
  * mode, segments with cuts inside: see keep_recursive); memory-centric
  * (everything rebuilt for each backward step that needs it). */
-enum { LV_SPEED = 0, LV_NESTED = 1, LV_MEMORY = 2, LV_RECURSIVE = 3 };
+enum { LV_SPEED = 0, LV_NESTED = 1, LV_MEMORY = 2, LV_RECURSIVE = 3, LV_TREE = 4 };
 
 /* Recursive level: the cuts inside a segment (c_1 .. c_m, forward order;
  * c_0 the checkpoint the segment starts from) split it into intervals
@@ -108,6 +111,21 @@ static bool keep_recursive(const RC *rc, int t) {
   if (q < 0) return false;
   if (rc->iscut[t] && on_path(rc->ival[t], q, rc->ncuts[sg])) return true;
   return rc->ival[t] == q && !(rc->cheapt && rc->cheapt[t]);
+}
+
+/* A persistent schedule (optimal.c; RecomputeOpts.tree): the interval a
+ * tensor is in, and whether a rebuilt one stays after the step that made it
+ * (RcTree). */
+static int interval_of(const RC *rc, int t) {
+  return rc->level[rc->seg[t]] == LV_TREE ? rc->tree->gi[t] : rc->ival[t];
+}
+
+static bool keep_tree(const RC *rc, int t) {
+  const RcTree *tr = rc->tree;
+  int q = rc->q[rc->seg[t]], j = tr->gi[t];
+  if (q < 0 || j < 0) return false;
+  if (j == q) return true;
+  return tr->keep[(size_t)q * (size_t)tr->n + (size_t)j] & (tr->cut[t] ? 1 : 2);
 }
 
 static bool is_backward(StepKind k) { return k == SK_BACKWARD; }
@@ -220,9 +238,10 @@ static void rebuild(RC *rc) {
        * dropped tensors it reads). */
       for (int k = 0; k < g->n[nd].nin; k++) {
         int t = g->n[nd].in[k];
-        if (t >= 0 && rc->dropped[t] && rc->level[rc->seg[t]] == LV_RECURSIVE &&
-            rc->ival[t] > rc->q[rc->seg[t]])
-          rc->q[rc->seg[t]] = rc->ival[t];
+        if (t < 0 || !rc->dropped[t]) continue;
+        int lv = rc->level[rc->seg[t]];
+        if ((lv == LV_RECURSIVE || lv == LV_TREE) && interval_of(rc, t) > rc->q[rc->seg[t]])
+          rc->q[rc->seg[t]] = interval_of(rc, t);
       }
       for (int k = 0; k < g->n[nd].nin; k++) {
         int t = g->n[nd].in[k];
@@ -237,7 +256,7 @@ static void rebuild(RC *rc) {
         int t = rc->made[i];
         int lv = rc->level[rc->seg[t]];
         if (lv == LV_MEMORY || (lv == LV_NESTED && rc->cheapt && rc->cheapt[t]) ||
-            (lv == LV_RECURSIVE && !keep_recursive(rc, t)))
+            (lv == LV_RECURSIVE && !keep_recursive(rc, t)) || (lv == LV_TREE && !keep_tree(rc, t)))
           rc->cur[t] = -1;
       }
       for (int k = 0; k < g->n[nd].nin; k++) {
@@ -302,25 +321,15 @@ static bool *saved_for_backward(const Graph *g, const Route *old) {
   return saved;
 }
 
-/* Checkpoint selection for segments of about `seg_bytes` (the checkpoint
- * mode): every forward activation is dropped except the checkpoints, so
- * expensive layers are rebuilt too. Checkpoints are cut tensors (the only
- * activation crossing a point of the forward order: a ResNet block's output,
- * a transformer block's residual stream), taken in forward order whenever the
- * activations read by backward since the previous one add up to seg_bytes;
- * each segment is then rebuilt from its first checkpoint alone. After the
- * last checkpoint nothing is dropped but what the cheap rule drops
- * (`cheap`): the backward pass starts there, and rebuilding what the forward
- * pass just made would only cost time. Returns the number of checkpoints
- * (their tensors in *ck_out, forward order). */
-static int select_checkpoints(const Graph *g, const Route *old, bool *dropped, const bool *cheap,
-                              int64_t seg_bytes, int **ck_out, bool *iscut) {
-  int capck = 0;
+/* Per tensor: a cut, the only forward activation crossing a point of the
+ * forward order (made at or before forward node i, read after it, and no
+ * other activation is): a ResNet block's output, a transformer block's
+ * residual stream, each layer's output in a plain chain. */
+bool *forward_cuts(const Graph *g) {
   int nf = g->nfwd;
-  bool *saved = saved_for_backward(g, old);
   /* lastf[t]: the last forward node reading activation t; cross[i]: how many
    * activations are made at or before node i and read after it. */
-  int *lastf = xmalloc(sizeof(int) * (size_t)g->nt);
+  int *lastf = xmalloc(sizeof(int) * (size_t)(g->nt + 1));
   for (int t = 0; t < g->nt; t++) lastf[t] = -1;
   for (int i = 0; i < nf; i++) {
     const Node *n = &g->n[i];
@@ -337,6 +346,35 @@ static int select_checkpoints(const Graph *g, const Route *old, bool *dropped, c
     }
   }
   for (int i = 1; i < nf; i++) cross[i] += cross[i - 1];
+  bool *cut = xcalloc((size_t)g->nt + 1, sizeof(bool));
+  for (int i = 0; i < nf; i++) {
+    const Node *n = &g->n[i];
+    for (int k = 0; k < n->nout; k++) {
+      int t = n->out[k];
+      if (t >= 0 && g->t[t].kind == TK_ACT && cross[i] == 1 && lastf[t] > i) cut[t] = true;
+    }
+  }
+  free(lastf), free(cross);
+  return cut;
+}
+
+/* Checkpoint selection for segments of about `seg_bytes` (the checkpoint
+ * mode): every forward activation is dropped except the checkpoints, so
+ * expensive layers are rebuilt too. Checkpoints are cut tensors (the only
+ * activation crossing a point of the forward order: a ResNet block's output,
+ * a transformer block's residual stream), taken in forward order whenever the
+ * activations read by backward since the previous one add up to seg_bytes;
+ * each segment is then rebuilt from its first checkpoint alone. After the
+ * last checkpoint nothing is dropped but what the cheap rule drops
+ * (`cheap`): the backward pass starts there, and rebuilding what the forward
+ * pass just made would only cost time. Returns the number of checkpoints
+ * (their tensors in *ck_out, forward order). */
+static int select_checkpoints(const Graph *g, const Route *old, bool *dropped, const bool *cheap,
+                              int64_t seg_bytes, int **ck_out, bool *iscut) {
+  int capck = 0;
+  int nf = g->nfwd;
+  bool *saved = saved_for_backward(g, old);
+  bool *cuts = forward_cuts(g);
   int last_ck = -1, nck = 0;
   int64_t acc = 0;
   for (int i = 0; i < nf; i++) {
@@ -344,7 +382,7 @@ static int select_checkpoints(const Graph *g, const Route *old, bool *dropped, c
     for (int k = 0; k < n->nout; k++) {
       int t = n->out[k];
       if (t < 0 || g->t[t].kind != TK_ACT) continue;
-      bool cut = cross[i] == 1 && lastf[t] > i;
+      bool cut = cuts[t];
       if (cut && acc >= seg_bytes) {
         acc = 0, last_ck = i;
         xgrow((void **)ck_out, &capck, nck + 1, sizeof(int));
@@ -362,7 +400,7 @@ static int select_checkpoints(const Graph *g, const Route *old, bool *dropped, c
     for (int k = 0; k < n->nout; k++)
       if (n->out[k] >= 0) dropped[n->out[k]] = cheap[n->out[k]], iscut[n->out[k]] = false;
   }
-  free(saved), free(lastf), free(cross);
+  free(saved), free(cuts);
   return nck;
 }
 
@@ -516,9 +554,11 @@ RcChain *rc_chain_new(Graph *g, Plan *pl, const RecomputeOpts *ro) {
   rc->cur = xmalloc(sizeof(int) * (size_t)g->nt);
 
   if (ro->drop) {
-    /* auto's per-tensor sets (select.c): exactly these, speed-centric */
+    /* auto's per-tensor sets (select.c): exactly these, speed-centric;
+     * a persistent schedule's (optimal.c): exactly these, kept by its rule */
     memcpy(rc->dropped, ro->drop, (size_t)g->nt * sizeof(bool));
     seg_bytes = 0;
+    rc->tree = ro->tree;
   } else {
     drop_cheap(rc, max_chain);
   }
@@ -540,6 +580,7 @@ RcChain *rc_chain_new(Graph *g, Plan *pl, const RecomputeOpts *ro) {
     }
   }
   find_segments(rc);
+  if (rc->tree) memset(rc->level, LV_TREE, (size_t)rc->nseg);
   /* The cuts inside each segment, numbered in forward order; each dropped
    * tensor's interval. */
   rc->ncuts = xcalloc((size_t)rc->nseg + 1, sizeof(int));

@@ -27,6 +27,10 @@
  *     the ladder), with nothing offloaded or offloading where it hides; what
  *     every plan of one holds at the turn: the outputs of expensive layers
  *     read by backward that its set does not drop.
+ *   - the optimal persistent checkpointing schedules (optimal.c: graphs up
+ *     to LARGE_GRAPH_NODES), each planned as it is (recompute.c's keep
+ *     rule), nothing offloaded; what every plan of one holds at the turn:
+ *     as for the per-tensor sets, what its schedule does not drop.
  * Each chain has states: the first keeps every segment speed-centric
  * (rebuilt once); the next ones escalate (recompute.c: segments nested, then
  * memory-centric) toward the targets of one ladder, L, L 2^-1/8, L 2^-1/4 ...
@@ -80,7 +84,7 @@
 #include <string.h>
 #include <time.h>
 
-typedef enum { SC_NONE, SC_CHEAP, SC_CKPT, SC_FIXED, SC_SELECT } Scheme;
+typedef enum { SC_NONE, SC_CHEAP, SC_CKPT, SC_FIXED, SC_SELECT, SC_OPT } Scheme;
 
 enum { MAX_VARIANTS = 12, FIRST_K_STEPS = 8 };
 /* The target ladder's step: 2^-1/8 (about 9%); on large graphs 2^-1/4. */
@@ -117,6 +121,7 @@ typedef struct Chain {
   bool dup;                // the same plans as an earlier chain
   int nsel;                // SC_SELECT: tensors its set drops
   int64_t sel_bytes;       // ... of them, the bytes of those a backward step reads
+  const OptSchedule *opt;  // SC_OPT: its schedule
 } Chain;
 
 typedef struct Search {
@@ -140,6 +145,8 @@ typedef struct Search {
   int nowned;
   bool **drops;            // select.c's drop sets the SC_SELECT chains point to
   int ndrops;
+  OptSchedule *opt;        // optimal.c's schedules the SC_OPT chains point to
+  int nopt;
   double shared_busy;      // busy seconds of the first state shared by a group
   /* per variant index of the shared state's chains at host-state level 0:
    * the variant, whether its plan was finished and fits or is not faster
@@ -189,6 +196,10 @@ static const char *chain_name(const Search *sr, const Chain *ch, const PlanVaria
   else if (ch->scheme == SC_SELECT)
     n += snprintf(buf + n, sizeof buf - (size_t)n, ", %d tensors rebuilt (%s read by backward), "
                   "chosen per tensor", ch->nsel, fmt_bytes(ch->sel_bytes));
+  else if (ch->scheme == SC_OPT)
+    n += snprintf(buf + n, sizeof buf - (size_t)n, ", the optimal persistent schedule for %s "
+                  "(%d of %d cuts kept from forward)", fmt_bytes(ch->opt->bytes), ch->opt->kept,
+                  ch->opt->tree.n - 1);
   else if (ch->scheme != SC_NONE)
     n += snprintf(buf + n, sizeof buf - (size_t)n, ", cheap layers rebuilt");
   if (v && v->sel) {
@@ -292,6 +303,7 @@ static void make_chains(Search *sr) {
     firstk[nfk++] = sr->owned[sr->nowned++] = first_k(g, acts, k);
   }
   if (!large) sr->ndrops = select_rebuild_sets(g, sr->base, sr->dev, &sr->drops);
+  if (!large) sr->nopt = optimal_schedules(g, sr->base, sr->dev, sr->compute, &sr->opt);
   int64_t A = forward_act_bytes(g);
   static const int ladder[] = {256, 192, 128, 96, 64, 48, 32, 24, 16, 12, 8, 6, 4, 3, 2};
   int64_t sqrt_seg = (int64_t)((double)A / sqrt((double)(g->nfwd > 1 ? g->nfwd : 1)));
@@ -356,6 +368,13 @@ static void make_chains(Search *sr) {
         if (sr->drops[k][t])
           ch->nsel++, ch->sel_bytes += sr->saved[t] ? arena_align(tensor_bytes(&g->t[t])) : 0;
     }
+    /* The optimal persistent checkpointing schedules (optimal.c). */
+    for (int k = 0; k < sr->nopt; k++) {
+      const OptSchedule *o = &sr->opt[k];
+      ch = add_chain(sr, SC_OPT, hs, (RecomputeOpts){.drop = o->drop, .tree = &o->tree});
+      ch->opt = o;
+      add_variant(ch, POL_RECOMPUTE, NULL, false, 0);
+    }
   }
 }
 
@@ -411,7 +430,7 @@ static void bound_chains(Search *sr) {
     /* state on the host: its copies are synchronous, and there are at least
      * as many as in the route without recomputation */
     ch->lb = ch->lb_busy + sr->hs_seconds[ch->hs];
-    if (ch->scheme == SC_SELECT) {
+    if (ch->scheme == SC_SELECT || ch->scheme == SC_OPT) {
       /* it keeps the outputs of expensive layers that it does not drop */
       int64_t kept = held_at_turn(g, ch->ro.drop);
       ch->held = kept + sr->pers, ch->held_dev = kept + pers_dev;
@@ -534,6 +553,8 @@ static bool candidate(Search *sr, const Chain *ch, const PlanVariant *v, const P
   Plan *pl = plan_clone(state);
   pl->seg_bytes = ch->ro.seg_bytes;
   pl->selected = ch->nsel, pl->selected_bytes = ch->sel_bytes;
+  if (ch->opt)
+    pl->opt_cuts = ch->opt->tree.n - 1, pl->opt_kept = ch->opt->kept, pl->opt_bytes = ch->opt->bytes;
   int64_t floor[2] = {sr->budget, sr->host_budget};
   if (sr->enumerate) floor[0] = floor[1] = INT64_MAX;
   bool done = plan_finish(g, pl, sr->dev, v, recomputed, sr->base->baseline_bytes, floor);
@@ -861,6 +882,7 @@ static void search_free(Search *sr) {
   free(sr->owned);
   for (int k = 0; k < sr->ndrops; k++) free(sr->drops[k]);
   free(sr->drops);
+  optimal_free(sr->opt, sr->nopt);
   free(sr->ladder), free(sr->saved), free(sr->group_busy);
   plan_free(sr->base);
 }

@@ -26,7 +26,9 @@ const char *plan_note(const Plan *pl) {
            "candidates)", policy_name(pl->planned),
            pl->checkpoints ? " with checkpoint segments (expensive layers rebuilt too)"
            : pl->selected ? " with rebuilds chosen per tensor (the most bytes per second of "
-                            "rebuild first)" : "");
+                            "rebuild first)"
+           : pl->opt_cuts ? " with the optimal persistent checkpointing schedule (a dynamic "
+                            "program over the chain of cuts)" : "");
   return buf;
 }
 
@@ -37,6 +39,39 @@ static void fmt_time(char *buf, size_t n, double s) {
 }
 
 static double pct(int64_t a, int64_t b) { return b ? 100.0 * (double)a / (double)b : 0.0; }
+
+/* What auto's recomputation chose (per-tensor rebuilds, an optimal
+ * schedule, checkpoint segments): plan.txt's lines under "recompute". */
+static void print_rebuild_choice(FILE *f, const Graph *g, const Plan *pl) {
+  if (pl->selected) {
+    char trb[32];
+    fmt_time(trb, sizeof trb, pl->recompute_seconds);
+    fprintf(f, "  rebuilt         %12d   tensors chosen one by one, %s of them read by backward, "
+            "rebuilt in %s (the most bytes per second of rebuild first: snc plan --dump "
+            "recompute)\n", pl->selected, fmt_bytes(pl->selected_bytes), trb);
+  }
+  if (pl->opt_cuts) {
+    char trb[32];
+    fmt_time(trb, sizeof trb, pl->recompute_seconds);
+    fprintf(f, "  schedule        %12d   of %d cuts kept from forward; the rest rebuilt by the "
+            "persistent schedule that costs least in %s of kept activations, in %s (snc plan "
+            "--dump recompute)\n", pl->opt_kept, pl->opt_cuts, fmt_bytes(pl->opt_bytes), trb);
+  }
+  if (pl->checkpoints) {
+    fprintf(f, "  checkpoints     %12d   (kept from forward to backward; every layer between two, "
+            "expensive ones too, rebuilt: segments of ~%s)\n", pl->checkpoints,
+            fmt_bytes(pl->seg_bytes));
+    fprintf(f, "    segments start at");
+    for (int k = 0; k < pl->checkpoints && k < 12; k++)
+      fprintf(f, "%s %s", k ? "," : "", g->t[pl->ckpt[k]].name);
+    if (pl->checkpoints > 12) fprintf(f, " ... (%d more)", pl->checkpoints - 12);
+    fprintf(f, "\n");
+    if (pl->recursive_segments)
+      fprintf(f, "    recursive       %12d   (segments rebuilt by a binary schedule over the cuts "
+              "inside: O(log) of them kept at a time, each layer rebuilt about log2 times)\n",
+              pl->recursive_segments);
+  }
+}
 
 /* The chunked loss's line (autodiff.c's LMHEAD_CE step), where it has one. */
 static void print_chunked_loss(const Graph *g, const Plan *pl, FILE *f) {
@@ -110,27 +145,7 @@ void plan_print_summary(const Graph *g, const Plan *pl, FILE *f) {
             pl->step_flops / 1e9);
   else
     fprintf(f, "  recompute       %12s\n", "none");
-  if (pl->selected) {
-    char trb[32];
-    fmt_time(trb, sizeof trb, pl->recompute_seconds);
-    fprintf(f, "  rebuilt         %12d   tensors chosen one by one, %s of them read by backward, "
-            "rebuilt in %s (the most bytes per second of rebuild first: snc plan --dump "
-            "recompute)\n", pl->selected, fmt_bytes(pl->selected_bytes), trb);
-  }
-  if (pl->checkpoints) {
-    fprintf(f, "  checkpoints     %12d   (kept from forward to backward; every layer between two, "
-            "expensive ones too, rebuilt: segments of ~%s)\n", pl->checkpoints,
-            fmt_bytes(pl->seg_bytes));
-    fprintf(f, "    segments start at");
-    for (int k = 0; k < pl->checkpoints && k < 12; k++)
-      fprintf(f, "%s %s", k ? "," : "", g->t[pl->ckpt[k]].name);
-    if (pl->checkpoints > 12) fprintf(f, " ... (%d more)", pl->checkpoints - 12);
-    fprintf(f, "\n");
-    if (pl->recursive_segments)
-      fprintf(f, "    recursive       %12d   (segments rebuilt by a binary schedule over the cuts "
-              "inside: O(log) of them kept at a time, each layer rebuilt about log2 times)\n",
-              pl->recursive_segments);
-  }
+  print_rebuild_choice(f, g, pl);
   fprintf(f, "  offload         %12s   (copied to the host and back per step)\n",
           fmt_bytes((int64_t)pl->offload_bytes));
   fprintf(f, "  steps           %12d   (%d training, %d eval; %d instances)\n", pl->route->ns,
@@ -348,9 +363,10 @@ void plan_print_json(const Graph *g, const Plan *pl, FILE *f) {
   json_str(f, pl->opts.device);
   fprintf(f, ",\n  \"host_budget_bytes\": %lld,\n  \"checkpoints\": %d,\n"
           "  \"checkpoint_segment_bytes\": %lld,\n  \"recursive_segments\": %d,\n"
-          "  \"selected_rebuilds\": %d",
+          "  \"selected_rebuilds\": %d,\n  \"optimal_schedule_kept\": %d",
           (long long)pl->host_budget, pl->checkpoints,
-          (long long)(pl->checkpoints ? pl->seg_bytes : 0), pl->recursive_segments, pl->selected);
+          (long long)(pl->checkpoints ? pl->seg_bytes : 0), pl->recursive_segments, pl->selected,
+          pl->opt_cuts ? pl->opt_kept : -1);
   fprintf(f, ",\n  \"budget_bytes\": %lld,\n  \"arena_bytes\": %lld,\n  \"persistent_bytes\": %lld,\n"
           "  \"host_bytes\": %lld,\n  \"peak_live_bytes\": %lld,\n  \"layer_peak_bytes\": %lld,\n"
           "  \"baseline_bytes\": %lld,\n  \"recompute_flops\": ",
