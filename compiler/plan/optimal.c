@@ -19,8 +19,8 @@
  *   tape_j  bytes of its tape, C_j not counted;
  *   cut_j   bytes of C_j.
  * The backward steps run interval by interval from the last (recompute.c
- * puts a backward step in the latest interval whose dropped tensor it
- * reads), each needing its interval's tape and C_j.
+ * puts a backward step in the interval of the forward node it derives from,
+ * counted as here), each needing its interval's tape and C_j.
  *
  * The dynamic program. E(s, t, m): the least seconds of rebuilds for the
  * backward of intervals t .. s, with C_s held and m more bytes free:
@@ -33,7 +33,8 @@
  * forward pass, where going forward costs nothing (it is the forward pass
  * itself): the last interval keeps its tape; keep s: T(s+1, m - tape_s -
  * cut_s+1); split k: T(k, m - cut_k) + E(s, k-1, m). Memory in units of at
- * most OPT_UNITS per chain (sizes rounded up): O(n^3 units) time.
+ * most OPT_UNITS per chain (sizes rounded to the nearest unit: a tensor
+ * under half a unit costs nothing in the model): O(n^3 units) time.
  *
  * The schedule of T(0, M), as recompute.c runs it: the forward pass keeps
  * the cuts and tapes on the path of the last interval and drops every

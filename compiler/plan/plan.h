@@ -123,6 +123,7 @@ typedef struct Plan {
                            // (0: not used)
   int opt_kept;            // ... of them, kept from the forward pass
   int64_t opt_bytes;       // ... the model's memory it is optimal for
+  double opt_seconds;      // ... the model's seconds of rebuilds
   char *auto_log;          // policy auto: one line per candidate tried (--dump auto)
   int batch;
   Route *route;            // steps; Step.in/out are instance indices

@@ -235,13 +235,22 @@ static void rebuild(RC *rc) {
       const int nd = st->node;
       rc->nmade = 0;
       /* Recursive segments: the interval this step is in (the latest of the
-       * dropped tensors it reads). */
+       * dropped tensors it reads). A schedule's (LV_TREE): the interval of
+       * the forward node it derives from, as optimal.c counts it (a cut's
+       * producer in the interval before the cut), so that a backward step
+       * reading its node's input and its output (LRN, a cut's ReLU) runs
+       * where the schedule put it; the latest read where it has none. */
+      int fq = -1, f = g->n[nd].fwd;
+      if (rc->tree && f >= 0 && f < g->nfwd && g->n[f].nout > 0 && g->n[f].out[0] >= 0) {
+        int y = g->n[f].out[0];
+        if (rc->tree->gi[y] >= 0) fq = rc->tree->gi[y] - (rc->tree->cut[y] ? 1 : 0);
+      }
       for (int k = 0; k < g->n[nd].nin; k++) {
         int t = g->n[nd].in[k];
         if (t < 0 || !rc->dropped[t]) continue;
         int lv = rc->level[rc->seg[t]];
-        if ((lv == LV_RECURSIVE || lv == LV_TREE) && interval_of(rc, t) > rc->q[rc->seg[t]])
-          rc->q[rc->seg[t]] = interval_of(rc, t);
+        int iq = lv == LV_TREE && fq >= 0 ? fq : interval_of(rc, t);
+        if ((lv == LV_RECURSIVE || lv == LV_TREE) && iq > rc->q[rc->seg[t]]) rc->q[rc->seg[t]] = iq;
       }
       for (int k = 0; k < g->n[nd].nin; k++) {
         int t = g->n[nd].in[k];

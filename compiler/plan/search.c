@@ -403,6 +403,7 @@ static void bound_chains(Search *sr) {
     const Chain *twin = NULL;
     for (int d = 0; d < c && !twin && ch->scheme == SC_FIXED; d++)
       if (sr->ch[d].scheme != SC_NONE && sr->ch[d].scheme != SC_SELECT &&
+          sr->ch[d].scheme != SC_OPT &&
           sr->ch[d].ro.seg_bytes == ch->ro.seg_bytes &&
           sr->ch[d].ro.max_chain == ch->ro.max_chain)
         twin = &sr->ch[d];
@@ -554,7 +555,8 @@ static bool candidate(Search *sr, const Chain *ch, const PlanVariant *v, const P
   pl->seg_bytes = ch->ro.seg_bytes;
   pl->selected = ch->nsel, pl->selected_bytes = ch->sel_bytes;
   if (ch->opt)
-    pl->opt_cuts = ch->opt->tree.n - 1, pl->opt_kept = ch->opt->kept, pl->opt_bytes = ch->opt->bytes;
+    pl->opt_cuts = ch->opt->tree.n - 1, pl->opt_kept = ch->opt->kept, pl->opt_bytes = ch->opt->bytes,
+    pl->opt_seconds = ch->opt->seconds;
   int64_t floor[2] = {sr->budget, sr->host_budget};
   if (sr->enumerate) floor[0] = floor[1] = INT64_MAX;
   bool done = plan_finish(g, pl, sr->dev, v, recomputed, sr->base->baseline_bytes, floor);

@@ -363,10 +363,13 @@ void plan_print_json(const Graph *g, const Plan *pl, FILE *f) {
   json_str(f, pl->opts.device);
   fprintf(f, ",\n  \"host_budget_bytes\": %lld,\n  \"checkpoints\": %d,\n"
           "  \"checkpoint_segment_bytes\": %lld,\n  \"recursive_segments\": %d,\n"
-          "  \"selected_rebuilds\": %d,\n  \"optimal_schedule_kept\": %d",
+          "  \"selected_rebuilds\": %d,\n  \"optimal_schedule_kept\": %d,\n"
+          "  \"optimal_schedule_seconds\": ",
           (long long)pl->host_budget, pl->checkpoints,
           (long long)(pl->checkpoints ? pl->seg_bytes : 0), pl->recursive_segments, pl->selected,
           pl->opt_cuts ? pl->opt_kept : -1);
+  if (pl->opt_cuts) json_num(f, pl->opt_seconds);
+  else fprintf(f, "null");
   fprintf(f, ",\n  \"budget_bytes\": %lld,\n  \"arena_bytes\": %lld,\n  \"persistent_bytes\": %lld,\n"
           "  \"host_bytes\": %lld,\n  \"peak_live_bytes\": %lld,\n  \"layer_peak_bytes\": %lld,\n"
           "  \"baseline_bytes\": %lld,\n  \"recompute_flops\": ",
