@@ -154,18 +154,6 @@ static void path(const Dp *d, int mem, int q, unsigned char *row) {
   }
 }
 
-/* Per tensor: read by a backward step. */
-static bool *saved_tensors(const Graph *g) {
-  bool *saved = xcalloc((size_t)g->nt + 1, sizeof(bool));
-  for (int i = 0; i < g->nn; i++) {
-    const Node *n = &g->n[i];
-    if (n->phase != PH_BACKWARD) continue;
-    for (int k = 0; k < n->nin; k++)
-      if (n->in[k] >= 0) saved[n->in[k]] = true;
-  }
-  return saved;
-}
-
 /* The intervals (gi, cut per tensor), and the chain's G, R and sizes in
  * bytes (tapeb, cutb), and *total, the bytes of every saved tensor among
  * them. Returns the number of intervals. */
@@ -259,7 +247,7 @@ static void make_schedule(const Graph *g, const Dp *d, int mem, int64_t unit, co
 int optimal_schedules(Graph *g, const Plan *base, const DeviceProfile *dev, double step,
                       OptSchedule **out) {
   *out = NULL;
-  bool *saved = saved_tensors(g);
+  bool *saved = plan_saved_tensors(g);
   int *gi = xmalloc(sizeof(int) * (size_t)(g->nt + 1));
   bool *cut = xcalloc((size_t)g->nt + 1, sizeof(bool));
   Dp d = {0};

@@ -90,6 +90,17 @@ bool *plan_offload_candidates(const Graph *g) {
   return sel;
 }
 
+bool *plan_saved_tensors(const Graph *g) {
+  bool *saved = xcalloc((size_t)g->nt + 1, sizeof(bool));
+  for (int i = 0; i < g->nn; i++) {
+    const Node *n = &g->n[i];
+    if (n->phase != PH_BACKWARD) continue;
+    for (int k = 0; k < n->nin; k++)
+      if (n->in[k] >= 0) saved[n->in[k]] = true;
+  }
+  return saved;
+}
+
 bool plan_moves_to_host(TensorKind k, int hs) {
   return (hs >= 1 && k == TK_OPT) || (hs >= 2 && k == TK_PARAM);
 }

@@ -278,6 +278,8 @@ void plan_estimate(const Graph *g, Plan *pl, const DeviceProfile *dev);
 /* Forward activations (and BN's saved statistics) that offloading may move:
  * all but the tiny ones. */
 bool *plan_offload_candidates(const Graph *g);
+/* Per tensor (malloc'ed): read by a backward node (saved for backward). */
+bool *plan_saved_tensors(const Graph *g);
 /* Persistent kinds on the host at host-state level hs (1: optimizer state,
  * 2: parameters too), and their arena bytes. */
 bool plan_moves_to_host(TensorKind k, int hs);

@@ -834,11 +834,7 @@ static void search_init(Search *sr, Graph *g, const Route *r, const PlanOpts *o,
   sr->compute = liv->compute_seconds;
   plan_free(liv);
   sr->layer_peak = sr->base->layer_peak_bytes;
-  sr->saved = xcalloc((size_t)g->nt + 1, sizeof(bool));
-  for (int i = 0; i < g->nn; i++)
-    if (g->n[i].phase == PH_BACKWARD)
-      for (int k = 0; k < g->n[i].nin; k++)
-        if (g->n[i].in[k] >= 0) sr->saved[g->n[i].in[k]] = true;
+  sr->saved = plan_saved_tensors(g);
   for (int t = 0; t < g->nt; t++)
     if (tensor_kind_persistent(g->t[t].kind)) sr->pers += arena_align(tensor_bytes(&g->t[t]));
   for (int hs = 1; hs <= 2; hs++) {
