@@ -20,8 +20,10 @@
  *
  * In place: the planner may pass the same pointer for dx and dy to
  * snrt_unary_bwd, snrt_bn_bwd (which must read a channel's dy fully before
- * writing its dx), snrt_softmax_bwd (a row's dy fully before its dx) and
- * snrt_dropout_bwd, for y and a to snrt_add, and for y
+ * writing its dx), snrt_softmax_bwd (a row's dy fully before its dx),
+ * snrt_dropout_bwd and snrt_fused_bwd (dy and its first dx: an element's
+ * gradients are all computed before any is written), for y and a to
+ * snrt_add, for y and any input to snrt_fused_fwd (elementwise), and for y
  * and x to snrt_unary_fwd, snrt_dropout_fwd, snrt_bn_fwd_saved and
  * snrt_bn_fwd_infer (elementwise), and to snrt_softmax_fwd (a row read fully
  * before any of it is written). Their implementations must not declare

@@ -114,10 +114,11 @@ static void step_stats(Plan *pl) {
  * touches get none, except the input and labels, which the loader writes. */
 /* The input an op may overwrite with its output 0 (-1: none). The kernels
  * promise it (runtime/snrt.h, "In place"). */
-static int inplace_input(OpKind op) {
-  switch (op) {
+static int inplace_input(const Node *n) {
+  switch (n->op) {
   case OP_UNARY_BWD: case OP_BN_BWD: case OP_SOFTMAX_BWD: return 1;   /* dx over dy */
   case OP_DROPOUT_BWD: return 0;
+  case OP_FUSED_BWD: return n->nin - 1;   /* the first gradient over dy (elementwise) */
   default: return -1;
   }
 }
@@ -156,7 +157,7 @@ void liveness_assign(const Graph *g, Plan *pl) {
     const Step *st = &r->s[s];
     if (st->node < 0) continue;
     const Node *n = &g->n[st->node];
-    int k = inplace_input(n->op);
+    int k = inplace_input(n);
     /* Policy none is the baseline: every tensor its own region, no sharing. */
     if (pl->planned == POL_NONE || k < 0 || k >= n->nin || n->nout < 1) continue;
     int dy = n->in[k], dx = n->out[0];
@@ -269,11 +270,12 @@ void liveness_compute(const Graph *g, Plan *pl) {
 /* Forward ops whose output may overwrite their input 0 (the kernels promise
  * it: runtime/snrt.h, "In place"): elementwise ones, and Softmax (each row
  * read fully before it is written; rebuilt attention probabilities then take
- * the scores' bytes). */
+ * the scores' bytes); a fused elementwise chain any of its inputs (a
+ * residual Add + ReLU rebuilt over the branch it adds). */
 static bool inplace_forward(OpKind op) {
   switch (op) {
   case OP_RELU: case OP_LEAKYRELU: case OP_SIGMOID: case OP_TANH: case OP_CLIP:
-  case OP_DROPOUT: case OP_BN_SAVED: case OP_BN_INFER: case OP_SOFTMAX: return true;
+  case OP_DROPOUT: case OP_BN_SAVED: case OP_BN_INFER: case OP_SOFTMAX: case OP_FUSED: return true;
   default: return false;
   }
 }
@@ -343,22 +345,26 @@ void liveness_inplace(const Graph *g, Plan *pl) {
   for (int s = 0; s < r->ns; s++) {
     Step *st = &r->s[s];
     if (st->node < 0 || !inplace_forward(g->n[st->node].op) || st->nin < 1 || st->nout != 1) continue;
-    int a = st->in[0], b = st->out[0];
-    if (a < 0 || b < 0) continue;
-    a = repl[a];
-    const Instance *ia = &pl->inst[a], *ib = &pl->inst[b];
-    if (a == b || ia->persistent || ib->persistent || ia->host || ib->host) continue;
-    if (ia->bytes != ib->bytes || ia->last != s || ib->first != s || ia->tensor < 0 || ib->tensor < 0) continue;
-    const Tensor *ta = &g->t[ia->tensor], *tb = &g->t[ib->tensor];
-    if (ta->kind == TK_INPUT || ta->kind == TK_LABEL || tb->kind == TK_LOSS ||
-        graph_is_eval_output(g, ib->tensor) || ta->dtype != tb->dtype)
-      continue;
-    bool other = false;   /* the input must not be read twice by this step */
-    for (int k = 1; k < st->nin; k++) other |= st->in[k] >= 0 && repl[st->in[k]] == a;
-    if (other) continue;
-    repl[b] = a;
-    pl->inst[a].last = ib->last;   /* provisional; recomputed below */
-    merged++;
+    int nk = g->n[st->node].op == OP_FUSED ? st->nin : 1;   /* the inputs it may write over */
+    for (int k = 0; k < nk; k++) {
+      int a = st->in[k], b = st->out[0];
+      if (a < 0 || b < 0) continue;
+      a = repl[a];
+      const Instance *ia = &pl->inst[a], *ib = &pl->inst[b];
+      if (a == b || ia->persistent || ib->persistent || ia->host || ib->host) continue;
+      if (ia->bytes != ib->bytes || ia->last != s || ib->first != s || ia->tensor < 0 || ib->tensor < 0) continue;
+      const Tensor *ta = &g->t[ia->tensor], *tb = &g->t[ib->tensor];
+      if (ta->kind == TK_INPUT || ta->kind == TK_LABEL || tb->kind == TK_LOSS ||
+          graph_is_eval_output(g, ib->tensor) || ta->dtype != tb->dtype)
+        continue;
+      bool other = false;   /* the input must not be read twice by this step */
+      for (int j = 0; j < st->nin; j++) other |= j != k && st->in[j] >= 0 && repl[st->in[j]] == a;
+      if (other) continue;
+      repl[b] = a;
+      pl->inst[a].last = ib->last;   /* provisional; recomputed below */
+      merged++;
+      break;
+    }
   }
   if (merged) {
     /* Compact: drop merged instances, renumber every reference. */

@@ -460,10 +460,10 @@ enum { OPT_SCHEDULES = 64, OPT_INTERVALS = 96 };
 int optimal_schedules(Graph *g, const Plan *base, const DeviceProfile *dev, double step,
                       OptSchedule **out);
 void optimal_free(OptSchedule *s, int n);
-/* select.c: auto's per-tensor rebuild family: nested drop sets (each one
- * malloc'ed, per tensor; *sets malloc'ed), at most SELECT_SETS, chosen
- * greedily by bytes taken off the peak per second of rebuild; returns how
- * many. */
+/* select.c: auto's per-tensor rebuild family: drop sets (each one
+ * malloc'ed, per tensor; *sets malloc'ed), at most SELECT_SETS from each of
+ * two greedy walks (bytes per second of rebuild; bytes taken off the
+ * estimated peak per second); returns how many. */
 enum { SELECT_SETS = 48 };
 int select_rebuild_sets(Graph *g, const Plan *base, const DeviceProfile *dev, bool ***sets);
 /* offload.c: inserts offload/prefetch steps for the selected tensors (those

@@ -3,7 +3,7 @@
  * second it costs.
  *
  * Requires: the base plan (route and liveness, nothing rebuilt).
- * Provides: nested drop sets (each the set before plus one or more rebuilds)
+ * Provides: two families of nested drop sets (each the set before plus one or more rebuilds)
  * that search.c plans as candidates of auto (recompute.c rebuilds what a set
  * drops, each dropped tensor once, speed-centric).
  *
@@ -20,17 +20,23 @@
  * In the liveness plan, t is idle between its last forward reader and its
  * first backward reader: dropping it takes its bytes off exactly those steps
  * (the rebuild is made just before the first backward reader and kept until
- * the last, as before). The greedy walk: at the step where the live bytes
- * peak, of the units idle there, the one with the most bytes per second of
- * rebuild (cost_node_seconds of its nodes) is chosen, its bytes taken off
- * its idle steps, and so on until no unit is idle at the peak. The peak it
- * tracks is an estimate (it ignores the rebuilt intermediates and in-place
- * steps); auto plans each set for real and keeps what fits.
+ * the last, as before). A greedy walk: at the step where the live bytes
+ * peak, of the units idle there, one is chosen, its bytes taken off its
+ * idle steps, and so on until no unit is idle at the peak. Two walks, two
+ * rules: the most bytes per second of rebuild (cost_node_seconds of its
+ * nodes); and the most taken off the estimated peak over every step per
+ * second, ties (another step peaking as high) by bytes per second. Neither
+ * is always better: by bytes, a unit idle only at the higher of two
+ * near-equal peaks is picked for the little it takes off (a GPT's last
+ * GELU output, 8 MiB for 1.2); by the peak, a unit that the next pick would
+ * have made worth its bytes is passed over. The peak a walk tracks is an
+ * estimate (it ignores the rebuilt intermediates and in-place steps); auto
+ * plans each set for real and keeps what fits.
  *
- * Sets: the prefixes of the walk where the estimated peak first falls below
+ * Sets: per walk, its prefixes where the estimated peak first falls below
  * each of SELECT_SETS levels spaced evenly between the liveness peak and the
  * walk's last, so that a budget anywhere in between finds a set that lands
- * close under it.
+ * close under it; the second walk's sets that the first gave are left out.
  *
  * Not here: planning the sets (search.c), the rebuilds (recompute.c). */
 #include "plan.h"
@@ -84,6 +90,112 @@ static bool make_unit(const Graph *g, const Plan *base, const bool *saved, int t
   return true;
 }
 
+/* Range maxima over the live bytes (a sparse table, rebuilt per pick). */
+typedef struct RangeMax {
+  int64_t *t;              // levels of n entries: t[j * n + s] = max of live[s .. s + 2^j)
+  int n, levels, cap;
+} RangeMax;
+
+static void range_max_build(RangeMax *r, const int64_t *v, int n) {
+  int levels = 1;
+  while ((1 << levels) <= n) levels++;
+  if ((int64_t)levels * n > r->cap) {
+    r->cap = levels * n;
+    r->t = xrealloc(r->t, sizeof(int64_t) * (size_t)r->cap);
+  }
+  r->n = n, r->levels = levels;
+  memcpy(r->t, v, sizeof(int64_t) * (size_t)n);
+  for (int j = 1; j < levels; j++)
+    for (int s = 0; s + (1 << j) <= n; s++) {
+      int64_t a = r->t[(j - 1) * n + s], b = r->t[(j - 1) * n + s + (1 << (j - 1))];
+      r->t[j * n + s] = a > b ? a : b;
+    }
+}
+
+/* max of v[lo .. hi) (0 where empty) */
+static int64_t range_max(const RangeMax *r, int lo, int hi) {
+  if (hi <= lo) return 0;
+  int j = 0;
+  while ((2 << j) <= hi - lo) j++;
+  int64_t a = r->t[j * r->n + lo], b = r->t[j * r->n + hi - (1 << j)];
+  return a > b ? a : b;
+}
+
+static void range_max_free(RangeMax *r) { free(r->t); }
+
+/* One greedy walk over the live bytes of the training steps (by_gain: by
+ * what a unit takes off the estimated peak per second; else by its bytes
+ * per second); appends its sets to sets[n..] (at most SELECT_SETS, none
+ * that an earlier walk gave already); returns the new count. */
+static int walk_sets(const Graph *g, const Plan *base, Unit *u, int nu, const int *pool,
+                     bool by_gain, bool **sets, int n0) {
+  int ns = base->route->train_steps;
+  int64_t *live = xmalloc(sizeof(int64_t) * (size_t)ns);
+  memcpy(live, base->live_bytes, sizeof(int64_t) * (size_t)ns);
+  int64_t *peak_after = xmalloc(sizeof(int64_t) * (size_t)(nu + 1));
+  int *order = xmalloc(sizeof(int) * (size_t)(nu + 1));
+  int64_t peak0 = 0;
+  for (int s = 0; s < ns; s++) peak0 = live[s] > peak0 ? live[s] : peak0;
+  int nchosen = 0;
+  int64_t *pre = xmalloc(sizeof(int64_t) * (size_t)(ns + 1)), *suf = xmalloc(sizeof(int64_t) * (size_t)(ns + 1));
+  RangeMax rm = {0};
+  for (;;) {
+    int P = 0;
+    for (int s = 1; s < ns; s++)
+      if (live[s] > live[P]) P = s;
+    if (by_gain) {   /* pre[s]: max of live[0..s); suf[s]: max of live[s..ns) */
+      pre[0] = 0, suf[ns] = 0;
+      for (int s = 0; s < ns; s++) pre[s + 1] = live[s] > pre[s] ? live[s] : pre[s];
+      for (int s = ns - 1; s >= 0; s--) suf[s] = live[s] > suf[s + 1] ? live[s] : suf[s + 1];
+      range_max_build(&rm, live, ns);
+    }
+    int best = -1;
+    double best_gain = 0, best_dens = 0;
+    for (int k = 0; k < nu; k++) {
+      if (u[k].chosen || u[k].from >= P || u[k].to <= P) continue;
+      double gain = 0, dens = (double)u[k].bytes / u[k].seconds;
+      if (by_gain) {   /* the estimated peak with u[k] dropped: its idle steps lose its bytes */
+        int64_t out = pre[u[k].from + 1] > suf[u[k].to] ? pre[u[k].from + 1] : suf[u[k].to];
+        int64_t in = range_max(&rm, u[k].from + 1, u[k].to) - u[k].bytes;
+        gain = (double)(live[P] - (out > in ? out : in)) / u[k].seconds;
+      }
+      if (best < 0 || gain > best_gain || (gain == best_gain && dens > best_dens))
+        best = k, best_gain = gain, best_dens = dens;
+    }
+    if (best < 0) break;
+    u[best].chosen = true;
+    for (int s = u[best].from + 1; s < u[best].to; s++) live[s] -= u[best].bytes;
+    int64_t pk = 0;
+    for (int s = 0; s < ns; s++) pk = live[s] > pk ? live[s] : pk;
+    order[nchosen] = best, peak_after[nchosen++] = pk;
+  }
+  free(pre), free(suf), range_max_free(&rm);
+  /* The sets: prefixes at SELECT_SETS levels of the estimated peak. */
+  int n = n0;
+  if (nchosen) {
+    int64_t last = peak_after[nchosen - 1];
+    bool *cur = xcalloc((size_t)g->nt + 1, sizeof(bool));
+    int level = 1;
+    for (int k = 0; k < nchosen && n < n0 + SELECT_SETS; k++) {
+      const Unit *x = &u[order[k]];
+      for (int j = 0; j < x->ndrop; j++) cur[pool[x->drop0 + j]] = true;
+      int64_t mark = peak0 - (int64_t)((double)(peak0 - last) * level / SELECT_SETS);
+      if (peak_after[k] > mark && k < nchosen - 1) continue;
+      while (level <= SELECT_SETS &&
+             peak_after[k] <= peak0 - (int64_t)((double)(peak0 - last) * level / SELECT_SETS))
+        level++;
+      bool dup = false;
+      for (int j = 0; j < n0 && !dup; j++) dup = !memcmp(sets[j], cur, (size_t)g->nt + 1);
+      if (dup) continue;
+      sets[n] = xmalloc((size_t)g->nt + 1);
+      memcpy(sets[n++], cur, (size_t)g->nt + 1);
+    }
+    free(cur);
+  }
+  free(live), free(peak_after), free(order);
+  return n;
+}
+
 int select_rebuild_sets(Graph *g, const Plan *base, const DeviceProfile *dev, bool ***sets) {
   const Route *r = base->route;
   int ns = r->train_steps;
@@ -130,53 +242,12 @@ int select_rebuild_sets(Graph *g, const Plan *base, const DeviceProfile *dev, bo
     u[nu++] = x;
   }
   free(stamp), free(users), free(saved), free(lastf), free(firstb);
-  /* The greedy walk over the live bytes of the training steps. */
-  int64_t *live = xmalloc(sizeof(int64_t) * (size_t)ns);
-  memcpy(live, base->live_bytes, sizeof(int64_t) * (size_t)ns);
-  int64_t *peak_after = xmalloc(sizeof(int64_t) * (size_t)(nu + 1));
-  int *order = xmalloc(sizeof(int) * (size_t)(nu + 1));
-  int64_t peak0 = 0;
-  for (int s = 0; s < ns; s++) peak0 = live[s] > peak0 ? live[s] : peak0;
-  int nchosen = 0;
-  for (;;) {
-    int P = 0;
-    for (int s = 1; s < ns; s++)
-      if (live[s] > live[P]) P = s;
-    int best = -1;
-    for (int k = 0; k < nu; k++) {
-      if (u[k].chosen || u[k].from >= P || u[k].to <= P) continue;
-      if (best < 0 || (double)u[k].bytes / u[k].seconds > (double)u[best].bytes / u[best].seconds)
-        best = k;
-    }
-    if (best < 0) break;
-    u[best].chosen = true;
-    for (int s = u[best].from + 1; s < u[best].to; s++) live[s] -= u[best].bytes;
-    int64_t pk = 0;
-    for (int s = 0; s < ns; s++) pk = live[s] > pk ? live[s] : pk;
-    order[nchosen] = best, peak_after[nchosen++] = pk;
-  }
-  /* The sets: prefixes at SELECT_SETS levels of the estimated peak. */
+  *sets = xcalloc(2 * SELECT_SETS + 1, sizeof(bool *));
   int nsets = 0;
-  if (nchosen) {
-    int64_t last = peak_after[nchosen - 1];
-    *sets = xcalloc(SELECT_SETS + 1, sizeof(bool *));
-    bool *cur = xcalloc((size_t)g->nt + 1, sizeof(bool));
-    int level = 1;
-    for (int k = 0; k < nchosen; k++) {
-      const Unit *x = &u[order[k]];
-      for (int j = 0; j < x->ndrop; j++) cur[pool[x->drop0 + j]] = true;
-      int64_t mark = peak0 - (int64_t)((double)(peak0 - last) * level / SELECT_SETS);
-      if (peak_after[k] > mark && k < nchosen - 1) continue;
-      while (level <= SELECT_SETS &&
-             peak_after[k] <= peak0 - (int64_t)((double)(peak0 - last) * level / SELECT_SETS))
-        level++;
-      bool *set = xmalloc((size_t)g->nt + 1);
-      memcpy(set, cur, (size_t)g->nt + 1);
-      (*sets)[nsets++] = set;
-      if (nsets == SELECT_SETS) break;
-    }
-    free(cur);
+  for (int by_gain = 0; by_gain < 2; by_gain++) {
+    for (int k = 0; k < nu; k++) u[k].chosen = false;
+    nsets = walk_sets(g, base, u, nu, pool, by_gain, *sets, nsets);
   }
-  free(live), free(peak_after), free(order), free(u), free(pool);
+  free(u), free(pool);
   return nsets;
 }

@@ -212,15 +212,23 @@ static void mm_node(Graph *g, int node, const char *suffix, int x, int a, int b,
   bwd1(g, node, OP_MATMUL_RAW, suffix, x, 2, (int[]){a, b}, dup_params(&mm, sizeof mm));
 }
 
-/* Y = alpha op(A) op(B) + beta C, with op(A) (M, K) and op(B) (K, N). */
-void grad_gemm(Graph *g, int node) {
+/* Where B is a parameter and A is not, B's gradient (which reads A) goes
+ * first: it is A's last reader, so A can die before dA is allocated (one
+ * activation less at the pair's peak, as in grad_conv). Otherwise dA first. */
+static bool weight_grad_first(const Graph *g, const Node *n) {
+  return need(n, 0) && need(n, 1) && g->t[n->in[1]].kind == TK_PARAM &&
+         g->t[n->in[0]].kind != TK_PARAM;
+}
+
+/* Y = alpha op(A) op(B) + beta C, with op(A) (M, K) and op(B) (K, N):
+ * operand k's gradient. */
+static void gemm_grad(Graph *g, int node, int k) {
   Node n = g->n[node];
   const GemmParams *gp = n.p;
   int64_t M = gp->mm.m, N = gp->mm.n, K = gp->mm.k;
   int ta = gp->mm.trans_a, tb = gp->mm.trans_b, d = dy(g, &n, 0);
-  float alpha = gp->mm.alpha;
-  snrt_mm_t mm = {.batch = 1, .alpha = alpha};
-  if (need(&n, 0)) {
+  snrt_mm_t mm = {.batch = 1, .alpha = gp->mm.alpha};
+  if (k == 0) {
     if (!ta) {  /* dA (M, K) = dY op(B)^T */
       mm.m = M, mm.n = K, mm.k = N, mm.trans_a = 0, mm.trans_b = !tb;
       mm_node(g, node, "bwd_a", n.in[0], d, n.in[1], mm);
@@ -228,16 +236,21 @@ void grad_gemm(Graph *g, int node) {
       mm.m = K, mm.n = M, mm.k = N, mm.trans_a = tb, mm.trans_b = 1;
       mm_node(g, node, "bwd_a", n.in[0], n.in[1], d, mm);
     }
+  } else if (!tb) {  /* dB (K, N) = op(A)^T dY */
+    mm.m = K, mm.n = N, mm.k = M, mm.trans_a = !ta, mm.trans_b = 0;
+    mm_node(g, node, "bwd_b", n.in[1], n.in[0], d, mm);
+  } else {           /* dB (N, K) = dY^T op(A) */
+    mm.m = N, mm.n = K, mm.k = M, mm.trans_a = 1, mm.trans_b = ta;
+    mm_node(g, node, "bwd_b", n.in[1], d, n.in[0], mm);
   }
-  if (need(&n, 1)) {
-    if (!tb) {  /* dB (K, N) = op(A)^T dY */
-      mm.m = K, mm.n = N, mm.k = M, mm.trans_a = !ta, mm.trans_b = 0;
-      mm_node(g, node, "bwd_b", n.in[1], n.in[0], d, mm);
-    } else {    /* dB (N, K) = dY^T op(A) */
-      mm.m = N, mm.n = K, mm.k = M, mm.trans_a = 1, mm.trans_b = ta;
-      mm_node(g, node, "bwd_b", n.in[1], d, n.in[0], mm);
-    }
-  }
+}
+
+void grad_gemm(Graph *g, int node) {
+  Node n = g->n[node];
+  const GemmParams *gp = n.p;
+  int first = weight_grad_first(g, &n), d = dy(g, &n, 0);
+  for (int i = 0; i < 2; i++)
+    if (need(&n, first ^ i)) gemm_grad(g, node, first ^ i);
   if (gp->has_c && need(&n, 2))
     bwd1(g, node, OP_BIAS_BWD, "bwd_c", n.in[2], 1, &d, dup_params(&gp->bias, sizeof gp->bias));
 }
@@ -250,14 +263,15 @@ void grad_gemm(Graph *g, int node) {
  *   dA = dY op(B)^T, or stored (K, M): op(B) dY^T;
  *   dB = op(A)^T dY, or stored (N, K): dY^T op(A);
  * a B shared by the batch (stride 0, a weight) gets one product over all
- * rows of the batch (fuse.c folds no transposed A into such a product). */
-void grad_matmul(Graph *g, int node) {
+ * rows of the batch (fuse.c folds no transposed A into such a product).
+ * Operand k's gradient. */
+static void matmul_grad(Graph *g, int node, int k) {
   Node n = g->n[node];
   const snrt_mm_t *p = n.p;
   int d = dy(g, &n, 0);
   int64_t M = p->m, N = p->n, K = p->k, B = p->batch;
   int ta = p->trans_a, tb = p->trans_b;
-  if (need(&n, 0)) {
+  if (k == 0) {
     if (p->stride_a == 0 && B > 1)
       node_error(&n, "the gradient of a MatMul whose first operand is broadcast over the batch is not supported");
     if (!ta)
@@ -268,23 +282,29 @@ void grad_matmul(Graph *g, int node) {
       mm_node(g, node, "bwd_a", n.in[0], n.in[1], d,
               (snrt_mm_t){.batch = B, .m = K, .n = M, .k = N, .trans_a = tb, .trans_b = 1, .alpha = p->alpha,
                           .stride_a = p->stride_b, .stride_b = M * N, .stride_y = M * K});
+    return;
   }
-  if (need(&n, 1)) {
-    snrt_mm_t mm;
-    if (p->stride_b == 0) {   /* B shared by the batch: one product over all rows */
-      snc_assert(!ta || B == 1);
-      mm = !tb ? (snrt_mm_t){.batch = 1, .m = K, .n = N, .k = B * M, .trans_a = !ta, .alpha = p->alpha}
-               : (snrt_mm_t){.batch = 1, .m = N, .n = K, .k = B * M, .trans_a = 1, .trans_b = ta, .alpha = p->alpha};
-    } else {
-      /* (A's own batch stride: 0 where a constant A is shared by the batch) */
-      mm = !tb ? (snrt_mm_t){.batch = B, .m = K, .n = N, .k = M, .trans_a = !ta, .alpha = p->alpha,
-                             .stride_a = p->stride_a, .stride_b = M * N, .stride_y = K * N}
-               : (snrt_mm_t){.batch = B, .m = N, .n = K, .k = M, .trans_a = 1, .trans_b = ta, .alpha = p->alpha,
-                             .stride_a = M * N, .stride_b = p->stride_a, .stride_y = N * K};
-    }
-    if (!tb) mm_node(g, node, "bwd_b", n.in[1], n.in[0], d, mm);
-    else mm_node(g, node, "bwd_b", n.in[1], d, n.in[0], mm);
+  snrt_mm_t mm;
+  if (p->stride_b == 0) {   /* B shared by the batch: one product over all rows */
+    snc_assert(!ta || B == 1);
+    mm = !tb ? (snrt_mm_t){.batch = 1, .m = K, .n = N, .k = B * M, .trans_a = !ta, .alpha = p->alpha}
+             : (snrt_mm_t){.batch = 1, .m = N, .n = K, .k = B * M, .trans_a = 1, .trans_b = ta, .alpha = p->alpha};
+  } else {
+    /* (A's own batch stride: 0 where a constant A is shared by the batch) */
+    mm = !tb ? (snrt_mm_t){.batch = B, .m = K, .n = N, .k = M, .trans_a = !ta, .alpha = p->alpha,
+                           .stride_a = p->stride_a, .stride_b = M * N, .stride_y = K * N}
+             : (snrt_mm_t){.batch = B, .m = N, .n = K, .k = M, .trans_a = 1, .trans_b = ta, .alpha = p->alpha,
+                           .stride_a = M * N, .stride_b = p->stride_a, .stride_y = N * K};
   }
+  if (!tb) mm_node(g, node, "bwd_b", n.in[1], n.in[0], d, mm);
+  else mm_node(g, node, "bwd_b", n.in[1], d, n.in[0], mm);
+}
+
+void grad_matmul(Graph *g, int node) {
+  Node n = g->n[node];
+  int first = weight_grad_first(g, &n);
+  for (int i = 0; i < 2; i++)
+    if (need(&n, first ^ i)) matmul_grad(g, node, first ^ i);
 }
 
 void grad_binary(Graph *g, int node) {

@@ -25,13 +25,13 @@ static const snrt_unary_t P11 = {.n = 4096, .kind = SNRT_RELU, .alpha = 0.f, .lo
 static const snrt_mm_t P12 = {.batch = 1, .m = 64, .n = 10, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 640, .stride_y = 640};
 static const snrt_bias_t P13 = {.rows = 64, .cols = 10, .kind = SNRT_BIAS_ROW, .scale = 1.f};
 static const snrt_loss_t P14 = {.n = 64, .classes = 10};
-static const snrt_mm_t P15 = {.batch = 1, .m = 64, .n = 64, .k = 10, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_mm_t P16 = {.batch = 1, .m = 10, .n = 64, .k = 64, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_mm_t P15 = {.batch = 1, .m = 10, .n = 64, .k = 64, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_mm_t P16 = {.batch = 1, .m = 64, .n = 64, .k = 10, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
 static const snrt_bias_t P17 = {.rows = 64, .cols = 10, .kind = SNRT_BIAS_ROW, .scale = 1.f};
 static const snrt_sgd_t P18 = {.n = 640, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 34};
 static const snrt_sgd_t P19 = {.n = 10, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 37};
-static const snrt_mm_t P20 = {.batch = 1, .m = 64, .n = 3136, .k = 64, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_mm_t P21 = {.batch = 1, .m = 64, .n = 3136, .k = 64, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_mm_t P20 = {.batch = 1, .m = 64, .n = 3136, .k = 64, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_mm_t P21 = {.batch = 1, .m = 64, .n = 3136, .k = 64, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
 static const snrt_bias_t P22 = {.rows = 64, .cols = 64, .kind = SNRT_BIAS_ROW, .scale = 1.f};
 static const snrt_sgd_t P23 = {.n = 200704, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 28};
 static const snrt_sgd_t P24 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 31};
@@ -101,12 +101,12 @@ static void train_step_0(snrt_ctx *c) {
   /*    14 backward  SOFTMAX_CE_BWD     loss/bwd  live 22.6 MiB */
   snrt_softmax_ce_bwd(c, &P14, F(0x893200), I(0x171f200), F(0x893c00));
   snrt_dead(c, 0x893200, 2560);
-  snrt_reads(c, 15, 2, (const int64_t[]){0x893c00, 2560, 0xd7000, 2560});
-  /*    15 backward  MATMUL_RAW         /classifier/classifier.4/Gemm/bwd_a  live 22.6 MiB */
-  snrt_matmul(c, &P15, F(0x893c00), F(0xd7000), F(0xa1b200));
-  snrt_reads(c, 16, 2, (const int64_t[]){0x893c00, 2560, 0x897200, 16384});
-  /*    16 backward  MATMUL_RAW         /classifier/classifier.4/Gemm/bwd_b  live 22.6 MiB */
-  snrt_matmul(c, &P16, F(0x893c00), F(0x897200), F(0x893200));
+  snrt_reads(c, 15, 2, (const int64_t[]){0x893c00, 2560, 0x897200, 16384});
+  /*    15 backward  MATMUL_RAW         /classifier/classifier.4/Gemm/bwd_b  live 22.6 MiB */
+  snrt_matmul(c, &P15, F(0x893c00), F(0x897200), F(0x893200));
+  snrt_reads(c, 16, 2, (const int64_t[]){0x893c00, 2560, 0xd7000, 2560});
+  /*    16 backward  MATMUL_RAW         /classifier/classifier.4/Gemm/bwd_a  live 22.6 MiB */
+  snrt_matmul(c, &P16, F(0x893c00), F(0xd7000), F(0x957200));
   snrt_reads(c, 17, 1, (const int64_t[]){0x893c00, 2560});
   /*    17 backward  BIAS_BWD           /classifier/classifier.4/Gemm/bwd_c  live 22.6 MiB */
   snrt_bias_bwd(c, &P17, F(0x893c00), F(0x894600));
@@ -119,40 +119,40 @@ static void train_step_0(snrt_ctx *c) {
   /*    19 update    SGD                classifier.4.bias/sgd  live 22.6 MiB */
   snrt_sgd(c, &P19, F(0xd7a00), F(0x894600), F(0xd8500));
   snrt_dead(c, 0x894600, 256);
-  snrt_reads(c, 20, 2, (const int64_t[]){0x897200, 16384, 0xa1b200, 16384});
+  snrt_reads(c, 20, 2, (const int64_t[]){0x897200, 16384, 0x957200, 16384});
   /*    20 backward  UNARY_BWD          /classifier/classifier.3/Relu/bwd  live 22.6 MiB */
-  snrt_unary_bwd(c, &P11, NULL, F(0x897200), F(0xa1b200), F(0xa1b200));
+  snrt_unary_bwd(c, &P11, NULL, F(0x897200), F(0x957200), F(0x957200));
   snrt_dead(c, 0x897200, 16384);
-  snrt_reads(c, 21, 2, (const int64_t[]){0xa1b200, 16384, 0x12f00, 802816});
-  /*    21 backward  MATMUL_RAW         /classifier/classifier.2/Gemm/bwd_a  live 23.3 MiB */
-  snrt_matmul(c, &P20, F(0xa1b200), F(0x12f00), F(0x893200));
-  snrt_reads(c, 22, 2, (const int64_t[]){0xa1b200, 16384, 0x7cf200, 802816});
-  /*    22 backward  MATMUL_RAW         /classifier/classifier.2/Gemm/bwd_b  live 24.1 MiB */
-  snrt_matmul(c, &P21, F(0xa1b200), F(0x7cf200), F(0x957200));
+  snrt_reads(c, 21, 2, (const int64_t[]){0x957200, 16384, 0x7cf200, 802816});
+  /*    21 backward  MATMUL_RAW         /classifier/classifier.2/Gemm/bwd_b  live 23.3 MiB */
+  snrt_matmul(c, &P20, F(0x957200), F(0x7cf200), F(0x893200));
   snrt_dead(c, 0x7cf200, 802816);
-  snrt_reads(c, 23, 1, (const int64_t[]){0xa1b200, 16384});
+  snrt_reads(c, 22, 2, (const int64_t[]){0x957200, 16384, 0x12f00, 802816});
+  /*    22 backward  MATMUL_RAW         /classifier/classifier.2/Gemm/bwd_a  live 23.3 MiB */
+  snrt_matmul(c, &P21, F(0x957200), F(0x12f00), F(0x7cf200));
+  snrt_reads(c, 23, 1, (const int64_t[]){0x957200, 16384});
   /*    23 backward  BIAS_BWD           /classifier/classifier.2/Gemm/bwd_c  live 23.3 MiB */
-  snrt_bias_bwd(c, &P22, F(0xa1b200), F(0x7cf200));
-  snrt_dead(c, 0xa1b200, 16384);
-  snrt_reads(c, 24, 3, (const int64_t[]){0x12f00, 802816, 0x957200, 802816, 0xd8600, 802816});
+  snrt_bias_bwd(c, &P22, F(0x957200), F(0x95b200));
+  snrt_dead(c, 0x957200, 16384);
+  snrt_reads(c, 24, 3, (const int64_t[]){0x12f00, 802816, 0x893200, 802816, 0xd8600, 802816});
   /*    24 update    SGD                classifier.2.weight/sgd  live 23.3 MiB */
-  snrt_sgd(c, &P23, F(0x12f00), F(0x957200), F(0xd8600));
-  snrt_dead(c, 0x957200, 802816);
-  snrt_reads(c, 25, 3, (const int64_t[]){0xd6f00, 256, 0x7cf200, 256, 0x19c600, 256});
-  /*    25 update    SGD                classifier.2.bias/sgd  live 22.5 MiB */
-  snrt_sgd(c, &P24, F(0xd6f00), F(0x7cf200), F(0x19c600));
-  snrt_dead(c, 0x7cf200, 256);
-  snrt_reads(c, 26, 1, (const int64_t[]){0x893200, 802816});
-  /*    26 backward  DROPOUT_BWD        /classifier/classifier.1/Dropout/bwd  live 22.5 MiB */
-  snrt_dropout_bwd(c, &P8, F(0x893200), F(0x893200));
-  snrt_reads(c, 27, 1, (const int64_t[]){0x893200, 802816});
-  /*    27 backward  Identity           /classifier/classifier.0/Flatten/bwd  live 23.3 MiB */
-  snrt_copy(c, 802816, F(0x893200), F(0x7cf200));
+  snrt_sgd(c, &P23, F(0x12f00), F(0x893200), F(0xd8600));
   snrt_dead(c, 0x893200, 802816);
-  snrt_reads(c, 28, 2, (const int64_t[]){0xadf200, 3211264, 0x7cf200, 802816});
-  /*    28 backward  MAXPOOL_BWD        /features/features.7/MaxPool/bwd  live 25.6 MiB */
-  snrt_maxpool_bwd(c, &P7, F(0xadf200), F(0x7cf200), F(0x171f200));
+  snrt_reads(c, 25, 3, (const int64_t[]){0xd6f00, 256, 0x95b200, 256, 0x19c600, 256});
+  /*    25 update    SGD                classifier.2.bias/sgd  live 22.5 MiB */
+  snrt_sgd(c, &P24, F(0xd6f00), F(0x95b200), F(0x19c600));
+  snrt_dead(c, 0x95b200, 256);
+  snrt_reads(c, 26, 1, (const int64_t[]){0x7cf200, 802816});
+  /*    26 backward  DROPOUT_BWD        /classifier/classifier.1/Dropout/bwd  live 22.5 MiB */
+  snrt_dropout_bwd(c, &P8, F(0x7cf200), F(0x7cf200));
+  snrt_reads(c, 27, 1, (const int64_t[]){0x7cf200, 802816});
+  /*    27 backward  Identity           /classifier/classifier.0/Flatten/bwd  live 23.3 MiB */
+  snrt_copy(c, 802816, F(0x7cf200), F(0x893200));
   snrt_dead(c, 0x7cf200, 802816);
+  snrt_reads(c, 28, 2, (const int64_t[]){0xadf200, 3211264, 0x893200, 802816});
+  /*    28 backward  MAXPOOL_BWD        /features/features.7/MaxPool/bwd  live 25.6 MiB */
+  snrt_maxpool_bwd(c, &P7, F(0xadf200), F(0x893200), F(0x171f200));
+  snrt_dead(c, 0x893200, 802816);
   snrt_reads(c, 29, 2, (const int64_t[]){0xadf200, 3211264, 0x171f200, 3211264});
   /*    29 backward  UNARY_BWD          /features/features.6/Relu/bwd  live 24.8 MiB */
   snrt_unary_bwd(c, &P6, NULL, F(0xadf200), F(0x171f200), F(0x171f200));
@@ -325,10 +325,10 @@ static const snrt_tensor tensors[] = {
   {"features.5.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 8188672, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"features.5.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 1689600, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"classifier.2.weight", SNRT_T_PARAM, SNRT_F32, 2, {64, 3136}, 802816, 77568, -1, SNRT_INIT_FILE, 0, 76032, 29, {30, -1}},
-  {"classifier.2.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {64, 3136}, 802816, 9794048, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"classifier.2.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {64, 3136}, 802816, 8991232, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"classifier.2.weight.momentum", SNRT_T_OPT, SNRT_F32, 2, {64, 3136}, 802816, 886272, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"classifier.2.bias", SNRT_T_PARAM, SNRT_F32, 1, {64}, 256, 880384, -1, SNRT_INIT_FILE, 0, 878848, 32, {33, -1}},
-  {"classifier.2.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 8188416, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"classifier.2.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 9810432, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"classifier.2.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 1689088, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"classifier.4.weight", SNRT_T_PARAM, SNRT_F32, 2, {10, 64}, 2560, 880640, -1, SNRT_INIT_FILE, 0, 879104, 35, {36, -1}},
   {"classifier.4.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {10, 64}, 2560, 8991232, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},

@@ -170,8 +170,8 @@ static const snrt_pool_t P156 = {.n = 8, .c = 2048, .h = 1, .w = 1, .oh = 1, .ow
 static const snrt_mm_t P157 = {.batch = 1, .m = 8, .n = 10, .k = 2048, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 16384, .stride_b = 20480, .stride_y = 80};
 static const snrt_bias_t P158 = {.rows = 8, .cols = 10, .kind = SNRT_BIAS_ROW, .scale = 1.f};
 static const snrt_loss_t P159 = {.n = 8, .classes = 10};
-static const snrt_mm_t P160 = {.batch = 1, .m = 8, .n = 2048, .k = 10, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
-static const snrt_mm_t P161 = {.batch = 1, .m = 10, .n = 2048, .k = 8, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_mm_t P160 = {.batch = 1, .m = 10, .n = 2048, .k = 8, .trans_a = 1, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
+static const snrt_mm_t P161 = {.batch = 1, .m = 8, .n = 2048, .k = 10, .trans_a = 0, .trans_b = 0, .alpha = 1.f, .beta = 0.f, .stride_a = 0, .stride_b = 0, .stride_y = 0};
 static const snrt_bias_t P162 = {.rows = 8, .cols = 10, .kind = SNRT_BIAS_ROW, .scale = 1.f};
 static const snrt_sgd_t P163 = {.n = 20480, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 481};
 static const snrt_sgd_t P164 = {.n = 10, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 484};
@@ -922,7 +922,7 @@ static void train_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xb3b6200, 16384);
   snrt_reads(c, 154, 5, (const int64_t[]){0xb3ca200, 65536, 0x59d8f00, 8192, 0x59daf00, 8192, 0x59dcf00, 8192, 0x59def00, 8192});
   /*   154 forward   BatchNormalization layer4.2.3.bn  live 193.0 MiB */
-  snrt_bn_fwd_train(c, &P154, F(0xb3ca200), F(0x59d8f00), F(0x59daf00), F(0x59dcf00), F(0x59def00), F(0xb3b6200), F(0xb40a200), F(0xb40c200));
+  snrt_bn_fwd_train(c, &P154, F(0xb3ca200), F(0x59d8f00), F(0x59daf00), F(0x59dcf00), F(0x59def00), F(0xb3b6200), F(0xb3fa200), F(0xb3fc200));
   snrt_reads(c, 155, 2, (const int64_t[]){0xb3b6200, 65536, 0xc8f2200, 65536});
   /*   155 forward   FUSED              layer4.2.out/fused2  live 193.1 MiB */
   snrt_fused_fwd(c, &P155, (const float *const[]){F(0xb3b6200), F(0xc8f2200)}, F(0xb3da200));
@@ -943,46 +943,45 @@ static void train_step_0(snrt_ctx *c) {
   snrt_softmax_ce_fwd(c, &P159, F(0xb3b6200), I(0xb4dc200), F(0xca19000));
   snrt_reads(c, 160, 1, (const int64_t[]){0xb3b6200, 320});
   /*   160 backward  SOFTMAX_CE_BWD     loss/bwd  live 193.1 MiB */
-  snrt_softmax_ce_bwd(c, &P159, F(0xb3b6200), I(0xb4dc200), F(0xb40e200));
+  snrt_softmax_ce_bwd(c, &P159, F(0xb3b6200), I(0xb4dc200), F(0xb3fe200));
   snrt_dead(c, 0xb3b6200, 512);
-  snrt_reads(c, 161, 2, (const int64_t[]){0xb40e200, 320, 0x59e0f00, 81920});
-  /*   161 backward  MATMUL_RAW         fc/bwd_a  live 193.2 MiB */
-  snrt_matmul(c, &P160, F(0xb40e200), F(0x59e0f00), F(0xb3fa200));
-  snrt_reads(c, 162, 2, (const int64_t[]){0xb40e200, 320, 0xb3ea200, 65536});
-  /*   162 backward  MATMUL_RAW         fc/bwd_b  live 193.2 MiB */
-  snrt_matmul(c, &P161, F(0xb40e200), F(0xb3ea200), F(0xb3b6200));
+  snrt_reads(c, 161, 2, (const int64_t[]){0xb3fe200, 320, 0xb3ea200, 65536});
+  /*   161 backward  MATMUL_RAW         fc/bwd_b  live 193.2 MiB */
+  snrt_matmul(c, &P160, F(0xb3fe200), F(0xb3ea200), F(0xb3b6200));
   snrt_dead(c, 0xb3ea200, 65536);
-  snrt_reads(c, 163, 1, (const int64_t[]){0xb40e200, 320});
+  snrt_reads(c, 162, 2, (const int64_t[]){0xb3fe200, 320, 0x59e0f00, 81920});
+  /*   162 backward  MATMUL_RAW         fc/bwd_a  live 193.2 MiB */
+  snrt_matmul(c, &P161, F(0xb3fe200), F(0x59e0f00), F(0xb3ea200));
+  snrt_reads(c, 163, 1, (const int64_t[]){0xb3fe200, 320});
   /*   163 backward  BIAS_BWD           fc/bwd_c  live 193.2 MiB */
-  snrt_bias_bwd(c, &P162, F(0xb40e200), F(0xb3ea200));
-  snrt_dead(c, 0xb40e200, 512);
+  snrt_bias_bwd(c, &P162, F(0xb3fe200), F(0xb3fe400));
+  snrt_dead(c, 0xb3fe200, 512);
   snrt_reads(c, 164, 3, (const int64_t[]){0x59e0f00, 81920, 0xb3b6200, 81920, 0x59f5000, 81920});
   /*   164 update    SGD                fc.weight/sgd  live 193.2 MiB */
   snrt_sgd(c, &P163, F(0x59e0f00), F(0xb3b6200), F(0x59f5000));
   snrt_dead(c, 0xb3b6200, 81920);
-  snrt_reads(c, 165, 3, (const int64_t[]){0x59f4f00, 40, 0xb3ea200, 40, 0x5a09000, 40});
+  snrt_reads(c, 165, 3, (const int64_t[]){0x59f4f00, 40, 0xb3fe400, 40, 0x5a09000, 40});
   /*   165 update    SGD                fc.bias/sgd  live 193.1 MiB */
-  snrt_sgd(c, &P164, F(0x59f4f00), F(0xb3ea200), F(0x5a09000));
-  snrt_dead(c, 0xb3ea200, 256);
-  snrt_reads(c, 166, 1, (const int64_t[]){0xb3fa200, 65536});
+  snrt_sgd(c, &P164, F(0x59f4f00), F(0xb3fe400), F(0x5a09000));
+  snrt_dead(c, 0xb3fe400, 256);
+  snrt_reads(c, 166, 1, (const int64_t[]){0xb3ea200, 65536});
   /*   166 backward  Identity           flat/bwd  live 193.2 MiB */
-  snrt_copy(c, 65536, F(0xb3fa200), F(0xb3b6200));
-  snrt_dead(c, 0xb3fa200, 65536);
+  snrt_copy(c, 65536, F(0xb3ea200), F(0xb3b6200));
+  snrt_dead(c, 0xb3ea200, 65536);
   snrt_reads(c, 167, 1, (const int64_t[]){0xb3b6200, 65536});
   /*   167 backward  AVGPOOL_BWD        pool/bwd  live 193.2 MiB */
-  snrt_avgpool_bwd(c, &P156, F(0xb3b6200), F(0xb3ea200));
+  snrt_avgpool_bwd(c, &P156, F(0xb3b6200), F(0xb7b6200));
   snrt_dead(c, 0xb3b6200, 65536);
-  snrt_reads(c, 168, 2, (const int64_t[]){0xb3da200, 65536, 0xb3ea200, 65536});
+  snrt_reads(c, 168, 2, (const int64_t[]){0xb3da200, 65536, 0xb7b6200, 65536});
   /*   168 backward  FUSED_BWD          layer4.2.out/fused2/bwd  live 193.2 MiB */
-  snrt_fused_bwd(c, &P165, (const float *const[]){NULL, NULL}, F(0xb3da200), F(0xb3ea200), (float *const[]){F(0xb7b6200), F(0xc902200)});
+  snrt_fused_bwd(c, &P165, (const float *const[]){NULL, NULL}, F(0xb3da200), F(0xb7b6200), (float *const[]){F(0xb7b6200), F(0xc902200)});
   snrt_dead(c, 0xb3da200, 65536);
-  snrt_dead(c, 0xb3ea200, 65536);
-  snrt_reads(c, 169, 5, (const int64_t[]){0xb3ca200, 65536, 0xb7b6200, 65536, 0x59d8f00, 8192, 0xb40a200, 8192, 0xb40c200, 8192});
+  snrt_reads(c, 169, 5, (const int64_t[]){0xb3ca200, 65536, 0xb7b6200, 65536, 0x59d8f00, 8192, 0xb3fa200, 8192, 0xb3fc200, 8192});
   /*   169 backward  BN_BWD             layer4.2.3.bn/bwd  live 193.1 MiB */
-  snrt_bn_bwd(c, &P154, F(0xb3ca200), F(0xb7b6200), F(0x59d8f00), F(0xb40a200), F(0xb40c200), F(0xb7b6200), F(0xb3b6200), F(0xb3b8200));
+  snrt_bn_bwd(c, &P154, F(0xb3ca200), F(0xb7b6200), F(0x59d8f00), F(0xb3fa200), F(0xb3fc200), F(0xb7b6200), F(0xb3b6200), F(0xb3b8200));
   snrt_dead(c, 0xb3ca200, 65536);
-  snrt_dead(c, 0xb40a200, 8192);
-  snrt_dead(c, 0xb40c200, 8192);
+  snrt_dead(c, 0xb3fa200, 8192);
+  snrt_dead(c, 0xb3fc200, 8192);
   snrt_reads(c, 170, 3, (const int64_t[]){0x59d8f00, 8192, 0xb3b6200, 8192, 0x5a09100, 8192});
   /*   170 update    SGD                layer4.2.3.bn.weight/sgd  live 193.0 MiB */
   snrt_sgd(c, &P166, F(0x59d8f00), F(0xb3b6200), F(0x5a09100));
@@ -1072,12 +1071,11 @@ static void train_step_0(snrt_ctx *c) {
   snrt_dead(c, 0xb3b6200, 4194304);
   snrt_reads(c, 190, 2, (const int64_t[]){0xc8f2200, 65536, 0xc902200, 65536});
   /*   190 backward  FUSED_BWD          layer4.1.out/fused2/bwd  live 193.0 MiB */
-  snrt_fused_bwd(c, &P175, (const float *const[]){NULL, NULL}, F(0xc8f2200), F(0xc902200), (float *const[]){F(0xb7b6200), F(0xc912200)});
+  snrt_fused_bwd(c, &P175, (const float *const[]){NULL, NULL}, F(0xc8f2200), F(0xc902200), (float *const[]){F(0xc902200), F(0xc912200)});
   snrt_dead(c, 0xc8f2200, 65536);
-  snrt_dead(c, 0xc902200, 65536);
-  snrt_reads(c, 191, 5, (const int64_t[]){0xc8e2200, 65536, 0xb7b6200, 65536, 0x48ccf00, 8192, 0xc9f2200, 8192, 0xc9f4200, 8192});
+  snrt_reads(c, 191, 5, (const int64_t[]){0xc8e2200, 65536, 0xc902200, 65536, 0x48ccf00, 8192, 0xc9f2200, 8192, 0xc9f4200, 8192});
   /*   191 backward  BN_BWD             layer4.1.3.bn/bwd  live 192.9 MiB */
-  snrt_bn_bwd(c, &P145, F(0xc8e2200), F(0xb7b6200), F(0x48ccf00), F(0xc9f2200), F(0xc9f4200), F(0xb7b6200), F(0xb3b6200), F(0xb3b8200));
+  snrt_bn_bwd(c, &P145, F(0xc8e2200), F(0xc902200), F(0x48ccf00), F(0xc9f2200), F(0xc9f4200), F(0xc902200), F(0xb3b6200), F(0xb3b8200));
   snrt_dead(c, 0xc8e2200, 65536);
   snrt_dead(c, 0xc9f2200, 8192);
   snrt_dead(c, 0xc9f4200, 8192);
@@ -1089,15 +1087,15 @@ static void train_step_0(snrt_ctx *c) {
   /*   193 update    SGD                layer4.1.3.bn.bias/sgd  live 192.8 MiB */
   snrt_sgd(c, &P177, F(0x48cef00), F(0xb3b8200), F(0x6b11100));
   snrt_dead(c, 0xb3b8200, 8192);
-  snrt_reads(c, 194, 2, (const int64_t[]){0xc9e6200, 16384, 0xb7b6200, 65536});
+  snrt_reads(c, 194, 2, (const int64_t[]){0xc9e6200, 16384, 0xc902200, 65536});
   /*   194 backward  CONV_BWD_FILTER    layer4.1.3.conv/bwd_filter  live 196.8 MiB */
-  snrt_conv_bwd_filter(c, &P144, F(0xc9e6200), F(0xb7b6200), F(0xb3b6200), F(0xb7c6200));
-  snrt_dead(c, 0xb7c6200, 16384);
-  snrt_reads(c, 195, 2, (const int64_t[]){0xb7b6200, 65536, 0x44ccf00, 4194304});
+  snrt_conv_bwd_filter(c, &P144, F(0xc9e6200), F(0xc902200), F(0xb3b6200), F(0xb7b6200));
+  snrt_dead(c, 0xb7b6200, 16384);
+  snrt_reads(c, 195, 2, (const int64_t[]){0xc902200, 65536, 0x44ccf00, 4194304});
   /*   195 backward  CONV_BWD_DATA      layer4.1.3.conv/bwd_data  live 196.8 MiB */
-  snrt_conv_bwd_data(c, &P144, F(0xb7b6200), F(0x44ccf00), F(0xc8e2200), F(0xb7c6200));
-  snrt_dead(c, 0xb7b6200, 65536);
-  snrt_dead(c, 0xb7c6200, 16384);
+  snrt_conv_bwd_data(c, &P144, F(0xc902200), F(0x44ccf00), F(0xc8e2200), F(0xb7b6200));
+  snrt_dead(c, 0xc902200, 65536);
+  snrt_dead(c, 0xb7b6200, 16384);
   snrt_reads(c, 196, 3, (const int64_t[]){0x44ccf00, 4194304, 0xb3b6200, 4194304, 0x6b13100, 4194304});
   /*   196 update    SGD                layer4.1.3.conv.weight/sgd  live 196.8 MiB */
   snrt_sgd(c, &P178, F(0x44ccf00), F(0xb3b6200), F(0x6b13100));
@@ -1169,13 +1167,12 @@ static void train_step_0(snrt_ctx *c) {
   snrt_sgd(c, &P184, F(0x37c8f00), F(0xb3b6200), F(0x7815100));
   snrt_dead(c, 0xb3b6200, 4194304);
   snrt_reads(c, 212, 2, (const int64_t[]){0xc7aa200, 65536, 0xc912200, 65536});
-  /*   212 backward  FUSED_BWD          layer4.0.out/fused2/bwd  live 192.8 MiB */
-  snrt_fused_bwd(c, &P185, (const float *const[]){NULL, NULL}, F(0xc7aa200), F(0xc912200), (float *const[]){F(0xbbb6200), F(0xbbc6200)});
+  /*   212 backward  FUSED_BWD          layer4.0.out/fused2/bwd  live 192.7 MiB */
+  snrt_fused_bwd(c, &P185, (const float *const[]){NULL, NULL}, F(0xc7aa200), F(0xc912200), (float *const[]){F(0xc912200), F(0xbbb6200)});
   snrt_dead(c, 0xc7aa200, 65536);
-  snrt_dead(c, 0xc912200, 65536);
-  snrt_reads(c, 213, 5, (const int64_t[]){0xc79a200, 65536, 0xbbc6200, 65536, 0x37c0f00, 8192, 0xc9ee200, 8192, 0xc9f0200, 8192});
+  snrt_reads(c, 213, 5, (const int64_t[]){0xc79a200, 65536, 0xbbb6200, 65536, 0x37c0f00, 8192, 0xc9ee200, 8192, 0xc9f0200, 8192});
   /*   213 backward  BN_BWD             layer4.0.down.bn/bwd  live 192.7 MiB */
-  snrt_bn_bwd(c, &P136, F(0xc79a200), F(0xbbc6200), F(0x37c0f00), F(0xc9ee200), F(0xc9f0200), F(0xbbc6200), F(0xb3b6200), F(0xb3b8200));
+  snrt_bn_bwd(c, &P136, F(0xc79a200), F(0xbbb6200), F(0x37c0f00), F(0xc9ee200), F(0xc9f0200), F(0xbbb6200), F(0xb3b6200), F(0xb3b8200));
   snrt_dead(c, 0xc79a200, 65536);
   snrt_dead(c, 0xc9ee200, 8192);
   snrt_dead(c, 0xc9f0200, 8192);
@@ -1187,22 +1184,22 @@ static void train_step_0(snrt_ctx *c) {
   /*   215 update    SGD                layer4.0.down.bn.bias/sgd  live 192.6 MiB */
   snrt_sgd(c, &P187, F(0x37c2f00), F(0xb3b8200), F(0x7c17100));
   snrt_dead(c, 0xb3b8200, 8192);
-  snrt_reads(c, 216, 2, (const int64_t[]){0xc77a200, 131072, 0xbbc6200, 65536});
+  snrt_reads(c, 216, 2, (const int64_t[]){0xc77a200, 131072, 0xbbb6200, 65536});
   /*   216 backward  CONV_BWD_FILTER    layer4.0.down.conv/bwd_filter  live 200.6 MiB */
-  snrt_conv_bwd_filter(c, &P135, F(0xc77a200), F(0xbbc6200), F(0xb3b6200), F(0xbbd6200));
-  snrt_dead(c, 0xbbd6200, 32768);
-  snrt_reads(c, 217, 2, (const int64_t[]){0xbbc6200, 65536, 0x2fc0f00, 8388608});
+  snrt_conv_bwd_filter(c, &P135, F(0xc77a200), F(0xbbb6200), F(0xb3b6200), F(0xbbc6200));
+  snrt_dead(c, 0xbbc6200, 32768);
+  snrt_reads(c, 217, 2, (const int64_t[]){0xbbb6200, 65536, 0x2fc0f00, 8388608});
   /*   217 backward  CONV_BWD_DATA      layer4.0.down.conv/bwd_data  live 200.8 MiB */
-  snrt_conv_bwd_data(c, &P135, F(0xbbc6200), F(0x2fc0f00), F(0xc79a200), F(0xbbd6200));
-  snrt_dead(c, 0xbbc6200, 65536);
-  snrt_dead(c, 0xbbd6200, 32768);
+  snrt_conv_bwd_data(c, &P135, F(0xbbb6200), F(0x2fc0f00), F(0xc79a200), F(0xbbc6200));
+  snrt_dead(c, 0xbbb6200, 65536);
+  snrt_dead(c, 0xbbc6200, 32768);
   snrt_reads(c, 218, 3, (const int64_t[]){0x2fc0f00, 8388608, 0xb3b6200, 8388608, 0x7c19100, 8388608});
   /*   218 update    SGD                layer4.0.down.conv.weight/sgd  live 200.7 MiB */
   snrt_sgd(c, &P188, F(0x2fc0f00), F(0xb3b6200), F(0x7c19100));
   snrt_dead(c, 0xb3b6200, 8388608);
-  snrt_reads(c, 219, 5, (const int64_t[]){0xc8d2200, 65536, 0xbbb6200, 65536, 0x2fb8f00, 8192, 0xc9ea200, 8192, 0xc9ec200, 8192});
+  snrt_reads(c, 219, 5, (const int64_t[]){0xc8d2200, 65536, 0xc912200, 65536, 0x2fb8f00, 8192, 0xc9ea200, 8192, 0xc9ec200, 8192});
   /*   219 backward  BN_BWD             layer4.0.3.bn/bwd  live 192.7 MiB */
-  snrt_bn_bwd(c, &P134, F(0xc8d2200), F(0xbbb6200), F(0x2fb8f00), F(0xc9ea200), F(0xc9ec200), F(0xbbb6200), F(0xb3b6200), F(0xb3b8200));
+  snrt_bn_bwd(c, &P134, F(0xc8d2200), F(0xc912200), F(0x2fb8f00), F(0xc9ea200), F(0xc9ec200), F(0xc912200), F(0xb3b6200), F(0xb3b8200));
   snrt_dead(c, 0xc8d2200, 65536);
   snrt_dead(c, 0xc9ea200, 8192);
   snrt_dead(c, 0xc9ec200, 8192);
@@ -1214,14 +1211,14 @@ static void train_step_0(snrt_ctx *c) {
   /*   221 update    SGD                layer4.0.3.bn.bias/sgd  live 192.6 MiB */
   snrt_sgd(c, &P190, F(0x2fbaf00), F(0xb3b8200), F(0x841b100));
   snrt_dead(c, 0xb3b8200, 8192);
-  snrt_reads(c, 222, 2, (const int64_t[]){0xc9d6200, 16384, 0xbbb6200, 65536});
+  snrt_reads(c, 222, 2, (const int64_t[]){0xc9d6200, 16384, 0xc912200, 65536});
   /*   222 backward  CONV_BWD_FILTER    layer4.0.3.conv/bwd_filter  live 196.6 MiB */
-  snrt_conv_bwd_filter(c, &P133, F(0xc9d6200), F(0xbbb6200), F(0xb3b6200), F(0xb7b6200));
+  snrt_conv_bwd_filter(c, &P133, F(0xc9d6200), F(0xc912200), F(0xb3b6200), F(0xb7b6200));
   snrt_dead(c, 0xb7b6200, 16384);
-  snrt_reads(c, 223, 2, (const int64_t[]){0xbbb6200, 65536, 0x2bb8f00, 4194304});
+  snrt_reads(c, 223, 2, (const int64_t[]){0xc912200, 65536, 0x2bb8f00, 4194304});
   /*   223 backward  CONV_BWD_DATA      layer4.0.3.conv/bwd_data  live 196.6 MiB */
-  snrt_conv_bwd_data(c, &P133, F(0xbbb6200), F(0x2bb8f00), F(0xc8e2200), F(0xb7b6200));
-  snrt_dead(c, 0xbbb6200, 65536);
+  snrt_conv_bwd_data(c, &P133, F(0xc912200), F(0x2bb8f00), F(0xc8e2200), F(0xb7b6200));
+  snrt_dead(c, 0xc912200, 65536);
   snrt_dead(c, 0xb7b6200, 16384);
   snrt_reads(c, 224, 3, (const int64_t[]){0x2bb8f00, 4194304, 0xb3b6200, 4194304, 0x841d100, 4194304});
   /*   224 update    SGD                layer4.0.3.conv.weight/sgd  live 196.5 MiB */
@@ -1294,13 +1291,12 @@ static void train_step_0(snrt_ctx *c) {
   snrt_sgd(c, &P197, F(0x20b4f00), F(0xb3b6200), F(0x911f100));
   snrt_dead(c, 0xb3b6200, 2097152);
   snrt_reads(c, 240, 2, (const int64_t[]){0xc77a200, 131072, 0xc79a200, 131072});
-  /*   240 backward  FUSED_BWD          layer3.5.out/fused2/bwd  live 192.6 MiB */
-  snrt_fused_bwd(c, &P198, (const float *const[]){NULL, NULL}, F(0xc77a200), F(0xc79a200), (float *const[]){F(0xb4b6200), F(0xb63e200)});
+  /*   240 backward  FUSED_BWD          layer3.5.out/fused2/bwd  live 192.5 MiB */
+  snrt_fused_bwd(c, &P198, (const float *const[]){NULL, NULL}, F(0xc77a200), F(0xc79a200), (float *const[]){F(0xc79a200), F(0xb63e200)});
   snrt_dead(c, 0xc77a200, 131072);
-  snrt_dead(c, 0xc79a200, 131072);
-  snrt_reads(c, 241, 5, (const int64_t[]){0xc75a200, 131072, 0xb4b6200, 131072, 0x20b0f00, 4096, 0xca02200, 4096, 0xca03200, 4096});
+  snrt_reads(c, 241, 5, (const int64_t[]){0xc75a200, 131072, 0xc79a200, 131072, 0x20b0f00, 4096, 0xca02200, 4096, 0xca03200, 4096});
   /*   241 backward  BN_BWD             layer3.5.3.bn/bwd  live 192.4 MiB */
-  snrt_bn_bwd(c, &P125, F(0xc75a200), F(0xb4b6200), F(0x20b0f00), F(0xca02200), F(0xca03200), F(0xb4b6200), F(0xb3b6200), F(0xb3b7200));
+  snrt_bn_bwd(c, &P125, F(0xc75a200), F(0xc79a200), F(0x20b0f00), F(0xca02200), F(0xca03200), F(0xc79a200), F(0xb3b6200), F(0xb3b7200));
   snrt_dead(c, 0xc75a200, 131072);
   snrt_dead(c, 0xca02200, 4096);
   snrt_dead(c, 0xca03200, 4096);
@@ -1312,15 +1308,15 @@ static void train_step_0(snrt_ctx *c) {
   /*   243 update    SGD                layer3.5.3.bn.bias/sgd  live 192.2 MiB */
   snrt_sgd(c, &P200, F(0x20b1f00), F(0xb3b7200), F(0x9320100));
   snrt_dead(c, 0xb3b7200, 4096);
-  snrt_reads(c, 244, 2, (const int64_t[]){0xc9ca200, 32768, 0xb4b6200, 131072});
+  snrt_reads(c, 244, 2, (const int64_t[]){0xc9ca200, 32768, 0xc79a200, 131072});
   /*   244 backward  CONV_BWD_FILTER    layer3.5.3.conv/bwd_filter  live 193.3 MiB */
-  snrt_conv_bwd_filter(c, &P124, F(0xc9ca200), F(0xb4b6200), F(0xb3b6200), F(0xb4d6200));
-  snrt_dead(c, 0xb4d6200, 32768);
-  snrt_reads(c, 245, 2, (const int64_t[]){0xb4b6200, 131072, 0x1fb0f00, 1048576});
+  snrt_conv_bwd_filter(c, &P124, F(0xc9ca200), F(0xc79a200), F(0xb3b6200), F(0xb4b6200));
+  snrt_dead(c, 0xb4b6200, 32768);
+  snrt_reads(c, 245, 2, (const int64_t[]){0xc79a200, 131072, 0x1fb0f00, 1048576});
   /*   245 backward  CONV_BWD_DATA      layer3.5.3.conv/bwd_data  live 193.3 MiB */
-  snrt_conv_bwd_data(c, &P124, F(0xb4b6200), F(0x1fb0f00), F(0xb65e200), F(0xb4d6200));
-  snrt_dead(c, 0xb4b6200, 131072);
-  snrt_dead(c, 0xb4d6200, 32768);
+  snrt_conv_bwd_data(c, &P124, F(0xc79a200), F(0x1fb0f00), F(0xb65e200), F(0xb4b6200));
+  snrt_dead(c, 0xc79a200, 131072);
+  snrt_dead(c, 0xb4b6200, 32768);
   snrt_reads(c, 246, 3, (const int64_t[]){0x1fb0f00, 1048576, 0xb3b6200, 1048576, 0x9321100, 1048576});
   /*   246 update    SGD                layer3.5.3.conv.weight/sgd  live 193.1 MiB */
   snrt_sgd(c, &P201, F(0x1fb0f00), F(0xb3b6200), F(0x9321100));
@@ -1392,13 +1388,12 @@ static void train_step_0(snrt_ctx *c) {
   snrt_sgd(c, &P207, F(0x1c6ef00), F(0xb3b6200), F(0x9662100));
   snrt_dead(c, 0xb3b6200, 1048576);
   snrt_reads(c, 262, 2, (const int64_t[]){0xc73a200, 131072, 0xb63e200, 131072});
-  /*   262 backward  FUSED_BWD          layer3.4.out/fused2/bwd  live 192.2 MiB */
-  snrt_fused_bwd(c, &P208, (const float *const[]){NULL, NULL}, F(0xc73a200), F(0xb63e200), (float *const[]){F(0xb4b6200), F(0xb65e200)});
+  /*   262 backward  FUSED_BWD          layer3.4.out/fused2/bwd  live 192.1 MiB */
+  snrt_fused_bwd(c, &P208, (const float *const[]){NULL, NULL}, F(0xc73a200), F(0xb63e200), (float *const[]){F(0xb63e200), F(0xb65e200)});
   snrt_dead(c, 0xc73a200, 131072);
-  snrt_dead(c, 0xb63e200, 131072);
-  snrt_reads(c, 263, 5, (const int64_t[]){0xc71a200, 131072, 0xb4b6200, 131072, 0x1c6af00, 4096, 0xca00200, 4096, 0xca01200, 4096});
+  snrt_reads(c, 263, 5, (const int64_t[]){0xc71a200, 131072, 0xb63e200, 131072, 0x1c6af00, 4096, 0xca00200, 4096, 0xca01200, 4096});
   /*   263 backward  BN_BWD             layer3.4.3.bn/bwd  live 192.0 MiB */
-  snrt_bn_bwd(c, &P116, F(0xc71a200), F(0xb4b6200), F(0x1c6af00), F(0xca00200), F(0xca01200), F(0xb4b6200), F(0xb3b6200), F(0xb3b7200));
+  snrt_bn_bwd(c, &P116, F(0xc71a200), F(0xb63e200), F(0x1c6af00), F(0xca00200), F(0xca01200), F(0xb63e200), F(0xb3b6200), F(0xb3b7200));
   snrt_dead(c, 0xc71a200, 131072);
   snrt_dead(c, 0xca00200, 4096);
   snrt_dead(c, 0xca01200, 4096);
@@ -1410,26 +1405,26 @@ static void train_step_0(snrt_ctx *c) {
   /*   265 update    SGD                layer3.4.3.bn.bias/sgd  live 191.8 MiB */
   snrt_sgd(c, &P210, F(0x1c6bf00), F(0xb3b7200), F(0x9763100));
   snrt_dead(c, 0xb3b7200, 4096);
-  snrt_reads(c, 266, 2, (const int64_t[]){0xc9aa200, 32768, 0xb4b6200, 131072});
+  snrt_reads(c, 266, 2, (const int64_t[]){0xc9aa200, 32768, 0xb63e200, 131072});
   /*   266 backward  CONV_BWD_FILTER    layer3.4.3.conv/bwd_filter  live 192.9 MiB */
-  snrt_conv_bwd_filter(c, &P115, F(0xc9aa200), F(0xb4b6200), F(0xb3b6200), F(0xb4d6200));
-  snrt_dead(c, 0xb4d6200, 32768);
-  snrt_reads(c, 267, 2, (const int64_t[]){0xb4b6200, 131072, 0x1b6af00, 1048576});
+  snrt_conv_bwd_filter(c, &P115, F(0xc9aa200), F(0xb63e200), F(0xb3b6200), F(0xb4b6200));
+  snrt_dead(c, 0xb4b6200, 32768);
+  snrt_reads(c, 267, 2, (const int64_t[]){0xb63e200, 131072, 0x1b6af00, 1048576});
   /*   267 backward  CONV_BWD_DATA      layer3.4.3.conv/bwd_data  live 192.9 MiB */
-  snrt_conv_bwd_data(c, &P115, F(0xb4b6200), F(0x1b6af00), F(0xb63e200), F(0xb4d6200));
-  snrt_dead(c, 0xb4b6200, 131072);
-  snrt_dead(c, 0xb4d6200, 32768);
+  snrt_conv_bwd_data(c, &P115, F(0xb63e200), F(0x1b6af00), F(0xb67e200), F(0xb4b6200));
+  snrt_dead(c, 0xb63e200, 131072);
+  snrt_dead(c, 0xb4b6200, 32768);
   snrt_reads(c, 268, 3, (const int64_t[]){0x1b6af00, 1048576, 0xb3b6200, 1048576, 0x9764100, 1048576});
   /*   268 update    SGD                layer3.4.3.conv.weight/sgd  live 192.7 MiB */
   snrt_sgd(c, &P211, F(0x1b6af00), F(0xb3b6200), F(0x9764100));
   snrt_dead(c, 0xb3b6200, 1048576);
-  snrt_reads(c, 269, 2, (const int64_t[]){0xc9aa200, 32768, 0xb63e200, 32768});
+  snrt_reads(c, 269, 2, (const int64_t[]){0xc9aa200, 32768, 0xb67e200, 32768});
   /*   269 backward  UNARY_BWD          layer3.4.2.relu/bwd  live 191.7 MiB */
-  snrt_unary_bwd(c, &P114, NULL, F(0xc9aa200), F(0xb63e200), F(0xb63e200));
+  snrt_unary_bwd(c, &P114, NULL, F(0xc9aa200), F(0xb67e200), F(0xb67e200));
   snrt_dead(c, 0xc9aa200, 32768);
-  snrt_reads(c, 270, 5, (const int64_t[]){0xc9a2200, 32768, 0xb63e200, 32768, 0x1b69f00, 1024, 0xca14a00, 1024, 0xca14e00, 1024});
+  snrt_reads(c, 270, 5, (const int64_t[]){0xc9a2200, 32768, 0xb67e200, 32768, 0x1b69f00, 1024, 0xca14a00, 1024, 0xca14e00, 1024});
   /*   270 backward  BN_BWD             layer3.4.2.bn/bwd  live 191.7 MiB */
-  snrt_bn_bwd(c, &P113, F(0xc9a2200), F(0xb63e200), F(0x1b69f00), F(0xca14a00), F(0xca14e00), F(0xb63e200), F(0xb3b6200), F(0xb3b6600));
+  snrt_bn_bwd(c, &P113, F(0xc9a2200), F(0xb67e200), F(0x1b69f00), F(0xca14a00), F(0xca14e00), F(0xb67e200), F(0xb3b6200), F(0xb3b6600));
   snrt_dead(c, 0xc9a2200, 32768);
   snrt_dead(c, 0xca14a00, 1024);
   snrt_dead(c, 0xca14e00, 1024);
@@ -1441,26 +1436,26 @@ static void train_step_0(snrt_ctx *c) {
   /*   272 update    SGD                layer3.4.2.bn.bias/sgd  live 191.7 MiB */
   snrt_sgd(c, &P213, F(0x1b6a300), F(0xb3b6600), F(0x9864500));
   snrt_dead(c, 0xb3b6600, 1024);
-  snrt_reads(c, 273, 2, (const int64_t[]){0xc99a200, 32768, 0xb63e200, 32768});
+  snrt_reads(c, 273, 2, (const int64_t[]){0xc99a200, 32768, 0xb67e200, 32768});
   /*   273 backward  CONV_BWD_FILTER    layer3.4.2.conv/bwd_filter  live 194.2 MiB */
-  snrt_conv_bwd_filter(c, &P112, F(0xc99a200), F(0xb63e200), F(0xb3b6200), F(0xb5f6200));
+  snrt_conv_bwd_filter(c, &P112, F(0xc99a200), F(0xb67e200), F(0xb3b6200), F(0xb5f6200));
   snrt_dead(c, 0xb5f6200, 294912);
-  snrt_reads(c, 274, 2, (const int64_t[]){0xb63e200, 32768, 0x1929f00, 2359296});
+  snrt_reads(c, 274, 2, (const int64_t[]){0xb67e200, 32768, 0x1929f00, 2359296});
   /*   274 backward  CONV_BWD_DATA      layer3.4.2.conv/bwd_data  live 194.2 MiB */
-  snrt_conv_bwd_data(c, &P112, F(0xb63e200), F(0x1929f00), F(0xb646200), F(0xb5f6200));
-  snrt_dead(c, 0xb63e200, 32768);
+  snrt_conv_bwd_data(c, &P112, F(0xb67e200), F(0x1929f00), F(0xb63e200), F(0xb5f6200));
+  snrt_dead(c, 0xb67e200, 32768);
   snrt_dead(c, 0xb5f6200, 294912);
   snrt_reads(c, 275, 3, (const int64_t[]){0x1929f00, 2359296, 0xb3b6200, 2359296, 0x9864900, 2359296});
   /*   275 update    SGD                layer3.4.2.conv.weight/sgd  live 193.9 MiB */
   snrt_sgd(c, &P214, F(0x1929f00), F(0xb3b6200), F(0x9864900));
   snrt_dead(c, 0xb3b6200, 2359296);
-  snrt_reads(c, 276, 2, (const int64_t[]){0xc99a200, 32768, 0xb646200, 32768});
+  snrt_reads(c, 276, 2, (const int64_t[]){0xc99a200, 32768, 0xb63e200, 32768});
   /*   276 backward  UNARY_BWD          layer3.4.1.relu/bwd  live 191.7 MiB */
-  snrt_unary_bwd(c, &P111, NULL, F(0xc99a200), F(0xb646200), F(0xb646200));
+  snrt_unary_bwd(c, &P111, NULL, F(0xc99a200), F(0xb63e200), F(0xb63e200));
   snrt_dead(c, 0xc99a200, 32768);
-  snrt_reads(c, 277, 5, (const int64_t[]){0xc992200, 32768, 0xb646200, 32768, 0x1928f00, 1024, 0xca14200, 1024, 0xca14600, 1024});
+  snrt_reads(c, 277, 5, (const int64_t[]){0xc992200, 32768, 0xb63e200, 32768, 0x1928f00, 1024, 0xca14200, 1024, 0xca14600, 1024});
   /*   277 backward  BN_BWD             layer3.4.1.bn/bwd  live 191.7 MiB */
-  snrt_bn_bwd(c, &P110, F(0xc992200), F(0xb646200), F(0x1928f00), F(0xca14200), F(0xca14600), F(0xb646200), F(0xb3b6200), F(0xb3b6600));
+  snrt_bn_bwd(c, &P110, F(0xc992200), F(0xb63e200), F(0x1928f00), F(0xca14200), F(0xca14600), F(0xb63e200), F(0xb3b6200), F(0xb3b6600));
   snrt_dead(c, 0xc992200, 32768);
   snrt_dead(c, 0xca14200, 1024);
   snrt_dead(c, 0xca14600, 1024);
@@ -1472,14 +1467,14 @@ static void train_step_0(snrt_ctx *c) {
   /*   279 update    SGD                layer3.4.1.bn.bias/sgd  live 191.6 MiB */
   snrt_sgd(c, &P216, F(0x1929300), F(0xb3b6600), F(0x9aa4d00));
   snrt_dead(c, 0xb3b6600, 1024);
-  snrt_reads(c, 280, 2, (const int64_t[]){0xc6fa200, 131072, 0xb646200, 32768});
+  snrt_reads(c, 280, 2, (const int64_t[]){0xc6fa200, 131072, 0xb63e200, 32768});
   /*   280 backward  CONV_BWD_FILTER    layer3.4.1.conv/bwd_filter  live 192.7 MiB */
-  snrt_conv_bwd_filter(c, &P109, F(0xc6fa200), F(0xb646200), F(0xb3b6200), F(0xb4b6200));
+  snrt_conv_bwd_filter(c, &P109, F(0xc6fa200), F(0xb63e200), F(0xb3b6200), F(0xb4b6200));
   snrt_dead(c, 0xb4b6200, 131072);
-  snrt_reads(c, 281, 2, (const int64_t[]){0xb646200, 32768, 0x1828f00, 1048576});
+  snrt_reads(c, 281, 2, (const int64_t[]){0xb63e200, 32768, 0x1828f00, 1048576});
   /*   281 backward  CONV_BWD_DATA      layer3.4.1.conv/bwd_data  live 192.9 MiB */
-  snrt_conv_bwd_data(c, &P109, F(0xb646200), F(0x1828f00), F(0xb4b6200), F(0xb4d6200));
-  snrt_dead(c, 0xb646200, 32768);
+  snrt_conv_bwd_data(c, &P109, F(0xb63e200), F(0x1828f00), F(0xb4b6200), F(0xb4d6200));
+  snrt_dead(c, 0xb63e200, 32768);
   snrt_dead(c, 0xb4d6200, 131072);
   snrt_reads(c, 282, 2, (const int64_t[]){0xb65e200, 131072, 0xb4b6200, 131072});
   /*   282 backward  ACCUMULATE         layer3.4.1.conv/accumulate  live 192.7 MiB */
@@ -1490,13 +1485,12 @@ static void train_step_0(snrt_ctx *c) {
   snrt_sgd(c, &P217, F(0x1828f00), F(0xb3b6200), F(0x9aa5100));
   snrt_dead(c, 0xb3b6200, 1048576);
   snrt_reads(c, 284, 2, (const int64_t[]){0xc6fa200, 131072, 0xb65e200, 131072});
-  /*   284 backward  FUSED_BWD          layer3.3.out/fused2/bwd  live 191.8 MiB */
-  snrt_fused_bwd(c, &P218, (const float *const[]){NULL, NULL}, F(0xc6fa200), F(0xb65e200), (float *const[]){F(0xb4b6200), F(0xb63e200)});
+  /*   284 backward  FUSED_BWD          layer3.3.out/fused2/bwd  live 191.7 MiB */
+  snrt_fused_bwd(c, &P218, (const float *const[]){NULL, NULL}, F(0xc6fa200), F(0xb65e200), (float *const[]){F(0xb65e200), F(0xb63e200)});
   snrt_dead(c, 0xc6fa200, 131072);
-  snrt_dead(c, 0xb65e200, 131072);
-  snrt_reads(c, 285, 5, (const int64_t[]){0xc6da200, 131072, 0xb4b6200, 131072, 0x1824f00, 4096, 0xc9fe200, 4096, 0xc9ff200, 4096});
+  snrt_reads(c, 285, 5, (const int64_t[]){0xc6da200, 131072, 0xb65e200, 131072, 0x1824f00, 4096, 0xc9fe200, 4096, 0xc9ff200, 4096});
   /*   285 backward  BN_BWD             layer3.3.3.bn/bwd  live 191.6 MiB */
-  snrt_bn_bwd(c, &P107, F(0xc6da200), F(0xb4b6200), F(0x1824f00), F(0xc9fe200), F(0xc9ff200), F(0xb4b6200), F(0xb3b6200), F(0xb3b7200));
+  snrt_bn_bwd(c, &P107, F(0xc6da200), F(0xb65e200), F(0x1824f00), F(0xc9fe200), F(0xc9ff200), F(0xb65e200), F(0xb3b6200), F(0xb3b7200));
   snrt_dead(c, 0xc6da200, 131072);
   snrt_dead(c, 0xc9fe200, 4096);
   snrt_dead(c, 0xc9ff200, 4096);
@@ -1508,26 +1502,26 @@ static void train_step_0(snrt_ctx *c) {
   /*   287 update    SGD                layer3.3.3.bn.bias/sgd  live 191.5 MiB */
   snrt_sgd(c, &P220, F(0x1825f00), F(0xb3b7200), F(0x9ba6100));
   snrt_dead(c, 0xb3b7200, 4096);
-  snrt_reads(c, 288, 2, (const int64_t[]){0xc98a200, 32768, 0xb4b6200, 131072});
+  snrt_reads(c, 288, 2, (const int64_t[]){0xc98a200, 32768, 0xb65e200, 131072});
   /*   288 backward  CONV_BWD_FILTER    layer3.3.3.conv/bwd_filter  live 192.5 MiB */
-  snrt_conv_bwd_filter(c, &P106, F(0xc98a200), F(0xb4b6200), F(0xb3b6200), F(0xb4d6200));
-  snrt_dead(c, 0xb4d6200, 32768);
-  snrt_reads(c, 289, 2, (const int64_t[]){0xb4b6200, 131072, 0x1724f00, 1048576});
+  snrt_conv_bwd_filter(c, &P106, F(0xc98a200), F(0xb65e200), F(0xb3b6200), F(0xb4b6200));
+  snrt_dead(c, 0xb4b6200, 32768);
+  snrt_reads(c, 289, 2, (const int64_t[]){0xb65e200, 131072, 0x1724f00, 1048576});
   /*   289 backward  CONV_BWD_DATA      layer3.3.3.conv/bwd_data  live 192.5 MiB */
-  snrt_conv_bwd_data(c, &P106, F(0xb4b6200), F(0x1724f00), F(0xb65e200), F(0xb4d6200));
-  snrt_dead(c, 0xb4b6200, 131072);
-  snrt_dead(c, 0xb4d6200, 32768);
+  snrt_conv_bwd_data(c, &P106, F(0xb65e200), F(0x1724f00), F(0xb67e200), F(0xb4b6200));
+  snrt_dead(c, 0xb65e200, 131072);
+  snrt_dead(c, 0xb4b6200, 32768);
   snrt_reads(c, 290, 3, (const int64_t[]){0x1724f00, 1048576, 0xb3b6200, 1048576, 0x9ba7100, 1048576});
   /*   290 update    SGD                layer3.3.3.conv.weight/sgd  live 192.4 MiB */
   snrt_sgd(c, &P221, F(0x1724f00), F(0xb3b6200), F(0x9ba7100));
   snrt_dead(c, 0xb3b6200, 1048576);
-  snrt_reads(c, 291, 2, (const int64_t[]){0xc98a200, 32768, 0xb65e200, 32768});
+  snrt_reads(c, 291, 2, (const int64_t[]){0xc98a200, 32768, 0xb67e200, 32768});
   /*   291 backward  UNARY_BWD          layer3.3.2.relu/bwd  live 191.4 MiB */
-  snrt_unary_bwd(c, &P105, NULL, F(0xc98a200), F(0xb65e200), F(0xb65e200));
+  snrt_unary_bwd(c, &P105, NULL, F(0xc98a200), F(0xb67e200), F(0xb67e200));
   snrt_dead(c, 0xc98a200, 32768);
-  snrt_reads(c, 292, 5, (const int64_t[]){0xc982200, 32768, 0xb65e200, 32768, 0x1723f00, 1024, 0xca13a00, 1024, 0xca13e00, 1024});
+  snrt_reads(c, 292, 5, (const int64_t[]){0xc982200, 32768, 0xb67e200, 32768, 0x1723f00, 1024, 0xca13a00, 1024, 0xca13e00, 1024});
   /*   292 backward  BN_BWD             layer3.3.2.bn/bwd  live 191.3 MiB */
-  snrt_bn_bwd(c, &P104, F(0xc982200), F(0xb65e200), F(0x1723f00), F(0xca13a00), F(0xca13e00), F(0xb65e200), F(0xb3b6200), F(0xb3b6600));
+  snrt_bn_bwd(c, &P104, F(0xc982200), F(0xb67e200), F(0x1723f00), F(0xca13a00), F(0xca13e00), F(0xb67e200), F(0xb3b6200), F(0xb3b6600));
   snrt_dead(c, 0xc982200, 32768);
   snrt_dead(c, 0xca13a00, 1024);
   snrt_dead(c, 0xca13e00, 1024);
@@ -1539,26 +1533,26 @@ static void train_step_0(snrt_ctx *c) {
   /*   294 update    SGD                layer3.3.2.bn.bias/sgd  live 191.3 MiB */
   snrt_sgd(c, &P223, F(0x1724300), F(0xb3b6600), F(0x9ca7500));
   snrt_dead(c, 0xb3b6600, 1024);
-  snrt_reads(c, 295, 2, (const int64_t[]){0xc97a200, 32768, 0xb65e200, 32768});
+  snrt_reads(c, 295, 2, (const int64_t[]){0xc97a200, 32768, 0xb67e200, 32768});
   /*   295 backward  CONV_BWD_FILTER    layer3.3.2.conv/bwd_filter  live 193.8 MiB */
-  snrt_conv_bwd_filter(c, &P103, F(0xc97a200), F(0xb65e200), F(0xb3b6200), F(0xb5f6200));
+  snrt_conv_bwd_filter(c, &P103, F(0xc97a200), F(0xb67e200), F(0xb3b6200), F(0xb5f6200));
   snrt_dead(c, 0xb5f6200, 294912);
-  snrt_reads(c, 296, 2, (const int64_t[]){0xb65e200, 32768, 0x14e3f00, 2359296});
+  snrt_reads(c, 296, 2, (const int64_t[]){0xb67e200, 32768, 0x14e3f00, 2359296});
   /*   296 backward  CONV_BWD_DATA      layer3.3.2.conv/bwd_data  live 193.9 MiB */
-  snrt_conv_bwd_data(c, &P103, F(0xb65e200), F(0x14e3f00), F(0xb666200), F(0xb5f6200));
-  snrt_dead(c, 0xb65e200, 32768);
+  snrt_conv_bwd_data(c, &P103, F(0xb67e200), F(0x14e3f00), F(0xb65e200), F(0xb5f6200));
+  snrt_dead(c, 0xb67e200, 32768);
   snrt_dead(c, 0xb5f6200, 294912);
   snrt_reads(c, 297, 3, (const int64_t[]){0x14e3f00, 2359296, 0xb3b6200, 2359296, 0x9ca7900, 2359296});
   /*   297 update    SGD                layer3.3.2.conv.weight/sgd  live 193.5 MiB */
   snrt_sgd(c, &P224, F(0x14e3f00), F(0xb3b6200), F(0x9ca7900));
   snrt_dead(c, 0xb3b6200, 2359296);
-  snrt_reads(c, 298, 2, (const int64_t[]){0xc97a200, 32768, 0xb666200, 32768});
+  snrt_reads(c, 298, 2, (const int64_t[]){0xc97a200, 32768, 0xb65e200, 32768});
   /*   298 backward  UNARY_BWD          layer3.3.1.relu/bwd  live 191.3 MiB */
-  snrt_unary_bwd(c, &P102, NULL, F(0xc97a200), F(0xb666200), F(0xb666200));
+  snrt_unary_bwd(c, &P102, NULL, F(0xc97a200), F(0xb65e200), F(0xb65e200));
   snrt_dead(c, 0xc97a200, 32768);
-  snrt_reads(c, 299, 5, (const int64_t[]){0xc972200, 32768, 0xb666200, 32768, 0x14e2f00, 1024, 0xca13200, 1024, 0xca13600, 1024});
+  snrt_reads(c, 299, 5, (const int64_t[]){0xc972200, 32768, 0xb65e200, 32768, 0x14e2f00, 1024, 0xca13200, 1024, 0xca13600, 1024});
   /*   299 backward  BN_BWD             layer3.3.1.bn/bwd  live 191.3 MiB */
-  snrt_bn_bwd(c, &P101, F(0xc972200), F(0xb666200), F(0x14e2f00), F(0xca13200), F(0xca13600), F(0xb666200), F(0xb3b6200), F(0xb3b6600));
+  snrt_bn_bwd(c, &P101, F(0xc972200), F(0xb65e200), F(0x14e2f00), F(0xca13200), F(0xca13600), F(0xb65e200), F(0xb3b6200), F(0xb3b6600));
   snrt_dead(c, 0xc972200, 32768);
   snrt_dead(c, 0xca13200, 1024);
   snrt_dead(c, 0xca13600, 1024);
@@ -1570,14 +1564,14 @@ static void train_step_0(snrt_ctx *c) {
   /*   301 update    SGD                layer3.3.1.bn.bias/sgd  live 191.2 MiB */
   snrt_sgd(c, &P226, F(0x14e3300), F(0xb3b6600), F(0x9ee7d00));
   snrt_dead(c, 0xb3b6600, 1024);
-  snrt_reads(c, 302, 2, (const int64_t[]){0xc6ba200, 131072, 0xb666200, 32768});
+  snrt_reads(c, 302, 2, (const int64_t[]){0xc6ba200, 131072, 0xb65e200, 32768});
   /*   302 backward  CONV_BWD_FILTER    layer3.3.1.conv/bwd_filter  live 192.4 MiB */
-  snrt_conv_bwd_filter(c, &P100, F(0xc6ba200), F(0xb666200), F(0xb3b6200), F(0xb4b6200));
+  snrt_conv_bwd_filter(c, &P100, F(0xc6ba200), F(0xb65e200), F(0xb3b6200), F(0xb4b6200));
   snrt_dead(c, 0xb4b6200, 131072);
-  snrt_reads(c, 303, 2, (const int64_t[]){0xb666200, 32768, 0x13e2f00, 1048576});
+  snrt_reads(c, 303, 2, (const int64_t[]){0xb65e200, 32768, 0x13e2f00, 1048576});
   /*   303 backward  CONV_BWD_DATA      layer3.3.1.conv/bwd_data  live 192.5 MiB */
-  snrt_conv_bwd_data(c, &P100, F(0xb666200), F(0x13e2f00), F(0xb4b6200), F(0xb4d6200));
-  snrt_dead(c, 0xb666200, 32768);
+  snrt_conv_bwd_data(c, &P100, F(0xb65e200), F(0x13e2f00), F(0xb4b6200), F(0xb4d6200));
+  snrt_dead(c, 0xb65e200, 32768);
   snrt_dead(c, 0xb4d6200, 131072);
   snrt_reads(c, 304, 2, (const int64_t[]){0xb63e200, 131072, 0xb4b6200, 131072});
   /*   304 backward  ACCUMULATE         layer3.3.1.conv/accumulate  live 192.3 MiB */
@@ -1588,13 +1582,12 @@ static void train_step_0(snrt_ctx *c) {
   snrt_sgd(c, &P227, F(0x13e2f00), F(0xb3b6200), F(0x9ee8100));
   snrt_dead(c, 0xb3b6200, 1048576);
   snrt_reads(c, 306, 2, (const int64_t[]){0xc6ba200, 131072, 0xb63e200, 131072});
-  /*   306 backward  FUSED_BWD          layer3.2.out/fused2/bwd  live 191.4 MiB */
-  snrt_fused_bwd(c, &P228, (const float *const[]){NULL, NULL}, F(0xc6ba200), F(0xb63e200), (float *const[]){F(0xb4b6200), F(0xb65e200)});
+  /*   306 backward  FUSED_BWD          layer3.2.out/fused2/bwd  live 191.3 MiB */
+  snrt_fused_bwd(c, &P228, (const float *const[]){NULL, NULL}, F(0xc6ba200), F(0xb63e200), (float *const[]){F(0xb63e200), F(0xb65e200)});
   snrt_dead(c, 0xc6ba200, 131072);
-  snrt_dead(c, 0xb63e200, 131072);
-  snrt_reads(c, 307, 5, (const int64_t[]){0xc69a200, 131072, 0xb4b6200, 131072, 0x13def00, 4096, 0xc9fc200, 4096, 0xc9fd200, 4096});
+  snrt_reads(c, 307, 5, (const int64_t[]){0xc69a200, 131072, 0xb63e200, 131072, 0x13def00, 4096, 0xc9fc200, 4096, 0xc9fd200, 4096});
   /*   307 backward  BN_BWD             layer3.2.3.bn/bwd  live 191.2 MiB */
-  snrt_bn_bwd(c, &P98, F(0xc69a200), F(0xb4b6200), F(0x13def00), F(0xc9fc200), F(0xc9fd200), F(0xb4b6200), F(0xb3b6200), F(0xb3b7200));
+  snrt_bn_bwd(c, &P98, F(0xc69a200), F(0xb63e200), F(0x13def00), F(0xc9fc200), F(0xc9fd200), F(0xb63e200), F(0xb3b6200), F(0xb3b7200));
   snrt_dead(c, 0xc69a200, 131072);
   snrt_dead(c, 0xc9fc200, 4096);
   snrt_dead(c, 0xc9fd200, 4096);
@@ -1606,26 +1599,26 @@ static void train_step_0(snrt_ctx *c) {
   /*   309 update    SGD                layer3.2.3.bn.bias/sgd  live 191.1 MiB */
   snrt_sgd(c, &P230, F(0x13dff00), F(0xb3b7200), F(0x9fe9100));
   snrt_dead(c, 0xb3b7200, 4096);
-  snrt_reads(c, 310, 2, (const int64_t[]){0xc96a200, 32768, 0xb4b6200, 131072});
+  snrt_reads(c, 310, 2, (const int64_t[]){0xc96a200, 32768, 0xb63e200, 131072});
   /*   310 backward  CONV_BWD_FILTER    layer3.2.3.conv/bwd_filter  live 192.1 MiB */
-  snrt_conv_bwd_filter(c, &P97, F(0xc96a200), F(0xb4b6200), F(0xb3b6200), F(0xb4d6200));
-  snrt_dead(c, 0xb4d6200, 32768);
-  snrt_reads(c, 311, 2, (const int64_t[]){0xb4b6200, 131072, 0x12def00, 1048576});
+  snrt_conv_bwd_filter(c, &P97, F(0xc96a200), F(0xb63e200), F(0xb3b6200), F(0xb4b6200));
+  snrt_dead(c, 0xb4b6200, 32768);
+  snrt_reads(c, 311, 2, (const int64_t[]){0xb63e200, 131072, 0x12def00, 1048576});
   /*   311 backward  CONV_BWD_DATA      layer3.2.3.conv/bwd_data  live 192.1 MiB */
-  snrt_conv_bwd_data(c, &P97, F(0xb4b6200), F(0x12def00), F(0xb63e200), F(0xb4d6200));
-  snrt_dead(c, 0xb4b6200, 131072);
-  snrt_dead(c, 0xb4d6200, 32768);
+  snrt_conv_bwd_data(c, &P97, F(0xb63e200), F(0x12def00), F(0xb67e200), F(0xb4b6200));
+  snrt_dead(c, 0xb63e200, 131072);
+  snrt_dead(c, 0xb4b6200, 32768);
   snrt_reads(c, 312, 3, (const int64_t[]){0x12def00, 1048576, 0xb3b6200, 1048576, 0x9fea100, 1048576});
   /*   312 update    SGD                layer3.2.3.conv.weight/sgd  live 192.0 MiB */
   snrt_sgd(c, &P231, F(0x12def00), F(0xb3b6200), F(0x9fea100));
   snrt_dead(c, 0xb3b6200, 1048576);
-  snrt_reads(c, 313, 2, (const int64_t[]){0xc96a200, 32768, 0xb63e200, 32768});
+  snrt_reads(c, 313, 2, (const int64_t[]){0xc96a200, 32768, 0xb67e200, 32768});
   /*   313 backward  UNARY_BWD          layer3.2.2.relu/bwd  live 191.0 MiB */
-  snrt_unary_bwd(c, &P96, NULL, F(0xc96a200), F(0xb63e200), F(0xb63e200));
+  snrt_unary_bwd(c, &P96, NULL, F(0xc96a200), F(0xb67e200), F(0xb67e200));
   snrt_dead(c, 0xc96a200, 32768);
-  snrt_reads(c, 314, 5, (const int64_t[]){0xc962200, 32768, 0xb63e200, 32768, 0x12ddf00, 1024, 0xca12a00, 1024, 0xca12e00, 1024});
+  snrt_reads(c, 314, 5, (const int64_t[]){0xc962200, 32768, 0xb67e200, 32768, 0x12ddf00, 1024, 0xca12a00, 1024, 0xca12e00, 1024});
   /*   314 backward  BN_BWD             layer3.2.2.bn/bwd  live 190.9 MiB */
-  snrt_bn_bwd(c, &P95, F(0xc962200), F(0xb63e200), F(0x12ddf00), F(0xca12a00), F(0xca12e00), F(0xb63e200), F(0xb3b6200), F(0xb3b6600));
+  snrt_bn_bwd(c, &P95, F(0xc962200), F(0xb67e200), F(0x12ddf00), F(0xca12a00), F(0xca12e00), F(0xb67e200), F(0xb3b6200), F(0xb3b6600));
   snrt_dead(c, 0xc962200, 32768);
   snrt_dead(c, 0xca12a00, 1024);
   snrt_dead(c, 0xca12e00, 1024);
@@ -1637,26 +1630,26 @@ static void train_step_0(snrt_ctx *c) {
   /*   316 update    SGD                layer3.2.2.bn.bias/sgd  live 190.9 MiB */
   snrt_sgd(c, &P233, F(0x12de300), F(0xb3b6600), F(0xa0ea500));
   snrt_dead(c, 0xb3b6600, 1024);
-  snrt_reads(c, 317, 2, (const int64_t[]){0xc95a200, 32768, 0xb63e200, 32768});
+  snrt_reads(c, 317, 2, (const int64_t[]){0xc95a200, 32768, 0xb67e200, 32768});
   /*   317 backward  CONV_BWD_FILTER    layer3.2.2.conv/bwd_filter  live 193.4 MiB */
-  snrt_conv_bwd_filter(c, &P94, F(0xc95a200), F(0xb63e200), F(0xb3b6200), F(0xb5f6200));
+  snrt_conv_bwd_filter(c, &P94, F(0xc95a200), F(0xb67e200), F(0xb3b6200), F(0xb5f6200));
   snrt_dead(c, 0xb5f6200, 294912);
-  snrt_reads(c, 318, 2, (const int64_t[]){0xb63e200, 32768, 0x109df00, 2359296});
+  snrt_reads(c, 318, 2, (const int64_t[]){0xb67e200, 32768, 0x109df00, 2359296});
   /*   318 backward  CONV_BWD_DATA      layer3.2.2.conv/bwd_data  live 193.5 MiB */
-  snrt_conv_bwd_data(c, &P94, F(0xb63e200), F(0x109df00), F(0xb646200), F(0xb5f6200));
-  snrt_dead(c, 0xb63e200, 32768);
+  snrt_conv_bwd_data(c, &P94, F(0xb67e200), F(0x109df00), F(0xb63e200), F(0xb5f6200));
+  snrt_dead(c, 0xb67e200, 32768);
   snrt_dead(c, 0xb5f6200, 294912);
   snrt_reads(c, 319, 3, (const int64_t[]){0x109df00, 2359296, 0xb3b6200, 2359296, 0xa0ea900, 2359296});
   /*   319 update    SGD                layer3.2.2.conv.weight/sgd  live 193.2 MiB */
   snrt_sgd(c, &P234, F(0x109df00), F(0xb3b6200), F(0xa0ea900));
   snrt_dead(c, 0xb3b6200, 2359296);
-  snrt_reads(c, 320, 2, (const int64_t[]){0xc95a200, 32768, 0xb646200, 32768});
+  snrt_reads(c, 320, 2, (const int64_t[]){0xc95a200, 32768, 0xb63e200, 32768});
   /*   320 backward  UNARY_BWD          layer3.2.1.relu/bwd  live 190.9 MiB */
-  snrt_unary_bwd(c, &P93, NULL, F(0xc95a200), F(0xb646200), F(0xb646200));
+  snrt_unary_bwd(c, &P93, NULL, F(0xc95a200), F(0xb63e200), F(0xb63e200));
   snrt_dead(c, 0xc95a200, 32768);
-  snrt_reads(c, 321, 5, (const int64_t[]){0xc952200, 32768, 0xb646200, 32768, 0x109cf00, 1024, 0xca12200, 1024, 0xca12600, 1024});
+  snrt_reads(c, 321, 5, (const int64_t[]){0xc952200, 32768, 0xb63e200, 32768, 0x109cf00, 1024, 0xca12200, 1024, 0xca12600, 1024});
   /*   321 backward  BN_BWD             layer3.2.1.bn/bwd  live 190.9 MiB */
-  snrt_bn_bwd(c, &P92, F(0xc952200), F(0xb646200), F(0x109cf00), F(0xca12200), F(0xca12600), F(0xb646200), F(0xb3b6200), F(0xb3b6600));
+  snrt_bn_bwd(c, &P92, F(0xc952200), F(0xb63e200), F(0x109cf00), F(0xca12200), F(0xca12600), F(0xb63e200), F(0xb3b6200), F(0xb3b6600));
   snrt_dead(c, 0xc952200, 32768);
   snrt_dead(c, 0xca12200, 1024);
   snrt_dead(c, 0xca12600, 1024);
@@ -1668,14 +1661,14 @@ static void train_step_0(snrt_ctx *c) {
   /*   323 update    SGD                layer3.2.1.bn.bias/sgd  live 190.8 MiB */
   snrt_sgd(c, &P236, F(0x109d300), F(0xb3b6600), F(0xa32ad00));
   snrt_dead(c, 0xb3b6600, 1024);
-  snrt_reads(c, 324, 2, (const int64_t[]){0xc67a200, 131072, 0xb646200, 32768});
+  snrt_reads(c, 324, 2, (const int64_t[]){0xc67a200, 131072, 0xb63e200, 32768});
   /*   324 backward  CONV_BWD_FILTER    layer3.2.1.conv/bwd_filter  live 192.0 MiB */
-  snrt_conv_bwd_filter(c, &P91, F(0xc67a200), F(0xb646200), F(0xb3b6200), F(0xb4b6200));
+  snrt_conv_bwd_filter(c, &P91, F(0xc67a200), F(0xb63e200), F(0xb3b6200), F(0xb4b6200));
   snrt_dead(c, 0xb4b6200, 131072);
-  snrt_reads(c, 325, 2, (const int64_t[]){0xb646200, 32768, 0xf9cf00, 1048576});
+  snrt_reads(c, 325, 2, (const int64_t[]){0xb63e200, 32768, 0xf9cf00, 1048576});
   /*   325 backward  CONV_BWD_DATA      layer3.2.1.conv/bwd_data  live 192.1 MiB */
-  snrt_conv_bwd_data(c, &P91, F(0xb646200), F(0xf9cf00), F(0xb4b6200), F(0xb4d6200));
-  snrt_dead(c, 0xb646200, 32768);
+  snrt_conv_bwd_data(c, &P91, F(0xb63e200), F(0xf9cf00), F(0xb4b6200), F(0xb4d6200));
+  snrt_dead(c, 0xb63e200, 32768);
   snrt_dead(c, 0xb4d6200, 131072);
   snrt_reads(c, 326, 2, (const int64_t[]){0xb65e200, 131072, 0xb4b6200, 131072});
   /*   326 backward  ACCUMULATE         layer3.2.1.conv/accumulate  live 191.9 MiB */
@@ -1686,13 +1679,12 @@ static void train_step_0(snrt_ctx *c) {
   snrt_sgd(c, &P237, F(0xf9cf00), F(0xb3b6200), F(0xa32b100));
   snrt_dead(c, 0xb3b6200, 1048576);
   snrt_reads(c, 328, 2, (const int64_t[]){0xc67a200, 131072, 0xb65e200, 131072});
-  /*   328 backward  FUSED_BWD          layer3.1.out/fused2/bwd  live 191.1 MiB */
-  snrt_fused_bwd(c, &P238, (const float *const[]){NULL, NULL}, F(0xc67a200), F(0xb65e200), (float *const[]){F(0xb4b6200), F(0xb63e200)});
+  /*   328 backward  FUSED_BWD          layer3.1.out/fused2/bwd  live 190.9 MiB */
+  snrt_fused_bwd(c, &P238, (const float *const[]){NULL, NULL}, F(0xc67a200), F(0xb65e200), (float *const[]){F(0xb65e200), F(0xb67e200)});
   snrt_dead(c, 0xc67a200, 131072);
-  snrt_dead(c, 0xb65e200, 131072);
-  snrt_reads(c, 329, 5, (const int64_t[]){0xc65a200, 131072, 0xb4b6200, 131072, 0xf98f00, 4096, 0xc9fa200, 4096, 0xc9fb200, 4096});
+  snrt_reads(c, 329, 5, (const int64_t[]){0xc65a200, 131072, 0xb65e200, 131072, 0xf98f00, 4096, 0xc9fa200, 4096, 0xc9fb200, 4096});
   /*   329 backward  BN_BWD             layer3.1.3.bn/bwd  live 190.8 MiB */
-  snrt_bn_bwd(c, &P89, F(0xc65a200), F(0xb4b6200), F(0xf98f00), F(0xc9fa200), F(0xc9fb200), F(0xb4b6200), F(0xb3b6200), F(0xb3b7200));
+  snrt_bn_bwd(c, &P89, F(0xc65a200), F(0xb65e200), F(0xf98f00), F(0xc9fa200), F(0xc9fb200), F(0xb65e200), F(0xb3b6200), F(0xb3b7200));
   snrt_dead(c, 0xc65a200, 131072);
   snrt_dead(c, 0xc9fa200, 4096);
   snrt_dead(c, 0xc9fb200, 4096);
@@ -1704,26 +1696,26 @@ static void train_step_0(snrt_ctx *c) {
   /*   331 update    SGD                layer3.1.3.bn.bias/sgd  live 190.7 MiB */
   snrt_sgd(c, &P240, F(0xf99f00), F(0xb3b7200), F(0xa42c100));
   snrt_dead(c, 0xb3b7200, 4096);
-  snrt_reads(c, 332, 2, (const int64_t[]){0xc94a200, 32768, 0xb4b6200, 131072});
+  snrt_reads(c, 332, 2, (const int64_t[]){0xc94a200, 32768, 0xb65e200, 131072});
   /*   332 backward  CONV_BWD_FILTER    layer3.1.3.conv/bwd_filter  live 191.7 MiB */
-  snrt_conv_bwd_filter(c, &P88, F(0xc94a200), F(0xb4b6200), F(0xb3b6200), F(0xb4d6200));
-  snrt_dead(c, 0xb4d6200, 32768);
-  snrt_reads(c, 333, 2, (const int64_t[]){0xb4b6200, 131072, 0xe98f00, 1048576});
+  snrt_conv_bwd_filter(c, &P88, F(0xc94a200), F(0xb65e200), F(0xb3b6200), F(0xb4b6200));
+  snrt_dead(c, 0xb4b6200, 32768);
+  snrt_reads(c, 333, 2, (const int64_t[]){0xb65e200, 131072, 0xe98f00, 1048576});
   /*   333 backward  CONV_BWD_DATA      layer3.1.3.conv/bwd_data  live 191.7 MiB */
-  snrt_conv_bwd_data(c, &P88, F(0xb4b6200), F(0xe98f00), F(0xb65e200), F(0xb4d6200));
-  snrt_dead(c, 0xb4b6200, 131072);
-  snrt_dead(c, 0xb4d6200, 32768);
+  snrt_conv_bwd_data(c, &P88, F(0xb65e200), F(0xe98f00), F(0xb63e200), F(0xb4b6200));
+  snrt_dead(c, 0xb65e200, 131072);
+  snrt_dead(c, 0xb4b6200, 32768);
   snrt_reads(c, 334, 3, (const int64_t[]){0xe98f00, 1048576, 0xb3b6200, 1048576, 0xa42d100, 1048576});
   /*   334 update    SGD                layer3.1.3.conv.weight/sgd  live 191.6 MiB */
   snrt_sgd(c, &P241, F(0xe98f00), F(0xb3b6200), F(0xa42d100));
   snrt_dead(c, 0xb3b6200, 1048576);
-  snrt_reads(c, 335, 2, (const int64_t[]){0xc94a200, 32768, 0xb65e200, 32768});
+  snrt_reads(c, 335, 2, (const int64_t[]){0xc94a200, 32768, 0xb63e200, 32768});
   /*   335 backward  UNARY_BWD          layer3.1.2.relu/bwd  live 190.6 MiB */
-  snrt_unary_bwd(c, &P87, NULL, F(0xc94a200), F(0xb65e200), F(0xb65e200));
+  snrt_unary_bwd(c, &P87, NULL, F(0xc94a200), F(0xb63e200), F(0xb63e200));
   snrt_dead(c, 0xc94a200, 32768);
-  snrt_reads(c, 336, 5, (const int64_t[]){0xc942200, 32768, 0xb65e200, 32768, 0xe97f00, 1024, 0xca11a00, 1024, 0xca11e00, 1024});
+  snrt_reads(c, 336, 5, (const int64_t[]){0xc942200, 32768, 0xb63e200, 32768, 0xe97f00, 1024, 0xca11a00, 1024, 0xca11e00, 1024});
   /*   336 backward  BN_BWD             layer3.1.2.bn/bwd  live 190.6 MiB */
-  snrt_bn_bwd(c, &P86, F(0xc942200), F(0xb65e200), F(0xe97f00), F(0xca11a00), F(0xca11e00), F(0xb65e200), F(0xb3b6200), F(0xb3b6600));
+  snrt_bn_bwd(c, &P86, F(0xc942200), F(0xb63e200), F(0xe97f00), F(0xca11a00), F(0xca11e00), F(0xb63e200), F(0xb3b6200), F(0xb3b6600));
   snrt_dead(c, 0xc942200, 32768);
   snrt_dead(c, 0xca11a00, 1024);
   snrt_dead(c, 0xca11e00, 1024);
@@ -1735,26 +1727,26 @@ static void train_step_0(snrt_ctx *c) {
   /*   338 update    SGD                layer3.1.2.bn.bias/sgd  live 190.5 MiB */
   snrt_sgd(c, &P243, F(0xe98300), F(0xb3b6600), F(0xa52d500));
   snrt_dead(c, 0xb3b6600, 1024);
-  snrt_reads(c, 339, 2, (const int64_t[]){0xc93a200, 32768, 0xb65e200, 32768});
+  snrt_reads(c, 339, 2, (const int64_t[]){0xc93a200, 32768, 0xb63e200, 32768});
   /*   339 backward  CONV_BWD_FILTER    layer3.1.2.conv/bwd_filter  live 193.1 MiB */
-  snrt_conv_bwd_filter(c, &P85, F(0xc93a200), F(0xb65e200), F(0xb3b6200), F(0xb5f6200));
+  snrt_conv_bwd_filter(c, &P85, F(0xc93a200), F(0xb63e200), F(0xb3b6200), F(0xb5f6200));
   snrt_dead(c, 0xb5f6200, 294912);
-  snrt_reads(c, 340, 2, (const int64_t[]){0xb65e200, 32768, 0xc57f00, 2359296});
+  snrt_reads(c, 340, 2, (const int64_t[]){0xb63e200, 32768, 0xc57f00, 2359296});
   /*   340 backward  CONV_BWD_DATA      layer3.1.2.conv/bwd_data  live 193.1 MiB */
-  snrt_conv_bwd_data(c, &P85, F(0xb65e200), F(0xc57f00), F(0xb666200), F(0xb5f6200));
-  snrt_dead(c, 0xb65e200, 32768);
+  snrt_conv_bwd_data(c, &P85, F(0xb63e200), F(0xc57f00), F(0xb646200), F(0xb5f6200));
+  snrt_dead(c, 0xb63e200, 32768);
   snrt_dead(c, 0xb5f6200, 294912);
   snrt_reads(c, 341, 3, (const int64_t[]){0xc57f00, 2359296, 0xb3b6200, 2359296, 0xa52d900, 2359296});
   /*   341 update    SGD                layer3.1.2.conv.weight/sgd  live 192.8 MiB */
   snrt_sgd(c, &P244, F(0xc57f00), F(0xb3b6200), F(0xa52d900));
   snrt_dead(c, 0xb3b6200, 2359296);
-  snrt_reads(c, 342, 2, (const int64_t[]){0xc93a200, 32768, 0xb666200, 32768});
+  snrt_reads(c, 342, 2, (const int64_t[]){0xc93a200, 32768, 0xb646200, 32768});
   /*   342 backward  UNARY_BWD          layer3.1.1.relu/bwd  live 190.5 MiB */
-  snrt_unary_bwd(c, &P84, NULL, F(0xc93a200), F(0xb666200), F(0xb666200));
+  snrt_unary_bwd(c, &P84, NULL, F(0xc93a200), F(0xb646200), F(0xb646200));
   snrt_dead(c, 0xc93a200, 32768);
-  snrt_reads(c, 343, 5, (const int64_t[]){0xc932200, 32768, 0xb666200, 32768, 0xc56f00, 1024, 0xca11200, 1024, 0xca11600, 1024});
+  snrt_reads(c, 343, 5, (const int64_t[]){0xc932200, 32768, 0xb646200, 32768, 0xc56f00, 1024, 0xca11200, 1024, 0xca11600, 1024});
   /*   343 backward  BN_BWD             layer3.1.1.bn/bwd  live 190.5 MiB */
-  snrt_bn_bwd(c, &P83, F(0xc932200), F(0xb666200), F(0xc56f00), F(0xca11200), F(0xca11600), F(0xb666200), F(0xb3b6200), F(0xb3b6600));
+  snrt_bn_bwd(c, &P83, F(0xc932200), F(0xb646200), F(0xc56f00), F(0xca11200), F(0xca11600), F(0xb646200), F(0xb3b6200), F(0xb3b6600));
   snrt_dead(c, 0xc932200, 32768);
   snrt_dead(c, 0xca11200, 1024);
   snrt_dead(c, 0xca11600, 1024);
@@ -1766,31 +1758,30 @@ static void train_step_0(snrt_ctx *c) {
   /*   345 update    SGD                layer3.1.1.bn.bias/sgd  live 190.5 MiB */
   snrt_sgd(c, &P246, F(0xc57300), F(0xb3b6600), F(0xa76dd00));
   snrt_dead(c, 0xb3b6600, 1024);
-  snrt_reads(c, 346, 2, (const int64_t[]){0xc63a200, 131072, 0xb666200, 32768});
+  snrt_reads(c, 346, 2, (const int64_t[]){0xc63a200, 131072, 0xb646200, 32768});
   /*   346 backward  CONV_BWD_FILTER    layer3.1.1.conv/bwd_filter  live 191.6 MiB */
-  snrt_conv_bwd_filter(c, &P82, F(0xc63a200), F(0xb666200), F(0xb3b6200), F(0xb4b6200));
+  snrt_conv_bwd_filter(c, &P82, F(0xc63a200), F(0xb646200), F(0xb3b6200), F(0xb4b6200));
   snrt_dead(c, 0xb4b6200, 131072);
-  snrt_reads(c, 347, 2, (const int64_t[]){0xb666200, 32768, 0xb56f00, 1048576});
+  snrt_reads(c, 347, 2, (const int64_t[]){0xb646200, 32768, 0xb56f00, 1048576});
   /*   347 backward  CONV_BWD_DATA      layer3.1.1.conv/bwd_data  live 191.7 MiB */
-  snrt_conv_bwd_data(c, &P82, F(0xb666200), F(0xb56f00), F(0xb4b6200), F(0xb4d6200));
-  snrt_dead(c, 0xb666200, 32768);
+  snrt_conv_bwd_data(c, &P82, F(0xb646200), F(0xb56f00), F(0xb4b6200), F(0xb4d6200));
+  snrt_dead(c, 0xb646200, 32768);
   snrt_dead(c, 0xb4d6200, 131072);
-  snrt_reads(c, 348, 2, (const int64_t[]){0xb63e200, 131072, 0xb4b6200, 131072});
+  snrt_reads(c, 348, 2, (const int64_t[]){0xb67e200, 131072, 0xb4b6200, 131072});
   /*   348 backward  ACCUMULATE         layer3.1.1.conv/accumulate  live 191.6 MiB */
-  snrt_add(c, 32768, F(0xb63e200), F(0xb4b6200), F(0xb63e200));
+  snrt_add(c, 32768, F(0xb67e200), F(0xb4b6200), F(0xb67e200));
   snrt_dead(c, 0xb4b6200, 131072);
   snrt_reads(c, 349, 3, (const int64_t[]){0xb56f00, 1048576, 0xb3b6200, 1048576, 0xa76e100, 1048576});
   /*   349 update    SGD                layer3.1.1.conv.weight/sgd  live 191.4 MiB */
   snrt_sgd(c, &P247, F(0xb56f00), F(0xb3b6200), F(0xa76e100));
   snrt_dead(c, 0xb3b6200, 1048576);
-  snrt_reads(c, 350, 2, (const int64_t[]){0xc63a200, 131072, 0xb63e200, 131072});
-  /*   350 backward  FUSED_BWD          layer3.0.out/fused2/bwd  live 190.7 MiB */
-  snrt_fused_bwd(c, &P248, (const float *const[]){NULL, NULL}, F(0xc63a200), F(0xb63e200), (float *const[]){F(0xb5b6200), F(0xb5d6200)});
+  snrt_reads(c, 350, 2, (const int64_t[]){0xc63a200, 131072, 0xb67e200, 131072});
+  /*   350 backward  FUSED_BWD          layer3.0.out/fused2/bwd  live 190.6 MiB */
+  snrt_fused_bwd(c, &P248, (const float *const[]){NULL, NULL}, F(0xc63a200), F(0xb67e200), (float *const[]){F(0xb67e200), F(0xb5b6200)});
   snrt_dead(c, 0xc63a200, 131072);
-  snrt_dead(c, 0xb63e200, 131072);
-  snrt_reads(c, 351, 5, (const int64_t[]){0xc61a200, 131072, 0xb5d6200, 131072, 0xb52f00, 4096, 0xc9f8200, 4096, 0xc9f9200, 4096});
+  snrt_reads(c, 351, 5, (const int64_t[]){0xc61a200, 131072, 0xb5b6200, 131072, 0xb52f00, 4096, 0xc9f8200, 4096, 0xc9f9200, 4096});
   /*   351 backward  BN_BWD             layer3.0.down.bn/bwd  live 190.4 MiB */
-  snrt_bn_bwd(c, &P80, F(0xc61a200), F(0xb5d6200), F(0xb52f00), F(0xc9f8200), F(0xc9f9200), F(0xb5d6200), F(0xb3b6200), F(0xb3b7200));
+  snrt_bn_bwd(c, &P80, F(0xc61a200), F(0xb5b6200), F(0xb52f00), F(0xc9f8200), F(0xc9f9200), F(0xb5b6200), F(0xb3b6200), F(0xb3b7200));
   snrt_dead(c, 0xc61a200, 131072);
   snrt_dead(c, 0xc9f8200, 4096);
   snrt_dead(c, 0xc9f9200, 4096);
@@ -1802,22 +1793,22 @@ static void train_step_0(snrt_ctx *c) {
   /*   353 update    SGD                layer3.0.down.bn.bias/sgd  live 190.3 MiB */
   snrt_sgd(c, &P250, F(0xb53f00), F(0xb3b7200), F(0xa86f100));
   snrt_dead(c, 0xb3b7200, 4096);
-  snrt_reads(c, 354, 2, (const int64_t[]){0xc3b6200, 262144, 0xb5d6200, 131072});
+  snrt_reads(c, 354, 2, (const int64_t[]){0xc3b6200, 262144, 0xb5b6200, 131072});
   /*   354 backward  CONV_BWD_FILTER    layer3.0.down.conv/bwd_filter  live 192.4 MiB */
-  snrt_conv_bwd_filter(c, &P79, F(0xc3b6200), F(0xb5d6200), F(0xb3b6200), F(0xb5f6200));
-  snrt_dead(c, 0xb5f6200, 65536);
-  snrt_reads(c, 355, 2, (const int64_t[]){0xb5d6200, 131072, 0x952f00, 2097152});
+  snrt_conv_bwd_filter(c, &P79, F(0xc3b6200), F(0xb5b6200), F(0xb3b6200), F(0xb5d6200));
+  snrt_dead(c, 0xb5d6200, 65536);
+  snrt_reads(c, 355, 2, (const int64_t[]){0xb5b6200, 131072, 0x952f00, 2097152});
   /*   355 backward  CONV_BWD_DATA      layer3.0.down.conv/bwd_data  live 192.6 MiB */
-  snrt_conv_bwd_data(c, &P79, F(0xb5d6200), F(0x952f00), F(0xb63e200), F(0xb5f6200));
-  snrt_dead(c, 0xb5d6200, 131072);
-  snrt_dead(c, 0xb5f6200, 65536);
+  snrt_conv_bwd_data(c, &P79, F(0xb5b6200), F(0x952f00), F(0xb63e200), F(0xb5d6200));
+  snrt_dead(c, 0xb5b6200, 131072);
+  snrt_dead(c, 0xb5d6200, 65536);
   snrt_reads(c, 356, 3, (const int64_t[]){0x952f00, 2097152, 0xb3b6200, 2097152, 0xa870100, 2097152});
   /*   356 update    SGD                layer3.0.down.conv.weight/sgd  live 192.4 MiB */
   snrt_sgd(c, &P251, F(0x952f00), F(0xb3b6200), F(0xa870100));
   snrt_dead(c, 0xb3b6200, 2097152);
-  snrt_reads(c, 357, 5, (const int64_t[]){0xc5fa200, 131072, 0xb5b6200, 131072, 0x94ef00, 4096, 0xc9f6200, 4096, 0xc9f7200, 4096});
+  snrt_reads(c, 357, 5, (const int64_t[]){0xc5fa200, 131072, 0xb67e200, 131072, 0x94ef00, 4096, 0xc9f6200, 4096, 0xc9f7200, 4096});
   /*   357 backward  BN_BWD             layer3.0.3.bn/bwd  live 190.4 MiB */
-  snrt_bn_bwd(c, &P78, F(0xc5fa200), F(0xb5b6200), F(0x94ef00), F(0xc9f6200), F(0xc9f7200), F(0xb5b6200), F(0xb3b6200), F(0xb3b7200));
+  snrt_bn_bwd(c, &P78, F(0xc5fa200), F(0xb67e200), F(0x94ef00), F(0xc9f6200), F(0xc9f7200), F(0xb67e200), F(0xb3b6200), F(0xb3b7200));
   snrt_dead(c, 0xc5fa200, 131072);
   snrt_dead(c, 0xc9f6200, 4096);
   snrt_dead(c, 0xc9f7200, 4096);
@@ -1829,14 +1820,14 @@ static void train_step_0(snrt_ctx *c) {
   /*   359 update    SGD                layer3.0.3.bn.bias/sgd  live 190.3 MiB */
   snrt_sgd(c, &P253, F(0x94ff00), F(0xb3b7200), F(0xaa71100));
   snrt_dead(c, 0xb3b7200, 4096);
-  snrt_reads(c, 360, 2, (const int64_t[]){0xc92a200, 32768, 0xb5b6200, 131072});
+  snrt_reads(c, 360, 2, (const int64_t[]){0xc92a200, 32768, 0xb67e200, 131072});
   /*   360 backward  CONV_BWD_FILTER    layer3.0.3.conv/bwd_filter  live 191.3 MiB */
-  snrt_conv_bwd_filter(c, &P77, F(0xc92a200), F(0xb5b6200), F(0xb3b6200), F(0xb4b6200));
+  snrt_conv_bwd_filter(c, &P77, F(0xc92a200), F(0xb67e200), F(0xb3b6200), F(0xb4b6200));
   snrt_dead(c, 0xb4b6200, 32768);
-  snrt_reads(c, 361, 2, (const int64_t[]){0xb5b6200, 131072, 0x84ef00, 1048576});
+  snrt_reads(c, 361, 2, (const int64_t[]){0xb67e200, 131072, 0x84ef00, 1048576});
   /*   361 backward  CONV_BWD_DATA      layer3.0.3.conv/bwd_data  live 191.3 MiB */
-  snrt_conv_bwd_data(c, &P77, F(0xb5b6200), F(0x84ef00), F(0xb69e200), F(0xb4b6200));
-  snrt_dead(c, 0xb5b6200, 131072);
+  snrt_conv_bwd_data(c, &P77, F(0xb67e200), F(0x84ef00), F(0xb69e200), F(0xb4b6200));
+  snrt_dead(c, 0xb67e200, 131072);
   snrt_dead(c, 0xb4b6200, 32768);
   snrt_reads(c, 362, 3, (const int64_t[]){0x84ef00, 1048576, 0xb3b6200, 1048576, 0xaa72100, 1048576});
   /*   362 update    SGD                layer3.0.3.conv.weight/sgd  live 191.2 MiB */
@@ -1909,37 +1900,36 @@ static void train_step_0(snrt_ctx *c) {
   snrt_sgd(c, &P260, F(0x58cf00), F(0xb3b6200), F(0xadb3100));
   snrt_dead(c, 0xb3b6200, 524288);
   snrt_reads(c, 378, 2, (const int64_t[]){0xc3b6200, 262144, 0xb63e200, 262144});
-  /*   378 backward  FUSED_BWD          layer2.3.out/fused2/bwd  live 190.3 MiB */
-  snrt_fused_bwd(c, &P261, (const float *const[]){NULL, NULL}, F(0xc3b6200), F(0xb63e200), (float *const[]){F(0xb3b6200), F(0xb4d6200)});
+  /*   378 backward  FUSED_BWD          layer2.3.out/fused2/bwd  live 190.1 MiB */
+  snrt_fused_bwd(c, &P261, (const float *const[]){NULL, NULL}, F(0xc3b6200), F(0xb63e200), (float *const[]){F(0xb63e200), F(0xb4d6200)});
   snrt_dead(c, 0xc3b6200, 262144);
-  snrt_dead(c, 0xb63e200, 262144);
-  snrt_reads(c, 379, 5, (const int64_t[]){0xc376200, 262144, 0xb3b6200, 262144, 0x58af00, 2048, 0xca08200, 2048, 0xca08a00, 2048});
+  snrt_reads(c, 379, 5, (const int64_t[]){0xc376200, 262144, 0xb63e200, 262144, 0x58af00, 2048, 0xca08200, 2048, 0xca08a00, 2048});
   /*   379 backward  BN_BWD             layer2.3.3.bn/bwd  live 189.8 MiB */
-  snrt_bn_bwd(c, &P69, F(0xc376200), F(0xb3b6200), F(0x58af00), F(0xca08200), F(0xca08a00), F(0xb3b6200), F(0xb3f6200), F(0xb3f6a00));
+  snrt_bn_bwd(c, &P69, F(0xc376200), F(0xb63e200), F(0x58af00), F(0xca08200), F(0xca08a00), F(0xb63e200), F(0xb3b6200), F(0xb3b6a00));
   snrt_dead(c, 0xc376200, 262144);
   snrt_dead(c, 0xca08200, 2048);
   snrt_dead(c, 0xca08a00, 2048);
-  snrt_reads(c, 380, 3, (const int64_t[]){0x58af00, 2048, 0xb3f6200, 2048, 0xae33100, 2048});
+  snrt_reads(c, 380, 3, (const int64_t[]){0x58af00, 2048, 0xb3b6200, 2048, 0xae33100, 2048});
   /*   380 update    SGD                layer2.3.3.bn.weight/sgd  live 189.6 MiB */
-  snrt_sgd(c, &P262, F(0x58af00), F(0xb3f6200), F(0xae33100));
-  snrt_dead(c, 0xb3f6200, 2048);
-  snrt_reads(c, 381, 3, (const int64_t[]){0x58b700, 2048, 0xb3f6a00, 2048, 0xae33900, 2048});
+  snrt_sgd(c, &P262, F(0x58af00), F(0xb3b6200), F(0xae33100));
+  snrt_dead(c, 0xb3b6200, 2048);
+  snrt_reads(c, 381, 3, (const int64_t[]){0x58b700, 2048, 0xb3b6a00, 2048, 0xae33900, 2048});
   /*   381 update    SGD                layer2.3.3.bn.bias/sgd  live 189.6 MiB */
-  snrt_sgd(c, &P263, F(0x58b700), F(0xb3f6a00), F(0xae33900));
-  snrt_dead(c, 0xb3f6a00, 2048);
-  snrt_reads(c, 382, 2, (const int64_t[]){0xc8a2200, 65536, 0xb3b6200, 262144});
+  snrt_sgd(c, &P263, F(0x58b700), F(0xb3b6a00), F(0xae33900));
+  snrt_dead(c, 0xb3b6a00, 2048);
+  snrt_reads(c, 382, 2, (const int64_t[]){0xc8a2200, 65536, 0xb63e200, 262144});
   /*   382 backward  CONV_BWD_FILTER    layer2.3.3.conv/bwd_filter  live 189.9 MiB */
-  snrt_conv_bwd_filter(c, &P68, F(0xc8a2200), F(0xb3b6200), F(0xb3f6200), F(0xb436200));
-  snrt_dead(c, 0xb436200, 65536);
-  snrt_reads(c, 383, 2, (const int64_t[]){0xb3b6200, 262144, 0x54af00, 262144});
+  snrt_conv_bwd_filter(c, &P68, F(0xc8a2200), F(0xb63e200), F(0xb3b6200), F(0xb3f6200));
+  snrt_dead(c, 0xb3f6200, 65536);
+  snrt_reads(c, 383, 2, (const int64_t[]){0xb63e200, 262144, 0x54af00, 262144});
   /*   383 backward  CONV_BWD_DATA      layer2.3.3.conv/bwd_data  live 190.0 MiB */
-  snrt_conv_bwd_data(c, &P68, F(0xb3b6200), F(0x54af00), F(0xb516200), F(0xb436200));
-  snrt_dead(c, 0xb3b6200, 262144);
-  snrt_dead(c, 0xb436200, 65536);
-  snrt_reads(c, 384, 3, (const int64_t[]){0x54af00, 262144, 0xb3f6200, 262144, 0xae34100, 262144});
+  snrt_conv_bwd_data(c, &P68, F(0xb63e200), F(0x54af00), F(0xb516200), F(0xb3f6200));
+  snrt_dead(c, 0xb63e200, 262144);
+  snrt_dead(c, 0xb3f6200, 65536);
+  snrt_reads(c, 384, 3, (const int64_t[]){0x54af00, 262144, 0xb3b6200, 262144, 0xae34100, 262144});
   /*   384 update    SGD                layer2.3.3.conv.weight/sgd  live 189.7 MiB */
-  snrt_sgd(c, &P264, F(0x54af00), F(0xb3f6200), F(0xae34100));
-  snrt_dead(c, 0xb3f6200, 262144);
+  snrt_sgd(c, &P264, F(0x54af00), F(0xb3b6200), F(0xae34100));
+  snrt_dead(c, 0xb3b6200, 262144);
   snrt_reads(c, 385, 2, (const int64_t[]){0xc8a2200, 65536, 0xb516200, 65536});
   /*   385 backward  UNARY_BWD          layer2.3.2.relu/bwd  live 189.4 MiB */
   snrt_unary_bwd(c, &P67, NULL, F(0xc8a2200), F(0xb516200), F(0xb516200));
@@ -2011,44 +2001,43 @@ static void train_step_0(snrt_ctx *c) {
 static void train_step_1(snrt_ctx *c) {
   char *const A = snrt_arena(c);
   snrt_reads(c, 400, 2, (const int64_t[]){0xc336200, 262144, 0xb4d6200, 262144});
-  /*   400 backward  FUSED_BWD          layer2.2.out/fused2/bwd  live 189.6 MiB */
-  snrt_fused_bwd(c, &P271, (const float *const[]){NULL, NULL}, F(0xc336200), F(0xb4d6200), (float *const[]){F(0xb3b6200), F(0xb516200)});
+  /*   400 backward  FUSED_BWD          layer2.2.out/fused2/bwd  live 189.3 MiB */
+  snrt_fused_bwd(c, &P271, (const float *const[]){NULL, NULL}, F(0xc336200), F(0xb4d6200), (float *const[]){F(0xb4d6200), F(0xb516200)});
   snrt_dead(c, 0xc336200, 262144);
-  snrt_dead(c, 0xb4d6200, 262144);
-  snrt_reads(c, 401, 5, (const int64_t[]){0xc2f6200, 262144, 0xb3b6200, 262144, 0x477f00, 2048, 0xca07200, 2048, 0xca07a00, 2048});
+  snrt_reads(c, 401, 5, (const int64_t[]){0xc2f6200, 262144, 0xb4d6200, 262144, 0x477f00, 2048, 0xca07200, 2048, 0xca07a00, 2048});
   /*   401 backward  BN_BWD             layer2.2.3.bn/bwd  live 189.1 MiB */
-  snrt_bn_bwd(c, &P60, F(0xc2f6200), F(0xb3b6200), F(0x477f00), F(0xca07200), F(0xca07a00), F(0xb3b6200), F(0xb3f6200), F(0xb3f6a00));
+  snrt_bn_bwd(c, &P60, F(0xc2f6200), F(0xb4d6200), F(0x477f00), F(0xca07200), F(0xca07a00), F(0xb4d6200), F(0xb3b6200), F(0xb3b6a00));
   snrt_dead(c, 0xc2f6200, 262144);
   snrt_dead(c, 0xca07200, 2048);
   snrt_dead(c, 0xca07a00, 2048);
-  snrt_reads(c, 402, 3, (const int64_t[]){0x477f00, 2048, 0xb3f6200, 2048, 0xaf44900, 2048});
+  snrt_reads(c, 402, 3, (const int64_t[]){0x477f00, 2048, 0xb3b6200, 2048, 0xaf44900, 2048});
   /*   402 update    SGD                layer2.2.3.bn.weight/sgd  live 188.8 MiB */
-  snrt_sgd(c, &P272, F(0x477f00), F(0xb3f6200), F(0xaf44900));
-  snrt_dead(c, 0xb3f6200, 2048);
-  snrt_reads(c, 403, 3, (const int64_t[]){0x478700, 2048, 0xb3f6a00, 2048, 0xaf45100, 2048});
+  snrt_sgd(c, &P272, F(0x477f00), F(0xb3b6200), F(0xaf44900));
+  snrt_dead(c, 0xb3b6200, 2048);
+  snrt_reads(c, 403, 3, (const int64_t[]){0x478700, 2048, 0xb3b6a00, 2048, 0xaf45100, 2048});
   /*   403 update    SGD                layer2.2.3.bn.bias/sgd  live 188.8 MiB */
-  snrt_sgd(c, &P273, F(0x478700), F(0xb3f6a00), F(0xaf45100));
-  snrt_dead(c, 0xb3f6a00, 2048);
-  snrt_reads(c, 404, 2, (const int64_t[]){0xc862200, 65536, 0xb3b6200, 262144});
+  snrt_sgd(c, &P273, F(0x478700), F(0xb3b6a00), F(0xaf45100));
+  snrt_dead(c, 0xb3b6a00, 2048);
+  snrt_reads(c, 404, 2, (const int64_t[]){0xc862200, 65536, 0xb4d6200, 262144});
   /*   404 backward  CONV_BWD_FILTER    layer2.2.3.conv/bwd_filter  live 189.1 MiB */
-  snrt_conv_bwd_filter(c, &P59, F(0xc862200), F(0xb3b6200), F(0xb3f6200), F(0xb436200));
-  snrt_dead(c, 0xb436200, 65536);
-  snrt_reads(c, 405, 2, (const int64_t[]){0xb3b6200, 262144, 0x437f00, 262144});
+  snrt_conv_bwd_filter(c, &P59, F(0xc862200), F(0xb4d6200), F(0xb3b6200), F(0xb3f6200));
+  snrt_dead(c, 0xb3f6200, 65536);
+  snrt_reads(c, 405, 2, (const int64_t[]){0xb4d6200, 262144, 0x437f00, 262144});
   /*   405 backward  CONV_BWD_DATA      layer2.2.3.conv/bwd_data  live 189.2 MiB */
-  snrt_conv_bwd_data(c, &P59, F(0xb3b6200), F(0x437f00), F(0xb4d6200), F(0xb436200));
-  snrt_dead(c, 0xb3b6200, 262144);
-  snrt_dead(c, 0xb436200, 65536);
-  snrt_reads(c, 406, 3, (const int64_t[]){0x437f00, 262144, 0xb3f6200, 262144, 0xaf45900, 262144});
+  snrt_conv_bwd_data(c, &P59, F(0xb4d6200), F(0x437f00), F(0xb556200), F(0xb3f6200));
+  snrt_dead(c, 0xb4d6200, 262144);
+  snrt_dead(c, 0xb3f6200, 65536);
+  snrt_reads(c, 406, 3, (const int64_t[]){0x437f00, 262144, 0xb3b6200, 262144, 0xaf45900, 262144});
   /*   406 update    SGD                layer2.2.3.conv.weight/sgd  live 188.9 MiB */
-  snrt_sgd(c, &P274, F(0x437f00), F(0xb3f6200), F(0xaf45900));
-  snrt_dead(c, 0xb3f6200, 262144);
-  snrt_reads(c, 407, 2, (const int64_t[]){0xc862200, 65536, 0xb4d6200, 65536});
+  snrt_sgd(c, &P274, F(0x437f00), F(0xb3b6200), F(0xaf45900));
+  snrt_dead(c, 0xb3b6200, 262144);
+  snrt_reads(c, 407, 2, (const int64_t[]){0xc862200, 65536, 0xb556200, 65536});
   /*   407 backward  UNARY_BWD          layer2.2.2.relu/bwd  live 188.6 MiB */
-  snrt_unary_bwd(c, &P58, NULL, F(0xc862200), F(0xb4d6200), F(0xb4d6200));
+  snrt_unary_bwd(c, &P58, NULL, F(0xc862200), F(0xb556200), F(0xb556200));
   snrt_dead(c, 0xc862200, 65536);
-  snrt_reads(c, 408, 5, (const int64_t[]){0xc852200, 65536, 0xb4d6200, 65536, 0x437700, 512, 0xca17600, 512, 0xca17800, 512});
+  snrt_reads(c, 408, 5, (const int64_t[]){0xc852200, 65536, 0xb556200, 65536, 0x437700, 512, 0xca17600, 512, 0xca17800, 512});
   /*   408 backward  BN_BWD             layer2.2.2.bn/bwd  live 188.6 MiB */
-  snrt_bn_bwd(c, &P57, F(0xc852200), F(0xb4d6200), F(0x437700), F(0xca17600), F(0xca17800), F(0xb4d6200), F(0xb3b6200), F(0xb3b6400));
+  snrt_bn_bwd(c, &P57, F(0xc852200), F(0xb556200), F(0x437700), F(0xca17600), F(0xca17800), F(0xb556200), F(0xb3b6200), F(0xb3b6400));
   snrt_dead(c, 0xc852200, 65536);
   snrt_dead(c, 0xca17600, 512);
   snrt_dead(c, 0xca17800, 512);
@@ -2060,26 +2049,26 @@ static void train_step_1(snrt_ctx *c) {
   /*   410 update    SGD                layer2.2.2.bn.bias/sgd  live 188.5 MiB */
   snrt_sgd(c, &P276, F(0x437900), F(0xb3b6400), F(0xaf85b00));
   snrt_dead(c, 0xb3b6400, 512);
-  snrt_reads(c, 411, 2, (const int64_t[]){0xc842200, 65536, 0xb4d6200, 65536});
+  snrt_reads(c, 411, 2, (const int64_t[]){0xc842200, 65536, 0xb556200, 65536});
   /*   411 backward  CONV_BWD_FILTER    layer2.2.2.conv/bwd_filter  live 189.6 MiB */
-  snrt_conv_bwd_filter(c, &P56, F(0xc842200), F(0xb4d6200), F(0xb3b6200), F(0xb446200));
+  snrt_conv_bwd_filter(c, &P56, F(0xc842200), F(0xb556200), F(0xb3b6200), F(0xb446200));
   snrt_dead(c, 0xb446200, 589824);
-  snrt_reads(c, 412, 2, (const int64_t[]){0xb4d6200, 65536, 0x3a7700, 589824});
+  snrt_reads(c, 412, 2, (const int64_t[]){0xb556200, 65536, 0x3a7700, 589824});
   /*   412 backward  CONV_BWD_DATA      layer2.2.2.conv/bwd_data  live 189.7 MiB */
-  snrt_conv_bwd_data(c, &P56, F(0xb4d6200), F(0x3a7700), F(0xb4e6200), F(0xb446200));
-  snrt_dead(c, 0xb4d6200, 65536);
+  snrt_conv_bwd_data(c, &P56, F(0xb556200), F(0x3a7700), F(0xb4d6200), F(0xb446200));
+  snrt_dead(c, 0xb556200, 65536);
   snrt_dead(c, 0xb446200, 589824);
   snrt_reads(c, 413, 3, (const int64_t[]){0x3a7700, 589824, 0xb3b6200, 589824, 0xaf85d00, 589824});
   /*   413 update    SGD                layer2.2.2.conv.weight/sgd  live 189.1 MiB */
   snrt_sgd(c, &P277, F(0x3a7700), F(0xb3b6200), F(0xaf85d00));
   snrt_dead(c, 0xb3b6200, 589824);
-  snrt_reads(c, 414, 2, (const int64_t[]){0xc842200, 65536, 0xb4e6200, 65536});
+  snrt_reads(c, 414, 2, (const int64_t[]){0xc842200, 65536, 0xb4d6200, 65536});
   /*   414 backward  UNARY_BWD          layer2.2.1.relu/bwd  live 188.5 MiB */
-  snrt_unary_bwd(c, &P55, NULL, F(0xc842200), F(0xb4e6200), F(0xb4e6200));
+  snrt_unary_bwd(c, &P55, NULL, F(0xc842200), F(0xb4d6200), F(0xb4d6200));
   snrt_dead(c, 0xc842200, 65536);
-  snrt_reads(c, 415, 5, (const int64_t[]){0xc832200, 65536, 0xb4e6200, 65536, 0x3a6f00, 512, 0xca17200, 512, 0xca17400, 512});
+  snrt_reads(c, 415, 5, (const int64_t[]){0xc832200, 65536, 0xb4d6200, 65536, 0x3a6f00, 512, 0xca17200, 512, 0xca17400, 512});
   /*   415 backward  BN_BWD             layer2.2.1.bn/bwd  live 188.5 MiB */
-  snrt_bn_bwd(c, &P54, F(0xc832200), F(0xb4e6200), F(0x3a6f00), F(0xca17200), F(0xca17400), F(0xb4e6200), F(0xb3b6200), F(0xb3b6400));
+  snrt_bn_bwd(c, &P54, F(0xc832200), F(0xb4d6200), F(0x3a6f00), F(0xca17200), F(0xca17400), F(0xb4d6200), F(0xb3b6200), F(0xb3b6400));
   snrt_dead(c, 0xc832200, 65536);
   snrt_dead(c, 0xca17200, 512);
   snrt_dead(c, 0xca17400, 512);
@@ -2091,14 +2080,14 @@ static void train_step_1(snrt_ctx *c) {
   /*   417 update    SGD                layer2.2.1.bn.bias/sgd  live 188.4 MiB */
   snrt_sgd(c, &P279, F(0x3a7100), F(0xb3b6400), F(0xb015f00));
   snrt_dead(c, 0xb3b6400, 512);
-  snrt_reads(c, 418, 2, (const int64_t[]){0xc2b6200, 262144, 0xb4e6200, 65536});
+  snrt_reads(c, 418, 2, (const int64_t[]){0xc2b6200, 262144, 0xb4d6200, 65536});
   /*   418 backward  CONV_BWD_FILTER    layer2.2.1.conv/bwd_filter  live 188.9 MiB */
-  snrt_conv_bwd_filter(c, &P53, F(0xc2b6200), F(0xb4e6200), F(0xb3b6200), F(0xb3f6200));
+  snrt_conv_bwd_filter(c, &P53, F(0xc2b6200), F(0xb4d6200), F(0xb3b6200), F(0xb3f6200));
   snrt_dead(c, 0xb3f6200, 262144);
-  snrt_reads(c, 419, 2, (const int64_t[]){0xb4e6200, 65536, 0x366f00, 262144});
+  snrt_reads(c, 419, 2, (const int64_t[]){0xb4d6200, 65536, 0x366f00, 262144});
   /*   419 backward  CONV_BWD_DATA      layer2.2.1.conv/bwd_data  live 189.1 MiB */
-  snrt_conv_bwd_data(c, &P53, F(0xb4e6200), F(0x366f00), F(0xb3f6200), F(0xb436200));
-  snrt_dead(c, 0xb4e6200, 65536);
+  snrt_conv_bwd_data(c, &P53, F(0xb4d6200), F(0x366f00), F(0xb3f6200), F(0xb436200));
+  snrt_dead(c, 0xb4d6200, 65536);
   snrt_dead(c, 0xb436200, 262144);
   snrt_reads(c, 420, 2, (const int64_t[]){0xb516200, 262144, 0xb3f6200, 262144});
   /*   420 backward  ACCUMULATE         layer2.2.1.conv/accumulate  live 188.8 MiB */
@@ -2109,44 +2098,43 @@ static void train_step_1(snrt_ctx *c) {
   snrt_sgd(c, &P280, F(0x366f00), F(0xb3b6200), F(0xb016100));
   snrt_dead(c, 0xb3b6200, 262144);
   snrt_reads(c, 422, 2, (const int64_t[]){0xc2b6200, 262144, 0xb516200, 262144});
-  /*   422 backward  FUSED_BWD          layer2.1.out/fused2/bwd  live 188.8 MiB */
-  snrt_fused_bwd(c, &P281, (const float *const[]){NULL, NULL}, F(0xc2b6200), F(0xb516200), (float *const[]){F(0xb3b6200), F(0xb4d6200)});
+  /*   422 backward  FUSED_BWD          layer2.1.out/fused2/bwd  live 188.6 MiB */
+  snrt_fused_bwd(c, &P281, (const float *const[]){NULL, NULL}, F(0xc2b6200), F(0xb516200), (float *const[]){F(0xb516200), F(0xb556200)});
   snrt_dead(c, 0xc2b6200, 262144);
-  snrt_dead(c, 0xb516200, 262144);
-  snrt_reads(c, 423, 5, (const int64_t[]){0xc276200, 262144, 0xb3b6200, 262144, 0x364f00, 2048, 0xca06200, 2048, 0xca06a00, 2048});
+  snrt_reads(c, 423, 5, (const int64_t[]){0xc276200, 262144, 0xb516200, 262144, 0x364f00, 2048, 0xca06200, 2048, 0xca06a00, 2048});
   /*   423 backward  BN_BWD             layer2.1.3.bn/bwd  live 188.3 MiB */
-  snrt_bn_bwd(c, &P51, F(0xc276200), F(0xb3b6200), F(0x364f00), F(0xca06200), F(0xca06a00), F(0xb3b6200), F(0xb3f6200), F(0xb3f6a00));
+  snrt_bn_bwd(c, &P51, F(0xc276200), F(0xb516200), F(0x364f00), F(0xca06200), F(0xca06a00), F(0xb516200), F(0xb3b6200), F(0xb3b6a00));
   snrt_dead(c, 0xc276200, 262144);
   snrt_dead(c, 0xca06200, 2048);
   snrt_dead(c, 0xca06a00, 2048);
-  snrt_reads(c, 424, 3, (const int64_t[]){0x364f00, 2048, 0xb3f6200, 2048, 0xb056100, 2048});
+  snrt_reads(c, 424, 3, (const int64_t[]){0x364f00, 2048, 0xb3b6200, 2048, 0xb056100, 2048});
   /*   424 update    SGD                layer2.1.3.bn.weight/sgd  live 188.1 MiB */
-  snrt_sgd(c, &P282, F(0x364f00), F(0xb3f6200), F(0xb056100));
-  snrt_dead(c, 0xb3f6200, 2048);
-  snrt_reads(c, 425, 3, (const int64_t[]){0x365700, 2048, 0xb3f6a00, 2048, 0xb056900, 2048});
+  snrt_sgd(c, &P282, F(0x364f00), F(0xb3b6200), F(0xb056100));
+  snrt_dead(c, 0xb3b6200, 2048);
+  snrt_reads(c, 425, 3, (const int64_t[]){0x365700, 2048, 0xb3b6a00, 2048, 0xb056900, 2048});
   /*   425 update    SGD                layer2.1.3.bn.bias/sgd  live 188.1 MiB */
-  snrt_sgd(c, &P283, F(0x365700), F(0xb3f6a00), F(0xb056900));
-  snrt_dead(c, 0xb3f6a00, 2048);
-  snrt_reads(c, 426, 2, (const int64_t[]){0xc822200, 65536, 0xb3b6200, 262144});
+  snrt_sgd(c, &P283, F(0x365700), F(0xb3b6a00), F(0xb056900));
+  snrt_dead(c, 0xb3b6a00, 2048);
+  snrt_reads(c, 426, 2, (const int64_t[]){0xc822200, 65536, 0xb516200, 262144});
   /*   426 backward  CONV_BWD_FILTER    layer2.1.3.conv/bwd_filter  live 188.4 MiB */
-  snrt_conv_bwd_filter(c, &P50, F(0xc822200), F(0xb3b6200), F(0xb3f6200), F(0xb436200));
-  snrt_dead(c, 0xb436200, 65536);
-  snrt_reads(c, 427, 2, (const int64_t[]){0xb3b6200, 262144, 0x324f00, 262144});
+  snrt_conv_bwd_filter(c, &P50, F(0xc822200), F(0xb516200), F(0xb3b6200), F(0xb3f6200));
+  snrt_dead(c, 0xb3f6200, 65536);
+  snrt_reads(c, 427, 2, (const int64_t[]){0xb516200, 262144, 0x324f00, 262144});
   /*   427 backward  CONV_BWD_DATA      layer2.1.3.conv/bwd_data  live 188.5 MiB */
-  snrt_conv_bwd_data(c, &P50, F(0xb3b6200), F(0x324f00), F(0xb516200), F(0xb436200));
-  snrt_dead(c, 0xb3b6200, 262144);
-  snrt_dead(c, 0xb436200, 65536);
-  snrt_reads(c, 428, 3, (const int64_t[]){0x324f00, 262144, 0xb3f6200, 262144, 0xb057100, 262144});
+  snrt_conv_bwd_data(c, &P50, F(0xb516200), F(0x324f00), F(0xb4d6200), F(0xb3f6200));
+  snrt_dead(c, 0xb516200, 262144);
+  snrt_dead(c, 0xb3f6200, 65536);
+  snrt_reads(c, 428, 3, (const int64_t[]){0x324f00, 262144, 0xb3b6200, 262144, 0xb057100, 262144});
   /*   428 update    SGD                layer2.1.3.conv.weight/sgd  live 188.1 MiB */
-  snrt_sgd(c, &P284, F(0x324f00), F(0xb3f6200), F(0xb057100));
-  snrt_dead(c, 0xb3f6200, 262144);
-  snrt_reads(c, 429, 2, (const int64_t[]){0xc822200, 65536, 0xb516200, 65536});
+  snrt_sgd(c, &P284, F(0x324f00), F(0xb3b6200), F(0xb057100));
+  snrt_dead(c, 0xb3b6200, 262144);
+  snrt_reads(c, 429, 2, (const int64_t[]){0xc822200, 65536, 0xb4d6200, 65536});
   /*   429 backward  UNARY_BWD          layer2.1.2.relu/bwd  live 187.9 MiB */
-  snrt_unary_bwd(c, &P49, NULL, F(0xc822200), F(0xb516200), F(0xb516200));
+  snrt_unary_bwd(c, &P49, NULL, F(0xc822200), F(0xb4d6200), F(0xb4d6200));
   snrt_dead(c, 0xc822200, 65536);
-  snrt_reads(c, 430, 5, (const int64_t[]){0xc812200, 65536, 0xb516200, 65536, 0x324700, 512, 0xca16e00, 512, 0xca17000, 512});
+  snrt_reads(c, 430, 5, (const int64_t[]){0xc812200, 65536, 0xb4d6200, 65536, 0x324700, 512, 0xca16e00, 512, 0xca17000, 512});
   /*   430 backward  BN_BWD             layer2.1.2.bn/bwd  live 187.8 MiB */
-  snrt_bn_bwd(c, &P48, F(0xc812200), F(0xb516200), F(0x324700), F(0xca16e00), F(0xca17000), F(0xb516200), F(0xb3b6200), F(0xb3b6400));
+  snrt_bn_bwd(c, &P48, F(0xc812200), F(0xb4d6200), F(0x324700), F(0xca16e00), F(0xca17000), F(0xb4d6200), F(0xb3b6200), F(0xb3b6400));
   snrt_dead(c, 0xc812200, 65536);
   snrt_dead(c, 0xca16e00, 512);
   snrt_dead(c, 0xca17000, 512);
@@ -2158,26 +2146,26 @@ static void train_step_1(snrt_ctx *c) {
   /*   432 update    SGD                layer2.1.2.bn.bias/sgd  live 187.8 MiB */
   snrt_sgd(c, &P286, F(0x324900), F(0xb3b6400), F(0xb097300));
   snrt_dead(c, 0xb3b6400, 512);
-  snrt_reads(c, 433, 2, (const int64_t[]){0xc802200, 65536, 0xb516200, 65536});
+  snrt_reads(c, 433, 2, (const int64_t[]){0xc802200, 65536, 0xb4d6200, 65536});
   /*   433 backward  CONV_BWD_FILTER    layer2.1.2.conv/bwd_filter  live 188.9 MiB */
-  snrt_conv_bwd_filter(c, &P47, F(0xc802200), F(0xb516200), F(0xb3b6200), F(0xb446200));
+  snrt_conv_bwd_filter(c, &P47, F(0xc802200), F(0xb4d6200), F(0xb3b6200), F(0xb446200));
   snrt_dead(c, 0xb446200, 589824);
-  snrt_reads(c, 434, 2, (const int64_t[]){0xb516200, 65536, 0x294700, 589824});
+  snrt_reads(c, 434, 2, (const int64_t[]){0xb4d6200, 65536, 0x294700, 589824});
   /*   434 backward  CONV_BWD_DATA      layer2.1.2.conv/bwd_data  live 189.0 MiB */
-  snrt_conv_bwd_data(c, &P47, F(0xb516200), F(0x294700), F(0xb526200), F(0xb446200));
-  snrt_dead(c, 0xb516200, 65536);
+  snrt_conv_bwd_data(c, &P47, F(0xb4d6200), F(0x294700), F(0xb4e6200), F(0xb446200));
+  snrt_dead(c, 0xb4d6200, 65536);
   snrt_dead(c, 0xb446200, 589824);
   snrt_reads(c, 435, 3, (const int64_t[]){0x294700, 589824, 0xb3b6200, 589824, 0xb097500, 589824});
   /*   435 update    SGD                layer2.1.2.conv.weight/sgd  live 188.3 MiB */
   snrt_sgd(c, &P287, F(0x294700), F(0xb3b6200), F(0xb097500));
   snrt_dead(c, 0xb3b6200, 589824);
-  snrt_reads(c, 436, 2, (const int64_t[]){0xc802200, 65536, 0xb526200, 65536});
+  snrt_reads(c, 436, 2, (const int64_t[]){0xc802200, 65536, 0xb4e6200, 65536});
   /*   436 backward  UNARY_BWD          layer2.1.1.relu/bwd  live 187.8 MiB */
-  snrt_unary_bwd(c, &P46, NULL, F(0xc802200), F(0xb526200), F(0xb526200));
+  snrt_unary_bwd(c, &P46, NULL, F(0xc802200), F(0xb4e6200), F(0xb4e6200));
   snrt_dead(c, 0xc802200, 65536);
-  snrt_reads(c, 437, 5, (const int64_t[]){0xc7f2200, 65536, 0xb526200, 65536, 0x293f00, 512, 0xca16a00, 512, 0xca16c00, 512});
+  snrt_reads(c, 437, 5, (const int64_t[]){0xc7f2200, 65536, 0xb4e6200, 65536, 0x293f00, 512, 0xca16a00, 512, 0xca16c00, 512});
   /*   437 backward  BN_BWD             layer2.1.1.bn/bwd  live 187.7 MiB */
-  snrt_bn_bwd(c, &P45, F(0xc7f2200), F(0xb526200), F(0x293f00), F(0xca16a00), F(0xca16c00), F(0xb526200), F(0xb3b6200), F(0xb3b6400));
+  snrt_bn_bwd(c, &P45, F(0xc7f2200), F(0xb4e6200), F(0x293f00), F(0xca16a00), F(0xca16c00), F(0xb4e6200), F(0xb3b6200), F(0xb3b6400));
   snrt_dead(c, 0xc7f2200, 65536);
   snrt_dead(c, 0xca16a00, 512);
   snrt_dead(c, 0xca16c00, 512);
@@ -2189,31 +2177,30 @@ static void train_step_1(snrt_ctx *c) {
   /*   439 update    SGD                layer2.1.1.bn.bias/sgd  live 187.6 MiB */
   snrt_sgd(c, &P289, F(0x294100), F(0xb3b6400), F(0xb127700));
   snrt_dead(c, 0xb3b6400, 512);
-  snrt_reads(c, 440, 2, (const int64_t[]){0xc236200, 262144, 0xb526200, 65536});
+  snrt_reads(c, 440, 2, (const int64_t[]){0xc236200, 262144, 0xb4e6200, 65536});
   /*   440 backward  CONV_BWD_FILTER    layer2.1.1.conv/bwd_filter  live 188.1 MiB */
-  snrt_conv_bwd_filter(c, &P44, F(0xc236200), F(0xb526200), F(0xb3b6200), F(0xb3f6200));
+  snrt_conv_bwd_filter(c, &P44, F(0xc236200), F(0xb4e6200), F(0xb3b6200), F(0xb3f6200));
   snrt_dead(c, 0xb3f6200, 262144);
-  snrt_reads(c, 441, 2, (const int64_t[]){0xb526200, 65536, 0x253f00, 262144});
+  snrt_reads(c, 441, 2, (const int64_t[]){0xb4e6200, 65536, 0x253f00, 262144});
   /*   441 backward  CONV_BWD_DATA      layer2.1.1.conv/bwd_data  live 188.4 MiB */
-  snrt_conv_bwd_data(c, &P44, F(0xb526200), F(0x253f00), F(0xb3f6200), F(0xb436200));
-  snrt_dead(c, 0xb526200, 65536);
+  snrt_conv_bwd_data(c, &P44, F(0xb4e6200), F(0x253f00), F(0xb3f6200), F(0xb436200));
+  snrt_dead(c, 0xb4e6200, 65536);
   snrt_dead(c, 0xb436200, 262144);
-  snrt_reads(c, 442, 2, (const int64_t[]){0xb4d6200, 262144, 0xb3f6200, 262144});
+  snrt_reads(c, 442, 2, (const int64_t[]){0xb556200, 262144, 0xb3f6200, 262144});
   /*   442 backward  ACCUMULATE         layer2.1.1.conv/accumulate  live 188.1 MiB */
-  snrt_add(c, 65536, F(0xb4d6200), F(0xb3f6200), F(0xb4d6200));
+  snrt_add(c, 65536, F(0xb556200), F(0xb3f6200), F(0xb556200));
   snrt_dead(c, 0xb3f6200, 262144);
   snrt_reads(c, 443, 3, (const int64_t[]){0x253f00, 262144, 0xb3b6200, 262144, 0xb127900, 262144});
   /*   443 update    SGD                layer2.1.1.conv.weight/sgd  live 187.8 MiB */
   snrt_sgd(c, &P290, F(0x253f00), F(0xb3b6200), F(0xb127900));
   snrt_dead(c, 0xb3b6200, 262144);
-  snrt_reads(c, 444, 2, (const int64_t[]){0xc236200, 262144, 0xb4d6200, 262144});
-  /*   444 backward  FUSED_BWD          layer2.0.out/fused2/bwd  live 188.1 MiB */
-  snrt_fused_bwd(c, &P291, (const float *const[]){NULL, NULL}, F(0xc236200), F(0xb4d6200), (float *const[]){F(0xb436200), F(0xb476200)});
+  snrt_reads(c, 444, 2, (const int64_t[]){0xc236200, 262144, 0xb556200, 262144});
+  /*   444 backward  FUSED_BWD          layer2.0.out/fused2/bwd  live 187.8 MiB */
+  snrt_fused_bwd(c, &P291, (const float *const[]){NULL, NULL}, F(0xc236200), F(0xb556200), (float *const[]){F(0xb556200), F(0xb436200)});
   snrt_dead(c, 0xc236200, 262144);
-  snrt_dead(c, 0xb4d6200, 262144);
-  snrt_reads(c, 445, 5, (const int64_t[]){0xc1f6200, 262144, 0xb476200, 262144, 0x251f00, 2048, 0xca05200, 2048, 0xca05a00, 2048});
+  snrt_reads(c, 445, 5, (const int64_t[]){0xc1f6200, 262144, 0xb436200, 262144, 0x251f00, 2048, 0xca05200, 2048, 0xca05a00, 2048});
   /*   445 backward  BN_BWD             layer2.0.down.bn/bwd  live 187.6 MiB */
-  snrt_bn_bwd(c, &P42, F(0xc1f6200), F(0xb476200), F(0x251f00), F(0xca05200), F(0xca05a00), F(0xb476200), F(0xb3b6200), F(0xb3b6a00));
+  snrt_bn_bwd(c, &P42, F(0xc1f6200), F(0xb436200), F(0x251f00), F(0xca05200), F(0xca05a00), F(0xb436200), F(0xb3b6200), F(0xb3b6a00));
   snrt_dead(c, 0xc1f6200, 262144);
   snrt_dead(c, 0xca05200, 2048);
   snrt_dead(c, 0xca05a00, 2048);
@@ -2225,22 +2212,22 @@ static void train_step_1(snrt_ctx *c) {
   /*   447 update    SGD                layer2.0.down.bn.bias/sgd  live 187.3 MiB */
   snrt_sgd(c, &P293, F(0x252700), F(0xb3b6a00), F(0xb168100));
   snrt_dead(c, 0xb3b6a00, 2048);
-  snrt_reads(c, 448, 2, (const int64_t[]){0xc0b6200, 524288, 0xb476200, 262144});
+  snrt_reads(c, 448, 2, (const int64_t[]){0xc0b6200, 524288, 0xb436200, 262144});
   /*   448 backward  CONV_BWD_FILTER    layer2.0.down.conv/bwd_filter  live 187.9 MiB */
-  snrt_conv_bwd_filter(c, &P41, F(0xc0b6200), F(0xb476200), F(0xb3b6200), F(0xb4b6200));
-  snrt_dead(c, 0xb4b6200, 131072);
-  snrt_reads(c, 449, 2, (const int64_t[]){0xb476200, 262144, 0x1d1f00, 524288});
+  snrt_conv_bwd_filter(c, &P41, F(0xc0b6200), F(0xb436200), F(0xb3b6200), F(0xb476200));
+  snrt_dead(c, 0xb476200, 131072);
+  snrt_reads(c, 449, 2, (const int64_t[]){0xb436200, 262144, 0x1d1f00, 524288});
   /*   449 backward  CONV_BWD_DATA      layer2.0.down.conv/bwd_data  live 188.4 MiB */
-  snrt_conv_bwd_data(c, &P41, F(0xb476200), F(0x1d1f00), F(0xb4d6200), F(0xb4b6200));
-  snrt_dead(c, 0xb476200, 262144);
-  snrt_dead(c, 0xb4b6200, 131072);
+  snrt_conv_bwd_data(c, &P41, F(0xb436200), F(0x1d1f00), F(0xb4d6200), F(0xb476200));
+  snrt_dead(c, 0xb436200, 262144);
+  snrt_dead(c, 0xb476200, 131072);
   snrt_reads(c, 450, 3, (const int64_t[]){0x1d1f00, 524288, 0xb3b6200, 524288, 0xb168900, 524288});
   /*   450 update    SGD                layer2.0.down.conv.weight/sgd  live 188.1 MiB */
   snrt_sgd(c, &P294, F(0x1d1f00), F(0xb3b6200), F(0xb168900));
   snrt_dead(c, 0xb3b6200, 524288);
-  snrt_reads(c, 451, 5, (const int64_t[]){0xc1b6200, 262144, 0xb436200, 262144, 0x1cff00, 2048, 0xca04200, 2048, 0xca04a00, 2048});
+  snrt_reads(c, 451, 5, (const int64_t[]){0xc1b6200, 262144, 0xb556200, 262144, 0x1cff00, 2048, 0xca04200, 2048, 0xca04a00, 2048});
   /*   451 backward  BN_BWD             layer2.0.3.bn/bwd  live 187.6 MiB */
-  snrt_bn_bwd(c, &P40, F(0xc1b6200), F(0xb436200), F(0x1cff00), F(0xca04200), F(0xca04a00), F(0xb436200), F(0xb3b6200), F(0xb3b6a00));
+  snrt_bn_bwd(c, &P40, F(0xc1b6200), F(0xb556200), F(0x1cff00), F(0xca04200), F(0xca04a00), F(0xb556200), F(0xb3b6200), F(0xb3b6a00));
   snrt_dead(c, 0xc1b6200, 262144);
   snrt_dead(c, 0xca04200, 2048);
   snrt_dead(c, 0xca04a00, 2048);
@@ -2252,14 +2239,14 @@ static void train_step_1(snrt_ctx *c) {
   /*   453 update    SGD                layer2.0.3.bn.bias/sgd  live 187.3 MiB */
   snrt_sgd(c, &P296, F(0x1d0700), F(0xb3b6a00), F(0xb1e9100));
   snrt_dead(c, 0xb3b6a00, 2048);
-  snrt_reads(c, 454, 2, (const int64_t[]){0xc7e2200, 65536, 0xb436200, 262144});
+  snrt_reads(c, 454, 2, (const int64_t[]){0xc7e2200, 65536, 0xb556200, 262144});
   /*   454 backward  CONV_BWD_FILTER    layer2.0.3.conv/bwd_filter  live 187.6 MiB */
-  snrt_conv_bwd_filter(c, &P39, F(0xc7e2200), F(0xb436200), F(0xb3b6200), F(0xb3f6200));
+  snrt_conv_bwd_filter(c, &P39, F(0xc7e2200), F(0xb556200), F(0xb3b6200), F(0xb3f6200));
   snrt_dead(c, 0xb3f6200, 65536);
-  snrt_reads(c, 455, 2, (const int64_t[]){0xb436200, 262144, 0x18ff00, 262144});
+  snrt_reads(c, 455, 2, (const int64_t[]){0xb556200, 262144, 0x18ff00, 262144});
   /*   455 backward  CONV_BWD_DATA      layer2.0.3.conv/bwd_data  live 187.7 MiB */
-  snrt_conv_bwd_data(c, &P39, F(0xb436200), F(0x18ff00), F(0xb596200), F(0xb3f6200));
-  snrt_dead(c, 0xb436200, 262144);
+  snrt_conv_bwd_data(c, &P39, F(0xb556200), F(0x18ff00), F(0xb596200), F(0xb3f6200));
+  snrt_dead(c, 0xb556200, 262144);
   snrt_dead(c, 0xb3f6200, 65536);
   snrt_reads(c, 456, 3, (const int64_t[]){0x18ff00, 262144, 0xb3b6200, 262144, 0xb1e9900, 262144});
   /*   456 update    SGD                layer2.0.3.conv.weight/sgd  live 187.4 MiB */
@@ -2332,44 +2319,43 @@ static void train_step_1(snrt_ctx *c) {
   snrt_sgd(c, &P303, F(0xdef00), F(0xb4b6200), F(0xb2ba100));
   snrt_dead(c, 0xb4b6200, 131072);
   snrt_reads(c, 472, 2, (const int64_t[]){0xc0b6200, 524288, 0xb4d6200, 524288});
-  /*   472 backward  FUSED_BWD          layer1.2.out/fused2/bwd  live 187.4 MiB */
-  snrt_fused_bwd(c, &P304, (const float *const[]){NULL, NULL}, F(0xc0b6200), F(0xb4d6200), (float *const[]){F(0xb3b6200), F(0xb556200)});
+  /*   472 backward  FUSED_BWD          layer1.2.out/fused2/bwd  live 186.9 MiB */
+  snrt_fused_bwd(c, &P304, (const float *const[]){NULL, NULL}, F(0xc0b6200), F(0xb4d6200), (float *const[]){F(0xb4d6200), F(0xb556200)});
   snrt_dead(c, 0xc0b6200, 524288);
-  snrt_dead(c, 0xb4d6200, 524288);
-  snrt_reads(c, 473, 5, (const int64_t[]){0xc036200, 524288, 0xb3b6200, 524288, 0xddf00, 1024, 0xca0fa00, 1024, 0xca0fe00, 1024});
+  snrt_reads(c, 473, 5, (const int64_t[]){0xc036200, 524288, 0xb4d6200, 524288, 0xddf00, 1024, 0xca0fa00, 1024, 0xca0fe00, 1024});
   /*   473 backward  BN_BWD             layer1.2.3.bn/bwd  live 186.4 MiB */
-  snrt_bn_bwd(c, &P31, F(0xc036200), F(0xb3b6200), F(0xddf00), F(0xca0fa00), F(0xca0fe00), F(0xb3b6200), F(0xb436200), F(0xb436600));
+  snrt_bn_bwd(c, &P31, F(0xc036200), F(0xb4d6200), F(0xddf00), F(0xca0fa00), F(0xca0fe00), F(0xb4d6200), F(0xb3b6200), F(0xb3b6600));
   snrt_dead(c, 0xc036200, 524288);
   snrt_dead(c, 0xca0fa00, 1024);
   snrt_dead(c, 0xca0fe00, 1024);
-  snrt_reads(c, 474, 3, (const int64_t[]){0xddf00, 1024, 0xb436200, 1024, 0xb2da100, 1024});
+  snrt_reads(c, 474, 3, (const int64_t[]){0xddf00, 1024, 0xb3b6200, 1024, 0xb2da100, 1024});
   /*   474 update    SGD                layer1.2.3.bn.weight/sgd  live 185.9 MiB */
-  snrt_sgd(c, &P305, F(0xddf00), F(0xb436200), F(0xb2da100));
-  snrt_dead(c, 0xb436200, 1024);
-  snrt_reads(c, 475, 3, (const int64_t[]){0xde300, 1024, 0xb436600, 1024, 0xb2da500, 1024});
+  snrt_sgd(c, &P305, F(0xddf00), F(0xb3b6200), F(0xb2da100));
+  snrt_dead(c, 0xb3b6200, 1024);
+  snrt_reads(c, 475, 3, (const int64_t[]){0xde300, 1024, 0xb3b6600, 1024, 0xb2da500, 1024});
   /*   475 update    SGD                layer1.2.3.bn.bias/sgd  live 185.9 MiB */
-  snrt_sgd(c, &P306, F(0xde300), F(0xb436600), F(0xb2da500));
-  snrt_dead(c, 0xb436600, 1024);
-  snrt_reads(c, 476, 2, (const int64_t[]){0xc59a200, 131072, 0xb3b6200, 524288});
+  snrt_sgd(c, &P306, F(0xde300), F(0xb3b6600), F(0xb2da500));
+  snrt_dead(c, 0xb3b6600, 1024);
+  snrt_reads(c, 476, 2, (const int64_t[]){0xc59a200, 131072, 0xb4d6200, 524288});
   /*   476 backward  CONV_BWD_FILTER    layer1.2.3.conv/bwd_filter  live 186.1 MiB */
-  snrt_conv_bwd_filter(c, &P30, F(0xc59a200), F(0xb3b6200), F(0xb456200), F(0xb436200));
-  snrt_dead(c, 0xb436200, 131072);
-  snrt_reads(c, 477, 2, (const int64_t[]){0xb3b6200, 524288, 0xcdf00, 65536});
+  snrt_conv_bwd_filter(c, &P30, F(0xc59a200), F(0xb4d6200), F(0xb3d6200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 131072);
+  snrt_reads(c, 477, 2, (const int64_t[]){0xb4d6200, 524288, 0xcdf00, 65536});
   /*   477 backward  CONV_BWD_DATA      layer1.2.3.conv/bwd_data  live 186.3 MiB */
-  snrt_conv_bwd_data(c, &P30, F(0xb3b6200), F(0xcdf00), F(0xb4fa200), F(0xb436200));
-  snrt_dead(c, 0xb3b6200, 524288);
-  snrt_dead(c, 0xb436200, 131072);
-  snrt_reads(c, 478, 3, (const int64_t[]){0xcdf00, 65536, 0xb456200, 65536, 0xb2da900, 65536});
+  snrt_conv_bwd_data(c, &P30, F(0xb4d6200), F(0xcdf00), F(0xb5d6200), F(0xb3b6200));
+  snrt_dead(c, 0xb4d6200, 524288);
+  snrt_dead(c, 0xb3b6200, 131072);
+  snrt_reads(c, 478, 3, (const int64_t[]){0xcdf00, 65536, 0xb3d6200, 65536, 0xb2da900, 65536});
   /*   478 update    SGD                layer1.2.3.conv.weight/sgd  live 185.6 MiB */
-  snrt_sgd(c, &P307, F(0xcdf00), F(0xb456200), F(0xb2da900));
-  snrt_dead(c, 0xb456200, 65536);
-  snrt_reads(c, 479, 2, (const int64_t[]){0xc59a200, 131072, 0xb4fa200, 131072});
+  snrt_sgd(c, &P307, F(0xcdf00), F(0xb3d6200), F(0xb2da900));
+  snrt_dead(c, 0xb3d6200, 65536);
+  snrt_reads(c, 479, 2, (const int64_t[]){0xc59a200, 131072, 0xb5d6200, 131072});
   /*   479 backward  UNARY_BWD          layer1.2.2.relu/bwd  live 185.6 MiB */
-  snrt_unary_bwd(c, &P29, NULL, F(0xc59a200), F(0xb4fa200), F(0xb4fa200));
+  snrt_unary_bwd(c, &P29, NULL, F(0xc59a200), F(0xb5d6200), F(0xb5d6200));
   snrt_dead(c, 0xc59a200, 131072);
-  snrt_reads(c, 480, 5, (const int64_t[]){0xc57a200, 131072, 0xb4fa200, 131072, 0xcdb00, 256, 0xca18e00, 256, 0xca18f00, 256});
+  snrt_reads(c, 480, 5, (const int64_t[]){0xc57a200, 131072, 0xb5d6200, 131072, 0xcdb00, 256, 0xca18e00, 256, 0xca18f00, 256});
   /*   480 backward  BN_BWD             layer1.2.2.bn/bwd  live 185.4 MiB */
-  snrt_bn_bwd(c, &P28, F(0xc57a200), F(0xb4fa200), F(0xcdb00), F(0xca18e00), F(0xca18f00), F(0xb4fa200), F(0xb3b6200), F(0xb3b6300));
+  snrt_bn_bwd(c, &P28, F(0xc57a200), F(0xb5d6200), F(0xcdb00), F(0xca18e00), F(0xca18f00), F(0xb5d6200), F(0xb3b6200), F(0xb3b6300));
   snrt_dead(c, 0xc57a200, 131072);
   snrt_dead(c, 0xca18e00, 256);
   snrt_dead(c, 0xca18f00, 256);
@@ -2381,26 +2367,26 @@ static void train_step_1(snrt_ctx *c) {
   /*   482 update    SGD                layer1.2.2.bn.bias/sgd  live 185.3 MiB */
   snrt_sgd(c, &P309, F(0xcdc00), F(0xb3b6300), F(0xb2eaa00));
   snrt_dead(c, 0xb3b6300, 256);
-  snrt_reads(c, 483, 2, (const int64_t[]){0xc55a200, 131072, 0xb4fa200, 131072});
+  snrt_reads(c, 483, 2, (const int64_t[]){0xc55a200, 131072, 0xb5d6200, 131072});
   /*   483 backward  CONV_BWD_FILTER    layer1.2.2.conv/bwd_filter  live 186.6 MiB */
-  snrt_conv_bwd_filter(c, &P27, F(0xc55a200), F(0xb4fa200), F(0xb4d6200), F(0xb3b6200));
+  snrt_conv_bwd_filter(c, &P27, F(0xc55a200), F(0xb5d6200), F(0xb4d6200), F(0xb3b6200));
   snrt_dead(c, 0xb3b6200, 1179648);
-  snrt_reads(c, 484, 2, (const int64_t[]){0xb4fa200, 131072, 0xa9b00, 147456});
+  snrt_reads(c, 484, 2, (const int64_t[]){0xb5d6200, 131072, 0xa9b00, 147456});
   /*   484 backward  CONV_BWD_DATA      layer1.2.2.conv/bwd_data  live 186.7 MiB */
-  snrt_conv_bwd_data(c, &P27, F(0xb4fa200), F(0xa9b00), F(0xb51a200), F(0xb3b6200));
-  snrt_dead(c, 0xb4fa200, 131072);
+  snrt_conv_bwd_data(c, &P27, F(0xb5d6200), F(0xa9b00), F(0xb4fa200), F(0xb3b6200));
+  snrt_dead(c, 0xb5d6200, 131072);
   snrt_dead(c, 0xb3b6200, 1179648);
   snrt_reads(c, 485, 3, (const int64_t[]){0xa9b00, 147456, 0xb4d6200, 147456, 0xb2eab00, 147456});
   /*   485 update    SGD                layer1.2.2.conv.weight/sgd  live 185.5 MiB */
   snrt_sgd(c, &P310, F(0xa9b00), F(0xb4d6200), F(0xb2eab00));
   snrt_dead(c, 0xb4d6200, 147456);
-  snrt_reads(c, 486, 2, (const int64_t[]){0xc55a200, 131072, 0xb51a200, 131072});
+  snrt_reads(c, 486, 2, (const int64_t[]){0xc55a200, 131072, 0xb4fa200, 131072});
   /*   486 backward  UNARY_BWD          layer1.2.1.relu/bwd  live 185.3 MiB */
-  snrt_unary_bwd(c, &P26, NULL, F(0xc55a200), F(0xb51a200), F(0xb51a200));
+  snrt_unary_bwd(c, &P26, NULL, F(0xc55a200), F(0xb4fa200), F(0xb4fa200));
   snrt_dead(c, 0xc55a200, 131072);
-  snrt_reads(c, 487, 5, (const int64_t[]){0xc53a200, 131072, 0xb51a200, 131072, 0xa9700, 256, 0xca18c00, 256, 0xca18d00, 256});
+  snrt_reads(c, 487, 5, (const int64_t[]){0xc53a200, 131072, 0xb4fa200, 131072, 0xa9700, 256, 0xca18c00, 256, 0xca18d00, 256});
   /*   487 backward  BN_BWD             layer1.2.1.bn/bwd  live 185.2 MiB */
-  snrt_bn_bwd(c, &P25, F(0xc53a200), F(0xb51a200), F(0xa9700), F(0xca18c00), F(0xca18d00), F(0xb51a200), F(0xb3b6200), F(0xb3b6300));
+  snrt_bn_bwd(c, &P25, F(0xc53a200), F(0xb4fa200), F(0xa9700), F(0xca18c00), F(0xca18d00), F(0xb4fa200), F(0xb3b6200), F(0xb3b6300));
   snrt_dead(c, 0xc53a200, 131072);
   snrt_dead(c, 0xca18c00, 256);
   snrt_dead(c, 0xca18d00, 256);
@@ -2412,14 +2398,14 @@ static void train_step_1(snrt_ctx *c) {
   /*   489 update    SGD                layer1.2.1.bn.bias/sgd  live 185.1 MiB */
   snrt_sgd(c, &P312, F(0xa9800), F(0xb3b6300), F(0xb30ec00));
   snrt_dead(c, 0xb3b6300, 256);
-  snrt_reads(c, 490, 2, (const int64_t[]){0xbfb6200, 524288, 0xb51a200, 131072});
+  snrt_reads(c, 490, 2, (const int64_t[]){0xbfb6200, 524288, 0xb4fa200, 131072});
   /*   490 backward  CONV_BWD_FILTER    layer1.2.1.conv/bwd_filter  live 185.6 MiB */
-  snrt_conv_bwd_filter(c, &P24, F(0xbfb6200), F(0xb51a200), F(0xb4b6200), F(0xb3b6200));
+  snrt_conv_bwd_filter(c, &P24, F(0xbfb6200), F(0xb4fa200), F(0xb4b6200), F(0xb3b6200));
   snrt_dead(c, 0xb3b6200, 524288);
-  snrt_reads(c, 491, 2, (const int64_t[]){0xb51a200, 131072, 0x99700, 65536});
+  snrt_reads(c, 491, 2, (const int64_t[]){0xb4fa200, 131072, 0x99700, 65536});
   /*   491 backward  CONV_BWD_DATA      layer1.2.1.conv/bwd_data  live 186.1 MiB */
-  snrt_conv_bwd_data(c, &P24, F(0xb51a200), F(0x99700), F(0xb3b6200), F(0xb436200));
-  snrt_dead(c, 0xb51a200, 131072);
+  snrt_conv_bwd_data(c, &P24, F(0xb4fa200), F(0x99700), F(0xb3b6200), F(0xb436200));
+  snrt_dead(c, 0xb4fa200, 131072);
   snrt_dead(c, 0xb436200, 524288);
   snrt_reads(c, 492, 2, (const int64_t[]){0xb556200, 524288, 0xb3b6200, 524288});
   /*   492 backward  ACCUMULATE         layer1.2.1.conv/accumulate  live 185.5 MiB */
@@ -2430,44 +2416,43 @@ static void train_step_1(snrt_ctx *c) {
   snrt_sgd(c, &P313, F(0x99700), F(0xb4b6200), F(0xb30ed00));
   snrt_dead(c, 0xb4b6200, 65536);
   snrt_reads(c, 494, 2, (const int64_t[]){0xbfb6200, 524288, 0xb556200, 524288});
-  /*   494 backward  FUSED_BWD          layer1.1.out/fused2/bwd  live 185.9 MiB */
-  snrt_fused_bwd(c, &P314, (const float *const[]){NULL, NULL}, F(0xbfb6200), F(0xb556200), (float *const[]){F(0xb3b6200), F(0xb4d6200)});
+  /*   494 backward  FUSED_BWD          layer1.1.out/fused2/bwd  live 185.4 MiB */
+  snrt_fused_bwd(c, &P314, (const float *const[]){NULL, NULL}, F(0xbfb6200), F(0xb556200), (float *const[]){F(0xb556200), F(0xb4d6200)});
   snrt_dead(c, 0xbfb6200, 524288);
-  snrt_dead(c, 0xb556200, 524288);
-  snrt_reads(c, 495, 5, (const int64_t[]){0xbf36200, 524288, 0xb3b6200, 524288, 0x98700, 1024, 0xca0f200, 1024, 0xca0f600, 1024});
+  snrt_reads(c, 495, 5, (const int64_t[]){0xbf36200, 524288, 0xb556200, 524288, 0x98700, 1024, 0xca0f200, 1024, 0xca0f600, 1024});
   /*   495 backward  BN_BWD             layer1.1.3.bn/bwd  live 184.9 MiB */
-  snrt_bn_bwd(c, &P22, F(0xbf36200), F(0xb3b6200), F(0x98700), F(0xca0f200), F(0xca0f600), F(0xb3b6200), F(0xb436200), F(0xb436600));
+  snrt_bn_bwd(c, &P22, F(0xbf36200), F(0xb556200), F(0x98700), F(0xca0f200), F(0xca0f600), F(0xb556200), F(0xb3b6200), F(0xb3b6600));
   snrt_dead(c, 0xbf36200, 524288);
   snrt_dead(c, 0xca0f200, 1024);
   snrt_dead(c, 0xca0f600, 1024);
-  snrt_reads(c, 496, 3, (const int64_t[]){0x98700, 1024, 0xb436200, 1024, 0xb31ed00, 1024});
+  snrt_reads(c, 496, 3, (const int64_t[]){0x98700, 1024, 0xb3b6200, 1024, 0xb31ed00, 1024});
   /*   496 update    SGD                layer1.1.3.bn.weight/sgd  live 184.4 MiB */
-  snrt_sgd(c, &P315, F(0x98700), F(0xb436200), F(0xb31ed00));
-  snrt_dead(c, 0xb436200, 1024);
-  snrt_reads(c, 497, 3, (const int64_t[]){0x98b00, 1024, 0xb436600, 1024, 0xb31f100, 1024});
+  snrt_sgd(c, &P315, F(0x98700), F(0xb3b6200), F(0xb31ed00));
+  snrt_dead(c, 0xb3b6200, 1024);
+  snrt_reads(c, 497, 3, (const int64_t[]){0x98b00, 1024, 0xb3b6600, 1024, 0xb31f100, 1024});
   /*   497 update    SGD                layer1.1.3.bn.bias/sgd  live 184.4 MiB */
-  snrt_sgd(c, &P316, F(0x98b00), F(0xb436600), F(0xb31f100));
-  snrt_dead(c, 0xb436600, 1024);
-  snrt_reads(c, 498, 2, (const int64_t[]){0xc51a200, 131072, 0xb3b6200, 524288});
+  snrt_sgd(c, &P316, F(0x98b00), F(0xb3b6600), F(0xb31f100));
+  snrt_dead(c, 0xb3b6600, 1024);
+  snrt_reads(c, 498, 2, (const int64_t[]){0xc51a200, 131072, 0xb556200, 524288});
   /*   498 backward  CONV_BWD_FILTER    layer1.1.3.conv/bwd_filter  live 184.6 MiB */
-  snrt_conv_bwd_filter(c, &P21, F(0xc51a200), F(0xb3b6200), F(0xb456200), F(0xb436200));
-  snrt_dead(c, 0xb436200, 131072);
-  snrt_reads(c, 499, 2, (const int64_t[]){0xb3b6200, 524288, 0x88700, 65536});
+  snrt_conv_bwd_filter(c, &P21, F(0xc51a200), F(0xb556200), F(0xb3d6200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 131072);
+  snrt_reads(c, 499, 2, (const int64_t[]){0xb556200, 524288, 0x88700, 65536});
   /*   499 backward  CONV_BWD_DATA      layer1.1.3.conv/bwd_data  live 184.7 MiB */
-  snrt_conv_bwd_data(c, &P21, F(0xb3b6200), F(0x88700), F(0xb57a200), F(0xb436200));
-  snrt_dead(c, 0xb3b6200, 524288);
-  snrt_dead(c, 0xb436200, 131072);
-  snrt_reads(c, 500, 3, (const int64_t[]){0x88700, 65536, 0xb456200, 65536, 0xb31f500, 65536});
+  snrt_conv_bwd_data(c, &P21, F(0xb556200), F(0x88700), F(0xb5d6200), F(0xb3b6200));
+  snrt_dead(c, 0xb556200, 524288);
+  snrt_dead(c, 0xb3b6200, 131072);
+  snrt_reads(c, 500, 3, (const int64_t[]){0x88700, 65536, 0xb3d6200, 65536, 0xb31f500, 65536});
   /*   500 update    SGD                layer1.1.3.conv.weight/sgd  live 184.1 MiB */
-  snrt_sgd(c, &P317, F(0x88700), F(0xb456200), F(0xb31f500));
-  snrt_dead(c, 0xb456200, 65536);
-  snrt_reads(c, 501, 2, (const int64_t[]){0xc51a200, 131072, 0xb57a200, 131072});
+  snrt_sgd(c, &P317, F(0x88700), F(0xb3d6200), F(0xb31f500));
+  snrt_dead(c, 0xb3d6200, 65536);
+  snrt_reads(c, 501, 2, (const int64_t[]){0xc51a200, 131072, 0xb5d6200, 131072});
   /*   501 backward  UNARY_BWD          layer1.1.2.relu/bwd  live 184.1 MiB */
-  snrt_unary_bwd(c, &P20, NULL, F(0xc51a200), F(0xb57a200), F(0xb57a200));
+  snrt_unary_bwd(c, &P20, NULL, F(0xc51a200), F(0xb5d6200), F(0xb5d6200));
   snrt_dead(c, 0xc51a200, 131072);
-  snrt_reads(c, 502, 5, (const int64_t[]){0xc4fa200, 131072, 0xb57a200, 131072, 0x88300, 256, 0xca18a00, 256, 0xca18b00, 256});
+  snrt_reads(c, 502, 5, (const int64_t[]){0xc4fa200, 131072, 0xb5d6200, 131072, 0x88300, 256, 0xca18a00, 256, 0xca18b00, 256});
   /*   502 backward  BN_BWD             layer1.1.2.bn/bwd  live 183.9 MiB */
-  snrt_bn_bwd(c, &P19, F(0xc4fa200), F(0xb57a200), F(0x88300), F(0xca18a00), F(0xca18b00), F(0xb57a200), F(0xb3b6200), F(0xb3b6300));
+  snrt_bn_bwd(c, &P19, F(0xc4fa200), F(0xb5d6200), F(0x88300), F(0xca18a00), F(0xca18b00), F(0xb5d6200), F(0xb3b6200), F(0xb3b6300));
   snrt_dead(c, 0xc4fa200, 131072);
   snrt_dead(c, 0xca18a00, 256);
   snrt_dead(c, 0xca18b00, 256);
@@ -2479,26 +2464,26 @@ static void train_step_1(snrt_ctx *c) {
   /*   504 update    SGD                layer1.1.2.bn.bias/sgd  live 183.8 MiB */
   snrt_sgd(c, &P319, F(0x88400), F(0xb3b6300), F(0xb32f600));
   snrt_dead(c, 0xb3b6300, 256);
-  snrt_reads(c, 505, 2, (const int64_t[]){0xc4da200, 131072, 0xb57a200, 131072});
+  snrt_reads(c, 505, 2, (const int64_t[]){0xc4da200, 131072, 0xb5d6200, 131072});
   /*   505 backward  CONV_BWD_FILTER    layer1.1.2.conv/bwd_filter  live 185.1 MiB */
-  snrt_conv_bwd_filter(c, &P18, F(0xc4da200), F(0xb57a200), F(0xb556200), F(0xb3b6200));
+  snrt_conv_bwd_filter(c, &P18, F(0xc4da200), F(0xb5d6200), F(0xb556200), F(0xb3b6200));
   snrt_dead(c, 0xb3b6200, 1179648);
-  snrt_reads(c, 506, 2, (const int64_t[]){0xb57a200, 131072, 0x64300, 147456});
+  snrt_reads(c, 506, 2, (const int64_t[]){0xb5d6200, 131072, 0x64300, 147456});
   /*   506 backward  CONV_BWD_DATA      layer1.1.2.conv/bwd_data  live 185.2 MiB */
-  snrt_conv_bwd_data(c, &P18, F(0xb57a200), F(0x64300), F(0xb59a200), F(0xb3b6200));
-  snrt_dead(c, 0xb57a200, 131072);
+  snrt_conv_bwd_data(c, &P18, F(0xb5d6200), F(0x64300), F(0xb57a200), F(0xb3b6200));
+  snrt_dead(c, 0xb5d6200, 131072);
   snrt_dead(c, 0xb3b6200, 1179648);
   snrt_reads(c, 507, 3, (const int64_t[]){0x64300, 147456, 0xb556200, 147456, 0xb32f700, 147456});
   /*   507 update    SGD                layer1.1.2.conv.weight/sgd  live 184.0 MiB */
   snrt_sgd(c, &P320, F(0x64300), F(0xb556200), F(0xb32f700));
   snrt_dead(c, 0xb556200, 147456);
-  snrt_reads(c, 508, 2, (const int64_t[]){0xc4da200, 131072, 0xb59a200, 131072});
+  snrt_reads(c, 508, 2, (const int64_t[]){0xc4da200, 131072, 0xb57a200, 131072});
   /*   508 backward  UNARY_BWD          layer1.1.1.relu/bwd  live 183.8 MiB */
-  snrt_unary_bwd(c, &P17, NULL, F(0xc4da200), F(0xb59a200), F(0xb59a200));
+  snrt_unary_bwd(c, &P17, NULL, F(0xc4da200), F(0xb57a200), F(0xb57a200));
   snrt_dead(c, 0xc4da200, 131072);
-  snrt_reads(c, 509, 5, (const int64_t[]){0xc4ba200, 131072, 0xb59a200, 131072, 0x63f00, 256, 0xca18800, 256, 0xca18900, 256});
+  snrt_reads(c, 509, 5, (const int64_t[]){0xc4ba200, 131072, 0xb57a200, 131072, 0x63f00, 256, 0xca18800, 256, 0xca18900, 256});
   /*   509 backward  BN_BWD             layer1.1.1.bn/bwd  live 183.7 MiB */
-  snrt_bn_bwd(c, &P16, F(0xc4ba200), F(0xb59a200), F(0x63f00), F(0xca18800), F(0xca18900), F(0xb59a200), F(0xb3b6200), F(0xb3b6300));
+  snrt_bn_bwd(c, &P16, F(0xc4ba200), F(0xb57a200), F(0x63f00), F(0xca18800), F(0xca18900), F(0xb57a200), F(0xb3b6200), F(0xb3b6300));
   snrt_dead(c, 0xc4ba200, 131072);
   snrt_dead(c, 0xca18800, 256);
   snrt_dead(c, 0xca18900, 256);
@@ -2510,14 +2495,14 @@ static void train_step_1(snrt_ctx *c) {
   /*   511 update    SGD                layer1.1.1.bn.bias/sgd  live 183.6 MiB */
   snrt_sgd(c, &P322, F(0x64000), F(0xb3b6300), F(0xb353800));
   snrt_dead(c, 0xb3b6300, 256);
-  snrt_reads(c, 512, 2, (const int64_t[]){0xbeb6200, 524288, 0xb59a200, 131072});
+  snrt_reads(c, 512, 2, (const int64_t[]){0xbeb6200, 524288, 0xb57a200, 131072});
   /*   512 backward  CONV_BWD_FILTER    layer1.1.1.conv/bwd_filter  live 184.1 MiB */
-  snrt_conv_bwd_filter(c, &P15, F(0xbeb6200), F(0xb59a200), F(0xb4b6200), F(0xb3b6200));
+  snrt_conv_bwd_filter(c, &P15, F(0xbeb6200), F(0xb57a200), F(0xb4b6200), F(0xb3b6200));
   snrt_dead(c, 0xb3b6200, 524288);
-  snrt_reads(c, 513, 2, (const int64_t[]){0xb59a200, 131072, 0x53f00, 65536});
+  snrt_reads(c, 513, 2, (const int64_t[]){0xb57a200, 131072, 0x53f00, 65536});
   /*   513 backward  CONV_BWD_DATA      layer1.1.1.conv/bwd_data  live 184.6 MiB */
-  snrt_conv_bwd_data(c, &P15, F(0xb59a200), F(0x53f00), F(0xb3b6200), F(0xb436200));
-  snrt_dead(c, 0xb59a200, 131072);
+  snrt_conv_bwd_data(c, &P15, F(0xb57a200), F(0x53f00), F(0xb3b6200), F(0xb436200));
+  snrt_dead(c, 0xb57a200, 131072);
   snrt_dead(c, 0xb436200, 524288);
   snrt_reads(c, 514, 2, (const int64_t[]){0xb4d6200, 524288, 0xb3b6200, 524288});
   /*   514 backward  ACCUMULATE         layer1.1.1.conv/accumulate  live 184.0 MiB */
@@ -2528,71 +2513,70 @@ static void train_step_1(snrt_ctx *c) {
   snrt_sgd(c, &P323, F(0x53f00), F(0xb4b6200), F(0xb353900));
   snrt_dead(c, 0xb4b6200, 65536);
   snrt_reads(c, 516, 2, (const int64_t[]){0xbeb6200, 524288, 0xb4d6200, 524288});
-  /*   516 backward  FUSED_BWD          layer1.0.out/fused2/bwd  live 184.4 MiB */
-  snrt_fused_bwd(c, &P324, (const float *const[]){NULL, NULL}, F(0xbeb6200), F(0xb4d6200), (float *const[]){F(0xb3b6200), F(0xb436200)});
+  /*   516 backward  FUSED_BWD          layer1.0.out/fused2/bwd  live 183.9 MiB */
+  snrt_fused_bwd(c, &P324, (const float *const[]){NULL, NULL}, F(0xbeb6200), F(0xb4d6200), (float *const[]){F(0xb4d6200), F(0xb3b6200)});
   snrt_dead(c, 0xbeb6200, 524288);
-  snrt_dead(c, 0xb4d6200, 524288);
-  snrt_reads(c, 517, 5, (const int64_t[]){0xbe36200, 524288, 0xb436200, 524288, 0x52f00, 1024, 0xca0ea00, 1024, 0xca0ee00, 1024});
+  snrt_reads(c, 517, 5, (const int64_t[]){0xbe36200, 524288, 0xb3b6200, 524288, 0x52f00, 1024, 0xca0ea00, 1024, 0xca0ee00, 1024});
   /*   517 backward  BN_BWD             layer1.0.down.bn/bwd  live 183.4 MiB */
-  snrt_bn_bwd(c, &P13, F(0xbe36200), F(0xb436200), F(0x52f00), F(0xca0ea00), F(0xca0ee00), F(0xb436200), F(0xb4b6200), F(0xb4b6600));
+  snrt_bn_bwd(c, &P13, F(0xbe36200), F(0xb3b6200), F(0x52f00), F(0xca0ea00), F(0xca0ee00), F(0xb3b6200), F(0xb436200), F(0xb436600));
   snrt_dead(c, 0xbe36200, 524288);
   snrt_dead(c, 0xca0ea00, 1024);
   snrt_dead(c, 0xca0ee00, 1024);
-  snrt_reads(c, 518, 3, (const int64_t[]){0x52f00, 1024, 0xb4b6200, 1024, 0xb363900, 1024});
+  snrt_reads(c, 518, 3, (const int64_t[]){0x52f00, 1024, 0xb436200, 1024, 0xb363900, 1024});
   /*   518 update    SGD                layer1.0.down.bn.weight/sgd  live 182.9 MiB */
-  snrt_sgd(c, &P325, F(0x52f00), F(0xb4b6200), F(0xb363900));
-  snrt_dead(c, 0xb4b6200, 1024);
-  snrt_reads(c, 519, 3, (const int64_t[]){0x53300, 1024, 0xb4b6600, 1024, 0xb363d00, 1024});
+  snrt_sgd(c, &P325, F(0x52f00), F(0xb436200), F(0xb363900));
+  snrt_dead(c, 0xb436200, 1024);
+  snrt_reads(c, 519, 3, (const int64_t[]){0x53300, 1024, 0xb436600, 1024, 0xb363d00, 1024});
   /*   519 update    SGD                layer1.0.down.bn.bias/sgd  live 182.9 MiB */
-  snrt_sgd(c, &P326, F(0x53300), F(0xb4b6600), F(0xb363d00));
-  snrt_dead(c, 0xb4b6600, 1024);
-  snrt_reads(c, 520, 2, (const int64_t[]){0xc41a200, 131072, 0xb436200, 524288});
+  snrt_sgd(c, &P326, F(0x53300), F(0xb436600), F(0xb363d00));
+  snrt_dead(c, 0xb436600, 1024);
+  snrt_reads(c, 520, 2, (const int64_t[]){0xc41a200, 131072, 0xb3b6200, 524288});
   /*   520 backward  CONV_BWD_FILTER    layer1.0.down.conv/bwd_filter  live 183.1 MiB */
-  snrt_conv_bwd_filter(c, &P12, F(0xc41a200), F(0xb436200), F(0xb4d6200), F(0xb4b6200));
-  snrt_dead(c, 0xb4b6200, 131072);
-  snrt_reads(c, 521, 2, (const int64_t[]){0xb436200, 524288, 0x42f00, 65536});
+  snrt_conv_bwd_filter(c, &P12, F(0xc41a200), F(0xb3b6200), F(0xb456200), F(0xb436200));
+  snrt_dead(c, 0xb436200, 131072);
+  snrt_reads(c, 521, 2, (const int64_t[]){0xb3b6200, 524288, 0x42f00, 65536});
   /*   521 backward  CONV_BWD_DATA      layer1.0.down.conv/bwd_data  live 183.2 MiB */
-  snrt_conv_bwd_data(c, &P12, F(0xb436200), F(0x42f00), F(0xb55c200), F(0xb4b6200));
-  snrt_dead(c, 0xb436200, 524288);
-  snrt_dead(c, 0xb4b6200, 131072);
-  snrt_reads(c, 522, 3, (const int64_t[]){0x42f00, 65536, 0xb4d6200, 65536, 0xb364100, 65536});
+  snrt_conv_bwd_data(c, &P12, F(0xb3b6200), F(0x42f00), F(0xb55c200), F(0xb436200));
+  snrt_dead(c, 0xb3b6200, 524288);
+  snrt_dead(c, 0xb436200, 131072);
+  snrt_reads(c, 522, 3, (const int64_t[]){0x42f00, 65536, 0xb456200, 65536, 0xb364100, 65536});
   /*   522 update    SGD                layer1.0.down.conv.weight/sgd  live 182.6 MiB */
-  snrt_sgd(c, &P327, F(0x42f00), F(0xb4d6200), F(0xb364100));
-  snrt_dead(c, 0xb4d6200, 65536);
-  snrt_reads(c, 523, 5, (const int64_t[]){0xbdb6200, 524288, 0xb3b6200, 524288, 0x41f00, 1024, 0xca0e200, 1024, 0xca0e600, 1024});
+  snrt_sgd(c, &P327, F(0x42f00), F(0xb456200), F(0xb364100));
+  snrt_dead(c, 0xb456200, 65536);
+  snrt_reads(c, 523, 5, (const int64_t[]){0xbdb6200, 524288, 0xb4d6200, 524288, 0x41f00, 1024, 0xca0e200, 1024, 0xca0e600, 1024});
   /*   523 backward  BN_BWD             layer1.0.3.bn/bwd  live 182.6 MiB */
-  snrt_bn_bwd(c, &P11, F(0xbdb6200), F(0xb3b6200), F(0x41f00), F(0xca0e200), F(0xca0e600), F(0xb3b6200), F(0xb436200), F(0xb436600));
+  snrt_bn_bwd(c, &P11, F(0xbdb6200), F(0xb4d6200), F(0x41f00), F(0xca0e200), F(0xca0e600), F(0xb4d6200), F(0xb3b6200), F(0xb3b6600));
   snrt_dead(c, 0xbdb6200, 524288);
   snrt_dead(c, 0xca0e200, 1024);
   snrt_dead(c, 0xca0e600, 1024);
-  snrt_reads(c, 524, 3, (const int64_t[]){0x41f00, 1024, 0xb436200, 1024, 0xb374100, 1024});
+  snrt_reads(c, 524, 3, (const int64_t[]){0x41f00, 1024, 0xb3b6200, 1024, 0xb374100, 1024});
   /*   524 update    SGD                layer1.0.3.bn.weight/sgd  live 182.1 MiB */
-  snrt_sgd(c, &P328, F(0x41f00), F(0xb436200), F(0xb374100));
-  snrt_dead(c, 0xb436200, 1024);
-  snrt_reads(c, 525, 3, (const int64_t[]){0x42300, 1024, 0xb436600, 1024, 0xb374500, 1024});
+  snrt_sgd(c, &P328, F(0x41f00), F(0xb3b6200), F(0xb374100));
+  snrt_dead(c, 0xb3b6200, 1024);
+  snrt_reads(c, 525, 3, (const int64_t[]){0x42300, 1024, 0xb3b6600, 1024, 0xb374500, 1024});
   /*   525 update    SGD                layer1.0.3.bn.bias/sgd  live 182.1 MiB */
-  snrt_sgd(c, &P329, F(0x42300), F(0xb436600), F(0xb374500));
-  snrt_dead(c, 0xb436600, 1024);
-  snrt_reads(c, 526, 2, (const int64_t[]){0xc49a200, 131072, 0xb3b6200, 524288});
+  snrt_sgd(c, &P329, F(0x42300), F(0xb3b6600), F(0xb374500));
+  snrt_dead(c, 0xb3b6600, 1024);
+  snrt_reads(c, 526, 2, (const int64_t[]){0xc49a200, 131072, 0xb4d6200, 524288});
   /*   526 backward  CONV_BWD_FILTER    layer1.0.3.conv/bwd_filter  live 182.2 MiB */
-  snrt_conv_bwd_filter(c, &P10, F(0xc49a200), F(0xb3b6200), F(0xb456200), F(0xb436200));
-  snrt_dead(c, 0xb436200, 131072);
-  snrt_reads(c, 527, 2, (const int64_t[]){0xb3b6200, 524288, 0x31f00, 65536});
+  snrt_conv_bwd_filter(c, &P10, F(0xc49a200), F(0xb4d6200), F(0xb3d6200), F(0xb3b6200));
+  snrt_dead(c, 0xb3b6200, 131072);
+  snrt_reads(c, 527, 2, (const int64_t[]){0xb4d6200, 524288, 0x31f00, 65536});
   /*   527 backward  CONV_BWD_DATA      layer1.0.3.conv/bwd_data  live 182.4 MiB */
-  snrt_conv_bwd_data(c, &P10, F(0xb3b6200), F(0x31f00), F(0xb4fa200), F(0xb436200));
-  snrt_dead(c, 0xb3b6200, 524288);
-  snrt_dead(c, 0xb436200, 131072);
-  snrt_reads(c, 528, 3, (const int64_t[]){0x31f00, 65536, 0xb456200, 65536, 0xb374900, 65536});
+  snrt_conv_bwd_data(c, &P10, F(0xb4d6200), F(0x31f00), F(0xb57c200), F(0xb3b6200));
+  snrt_dead(c, 0xb4d6200, 524288);
+  snrt_dead(c, 0xb3b6200, 131072);
+  snrt_reads(c, 528, 3, (const int64_t[]){0x31f00, 65536, 0xb3d6200, 65536, 0xb374900, 65536});
   /*   528 update    SGD                layer1.0.3.conv.weight/sgd  live 181.7 MiB */
-  snrt_sgd(c, &P330, F(0x31f00), F(0xb456200), F(0xb374900));
-  snrt_dead(c, 0xb456200, 65536);
-  snrt_reads(c, 529, 2, (const int64_t[]){0xc49a200, 131072, 0xb4fa200, 131072});
+  snrt_sgd(c, &P330, F(0x31f00), F(0xb3d6200), F(0xb374900));
+  snrt_dead(c, 0xb3d6200, 65536);
+  snrt_reads(c, 529, 2, (const int64_t[]){0xc49a200, 131072, 0xb57c200, 131072});
   /*   529 backward  UNARY_BWD          layer1.0.2.relu/bwd  live 181.7 MiB */
-  snrt_unary_bwd(c, &P9, NULL, F(0xc49a200), F(0xb4fa200), F(0xb4fa200));
+  snrt_unary_bwd(c, &P9, NULL, F(0xc49a200), F(0xb57c200), F(0xb57c200));
   snrt_dead(c, 0xc49a200, 131072);
-  snrt_reads(c, 530, 5, (const int64_t[]){0xc47a200, 131072, 0xb4fa200, 131072, 0x31b00, 256, 0xca18600, 256, 0xca18700, 256});
+  snrt_reads(c, 530, 5, (const int64_t[]){0xc47a200, 131072, 0xb57c200, 131072, 0x31b00, 256, 0xca18600, 256, 0xca18700, 256});
   /*   530 backward  BN_BWD             layer1.0.2.bn/bwd  live 181.6 MiB */
-  snrt_bn_bwd(c, &P8, F(0xc47a200), F(0xb4fa200), F(0x31b00), F(0xca18600), F(0xca18700), F(0xb4fa200), F(0xb3b6200), F(0xb3b6300));
+  snrt_bn_bwd(c, &P8, F(0xc47a200), F(0xb57c200), F(0x31b00), F(0xca18600), F(0xca18700), F(0xb57c200), F(0xb3b6200), F(0xb3b6300));
   snrt_dead(c, 0xc47a200, 131072);
   snrt_dead(c, 0xca18600, 256);
   snrt_dead(c, 0xca18700, 256);
@@ -2604,26 +2588,26 @@ static void train_step_1(snrt_ctx *c) {
   /*   532 update    SGD                layer1.0.2.bn.bias/sgd  live 181.4 MiB */
   snrt_sgd(c, &P332, F(0x31c00), F(0xb3b6300), F(0xb384a00));
   snrt_dead(c, 0xb3b6300, 256);
-  snrt_reads(c, 533, 2, (const int64_t[]){0xc45a200, 131072, 0xb4fa200, 131072});
+  snrt_reads(c, 533, 2, (const int64_t[]){0xc45a200, 131072, 0xb57c200, 131072});
   /*   533 backward  CONV_BWD_FILTER    layer1.0.2.conv/bwd_filter  live 182.7 MiB */
-  snrt_conv_bwd_filter(c, &P7, F(0xc45a200), F(0xb4fa200), F(0xb4d6200), F(0xb3b6200));
+  snrt_conv_bwd_filter(c, &P7, F(0xc45a200), F(0xb57c200), F(0xb4d6200), F(0xb3b6200));
   snrt_dead(c, 0xb3b6200, 1179648);
-  snrt_reads(c, 534, 2, (const int64_t[]){0xb4fa200, 131072, 0xdb00, 147456});
+  snrt_reads(c, 534, 2, (const int64_t[]){0xb57c200, 131072, 0xdb00, 147456});
   /*   534 backward  CONV_BWD_DATA      layer1.0.2.conv/bwd_data  live 182.8 MiB */
-  snrt_conv_bwd_data(c, &P7, F(0xb4fa200), F(0xdb00), F(0xb51a200), F(0xb3b6200));
-  snrt_dead(c, 0xb4fa200, 131072);
+  snrt_conv_bwd_data(c, &P7, F(0xb57c200), F(0xdb00), F(0xb4fa200), F(0xb3b6200));
+  snrt_dead(c, 0xb57c200, 131072);
   snrt_dead(c, 0xb3b6200, 1179648);
   snrt_reads(c, 535, 3, (const int64_t[]){0xdb00, 147456, 0xb4d6200, 147456, 0xb384b00, 147456});
   /*   535 update    SGD                layer1.0.2.conv.weight/sgd  live 181.6 MiB */
   snrt_sgd(c, &P333, F(0xdb00), F(0xb4d6200), F(0xb384b00));
   snrt_dead(c, 0xb4d6200, 147456);
-  snrt_reads(c, 536, 2, (const int64_t[]){0xc45a200, 131072, 0xb51a200, 131072});
+  snrt_reads(c, 536, 2, (const int64_t[]){0xc45a200, 131072, 0xb4fa200, 131072});
   /*   536 backward  UNARY_BWD          layer1.0.1.relu/bwd  live 181.4 MiB */
-  snrt_unary_bwd(c, &P6, NULL, F(0xc45a200), F(0xb51a200), F(0xb51a200));
+  snrt_unary_bwd(c, &P6, NULL, F(0xc45a200), F(0xb4fa200), F(0xb4fa200));
   snrt_dead(c, 0xc45a200, 131072);
-  snrt_reads(c, 537, 5, (const int64_t[]){0xc43a200, 131072, 0xb51a200, 131072, 0xd700, 256, 0xca18400, 256, 0xca18500, 256});
+  snrt_reads(c, 537, 5, (const int64_t[]){0xc43a200, 131072, 0xb4fa200, 131072, 0xd700, 256, 0xca18400, 256, 0xca18500, 256});
   /*   537 backward  BN_BWD             layer1.0.1.bn/bwd  live 181.3 MiB */
-  snrt_bn_bwd(c, &P5, F(0xc43a200), F(0xb51a200), F(0xd700), F(0xca18400), F(0xca18500), F(0xb51a200), F(0xb3b6200), F(0xb3b6300));
+  snrt_bn_bwd(c, &P5, F(0xc43a200), F(0xb4fa200), F(0xd700), F(0xca18400), F(0xca18500), F(0xb4fa200), F(0xb3b6200), F(0xb3b6300));
   snrt_dead(c, 0xc43a200, 131072);
   snrt_dead(c, 0xca18400, 256);
   snrt_dead(c, 0xca18500, 256);
@@ -2635,15 +2619,15 @@ static void train_step_1(snrt_ctx *c) {
   /*   539 update    SGD                layer1.0.1.bn.bias/sgd  live 181.2 MiB */
   snrt_sgd(c, &P335, F(0xd800), F(0xb3b6300), F(0xb3a8c00));
   snrt_dead(c, 0xb3b6300, 256);
-  snrt_reads(c, 540, 2, (const int64_t[]){0xc41a200, 131072, 0xb51a200, 131072});
+  snrt_reads(c, 540, 2, (const int64_t[]){0xc41a200, 131072, 0xb4fa200, 131072});
   /*   540 backward  CONV_BWD_FILTER    layer1.0.1.conv/bwd_filter  live 181.3 MiB */
-  snrt_conv_bwd_filter(c, &P4, F(0xc41a200), F(0xb51a200), F(0xb3f6200), F(0xb3b6200));
+  snrt_conv_bwd_filter(c, &P4, F(0xc41a200), F(0xb4fa200), F(0xb3f6200), F(0xb3b6200));
   snrt_dead(c, 0xc41a200, 131072);
   snrt_dead(c, 0xb3b6200, 131072);
-  snrt_reads(c, 541, 2, (const int64_t[]){0xb51a200, 131072, 0x9700, 16384});
+  snrt_reads(c, 541, 2, (const int64_t[]){0xb4fa200, 131072, 0x9700, 16384});
   /*   541 backward  CONV_BWD_DATA      layer1.0.1.conv/bwd_data  live 181.3 MiB */
-  snrt_conv_bwd_data(c, &P4, F(0xb51a200), F(0x9700), F(0xb3b6200), F(0xb3d6200));
-  snrt_dead(c, 0xb51a200, 131072);
+  snrt_conv_bwd_data(c, &P4, F(0xb4fa200), F(0x9700), F(0xb3b6200), F(0xb3d6200));
+  snrt_dead(c, 0xb4fa200, 131072);
   snrt_dead(c, 0xb3d6200, 131072);
   snrt_reads(c, 542, 2, (const int64_t[]){0xb55c200, 131072, 0xb3b6200, 131072});
   /*   542 backward  ACCUMULATE         layer1.0.1.conv/accumulate  live 181.1 MiB */
@@ -3421,22 +3405,22 @@ static const snrt_tensor tensors[] = {
   {"layer1.0.2.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 188441344, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.0.2.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 188238336, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.0.3.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {256, 64, 1, 1}, 65536, 204544, -1, SNRT_INIT_KAIMING, 64, -1, 32, {33, -1}},
-  {"layer1.0.3.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {256, 64, 1, 1}, 65536, 189096448, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer1.0.3.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {256, 64, 1, 1}, 65536, 188572160, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.0.3.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {256, 64, 1, 1}, 65536, 188172544, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.0.3.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 270080, -1, SNRT_INIT_ONE, 0, -1, 35, {36, -1}},
-  {"layer1.0.3.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188965376, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer1.0.3.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.0.3.bn.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 188170496, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.0.3.bn.bias", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 271104, -1, SNRT_INIT_ZERO, 0, -1, 38, {39, -1}},
-  {"layer1.0.3.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188966400, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer1.0.3.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188442112, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.0.3.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 188171520, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.0.down.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {256, 64, 1, 1}, 65536, 274176, -1, SNRT_INIT_KAIMING, 64, -1, 41, {42, -1}},
-  {"layer1.0.down.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {256, 64, 1, 1}, 65536, 189620736, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer1.0.down.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {256, 64, 1, 1}, 65536, 189096448, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.0.down.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {256, 64, 1, 1}, 65536, 188104960, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.0.down.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 339712, -1, SNRT_INIT_ONE, 0, -1, 44, {45, -1}},
-  {"layer1.0.down.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 189489664, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer1.0.down.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188965376, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.0.down.bn.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 188102912, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.0.down.bn.bias", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 340736, -1, SNRT_INIT_ZERO, 0, -1, 47, {48, -1}},
-  {"layer1.0.down.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 189490688, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer1.0.down.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188966400, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.0.down.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 188103936, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.1.1.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {64, 256, 1, 1}, 65536, 343808, -1, SNRT_INIT_KAIMING, 256, -1, 50, {51, -1}},
   {"layer1.1.1.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {64, 256, 1, 1}, 65536, 189489664, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
@@ -3457,13 +3441,13 @@ static const snrt_tensor tensors[] = {
   {"layer1.1.2.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 188441344, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.1.2.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 187889152, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.1.3.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {256, 64, 1, 1}, 65536, 558848, -1, SNRT_INIT_KAIMING, 64, -1, 68, {69, -1}},
-  {"layer1.1.3.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {256, 64, 1, 1}, 65536, 189096448, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer1.1.3.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {256, 64, 1, 1}, 65536, 188572160, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.1.3.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {256, 64, 1, 1}, 65536, 187823360, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.1.3.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 624384, -1, SNRT_INIT_ONE, 0, -1, 71, {72, -1}},
-  {"layer1.1.3.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188965376, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer1.1.3.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.1.3.bn.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 187821312, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.1.3.bn.bias", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 625408, -1, SNRT_INIT_ZERO, 0, -1, 74, {75, -1}},
-  {"layer1.1.3.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188966400, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer1.1.3.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188442112, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.1.3.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 187822336, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.2.1.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {64, 256, 1, 1}, 65536, 628480, -1, SNRT_INIT_KAIMING, 256, -1, 77, {78, -1}},
   {"layer1.2.1.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {64, 256, 1, 1}, 65536, 189489664, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
@@ -3484,13 +3468,13 @@ static const snrt_tensor tensors[] = {
   {"layer1.2.2.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {64}, 256, 188441344, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.2.2.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {64}, 256, 187607552, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.2.3.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {256, 64, 1, 1}, 65536, 843520, -1, SNRT_INIT_KAIMING, 64, -1, 95, {96, -1}},
-  {"layer1.2.3.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {256, 64, 1, 1}, 65536, 189096448, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer1.2.3.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {256, 64, 1, 1}, 65536, 188572160, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.2.3.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {256, 64, 1, 1}, 65536, 187541760, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.2.3.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 909056, -1, SNRT_INIT_ONE, 0, -1, 98, {99, -1}},
-  {"layer1.2.3.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188965376, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer1.2.3.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.2.3.bn.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 187539712, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer1.2.3.bn.bias", SNRT_T_PARAM, SNRT_F32, 1, {256}, 1024, 910080, -1, SNRT_INIT_ZERO, 0, -1, 101, {102, -1}},
-  {"layer1.2.3.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188966400, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer1.2.3.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {256}, 1024, 188442112, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer1.2.3.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {256}, 1024, 187540736, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.0.1.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {128, 256, 1, 1}, 131072, 913152, -1, SNRT_INIT_KAIMING, 256, -1, 104, {105, -1}},
   {"layer2.0.1.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {128, 256, 1, 1}, 131072, 189489664, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
@@ -3547,13 +3531,13 @@ static const snrt_tensor tensors[] = {
   {"layer2.1.2.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {128}, 512, 188441600, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer2.1.2.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {128}, 512, 185168640, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.1.3.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {512, 128, 1, 1}, 262144, 3297024, -1, SNRT_INIT_KAIMING, 128, -1, 158, {159, -1}},
-  {"layer2.1.3.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {512, 128, 1, 1}, 262144, 188703232, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer2.1.3.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {512, 128, 1, 1}, 262144, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer2.1.3.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {512, 128, 1, 1}, 262144, 184905984, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.1.3.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {512}, 2048, 3559168, -1, SNRT_INIT_ONE, 0, -1, 161, {162, -1}},
-  {"layer2.1.3.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188703232, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer2.1.3.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer2.1.3.bn.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {512}, 2048, 184901888, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.1.3.bn.bias", SNRT_T_PARAM, SNRT_F32, 1, {512}, 2048, 3561216, -1, SNRT_INIT_ZERO, 0, -1, 164, {165, -1}},
-  {"layer2.1.3.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188705280, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer2.1.3.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188443136, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer2.1.3.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {512}, 2048, 184903936, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.2.1.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {128, 512, 1, 1}, 262144, 3567360, -1, SNRT_INIT_KAIMING, 512, -1, 167, {168, -1}},
   {"layer2.2.1.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {128, 512, 1, 1}, 262144, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
@@ -3574,13 +3558,13 @@ static const snrt_tensor tensors[] = {
   {"layer2.2.2.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {128}, 512, 188441600, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer2.2.2.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {128}, 512, 184048384, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.2.3.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {512, 128, 1, 1}, 262144, 4423424, -1, SNRT_INIT_KAIMING, 128, -1, 185, {186, -1}},
-  {"layer2.2.3.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {512, 128, 1, 1}, 262144, 188703232, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer2.2.3.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {512, 128, 1, 1}, 262144, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer2.2.3.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {512, 128, 1, 1}, 262144, 183785728, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.2.3.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {512}, 2048, 4685568, -1, SNRT_INIT_ONE, 0, -1, 188, {189, -1}},
-  {"layer2.2.3.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188703232, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer2.2.3.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer2.2.3.bn.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {512}, 2048, 183781632, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.2.3.bn.bias", SNRT_T_PARAM, SNRT_F32, 1, {512}, 2048, 4687616, -1, SNRT_INIT_ZERO, 0, -1, 191, {192, -1}},
-  {"layer2.2.3.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188705280, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer2.2.3.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188443136, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer2.2.3.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {512}, 2048, 183783680, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.3.1.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {128, 512, 1, 1}, 262144, 4693760, -1, SNRT_INIT_KAIMING, 512, -1, 194, {195, -1}},
   {"layer2.3.1.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {128, 512, 1, 1}, 262144, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
@@ -3601,13 +3585,13 @@ static const snrt_tensor tensors[] = {
   {"layer2.3.2.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {128}, 512, 188441600, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer2.3.2.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {128}, 512, 182928128, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.3.3.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {512, 128, 1, 1}, 262144, 5549824, -1, SNRT_INIT_KAIMING, 128, -1, 212, {213, -1}},
-  {"layer2.3.3.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {512, 128, 1, 1}, 262144, 188703232, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer2.3.3.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {512, 128, 1, 1}, 262144, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer2.3.3.conv.weight.momentum", SNRT_T_OPT, SNRT_F32, 4, {512, 128, 1, 1}, 262144, 182665472, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.3.3.bn.weight", SNRT_T_PARAM, SNRT_F32, 1, {512}, 2048, 5811968, -1, SNRT_INIT_ONE, 0, -1, 215, {216, -1}},
-  {"layer2.3.3.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188703232, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer2.3.3.bn.weight.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer2.3.3.bn.weight.momentum", SNRT_T_OPT, SNRT_F32, 1, {512}, 2048, 182661376, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer2.3.3.bn.bias", SNRT_T_PARAM, SNRT_F32, 1, {512}, 2048, 5814016, -1, SNRT_INIT_ZERO, 0, -1, 218, {219, -1}},
-  {"layer2.3.3.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188705280, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"layer2.3.3.bn.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {512}, 2048, 188443136, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"layer2.3.3.bn.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {512}, 2048, 182663424, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"layer3.0.1.conv.weight", SNRT_T_PARAM, SNRT_F32, 4, {256, 512, 1, 1}, 524288, 5820160, -1, SNRT_INIT_KAIMING, 512, -1, 221, {222, -1}},
   {"layer3.0.1.conv.weight.grad", SNRT_T_GRAD, SNRT_F32, 4, {256, 512, 1, 1}, 524288, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
@@ -3874,7 +3858,7 @@ static const snrt_tensor tensors[] = {
   {"fc.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {10, 2048}, 81920, 188441088, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"fc.weight.momentum", SNRT_T_OPT, SNRT_F32, 2, {10, 2048}, 81920, 94326784, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"fc.bias", SNRT_T_PARAM, SNRT_F32, 1, {10}, 40, 94326528, -1, SNRT_INIT_BIAS, 2048, -1, 485, {486, -1}},
-  {"fc.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {10}, 40, 188654080, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"fc.bias.grad", SNRT_T_GRAD, SNRT_F32, 1, {10}, 40, 188736512, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"fc.bias.momentum", SNRT_T_OPT, SNRT_F32, 1, {10}, 40, 94408704, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"stem.bn.running_mean", SNRT_T_STATE, SNRT_F32, 1, {64}, 256, 38144, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
   {"stem.bn.running_var", SNRT_T_STATE, SNRT_F32, 1, {64}, 256, 38400, -1, SNRT_INIT_ONE, 0, -1, -1, {-1, -1}},
