@@ -142,7 +142,8 @@
   OP(MSE,             "",  2,2, 1,1, COST_CHEAP, shape_internal, grad_none, emit_mse,             flops_in) \
   /* The chunked LM head + softmax cross-entropy (autodiff.c, params \
    * snrt_lmce_t): inputs h, W, labels; outputs the loss, then dh and/or dW \
-   * (need); the logits only ever a chunk at a time, in the workspace. */ \
+   * (need); in the eval graph (need 0) the (rows, 2) summary alone; the \
+   * logits only ever a chunk at a time, in the workspace. */ \
   OP(LMHEAD_CE,       "",  3,3, 1,3, COST_EXPENSIVE, shape_internal, grad_none, emit_lmhead_ce,   flops_lmce) \
   OP(MSE_BWD,         "",  2,2, 1,1, COST_CHEAP, shape_internal, grad_none, emit_mse_bwd,         flops_in) \
   OP(SGD,             "",  2,3, 1,2, COST_CHEAP, shape_internal, grad_none, emit_sgd,             flops_in) \

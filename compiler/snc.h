@@ -199,7 +199,10 @@ typedef struct Graph {
   int loss;                // loss (autodiff), -1 before
   int batch;               // batch size after shape inference
   int nfwd;                // nodes [0, nfwd) are the forward graph (topologically sorted)
-  int eval_output;         // the eval graph's copy of `output` (autodiff), -1 before
+  int eval_output;         // the eval graph's copy of `output` (autodiff), -1 before; with
+                           // eval_rows, the chunked head's (rows, 2) summary instead
+  bool eval_rows;          // the chunked loss's eval step: per row its loss term and argmax
+                           // (snrt_lmce), the logits never whole
   int *eval_outs;          // the eval copies of the other graph outputs (--predict writes them),
   int neval_outs;          // in tensor order; none for a one-output model
   int export_batch;        // the data input's declared batch (0: symbolic)

@@ -437,7 +437,14 @@ typedef struct snrt_loss_t {
  * mean over the n rows of logsumexp - logit[label]) and, from the same
  * chunk's logits turned into (softmax - onehot) / n, the gradients: dh's
  * rows (need & 1) and dW (need & 2, summed over the chunks). Workspace:
- * n doubles (the rows' log-sum-exps or losses), then chunk x classes floats. */
+ * n doubles (the rows' log-sum-exps or losses), then chunk x classes floats.
+ * The eval step's copy (need 0, loss NULL) writes `rows` instead: per row
+ * its loss term (logsumexp - logit[label]; NaN for a label outside
+ * [0, classes)) and the index of its largest logit (the first of equal
+ * ones), (n, 2) floats. Where the context's lm_sink is set (runtime/
+ * snrt_dev.h: --predict and --generate), each chunk's logits are copied to
+ * it too (host memory, n x classes floats): the device never holds them
+ * whole. */
 typedef struct snrt_lmce_t {
   int64_t n, classes, k, chunk;
   int trans_b, need;
@@ -537,6 +544,11 @@ typedef struct snrt_model {
   const snrt_tensor *tensors;
   int input, label, loss, logits;   /* indices into tensors */
   int classes;               /* logits' last dimension (second for (batch, classes)) */
+  /* 1: the chunked LM head (snrt_lmce): `logits` is the eval step's (batch x
+   * positions, 2) summary (per row its loss term and argmax); the logits
+   * themselves, (batch, positions, classes), reach the host only through
+   * snrt_ctx.lm_sink. 0: `logits` is the logits. */
+  int lm_rows;
   int loss_kind;             /* enum snrt_loss_kind */
   int opt_kind;              /* enum snrt_opt_kind */
   float lr;                  /* default learning rate (--lr overrides) */
@@ -765,7 +777,7 @@ void snrt_softmax_ce_bwd(snrt_ctx *c, const snrt_loss_t *p, const float *logits,
                          const int32_t *labels, float *dlogits);
 void snrt_mse_fwd(snrt_ctx *c, const snrt_loss_t *p, const float *out, const float *target, float *loss);
 void snrt_lmce(snrt_ctx *c, const snrt_lmce_t *p, const float *h, const float *w,
-               const int32_t *labels, float *loss, float *dh, float *dw, float *ws);
+               const int32_t *labels, float *loss, float *dh, float *dw, float *rows, float *ws);
 void snrt_mse_bwd(snrt_ctx *c, const snrt_loss_t *p, const float *out, const float *target, float *dout);
 
 void snrt_math_fwd(snrt_ctx *c, const snrt_math_t *p, const float *x, float *y);

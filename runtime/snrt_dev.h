@@ -34,6 +34,10 @@ struct snrt_ctx {
   int64_t scale_good;        /* steps since the scale last changed without an overflow */
   int64_t scale_interval;    /* ... after which it doubles (2000; SNRT_LOSS_SCALE_INTERVAL) */
   int64_t skipped_steps;     /* steps skipped so far (continued across --resume) */
+  /* The model's lm_rows: where the eval step's snrt_lmce also copies each
+   * chunk's logits (host memory, batch x positions x classes floats), for
+   * --predict and --generate; NULL (--eval, training): nowhere. */
+  float *lm_sink;
 };
 
 /* --precision fp16: the loss-scaling state above, between the host fields

@@ -7,12 +7,15 @@ Checked here: the same loss and gradients as the whole-logits graph
 (--no-chunk-loss) within float32 rounding, tied and untied heads, and both
 against PyTorch; the training steps hold no logits (only the chunk's
 workspace: at most a tenth of what the whole logits and their gradient held
-at any step); the eval pass keeps the whole product (--generate and the test
-loss read it). Bit-identity of every policy under --poison with the chunked
-loss on is test_gpt.py's and test_plan_select.py's (the default is on).
+at any step), nor does the eval pass (its LMHEAD_CE step writes per row the
+loss term and the argmax); --eval, --generate and --predict give what the
+whole-logits program gives. Bit-identity of every policy under --poison with
+the chunked loss on is test_gpt.py's and test_plan_select.py's (the default
+is on).
 """
 import json
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -23,7 +26,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnx")
-from snc_harness import SNC, load_dump, one_step_grads, run  # noqa: E402
+from snc_harness import SNC, compile_model, load_dump, one_step_grads, run  # noqa: E402
 
 import make_gpt  # noqa: E402
 
@@ -111,9 +114,14 @@ def test_training_never_holds_the_logits(tmp_path):
     # (the peak moves elsewhere: the arena shrinks by less than before - after)
     assert chunked["arena_bytes"] <= whole["arena_bytes"] - logits_bytes, \
         (chunked["arena_bytes"], whole["arena_bytes"])
-    # The eval pass keeps the whole product.
-    assert any(s["op"] == "MatMul" and s["node"].endswith("/eval")
-               for s in chunked["steps"][chunked["train_steps"]:])
+    # Nor does the eval pass: its head is a chunked step too, whose output
+    # is (rows, 2), and no eval step is as large as the logits.
+    ev = chunked["steps"][chunked["train_steps"]:]
+    assert [s["op"] for s in ev if s["node"].endswith("/eval") and "LMHEAD" in s["op"]] == ["LMHEAD_CE"]
+    def eval_largest(p):
+        return max(i["bytes"] for i in p["instances"] if i["first"] >= p["train_steps"])
+    assert eval_largest(whole) >= logits_bytes   # (the whole-logits eval pass: its logits)
+    assert eval_largest(chunked) < logits_bytes, eval_largest(chunked)
 
 
 def test_not_chunked_where_the_pattern_does_not_hold(tmp_path):
@@ -122,3 +130,35 @@ def test_not_chunked_where_the_pattern_does_not_hold(tmp_path):
     _, path = gpt(str(tmp_path), 64, 8, 16, 2, 1, 2)
     route = run([SNC, "plan", path, "--batch", "2", "--dump", "route", "--precision", "bf16"]).stdout
     assert "LMHEAD_CE" not in route and "SOFTMAX_CE_BWD" in route
+
+
+def test_eval_generate_predict_as_whole_logits(tmp_path):
+    """The eval step's chunked head: --eval's test loss and accuracy (from its
+    per-row terms and argmaxes), --generate's bytes and --predict's logits
+    (copied to the host chunk by chunk) equal those of the whole-logits
+    program (--no-chunk-loss) on the same weights and text (--lr 0: the two
+    training steps change nothing). The chunks are a sixteenth of the 64
+    rows, so every row's logits come from a chunk's product."""
+    tmp = str(tmp_path)
+    _, path = gpt(tmp, 256, 16, 32, 2, 2, 4, seed=3)
+    text = os.path.join(tmp, "text.txt")
+    with open(text, "wb") as f:
+        f.write(b"Whose woods these are I think I know. His house is in the village though; " * 9)
+    res = {}
+    for name, flags in (("chunked", []), ("whole", ["--no-chunk-loss"])):
+        prog = compile_model(path, os.path.join(tmp, name), 4, "--lr", "0", *flags)
+        r = subprocess.run([prog, "--data", "tokens:" + text, "--eval", "tokens:" + text, "--steps",
+                            "2", "--generate", "60", "--prompt", "His ", "--threads", "2"],
+                           capture_output=True, timeout=300)   # (bytes: any byte may be drawn)
+        assert r.returncode == 0, r.stderr
+        ev = [ln for ln in r.stdout.splitlines() if b"test accuracy" in ln]
+        gen = r.stdout[r.stdout.index(b"generated"):]
+        out = os.path.join(tmp, name + ".npy")
+        run([prog, "--predict", "tokens:" + text, "--out", out, "--threads", "2"])
+        res[name] = (ev, gen, np.load(out))
+    (ev_c, gen_c, pred_c), (ev_w, gen_w, pred_w) = res["chunked"], res["whole"]
+    assert ev_c and ev_c == ev_w, (ev_c, ev_w)
+    assert gen_c == gen_w, (gen_c, gen_w)
+    assert pred_c.shape == pred_w.shape and pred_c.shape[1:] == (16, 256)
+    np.testing.assert_allclose(pred_c, pred_w, rtol=1e-6, atol=1e-6)
+    assert np.abs(pred_c).max() > 0.1   # (real logits, not zeros)

@@ -634,6 +634,7 @@ static void emit_model(FILE *f, const Graph *g, const Plan *pl, const EmitOpts *
   }
   bool seq = o->train->loss == LOSS_SOFTMAX_CE && out->rank == 3;
   fprintf(f, "  .classes = %lld,\n", (long long)(seq ? out->dims[2] : tensor_numel(out) / out->dims[0]));
+  if (g->eval_rows) fprintf(f, "  .lm_rows = 1,\n");
   fprintf(f, "  .loss_kind = %s,\n", o->train->loss == LOSS_MSE ? "SNRT_LOSS_MSE" : "SNRT_LOSS_SOFTMAX_CE");
   fprintf(f, "  .opt_kind = %s,\n", o->train->optim == OPTIM_SGD ? "SNRT_OPT_SGD"
                                     : o->train->optim == OPTIM_ADAM ? "SNRT_OPT_ADAM" : "SNRT_OPT_ADAMW");

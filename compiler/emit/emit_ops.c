@@ -418,16 +418,19 @@ void emit_softmax_ce_bwd(Emit *e, const Graph *g, const Node *n) {
           emit_in(e, 1), emit_out(e, 0));
   loss_scale(e, g, n);
 }
-/* Outputs: the loss, then dh and dW as need has them. */
+/* Outputs: the loss, then dh and dW as need has them; in the eval graph the
+ * per-row summary alone. */
 void emit_lmhead_ce(Emit *e, const Graph *g, const Node *n) {
   (void)g;
   const snrt_lmce_t *p = n->p;
-  char dh[64] = "NULL", dw[64] = "NULL";
-  int k = 1;
+  char loss[64] = "NULL", dh[64] = "NULL", dw[64] = "NULL", rows[64] = "NULL";
+  int k = 0;
+  if (n->phase == PH_EVAL) snprintf(rows, sizeof rows, "%s", emit_out(e, k++));
+  else snprintf(loss, sizeof loss, "%s", emit_out(e, k++));
   if (p->need & 1) snprintf(dh, sizeof dh, "%s", emit_out(e, k++));
   if (p->need & 2) snprintf(dw, sizeof dw, "%s", emit_out(e, k++));
-  fprintf(OUT, "  snrt_lmce(c, %s, %s, %s, %s, %s, %s, %s, %s);\n", p_lmce(e, n->p), emit_in(e, 0),
-          emit_in(e, 1), emit_in(e, 2), emit_out(e, 0), dh, dw, emit_ws(e));
+  fprintf(OUT, "  snrt_lmce(c, %s, %s, %s, %s, %s, %s, %s, %s, %s);\n", p_lmce(e, n->p),
+          emit_in(e, 0), emit_in(e, 1), emit_in(e, 2), loss, dh, dw, rows, emit_ws(e));
 }
 void emit_mse(Emit *e, const Graph *g, const Node *n) {
   fprintf(OUT, "  snrt_mse_fwd(c, %s, %s, %s, %s);\n", p_loss(e, n->p), emit_in(e, 0), emit_in(e, 1),

@@ -566,7 +566,7 @@ enum { LOSS_CHUNKS = 16 };
 
 static void param_done(Graph *g, int t);
 static bool absorbed_head;     /* the head's MatMul became the chunked loss */
-static snrt_mm_t head_mm;      /* its product, for the eval copy */
+static snrt_lmce_t head_lmce;  /* its chunks, for the eval copy */
 static int head_in[2];         /* its h and W */
 static char *head_name;        /* its node's name */
 
@@ -576,9 +576,11 @@ static char *head_name;        /* its node's name */
  * g->nfwd ends before it: chunk by chunk it computes the loss and, from the
  * same chunk's logits, h's and W's gradients (three products, as the head's
  * forward and backward; the gradients of the loss are known once it is: no
- * backward step needs the logits again). The eval pass keeps the whole
- * product (add_eval), where --generate and the test loss read it. Returns
- * false (nothing changed) where the pattern does not hold. */
+ * backward step needs the logits again). The eval pass runs the same
+ * chunks without gradients (add_eval): per row its loss term and argmax,
+ * which --eval reads; --predict and --generate have the runtime copy each
+ * chunk's logits to the host (snrt_lmce). Returns false (nothing changed)
+ * where the pattern does not hold. */
 static bool chunk_loss(Graph *g) {
   int mi = g->nfwd - 1;
   const Tensor *y = &g->t[g->output];
@@ -600,7 +602,8 @@ static bool chunk_loss(Graph *g) {
   *q = (snrt_lmce_t){.n = n, .classes = p->n, .k = p->k, .chunk = (n + LOSS_CHUNKS - 1) / LOSS_CHUNKS,
                      .trans_b = p->trans_b, .alpha = p->alpha,
                      .need = (needs[h] ? 1 : 0) | (needs[w] ? 2 : 0)};
-  head_mm = *p;
+  head_lmce = *q;
+  head_lmce.need = 0;
   head_in[0] = h, head_in[1] = w;
   absorbed_head = true;
   g->nfwd = mi;
@@ -746,13 +749,17 @@ static void add_eval(Graph *g) {
     free(in);
     free(many);
   }
-  if (absorbed_head) {   /* the chunked loss's head: the whole product here */
-    int out = tensor_like(g, g->output, "@eval", TK_ACT);
+  if (absorbed_head) {   /* the chunked loss's head: per row, its loss term and argmax */
+    char *base = xasprintf("%s@eval", g->t[g->output].name);
+    int out = train_new_tensor(g, base, TK_ACT, DT_FLOAT, 2, (int64_t[]){head_lmce.n, 2});
+    free(base);
     map[g->output] = out;
     char *name = xasprintf("%s/eval", head_name);
-    train_add_node(g, OP_MATMUL, -1, name, PH_EVAL, 2, (int[]){map[head_in[0]], map[head_in[1]]},
-                   1, &out, dup_params(&head_mm, sizeof head_mm));
+    train_add_node(g, OP_LMHEAD_CE, -1, name, PH_EVAL, 3,
+                   (int[]){map[head_in[0]], map[head_in[1]], g->label}, 1, &out,
+                   dup_params(&head_lmce, sizeof head_lmce));
     free(name);
+    g->eval_rows = true;
   }
   g->eval_output = map[g->output];
   /* The other graph outputs' eval copies (computed ones, each once), for

@@ -1277,7 +1277,7 @@ static const snrt_sgd_t P221 = {.n = 64, .momentum = 0.899999976f, .weight_decay
 static const snrt_sgd_t P222 = {.n = 64, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 13};
 static const snrt_sgd_t P223 = {.n = 4096, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 7};
 static const snrt_sgd_t P224 = {.n = 16384, .momentum = 0.899999976f, .weight_decay = 0.f, .dampening = 0.f, .nesterov = 0, .param = 4};
-static const snrt_mm_t P225 = {.batch = 16, .m = 64, .n = 256, .k = 64, .trans_a = 0, .trans_b = 1, .alpha = 1.f, .beta = 0.f, .stride_a = 4096, .stride_b = 0, .stride_y = 16384};
+static const snrt_lmce_t P225 = {.n = 1024, .classes = 256, .k = 64, .chunk = 64, .trans_b = 1, .need = 0, .alpha = 1.f};
 
 static void train_step_0(snrt_ctx *c) {
   char *const A = snrt_arena(c);
@@ -1613,7 +1613,7 @@ static void train_step_0(snrt_ctx *c) {
   snrt_ln_fwd(c, &P87, F(0x15eec00), F(0xd7400), F(0xd7500), F(0x15aec00), F(0x16a2c00), F(0x16a3c00));
   snrt_reads(c, 88, 2, (const int64_t[]){0x15aec00, 262144, 0x0, 65536});
   /*    88 loss      LMHEAD_CE          loss  live 22.6 MiB */
-  snrt_lmce(c, &P88, F(0x15aec00), F(0x0), I(0x1691c00), F(0x16a4c00), F(0x162ec00), F(0x1680c00), F(0x166ec00));
+  snrt_lmce(c, &P88, F(0x15aec00), F(0x0), I(0x1691c00), F(0x16a4c00), F(0x162ec00), F(0x1680c00), NULL, F(0x166ec00));
   snrt_dead(c, 0x15aec00, 262144);
   snrt_dead(c, 0x166ec00, 73728);
   snrt_reads(c, 89, 5, (const int64_t[]){0x15eec00, 262144, 0x162ec00, 262144, 0xd7400, 256, 0x16a2c00, 4096, 0x16a3c00, 4096});
@@ -1809,15 +1809,15 @@ static void train_step_0(snrt_ctx *c) {
   snrt_add(c, 65536, F(0xcaec00), F(0xaaec00), F(0xcaec00));
   snrt_dead(c, 0xaaec00, 262144);
   snrt_reads(c, 135, 3, (const int64_t[]){0xa6700, 256, 0xaeec00, 256, 0x108300, 256});
-  /*   135 update    SGD                blocks.3.ln1.weight/sgd  live 17.0 MiB */
+  /*   135 update    SGD                blocks.3.ln1.weight/sgd  live 17.1 MiB */
   snrt_sgd(c, &P122, F(0xa6700), F(0xaeec00), F(0x108300));
   snrt_dead(c, 0xaeec00, 256);
   snrt_reads(c, 136, 3, (const int64_t[]){0xa6800, 256, 0xaeed00, 256, 0x108400, 256});
-  /*   136 update    SGD                blocks.3.ln1.bias/sgd  live 17.0 MiB */
+  /*   136 update    SGD                blocks.3.ln1.bias/sgd  live 17.1 MiB */
   snrt_sgd(c, &P123, F(0xa6800), F(0xaeed00), F(0x108400));
   snrt_dead(c, 0xaeed00, 256);
   snrt_reads(c, 137, 1, (const int64_t[]){0xcaec00, 262144});
-  /*   137 backward  BINARY_BWD         /blocks.2/Add_2/bwd  live 17.5 MiB */
+  /*   137 backward  BINARY_BWD         /blocks.2/Add_2/bwd  live 17.6 MiB */
   snrt_binary_bwd(c, &P65, NULL, NULL, F(0xcaec00), F(0xaaec00), F(0xaeec00));
   snrt_dead(c, 0xcaec00, 262144);
   snrt_reads(c, 138, 2, (const int64_t[]){0xaeec00, 262144, 0x9aec00, 1048576});
@@ -1836,11 +1836,11 @@ static void train_step_0(snrt_ctx *c) {
   snrt_sgd(c, &P127, F(0x96600), F(0xb2ec00), F(0x108500));
   snrt_dead(c, 0xb2ec00, 65536);
   snrt_reads(c, 142, 3, (const int64_t[]){0xa6600, 256, 0xb3ec00, 256, 0x118500, 256});
-  /*   142 update    SGD                blocks.2.fc2.bias/sgd  live 17.0 MiB */
+  /*   142 update    SGD                blocks.2.fc2.bias/sgd  live 17.1 MiB */
   snrt_sgd(c, &P128, F(0xa6600), F(0xb3ec00), F(0x118500));
   snrt_dead(c, 0xb3ec00, 256);
   snrt_reads(c, 143, 2, (const int64_t[]){0x7aec00, 1048576, 0x9aec00, 1048576});
-  /*   143 backward  FUSED_BWD          /blocks.2/Mul_2/fused5/bwd  live 17.0 MiB */
+  /*   143 backward  FUSED_BWD          /blocks.2/Mul_2/fused5/bwd  live 17.1 MiB */
   snrt_fused_bwd(c, &P129, (const float *const[]){F(0x7aec00)}, NULL, F(0x9aec00), (float *const[]){F(0x9aec00)});
   snrt_dead(c, 0x7aec00, 1048576);
   snrt_reads(c, 144, 2, (const int64_t[]){0x9aec00, 1048576, 0x136ec00, 262144});
@@ -1859,7 +1859,7 @@ static void train_step_0(snrt_ctx *c) {
   snrt_sgd(c, &P133, F(0x86200), F(0x7eec00), F(0x118600));
   snrt_dead(c, 0x7eec00, 65536);
   snrt_reads(c, 148, 3, (const int64_t[]){0x96200, 1024, 0x7fec00, 1024, 0x128600, 1024});
-  /*   148 update    SGD                blocks.2.fc.bias/sgd  live 15.0 MiB */
+  /*   148 update    SGD                blocks.2.fc.bias/sgd  live 15.1 MiB */
   snrt_sgd(c, &P134, F(0x96200), F(0x7fec00), F(0x128600));
   snrt_dead(c, 0x7fec00, 1024);
   snrt_reads(c, 149, 5, (const int64_t[]){0x132ec00, 262144, 0x7aec00, 262144, 0x75c00, 256, 0x169cc00, 4096, 0x169dc00, 4096});
@@ -2360,7 +2360,7 @@ static void train_step_0(snrt_ctx *c) {
   snrt_dead(c, 0x1693c00, 4096);
   snrt_dead(c, 0x26ec00, 262144);
   snrt_reads(c, 269, 2, (const int64_t[]){0x3aec00, 262144, 0x1aec00, 262144});
-  /*   269 backward  ACCUMULATE         /blocks.0/ln1/Add_1/layernorm/accumulate  live 2.2 MiB */
+  /*   269 backward  ACCUMULATE         /blocks.0/ln1/Add_1/layernorm/accumulate  live 2.3 MiB */
   snrt_add(c, 65536, F(0x3aec00), F(0x1aec00), F(0x3aec00));
   snrt_dead(c, 0x1aec00, 262144);
   snrt_reads(c, 270, 3, (const int64_t[]){0x14000, 256, 0x1eec00, 256, 0x19aa00, 256});
@@ -2392,7 +2392,7 @@ static void train_step_0(snrt_ctx *c) {
   snrt_add(c, 16384, F(0x1680c00), F(0x1eec00), F(0x1680c00));
   snrt_dead(c, 0x1eec00, 65536);
   snrt_reads(c, 277, 3, (const int64_t[]){0x0, 65536, 0x1680c00, 65536, 0x19ec00, 65536});
-  /*   277 update    SGD                wte.weight/sgd  live 1.7 MiB */
+  /*   277 update    SGD                wte.weight/sgd  live 1.8 MiB */
   snrt_sgd(c, &P224, F(0x0), F(0x1680c00), F(0x19ec00));
   snrt_dead(c, 0x1680c00, 65536);
 }
@@ -2407,7 +2407,7 @@ static void eval_step_0(snrt_ctx *c) {
   /*   278 eval      Gather             /wte/Gather/eval  live 1.9 MiB */
   snrt_gather_fwd(c, &P0, F(0x0), I(0x1690c00), F(0x1aec00));
   snrt_reads(c, 279, 1, (const int64_t[]){0x10000, 16384});
-  /*   279 eval      Gather             /wpe/Gather/eval  live 1.9 MiB */
+  /*   279 eval      Gather             /wpe/Gather/eval  live 2.0 MiB */
   snrt_gather_fwd(c, &P1, F(0x10000), NULL, F(0x1eec00));
   snrt_reads(c, 280, 2, (const int64_t[]){0x1aec00, 262144, 0x1eec00, 16384});
   /*   280 eval      Add                /Add/eval  live 2.2 MiB */
@@ -2776,12 +2776,13 @@ static void eval_step_0(snrt_ctx *c) {
   snrt_dead(c, 0x1aec00, 262144);
   snrt_reads(c, 365, 3, (const int64_t[]){0x1eec00, 262144, 0xd7400, 256, 0xd7500, 256});
   /*   365 eval      LayerNormalization /lnf/Add_1/layernorm/eval  live 2.2 MiB */
-  snrt_ln_fwd(c, &P87, F(0x1eec00), F(0xd7400), F(0xd7500), F(0x2aec00), NULL, NULL);
+  snrt_ln_fwd(c, &P87, F(0x1eec00), F(0xd7400), F(0xd7500), F(0x1aec00), NULL, NULL);
   snrt_dead(c, 0x1eec00, 262144);
-  snrt_reads(c, 366, 2, (const int64_t[]){0x2aec00, 262144, 0x0, 65536});
-  /*   366 eval      MatMul             /head/MatMul/eval  live 2.9 MiB */
-  snrt_matmul(c, &P225, F(0x2aec00), F(0x0), F(0x1aec00));
-  snrt_dead(c, 0x2aec00, 262144);
+  snrt_reads(c, 366, 2, (const int64_t[]){0x1aec00, 262144, 0x0, 65536});
+  /*   366 eval      LMHEAD_CE          /head/MatMul/eval  live 2.0 MiB */
+  snrt_lmce(c, &P225, F(0x1aec00), F(0x0), I(0x1691c00), NULL, NULL, NULL, F(0x200c00), F(0x1eec00));
+  snrt_dead(c, 0x1aec00, 262144);
+  snrt_dead(c, 0x1eec00, 73728);
 }
 
 static void eval_step(snrt_ctx *c) {
@@ -2792,7 +2793,7 @@ static const snrt_tensor tensors[] = {
   {"idx", SNRT_T_INPUT, SNRT_I32, 2, {16, 64}, 4096, 23661568, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"labels", SNRT_T_LABEL, SNRT_I32, 2, {16, 64}, 4096, 23665664, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"loss", SNRT_T_LOSS, SNRT_F32, 1, {1}, 4, 23743488, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
-  {"logits@eval", SNRT_T_LOGITS, SNRT_F32, 3, {16, 64, 256}, 1048576, 1764352, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
+  {"logits@eval", SNRT_T_LOGITS, SNRT_F32, 2, {1024, 2}, 8192, 2100224, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"wte.weight", SNRT_T_PARAM, SNRT_F32, 2, {256, 64}, 65536, 0, -1, SNRT_INIT_FILE, 0, 0, 5, {6, -1}},
   {"wte.weight.grad", SNRT_T_GRAD, SNRT_F32, 2, {256, 64}, 65536, 23596032, -1, SNRT_INIT_NONE, 0, -1, -1, {-1, -1}},
   {"wte.weight.momentum", SNRT_T_OPT, SNRT_F32, 2, {256, 64}, 65536, 1698816, -1, SNRT_INIT_ZERO, 0, -1, -1, {-1, -1}},
@@ -3243,6 +3244,7 @@ const snrt_model snrt_the_model = {
   .tensors = tensors,
   .input = 0, .label = 1, .loss = 2, .logits = 3,
   .classes = 256,
+  .lm_rows = 1,
   .loss_kind = SNRT_LOSS_SOFTMAX_CE,
   .opt_kind = SNRT_OPT_SGD,
   .lr = 0.00999999978f,

@@ -24,7 +24,7 @@ bool rt_evaluate(snrt_ctx *c, const rt_data *d, rt_eval *r) {
    * (Flatten(axis=0), Gemm(transA)): only those rows are scored, never read
    * past the output. */
   int P = rt_label_positions(m);
-  int64_t V = m->classes, R = lg->nbytes / 4 / (V ? V : 1);
+  int64_t V = m->classes, R = m->lm_rows ? lg->nbytes / 8 : lg->nbytes / 4 / (V ? V : 1);
   float *x = rt_xmalloc((size_t)in->nbytes);
   float *logits = rt_xmalloc((size_t)lg->nbytes);
   int32_t *lab = rt_xmalloc(sizeof(int32_t) * (size_t)B * (size_t)P);
@@ -49,6 +49,14 @@ bool rt_evaluate(snrt_ctx *c, const rt_data *d, rt_eval *r) {
     snrt_dev_sync(c);
     snrt_dev_download(c, logits, lg->offset, lg->nbytes);
     int64_t nq = (int64_t)rows * P < R ? (int64_t)rows * P : R;
+    if (m->lm_rows) {   /* the chunked head's summary: per row its loss term and argmax */
+      for (int64_t q = 0; q < nq; q++) {
+        correct += (int32_t)logits[2 * q + 1] == lab[q];
+        loss += logits[2 * q];
+      }
+      done += rows;
+      continue;
+    }
     for (int64_t q = 0; q < nq; q++) {
       const float *l = logits + q * V;
       int i = (int)q;   /* the label row (the sample unless P > 1) */
@@ -117,16 +125,19 @@ void rt_generate(snrt_ctx *c, const rt_opts *o) {
   unsigned char *text = rt_xmalloc((size_t)n);
   memcpy(text, prompt, (size_t)np);
   int32_t *x = rt_xmalloc((size_t)in->nbytes);
-  float *logits = rt_xmalloc((size_t)lg->nbytes);
+  /* the logits, (B, T, V): downloaded, or (the chunked head) written by it */
+  float *logits = rt_xmalloc(sizeof(float) * (size_t)(B * T * V));
   printf("%s: generated (%lld bytes after the prompt):\n%s", rt_prog, (long long)o->generate, prompt);
   for (int64_t len = np; len < n && !rt_stop_signal; len++) {
     int64_t w = len < T ? len : T;
     memset(x, 0, (size_t)in->nbytes);
     for (int64_t j = 0; j < w; j++) x[j] = text[len - w + j];
     snrt_dev_upload(c, in->offset, x, in->nbytes);
+    if (m->lm_rows) c->lm_sink = logits;
     m->eval_step(c);
     snrt_dev_sync(c);
-    snrt_dev_download(c, logits, lg->offset, lg->nbytes);
+    c->lm_sink = NULL;
+    if (!m->lm_rows) snrt_dev_download(c, logits, lg->offset, lg->nbytes);
     const float *l = logits + (w - 1) * V;
     int top[GEN_TOP_K];
     int k = 0;

@@ -135,13 +135,23 @@ static void lmce_logits(snrt_ctx *c, const snrt_lmce_t *p, const float *h, const
   snrt_matmul(c, &mm, h + r * p->k, w, z);
 }
 
-/* Per chunk: its logits; each row's log-sum-exp (in parallel); the rows'
- * terms added in row order in double, as snrt_softmax_ce_fwd adds them (equal
- * logits give an equal loss); the logits turned in place into
- * (softmax - onehot) / n; then dh's rows = alpha * d W (or d W^T) and
- * dW += alpha * d^T h_r (or h_r^T d), the first chunk writing dW (beta 0). */
+/* The index of x's largest element (the first of equal ones). */
+static int64_t argmax_row(const float *x, int64_t n) {
+  int64_t best = 0;
+  for (int64_t k = 1; k < n; k++)
+    if (x[k] > x[best]) best = k;
+  return best;
+}
+
+/* Per chunk: its logits (copied to the sink where one is set); each row's
+ * log-sum-exp (in parallel); the rows' terms added in row order in double,
+ * as snrt_softmax_ce_fwd adds them (equal logits give an equal loss), or
+ * (the eval step) written per row with the argmax; the logits turned in
+ * place into (softmax - onehot) / n; then dh's rows = alpha * d W (or d W^T)
+ * and dW += alpha * d^T h_r (or h_r^T d), the first chunk writing dW (beta 0). */
 void snrt_lmce(snrt_ctx *c, const snrt_lmce_t *p, const float *h, const float *w,
-               const int32_t *labels, float *loss, float *dh, float *dw, float *ws) {
+               const int32_t *labels, float *loss, float *dh, float *dw, float *rows_out,
+               float *ws) {
   const int64_t V = p->classes;
   const double inv_n = 1.0 / p->n;
   double *lse = (double *)ws;   /* n doubles first: aligned as the workspace is */
@@ -151,12 +161,18 @@ void snrt_lmce(snrt_ctx *c, const snrt_lmce_t *p, const float *h, const float *w
   for (int64_t r = 0; r < p->n; r += p->chunk) {
     int64_t rows = p->n - r < p->chunk ? p->n - r : p->chunk;
     lmce_logits(c, p, h, w, r, rows, z0);
+    if (c->lm_sink) memcpy(c->lm_sink + r * V, z0, sizeof(float) * (size_t)(rows * V));
 #pragma omp parallel for schedule(static) if (rows * V > KERN_PAR_MIN)
     for (int64_t i = 0; i < rows; i++) lse[r + i] = logsumexp(z0 + i * V, (int)V);
     for (int64_t i = 0; i < rows; i++) {
       int32_t t = labels[r + i];
-      if (t < 0 || t >= V) bad = true;
+      bool ok = t >= 0 && t < V;
+      if (!ok) bad = true;
       else total += lse[r + i] - z0[i * V + t];
+      if (rows_out) {
+        rows_out[2 * (r + i)] = ok ? (float)(lse[r + i] - z0[i * V + t]) : NAN;
+        rows_out[2 * (r + i) + 1] = (float)argmax_row(z0 + i * V, V);
+      }
     }
     if (!(p->need & 3)) continue;
 #pragma omp parallel for schedule(static) if (rows * V > KERN_PAR_MIN)
@@ -174,5 +190,5 @@ void snrt_lmce(snrt_ctx *c, const snrt_lmce_t *p, const float *h, const float *w
       else snrt_matmul(c, &mm, h + r * p->k, z0, dw);
     }
   }
-  *loss = bad ? NAN : (float)(total / p->n);
+  if (loss) *loss = bad ? NAN : (float)(total / p->n);
 }

@@ -251,17 +251,50 @@ void snrt_adam(snrt_ctx *c, const snrt_adam_t *p, float *w, const float *g, floa
 
 /* ---- the chunked LM head and cross-entropy (snrt_lmce_t) ------------------------- */
 
+/* The index of x's largest element, the first of equal ones (as the
+ * CPU's): each thread its strided share in order, then a tree over shared
+ * memory that keeps the larger value, or the lower index of equal ones.
+ * Every thread of the block (ROW_THREADS, a power of two) calls it. */
+__device__ int64_t block_argmax(const float *x, int64_t n) {
+  __shared__ float sv[ROW_THREADS];
+  __shared__ int64_t si[ROW_THREADS];
+  float bv = -INFINITY;
+  int64_t bi = -1;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+    if (bi < 0 || x[j] > bv) bv = x[j], bi = j;
+  sv[threadIdx.x] = bv, si[threadIdx.x] = bi;
+  __syncthreads();
+  for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) {
+      float v = sv[threadIdx.x + s];
+      int64_t i = si[threadIdx.x + s], mine = si[threadIdx.x];
+      if (i >= 0 && (mine < 0 || v > sv[threadIdx.x] || (v == sv[threadIdx.x] && i < mine)))
+        sv[threadIdx.x] = v, si[threadIdx.x] = i;
+    }
+    __syncthreads();
+  }
+  int64_t best = si[0];
+  __syncthreads();   /* before a next call writes the arrays again */
+  return best;
+}
+
 /* One block per row of the chunk (rows r0 .. r0 + rows): its term
- * logsumexp - logit[label] into row_loss[r0 + i] (NaN for a bad label). */
+ * logsumexp - logit[label] into row_loss[r0 + i] (NaN for a bad label);
+ * with rows_out (the eval step), the term and the row's argmax there too. */
 __global__ void k_lmce_rows(int64_t rows, int64_t classes, const float *z, const int32_t *labels,
-                            float *row_loss) {
+                            float *row_loss, float *rows_out) {
   for (int64_t i = blockIdx.x; i < rows; i += gridDim.x) {
     const float *x = z + i * classes;
     float mx, s;
     ce_max_sum(x, classes, &mx, &s);
     int lab = labels[i];
     float lx = (lab >= 0 && lab < classes) ? x[lab] : __int_as_float(0x7fc00000);
-    if (threadIdx.x == 0) row_loss[i] = logf(s) + mx - lx;
+    float term = logf(s) + mx - lx;
+    if (threadIdx.x == 0) row_loss[i] = term;
+    if (rows_out) {
+      int64_t best = block_argmax(x, classes);
+      if (threadIdx.x == 0) rows_out[2 * i] = term, rows_out[2 * i + 1] = (float)best;
+    }
   }
 }
 
@@ -282,11 +315,14 @@ static void lmce_logits(snrt_ctx *c, const snrt_lmce_t *p, const float *h, const
   snrt_matmul(c, &mm, h + r * p->k, w, z);
 }
 
-/* Per chunk: its logits, each row's loss term (k_lmce_rows), the logits in
- * place into the gradient (k_ce_bwd), dh's rows and dW (added to after the
- * first chunk); at the end the mean of the terms in a fixed order. */
+/* Per chunk: its logits (copied to the host sink where one is set, in
+ * stream order: the next chunk's product waits for the copy), each row's
+ * loss term (k_lmce_rows; the eval step's summary), the logits in place
+ * into the gradient (k_ce_bwd), dh's rows and dW (added to after the first
+ * chunk); at the end the mean of the terms in a fixed order. */
 void snrt_lmce(snrt_ctx *c, const snrt_lmce_t *p, const float *h, const float *w,
-               const int32_t *labels, float *loss, float *dh, float *dw, float *ws) {
+               const int32_t *labels, float *loss, float *dh, float *dw, float *rows_out,
+               float *ws) {
   if (p->n <= 0) return;
   float *row_loss = ws;   /* the workspace's first n doubles: n floats here */
   float *z = (float *)((double *)ws + p->n);
@@ -294,8 +330,13 @@ void snrt_lmce(snrt_ctx *c, const snrt_lmce_t *p, const float *h, const float *w
   for (int64_t r = 0; r < p->n; r += p->chunk) {
     int64_t rows = p->n - r < p->chunk ? p->n - r : p->chunk;
     lmce_logits(c, p, h, w, r, rows, z);
+    if (c->lm_sink)
+      CUDA_CHECK(cudaMemcpyAsync(c->lm_sink + r * p->classes, z,
+                                 sizeof(float) * (size_t)(rows * p->classes),
+                                 cudaMemcpyDeviceToHost, st));
     k_lmce_rows<<<row_blocks(rows), ROW_THREADS, 0, st>>>(rows, p->classes, z, labels + r,
-                                                          row_loss + r);
+                                                          row_loss + r,
+                                                          rows_out ? rows_out + 2 * r : NULL);
     SNRT_LAUNCH_CHECK();
     if (!(p->need & 3)) continue;
     k_ce_bwd<<<row_blocks(rows), ROW_THREADS, 0, st>>>(rows, p->classes, 1.0f / (float)p->n, z,
@@ -316,6 +357,7 @@ void snrt_lmce(snrt_ctx *c, const snrt_lmce_t *p, const float *h, const float *w
       else snrt_matmul(c, &mm, h + r * p->k, z, dw);
     }
   }
+  if (!loss) return;
   k_lmce_total<<<1, 1024, 0, st>>>(p->n, row_loss, loss);
   SNRT_LAUNCH_CHECK();
 }
