@@ -593,7 +593,7 @@ static bool chunk_loss(Graph *g) {
                                 p->stride_y == p->m * p->n);
   int h = m->in[0], w = m->in[1];
   if (!rows || p->trans_a || p->beta != 0 || h < 0 || w < 0 || g->t[w].kind == TK_CONST ||
-      p->n != y->dims[2] || p->batch * p->m != y->dims[0] * y->dims[1])
+      p->n != y->dims[2] || y->dims[0] != g->batch || p->batch * p->m != y->dims[0] * y->dims[1])
     return false;
   for (int t = 0; t < g->nt; t++)
     if (g->t[t].is_output && t != g->output) return false;   /* --all-outputs */

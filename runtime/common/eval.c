@@ -125,8 +125,9 @@ void rt_generate(snrt_ctx *c, const rt_opts *o) {
   unsigned char *text = rt_xmalloc((size_t)n);
   memcpy(text, prompt, (size_t)np);
   int32_t *x = rt_xmalloc((size_t)in->nbytes);
-  /* the logits, (B, T, V): downloaded, or (the chunked head) written by it */
-  float *logits = rt_xmalloc(sizeof(float) * (size_t)(B * T * V));
+  /* the logits: downloaded, or (the chunked head) written by it, (B, positions, V) */
+  float *logits = rt_xmalloc(m->lm_rows ? sizeof(float) * (size_t)(B * m->positions * V)
+                                        : (size_t)lg->nbytes);
   printf("%s: generated (%lld bytes after the prompt):\n%s", rt_prog, (long long)o->generate, prompt);
   for (int64_t len = np; len < n && !rt_stop_signal; len++) {
     int64_t w = len < T ? len : T;

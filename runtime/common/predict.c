@@ -78,17 +78,23 @@ void rt_predict(rt_run *r) {
   int nwhole = 0;
   for (int k = 0; k < no; k++) {
     const snrt_tensor *t = &m->tensors[outs[k]];
-    if (t->dtype != SNRT_F32)
+    if (t->dtype != SNRT_F32) {
+      free(rank), free(dims), free(bytes);   /* nothing leaks past an error */
       rt_fail(SNRT_EXIT_DATA, "--predict: output '%s' is not a float32 tensor", t->name);
+    }
     nwhole += rank[k] < 1 || dims[k][0] != B;
   }
   rt_data *d = rt_data_load_inputs(o->predict, m, o);
   int64_t n = rt_data_count(d);
-  if (n < 1) rt_fail(SNRT_EXIT_DATA, "%s has no samples", o->predict);
+  if (n < 1) {
+    free(rank), free(dims), free(bytes);
+    rt_fail(SNRT_EXIT_DATA, "%s has no samples", o->predict);
+  }
   for (int k = 0; k < no && nwhole && n != B; k++) {
     const snrt_tensor *t = &m->tensors[outs[k]];
     if (rank[k] >= 1 && dims[k][0] == B) continue;
     rt_data_free(d);   /* nothing leaks past the error (the sanitized tests) */
+    free(rank), free(dims), free(bytes);
     rt_fail(SNRT_EXIT_DATA, "--predict: output '%s' does not have the batch (%d) as its first "
             "dimension, so its rows cannot be told apart by sample; it can be written whole "
             "only when the input is exactly one batch (%lld samples given)", t->name, B,

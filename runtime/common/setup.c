@@ -93,7 +93,8 @@ static void check_model(const rt_opts *o, const snrt_model *m, int *argc, char *
     rt_fail(SNRT_EXIT_DATA, "the compiled model descriptor is inconsistent (input/label/loss/logits)");
 
   if (o->generate && (m->tensors[m->input].dtype != SNRT_I32 || m->classes != 256 ||
-                      rt_label_positions(m) < 2))
+                      rt_label_positions(m) < 2 ||
+                      rt_label_positions(m) != m->tensors[m->input].nbytes / 4 / m->batch))
     rt_fail(SNRT_EXIT_USAGE, "--generate needs a byte-level language model (token ids in, "
             "(batch, T, 256) logits out)");
 }
