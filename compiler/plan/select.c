@@ -137,26 +137,20 @@ static int walk_sets(const Graph *g, const Plan *base, Unit *u, int nu, const in
   int64_t peak0 = 0;
   for (int s = 0; s < ns; s++) peak0 = live[s] > peak0 ? live[s] : peak0;
   int nchosen = 0;
-  int64_t *pre = xmalloc(sizeof(int64_t) * (size_t)(ns + 1)), *suf = xmalloc(sizeof(int64_t) * (size_t)(ns + 1));
   RangeMax rm = {0};
   for (;;) {
     int P = 0;
     for (int s = 1; s < ns; s++)
       if (live[s] > live[P]) P = s;
-    if (by_gain) {   /* pre[s]: max of live[0..s); suf[s]: max of live[s..ns) */
-      pre[0] = 0, suf[ns] = 0;
-      for (int s = 0; s < ns; s++) pre[s + 1] = live[s] > pre[s] ? live[s] : pre[s];
-      for (int s = ns - 1; s >= 0; s--) suf[s] = live[s] > suf[s + 1] ? live[s] : suf[s + 1];
-      range_max_build(&rm, live, ns);
-    }
+    if (by_gain) range_max_build(&rm, live, ns);
     int best = -1;
     double best_gain = 0, best_dens = 0;
     for (int k = 0; k < nu; k++) {
       if (u[k].chosen || u[k].from >= P || u[k].to <= P) continue;
       double gain = 0, dens = (double)u[k].bytes / u[k].seconds;
       if (by_gain) {   /* the estimated peak with u[k] dropped: its idle steps lose its bytes */
-        int64_t out = pre[u[k].from + 1] > suf[u[k].to] ? pre[u[k].from + 1] : suf[u[k].to];
-        int64_t in = range_max(&rm, u[k].from + 1, u[k].to) - u[k].bytes;
+        int64_t a = range_max(&rm, 0, u[k].from + 1), b = range_max(&rm, u[k].to, ns);
+        int64_t out = a > b ? a : b, in = range_max(&rm, u[k].from + 1, u[k].to) - u[k].bytes;
         gain = (double)(live[P] - (out > in ? out : in)) / u[k].seconds;
       }
       if (best < 0 || gain > best_gain || (gain == best_gain && dens > best_dens))
@@ -169,7 +163,7 @@ static int walk_sets(const Graph *g, const Plan *base, Unit *u, int nu, const in
     for (int s = 0; s < ns; s++) pk = live[s] > pk ? live[s] : pk;
     order[nchosen] = best, peak_after[nchosen++] = pk;
   }
-  free(pre), free(suf), range_max_free(&rm);
+  range_max_free(&rm);
   /* The sets: prefixes at SELECT_SETS levels of the estimated peak. */
   int n = n0;
   if (nchosen) {
