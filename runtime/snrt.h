@@ -787,6 +787,13 @@ void snrt_math_bwd(snrt_ctx *c, const snrt_math_t *p, const float *x, const floa
 void snrt_fused_fwd(snrt_ctx *c, const snrt_fused_t *p, const float *const *in, float *y);
 void snrt_fused_bwd(snrt_ctx *c, const snrt_fused_t *p, const float *const *in, const float *y,
                     const float *dy, float *const *dx);
+/* The same backward, given every input (have: all bits; use_y 0), also
+ * writing the chain's output y_put: the registers it recomputes are the
+ * forward's, bit for bit, so the planner can rebuild a dropped output in the
+ * backward step (compiler/plan/recompute.c, "carried rebuilds") for the
+ * write of y alone. */
+void snrt_fused_bwd_y(snrt_ctx *c, const snrt_fused_t *p, const float *const *in, const float *dy,
+                      float *const *dx, float *y_put);
 /* bias may be NULL; mean/rstd may be NULL (inference). */
 void snrt_ln_fwd(snrt_ctx *c, const snrt_ln_t *p, const float *x, const float *scale,
                  const float *bias, float *y, float *mean, float *rstd);

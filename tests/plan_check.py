@@ -369,7 +369,10 @@ def check_plan(p):
         for st in steps[:tr]:
             assert st["est_seconds"] >= 0, st
             if st["kind"] not in ("offload", "prefetch"):
-                by["recompute" if st["kind"] == "recompute" else "compute"] += st["est_seconds"]
+                extra = st.get("rebuild_seconds") or 0.0   # a carrier: its rebuild's part
+                assert 0 <= extra <= st["est_seconds"], st
+                by["recompute" if st["kind"] == "recompute" else "compute"] += st["est_seconds"] - extra
+                by["recompute"] += extra
         for k in by:
             assert abs(by[k] - p[k + "_seconds"]) <= 1e-12 + 1e-6 * p["est_step_seconds"], (k, by[k], p)
         assert all(st.get("est_seconds") is None for st in steps[tr:])

@@ -2,7 +2,7 @@
 the GPT of the planner issue (4 layers, 8 heads, 256 wide, T = 256,
 vocabulary 256, batch 8, h200 costs) planned at 40 budgets from its liveness
 arena down to 40% of it, and a small GPT trained bit-identically to `none`
-under a plan of that family."""
+under a plan of that family (carried rebuilds included)."""
 import json
 import os
 import sys
@@ -66,12 +66,26 @@ def test_gpt_budget_sweep(gpt, tmp_path):
     half = plan(gpt, 8, tmp, "--budget", str(L // 2))
     rebuilt = [s["op"] for s in half["steps"] if s["kind"] == "recompute"]
     assert "Softmax" in rebuilt and "MatMul" in rebuilt, rebuilt
-    for frac in (0.75, 0.5):
+    # The planner issue's goals, on the plans' own estimates (h200 costs):
+    # within 1.03x the liveness step at 75% of its arena, 1.10x at 50%. Both
+    # need the GELU outputs rebuilt by their chains' backward steps (carried
+    # rebuilds: the write of the output alone); by recompute steps the best
+    # per-tensor sets were 1.0301x and 1.1006x.
+    for frac, goal in ((0.75, 1.03), (0.5, 1.10)):
         p = plan(gpt, 8, tmp, "--budget", str(int(L * frac)))
-        print("GPT at %d%% of the liveness arena: arena %.1f MiB, est. %.3f x the liveness "
-              "step, %d tensors rebuilt" % (100 * frac, p["arena_bytes"] / MiB,
-                                            p["est_step_seconds"] / live["est_step_seconds"],
-                                            p["selected_rebuilds"]))
+        ratio = p["est_step_seconds"] / live["est_step_seconds"]
+        print("GPT at %d%% of the liveness arena: arena %.1f MiB, est. %.4f x the liveness "
+              "step, %d tensors rebuilt, %d by carriers" % (100 * frac, p["arena_bytes"] / MiB,
+                                                          ratio, p["selected_rebuilds"],
+                                                          p["carried_rebuilds"]))
+        assert ratio <= goal, (frac, ratio)
+        assert p["carried_rebuilds"] > 0, frac
+        carriers = [s for s in p["steps"] if "rebuilds" in s]
+        assert len(carriers) == p["carried_rebuilds"], carriers
+        for s in carriers:   # a fused chain's backward that also writes the chain's output
+            assert s["kind"] == "backward" and s["op"] == "FUSED_BWD", s
+            out = p["instances"][s["rebuilds"]]
+            assert out["first"] == s["index"] and out["tensor"].endswith("_output_0"), out
 
 
 def test_selective_plan_trains_bit_identically(tmp_path):
@@ -93,6 +107,7 @@ def test_selective_plan_trains_bit_identically(tmp_path):
             chosen.append((int(L * frac), p["arena_bytes"]))
     assert len(chosen) >= 2, chosen
     base = train3(path, 4, "none", os.path.join(tmp, "none"), *flags)
+    carried = 0
     for b, _ in chosen[:2]:
         out = os.path.join(tmp, "auto%d" % b)
         dump = train3(path, 4, "auto", out, "--budget", str(b), *flags)
@@ -100,3 +115,9 @@ def test_selective_plan_trains_bit_identically(tmp_path):
         assert not bad, (b, bad[:5])
         p = json.load(open(os.path.join(out, "plan.json")))
         assert p["selected_rebuilds"] > 0 and any(s["kind"] == "recompute" for s in p["steps"])
+        carried += p["carried_rebuilds"]
+        if p["carried_rebuilds"]:   # the program calls the carrier's kernel
+            assert "snrt_fused_bwd_y(" in open(os.path.join(out, "train.c")).read()
+    # a GELU output rebuilt by its chain's backward step (snrt_fused_bwd_y)
+    # gives the forward's bits: the weight gradient it feeds would differ
+    assert carried > 0

@@ -175,15 +175,17 @@ void emit_fused(Emit *e, const Graph *g, const Node *n) {
   fprintf(OUT, ", %s);\n", emit_out(e, 0));
 }
 /* FUSED_BWD: inputs the forward's (-1 where not read), y (or -1), dy;
- * outputs the needed gradients. */
+ * outputs the needed gradients. A carrier (aux 1, compiler/plan/recompute.c)
+ * has every input and one more output: the chain's y, rebuilt. */
 void emit_fused_bwd(Emit *e, const Graph *g, const Node *n) {
   (void)g;
-  fprintf(OUT, "  snrt_fused_bwd(c, %s, ", p_fused(e, n->p));
+  int ndx = n->aux ? n->nout - 1 : n->nout;
+  fprintf(OUT, "  snrt_fused_bwd%s(c, %s, ", n->aux ? "_y" : "", p_fused(e, n->p));
   fused_ins(e, n, n->nin - 2);
-  fprintf(OUT, ", %s", emit_in(e, n->nin - 2));
+  if (!n->aux) fprintf(OUT, ", %s", emit_in(e, n->nin - 2));
   fprintf(OUT, ", %s, (float *const[]){", emit_in(e, n->nin - 1));
-  for (int k = 0; k < n->nout; k++) fprintf(OUT, "%s%s", k ? ", " : "", emit_out(e, k));
-  fprintf(OUT, "});\n");
+  for (int k = 0; k < ndx; k++) fprintf(OUT, "%s%s", k ? ", " : "", emit_out(e, k));
+  fprintf(OUT, "}%s%s);\n", n->aux ? ", " : "", n->aux ? emit_out(e, ndx) : "");
 }
 
 /* LAYERNORM: inputs x, scale, bias (optional); outputs y, saved mean, saved

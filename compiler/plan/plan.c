@@ -39,9 +39,10 @@ int policy_parse(const char *s) {
 void plan_estimate(const Graph *g, Plan *pl, const DeviceProfile *dev) {
   const Route *r = pl->route;
   double *t = cost_step_times(g, pl, dev);
-  free(pl->step_seconds);
+  free(pl->step_seconds), free(pl->step_rebuild);
   pl->nstep_seconds = r->train_steps;
   pl->step_seconds = xcalloc((size_t)(r->train_steps ? r->train_steps : 1), sizeof(double));
+  pl->step_rebuild = xcalloc((size_t)(r->train_steps ? r->train_steps : 1), sizeof(double));
   pl->compute_seconds = pl->recompute_seconds = pl->step_flops = pl->recompute_flops = 0;
   double copy_off = 0, copy_pf = 0;
   for (int s = 0; s < r->train_steps; s++) {
@@ -60,6 +61,10 @@ void plan_estimate(const Graph *g, Plan *pl, const DeviceProfile *dev) {
     if (st->kind == SK_RECOMPUTE) {
       pl->recompute_flops += fl;
       pl->recompute_seconds += t[s];
+    } else if (n->op == OP_FUSED_BWD && n->aux) {   /* a carrier: its plain step's time is compute */
+      double plain = rc_node_seconds(g, pl, &g->n[n->twin], dev);
+      pl->compute_seconds += plain;
+      pl->recompute_seconds += pl->step_rebuild[s] = t[s] - plain;
     } else {
       pl->compute_seconds += t[s];
     }
@@ -152,6 +157,9 @@ Plan *plan_clone(const Plan *pl) {
   c->step_seconds = pl->step_seconds
       ? dup_array(pl->step_seconds, (size_t)(pl->nstep_seconds ? pl->nstep_seconds : 1), sizeof(double))
       : NULL;
+  c->step_rebuild = pl->step_rebuild
+      ? dup_array(pl->step_rebuild, (size_t)(pl->nstep_seconds ? pl->nstep_seconds : 1), sizeof(double))
+      : NULL;
   c->auto_log = NULL;
   return c;
 }
@@ -160,7 +168,7 @@ void plan_free(Plan *pl) {
   if (!pl) return;
   route_free(pl->route);
   free(pl->inst), free(pl->tensor_inst), free(pl->live_bytes), free(pl->high_water);
-  free(pl->auto_log), free(pl->ckpt), free(pl->step_seconds), free(pl);
+  free(pl->auto_log), free(pl->ckpt), free(pl->step_seconds), free(pl->step_rebuild), free(pl);
 }
 
 void plan_pack(const Graph *g, Plan *pl) {

@@ -119,6 +119,7 @@ typedef struct Plan {
   int64_t seg_bytes;       // ... and the segment size asked for
   int selected;            // auto's per-tensor rebuilds (select.c): tensors dropped (0: none)
   int64_t selected_bytes;  // ... the bytes of those a backward step reads
+  int carried;             // ... of them, rebuilt by a backward step's carrier (recompute.c)
   int opt_cuts;            // auto's optimal persistent schedule (optimal.c): the chain's cuts
                            // (0: not used)
   int opt_kept;            // ... of them, kept from the forward pass
@@ -148,6 +149,8 @@ typedef struct Plan {
   double *step_seconds;    // per training step: the cost model's seconds (plan_estimate; a copy's
                            // its transfer); NULL before the first estimate
   int nstep_seconds;
+  double *step_rebuild;    // ... of them, what a carrier step adds to its plain step (its
+                           // rebuild, counted in recompute_seconds); 0 elsewhere
   int64_t ws_cap;          // cuda target: conv workspaces lent up to this (workspace.c); 0: not
 } Plan;
 
@@ -394,6 +397,7 @@ typedef struct RecomputeOpts {
                            // sets; NULL: the cheap rule or checkpoint mode decides)
   const struct RcTree *tree;   // with drop: what the rebuilds keep (optimal.c's schedules;
                                // NULL: each dropped tensor rebuilt once, speed-centric)
+  bool no_carry;           // with drop and no tree: no carried rebuilds (recompute.c)
 } RecomputeOpts;
 /* The keep rule of a persistent checkpointing schedule (optimal.c): the
  * cuts split the forward pass into intervals 0 .. n-1 (interval j starts at
@@ -423,6 +427,10 @@ int recompute_plan(Graph *g, Plan *pl, const RecomputeOpts *o);
  * are set by rc_chain_new. */
 typedef struct RcChain RcChain;
 RcChain *rc_chain_new(Graph *g, Plan *pl, const RecomputeOpts *o);
+/* Carried rebuilds (recompute.c): the carrier of FUSED_BWD node b (-1: none);
+ * per tensor, the step of route r whose carrier can rebuild it (-1). */
+int rc_carrier(Graph *g, int b);
+int *rc_carry_steps(Graph *g, const Route *r);
 void rc_chain_start(RcChain *c);
 bool rc_chain_escalate(RcChain *c, int64_t target);
 int64_t rc_chain_peak(const RcChain *c);     /* the live bytes targets are compared with */
@@ -463,7 +471,8 @@ void optimal_free(OptSchedule *s, int n);
 /* select.c: auto's per-tensor rebuild family: drop sets (each one
  * malloc'ed, per tensor; *sets malloc'ed), at most SELECT_SETS from each of
  * two greedy walks (bytes per second of rebuild; bytes taken off the
- * estimated peak per second); returns how many. */
+ * estimated peak per second), run again by the costs without carried
+ * rebuilds where some has one; returns how many. */
 enum { SELECT_SETS = 48 };
 int select_rebuild_sets(Graph *g, const Plan *base, const DeviceProfile *dev, bool ***sets);
 /* offload.c: inserts offload/prefetch steps for the selected tensors (those

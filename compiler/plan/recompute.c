@@ -27,6 +27,21 @@
  * regenerates its mask from the counter-based generator (same seed, step,
  * id), so the recomputed output equals the forward one bit for bit.
  *
+ * Carried rebuilds (auto's per-tensor sets): a fused elementwise chain's
+ * backward step that is given every input of the chain recomputes all its
+ * registers, the output's included, as the forward did; its carrier
+ * (rc_carrier: the same FUSED_BWD with aux 1 and the chain's output as one
+ * more output) writes that output too. Where the backward steps that read
+ * a dropped chain output t before that step can run after it (a weight
+ * gradient dW = t^T dy: nothing between writes what it reads or reads what
+ * it writes; can_defer), they are deferred past it, and t is rebuilt by the
+ * backward step for the write of t alone, not by a recompute step that
+ * reads the chain's inputs again (a GELU output, read by the next Gemm's
+ * weight gradient: half the bytes of its rebuild). Where something needs t
+ * before (another rebuild), t is rebuilt the usual way and the plain step
+ * runs. Bit-identical as the rest: the same kernel code computes the
+ * registers in both passes (runtime/snrt.h, snrt_fused_bwd_y).
+ *
  * Strategies, per segment (a connected group of dropped tensors between
  * checkpoints): speed-centric keeps each recomputed instance until its last
  * backward reader (recompute once); memory-centric recomputes what each
@@ -68,6 +83,10 @@ typedef struct RC {
   int nmade, capmade;
   int *stack;
   int capstack;
+  int *carry;              // per tensor: the old route's step whose carrier rebuilds it (-1),
+                           // or NULL (carried rebuilds: auto's per-tensor sets only)
+  int *defer_to;           // per old step: the carrier step it runs after (-1: in place)
+  int *dset;               // scratch for defer_set
 } RC;
 
 /* Checkpoint mode: the longest segment (in tensors) that may go memory-centric. */
@@ -151,6 +170,120 @@ static int recompute_node(RC *rc, int i) {
   return t;
 }
 
+/* The carrier of FUSED_BWD node b (-1: none): b with aux 1 and the chain's
+ * output as one more output, where b is given every input of its chain and
+ * the output is float32 (the kernel writes floats). Made once; b's twin
+ * holds it (-2: none), the carrier's twin holds b. */
+int rc_carrier(Graph *g, int b) {
+  if (b < 0 || g->n[b].op != OP_FUSED_BWD || g->n[b].aux) return -1;
+  if (g->n[b].twin != -1) return g->n[b].twin >= 0 ? g->n[b].twin : -1;
+  const snrt_fused_t *p = g->n[b].p;
+  int f = g->n[b].fwd;
+  int y = f >= 0 && g->n[f].op == OP_FUSED && g->n[f].nout == 1 ? g->n[f].out[0] : -1;
+  if (y < 0 || p->use_y || p->have != (1 << p->nin) - 1 || g->t[y].dtype != DT_FLOAT ||
+      g->n[b].nout + 1 > op_info[OP_FUSED_BWD].max_out) {
+    g->n[b].twin = -2;
+    return -1;
+  }
+  int nin = g->n[b].nin, nout = g->n[b].nout;
+  int *in = xmalloc(sizeof(int) * (size_t)nin), *out = xmalloc(sizeof(int) * (size_t)(nout + 1));
+  memcpy(in, g->n[b].in, sizeof(int) * (size_t)nin);
+  memcpy(out, g->n[b].out, sizeof(int) * (size_t)nout);
+  out[nout] = y;
+  char *name = xasprintf("%s/carry", g->n[b].name);
+  int c = graph_add_node(g, OP_FUSED_BWD, name, nin, in, nout + 1, out);
+  free(name), free(in), free(out);
+  g->n[c].phase = PH_RECOMPUTE;
+  g->n[c].fwd = f;
+  g->n[c].p = g->n[b].p;
+  g->n[c].aux = 1;
+  g->n[c].twin = b;
+  g->n[b].twin = c;
+  return c;
+}
+
+static bool has_int(const int *a, int n, int v) {
+  for (int k = 0; k < n; k++)
+    if (a[k] == v) return true;
+  return false;
+}
+
+static bool movable(const Step *x) {
+  return (x->kind == SK_BACKWARD || x->kind == SK_UPDATE) && x->node >= 0 && !x->nwait && !x->nkeep;
+}
+
+/* Whether a step y that stays reads or writes what a step x that moves past
+ * it writes, or writes what x reads. */
+static bool conflict(const Step *x, const Step *y) {
+  for (int k = 0; k < y->nout; k++)
+    if (y->out[k] >= 0 && (has_int(x->in, x->nin, y->out[k]) || has_int(x->out, x->nout, y->out[k])))
+      return true;
+  for (int k = 0; k < y->nin; k++)
+    if (y->in[k] >= 0 && has_int(x->out, x->nout, y->in[k])) return true;
+  if (y->ws >= 0 && (has_int(x->in, x->nin, y->ws) || has_int(x->out, x->nout, y->ws))) return true;
+  if (x->ws >= 0 && (has_int(y->in, y->nin, x->ws) || has_int(y->out, y->nout, x->ws))) return true;
+  return false;
+}
+
+/* The steps of route r that move with backward step q past step b (q < b),
+ * in order: q and the steps in (q, b) that read or write what one of them
+ * writes (the update of q's weight gradient). Where step b or a step that
+ * cannot move depends on them, or one that stays conflicts with one that
+ * moves, none can: returns 0. set: room for b - q steps. */
+static int defer_set(const Route *r, int q, int b, int *set) {
+  if (r->s[q].kind != SK_BACKWARD || !movable(&r->s[q])) return 0;
+  int n = 0;
+  set[n++] = q;
+  for (int s = q + 1; s <= b; s++) {
+    const Step *y = &r->s[s];
+    bool dep = false;
+    for (int j = 0; j < n && !dep; j++) {
+      const Step *x = &r->s[set[j]];
+      for (int k = 0; k < x->nout && !dep; k++)
+        dep = x->out[k] >= 0 && (has_int(y->in, y->nin, x->out[k]) || has_int(y->out, y->nout, x->out[k]));
+    }
+    if (dep && (s == b || !movable(y))) return 0;
+    if (dep) {
+      set[n++] = s;
+      continue;
+    }
+    for (int j = 0; j < n; j++)
+      if (conflict(&r->s[set[j]], y)) return 0;
+  }
+  return n;
+}
+
+/* Per tensor of g: the step of route r whose carrier can rebuild it (every
+ * backward step reading it before that step can be deferred past it), or
+ * -1. Makes the carriers it needs. */
+int *rc_carry_steps(Graph *g, const Route *r) {
+  int *carry = xmalloc(sizeof(int) * (size_t)(g->nt + 1));
+  for (int t = 0; t <= g->nt; t++) carry[t] = -1;
+  int nt = g->nt;
+  for (int s = 0; s < r->train_steps; s++) {
+    const Step *st = &r->s[s];
+    if (st->kind != SK_BACKWARD || st->node < 0 || rc_carrier(g, st->node) < 0) continue;
+    int y = g->n[g->n[st->node].fwd].out[0];
+    if (y >= 0 && y < nt && carry[y] == -1) carry[y] = s;
+  }
+  /* Readers before the carrier step must move past it. */
+  int *set = xmalloc(sizeof(int) * (size_t)(r->train_steps + 1));
+  for (int q = 0; q < r->train_steps; q++) {
+    const Step *st = &r->s[q];
+    if (st->kind != SK_BACKWARD || st->node < 0) continue;
+    const Node *n = &g->n[st->node];
+    for (int k = 0; k < n->nin; k++) {
+      int t = n->in[k];
+      if (t < 0 || t >= nt || carry[t] < 0 || q >= carry[t]) continue;
+      if (!defer_set(r, q, carry[t], set)) carry[t] = -2;
+    }
+  }
+  free(set);
+  for (int t = 0; t < nt; t++)
+    if (carry[t] < 0) carry[t] = -1;
+  return carry;
+}
+
 /* The instance a backward step reads for tensor t. */
 static int input_instance(RC *rc, int t) {
   if (t < 0 || rc->g->t[t].kind == TK_CONST) return -1;
@@ -216,6 +349,101 @@ static int ensure(RC *rc, int t0) {
   return rc->cur[t0];
 }
 
+
+/* Whether old step s is deferred: it reads a dropped tensor that a later
+ * step's carrier rebuilds (not rebuilt yet); then it and the steps that
+ * move with it (defer_set) wait until that step. */
+static bool defer_step(RC *rc, int s) {
+  if (!rc->carry) return false;
+  const Node *n = &rc->g->n[rc->old->s[s].node];
+  int to = -1;
+  for (int k = 0; k < n->nin; k++) {
+    int t = n->in[k];
+    if (t >= 0 && rc->dropped[t] && rc->cur[t] < 0 && rc->carry[t] > s && rc->carry[t] > to)
+      to = rc->carry[t];
+  }
+  int m = to < 0 ? 0 : defer_set(rc->old, s, to, rc->dset);
+  for (int j = 0; j < m; j++) rc->defer_to[rc->dset[j]] = to;
+  return m > 0;
+}
+
+/* Old backward step s pushed: its dropped inputs rebuilt first (or, where it
+ * carries a dropped tensor not rebuilt yet, by its carrier), then the
+ * steps deferred until it. */
+static void push_backward(RC *rc, int s) {
+  Graph *g = rc->g;
+  const Step *st = &rc->old->s[s];
+  /* ensure() adds recompute nodes (g->n may move): index it afresh. */
+  const int nd = st->node;
+  rc->nmade = 0;
+  /* Recursive segments: the interval this step is in (the latest of the
+   * dropped tensors it reads). A schedule's (LV_TREE): the interval of
+   * the forward node it derives from, as optimal.c counts it (a cut's
+   * producer in the interval before the cut), so that a backward step
+   * reading its node's input and its output (LRN, a cut's ReLU) runs
+   * where the schedule put it; the latest read where it has none. */
+  int fq = -1, f = g->n[nd].fwd;
+  if (rc->tree && f >= 0 && f < g->nfwd && g->n[f].nout > 0 && g->n[f].out[0] >= 0) {
+    int y = g->n[f].out[0];
+    if (rc->tree->gi[y] >= 0) fq = rc->tree->gi[y] - (rc->tree->cut[y] ? 1 : 0);
+  }
+  for (int k = 0; k < g->n[nd].nin; k++) {
+    int t = g->n[nd].in[k];
+    if (t < 0 || !rc->dropped[t]) continue;
+    int lv = rc->level[rc->seg[t]];
+    int iq = lv == LV_TREE && fq >= 0 ? fq : interval_of(rc, t);
+    if ((lv == LV_RECURSIVE || lv == LV_TREE) && iq > rc->q[rc->seg[t]]) rc->q[rc->seg[t]] = iq;
+  }
+  for (int k = 0; k < g->n[nd].nin; k++) {
+    int t = g->n[nd].in[k];
+    if (t >= 0 && rc->dropped[t]) ensure(rc, t);
+  }
+  /* The carrier: the chain's output t, dropped and not rebuilt yet. */
+  int carried = -1;
+  if (rc->carry && f >= 0 && g->n[nd].op == OP_FUSED_BWD) {
+    int t = g->n[f].out[0];
+    if (t >= 0 && rc->dropped[t] && rc->cur[t] < 0 && rc->carry[t] == s) carried = t;
+  }
+  Step *ns;
+  if (carried >= 0) {
+    int out[SNRT_FUSED_MAX_IN + 1];
+    memcpy(out, st->out, sizeof(int) * (size_t)st->nout);
+    int y = plan_new_instance(rc->pl, carried, rc->pl->inst[rc->pl->tensor_inst[carried]].bytes, false);
+    out[st->nout] = y;
+    Step proto = *st;
+    proto.node = rc_carrier(g, nd), proto.nout = st->nout + 1, proto.out = out;
+    ns = route_push(rc->r, &proto);
+    rc->cur[carried] = y;
+    rc->pl->carried++;
+  } else {
+    ns = route_push(rc->r, st);
+  }
+  for (int k = 0; k < g->n[nd].nin; k++) ns->in[k] = input_instance(rc, g->n[nd].in[k]);
+  /* Memory-centric segments: what was recomputed for this step dies with
+   * it; nested: the cheap part of it; recursive: all but what
+   * keep_recursive keeps. */
+  for (int i = 0; i < rc->nmade; i++) {
+    int t = rc->made[i];
+    int lv = rc->level[rc->seg[t]];
+    if (lv == LV_MEMORY || (lv == LV_NESTED && rc->cheapt && rc->cheapt[t]) ||
+        (lv == LV_RECURSIVE && !keep_recursive(rc, t)) || (lv == LV_TREE && !keep_tree(rc, t)))
+      rc->cur[t] = -1;
+  }
+  for (int k = 0; k < g->n[nd].nin; k++) {
+    int t = g->n[nd].in[k];
+    if (t >= 0 && rc->dropped[t]) rc->q[rc->seg[t]] = -1;
+  }
+  /* The steps deferred until this one, in their order (a dropped tensor
+   * they read that is still missing is rebuilt the usual way). */
+  if (!rc->carry) return;
+  for (int q = 0; q < s; q++) {
+    if (rc->defer_to[q] != s) continue;
+    rc->defer_to[q] = -1;
+    if (rc->old->s[q].kind == SK_BACKWARD) push_backward(rc, q);
+    else route_push(rc->r, &rc->old->s[q]);
+  }
+}
+
 long rc_rebuilds;
 
 /* Builds the recomputing route from rc->old with the current strategies. */
@@ -224,58 +452,28 @@ static void rebuild(RC *rc) {
   Graph *g = rc->g;
   const Route *old = rc->old;
   rc->r = xcalloc(1, sizeof *rc->r);
+  rc->pl->carried = 0;
+  if (rc->carry)
+    for (int s = 0; s < old->ns; s++) rc->defer_to[s] = -1;
   for (int t = 0; t < g->nt; t++) rc->cur[t] = -1;
   for (int sg = 0; sg < rc->nseg; sg++) rc->q[sg] = -1;
   /* Drop the instances a previous round made (they are at the end). */
   for (int s = 0; s < old->ns; s++) {
     const Step *st = &old->s[s];
     bool bwd = s < old->train_steps && is_backward(st->kind) && st->node >= 0;
-    if (bwd) {
-      /* ensure() adds recompute nodes (g->n may move): index it afresh. */
-      const int nd = st->node;
-      rc->nmade = 0;
-      /* Recursive segments: the interval this step is in (the latest of the
-       * dropped tensors it reads). A schedule's (LV_TREE): the interval of
-       * the forward node it derives from, as optimal.c counts it (a cut's
-       * producer in the interval before the cut), so that a backward step
-       * reading its node's input and its output (LRN, a cut's ReLU) runs
-       * where the schedule put it; the latest read where it has none. */
-      int fq = -1, f = g->n[nd].fwd;
-      if (rc->tree && f >= 0 && f < g->nfwd && g->n[f].nout > 0 && g->n[f].out[0] >= 0) {
-        int y = g->n[f].out[0];
-        if (rc->tree->gi[y] >= 0) fq = rc->tree->gi[y] - (rc->tree->cut[y] ? 1 : 0);
-      }
-      for (int k = 0; k < g->n[nd].nin; k++) {
-        int t = g->n[nd].in[k];
-        if (t < 0 || !rc->dropped[t]) continue;
-        int lv = rc->level[rc->seg[t]];
-        int iq = lv == LV_TREE && fq >= 0 ? fq : interval_of(rc, t);
-        if ((lv == LV_RECURSIVE || lv == LV_TREE) && iq > rc->q[rc->seg[t]]) rc->q[rc->seg[t]] = iq;
-      }
-      for (int k = 0; k < g->n[nd].nin; k++) {
-        int t = g->n[nd].in[k];
-        if (t >= 0 && rc->dropped[t]) ensure(rc, t);
-      }
-      Step *ns = route_push(rc->r, st);
-      for (int k = 0; k < g->n[nd].nin; k++) ns->in[k] = input_instance(rc, g->n[nd].in[k]);
-      /* Memory-centric segments: what was recomputed for this step dies with
-       * it; nested: the cheap part of it; recursive: all but what
-       * keep_recursive keeps. */
-      for (int i = 0; i < rc->nmade; i++) {
-        int t = rc->made[i];
-        int lv = rc->level[rc->seg[t]];
-        if (lv == LV_MEMORY || (lv == LV_NESTED && rc->cheapt && rc->cheapt[t]) ||
-            (lv == LV_RECURSIVE && !keep_recursive(rc, t)) || (lv == LV_TREE && !keep_tree(rc, t)))
-          rc->cur[t] = -1;
-      }
-      for (int k = 0; k < g->n[nd].nin; k++) {
-        int t = g->n[nd].in[k];
-        if (t >= 0 && rc->dropped[t]) rc->q[rc->seg[t]] = -1;
-      }
+    if (rc->carry && rc->defer_to[s] >= 0) {
+      /* runs after its carrier step */
+    } else if (bwd) {
+      if (!defer_step(rc, s)) push_backward(rc, s);
     } else {
       route_push(rc->r, st);
     }
-    if (s == old->train_steps - 1) rc->r->train_steps = rc->r->ns;
+    if (s == old->train_steps - 1) {
+      for (int q = 0; q <= s && rc->carry; q++)
+        if (rc->defer_to[q] >= 0)
+          internal_error(__FILE__, __LINE__, "a step deferred past a carrier was never run");
+      rc->r->train_steps = rc->r->ns;
+    }
   }
   if (old->train_steps == 0) rc->r->train_steps = 0;
 }
@@ -568,6 +766,13 @@ RcChain *rc_chain_new(Graph *g, Plan *pl, const RecomputeOpts *ro) {
     memcpy(rc->dropped, ro->drop, (size_t)g->nt * sizeof(bool));
     seg_bytes = 0;
     rc->tree = ro->tree;
+    if (!rc->tree && !ro->no_carry) {
+      rc->carry = rc_carry_steps(g, old);
+      for (int t = 0; t < g->nt; t++)
+        if (!rc->dropped[t]) rc->carry[t] = -1;
+      rc->defer_to = xmalloc(sizeof(int) * (size_t)(old->ns + 1));
+      rc->dset = xmalloc(sizeof(int) * (size_t)(old->ns + 1));
+    }
   } else {
     drop_cheap(rc, max_chain);
   }
@@ -730,6 +935,12 @@ double rc_chain_rebuild_lb(RcChain *c, const DeviceProfile *dev) {
       int p = x >= 0 ? g->t[x].producer : -1;
       if (x >= 0 && rc->dropped[x] && p >= 0 && p < g->nfwd) need[p] = true;
     }
+    int y = n->nout == 1 ? n->out[0] : -1;
+    if (y >= 0 && rc->carry && rc->carry[y] >= 0) {   /* at least its carrier's extra write */
+      int b = rc->old->s[rc->carry[y]].node, cr = rc_carrier(g, b);
+      lb += rc_node_seconds(g, pl, &g->n[cr], dev) - rc_node_seconds(g, pl, &g->n[b], dev);
+      continue;
+    }
     int rn = recompute_node(rc, i);   /* may add a node: g->n moves */
     lb += rc_node_seconds(g, pl, &g->n[rn], dev);
   }
@@ -761,6 +972,10 @@ int64_t rc_chain_first_floor(RcChain *c) {
     const Step *st = &old->s[s];
     if (!is_backward(st->kind) || st->node < 0) continue;
     const Node *n = &g->n[st->node];
+    bool deferred = false;   /* it may run after a carrier: no floor of it here */
+    for (int k = 0; k < n->nin && rc->carry; k++)
+      deferred |= n->in[k] >= 0 && rc->carry[n->in[k]] > s;
+    if (deferred) continue;
     int64_t here = 0;
     int fresh[8], nfresh = 0;   /* segments first read here (a node reads few) */
     for (int k = 0; k < n->nin; k++) {
@@ -782,7 +997,7 @@ int64_t rc_chain_first_floor(RcChain *c) {
       stack[sp++] = t, visited[t] = true;
       while (sp) {
         int x = stack[--sp];
-        if (saved[x]) here += arena_align(tensor_bytes(&g->t[x]));
+        if (saved[x] && !(rc->carry && rc->carry[x] >= 0)) here += arena_align(tensor_bytes(&g->t[x]));
         if (g->t[x].producer < 0) continue;
         const Node *p = &g->n[g->t[x].producer];
         for (int i = 0; i < p->nin; i++) {
@@ -803,6 +1018,7 @@ static void chain_free(RcChain *c) {
   free(rc->dropped), free(rc->seg), free(rc->cur), free(rc->level), free(rc->cheapt);
   free(rc->iscut), free(rc->ival), free(rc->ncuts), free(rc->q);
   free(c->ck), free(c->segsize), free(rc->made), free(rc->stack);
+  free(rc->carry), free(rc->defer_to), free(rc->dset);
   free(c);
 }
 
@@ -838,16 +1054,19 @@ void recompute_dump(const Graph *g, const Plan *pl, FILE *f) {
       steps++;
       flops += op_info[g->n[r->s[s].node].op].flops(g, &g->n[r->s[s].node]);
     }
-  fprintf(f, "recompute: %d recompute steps, %.3g GFLOP\n", steps, flops / 1e9);
+  fprintf(f, "recompute: %d recompute steps, %.3g GFLOP; %d rebuilt by carriers\n", steps,
+          flops / 1e9, pl->carried);
   fprintf(f, "%7s  %-18s %-12s %7s %7s  %s\n", "step", "op", "bytes", "alive", "until", "tensor");
   for (int s = 0; s < r->ns; s++) {
     const Step *st = &r->s[s];
-    if (st->kind != SK_RECOMPUTE) continue;
-    for (int k = 0; k < st->nout; k++) {
+    bool carrier = st->node >= 0 && g->n[st->node].op == OP_FUSED_BWD && g->n[st->node].aux;
+    if (st->kind != SK_RECOMPUTE && !carrier) continue;
+    for (int k = carrier ? st->nout - 1 : 0; k < st->nout; k++) {
       const Instance *in = &pl->inst[st->out[k]];
       if (in->first != s) continue;
-      fprintf(f, "%7d  %-18s %-12s %7d %7d  %s\n", s, op_name(g->n[st->node].op),
-              fmt_bytes(in->bytes), in->first, in->last, g->t[in->tensor].name);
+      fprintf(f, "%7d  %-18s %-12s %7d %7d  %s%s\n", s, carrier ? "FUSED_BWD carrier" : op_name(g->n[st->node].op),
+              fmt_bytes(in->bytes), in->first, in->last, g->t[in->tensor].name,
+              carrier ? " (the backward step writes it)" : "");
     }
   }
 }

@@ -195,7 +195,8 @@ static const char *chain_name(const Search *sr, const Chain *ch, const PlanVaria
                   ch->ro.recursive ? ", segments recursive" : "");
   else if (ch->scheme == SC_SELECT)
     n += snprintf(buf + n, sizeof buf - (size_t)n, ", %d tensors rebuilt (%s read by backward), "
-                  "chosen per tensor", ch->nsel, fmt_bytes(ch->sel_bytes));
+                  "chosen per tensor%s", ch->nsel, fmt_bytes(ch->sel_bytes),
+                  ch->ro.no_carry ? ", none by a backward step" : "");
   else if (ch->scheme == SC_OPT)
     n += snprintf(buf + n, sizeof buf - (size_t)n, ", the optimal persistent schedule for %s "
                   "(%d of %d cuts kept from forward)", fmt_bytes(ch->opt->bytes), ch->opt->kept,
@@ -303,6 +304,7 @@ static void make_chains(Search *sr) {
     firstk[nfk++] = sr->owned[sr->nowned++] = first_k(g, acts, k);
   }
   if (!large) sr->ndrops = select_rebuild_sets(g, sr->base, sr->dev, &sr->drops);
+  int *carry = sr->ndrops ? rc_carry_steps(g, sr->base->route) : NULL;
   if (!large) sr->nopt = optimal_schedules(g, sr->base, sr->dev, sr->compute, &sr->opt);
   int64_t A = forward_act_bytes(g);
   static const int ladder[] = {256, 192, 128, 96, 64, 48, 32, 24, 16, 12, 8, 6, 4, 3, 2};
@@ -359,14 +361,21 @@ static void make_chains(Search *sr) {
       ch = add_chain(sr, SC_FIXED, hs, fx);
       add_variant(ch, POL_RECOMPUTE, NULL, false, 0);
     }
-    /* Rebuilds chosen per tensor (select.c), nothing offloaded. */
+    /* Rebuilds chosen per tensor (select.c), nothing offloaded; where a
+     * set has carried rebuilds (recompute.c), the same set without them too:
+     * a carrier holds the output it rebuilds beside its own step's tensors,
+     * which at a tight budget can be the peak. */
     for (int k = 0; k < sr->ndrops; k++) {
-      ch = add_chain(sr, SC_SELECT, hs, (RecomputeOpts){.drop = sr->drops[k]});
-      add_variant(ch, POL_RECOMPUTE, NULL, false, 0);
-      add_variant(ch, POL_SUPERNEURONS, acts, true, 0);
-      for (int t = 0; t < g->nt; t++)
-        if (sr->drops[k][t])
-          ch->nsel++, ch->sel_bytes += sr->saved[t] ? arena_align(tensor_bytes(&g->t[t])) : 0;
+      bool carried = false;
+      for (int t = 0; t < g->nt && carry; t++) carried |= sr->drops[k][t] && carry[t] >= 0;
+      for (int nc = 0; nc < 1 + carried; nc++) {
+        ch = add_chain(sr, SC_SELECT, hs, (RecomputeOpts){.drop = sr->drops[k], .no_carry = nc});
+        add_variant(ch, POL_RECOMPUTE, NULL, false, 0);
+        add_variant(ch, POL_SUPERNEURONS, acts, true, 0);
+        for (int t = 0; t < g->nt; t++)
+          if (sr->drops[k][t])
+            ch->nsel++, ch->sel_bytes += sr->saved[t] ? arena_align(tensor_bytes(&g->t[t])) : 0;
+      }
     }
     /* The optimal persistent checkpointing schedules (optimal.c). */
     for (int k = 0; k < sr->nopt; k++) {
@@ -376,6 +385,7 @@ static void make_chains(Search *sr) {
       add_variant(ch, POL_RECOMPUTE, NULL, false, 0);
     }
   }
+  free(carry);
 }
 
 /* Per chain, before any of its plans is made: the time bound, what it holds
@@ -395,7 +405,7 @@ static void bound_chains(Search *sr) {
     for (int d = 0; d < c && !e; d++)
       if (sr->ch[d].scheme == ch->scheme && ch->scheme != SC_FIXED &&
           sr->ch[d].ro.seg_bytes == ch->ro.seg_bytes && sr->ch[d].ro.max_chain == ch->ro.max_chain &&
-          sr->ch[d].ro.drop == ch->ro.drop)
+          sr->ch[d].ro.drop == ch->ro.drop && sr->ch[d].ro.no_carry == ch->ro.no_carry)
         e = &sr->ch[d];
     /* a fixed policy's chain plans its own first state, but what it drops
      * (so its bound and checkpoints) is that of any earlier chain with the
@@ -480,8 +490,15 @@ static bool cannot_fit(const Search *sr, const Chain *ch, const PlanVariant *v) 
 static double busy_seconds(const Search *sr, const Plan *pl) {
   double s = sr->compute;
   const Route *r = pl->route;
-  for (int k = 0; k < r->train_steps; k++)
-    if (r->s[k].kind == SK_RECOMPUTE) s += cost_step_seconds(sr->g, pl, k, sr->dev);
+  for (int k = 0; k < r->train_steps; k++) {
+    const Step *st = &r->s[k];
+    if (st->kind == SK_RECOMPUTE) {
+      s += cost_step_seconds(sr->g, pl, k, sr->dev);
+    } else if (st->node >= 0 && sr->g->n[st->node].op == OP_FUSED_BWD && sr->g->n[st->node].aux) {
+      const Node *b = &sr->g->n[sr->g->n[st->node].twin];   /* a carrier: what it adds */
+      s += cost_step_seconds(sr->g, pl, k, sr->dev) - rc_node_seconds(sr->g, pl, b, sr->dev);
+    }
+  }
   return s;
 }
 

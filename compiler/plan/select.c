@@ -20,7 +20,9 @@
  * In the liveness plan, t is idle between its last forward reader and its
  * first backward reader: dropping it takes its bytes off exactly those steps
  * (the rebuild is made just before the first backward reader and kept until
- * the last, as before). A greedy walk: at the step where the live bytes
+ * the last, as before). A fused chain's output that its backward step's
+ * carrier can rebuild (recompute.c, carried rebuilds) costs only what the
+ * carrier adds: the write of the output. A greedy walk: at the step where the live bytes
  * peak, of the units idle there, one is chosen, its bytes taken off its
  * idle steps, and so on until no unit is idle at the peak. Two walks, two
  * rules: the most bytes per second of rebuild (cost_node_seconds of its
@@ -36,7 +38,11 @@
  * Sets: per walk, its prefixes where the estimated peak first falls below
  * each of SELECT_SETS levels spaced evenly between the liveness peak and the
  * walk's last, so that a budget anywhere in between finds a set that lands
- * close under it; the second walk's sets that the first gave are left out.
+ * close under it; a later walk's sets that an earlier one gave are left
+ * out. Where some unit has a carrier, the two walks run twice: by the
+ * carried costs, then by the recompute steps' (a carrier holds what it
+ * rebuilds beside its own step's tensors; at a tight budget that step can
+ * be the peak, and search.c plans each set with carriers and without).
  *
  * Not here: planning the sets (search.c), the rebuilds (recompute.c). */
 #include "plan.h"
@@ -51,6 +57,7 @@ typedef struct Unit {
   int64_t bytes;           // its instance's bytes
   int from, to;            // idle on the base route's steps from < s < to
   double seconds;          // rebuilding it (and its unsaved inputs)
+  double plain;            // ... by recompute steps (where its carrier would do it for less)
   int drop0, ndrop;        // its dropped tensors: pool[drop0 .. drop0 + ndrop)
   bool chosen;
 } Unit;
@@ -58,8 +65,8 @@ typedef struct Unit {
 /* The unit of saved tensor t (false where its rebuild needs more than
  * UNIT_NODES nodes or a tensor that cannot be rebuilt). */
 static bool make_unit(const Graph *g, const Plan *base, const bool *saved, int t,
-                      const DeviceProfile *dev, int *stamp, int mark, int **pool, int *npool,
-                      int *cappool, Unit *u) {
+                      const DeviceProfile *dev, const int *carry, int *stamp, int mark, int **pool,
+                      int *npool, int *cappool, Unit *u) {
   int nodes[UNIT_NODES], nn = 0, stack[UNIT_NODES * 8], sp = 0;
   u->drop0 = *npool, u->ndrop = 0, u->seconds = 0;
   stack[sp++] = t;
@@ -87,6 +94,12 @@ static bool make_unit(const Graph *g, const Plan *base, const bool *saved, int t
   }
   for (int k = 0; k < nn; k++) u->seconds += rc_node_seconds(g, base, &g->n[nodes[k]], dev);
   if (u->seconds <= 0) u->seconds = 1e-12;
+  u->plain = u->seconds;
+  if (nn == 1 && carry[t] >= 0) {   /* its backward step's carrier rebuilds it: the extra write */
+    int b = base->route->s[carry[t]].node, c = g->n[b].twin;
+    u->seconds = rc_node_seconds(g, base, &g->n[c], dev) - rc_node_seconds(g, base, &g->n[b], dev);
+    if (u->seconds <= 0) u->seconds = 1e-12;
+  }
   return true;
 }
 
@@ -218,6 +231,7 @@ int select_rebuild_sets(Graph *g, const Plan *base, const DeviceProfile *dev, bo
   }
   for (int t = 0; t < g->nt && t < base->ntensors; t++)
     if (base->tensor_inst[t] >= 0) users[base->tensor_inst[t]]++;
+  int *carry = rc_carry_steps(g, r);   /* makes the carriers (g->n may move) */
   Unit *u = NULL;
   int nu = 0, capu = 0, *pool = NULL, npool = 0, cappool = 0;
   int *stamp = xcalloc((size_t)g->nt + 1, sizeof(int));
@@ -228,19 +242,28 @@ int select_rebuild_sets(Graph *g, const Plan *base, const DeviceProfile *dev, bo
       continue;
     Unit x = {.t = t, .bytes = base->inst[i].bytes, .from = lastf[t], .to = firstb[t]};
     int keep = npool;
-    if (!make_unit(g, base, saved, t, dev, stamp, t + 1, &pool, &npool, &cappool, &x)) {
+    if (!make_unit(g, base, saved, t, dev, carry, stamp, t + 1, &pool, &npool, &cappool, &x)) {
       npool = keep;
       continue;
     }
     xgrow((void **)&u, &capu, nu + 1, sizeof *u);
     u[nu++] = x;
   }
-  free(stamp), free(users), free(saved), free(lastf), free(firstb);
-  *sets = xcalloc(2 * SELECT_SETS + 1, sizeof(bool *));
+  free(stamp), free(users), free(saved), free(lastf), free(firstb), free(carry);
+  /* The walks by the rebuilds' costs with carriers, then (where some unit
+   * has one) by their costs without: a carrier holds what it rebuilds
+   * beside its step's tensors, so at a tight budget the sets the second
+   * pair of walks gives can fit where the first's do not. */
+  bool carried = false;
+  for (int k = 0; k < nu; k++) carried |= u[k].seconds != u[k].plain;
+  *sets = xcalloc(4 * SELECT_SETS + 1, sizeof(bool *));
   int nsets = 0;
-  for (int by_gain = 0; by_gain < 2; by_gain++) {
-    for (int k = 0; k < nu; k++) u[k].chosen = false;
-    nsets = walk_sets(g, base, u, nu, pool, by_gain, *sets, nsets);
+  for (int pass = 0; pass < 1 + carried; pass++) {
+    for (int k = 0; k < nu && pass; k++) u[k].seconds = u[k].plain;
+    for (int by_gain = 0; by_gain < 2; by_gain++) {
+      for (int k = 0; k < nu; k++) u[k].chosen = false;
+      nsets = walk_sets(g, base, u, nu, pool, by_gain, *sets, nsets);
+    }
   }
   free(u), free(pool);
   return nsets;

@@ -49,6 +49,10 @@ static void print_rebuild_choice(FILE *f, const Graph *g, const Plan *pl) {
     fprintf(f, "  rebuilt         %12d   tensors chosen one by one, %s of them read by backward, "
             "rebuilt in %s (the most bytes per second of rebuild first: snc plan --dump "
             "recompute)\n", pl->selected, fmt_bytes(pl->selected_bytes), trb);
+    if (pl->carried)
+      fprintf(f, "  carried         %12d   of them rebuilt by their fused chain's backward step, "
+              "which writes the chain's output beside the gradient (docs/planning.md)\n",
+              pl->carried);
   }
   if (pl->opt_cuts) {
     char trb[32];
@@ -363,11 +367,11 @@ void plan_print_json(const Graph *g, const Plan *pl, FILE *f) {
   json_str(f, pl->opts.device);
   fprintf(f, ",\n  \"host_budget_bytes\": %lld,\n  \"checkpoints\": %d,\n"
           "  \"checkpoint_segment_bytes\": %lld,\n  \"recursive_segments\": %d,\n"
-          "  \"selected_rebuilds\": %d,\n  \"optimal_schedule_kept\": %d,\n"
-          "  \"optimal_schedule_seconds\": ",
+          "  \"selected_rebuilds\": %d,\n  \"carried_rebuilds\": %d,\n"
+          "  \"optimal_schedule_kept\": %d,\n  \"optimal_schedule_seconds\": ",
           (long long)pl->host_budget, pl->checkpoints,
           (long long)(pl->checkpoints ? pl->seg_bytes : 0), pl->recursive_segments, pl->selected,
-          pl->opt_cuts ? pl->opt_kept : -1);
+          pl->carried, pl->opt_cuts ? pl->opt_kept : -1);
   if (pl->opt_cuts) json_num(f, pl->opt_seconds);
   else fprintf(f, "null");
   fprintf(f, ",\n  \"budget_bytes\": %lld,\n  \"arena_bytes\": %lld,\n  \"persistent_bytes\": %lld,\n"
@@ -410,6 +414,12 @@ void plan_print_json(const Graph *g, const Plan *pl, FILE *f) {
             (long long)pl->live_bytes[s], (long long)pl->high_water[s]);
     if (pl->step_seconds && s < pl->nstep_seconds) json_num(f, pl->step_seconds[s]);
     else fprintf(f, "null");
+    /* A carrier (recompute.c): its last output is a rebuilt activation. */
+    if (st->node >= 0 && g->n[st->node].op == OP_FUSED_BWD && g->n[st->node].aux) {
+      fprintf(f, ", \"rebuilds\": %d, \"rebuild_seconds\": ", st->out[st->nout - 1]);
+      if (pl->step_rebuild && s < pl->nstep_seconds) json_num(f, pl->step_rebuild[s]);
+      else fprintf(f, "null");
+    }
     fprintf(f, ", \"inputs\": ");
     json_insts(f, st->in, st->nin);
     fprintf(f, ", \"outputs\": ");

@@ -52,6 +52,8 @@ Review *review_build(const Graph *g, const Plan *pl) {
   for (int i = 0; i < pl->ninst; i++) rv->writer_kind[i] = -1;
   rv->dec = xcalloc((size_t)nT, sizeof *rv->dec);
   rv->recomputes = xcalloc((size_t)nT, sizeof(int));
+  rv->carried = xmalloc(sizeof(int) * (size_t)nT);
+  for (int t = 0; t < nT; t++) rv->carried[t] = -1;
   rv->offload_step = xmalloc(sizeof(int) * (size_t)nT);
   rv->prefetch_step = xmalloc(sizeof(int) * (size_t)nT);
   rv->next_use = xmalloc(sizeof(int) * (size_t)nT);
@@ -73,7 +75,11 @@ Review *review_build(const Graph *g, const Plan *pl) {
   for (int i = 0; i < pl->ninst; i++) first_read[i] = -1;
   for (int s = 0; s < T; s++) {
     const Step *st = &r->s[s];
-    for (int k = 0; k < st->nout; k++) mark_writer(rv, st->out[k], (int)st->kind);
+    bool carrier = st->node >= 0 && g->n[st->node].op == OP_FUSED_BWD && g->n[st->node].aux;
+    for (int k = 0; k < st->nout; k++)   /* a carrier's last output: a rebuilt activation */
+      mark_writer(rv, st->out[k], carrier && k == st->nout - 1 ? SK_RECOMPUTE : (int)st->kind);
+    if (carrier && st->out[st->nout - 1] >= 0)
+      rv->carried[pl->inst[st->out[st->nout - 1]].tensor] = s;
     for (int k = 0; k < st->nin; k++) {
       int i = st->in[k];
       if (i >= 0 && first_read[i] < 0 && s > pl->inst[i].first) first_read[i] = s;
@@ -153,6 +159,7 @@ Review *review_build(const Graph *g, const Plan *pl) {
 
 void review_free(Review *rv) {
   free(rv->cat), free(rv->writer_kind), free(rv->by_cat), free(rv->dec), free(rv->recomputes);
+  free(rv->carried);
   free(rv->offload_step), free(rv->prefetch_step), free(rv->next_use), free(rv->copies);
   free(rv->copies_in), free(rv->copies_back), free(rv->last_back);
   free(rv);
@@ -209,7 +216,12 @@ const char *review_reason(const Graph *g, const Plan *pl, const Review *rv, int 
      * FLOP rate and bytes touched over memory bandwidth) against a copy to
      * the host and back over the link, under the plan's device profile. */
     char costs[160] = "";
-    if (x->producer >= 0) {
+    int cs = rv->carried[t];
+    if (cs >= 0) {   /* by its chain's backward step (recompute.c: carried rebuilds) */
+      double add = pl->step_rebuild && cs < pl->nstep_seconds ? pl->step_rebuild[cs] : 0;
+      snprintf(costs, sizeof costs, "; rebuilt by its chain's backward step %d, which writes it "
+               "beside the gradient for %.3g us more", cs, add * 1e6);
+    } else if (x->producer >= 0) {
       const DeviceProfile *dev = device_find(pl->opts.device ? pl->opts.device : "h200");
       const Node *n = &g->n[x->producer];
       double bytes = 0;

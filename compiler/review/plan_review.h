@@ -34,6 +34,7 @@ typedef struct Review {
   int64_t *by_cat;         // [step * CAT_COUNT + c]: live bytes of category c at the step
   Decision *dec;           // per tensor
   int *recomputes;         // per tensor: number of recompute instances
+  int *carried;            // per tensor: the carrier step that rebuilds it (-1: none)
   int *offload_step;       // per tensor: step of its (first) offload, -1
   int *prefetch_step;      // per tensor: step of its (first) prefetch, -1
   int *next_use;           // per tensor: first step reading its prefetched copy, -1

@@ -101,9 +101,9 @@ static void computable(const snrt_fused_t *p, bool *avail) {
   }
 }
 
-void snrt_fused_bwd(snrt_ctx *c, const snrt_fused_t *p, const float *const *in, const float *y_out,
-                    const float *dy, float *const *dx) {
-  (void)c;
+/* y_put: the output register written there too (snrt_fused_bwd_y). */
+static void fused_bwd(const snrt_fused_t *p, const float *const *in, const float *y_out,
+                      const float *dy, float *const *dx, float *y_put) {
   const int64_t n = p->n, nb = kern_cdiv(n, FB);
   const int nin = p->nin, nops = p->nops;
   bool need[NREG], avail[NREG];
@@ -130,6 +130,7 @@ void snrt_fused_bwd(snrt_ctx *c, const snrt_fused_t *p, const float *const *in, 
       reg[nin + j] = store[j];
     }
     if (p->use_y) reg[nin + nops - 1] = y_out + i0;
+    else if (y_put) memcpy(y_put + i0, reg[nin + nops - 1], sizeof(float) * (size_t)m);
     /* The output's adjoint is dy itself. */
     const float *gy = dy + i0;
     for (int j = nops - 1; j >= 0; j--) {
@@ -201,4 +202,18 @@ void snrt_fused_bwd(snrt_ctx *c, const snrt_fused_t *p, const float *const *in, 
       else memset(d, 0, sizeof(float) * (size_t)m);
     }
   }
+}
+
+void snrt_fused_bwd(snrt_ctx *c, const snrt_fused_t *p, const float *const *in, const float *y_out,
+                    const float *dy, float *const *dx) {
+  (void)c;
+  fused_bwd(p, in, y_out, dy, dx, NULL);
+}
+
+void snrt_fused_bwd_y(snrt_ctx *c, const snrt_fused_t *p, const float *const *in, const float *dy,
+                      float *const *dx, float *y_put) {
+  (void)c;
+  /* The compiler emits it only where every input is given (have: all bits,
+   * use_y 0), so the output register is computed. */
+  fused_bwd(p, in, NULL, dy, dx, y_put);
 }

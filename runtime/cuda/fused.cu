@@ -60,7 +60,7 @@ __global__ void k_fused_fwd(snrt_fused_t p, fused_in_t in, float *y) {
 /* avail: bit r set where register r is an input given or an op result
  * computable from them (the output excepted under use_y: it is read). */
 __global__ void k_fused_bwd(snrt_fused_t p, fused_in_t in, const float *yp, const float *dy,
-                            fused_out_t dx, uint64_t avail) {
+                            fused_out_t dx, uint64_t avail, float *y_put) {
   SNRT_FOR(i, p.n) {
     float r[NREG], g[NREG];
     for (int k = 0; k < p.nin; k++) r[k] = avail >> k & 1 ? in.p[k][i] : 0.0f;
@@ -74,6 +74,7 @@ __global__ void k_fused_bwd(snrt_fused_t p, fused_in_t in, const float *yp, cons
       r[p.nin + j] = op_fwd(o.op, A, B, o.imm);
     }
     if (p.use_y) r[p.nin + p.nops - 1] = yp[i];
+    else if (y_put) y_put[i] = r[p.nin + p.nops - 1];   /* the forward's bits: same op_fwd */
     for (int k = 0; k < p.nin + p.nops; k++) g[k] = 0.0f;
     g[p.nin + p.nops - 1] = dy[i];
     for (int j = p.nops - 1; j >= 0; j--) {
@@ -113,8 +114,8 @@ void snrt_fused_fwd(snrt_ctx *c, const snrt_fused_t *p, const float *const *in, 
   SNRT_LAUNCH_CHECK();
 }
 
-void snrt_fused_bwd(snrt_ctx *c, const snrt_fused_t *p, const float *const *in, const float *y,
-                    const float *dy, float *const *dx) {
+static void fused_bwd(snrt_ctx *c, const snrt_fused_t *p, const float *const *in, const float *y,
+                      const float *dy, float *const *dx, float *y_put) {
   if (p->n <= 0) return;
   fused_in_t a = {};
   fused_out_t d = {};
@@ -131,6 +132,17 @@ void snrt_fused_bwd(snrt_ctx *c, const snrt_fused_t *p, const float *const *in, 
   if (p->use_y) avail &= ~(1ull << (p->nin + p->nops - 1));
   for (int k = 0, w = 0; k < p->nin; k++)
     if (p->need >> k & 1) d.p[w] = dx[w], w++;
-  k_fused_bwd<<<snrt_cu_blocks(p->n), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(*p, a, y, dy, d, avail);
+  k_fused_bwd<<<snrt_cu_blocks(p->n), SNRT_THREADS, 0, snrt_cu_stream(c)>>>(*p, a, y, dy, d, avail, y_put);
   SNRT_LAUNCH_CHECK();
+}
+
+void snrt_fused_bwd(snrt_ctx *c, const snrt_fused_t *p, const float *const *in, const float *y,
+                    const float *dy, float *const *dx) {
+  fused_bwd(c, p, in, y, dy, dx, NULL);
+}
+
+/* Every input given (the compiler's promise): the output register is computed. */
+void snrt_fused_bwd_y(snrt_ctx *c, const snrt_fused_t *p, const float *const *in, const float *dy,
+                      float *const *dx, float *y_put) {
+  fused_bwd(c, p, in, NULL, dy, dx, y_put);
 }
