@@ -801,6 +801,12 @@ void snrt_ln_fwd(snrt_ctx *c, const snrt_ln_t *p, const float *x, const float *s
 void snrt_ln_bwd(snrt_ctx *c, const snrt_ln_t *p, const float *x, const float *dy,
                  const float *scale, const float *mean, const float *rstd, float *dx,
                  float *dscale, float *dbias);
+/* The same, also writing the forward's y from x, the saved mean and 1/std,
+ * scale and bias, as snrt_ln_fwd computes it (the forward's bits: a carried
+ * rebuild, compiler/plan/recompute.c). */
+void snrt_ln_bwd_y(snrt_ctx *c, const snrt_ln_t *p, const float *x, const float *dy,
+                   const float *scale, const float *bias, const float *mean, const float *rstd,
+                   float *dx, float *dscale, float *dbias, float *y);
 /* idx NULL: p->idx. */
 void snrt_gather_fwd(snrt_ctx *c, const snrt_gather_t *p, const float *table, const int32_t *idx,
                      float *y);

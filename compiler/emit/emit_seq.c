@@ -194,8 +194,15 @@ void emit_layernorm(Emit *e, const Graph *g, const Node *n) {
   fprintf(OUT, "  snrt_ln_fwd(c, %s, %s, %s, %s, %s, %s, %s);\n", p_ln(e, n->p), emit_in(e, 0),
           emit_in(e, 1), emit_in(e, 2), emit_out(e, 0), emit_out(e, 1), emit_out(e, 2));
 }
-/* LN_BWD: inputs x, dy, scale, saved mean, saved 1/std; outputs dx, dscale, dbias. */
+/* LN_BWD: inputs x, dy, scale, saved mean, saved 1/std; outputs dx, dscale, dbias. A
+ * carrier (aux 1, compiler/plan/recompute.c): the bias as a sixth input, y as a fourth output. */
 void emit_ln_bwd(Emit *e, const Graph *g, const Node *n) {
+  if (n->aux) {
+    fprintf(OUT, "  snrt_ln_bwd_y(c, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s);\n", p_ln(e, n->p),
+            emit_in(e, 0), emit_in(e, 1), emit_in(e, 2), emit_in(e, 5), emit_in(e, 3), emit_in(e, 4),
+            emit_out(e, 0), emit_out(e, 1), emit_out(e, 2), emit_out(e, 3));
+    return;
+  }
   fprintf(OUT, "  snrt_ln_bwd(c, %s, %s, %s, %s, %s, %s, %s, %s, %s);\n", p_ln(e, n->p),
           emit_in(e, 0), emit_in(e, 1), emit_in(e, 2), emit_in(e, 3), emit_in(e, 4), emit_out(e, 0),
           emit_out(e, 1), emit_out(e, 2));

@@ -61,7 +61,7 @@ void plan_estimate(const Graph *g, Plan *pl, const DeviceProfile *dev) {
     if (st->kind == SK_RECOMPUTE) {
       pl->recompute_flops += fl;
       pl->recompute_seconds += t[s];
-    } else if (n->op == OP_FUSED_BWD && n->aux) {   /* a carrier: its plain step's time is compute */
+    } else if (node_carries(n)) {   /* a carrier: its plain step's time is compute */
       double plain = rc_node_seconds(g, pl, &g->n[n->twin], dev);
       pl->compute_seconds += plain;
       pl->recompute_seconds += pl->step_rebuild[s] = t[s] - plain;

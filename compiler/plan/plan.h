@@ -397,8 +397,10 @@ typedef struct RecomputeOpts {
                            // sets; NULL: the cheap rule or checkpoint mode decides)
   const struct RcTree *tree;   // with drop: what the rebuilds keep (optimal.c's schedules;
                                // NULL: each dropped tensor rebuilt once, speed-centric)
-  bool no_carry;           // with drop and no tree: no carried rebuilds (recompute.c)
+  int carry;               // with drop and no tree: carried rebuilds (recompute.c) of every
+                           // kind (CARRY_ALL), none, or fused chains' only
 } RecomputeOpts;
+enum { CARRY_ALL, CARRY_NONE, CARRY_CHAINS };
 /* The keep rule of a persistent checkpointing schedule (optimal.c): the
  * cuts split the forward pass into intervals 0 .. n-1 (interval j starts at
  * cut j, interval 0 at the input); while the backward steps that read
@@ -430,6 +432,11 @@ RcChain *rc_chain_new(Graph *g, Plan *pl, const RecomputeOpts *o);
 /* Carried rebuilds (recompute.c): the carrier of FUSED_BWD node b (-1: none);
  * per tensor, the step of route r whose carrier can rebuild it (-1). */
 int rc_carrier(Graph *g, int b);
+/* A carrier node: a FUSED_BWD or LN_BWD whose last output is the forward's
+ * output, rebuilt (aux 1). */
+static inline bool node_carries(const Node *n) {
+  return n->aux == 1 && (n->op == OP_FUSED_BWD || n->op == OP_LN_BWD);
+}
 int *rc_carry_steps(Graph *g, const Route *r);
 void rc_chain_start(RcChain *c);
 bool rc_chain_escalate(RcChain *c, int64_t target);

@@ -29,18 +29,22 @@
  *
  * Carried rebuilds (auto's per-tensor sets): a fused elementwise chain's
  * backward step that is given every input of the chain recomputes all its
- * registers, the output's included, as the forward did; its carrier
- * (rc_carrier: the same FUSED_BWD with aux 1 and the chain's output as one
- * more output) writes that output too. Where the backward steps that read
- * a dropped chain output t before that step can run after it (a weight
- * gradient dW = t^T dy: nothing between writes what it reads or reads what
- * it writes; can_defer), they are deferred past it, and t is rebuilt by the
- * backward step for the write of t alone, not by a recompute step that
- * reads the chain's inputs again (a GELU output, read by the next Gemm's
- * weight gradient: half the bytes of its rebuild). Where something needs t
- * before (another rebuild), t is rebuilt the usual way and the plain step
- * runs. Bit-identical as the rest: the same kernel code computes the
- * registers in both passes (runtime/snrt.h, snrt_fused_bwd_y).
+ * registers, the output's included, as the forward did; a LayerNorm's
+ * backward reads x and the saved mean and 1/std, from which y is a few
+ * operations. Their carriers (rc_carrier: the same node with aux 1, the
+ * forward's output as one more output, a LayerNorm's bias as one more
+ * input) write that output too. Where the backward steps that read a
+ * dropped output t before that step can run after it (the next Gemm's
+ * weight gradient dW = t^T dy and the update of that weight: defer_set,
+ * nothing that stays in between writes what they read or reads what they
+ * write), they are deferred past it, and t is rebuilt by the backward step
+ * for the write of t alone, not by a recompute step that reads the inputs
+ * again (half the bytes of the rebuild of a GELU or a LayerNorm). Where
+ * something needs t before (another rebuild), t is rebuilt the usual way
+ * and the plain step runs. Bit-identical as the rest: the same code
+ * computes y in both passes (runtime/snrt.h: snrt_fused_bwd_y,
+ * snrt_ln_bwd_y). RecomputeOpts.carry: all of them, none, or the fused
+ * chains' only (search.c plans a set each way that applies).
  *
  * Strategies, per segment (a connected group of dropped tensors between
  * checkpoints): speed-centric keeps each recomputed instance until its last
@@ -170,28 +174,39 @@ static int recompute_node(RC *rc, int i) {
   return t;
 }
 
-/* The carrier of FUSED_BWD node b (-1: none): b with aux 1 and the chain's
- * output as one more output, where b is given every input of its chain and
- * the output is float32 (the kernel writes floats). Made once; b's twin
- * holds it (-2: none), the carrier's twin holds b. */
+/* The carrier of backward node b (-1: none): b with aux 1, the forward
+ * node's output as one more output and what computing it needs beyond b's
+ * inputs as more inputs. A FUSED_BWD given every input of its chain
+ * (use_y 0): the chain's output; an LN_BWD of a LayerNormalization with a
+ * bias: its y, from x, the saved mean and 1/std, the scale (b's inputs)
+ * and the bias. Float32 outputs only (the kernels write floats). Made
+ * once; b's twin holds it (-2: none), the carrier's twin holds b. */
 int rc_carrier(Graph *g, int b) {
-  if (b < 0 || g->n[b].op != OP_FUSED_BWD || g->n[b].aux) return -1;
+  if (b < 0 || (g->n[b].op != OP_FUSED_BWD && g->n[b].op != OP_LN_BWD) || g->n[b].aux) return -1;
   if (g->n[b].twin != -1) return g->n[b].twin >= 0 ? g->n[b].twin : -1;
-  const snrt_fused_t *p = g->n[b].p;
-  int f = g->n[b].fwd;
-  int y = f >= 0 && g->n[f].op == OP_FUSED && g->n[f].nout == 1 ? g->n[f].out[0] : -1;
-  if (y < 0 || p->use_y || p->have != (1 << p->nin) - 1 || g->t[y].dtype != DT_FLOAT ||
-      g->n[b].nout + 1 > op_info[OP_FUSED_BWD].max_out) {
+  int f = g->n[b].fwd, y = -1, extra = -1;
+  if (g->n[b].op == OP_FUSED_BWD) {
+    const snrt_fused_t *p = g->n[b].p;
+    if (f >= 0 && g->n[f].op == OP_FUSED && g->n[f].nout == 1 && !p->use_y &&
+        p->have == (1 << p->nin) - 1 && g->n[b].nout + 1 <= op_info[OP_FUSED_BWD].max_out)
+      y = g->n[f].out[0];
+  } else if (f >= 0 && g->n[f].op == OP_LAYERNORM && g->n[f].nout == 3 && g->n[f].nin >= 3 &&
+             g->n[f].in[2] >= 0 && g->n[b].nin == 5 && g->n[b].nout == 3) {
+    y = g->n[f].out[0], extra = g->n[f].in[2];
+  }
+  if (y < 0 || g->t[y].dtype != DT_FLOAT) {
     g->n[b].twin = -2;
     return -1;
   }
   int nin = g->n[b].nin, nout = g->n[b].nout;
-  int *in = xmalloc(sizeof(int) * (size_t)nin), *out = xmalloc(sizeof(int) * (size_t)(nout + 1));
+  int *in = xmalloc(sizeof(int) * (size_t)(nin + 1)), *out = xmalloc(sizeof(int) * (size_t)(nout + 1));
   memcpy(in, g->n[b].in, sizeof(int) * (size_t)nin);
   memcpy(out, g->n[b].out, sizeof(int) * (size_t)nout);
+  if (extra >= 0) in[nin++] = extra;
   out[nout] = y;
   char *name = xasprintf("%s/carry", g->n[b].name);
-  int c = graph_add_node(g, OP_FUSED_BWD, name, nin, in, nout + 1, out);
+  OpKind op = g->n[b].op;
+  int c = graph_add_node(g, op, name, nin, in, nout + 1, out);
   free(name), free(in), free(out);
   g->n[c].phase = PH_RECOMPUTE;
   g->n[c].fwd = f;
@@ -400,25 +415,28 @@ static void push_backward(RC *rc, int s) {
   }
   /* The carrier: the chain's output t, dropped and not rebuilt yet. */
   int carried = -1;
-  if (rc->carry && f >= 0 && g->n[nd].op == OP_FUSED_BWD) {
+  if (rc->carry && f >= 0 && (g->n[nd].op == OP_FUSED_BWD || g->n[nd].op == OP_LN_BWD)) {
     int t = g->n[f].out[0];
     if (t >= 0 && rc->dropped[t] && rc->cur[t] < 0 && rc->carry[t] == s) carried = t;
   }
   Step *ns;
+  int m = nd;   /* the node the step runs */
   if (carried >= 0) {
-    int out[SNRT_FUSED_MAX_IN + 1];
+    m = rc_carrier(g, nd);
+    int out[SNRT_FUSED_MAX_IN + 1], in[SNRT_FUSED_MAX_IN + 3];
     memcpy(out, st->out, sizeof(int) * (size_t)st->nout);
     int y = plan_new_instance(rc->pl, carried, rc->pl->inst[rc->pl->tensor_inst[carried]].bytes, false);
     out[st->nout] = y;
     Step proto = *st;
-    proto.node = rc_carrier(g, nd), proto.nout = st->nout + 1, proto.out = out;
+    proto.node = m, proto.nout = st->nout + 1, proto.out = out;
+    proto.nin = g->n[m].nin, proto.in = in;   /* set below */
     ns = route_push(rc->r, &proto);
     rc->cur[carried] = y;
     rc->pl->carried++;
   } else {
     ns = route_push(rc->r, st);
   }
-  for (int k = 0; k < g->n[nd].nin; k++) ns->in[k] = input_instance(rc, g->n[nd].in[k]);
+  for (int k = 0; k < g->n[m].nin; k++) ns->in[k] = input_instance(rc, g->n[m].in[k]);
   /* Memory-centric segments: what was recomputed for this step dies with
    * it; nested: the cheap part of it; recursive: all but what
    * keep_recursive keeps. */
@@ -766,10 +784,12 @@ RcChain *rc_chain_new(Graph *g, Plan *pl, const RecomputeOpts *ro) {
     memcpy(rc->dropped, ro->drop, (size_t)g->nt * sizeof(bool));
     seg_bytes = 0;
     rc->tree = ro->tree;
-    if (!rc->tree && !ro->no_carry) {
+    if (!rc->tree && ro->carry != CARRY_NONE) {
       rc->carry = rc_carry_steps(g, old);
       for (int t = 0; t < g->nt; t++)
-        if (!rc->dropped[t]) rc->carry[t] = -1;
+        if (!rc->dropped[t] || (ro->carry == CARRY_CHAINS && rc->carry[t] >= 0 &&
+                                g->n[old->s[rc->carry[t]].node].op != OP_FUSED_BWD))
+          rc->carry[t] = -1;
       rc->defer_to = xmalloc(sizeof(int) * (size_t)(old->ns + 1));
       rc->dset = xmalloc(sizeof(int) * (size_t)(old->ns + 1));
     }
@@ -935,7 +955,7 @@ double rc_chain_rebuild_lb(RcChain *c, const DeviceProfile *dev) {
       int p = x >= 0 ? g->t[x].producer : -1;
       if (x >= 0 && rc->dropped[x] && p >= 0 && p < g->nfwd) need[p] = true;
     }
-    int y = n->nout == 1 ? n->out[0] : -1;
+    int y = n->nout >= 1 ? n->out[0] : -1;
     if (y >= 0 && rc->carry && rc->carry[y] >= 0) {   /* at least its carrier's extra write */
       int b = rc->old->s[rc->carry[y]].node, cr = rc_carrier(g, b);
       lb += rc_node_seconds(g, pl, &g->n[cr], dev) - rc_node_seconds(g, pl, &g->n[b], dev);
@@ -1059,12 +1079,12 @@ void recompute_dump(const Graph *g, const Plan *pl, FILE *f) {
   fprintf(f, "%7s  %-18s %-12s %7s %7s  %s\n", "step", "op", "bytes", "alive", "until", "tensor");
   for (int s = 0; s < r->ns; s++) {
     const Step *st = &r->s[s];
-    bool carrier = st->node >= 0 && g->n[st->node].op == OP_FUSED_BWD && g->n[st->node].aux;
+    bool carrier = st->node >= 0 && node_carries(&g->n[st->node]);
     if (st->kind != SK_RECOMPUTE && !carrier) continue;
     for (int k = carrier ? st->nout - 1 : 0; k < st->nout; k++) {
       const Instance *in = &pl->inst[st->out[k]];
       if (in->first != s) continue;
-      fprintf(f, "%7d  %-18s %-12s %7d %7d  %s%s\n", s, carrier ? "FUSED_BWD carrier" : op_name(g->n[st->node].op),
+      fprintf(f, "%7d  %-18s %-12s %7d %7d  %s%s\n", s, carrier ? "carrier" : op_name(g->n[st->node].op),
               fmt_bytes(in->bytes), in->first, in->last, g->t[in->tensor].name,
               carrier ? " (the backward step writes it)" : "");
     }

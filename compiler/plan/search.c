@@ -196,7 +196,8 @@ static const char *chain_name(const Search *sr, const Chain *ch, const PlanVaria
   else if (ch->scheme == SC_SELECT)
     n += snprintf(buf + n, sizeof buf - (size_t)n, ", %d tensors rebuilt (%s read by backward), "
                   "chosen per tensor%s", ch->nsel, fmt_bytes(ch->sel_bytes),
-                  ch->ro.no_carry ? ", none by a backward step" : "");
+                  ch->ro.carry == CARRY_NONE ? ", none by a backward step"
+                  : ch->ro.carry == CARRY_CHAINS ? ", LayerNorm outputs not by a backward step" : "");
   else if (ch->scheme == SC_OPT)
     n += snprintf(buf + n, sizeof buf - (size_t)n, ", the optimal persistent schedule for %s "
                   "(%d of %d cuts kept from forward)", fmt_bytes(ch->opt->bytes), ch->opt->kept,
@@ -362,14 +363,22 @@ static void make_chains(Search *sr) {
       add_variant(ch, POL_RECOMPUTE, NULL, false, 0);
     }
     /* Rebuilds chosen per tensor (select.c), nothing offloaded; where a
-     * set has carried rebuilds (recompute.c), the same set without them too:
-     * a carrier holds the output it rebuilds beside its own step's tensors,
-     * which at a tight budget can be the peak. */
+     * set has carried rebuilds (recompute.c), the same set without them too,
+     * and where it has both kinds, with the fused chains' only: a carrier
+     * holds the output it rebuilds beside its own step's tensors, and the
+     * steps deferred past it hold theirs longer, which at a tight budget
+     * can be the peak. */
     for (int k = 0; k < sr->ndrops; k++) {
-      bool carried = false;
-      for (int t = 0; t < g->nt && carry; t++) carried |= sr->drops[k][t] && carry[t] >= 0;
-      for (int nc = 0; nc < 1 + carried; nc++) {
-        ch = add_chain(sr, SC_SELECT, hs, (RecomputeOpts){.drop = sr->drops[k], .no_carry = nc});
+      bool chains = false, norms = false;
+      for (int t = 0; t < g->nt && carry; t++) {
+        if (!sr->drops[k][t] || carry[t] < 0) continue;
+        if (g->n[sr->base->route->s[carry[t]].node].op == OP_FUSED_BWD) chains = true;
+        else norms = true;
+      }
+      for (int mode = CARRY_ALL; mode <= CARRY_CHAINS; mode++) {
+        if ((mode == CARRY_NONE && !chains && !norms) || (mode == CARRY_CHAINS && !(chains && norms)))
+          continue;
+        ch = add_chain(sr, SC_SELECT, hs, (RecomputeOpts){.drop = sr->drops[k], .carry = mode});
         add_variant(ch, POL_RECOMPUTE, NULL, false, 0);
         add_variant(ch, POL_SUPERNEURONS, acts, true, 0);
         for (int t = 0; t < g->nt; t++)
@@ -405,7 +414,7 @@ static void bound_chains(Search *sr) {
     for (int d = 0; d < c && !e; d++)
       if (sr->ch[d].scheme == ch->scheme && ch->scheme != SC_FIXED &&
           sr->ch[d].ro.seg_bytes == ch->ro.seg_bytes && sr->ch[d].ro.max_chain == ch->ro.max_chain &&
-          sr->ch[d].ro.drop == ch->ro.drop && sr->ch[d].ro.no_carry == ch->ro.no_carry)
+          sr->ch[d].ro.drop == ch->ro.drop && sr->ch[d].ro.carry == ch->ro.carry)
         e = &sr->ch[d];
     /* a fixed policy's chain plans its own first state, but what it drops
      * (so its bound and checkpoints) is that of any earlier chain with the
@@ -494,7 +503,7 @@ static double busy_seconds(const Search *sr, const Plan *pl) {
     const Step *st = &r->s[k];
     if (st->kind == SK_RECOMPUTE) {
       s += cost_step_seconds(sr->g, pl, k, sr->dev);
-    } else if (st->node >= 0 && sr->g->n[st->node].op == OP_FUSED_BWD && sr->g->n[st->node].aux) {
+    } else if (st->node >= 0 && node_carries(&sr->g->n[st->node])) {
       const Node *b = &sr->g->n[sr->g->n[st->node].twin];   /* a carrier: what it adds */
       s += cost_step_seconds(sr->g, pl, k, sr->dev) - rc_node_seconds(sr->g, pl, b, sr->dev);
     }

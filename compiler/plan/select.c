@@ -20,9 +20,10 @@
  * In the liveness plan, t is idle between its last forward reader and its
  * first backward reader: dropping it takes its bytes off exactly those steps
  * (the rebuild is made just before the first backward reader and kept until
- * the last, as before). A fused chain's output that its backward step's
- * carrier can rebuild (recompute.c, carried rebuilds) costs only what the
- * carrier adds: the write of the output. A greedy walk: at the step where the live bytes
+ * the last, as before). An output that its producer's backward step's
+ * carrier can rebuild (recompute.c, carried rebuilds: a fused chain's, a
+ * LayerNorm's) costs only what the carrier adds, the write of the output,
+ * and is live again at the carrier's step. A greedy walk: at the step where the live bytes
  * peak, of the units idle there, one is chosen, its bytes taken off its
  * idle steps, and so on until no unit is idle at the peak. Two walks, two
  * rules: the most bytes per second of rebuild (cost_node_seconds of its
@@ -56,6 +57,7 @@ typedef struct Unit {
   int t;                   // the saved tensor
   int64_t bytes;           // its instance's bytes
   int from, to;            // idle on the base route's steps from < s < to
+  int at;                  // a carried rebuild: the carrier's step, where it is live again (-1)
   double seconds;          // rebuilding it (and its unsaved inputs)
   double plain;            // ... by recompute steps (where its carrier would do it for less)
   int drop0, ndrop;        // its dropped tensors: pool[drop0 .. drop0 + ndrop)
@@ -95,8 +97,10 @@ static bool make_unit(const Graph *g, const Plan *base, const bool *saved, int t
   for (int k = 0; k < nn; k++) u->seconds += rc_node_seconds(g, base, &g->n[nodes[k]], dev);
   if (u->seconds <= 0) u->seconds = 1e-12;
   u->plain = u->seconds;
+  u->at = -1;
   if (nn == 1 && carry[t] >= 0) {   /* its backward step's carrier rebuilds it: the extra write */
     int b = base->route->s[carry[t]].node, c = g->n[b].twin;
+    u->at = carry[t];
     u->seconds = rc_node_seconds(g, base, &g->n[c], dev) - rc_node_seconds(g, base, &g->n[b], dev);
     if (u->seconds <= 0) u->seconds = 1e-12;
   }
@@ -164,6 +168,7 @@ static int walk_sets(const Graph *g, const Plan *base, Unit *u, int nu, const in
       if (by_gain) {   /* the estimated peak with u[k] dropped: its idle steps lose its bytes */
         int64_t a = range_max(&rm, 0, u[k].from + 1), b = range_max(&rm, u[k].to, ns);
         int64_t out = a > b ? a : b, in = range_max(&rm, u[k].from + 1, u[k].to) - u[k].bytes;
+        if (u[k].at >= 0 && live[u[k].at] + u[k].bytes > out) out = live[u[k].at] + u[k].bytes;
         gain = (double)(live[P] - (out > in ? out : in)) / u[k].seconds;
       }
       if (best < 0 || gain > best_gain || (gain == best_gain && dens > best_dens))
@@ -172,6 +177,7 @@ static int walk_sets(const Graph *g, const Plan *base, Unit *u, int nu, const in
     if (best < 0) break;
     u[best].chosen = true;
     for (int s = u[best].from + 1; s < u[best].to; s++) live[s] -= u[best].bytes;
+    if (u[best].at >= 0) live[u[best].at] += u[best].bytes;   /* the carrier holds it */
     int64_t pk = 0;
     for (int s = 0; s < ns; s++) pk = live[s] > pk ? live[s] : pk;
     order[nchosen] = best, peak_after[nchosen++] = pk;
@@ -259,7 +265,7 @@ int select_rebuild_sets(Graph *g, const Plan *base, const DeviceProfile *dev, bo
   *sets = xcalloc(4 * SELECT_SETS + 1, sizeof(bool *));
   int nsets = 0;
   for (int pass = 0; pass < 1 + carried; pass++) {
-    for (int k = 0; k < nu && pass; k++) u[k].seconds = u[k].plain;
+    for (int k = 0; k < nu && pass; k++) u[k].seconds = u[k].plain, u[k].at = -1;
     for (int by_gain = 0; by_gain < 2; by_gain++) {
       for (int k = 0; k < nu; k++) u[k].chosen = false;
       nsets = walk_sets(g, base, u, nu, pool, by_gain, *sets, nsets);

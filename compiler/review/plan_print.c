@@ -50,8 +50,8 @@ static void print_rebuild_choice(FILE *f, const Graph *g, const Plan *pl) {
             "rebuilt in %s (the most bytes per second of rebuild first: snc plan --dump "
             "recompute)\n", pl->selected, fmt_bytes(pl->selected_bytes), trb);
     if (pl->carried)
-      fprintf(f, "  carried         %12d   of them rebuilt by their fused chain's backward step, "
-              "which writes the chain's output beside the gradient (docs/planning.md)\n",
+      fprintf(f, "  carried         %12d   of them rebuilt by their producer's backward step (a fused "
+              "chain's, a LayerNorm's), which writes them beside the gradient (docs/planning.md)\n",
               pl->carried);
   }
   if (pl->opt_cuts) {
@@ -415,7 +415,7 @@ void plan_print_json(const Graph *g, const Plan *pl, FILE *f) {
     if (pl->step_seconds && s < pl->nstep_seconds) json_num(f, pl->step_seconds[s]);
     else fprintf(f, "null");
     /* A carrier (recompute.c): its last output is a rebuilt activation. */
-    if (st->node >= 0 && g->n[st->node].op == OP_FUSED_BWD && g->n[st->node].aux) {
+    if (st->node >= 0 && node_carries(&g->n[st->node])) {
       fprintf(f, ", \"rebuilds\": %d, \"rebuild_seconds\": ", st->out[st->nout - 1]);
       if (pl->step_rebuild && s < pl->nstep_seconds) json_num(f, pl->step_rebuild[s]);
       else fprintf(f, "null");

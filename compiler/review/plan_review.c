@@ -75,7 +75,7 @@ Review *review_build(const Graph *g, const Plan *pl) {
   for (int i = 0; i < pl->ninst; i++) first_read[i] = -1;
   for (int s = 0; s < T; s++) {
     const Step *st = &r->s[s];
-    bool carrier = st->node >= 0 && g->n[st->node].op == OP_FUSED_BWD && g->n[st->node].aux;
+    bool carrier = st->node >= 0 && node_carries(&g->n[st->node]);
     for (int k = 0; k < st->nout; k++)   /* a carrier's last output: a rebuilt activation */
       mark_writer(rv, st->out[k], carrier && k == st->nout - 1 ? SK_RECOMPUTE : (int)st->kind);
     if (carrier && st->out[st->nout - 1] >= 0)
@@ -217,9 +217,9 @@ const char *review_reason(const Graph *g, const Plan *pl, const Review *rv, int 
      * the host and back over the link, under the plan's device profile. */
     char costs[160] = "";
     int cs = rv->carried[t];
-    if (cs >= 0) {   /* by its chain's backward step (recompute.c: carried rebuilds) */
+    if (cs >= 0) {   /* by its producer's backward step (recompute.c: carried rebuilds) */
       double add = pl->step_rebuild && cs < pl->nstep_seconds ? pl->step_rebuild[cs] : 0;
-      snprintf(costs, sizeof costs, "; rebuilt by its chain's backward step %d, which writes it "
+      snprintf(costs, sizeof costs, "; rebuilt by its producer's backward step %d, which writes it "
                "beside the gradient for %.3g us more", cs, add * 1e6);
     } else if (x->producer >= 0) {
       const DeviceProfile *dev = device_find(pl->opts.device ? pl->opts.device : "h200");

@@ -80,6 +80,12 @@ void snrt_math_bwd(snrt_ctx *c, const snrt_math_t *p, const float *x, const floa
 
 /* ---- LayerNormalization --------------------------------------------------------- */
 
+/* One element of y, as the forward writes it and a carried rebuild again. */
+static inline float ln_y(float x, float m, float rs, float s, const float *bias, int64_t j) {
+  float v = (x - m) * rs * s;
+  return bias ? v + bias[j] : v;
+}
+
 void snrt_ln_fwd(snrt_ctx *c, const snrt_ln_t *p, const float *x, const float *scale,
                  const float *bias, float *y, float *mean, float *rstd) {
   (void)c;
@@ -93,10 +99,7 @@ void snrt_ln_fwd(snrt_ctx *c, const snrt_ln_t *p, const float *x, const float *s
     double m = s / (double)C;
     for (int64_t j = 0; j < C; j++) q += (xr[j] - m) * (xr[j] - m);
     float mf = (float)m, rs = (float)(1.0 / sqrt(q / (double)C + p->eps));
-    for (int64_t j = 0; j < C; j++) {
-      float v = (xr[j] - mf) * rs * scale[j];
-      yr[j] = bias ? v + bias[j] : v;
-    }
+    for (int64_t j = 0; j < C; j++) yr[j] = ln_y(xr[j], mf, rs, scale[j], bias, j);
     if (mean) mean[r] = mf;
     if (rstd) rstd[r] = rs;
   }
@@ -104,10 +107,10 @@ void snrt_ln_fwd(snrt_ctx *c, const snrt_ln_t *p, const float *x, const float *s
 
 #define LN_COLS 64   /* columns per block of the parameter gradients */
 
-void snrt_ln_bwd(snrt_ctx *c, const snrt_ln_t *p, const float *x, const float *dy,
-                 const float *scale, const float *mean, const float *rstd, float *dx,
-                 float *dscale, float *dbias) {
-  (void)c;
+/* y, bias: a carried rebuild's (else NULL). */
+static void ln_bwd(const snrt_ln_t *p, const float *x, const float *dy, const float *scale,
+                   const float *bias, const float *mean, const float *rstd, float *dx,
+                   float *dscale, float *dbias, float *y) {
   const int64_t R = p->rows, C = p->cols;
   /* Parameter gradients first: dx may be written over dy by a later plan. */
   if (dscale || dbias) {
@@ -130,6 +133,11 @@ void snrt_ln_bwd(snrt_ctx *c, const snrt_ln_t *p, const float *x, const float *d
       }
     }
   }
+  if (y) {
+#pragma omp parallel for schedule(static) if (R * C > KERN_PAR_MIN)
+    for (int64_t r = 0; r < R; r++)
+      for (int64_t j = 0; j < C; j++) y[r * C + j] = ln_y(x[r * C + j], mean[r], rstd[r], scale[j], bias, j);
+  }
   if (!dx) return;
 #pragma omp parallel for schedule(static) if (R * C > KERN_PAR_MIN)
   for (int64_t r = 0; r < R; r++) {
@@ -148,6 +156,20 @@ void snrt_ln_bwd(snrt_ctx *c, const snrt_ln_t *p, const float *x, const float *d
       o[j] = rs * (dr[j] * scale[j] - a - xh * bb);
     }
   }
+}
+
+void snrt_ln_bwd(snrt_ctx *c, const snrt_ln_t *p, const float *x, const float *dy,
+                 const float *scale, const float *mean, const float *rstd, float *dx,
+                 float *dscale, float *dbias) {
+  (void)c;
+  ln_bwd(p, x, dy, scale, NULL, mean, rstd, dx, dscale, dbias, NULL);
+}
+
+void snrt_ln_bwd_y(snrt_ctx *c, const snrt_ln_t *p, const float *x, const float *dy,
+                   const float *scale, const float *bias, const float *mean, const float *rstd,
+                   float *dx, float *dscale, float *dbias, float *y) {
+  (void)c;
+  ln_bwd(p, x, dy, scale, bias, mean, rstd, dx, dscale, dbias, y);
 }
 
 /* ---- embedding ------------------------------------------------------------------- */

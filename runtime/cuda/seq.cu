@@ -92,6 +92,12 @@ void snrt_math_bwd(snrt_ctx *c, const snrt_math_t *p, const float *x, const floa
 
 #define LN_THREADS 256
 
+/* One element of y, as the forward writes it and a carried rebuild again. */
+__device__ __forceinline__ float ln_y(float x, float m, float rs, float s, const float *bias, int64_t j) {
+  float v = (x - m) * rs * s;
+  return bias ? v + bias[j] : v;
+}
+
 __global__ void k_ln_fwd(snrt_ln_t p, const float *x, const float *scale, const float *bias,
                          float *y, float *mean, float *rstd) {
   for (int64_t r = blockIdx.x; r < p.rows; r += gridDim.x) {
@@ -103,10 +109,7 @@ __global__ void k_ln_fwd(snrt_ln_t p, const float *x, const float *scale, const 
     float q = 0.0f;
     for (int64_t j = threadIdx.x; j < p.cols; j += blockDim.x) q += (xr[j] - m) * (xr[j] - m);
     float rs = rsqrtf(snrt_block_sum(q) / (float)p.cols + p.eps);
-    for (int64_t j = threadIdx.x; j < p.cols; j += blockDim.x) {
-      float v = (xr[j] - m) * rs * scale[j];
-      yr[j] = bias ? v + bias[j] : v;
-    }
+    for (int64_t j = threadIdx.x; j < p.cols; j += blockDim.x) yr[j] = ln_y(xr[j], m, rs, scale[j], bias, j);
     if (threadIdx.x == 0) {
       if (mean) mean[r] = m;
       if (rstd) rstd[r] = rs;
@@ -114,11 +117,17 @@ __global__ void k_ln_fwd(snrt_ln_t p, const float *x, const float *scale, const 
   }
 }
 
+/* y, bias: a carried rebuild's y, written from x before dx (which may be
+ * written over dy, never over x); else NULL. */
 __global__ void k_ln_bwd_dx(snrt_ln_t p, const float *x, const float *dy, const float *scale,
-                            const float *mean, const float *rstd, float *dx) {
+                            const float *mean, const float *rstd, float *dx, const float *bias,
+                            float *y) {
   for (int64_t r = blockIdx.x; r < p.rows; r += gridDim.x) {
     const float *xr = x + r * p.cols, *dr = dy + r * p.cols;
     float m = mean[r], rs = rstd[r], sg = 0.0f, sgx = 0.0f;
+    if (y)
+      for (int64_t j = threadIdx.x; j < p.cols; j += blockDim.x) y[r * p.cols + j] = ln_y(xr[j], m, rs, scale[j], bias, j);
+    if (!dx) continue;   /* the same for every thread of the block */
     for (int64_t j = threadIdx.x; j < p.cols; j += blockDim.x) {
       float g = dr[j] * scale[j];
       sg += g;
@@ -153,9 +162,9 @@ void snrt_ln_fwd(snrt_ctx *c, const snrt_ln_t *p, const float *x, const float *s
   SNRT_LAUNCH_CHECK();
 }
 
-void snrt_ln_bwd(snrt_ctx *c, const snrt_ln_t *p, const float *x, const float *dy,
-                 const float *scale, const float *mean, const float *rstd, float *dx,
-                 float *dscale, float *dbias) {
+static void ln_bwd(snrt_ctx *c, const snrt_ln_t *p, const float *x, const float *dy,
+                   const float *scale, const float *bias, const float *mean, const float *rstd,
+                   float *dx, float *dscale, float *dbias, float *y) {
   if (p->rows <= 0) return;
   /* Parameter gradients first, as on the CPU. */
   if (dscale || dbias) {
@@ -163,10 +172,23 @@ void snrt_ln_bwd(snrt_ctx *c, const snrt_ln_t *p, const float *x, const float *d
                                                                                  rstd, dscale, dbias);
     SNRT_LAUNCH_CHECK();
   }
-  if (dx) {
-    k_ln_bwd_dx<<<ln_blocks(p->rows), LN_THREADS, 0, snrt_cu_stream(c)>>>(*p, x, dy, scale, mean, rstd, dx);
+  if (dx || y) {
+    k_ln_bwd_dx<<<ln_blocks(p->rows), LN_THREADS, 0, snrt_cu_stream(c)>>>(*p, x, dy, scale, mean, rstd, dx,
+                                                                         bias, y);
     SNRT_LAUNCH_CHECK();
   }
+}
+
+void snrt_ln_bwd(snrt_ctx *c, const snrt_ln_t *p, const float *x, const float *dy,
+                 const float *scale, const float *mean, const float *rstd, float *dx,
+                 float *dscale, float *dbias) {
+  ln_bwd(c, p, x, dy, scale, NULL, mean, rstd, dx, dscale, dbias, NULL);
+}
+
+void snrt_ln_bwd_y(snrt_ctx *c, const snrt_ln_t *p, const float *x, const float *dy,
+                   const float *scale, const float *bias, const float *mean, const float *rstd,
+                   float *dx, float *dscale, float *dbias, float *y) {
+  ln_bwd(c, p, x, dy, scale, bias, mean, rstd, dx, dscale, dbias, y);
 }
 
 /* ---- embedding --------------------------------------------------------------------- */
