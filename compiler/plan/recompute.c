@@ -281,19 +281,49 @@ int *rc_carry_steps(Graph *g, const Route *r) {
     int y = g->n[g->n[st->node].fwd].out[0];
     if (y >= 0 && y < nt && carry[y] == -1) carry[y] = s;
   }
-  /* Readers before the carrier step must move past it. */
-  int *set = xmalloc(sizeof(int) * (size_t)(r->train_steps + 1));
-  for (int q = 0; q < r->train_steps; q++) {
-    const Step *st = &r->s[q];
-    if (st->kind != SK_BACKWARD || st->node < 0) continue;
-    const Node *n = &g->n[st->node];
-    for (int k = 0; k < n->nin; k++) {
-      int t = n->in[k];
-      if (t < 0 || t >= nt || carry[t] < 0 || q >= carry[t]) continue;
-      if (!defer_set(r, q, carry[t], set)) carry[t] = -2;
+  /* Readers before the carrier step must move past it, with the steps that
+   * move with them (defer_set). A step moves for one carrier only (two
+   * weight gradients summed into one: the sum and the update would move
+   * past the nearer carrier only), and no carrier step moves (what waits
+   * for it would go unchecked): where sets meet so, neither tensor is
+   * carried; until nothing changes. */
+  int T = r->train_steps;
+  int *set = xmalloc(sizeof(int) * (size_t)(T + 1)), *owner = xmalloc(sizeof(int) * (size_t)(T + 1));
+  bool *is_carrier = xmalloc((size_t)T + 1);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int s = 0; s < T; s++) owner[s] = -1, is_carrier[s] = false;
+    for (int t = 0; t < nt; t++)
+      if (carry[t] >= 0) is_carrier[carry[t]] = true;
+    for (int q = 0; q < T; q++) {
+      const Step *st = &r->s[q];
+      if (st->kind != SK_BACKWARD || st->node < 0) continue;
+      const Node *n = &g->n[st->node];
+      int to = -1, tq = -1;
+      bool ok = true;
+      for (int k = 0; k < n->nin; k++) {
+        int t = n->in[k];
+        if (t < 0 || t >= nt || carry[t] < 0 || q >= carry[t]) continue;
+        ok &= to < 0 || carry[t] == to;
+        to = carry[t], tq = t;
+      }
+      if (to < 0) continue;
+      int m = ok ? defer_set(r, q, to, set) : 0;
+      for (int j = 0; j < m && ok; j++) {
+        int x = set[j], o = owner[x];
+        ok = !is_carrier[x] && (o < 0 || carry[o] == to);
+        if (!ok && o >= 0 && carry[o] != to) carry[o] = -2;
+        owner[x] = tq;
+      }
+      if (ok && m) continue;
+      for (int k = 0; k < n->nin; k++) {   /* none of q's waits for a carrier */
+        int t = n->in[k];
+        if (t >= 0 && t < nt && carry[t] >= 0 && q < carry[t]) carry[t] = -2;
+      }
+      changed = true;
     }
   }
-  free(set);
+  free(set), free(owner), free(is_carrier);
   for (int t = 0; t < nt; t++)
     if (carry[t] < 0) carry[t] = -1;
   return carry;
@@ -378,7 +408,12 @@ static bool defer_step(RC *rc, int s) {
       to = rc->carry[t];
   }
   int m = to < 0 ? 0 : defer_set(rc->old, s, to, rc->dset);
-  for (int j = 0; j < m; j++) rc->defer_to[rc->dset[j]] = to;
+  for (int j = 0; j < m; j++) {
+    int x = rc->dset[j];
+    if (rc->defer_to[x] >= 0 && rc->defer_to[x] != to)   /* rc_carry_steps rules it out */
+      internal_error(__FILE__, __LINE__, "a step deferred past two carriers");
+    rc->defer_to[x] = to;
+  }
   return m > 0;
 }
 

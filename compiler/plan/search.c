@@ -120,6 +120,8 @@ typedef struct Chain {
   int *ckpt;               // ... the checkpoint tensors (duplicate chains are skipped)
   bool dup;                // the same plans as an earlier chain
   int nsel;                // SC_SELECT: tensors its set drops
+  bool carries;            // SC_SELECT: its set has carried rebuilds (recompute.c)
+  double hs_lb;            // the host state's copies every plan of it adds at least
   int64_t sel_bytes;       // ... of them, the bytes of those a backward step reads
   const OptSchedule *opt;  // SC_OPT: its schedule
 } Chain;
@@ -379,6 +381,7 @@ static void make_chains(Search *sr) {
         if ((mode == CARRY_NONE && !chains && !norms) || (mode == CARRY_CHAINS && !(chains && norms)))
           continue;
         ch = add_chain(sr, SC_SELECT, hs, (RecomputeOpts){.drop = sr->drops[k], .carry = mode});
+        ch->carries = mode == CARRY_ALL ? chains || norms : mode == CARRY_CHAINS;
         add_variant(ch, POL_RECOMPUTE, NULL, false, 0);
         add_variant(ch, POL_SUPERNEURONS, acts, true, 0);
         for (int t = 0; t < g->nt; t++)
@@ -427,7 +430,8 @@ static void bound_chains(Search *sr) {
           sr->ch[d].ro.max_chain == ch->ro.max_chain)
         twin = &sr->ch[d];
     if (ch->scheme == SC_NONE) {
-      ch->lb = ch->lb_busy + sr->hs_seconds[ch->hs];
+      ch->hs_lb = sr->hs_seconds[ch->hs];
+      ch->lb = ch->lb_busy + ch->hs_lb;
       continue;
     }
     if (e || twin) {
@@ -449,7 +453,12 @@ static void bound_chains(Search *sr) {
     }
     /* state on the host: its copies are synchronous, and there are at least
      * as many as in the route without recomputation */
-    ch->lb = ch->lb_busy + sr->hs_seconds[ch->hs];
+    ch->hs_lb = sr->hs_seconds[ch->hs];
+    /* ... but a carried rebuild moves weight gradients and updates, which
+     * can bring two uses of a parameter on the host together (one trip
+     * fewer than in the route without recomputation): no bound from them */
+    if (ch->carries) ch->hs_lb = 0;
+    ch->lb = ch->lb_busy + ch->hs_lb;
     if (ch->scheme == SC_SELECT || ch->scheme == SC_OPT) {
       /* it keeps the outputs of expensive layers that it does not drop */
       int64_t kept = held_at_turn(g, ch->ro.drop);
@@ -664,7 +673,7 @@ static bool state_worth(Search *sr, const Chain *ch, double busy, double *prev) 
                    ch->lb_busy - sr->compute, *prev - sr->compute);
   *prev = busy;
   return sr->enumerate || !sr->best ||
-         busy + sr->hs_seconds[ch->hs] < (1 - sr->slack) * sr->best->est_step_seconds;
+         busy + ch->hs_lb < (1 - sr->slack) * sr->best->est_step_seconds;
 }
 
 /* A chain's first state: its own plan (fixed policies) or the one every
@@ -779,7 +788,7 @@ static void walk_rest(Search *sr, const Chain *ch) {
    * every later state's, and the route is not built again. */
   double gb = sr->group_busy[ch->group];
   if (!sr->enumerate && sr->best && !isnan(gb) &&
-      gb + sr->hs_seconds[ch->hs] >= (1 - sr->slack) * sr->best->est_step_seconds)
+      gb + ch->hs_lb >= (1 - sr->slack) * sr->best->est_step_seconds)
     return;
   Plan *pl = plan_clone(sr->base);
   RcChain *rc = rc_chain_new(sr->g, pl, &ch->ro);

@@ -7,8 +7,9 @@
  * percent; the peak step of each; steps added or removed by kind; and the
  * per-tensor decisions (kept, recomputed, offloaded) that differ, tensors
  * matched by name. Decisions are read off plan.json as plan_review.c reads
- * them off a Plan: an instance written by a "recompute" step is recomputed,
- * a tensor named by an "offload" step is offloaded.
+ * them off a Plan: an instance written by a "recompute" step, or named by a
+ * step's "rebuilds" (a carrier), is recomputed, a tensor named by an
+ * "offload" step is offloaded.
  *
  * Exit 0 whatever the difference (a diff is a report, not a test); malformed
  * or foreign JSON is a one-line error, exit 2.
@@ -72,6 +73,11 @@ static void decisions(PlanDoc *d) {
         if (i >= 0 && i < ni && i == floor(i) && dec[(int)i] < 1) dec[(int)i] = 1;
       }
     }
+    /* a carrier step (a backward step's carried rebuild): the instance it rebuilds */
+    const Json *rb = json_get(st, "rebuilds");
+    if (rb && rb->type == JS_NUM && rb->num >= 0 && rb->num < ni && rb->num == floor(rb->num) &&
+        dec[(int)rb->num] < 1)
+      dec[(int)rb->num] = 1;
   }
   d->named = xmalloc(sizeof *d->named * (size_t)(ni + d->steps->n + 1));
   d->nnamed = 0;
