@@ -285,8 +285,8 @@ int *rc_carry_steps(Graph *g, const Route *r) {
    * move with them (defer_set). A step moves for one carrier only (two
    * weight gradients summed into one: the sum and the update would move
    * past the nearer carrier only), and no carrier step moves (what waits
-   * for it would go unchecked): where sets meet so, neither tensor is
-   * carried; until nothing changes. */
+   * for it would go unchecked): where a set meets one taken before so, its
+   * step's tensors are not carried; until nothing changes. */
   int T = r->train_steps;
   int *set = xmalloc(sizeof(int) * (size_t)(T + 1)), *owner = xmalloc(sizeof(int) * (size_t)(T + 1));
   bool *is_carrier = xmalloc((size_t)T + 1);
@@ -309,13 +309,14 @@ int *rc_carry_steps(Graph *g, const Route *r) {
       }
       if (to < 0) continue;
       int m = ok ? defer_set(r, q, to, set) : 0;
-      for (int j = 0; j < m && ok; j++) {
-        int x = set[j], o = owner[x];
-        ok = !is_carrier[x] && (o < 0 || carry[o] == to);
-        if (!ok && o >= 0 && carry[o] != to) carry[o] = -2;
-        owner[x] = tq;
+      for (int j = 0; j < m && ok; j++) {   /* an owner dropped in this pass moves nothing */
+        int o = owner[set[j]];
+        ok = !is_carrier[set[j]] && (o < 0 || carry[o] < 0 || carry[o] == to);
       }
-      if (ok && m) continue;
+      if (ok && m) {   /* the set is taken: its steps move for this carrier */
+        for (int j = 0; j < m; j++) owner[set[j]] = tq;
+        continue;
+      }
       for (int k = 0; k < n->nin; k++) {   /* none of q's waits for a carrier */
         int t = n->in[k];
         if (t >= 0 && t < nt && carry[t] >= 0 && q < carry[t]) carry[t] = -2;
