@@ -33,6 +33,14 @@ int policy_parse(const char *s) {
   return -1;
 }
 
+double plan_rebuild_seconds(const Graph *g, const Plan *pl, int s, double t,
+                            const DeviceProfile *dev) {
+  const Step *st = &pl->route->s[s];
+  if (st->kind == SK_RECOMPUTE) return t;
+  if (st->node < 0 || !node_carries(&g->n[st->node])) return 0;
+  return t - rc_node_seconds(g, pl, &g->n[g->n[st->node].twin], dev);
+}
+
 /* The estimated step time: compute and recompute steps each take
  * max(flops / rate, bytes / bandwidth); copies overlap compute except for the
  * exposed part (offload.c), and never go faster than the link allows. */
@@ -62,9 +70,9 @@ void plan_estimate(const Graph *g, Plan *pl, const DeviceProfile *dev) {
       pl->recompute_flops += fl;
       pl->recompute_seconds += t[s];
     } else if (node_carries(n)) {   /* a carrier: its plain step's time is compute */
-      double plain = rc_node_seconds(g, pl, &g->n[n->twin], dev);
-      pl->compute_seconds += plain;
-      pl->recompute_seconds += pl->step_rebuild[s] = t[s] - plain;
+      pl->step_rebuild[s] = plan_rebuild_seconds(g, pl, s, t[s], dev);
+      pl->compute_seconds += t[s] - pl->step_rebuild[s];
+      pl->recompute_seconds += pl->step_rebuild[s];
     } else {
       pl->compute_seconds += t[s];
     }

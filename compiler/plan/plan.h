@@ -437,6 +437,10 @@ int rc_carrier(Graph *g, int b);
 static inline bool node_carries(const Node *n) {
   return n->aux == 1 && (n->op == OP_FUSED_BWD || n->op == OP_LN_BWD);
 }
+/* plan.c: of step s's seconds t, what rebuilds: all of a recompute step's,
+ * what a carrier adds to its plain step, 0 elsewhere. */
+double plan_rebuild_seconds(const Graph *g, const Plan *pl, int s, double t,
+                            const DeviceProfile *dev);
 int *rc_carry_steps(Graph *g, const Route *r);
 void rc_chain_start(RcChain *c);
 bool rc_chain_escalate(RcChain *c, int64_t target);

@@ -1014,9 +1014,12 @@ double rc_chain_rebuild_lb(RcChain *c, const DeviceProfile *dev) {
  * until that reader, which is not earlier: so all of those are live there,
  * in instances of their own (rebuilt instances are never offloaded). Sums
  * them per step over the segments first read there; the most of any step.
- * search.c checks it against liveness_floors on every first state built. */
+ * search.c checks it against liveness_floors on every first state built.
+ * Checkpoint-mode chains only: they carry no rebuilds (a carried one is
+ * live at its carrier's step, not at its first reader's). */
 int64_t rc_chain_first_floor(RcChain *c) {
   RC *rc = &c->rc;
+  if (rc->carry) internal_error(__FILE__, __LINE__, "a floor asked of a chain with carriers");
   const Graph *g = rc->g;
   const Route *old = rc->old;
   bool *saved = saved_for_backward(g, old);
@@ -1028,10 +1031,6 @@ int64_t rc_chain_first_floor(RcChain *c) {
     const Step *st = &old->s[s];
     if (!is_backward(st->kind) || st->node < 0) continue;
     const Node *n = &g->n[st->node];
-    bool deferred = false;   /* it may run after a carrier: no floor of it here */
-    for (int k = 0; k < n->nin && rc->carry; k++)
-      deferred |= n->in[k] >= 0 && rc->carry[n->in[k]] > s;
-    if (deferred) continue;
     int64_t here = 0;
     int fresh[8], nfresh = 0;   /* segments first read here (a node reads few) */
     for (int k = 0; k < n->nin; k++) {
@@ -1053,7 +1052,7 @@ int64_t rc_chain_first_floor(RcChain *c) {
       stack[sp++] = t, visited[t] = true;
       while (sp) {
         int x = stack[--sp];
-        if (saved[x] && !(rc->carry && rc->carry[x] >= 0)) here += arena_align(tensor_bytes(&g->t[x]));
+        if (saved[x]) here += arena_align(tensor_bytes(&g->t[x]));
         if (g->t[x].producer < 0) continue;
         const Node *p = &g->n[g->t[x].producer];
         for (int i = 0; i < p->nin; i++) {

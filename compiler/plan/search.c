@@ -510,12 +510,8 @@ static double busy_seconds(const Search *sr, const Plan *pl) {
   const Route *r = pl->route;
   for (int k = 0; k < r->train_steps; k++) {
     const Step *st = &r->s[k];
-    if (st->kind == SK_RECOMPUTE) {
-      s += cost_step_seconds(sr->g, pl, k, sr->dev);
-    } else if (st->node >= 0 && node_carries(&sr->g->n[st->node])) {
-      const Node *b = &sr->g->n[sr->g->n[st->node].twin];   /* a carrier: what it adds */
-      s += cost_step_seconds(sr->g, pl, k, sr->dev) - rc_node_seconds(sr->g, pl, b, sr->dev);
-    }
+    if (st->kind == SK_RECOMPUTE || (st->node >= 0 && node_carries(&sr->g->n[st->node])))
+      s += plan_rebuild_seconds(sr->g, pl, k, cost_step_seconds(sr->g, pl, k, sr->dev), sr->dev);
   }
   return s;
 }
